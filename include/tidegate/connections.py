@@ -1,0 +1,98 @@
+"""Connections outside Airflow: the same ``AIRFLOW_CONN_<ID>`` variables Airflow reads.
+
+Airflow accepts a URI (``mysql://user:pass@host:3306/db?key=value``) or a JSON object
+(``{"conn_type": ..., "host": ..., "extra": {...}}``). Inside Airflow, operators resolve the
+connection with Airflow's own machinery and hand the engine a :class:`Connection`; the engine
+itself never imports Airflow. The password is kept out of ``repr``, ``str`` and every error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .errors import ConnectionConfigError
+
+
+@dataclass(frozen=True)
+class Connection:
+    conn_id: str
+    conn_type: str
+    host: str | None = None
+    port: int | None = None
+    login: str | None = None
+    password: str | None = field(default=None, repr=False)
+    schema: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:  # never shows the password
+        where = f"{self.host}:{self.port}" if self.port else (self.host or "")
+        return f"{self.conn_id} ({self.conn_type}://{self.login or ''}@{where})"
+
+
+def env_var(conn_id: str) -> str:
+    return "AIRFLOW_CONN_" + conn_id.upper()
+
+
+def get_connection(conn_id: str, environ: Mapping[str, str] | None = None) -> Connection:
+    """Read connection ``conn_id`` from ``AIRFLOW_CONN_<CONN_ID>`` (URI or JSON)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(env_var(conn_id))
+    if not raw:
+        raise ConnectionConfigError(
+            f"connection {conn_id!r} is not defined: set {env_var(conn_id)} (URI or JSON), "
+            f"or create the connection in Airflow"
+        )
+    raw = raw.strip()
+    try:
+        return _from_json(conn_id, json.loads(raw)) if raw.startswith("{") else _from_uri(conn_id, raw)
+    except ConnectionConfigError:
+        raise
+    except Exception as exc:  # the raw value may hold a password: never echo it
+        raise ConnectionConfigError(
+            f"connection {conn_id!r} in {env_var(conn_id)} is malformed "
+            f"({type(exc).__name__}); expected an Airflow connection URI or JSON object"
+        ) from None
+
+
+def _from_json(conn_id: str, d: dict[str, Any]) -> Connection:
+    extra = d.get("extra") or {}
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra.strip() else {}
+    port = d.get("port")
+    return Connection(
+        conn_id=conn_id,
+        conn_type=str(d.get("conn_type") or ""),
+        host=d.get("host"),
+        port=int(port) if port not in (None, "") else None,
+        login=d.get("login"),
+        password=d.get("password"),
+        schema=d.get("schema"),
+        extra=dict(extra),
+    )
+
+
+def _from_uri(conn_id: str, uri: str) -> Connection:
+    parts = urlsplit(uri)
+    if not parts.scheme:
+        raise ConnectionConfigError(f"connection {conn_id!r}: URI has no scheme (e.g. mysql://)")
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if "__extra__" in query:
+        extra: dict[str, Any] = json.loads(query.pop("__extra__"))
+        extra.update(query)
+    else:
+        extra = query
+    path = unquote(parts.path[1:]) if parts.path.startswith("/") else unquote(parts.path)
+    return Connection(
+        conn_id=conn_id,
+        conn_type=parts.scheme.replace("-", "_"),
+        host=unquote(parts.hostname) if parts.hostname else None,
+        port=parts.port,
+        login=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        schema=path or None,
+        extra=extra,
+    )

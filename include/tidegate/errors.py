@@ -1,0 +1,92 @@
+"""Error classes shared by sources, sinks and the coordinator.
+
+Each sink failure carries an :class:`ErrorClass` that decides what happens next (DESIGN.md,
+"Errors"): retryable → backoff, then the sink fails for the sub-batch; non-retryable → the
+sink fails at once; fatal → the whole run stops and must not be retried.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorClass(enum.Enum):
+    RETRYABLE = "retryable"
+    NON_RETRYABLE = "non_retryable"
+    FATAL = "fatal"
+
+
+class TidegateError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class SpecError(TidegateError):
+    """A pipeline spec is invalid; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class ConnectionConfigError(TidegateError):
+    """A connection is missing or malformed (never includes the secret)."""
+
+
+class SinkError(TidegateError):
+    """A sink failed; ``error_class`` says whether to retry, fail or stop the run."""
+
+    error_class: ErrorClass = ErrorClass.NON_RETRYABLE
+
+    def __init__(self, message: str, *, error_class: ErrorClass | None = None):
+        super().__init__(message)
+        if error_class is not None:
+            self.error_class = error_class
+
+
+class RetryableSinkError(SinkError):
+    error_class = ErrorClass.RETRYABLE
+
+
+class NonRetryableSinkError(SinkError):
+    error_class = ErrorClass.NON_RETRYABLE
+
+
+class FatalSinkError(SinkError):
+    error_class = ErrorClass.FATAL
+
+
+class SourceError(TidegateError):
+    """A source cannot be read as configured (settings, privileges, connection)."""
+
+
+class SourceSettingError(SourceError):
+    """A server setting CDC needs is wrong; the message names the setting and the fix."""
+
+
+class PositionPurgedError(SourceError):
+    """The requested position is no longer on the server (purged binlog, recycled WAL)."""
+
+    def __init__(self, message: str, *, requested, earliest_available):
+        super().__init__(message)
+        self.requested = requested
+        self.earliest_available = earliest_available
+
+
+class SlotMissingError(SourceError):
+    """The Postgres replication slot does not exist."""
+
+
+class SlotInvalidatedError(SourceError):
+    """The Postgres replication slot lost WAL it needs (wal_status = lost)."""
+
+
+class StaleEpochError(TidegateError):
+    """A checkpoint write came from a run whose lease epoch is no longer current (a zombie)."""
+
+
+class CommitPolicyError(TidegateError):
+    """A sub-batch was not delivered to enough sinks; no checkpoint moved."""
+
+
+class FatalRunError(TidegateError):
+    """A fatal sink error stopped the run; Airflow must not retry it."""

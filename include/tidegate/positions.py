@@ -1,0 +1,260 @@
+"""Source positions: immutable, totally ordered value types with a JSON form.
+
+A position is where a reader stands in a source's change log. Checkpoints are positions at
+a source transaction boundary (the position *after* a transaction's commit). Positions are
+ordered only within one source identity; comparing positions of two servers is meaningless,
+which is why the failover guard compares identities first.
+
+JSON forms (DESIGN.md, "Positions and checkpoints"):
+  MySQL/MariaDB: {"file", "pos", "gtid_set", "server_id", "server_uuid"}
+  Postgres:      {"lsn", "system_id", "timeline"}
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+_BINLOG_FILE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
+_LSN = re.compile(r"^(?P<hi>[0-9A-Fa-f]{1,8})/(?P<lo>[0-9A-Fa-f]{1,8})$")
+_MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
+_UINT64 = (1 << 64) - 1
+
+
+# --------------------------------------------------------------------------- GTID sets
+
+
+@dataclass(frozen=True)
+class GtidSet:
+    """A GTID set in MySQL form (``uuid:1-5:7,uuid2:1-3``) or MariaDB form (``0-1-100,1-2-5``).
+
+    MySQL sets are interval lists per server UUID. MariaDB positions keep, per replication
+    domain, the last (server_id, seq_no) applied; a MariaDB set "contains" another when each
+    domain's seq_no is at least the other's.
+    """
+
+    flavor: str  # "mysql" | "mariadb"
+    mysql: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    mariadb: tuple[tuple[int, int, int], ...] = ()  # (domain, server_id, seq_no)
+
+    @classmethod
+    def parse(cls, text: str | None) -> "GtidSet | None":
+        text = (text or "").strip().replace("\n", "")
+        if not text:
+            return None
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if all(_MARIADB_GTID.match(p) for p in parts):
+            by_domain: dict[int, tuple[int, int]] = {}
+            for p in parts:
+                d, s, n = (int(x) for x in p.split("-"))
+                if d not in by_domain or n > by_domain[d][1]:
+                    by_domain[d] = (s, n)
+            return cls("mariadb", mariadb=tuple(sorted((d, s, n) for d, (s, n) in by_domain.items())))
+        uuids: dict[str, list[tuple[int, int]]] = {}
+        for p in parts:
+            uuid, _, ranges = p.partition(":")
+            if not ranges:
+                raise ValueError(f"malformed GTID set element {p!r}: expected uuid:N[-M]")
+            for r in ranges.split(":"):
+                lo, _, hi = r.partition("-")
+                uuids.setdefault(uuid.lower(), []).append((int(lo), int(hi or lo)))
+        return cls("mysql", mysql=tuple((u, _merge(iv)) for u, iv in sorted(uuids.items())))
+
+    def __str__(self) -> str:
+        if self.flavor == "mariadb":
+            return ",".join(f"{d}-{s}-{n}" for d, s, n in self.mariadb)
+        return ",".join(
+            u + ":" + ":".join(str(a) if a == b else f"{a}-{b}" for a, b in iv) for u, iv in self.mysql
+        )
+
+    def contains(self, other: "GtidSet | None") -> bool:
+        """True when every transaction of ``other`` is in this set."""
+        if other is None:
+            return True
+        if other.flavor != self.flavor:
+            return False
+        if self.flavor == "mariadb":
+            mine = {d: n for d, _, n in self.mariadb}
+            return all(d in mine and mine[d] >= n for d, _, n in other.mariadb)
+        mine_iv = dict(self.mysql)
+        for uuid, intervals in other.mysql:
+            have = mine_iv.get(uuid, ())
+            for lo, hi in intervals:
+                if not any(a <= lo and hi <= b for a, b in have):
+                    return False
+        return True
+
+
+def _merge(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[list[int]] = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((a, b) for a, b in out)
+
+
+# --------------------------------------------------------------------------- binlog
+
+
+@functools.total_ordering
+@dataclass(frozen=True)
+class BinlogPosition:
+    """A MySQL/MariaDB binlog coordinate. Ordered by (file sequence number, offset), so order
+    holds across rotation (``mysql-bin.000009`` < ``mysql-bin.000010``)."""
+
+    file: str
+    pos: int
+    gtid_set: GtidSet | None = field(default=None, compare=False)
+    server_id: int | None = field(default=None, compare=False)
+    server_uuid: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not _BINLOG_FILE.match(self.file or ""):
+            raise ValueError(f"binlog file {self.file!r} is not of the form <basename>.<number>")
+        if not isinstance(self.pos, int) or self.pos < 0:
+            raise ValueError(f"binlog pos {self.pos!r} must be a non-negative integer")
+
+    @property
+    def file_seq(self) -> int:
+        return int(_BINLOG_FILE.match(self.file).group("seq"))
+
+    @property
+    def basename(self) -> str:
+        return _BINLOG_FILE.match(self.file).group("base")
+
+    def _key(self) -> tuple[int, int]:
+        return (self.file_seq, self.pos)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, BinlogPosition):
+            return NotImplemented
+        return self._key() < other._key()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BinlogPosition):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "pos": self.pos,
+            "gtid_set": str(self.gtid_set) if self.gtid_set else None,
+            "server_id": self.server_id,
+            "server_uuid": self.server_uuid,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "BinlogPosition":
+        return cls(
+            file=d["file"],
+            pos=int(d["pos"]),
+            gtid_set=GtidSet.parse(d.get("gtid_set")),
+            server_id=d.get("server_id"),
+            server_uuid=d.get("server_uuid"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.pos}" + (f" [{self.gtid_set}]" if self.gtid_set else "")
+
+
+# --------------------------------------------------------------------------- postgres
+
+
+@functools.total_ordering
+@dataclass(frozen=True)
+class Lsn:
+    """A PostgreSQL WAL location, an unsigned 64-bit integer written ``HI/LO`` in hex."""
+
+    value: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.value, int) or not 0 <= self.value <= _UINT64:
+            raise ValueError(f"LSN {self.value!r} is outside the unsigned 64-bit range")
+
+    @classmethod
+    def parse(cls, text: "str | Lsn") -> "Lsn":
+        if isinstance(text, Lsn):
+            return text
+        m = _LSN.match(str(text).strip())
+        if not m:
+            raise ValueError(f"malformed LSN {text!r}: expected HEX/HEX such as 16/B374D848")
+        return cls((int(m.group("hi"), 16) << 32) | int(m.group("lo"), 16))
+
+    def __str__(self) -> str:
+        return f"{self.value >> 32:X}/{self.value & 0xFFFFFFFF:X}"
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Lsn):
+            return NotImplemented
+        return self.value < other.value
+
+
+@functools.total_ordering
+@dataclass(frozen=True)
+class PgPosition:
+    """A Postgres logical decoding position: a commit LSN plus the server identity."""
+
+    lsn: Lsn
+    system_id: str | None = field(default=None, compare=False)
+    timeline: int | None = field(default=None, compare=False)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, PgPosition):
+            return NotImplemented
+        return self.lsn < other.lsn
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PgPosition):
+            return NotImplemented
+        return self.lsn == other.lsn
+
+    def __hash__(self) -> int:
+        return hash(self.lsn)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lsn": str(self.lsn), "system_id": self.system_id, "timeline": self.timeline}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "PgPosition":
+        return cls(Lsn.parse(d["lsn"]), d.get("system_id"), d.get("timeline"))
+
+    def __str__(self) -> str:
+        return str(self.lsn)
+
+
+Position = Union[BinlogPosition, PgPosition]
+
+
+def position_from_json(d: "dict[str, Any] | str | None") -> Position | None:
+    """Parse either position kind from its JSON form (a dict or a JSON string)."""
+    if d is None:
+        return None
+    if isinstance(d, str):
+        d = json.loads(d)
+    if "lsn" in d:
+        return PgPosition.from_json(d)
+    if "file" in d:
+        return BinlogPosition.from_json(d)
+    raise ValueError(f"not a position: {d!r} (expected keys file/pos or lsn)")
+
+
+def position_to_json(p: Position | None) -> dict[str, Any] | None:
+    return None if p is None else p.to_json()
+
+
+def later(a: Position | None, b: Position | None) -> Position | None:
+    """The later of two positions of one source (None means 'nothing yet')."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return b if b > a else a
