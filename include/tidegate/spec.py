@@ -7,8 +7,16 @@ the field path and what is allowed.
 
 from __future__ import annotations
 
+import os
+import re
+import string
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from .errors import SpecError
 
 SOURCE_KINDS = ("mysql", "postgres")
 SINK_KINDS = ("kafka", "nats", "redis")
@@ -91,3 +99,457 @@ class PipelineSpec:
 def render_template(template: str, *, pipeline: str, db: str, schema: str, table: str) -> str:
     """Fill a topic/subject/stream template ({pipeline}, {db}, {schema}, {table})."""
     return template.format(pipeline=pipeline, db=db, schema=schema, table=table)
+
+
+# =========================================================================== loading
+
+PIPELINE_RE = re.compile(r"^[a-z0-9_]+$")
+SINK_ID_RE = re.compile(r"^[a-z0-9_-]+$")
+SLOT_RE = re.compile(r"^[a-z0-9_]+$")
+TENANT_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+# Tables are identifiers only: they reach SQL through the source, never by pasting.
+TABLE_RE = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
+NATS_STREAM_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+KAFKA_TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
+NATS_SUBJECT_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
+CRON_FIELD = re.compile(r"^[A-Za-z0-9*/,?#LW-]+$")
+SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
+                    "@quarterly", "@yearly", "@annually")
+
+TOP_FIELDS = ("pipeline", "tenant", "schedule", "source", "batch", "sinks", "spark")
+SOURCE_FIELDS = ("kind", "conn_id", "tables", "server_id", "slot", "start")
+BATCH_FIELDS = ("max_events", "max_bytes", "respect_source_tx", "commit_policy", "quorum")
+SPARK_FIELDS = ("conn_id", "conf", "packages")
+SINK_COMMON = ("id", "kind", "conn_id", "required")
+SINK_FIELDS = {
+    "kafka": SINK_COMMON + ("topic", "exactly_once", "partitions", "replication_factor",
+                            "create_topics", "checkpoint_topic"),
+    "nats": SINK_COMMON + ("stream", "subject", "duplicate_window", "max_in_flight"),
+    "redis": SINK_COMMON + ("stream", "maxlen"),
+}
+SINK_REQUIRED = {"kafka": ("topic",), "nats": ("stream", "subject"), "redis": ("stream",)}
+UINT32_MAX = 2**32 - 1
+
+
+def repo_dir() -> Path:
+    """The project root: the folder holding include/, found from this file (editable and
+    source checkouts); falls back to the working directory for an installed wheel."""
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent.parent, *here.parents):
+        if (cand / "include" / "tidegate").is_dir():
+            return cand
+    return Path.cwd()
+
+
+def pipelines_dir() -> Path:
+    env = os.environ.get("TIDEGATE_PIPELINES_DIR")
+    return Path(env) if env else repo_dir() / "include" / "pipelines"
+
+
+def spec_files(directory: str | os.PathLike | None = None) -> list[Path]:
+    d = Path(directory) if directory is not None else pipelines_dir()
+    return sorted(p for p in d.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+
+
+class _Problems:
+    """Collects problem lines "FILE: field.path: problem; allowed: ..."."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.lines: list[str] = []
+
+    def add(self, field_path: str, problem: str, allowed: str | None = None) -> None:
+        line = f"{self.path}: {field_path}: {problem}"
+        self.lines.append(line + (f"; allowed: {allowed}" if allowed else ""))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (YAML would silently keep the last one)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path, probs: _Problems) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        probs.add("(file)", f"cannot read: {exc.strerror}")
+        return None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(yaml)"
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        probs.add(where, f"not valid YAML: {what}")
+        return None
+
+
+# --------------------------------------------------------------------------- field checks
+
+
+def _unknown(d: dict, allowed: tuple[str, ...], prefix: str, probs: _Problems) -> None:
+    for k in d:
+        if k not in allowed:
+            probs.add(f"{prefix}{k}", "unknown field", ", ".join(allowed))
+
+
+def _mapping(v: Any, fp: str, probs: _Problems) -> dict | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        probs.add(fp, f"must be a mapping, got {type(v).__name__}")
+        return None
+    return v
+
+
+def _str(d: dict, key: str, fp: str, probs: _Problems, *, required=False, pattern=None,
+         allowed: str | None = None) -> str | None:
+    v = d.get(key)
+    if v is None:
+        if required:
+            probs.add(fp, "missing", allowed)
+        return None
+    if not isinstance(v, str) or not v:
+        probs.add(fp, f"must be a non-empty string, got {v!r}", allowed)
+        return None
+    if pattern is not None and not pattern.match(v):
+        probs.add(fp, f"malformed value {v!r}", allowed)
+        return None
+    return v
+
+
+def _int(d: dict, key: str, fp: str, probs: _Problems, *, lo: int, hi: int | None = None,
+         default: int | None = None) -> int | None:
+    v = d.get(key)
+    if v is None:
+        return default
+    rng = f"an integer >= {lo}" if hi is None else f"an integer in {lo}..{hi}"
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        probs.add(fp, f"bad value {v!r}", rng)
+        return default
+    return v
+
+
+def _float(d: dict, key: str, fp: str, probs: _Problems, *, default: float) -> float:
+    v = d.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        probs.add(fp, f"bad value {v!r}", "a positive number of seconds")
+        return default
+    return float(v)
+
+
+def _bool(d: dict, key: str, fp: str, probs: _Problems, *, default: bool) -> bool:
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        probs.add(fp, f"must be true or false, got {v!r}", "true, false")
+        return default
+    return v
+
+
+def _choice(d: dict, key: str, fp: str, probs: _Problems, choices: tuple[str, ...], *,
+            default: str | None = None, required: bool = False) -> str | None:
+    v = d.get(key)
+    if v is None:
+        if required:
+            probs.add(fp, "missing", " | ".join(choices))
+        return default
+    if v not in choices:
+        probs.add(fp, f"unknown value {v!r}", " | ".join(choices))
+        return default
+    return v
+
+
+def _template(d: dict, key: str, fp: str, probs: _Problems, chars: re.Pattern, what: str,
+              *, required: bool) -> str | None:
+    """A sink name template: only the allowed placeholders, and legal literal characters."""
+    v = _str(d, key, fp, probs, required=required, allowed=f"a {what} template")
+    if v is None:
+        return None
+    allowed = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+    try:
+        parts = list(string.Formatter().parse(v))
+    except ValueError as exc:
+        probs.add(fp, f"malformed template {v!r} ({exc})", allowed)
+        return None
+    for literal, name, spec_, conv in parts:
+        if name is not None and (name not in PLACEHOLDERS or spec_ or conv):
+            probs.add(fp, f"unknown placeholder {{{name}}} in {v!r}", allowed)
+            return None
+        if not chars.match(literal):
+            probs.add(fp, f"illegal characters in {what} {v!r}",
+                      f"letters, digits, '.', '_', '-' and {allowed}")
+            return None
+    return v
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _schedule(raw: dict, probs: _Problems) -> str | None:
+    v = raw.get("schedule")
+    if v is None:
+        return None
+    allowed = "a 5-field cron expression, null, or one of " + ", ".join(SCHEDULE_PRESETS)
+    if not isinstance(v, str):
+        probs.add("schedule", f"bad value {v!r}", allowed)
+        return None
+    fields = v.split()
+    if v.startswith("@"):
+        ok = v in SCHEDULE_PRESETS
+    else:
+        ok = len(fields) in (5, 6) and all(CRON_FIELD.match(f) for f in fields)
+    if not ok:
+        probs.add("schedule", f"bad value {v!r}", allowed)
+        return None
+    return v
+
+
+def _source(raw: Any, probs: _Problems) -> SourceSpec | None:
+    if raw is None:
+        probs.add("source", "missing", "a mapping with kind, conn_id, ...")
+        return None
+    d = _mapping(raw, "source", probs)
+    if d is None:
+        return None
+    _unknown(d, SOURCE_FIELDS, "source.", probs)
+    kind = _choice(d, "kind", "source.kind", probs, SOURCE_KINDS, required=True)
+    conn_id = _str(d, "conn_id", "source.conn_id", probs, required=True, pattern=CONN_ID_RE,
+                   allowed="an Airflow connection id")
+    tables = _tables(d.get("tables"), probs)
+    server_id = _int(d, "server_id", "source.server_id", probs, lo=1, hi=UINT32_MAX)
+    slot = _str(d, "slot", "source.slot", probs, pattern=SLOT_RE, allowed="[a-z0-9_]+")
+    if kind == "mysql" and d.get("slot") is not None:
+        probs.add("source.slot", "only for postgres sources", "omit it for mysql")
+    if kind == "postgres" and d.get("server_id") is not None:
+        probs.add("source.server_id", "only for mysql sources", "omit it for postgres")
+    start = _choice(d, "start", "source.start", probs, START_MODES, default="head")
+    if kind is None or conn_id is None:
+        return None
+    return SourceSpec(kind, conn_id, tables, server_id, slot, start or "head")
+
+
+def _tables(v: Any, probs: _Problems) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        probs.add("source.tables", f"must be a list, got {type(v).__name__}", "[schema.table, ...]")
+        return ()
+    out = []
+    for i, t in enumerate(v):
+        if not isinstance(t, str) or not TABLE_RE.match(t):
+            probs.add(f"source.tables[{i}]", f"malformed table name {t!r}",
+                      "schema.table, letters, digits, '_' and '$' only")
+        elif t in out:
+            probs.add(f"source.tables[{i}]", f"duplicate table {t!r}", "each table once")
+        else:
+            out.append(t)
+    return tuple(out)
+
+
+def _batch(raw: Any, n_sinks: int, sinks: tuple[SinkSpec, ...], probs: _Problems) -> BatchSpec:
+    d = _mapping(raw, "batch", probs) or {}
+    _unknown(d, BATCH_FIELDS, "batch.", probs)
+    dflt = BatchSpec()
+    policy = _choice(d, "commit_policy", "batch.commit_policy", probs, COMMIT_POLICIES,
+                     default=dflt.commit_policy)
+    quorum = _int(d, "quorum", "batch.quorum", probs, lo=-(2**63))
+    if quorum is not None and not 1 <= quorum <= max(n_sinks, 1):
+        probs.add("batch.quorum", f"{quorum} is outside 1..{n_sinks}",
+                  f"an integer in 1..{n_sinks} (the number of sinks)")
+    if policy == "quorum" and d.get("quorum") is None:
+        probs.add("batch.quorum", "missing for commit_policy quorum", f"an integer in 1..{n_sinks}")
+    if policy == "required" and sinks and not any(s.required for s in sinks):
+        probs.add("batch.commit_policy", "'required' but no sink has required: true",
+                  "mark a sink required, or use commit_policy all | quorum")
+    return BatchSpec(
+        max_events=_int(d, "max_events", "batch.max_events", probs, lo=1, default=dflt.max_events),
+        max_bytes=_int(d, "max_bytes", "batch.max_bytes", probs, lo=1, default=dflt.max_bytes),
+        respect_source_tx=_bool(d, "respect_source_tx", "batch.respect_source_tx", probs,
+                                default=True),
+        commit_policy=policy,
+        quorum=quorum,
+    )
+
+
+def _sinks(raw: Any, probs: _Problems) -> tuple[tuple[SinkSpec, ...], int]:
+    """The parsed sinks, and how many entries the file lists (for the quorum range)."""
+    if raw is None:
+        probs.add("sinks", "missing", "a non-empty list of sinks")
+        return (), 0
+    if not isinstance(raw, list) or not raw:
+        probs.add("sinks", "must be a non-empty list", "a list of {id, kind, conn_id, ...}")
+        return (), 0
+    out: list[SinkSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        s = _sink(item, f"sinks[{i}]", probs)
+        if s is None:
+            continue
+        if s.id in seen:
+            probs.add(f"sinks[{i}].id", f"duplicate sink id {s.id!r}", "ids unique within the pipeline")
+            continue
+        seen.add(s.id)
+        out.append(s)
+    return tuple(out), len(raw)
+
+
+def _sink(raw: Any, fp: str, probs: _Problems) -> SinkSpec | None:
+    d = _mapping(raw, fp, probs)
+    if d is None:
+        if raw is None:
+            probs.add(fp, "empty sink entry", "a mapping with id, kind, conn_id")
+        return None
+    kind = _choice(d, "kind", f"{fp}.kind", probs, SINK_KINDS, required=True)
+    _unknown(d, SINK_FIELDS.get(kind, SINK_COMMON), f"{fp}.", probs)
+    sid = _str(d, "id", f"{fp}.id", probs, required=True, pattern=SINK_ID_RE, allowed="[a-z0-9_-]+")
+    conn_id = _str(d, "conn_id", f"{fp}.conn_id", probs, required=True, pattern=CONN_ID_RE,
+                   allowed="an Airflow connection id")
+    required = _bool(d, "required", f"{fp}.required", probs, default=True)
+    if kind is None or sid is None or conn_id is None:
+        return None
+    kw = _KIND_FIELDS[kind](d, fp, probs)
+    return SinkSpec(id=sid, kind=kind, conn_id=conn_id, required=required, **kw)
+
+
+def _kafka_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
+    dflt = SinkSpec("x", "kafka", "x")
+    return dict(
+        topic=_template(d, "topic", f"{fp}.topic", probs, KAFKA_TOPIC_CHARS, "topic", required=True),
+        exactly_once=_bool(d, "exactly_once", f"{fp}.exactly_once", probs, default=False),
+        partitions=_int(d, "partitions", f"{fp}.partitions", probs, lo=1, default=dflt.partitions),
+        replication_factor=_int(d, "replication_factor", f"{fp}.replication_factor", probs, lo=1,
+                                hi=32767, default=dflt.replication_factor),
+        create_topics=_bool(d, "create_topics", f"{fp}.create_topics", probs, default=True),
+        checkpoint_topic=_str(d, "checkpoint_topic", f"{fp}.checkpoint_topic", probs,
+                              pattern=re.compile(r"^[A-Za-z0-9._-]+$"),
+                              allowed="letters, digits, '.', '_', '-'") or dflt.checkpoint_topic,
+    )
+
+
+def _nats_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
+    return dict(
+        stream=_str(d, "stream", f"{fp}.stream", probs, required=True, pattern=NATS_STREAM_RE,
+                    allowed="a JetStream stream name: letters, digits, '_', '-'"),
+        subject=_template(d, "subject", f"{fp}.subject", probs, NATS_SUBJECT_CHARS, "subject",
+                          required=True),
+        duplicate_window_s=_float(d, "duplicate_window", f"{fp}.duplicate_window", probs,
+                                  default=120.0),
+        max_in_flight=_int(d, "max_in_flight", f"{fp}.max_in_flight", probs, lo=1, default=1000),
+    )
+
+
+def _redis_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
+    return dict(
+        stream=_template(d, "stream", f"{fp}.stream", probs, re.compile(r"^[^\s{}]*$"),
+                         "stream key", required=True),
+        maxlen=_int(d, "maxlen", f"{fp}.maxlen", probs, lo=1),
+    )
+
+
+_KIND_FIELDS = {"kafka": _kafka_fields, "nats": _nats_fields, "redis": _redis_fields}
+
+
+def _spark(raw: Any, probs: _Problems) -> SparkSpec:
+    d = _mapping(raw, "spark", probs) or {}
+    _unknown(d, SPARK_FIELDS, "spark.", probs)
+    conn_id = _str(d, "conn_id", "spark.conn_id", probs, pattern=CONN_ID_RE,
+                   allowed="an Airflow connection id") or "spark_default"
+    conf = d.get("conf") or {}
+    if not isinstance(conf, dict) or not all(isinstance(k, str) for k in conf):
+        probs.add("spark.conf", "must be a mapping of Spark settings", "{spark.key: value}")
+        conf = {}
+    packages = d.get("packages") or []
+    if not isinstance(packages, list) or not all(isinstance(p, str) and p for p in packages):
+        probs.add("spark.packages", "must be a list of Maven coordinates", "[group:artifact:version]")
+        packages = []
+    return SparkSpec(conn_id, {k: str(v) for k, v in conf.items()}, tuple(packages))
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def _parse(raw: Any, path: str, probs: _Problems) -> PipelineSpec | None:
+    if not isinstance(raw, dict):
+        probs.add("(top)", "the file must be a YAML mapping", "pipeline, source, sinks, ...")
+        return None
+    _unknown(raw, TOP_FIELDS, "", probs)
+    name = _str(raw, "pipeline", "pipeline", probs, required=True, pattern=PIPELINE_RE,
+                allowed="[a-z0-9_]+")
+    tenant = _str(raw, "tenant", "tenant", probs, pattern=TENANT_RE, allowed="[A-Za-z0-9_-]+")
+    schedule = _schedule(raw, probs)
+    source = _source(raw.get("source"), probs)
+    sinks, n_listed = _sinks(raw.get("sinks"), probs)
+    batch = _batch(raw.get("batch"), n_listed, sinks, probs)
+    spark = _spark(raw.get("spark"), probs)
+    if probs.lines or name is None or source is None:
+        return None
+    if source.kind == "postgres" and source.slot is None:
+        source = SourceSpec(**{**source.__dict__, "slot": f"tidegate_{name}"})
+    return PipelineSpec(pipeline=name, source=source, sinks=sinks, batch=batch,
+                        tenant=tenant or "default", schedule=schedule, spark=spark,
+                        path=path, raw=raw)
+
+
+def _check(path: str | os.PathLike) -> tuple[PipelineSpec | None, list[str]]:
+    probs = _Problems(str(path))
+    raw = _read_yaml(Path(path), probs)
+    if probs.lines:
+        return None, probs.lines
+    return _parse(raw, str(path), probs), probs.lines
+
+
+def validate_file(path: str | os.PathLike) -> list[str]:
+    """Every problem of one spec file, one line each; [] when valid."""
+    return _check(path)[1]
+
+
+def load_spec(path: str | os.PathLike) -> PipelineSpec:
+    """Load one spec; raises :class:`SpecError` listing every problem."""
+    spec, problems = _check(path)
+    if problems or spec is None:
+        raise SpecError(problems or [f"{path}: (file): invalid spec"])
+    return spec
+
+
+def load_pipelines(directory: str | os.PathLike | None = None) -> list[PipelineSpec]:
+    """Every spec in the pipelines folder, sorted by file name. Raises :class:`SpecError`
+    listing every problem in every file (and pipeline names used twice)."""
+    specs, problems = [], []
+    for p in spec_files(directory):
+        spec, probs = _check(p)
+        problems += probs
+        if spec is not None:
+            specs.append(spec)
+    problems += _duplicate_names(specs)
+    if problems:
+        raise SpecError(problems)
+    return specs
+
+
+def _duplicate_names(specs: list[PipelineSpec]) -> list[str]:
+    first: dict[str, str] = {}
+    out = []
+    for s in specs:
+        if s.pipeline in first:
+            out.append(f"{s.path}: pipeline: {s.pipeline!r} is already defined in {first[s.pipeline]}; "
+                       f"allowed: one file per pipeline")
+        first.setdefault(s.pipeline, str(s.path))
+    return out
