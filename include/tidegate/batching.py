@@ -3,14 +3,29 @@
 A run's range is cut into sub-batches at transaction boundaries. Each sub-batch ends at a
 transaction boundary, so its ``end_position`` is a valid checkpoint for every sink that
 acknowledged it.
+
+``respect_source_tx`` (BatchSpec):
+
+* ``True`` (default): a source transaction is never split. Whole transactions are packed into
+  a sub-batch until the next one would pass ``max_events``/``max_bytes``; a transaction larger
+  than the limits is one oversized sub-batch on its own (memory then holds that transaction).
+* ``False``: a transaction larger than the limits may be split into consecutive sub-batches,
+  so memory and sink transactions stay within the limits. Checkpoints still only ever sit at
+  transaction boundaries: a split part is a ``partial`` :class:`Transaction` whose
+  ``end_position`` is the boundary *before* the transaction, so delivering it never moves a
+  checkpoint; only the part holding the last row carries the commit position. A crash inside
+  a split transaction re-delivers the whole transaction (at-least-once; consumers dedup by
+  ``idempotency_key``), and Kafka read_committed consumers may see its parts in separate Kafka
+  transactions. A transaction is only split once the boundary before it is known (i.e. not
+  the very first transaction of a run that starts from the pipeline's beginning).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
-from .events import ChangeEvent
+from .events import ChangeEvent, PositionMark
 from .positions import Position
 
 
@@ -22,6 +37,15 @@ class Transaction:
     tx_id: str | None
     end_position: Position
     events: tuple[ChangeEvent, ...]
+    # A leading part of a split transaction (respect_source_tx=False); end_position is then the
+    # boundary before the transaction, so it is never a checkpoint past the transaction.
+    partial: bool = False
+
+    def needed_after(self, position: Position) -> bool:
+        """Does a sink whose checkpoint is ``position`` still need this transaction?"""
+        if self.partial:  # the sink needs the whole transaction iff it stands at/before its start
+            return self.end_position >= position
+        return self.end_position > position
 
     @property
     def byte_size(self) -> int:
@@ -52,14 +76,83 @@ class SubBatch:
     def byte_size(self) -> int:
         return sum(tx.byte_size for tx in self.transactions)
 
-    def after(self, position: Position | None) -> "SubBatch":
+    def after(self, position: Position | None) -> SubBatch:
         """The part of this sub-batch a sink at ``position`` still needs: the transactions that
         end after it. A sink that is ahead gets an empty (but still positioned) sub-batch."""
         if position is None:
             return self
-        keep = tuple(tx for tx in self.transactions if tx.end_position > position)
+        keep = tuple(tx for tx in self.transactions if tx.needed_after(position))
         if len(keep) == len(self.transactions):
             return self
         # Keep a positioned, event-less tail so the caller still knows where this batch ends.
         tail = Transaction(None, self.end_position, ())
         return SubBatch(self.seq, keep or (tail,))
+
+
+# --------------------------------------------------------------------------- cutting
+
+
+def cut_sub_batches(items: Iterable[ChangeEvent | PositionMark], *, max_events: int, max_bytes: int,
+                    respect_source_tx: bool = True) -> Iterator[SubBatch]:
+    """Cut a source stream (see ``sources.base``) into sub-batches, lazily.
+
+    Rows are grouped into transactions (a transaction ends at the row with ``tx_end=True``; a
+    :class:`PositionMark` becomes an event-less transaction, consecutive marks merge into the
+    last one). Whole transactions are packed in source order until the next would pass a
+    limit. At most one sub-batch (plus one transaction being assembled) is held in memory.
+    """
+    if max_events < 1 or max_bytes < 1:
+        raise ValueError("max_events and max_bytes must be at least 1")
+    txs = _transactions(items, None if respect_source_tx else (max_events, max_bytes))
+    return _pack(txs, max_events, max_bytes)
+
+
+def _pack(txs: Iterator[Transaction], max_events: int, max_bytes: int) -> Iterator[SubBatch]:
+    buf: list[Transaction] = []
+    n = size = 0
+    seq = 0
+    for tx in txs:
+        tx_n, tx_size = len(tx.events), tx.byte_size
+        if n and tx_n and (n + tx_n > max_events or size + tx_size > max_bytes):
+            seq += 1
+            yield SubBatch(seq, tuple(buf))
+            buf, n, size = [], 0, 0
+        if not tx_n and buf and not buf[-1].events and not buf[-1].partial:
+            buf[-1] = tx  # merge consecutive position marks: only the last one matters
+        else:
+            buf.append(tx)
+        n, size = n + tx_n, size + tx_size
+        if n >= max_events or size >= max_bytes:  # full (or one oversized transaction)
+            seq += 1
+            yield SubBatch(seq, tuple(buf))
+            buf, n, size = [], 0, 0
+    if buf:
+        yield SubBatch(seq + 1, tuple(buf))
+
+
+def _transactions(items: Iterable[ChangeEvent | PositionMark],
+                  split_at: tuple[int, int] | None) -> Iterator[Transaction]:
+    """Group rows into transactions. With ``split_at=(events, bytes)`` a transaction that grows
+    past the limits is emitted in partial parts (see the module docstring)."""
+    rows: list[ChangeEvent] = []
+    rows_bytes = 0
+    boundary: Position | None = None  # the last transaction boundary seen
+    for item in items:
+        if isinstance(item, PositionMark):
+            if rows:
+                raise ValueError(f"source yielded a position mark at {item.position} inside a "
+                                 f"transaction ({rows[0].tx_id}): marks only go between transactions")
+            boundary = item.position
+            yield Transaction(None, item.position, ())
+            continue
+        rows.append(item)
+        rows_bytes += len(item.value)
+        if item.tx_end:
+            yield Transaction(item.tx_id, item.end_position, tuple(rows))
+            boundary, rows, rows_bytes = item.end_position, [], 0
+        elif split_at and boundary is not None and (len(rows) >= split_at[0] or rows_bytes >= split_at[1]):
+            yield Transaction(item.tx_id, boundary, tuple(rows), partial=True)
+            rows, rows_bytes = [], 0
+    if rows:
+        raise ValueError(f"source stream ended inside transaction {rows[0].tx_id}: "
+                         f"a source must yield whole transactions")
