@@ -16,8 +16,9 @@ import functools
 import json
 import math
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .positions import Position
 
@@ -114,7 +115,7 @@ class ChangeEvent:
     end_position: Position | None = field(default=None, compare=False)
 
     @classmethod
-    def build(cls, **kw: Any) -> "ChangeEvent":
+    def build(cls, **kw: Any) -> ChangeEvent:
         for name in ("before", "after", "key"):
             kw[name] = encode_row(kw.get(name))
         ev = cls(**kw)

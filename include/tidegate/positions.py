@@ -41,7 +41,7 @@ class GtidSet:
     mariadb: tuple[tuple[int, int, int], ...] = ()  # (domain, server_id, seq_no)
 
     @classmethod
-    def parse(cls, text: str | None) -> "GtidSet | None":
+    def parse(cls, text: str | None) -> GtidSet | None:
         text = (text or "").strip().replace("\n", "")
         if not text:
             return None
@@ -70,7 +70,7 @@ class GtidSet:
             u + ":" + ":".join(str(a) if a == b else f"{a}-{b}" for a, b in iv) for u, iv in self.mysql
         )
 
-    def contains(self, other: "GtidSet | None") -> bool:
+    def contains(self, other: GtidSet | None) -> bool:
         """True when every transaction of ``other`` is in this set."""
         if other is None:
             return True
@@ -153,7 +153,7 @@ class BinlogPosition:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "BinlogPosition":
+    def from_json(cls, d: dict[str, Any]) -> BinlogPosition:
         return cls(
             file=d["file"],
             pos=int(d["pos"]),
@@ -181,7 +181,7 @@ class Lsn:
             raise ValueError(f"LSN {self.value!r} is outside the unsigned 64-bit range")
 
     @classmethod
-    def parse(cls, text: "str | Lsn") -> "Lsn":
+    def parse(cls, text: str | Lsn) -> Lsn:
         if isinstance(text, Lsn):
             return text
         m = _LSN.match(str(text).strip())
@@ -224,7 +224,7 @@ class PgPosition:
         return {"lsn": str(self.lsn), "system_id": self.system_id, "timeline": self.timeline}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "PgPosition":
+    def from_json(cls, d: dict[str, Any]) -> PgPosition:
         return cls(Lsn.parse(d["lsn"]), d.get("system_id"), d.get("timeline"))
 
     def __str__(self) -> str:
@@ -234,7 +234,7 @@ class PgPosition:
 Position = Union[BinlogPosition, PgPosition]
 
 
-def position_from_json(d: "dict[str, Any] | str | None") -> Position | None:
+def position_from_json(d: dict[str, Any] | str | None) -> Position | None:
     """Parse either position kind from its JSON form (a dict or a JSON string)."""
     if d is None:
         return None

@@ -11,7 +11,8 @@ last transaction ended before ``upto``, so checkpoints can reach the run's upper
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..events import ChangeEvent, PositionMark
 from ..positions import Position
