@@ -1,0 +1,54 @@
+"""Versioned schema of the checkpoint store. Append new migrations; never edit applied ones.
+
+DDL is written once with a few type slots filled per backend, so both backends always have
+the same tables. ``tidegate_schema_version`` records every applied migration.
+"""
+
+from __future__ import annotations
+
+TYPES = {
+    "sqlite": {"serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "ts": "TEXT", "bool": "INTEGER",
+               "big": "INTEGER"},
+    "postgres": {"serial": "BIGSERIAL PRIMARY KEY", "ts": "TIMESTAMPTZ", "bool": "BOOLEAN",
+                 "big": "BIGINT"},
+}
+
+VERSION_TABLE = """CREATE TABLE IF NOT EXISTS tidegate_schema_version (
+    version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at {ts} NOT NULL)"""
+
+# (version, description, statements)
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (1, "leases, versioned checkpoints, source identity, incidents, batch journal", [
+        """CREATE TABLE tidegate_leases (
+            pipeline TEXT PRIMARY KEY, epoch {big} NOT NULL, run_id TEXT, acquired_at {ts} NOT NULL)""",
+        """CREATE TABLE tidegate_checkpoints (
+            ckpt_key TEXT NOT NULL, version INTEGER NOT NULL, pipeline TEXT NOT NULL,
+            sink_id TEXT NOT NULL, position TEXT NOT NULL, run_id TEXT, epoch {big},
+            written_at {ts} NOT NULL, kind TEXT NOT NULL, reason TEXT, who TEXT,
+            source_version INTEGER, PRIMARY KEY (ckpt_key, version))""",
+        "CREATE INDEX tidegate_checkpoints_pipeline ON tidegate_checkpoints (pipeline, sink_id, version)",
+        """CREATE TABLE tidegate_source_identity (
+            pipeline TEXT PRIMARY KEY, identity TEXT NOT NULL, updated_at {ts} NOT NULL)""",
+        """CREATE TABLE tidegate_incidents (
+            id {serial}, pipeline TEXT NOT NULL, kind TEXT NOT NULL, from_position TEXT,
+            to_position TEXT, detail TEXT, run_id TEXT, detected_at {ts} NOT NULL,
+            resolved {bool} NOT NULL, resolution TEXT, resolved_by TEXT, reason TEXT,
+            resolved_at {ts})""",
+        "CREATE INDEX tidegate_incidents_pipeline ON tidegate_incidents (pipeline, resolved)",
+        """CREATE TABLE tidegate_journal (
+            id {serial}, pipeline TEXT NOT NULL, run_id TEXT NOT NULL, mode TEXT NOT NULL,
+            interval_start TEXT, interval_end TEXT, status TEXT NOT NULL,
+            started_at {ts} NOT NULL, finished_at {ts})""",
+        "CREATE INDEX tidegate_journal_run ON tidegate_journal (pipeline, run_id)",
+        """CREATE TABLE tidegate_journal_sinks (
+            journal_id {big} NOT NULL, sink_id TEXT NOT NULL, from_position TEXT, to_position TEXT,
+            events {big} NOT NULL, bytes {big} NOT NULL, status TEXT NOT NULL, error TEXT,
+            PRIMARY KEY (journal_id, sink_id))""",
+    ]),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def render(sql: str, dialect: str) -> str:
+    return sql.format(**TYPES[dialect])
