@@ -1,0 +1,303 @@
+"""The delivery coordinator: one run's sub-batches → every sink → commit policy → checkpoints.
+
+Per run (DESIGN.md, "One run"):
+
+1. ``open()``: open every sink and compute its *effective* start, the later of the store's
+   checkpoint and the sink's own ``committed_position()`` (a sink that committed its data
+   but crashed before the store write is not sent that data again).
+2. ``run(items)``: cut the source stream into sub-batches; for each one, deliver to all sinks
+   concurrently, each sink getting only ``batch.after(its position)`` (nothing at all when it
+   needs nothing); retry per the sink's policy; evaluate the commit policy *before* any
+   checkpoint write; then write the checkpoints of the sinks that acknowledged, in one store
+   transaction under the run's fencing epoch.
+
+A sink that fails a sub-batch gets no further sub-batches in this run: delivering later data
+would leave a gap behind its checkpoint. It catches up from its own checkpoint next run.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+from .batching import SubBatch, cut_sub_batches
+from .errors import CommitPolicyError, ErrorClass, FatalRunError
+from .positions import Position, later, position_to_json
+from .retry import RetryFailure, call_with_retry, policy_for
+from .sinks.base import Sink
+from .sources.base import SourceItem
+from .spec import BatchSpec
+from .store.base import CheckpointStore
+
+MAX_ERROR_CHARS = 500
+
+
+@dataclass
+class SinkReport:
+    """What one sink got in a run. ``start`` is its effective start, ``position`` where it
+    stands at the end (its checkpoint moved there when the store was behind)."""
+
+    sink_id: str
+    kind: str
+    required: bool
+    start: Position | None
+    position: Position | None
+    stored: Position | None = None  # the store's checkpoint now
+    version: int | None = None  # the store's checkpoint version now
+    events: int = 0
+    bytes: int = 0
+    deliveries: int = 0  # deliver() calls that succeeded
+    status: str = "ok"  # ok | failed
+    error: str | None = None
+    error_class: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.sink_id, "kind": self.kind, "required": self.required,
+                "from": position_to_json(self.start), "to": position_to_json(self.position),
+                "checkpoint": position_to_json(self.stored), "version": self.version,
+                "events": self.events, "bytes": self.bytes, "deliveries": self.deliveries,
+                "status": self.status, "error": self.error, "error_class": self.error_class}
+
+
+@dataclass
+class RunReport:
+    pipeline: str
+    run_id: str
+    epoch: int
+    sinks: dict[str, SinkReport]
+    sub_batches: int = 0
+    events: int = 0  # events read from the source (each counted once, not per sink)
+    bytes: int = 0
+    end_position: Position | None = None  # end of the last sub-batch
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "run_id": self.run_id, "epoch": self.epoch,
+                "sub_batches": self.sub_batches, "events": self.events, "bytes": self.bytes,
+                "end_position": position_to_json(self.end_position),
+                "sinks": [s.to_json() for s in self.sinks.values()]}
+
+
+def lowest_start(positions: Iterable[Position | None]) -> Position | None:
+    """Where the source read must start to serve every sink: the lowest position. None (a sink
+    with no checkpoint) means from the pipeline's start, which is lower than any position."""
+    ps = list(positions)
+    if not ps or any(p is None for p in ps):
+        return None
+    return min(ps)
+
+
+def policy_holds(policy: BatchSpec, sinks: Sequence[Sink], acked: set[str]) -> bool:
+    """The commit policy of DESIGN.md, for one sub-batch."""
+    if policy.commit_policy == "required":
+        return all(s.sink_id in acked for s in sinks if s.required)
+    if policy.commit_policy == "all":
+        return all(s.sink_id in acked for s in sinks)
+    if policy.commit_policy == "quorum":
+        return len(acked & {s.sink_id for s in sinks}) >= (policy.quorum or 0)
+    raise ValueError(f"unknown commit policy {policy.commit_policy!r}")
+
+
+def _describe(exc: BaseException) -> str:
+    cause = exc.cause if isinstance(exc, RetryFailure) else exc
+    text = f"{type(cause).__name__}: {cause}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
+
+
+class Coordinator:
+    def __init__(self, store: CheckpointStore, pipeline: str, run_id: str, epoch: int,
+                 sinks: Sequence[Sink], policy: BatchSpec, *, journal_id: int | None = None,
+                 sleep: Callable[[float], object] | None = None, rng: random.Random | None = None):
+        if not sinks:
+            raise ValueError("a run needs at least one sink")
+        if len({s.sink_id for s in sinks}) != len(sinks):
+            raise ValueError("sink ids must be unique")
+        if policy.commit_policy == "quorum" and not policy.quorum:
+            raise ValueError("commit_policy quorum needs quorum >= 1")
+        self.store, self.pipeline, self.run_id, self.epoch = store, pipeline, run_id, epoch
+        self.sinks, self.policy, self.journal_id = list(sinks), policy, journal_id
+        self._stop = threading.Event()  # set on a fatal error: retries in other sinks give up
+        self._sleep = sleep or self._stop.wait
+        self._rng = rng
+        self._opened = False
+        self.report = RunReport(pipeline, run_id, epoch, {
+            s.sink_id: SinkReport(s.sink_id, s.kind, s.required, None, None) for s in sinks})
+
+    # ------------------------------------------------------------------ life cycle
+
+    def __enter__(self) -> Coordinator:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> dict[str, Position | None]:
+        """Open the sinks and compute each one's effective start (idempotent)."""
+        if not self._opened:
+            self._opened = True
+            with ThreadPoolExecutor(max_workers=len(self.sinks)) as pool:
+                futures = {pool.submit(self._open_one, s): s for s in self.sinks}
+                for fut in as_completed(futures):
+                    self._opened_one(futures[fut], fut)
+        return self.effective_positions()
+
+    def _open_one(self, sink: Sink) -> Position | None:
+        def go() -> Position | None:
+            sink.open()
+            return sink.committed_position()
+
+        return self._retry(sink, go)
+
+    def _opened_one(self, sink: Sink, fut: Future) -> None:
+        rep = self.report.sinks[sink.sink_id]
+        rec = self.store.get_checkpoint(self.pipeline, sink.sink_id)
+        rep.stored, rep.version = (rec.position, rec.version) if rec else (None, None)
+        if fut.exception() is not None:
+            self._fail(sink, fut.exception())
+            rep.start = rep.position = rep.stored
+            return
+        rep.start = rep.position = later(rep.stored, fut.result())
+
+    def close(self) -> None:
+        for s in self.sinks:
+            try:
+                s.close()
+            except Exception:  # noqa: BLE001, S110 - close must not mask the run's outcome
+                pass
+
+    def effective_positions(self) -> dict[str, Position | None]:
+        return {sid: r.start for sid, r in self.report.sinks.items()}
+
+    def lowest_start(self) -> Position | None:
+        """Where the source read starts: the lowest effective position of the sinks that can
+        receive (a sink that failed to open is behind anyway and catches up next run)."""
+        live = [r.start for r in self.report.sinks.values() if not r.failed]
+        return lowest_start(live or [r.start for r in self.report.sinks.values()])
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, items: Iterable[SourceItem]) -> RunReport:
+        """Deliver the stream; raises CommitPolicyError / FatalRunError / StaleEpochError."""
+        self.open()
+        status = "failed"
+        try:
+            with ThreadPoolExecutor(max_workers=len(self.sinks), thread_name_prefix="deliver") as pool:
+                for batch in cut_sub_batches(items, max_events=self.policy.max_events,
+                                             max_bytes=self.policy.max_bytes,
+                                             respect_source_tx=self.policy.respect_source_tx):
+                    self._sub_batch(pool, batch)
+            status = "success"
+            return self.report
+        finally:
+            self._stop.set()
+            self._journal(status)
+
+    def _sub_batch(self, pool: ThreadPoolExecutor, batch: SubBatch) -> None:
+        self.report.sub_batches += 1
+        self.report.events += batch.event_count
+        self.report.bytes += batch.byte_size
+        acked = self._deliver_all(pool, batch)
+        if not policy_holds(self.policy, self.sinks, acked):
+            raise CommitPolicyError(self._policy_message(batch, acked))
+        self._commit(batch, acked)
+        self.report.end_position = batch.end_position
+
+    def _deliver_all(self, pool: ThreadPoolExecutor, batch: SubBatch) -> set[str]:
+        """Deliver to every live sink at once; returns the ids of the sinks that have the batch."""
+        acked: set[str] = set()
+        futures: dict[Future, tuple[Sink, SubBatch]] = {}
+        for sink in self.sinks:
+            rep = self.report.sinks[sink.sink_id]
+            if rep.failed:
+                continue
+            part = batch.after(rep.position)
+            if part.event_count == 0:  # already has it all (or only positions): no call
+                acked.add(sink.sink_id)
+            else:
+                futures[pool.submit(self._retry, sink, lambda s=sink, p=part: s.deliver(p))] = (sink, part)
+        for fut in as_completed(futures):
+            sink, part = futures[fut]
+            if self._delivered(sink, part, fut):
+                acked.add(sink.sink_id)
+        return acked
+
+    def _delivered(self, sink: Sink, part: SubBatch, fut: Future) -> bool:
+        exc = fut.exception()
+        if exc is None:
+            rep = self.report.sinks[sink.sink_id]
+            rep.events += part.event_count
+            rep.bytes += part.byte_size
+            rep.deliveries += 1
+            return True
+        self._fail(sink, exc)
+        return False
+
+    def _fail(self, sink: Sink, exc: BaseException) -> None:
+        rep = self.report.sinks[sink.sink_id]
+        cls = exc.error_class if isinstance(exc, RetryFailure) else ErrorClass.NON_RETRYABLE
+        rep.status, rep.error, rep.error_class = "failed", _describe(exc), cls.value
+        if cls is ErrorClass.FATAL:
+            self._stop.set()  # other sinks stop retrying; the run ends now
+            raise FatalRunError(f"pipeline {self.pipeline!r}: sink {sink.sink_id!r} failed fatally "
+                                f"({rep.error}); the run stops and must not be retried") from exc
+
+    def _retry(self, sink: Sink, fn: Callable[[], Any]) -> Any:
+        return call_with_retry(fn, policy_for(sink), sink.classify, sleep=self._sleep, rng=self._rng,
+                               should_stop=self._stop.is_set)
+
+    def _commit(self, batch: SubBatch, acked: set[str]) -> None:
+        """Advance, in one store transaction, the checkpoints of the sinks that have the batch
+        and whose stored checkpoint is behind its end (never backwards)."""
+        end = batch.end_position
+        moves = {}
+        for sid in sorted(acked):
+            rep = self.report.sinks[sid]
+            rep.position = later(rep.position, end)
+            if rep.stored is None or end > rep.stored:
+                moves[sid] = end
+        if moves:
+            written = self.store.write_checkpoints(self.pipeline, moves, run_id=self.run_id, epoch=self.epoch)
+            for sid, rec in written.items():
+                self.report.sinks[sid].stored = rec.position
+                self.report.sinks[sid].version = rec.version
+
+    def _policy_message(self, batch: SubBatch, acked: set[str]) -> str:
+        failed = [f"{s.sink_id} ({'required' if s.required else 'optional'}): "
+                  f"{self.report.sinks[s.sink_id].error or 'failed earlier in this run'}"
+                  for s in self.sinks if s.sink_id not in acked]
+        need = {"required": "every required sink", "all": "every sink",
+                "quorum": f"at least {self.policy.quorum} sinks"}[self.policy.commit_policy]
+        return (f"pipeline {self.pipeline!r}: sub-batch {batch.seq} (ending at {batch.end_position}) "
+                f"reached {len(acked)} of {len(self.sinks)} sinks; commit policy "
+                f"{self.policy.commit_policy!r} needs {need}. No checkpoint moved for it. "
+                f"Failed: " + "; ".join(failed))
+
+    def _journal(self, status: str) -> None:
+        if self.journal_id is None:
+            return
+        for rep in self.report.sinks.values():
+            self.store.journal_sink(self.journal_id, rep.sink_id, from_position=rep.start,
+                                    to_position=rep.position, events=rep.events, bytes=rep.bytes,
+                                    status=rep.status, error=rep.error)
+        self.store.journal_finish(self.journal_id, status)
+
+
+def run_once(store: CheckpointStore, pipeline: str, run_id: str, sinks: Sequence[Sink],
+             policy: BatchSpec, read: Callable[[Position | None], Iterable[SourceItem]], *,
+             journal_id: int | None = None) -> RunReport:
+    """Convenience for callers without Airflow: take the lease, open the sinks, read from the
+    lowest effective start with ``read(start)`` and deliver."""
+    epoch = store.acquire_lease(pipeline, run_id)
+    with Coordinator(store, pipeline, run_id, epoch, sinks, policy, journal_id=journal_id) as co:
+        return co.run(read(co.lowest_start()))
+
+
+__all__ = ["Coordinator", "RunReport", "SinkReport", "lowest_start", "policy_holds", "run_once"]
