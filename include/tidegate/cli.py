@@ -1,0 +1,200 @@
+"""The ``tidegate`` command line: validate specs, inspect and rewind checkpoints, status.
+
+Exit codes: 0 ok, 1 a problem was found (invalid spec, store refused), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from . import spec as specmod
+from .errors import TidegateError
+from .positions import position_to_json
+from .store import CheckpointStore, open_store
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TidegateError as exc:  # expected failures: one clear line, no traceback
+        print(f"tidegate: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tidegate", description="Change data capture as Airflow DAGs.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("validate", help="validate pipeline specs (default: every spec in the folder)")
+    v.add_argument("files", nargs="*",
+                   help="spec files (default: $TIDEGATE_PIPELINES_DIR or include/pipelines)")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("run", help="one bounded run without Airflow")
+    r.add_argument("pipeline")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("status", help="checkpoints and incidents per pipeline")
+    s.add_argument("pipeline", nargs="?")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_status)
+
+    c = sub.add_parser("checkpoints", help="inspect or rewind a sink's checkpoint")
+    csub = c.add_subparsers(dest="action", required=True)
+    h = csub.add_parser("history", help="every version of a sink's checkpoint")
+    h.add_argument("pipeline")
+    h.add_argument("sink")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(func=cmd_history)
+    w = csub.add_parser("rewind", help="restore an earlier version (recorded as a new version)")
+    w.add_argument("pipeline")
+    w.add_argument("sink")
+    w.add_argument("--to-version", type=int, required=True)
+    w.add_argument("--reason", required=True)
+    w.add_argument("--who", default=None, help="who rewinds (default: the OS user)")
+    w.set_defaults(func=cmd_rewind)
+    return p
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    files = args.files or [str(p) for p in specmod.spec_files()]
+    if not files:
+        print(f"no pipeline specs in {specmod.pipelines_dir()}", file=sys.stderr)
+        return 0
+    problems = []
+    for f in files:
+        problems += specmod.validate_file(f)
+    if not args.files and not problems:
+        try:  # whole-folder checks: one pipeline name per file
+            specmod.load_pipelines()
+        except TidegateError as exc:
+            problems += getattr(exc, "problems", [str(exc)])
+    for line in problems:
+        print(line)
+    if not problems:
+        print(f"{len(files)} spec(s) valid", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    print("tidegate run: not built yet", file=sys.stderr)
+    return 2
+
+
+# --------------------------------------------------------------------------- status
+
+
+def _specs_by_name() -> dict[str, specmod.PipelineSpec]:
+    """Valid specs only: a broken spec must not hide the status of the others."""
+    out = {}
+    for f in specmod.spec_files():
+        try:
+            s = specmod.load_spec(f)
+        except TidegateError:
+            continue
+        out.setdefault(s.pipeline, s)
+    return out
+
+
+def status_json(store: CheckpointStore, pipeline: str | None = None) -> dict[str, Any]:
+    """The ``status --json`` document; its shape is fixed by DESIGN.md."""
+    specs = _specs_by_name()
+    names = sorted(set(specs) | set(store.pipelines()))
+    if pipeline is not None:
+        names = [pipeline]
+    return {"pipelines": [_pipeline_status(store, n, specs.get(n)) for n in names]}
+
+
+def _pipeline_status(store: CheckpointStore, name: str, spec: specmod.PipelineSpec | None) -> dict:
+    ckpts = store.checkpoints(name)
+    sink_ids = [s.id for s in spec.sinks] if spec else []
+    sink_ids += [sid for sid in ckpts if sid not in sink_ids]
+    incidents = store.incidents(name)
+    return {
+        "pipeline": name,
+        "halted": any(not i.resolved for i in incidents),
+        "incidents": [{"kind": i.kind, "from": position_to_json(i.from_position),
+                       "to": position_to_json(i.to_position), "detected_at": i.detected_at,
+                       "resolved": i.resolved} for i in incidents],
+        "sinks": [_sink_status(sid, ckpts.get(sid)) for sid in sink_ids],
+    }
+
+
+def _sink_status(sink_id: str, rec: Any) -> dict:
+    if rec is None:
+        return {"id": sink_id, "position": None, "version": None, "updated_at": None}
+    return {"id": sink_id, "position": position_to_json(rec.position), "version": rec.version,
+            "updated_at": rec.written_at}
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with open_store() as store:
+        doc = status_json(store, args.pipeline)
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=False))
+        return 0
+    if not doc["pipelines"]:
+        print("no pipelines")
+    for p in doc["pipelines"]:
+        _print_pipeline(p)
+    return 0
+
+
+def _print_pipeline(p: dict) -> None:
+    open_incidents = [i for i in p["incidents"] if not i["resolved"]]
+    print(f"{p['pipeline']}: {'HALTED' if p['halted'] else 'ok'}")
+    for s in p["sinks"]:
+        where = json.dumps(s["position"], sort_keys=True) if s["position"] else "(no checkpoint)"
+        ver = f"v{s['version']} at {s['updated_at']}" if s["version"] else ""
+        print(f"  sink {s['id']}: {where} {ver}".rstrip())
+    for i in open_incidents:
+        print(f"  incident {i['kind']} detected {i['detected_at']}: missing "
+              f"{json.dumps(i['from'], sort_keys=True)} .. {json.dumps(i['to'], sort_keys=True)}")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    with open_store() as store:
+        history = store.checkpoint_history(args.pipeline, args.sink)
+    if args.json:
+        print(json.dumps([h.to_json() for h in history], indent=2))
+        return 0
+    if not history:
+        print(f"{args.pipeline}::sink::{args.sink}: no checkpoint", file=sys.stderr)
+        return 1
+    for h in history:
+        extra = f" (rewind to v{h.source_version} by {h.who}: {h.reason})" if h.kind == "rewind" else ""
+        print(f"v{h.version}  {h.written_at}  {json.dumps(position_to_json(h.position), sort_keys=True)}"
+              f"  run={h.run_id} epoch={h.epoch}{extra}")
+    return 0
+
+
+def cmd_rewind(args: argparse.Namespace) -> int:
+    who = args.who or _os_user()
+    with open_store() as store:
+        rec = store.rewind_checkpoint(args.pipeline, args.sink, args.to_version, reason=args.reason, who=who)
+    print(f"{rec.key}: version {rec.version} restores version {args.to_version} "
+          f"({json.dumps(position_to_json(rec.position), sort_keys=True)}); running writers are fenced")
+    return 0
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in some containers
+        return "operator"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
