@@ -364,7 +364,7 @@ def _tables(v: Any, probs: _Problems) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _batch(raw: Any, n_sinks: int, sinks: tuple[SinkSpec, ...], probs: _Problems) -> BatchSpec:
+def _batch(raw: Any, n_sinks: int, any_required: bool, probs: _Problems) -> BatchSpec:
     d = _mapping(raw, "batch", probs) or {}
     _unknown(d, BATCH_FIELDS, "batch.", probs)
     dflt = BatchSpec()
@@ -376,7 +376,7 @@ def _batch(raw: Any, n_sinks: int, sinks: tuple[SinkSpec, ...], probs: _Problems
                   f"an integer in 1..{n_sinks} (the number of sinks)")
     if policy == "quorum" and d.get("quorum") is None:
         probs.add("batch.quorum", "missing for commit_policy quorum", f"an integer in 1..{n_sinks}")
-    if policy == "required" and sinks and not any(s.required for s in sinks):
+    if policy == "required" and n_sinks and not any_required:
         probs.add("batch.commit_policy", "'required' but no sink has required: true",
                   "mark a sink required, or use commit_policy all | quorum")
     return BatchSpec(
@@ -411,6 +411,12 @@ def _sinks(raw: Any, probs: _Problems) -> tuple[tuple[SinkSpec, ...], int]:
     return tuple(out), len(raw)
 
 
+def _any_required(raw: Any) -> bool:
+    """From the raw entries, so one malformed sink does not add a second, derived problem."""
+    items = raw if isinstance(raw, list) else []
+    return any(not isinstance(i, dict) or i.get("required", True) is not False for i in items)
+
+
 def _sink(raw: Any, fp: str, probs: _Problems) -> SinkSpec | None:
     d = _mapping(raw, fp, probs)
     if d is None:
@@ -418,7 +424,9 @@ def _sink(raw: Any, fp: str, probs: _Problems) -> SinkSpec | None:
             probs.add(fp, "empty sink entry", "a mapping with id, kind, conn_id")
         return None
     kind = _choice(d, "kind", f"{fp}.kind", probs, SINK_KINDS, required=True)
-    _unknown(d, SINK_FIELDS.get(kind, SINK_COMMON), f"{fp}.", probs)
+    # With an unknown kind, only fields no kind knows are reported (the kind is the problem).
+    any_kind = tuple(dict.fromkeys(f for fs in SINK_FIELDS.values() for f in fs))
+    _unknown(d, SINK_FIELDS.get(kind, any_kind), f"{fp}.", probs)
     sid = _str(d, "id", f"{fp}.id", probs, required=True, pattern=SINK_ID_RE, allowed="[a-z0-9_-]+")
     conn_id = _str(d, "conn_id", f"{fp}.conn_id", probs, required=True, pattern=CONN_ID_RE,
                    allowed="an Airflow connection id")
@@ -497,7 +505,7 @@ def _parse(raw: Any, path: str, probs: _Problems) -> PipelineSpec | None:
     schedule = _schedule(raw, probs)
     source = _source(raw.get("source"), probs)
     sinks, n_listed = _sinks(raw.get("sinks"), probs)
-    batch = _batch(raw.get("batch"), n_listed, sinks, probs)
+    batch = _batch(raw.get("batch"), n_listed, _any_required(raw.get("sinks")), probs)
     spark = _spark(raw.get("spark"), probs)
     if probs.lines or name is None or source is None:
         return None

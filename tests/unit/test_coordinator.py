@@ -1,0 +1,173 @@
+import itertools
+
+import pytest
+from _tidegate_fakes import FakeSink, pos, stream
+from tidegate.coordinator import Coordinator, lowest_start
+from tidegate.errors import (
+    CommitPolicyError,
+    FatalRunError,
+    FatalSinkError,
+    RetryableSinkError,
+    StaleEpochError,
+)
+from tidegate.spec import BatchSpec
+from tidegate.store.sqlite import SqliteStore
+
+
+@pytest.fixture()
+def store(tmp_path):
+    s = SqliteStore(tmp_path / "ckpt.sqlite")
+    s.migrate()
+    yield s
+    s.close()
+
+
+def _coordinator(store, sinks, policy="required", quorum=None, max_events=2, run_id="r1"):
+    epoch = store.acquire_lease("p", run_id)
+    return Coordinator(store, "p", run_id, epoch, sinks,
+                       BatchSpec(max_events=max_events, commit_policy=policy, quorum=quorum),
+                       sleep=lambda s: None)
+
+
+def _positions(store):
+    return {sid: rec.position for sid, rec in store.checkpoints("p").items()}
+
+
+# --------------------------------------------------------------------------- policy matrix
+
+POLICIES = [("required", None), ("all", None), ("quorum", 1), ("quorum", 2), ("quorum", 3),
+            ("quorum", 4)]
+REQUIRED_STATES = ["ok", "one_failing", "all_failing"]
+OPTIONAL_STATES = ["ok", "failing"]
+FAIL_AT = [1, 2]  # the failing sinks fail from the 1st or from the 2nd sub-batch on
+
+
+@pytest.mark.parametrize("policy,quorum,req_state,opt_state,fail_at", [
+    (p, q, r, o, f)
+    for (p, q), r, o, f in itertools.product(POLICIES, REQUIRED_STATES, OPTIONAL_STATES, FAIL_AT)
+])
+def test_commit_policy_matrix(store, policy, quorum, req_state, opt_state, fail_at):
+    """Sinks r1, r2 (required) and o1, o2 (optional); 6 one-row transactions in 3 sub-batches.
+    Exactly the acknowledging sinks move, and to the end of the last sub-batch that held."""
+    failing = {"one_failing": {"r2"}, "all_failing": {"r1", "r2"}}.get(req_state, set())
+    failing |= {"o1"} if opt_state == "failing" else set()
+    sinks = [FakeSink(sid, required=sid.startswith("r"), fail_from_call=fail_at if sid in failing else None)
+             for sid in ("r1", "r2", "o1", "o2")]
+    co = _coordinator(store, sinks, policy, quorum)
+    ok_sinks = {"r1", "r2", "o1", "o2"} - failing
+    holds = {"required": {"r1", "r2"} <= ok_sinks, "all": not failing,
+             "quorum": len(ok_sinks) >= (quorum or 0)}[policy]
+    batch_ends = [pos(2), pos(4), pos(6)]  # 6 one-row transactions, 2 per sub-batch
+    if holds:
+        report = co.run(iter(stream([1] * 6)))
+        expect = {sid: pos(6) for sid in ok_sinks}
+        if fail_at == 2:  # the failing sinks got the first sub-batch, then stayed behind
+            expect |= {sid: batch_ends[0] for sid in failing}
+        assert _positions(store) == expect
+        for sid in failing:
+            assert report.sinks[sid].status == "failed"
+            assert len(sinks[["r1", "r2", "o1", "o2"].index(sid)].batches) == fail_at - 1
+    else:
+        with pytest.raises(CommitPolicyError) as ei:
+            co.run(iter(stream([1] * 6)))
+        expect = {} if fail_at == 1 else {sid: batch_ends[0] for sid in ("r1", "r2", "o1", "o2")}
+        assert _positions(store) == expect  # nothing moved for the failing sub-batch
+        assert "commit policy" in str(ei.value) and "is down" in str(ei.value)
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def test_replay_ahead_sink_gets_nothing_it_has(store):
+    epoch = store.acquire_lease("p", "r0")
+    store.write_checkpoint("p", "b", pos(3), run_id="r0", epoch=epoch)  # store says b has 1..3
+    a, b = FakeSink("a"), FakeSink("b")
+    c = FakeSink("c", committed=pos(5))  # c recorded 1..5 itself (crash before the store write)
+    co = _coordinator(store, [a, b, c], max_events=2)
+    co.open()
+    assert co.effective_positions() == {"a": None, "b": pos(3), "c": pos(5)}
+    assert co.lowest_start() is None
+    items = stream([1] * 8)
+    co.run(iter(items))
+    keys = [e.idempotency_key for e in items]
+    assert a.delivered == keys
+    assert b.delivered == keys[3:]
+    assert c.delivered == keys[5:]
+    # c was not even called for the sub-batches it has (txs 1-2, 3-4)
+    assert [bt.end_position for bt in c.batches] == [pos(6), pos(8)]
+    # b's checkpoint moved only forward; c's store checkpoint caught up without a delivery
+    assert [h.position for h in store.checkpoint_history("p", "b")] == [pos(3), pos(4), pos(6), pos(8)]
+    assert [h.position for h in store.checkpoint_history("p", "c")] == [pos(2), pos(4), pos(6), pos(8)]
+
+
+def test_lowest_start():
+    assert lowest_start([pos(3), pos(1), pos(2)]) == pos(1)
+    assert lowest_start([pos(3), None]) is None
+    assert lowest_start([]) is None
+
+
+def test_position_marks_advance_checkpoints_without_delivery(store):
+    s = FakeSink("s")
+    co = _coordinator(store, [s])
+    co.run(iter(stream([0, 0, 0])))
+    assert s.calls == 0 and s.attempts == 0
+    assert _positions(store) == {"s": pos(3)}
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_fatal_stops_the_run_at_once(store):
+    good = FakeSink("good")
+    bad = FakeSink("bad", required=False, fail_from_call=2, error=FatalSinkError("producer fenced"))
+    co = _coordinator(store, [good, bad])
+    with pytest.raises(FatalRunError, match="producer fenced"):
+        co.run(iter(stream([1] * 6)))
+    assert _positions(store) == {"good": pos(2), "bad": pos(2)}  # the fatal sub-batch moved nothing
+    assert good.calls == 2  # good delivered sub-batch 2 concurrently, but no checkpoint for it
+    assert bad.attempts == 2
+
+
+def test_retryable_error_is_retried(store):
+    s = FakeSink("s", fail_from_call=1, fail_times=2, error=RetryableSinkError("timeout"))
+    co = _coordinator(store, [s])
+    report = co.run(iter(stream([1, 1])))
+    assert s.attempts == 3 and report.sinks["s"].status == "ok"
+    assert _positions(store) == {"s": pos(2)}
+
+
+def test_retries_exhausted_fails_sink(store):
+    opt = FakeSink("o", required=False, fail_from_call=1, error=RetryableSinkError("timeout"))
+    req = FakeSink("r")
+    report = _coordinator(store, [req, opt]).run(iter(stream([1] * 4)))
+    assert opt.attempts == 3  # 3 attempts on the first sub-batch, then no more sub-batches
+    assert report.sinks["o"].status == "failed" and report.sinks["o"].error_class == "retryable"
+    assert _positions(store) == {"r": pos(4)}
+
+
+def test_stale_epoch_cannot_move_a_checkpoint(store):
+    s = FakeSink("s")
+    co = _coordinator(store, [s], run_id="zombie")
+    store.acquire_lease("p", "newer-run")  # another run took the lease
+    with pytest.raises(StaleEpochError):
+        co.run(iter(stream([1, 1])))
+    assert _positions(store) == {}
+
+
+def test_report_and_journal(store):
+    jid = store.journal_begin("p", "r1", interval_start="2026-01-01T00:00:00+00:00")
+    s1, s2 = FakeSink("s1"), FakeSink("s2", required=False, fail_from_call=2)
+    epoch = store.acquire_lease("p", "r1")
+    co = Coordinator(store, "p", "r1", epoch, [s1, s2], BatchSpec(max_events=2), journal_id=jid,
+                     sleep=lambda s: None)
+    with co:
+        report = co.run(iter(stream([1] * 4)))
+    assert s1.closed and s2.closed
+    assert report.sub_batches == 2 and report.events == 4
+    assert report.sinks["s1"].events == 4 and report.sinks["s2"].events == 2
+    j = store.journal("p", "r1")[0]
+    assert j.status == "success"
+    assert j.sinks["s1"].to_position == pos(4) and j.sinks["s2"].to_position == pos(2)
+    assert j.sinks["s2"].status == "failed"
+    doc = report.to_json()
+    assert doc["sinks"][0]["to"] == pos(4).to_json()

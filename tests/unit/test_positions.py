@@ -1,0 +1,101 @@
+import json
+
+import pytest
+from tidegate.positions import (
+    BinlogPosition,
+    GtidSet,
+    Lsn,
+    PgPosition,
+    later,
+    position_from_json,
+    position_to_json,
+)
+
+
+@pytest.mark.parametrize("text", ["16/B374D848", "0/0", "FFFFFFFF/FFFFFFFF", "1/0", "0/1A"])
+def test_lsn_parse_format_round_trip(text):
+    assert str(Lsn.parse(text)) == text
+
+
+def test_lsn_value_and_lowercase():
+    assert Lsn.parse("16/B374D848").value == (0x16 << 32) | 0xB374D848
+    assert str(Lsn.parse("16/b374d848")) == "16/B374D848"
+
+
+def test_lsn_compares_as_unsigned_64_bit():
+    assert Lsn.parse("80000000/0") > Lsn.parse("7FFFFFFF/FFFFFFFF")
+    assert Lsn.parse("FFFFFFFF/FFFFFFFF") > Lsn.parse("0/0")
+    assert Lsn.parse("1/0") > Lsn.parse("0/FFFFFFFF")
+    assert Lsn.parse("0/10") == Lsn.parse("0/00000010")
+
+
+@pytest.mark.parametrize("bad", ["", "16", "16/", "/1", "G/1", "123456789/0", "1/2/3", "-1/0"])
+def test_lsn_malformed(bad):
+    with pytest.raises(ValueError):
+        Lsn.parse(bad)
+
+
+def test_binlog_order_across_rotation():
+    ps = [BinlogPosition("mysql-bin.000010", 4), BinlogPosition("mysql-bin.000009", 999999),
+          BinlogPosition("mysql-bin.000009", 4), BinlogPosition("mysql-bin.000100", 4)]
+    assert [str(p) for p in sorted(ps)] == ["mysql-bin.000009:4", "mysql-bin.000009:999999",
+                                           "mysql-bin.000010:4", "mysql-bin.000100:4"]
+    # lexical order would put .000100 before .000010 if the widths differed; seq is numeric
+    assert BinlogPosition("b.9", 4) < BinlogPosition("b.10", 4)
+
+
+def test_binlog_rejects_bad_file():
+    with pytest.raises(ValueError):
+        BinlogPosition("mysql-bin", 4)
+    with pytest.raises(ValueError):
+        BinlogPosition("mysql-bin.000001", -1)
+
+
+def test_gtid_contains_mysql():
+    a = GtidSet.parse("3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5:7-9,aaaaaaaa-0000-0000-0000-000000000000:1")
+    assert a.contains(GtidSet.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:2-4"))
+    assert a.contains(GtidSet.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:7"))
+    assert not a.contains(GtidSet.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:6"))
+    assert not a.contains(GtidSet.parse("bbbbbbbb-0000-0000-0000-000000000000:1"))
+    assert a.contains(None)
+
+
+def test_gtid_contains_mariadb():
+    a = GtidSet.parse("0-1-100,1-2-5")
+    assert a.flavor == "mariadb"
+    assert a.contains(GtidSet.parse("0-1-99"))
+    assert a.contains(GtidSet.parse("0-3-100,1-2-5"))
+    assert not a.contains(GtidSet.parse("0-1-101"))
+    assert not a.contains(GtidSet.parse("2-1-1"))
+    assert not a.contains(GtidSet.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1"))
+
+
+def test_gtid_string_round_trip():
+    for text in ["0-1-100,1-2-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7"]:
+        assert str(GtidSet.parse(text)) == text
+    assert str(GtidSet.parse("u:1-3,u:4-6")) == "u:1-6"
+
+
+@pytest.mark.parametrize("p", [
+    BinlogPosition("mysql-bin.000003", 1234, GtidSet.parse("0-1-42"), 1, None),
+    BinlogPosition("mysql-bin.000003", 4),
+    PgPosition(Lsn.parse("16/B374D848"), "7312345678901234567", 1),
+])
+def test_json_round_trip(p):
+    d = position_to_json(p)
+    text = json.dumps(d)
+    q = position_from_json(text)
+    assert q == p and position_to_json(q) == d
+    assert position_from_json(d) == p
+
+
+def test_position_from_json_rejects_unknown():
+    with pytest.raises(ValueError):
+        position_from_json({"offset": 1})
+    assert position_from_json(None) is None
+
+
+def test_later():
+    a, b = PgPosition(Lsn.parse("0/10")), PgPosition(Lsn.parse("0/20"))
+    assert later(a, b) == b and later(b, a) == b
+    assert later(None, a) == a and later(a, None) == a and later(None, None) is None
