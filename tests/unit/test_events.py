@@ -1,0 +1,77 @@
+"""Two builds of the same input give byte-identical events, keys and ids (replays dedup)."""
+
+import datetime as dt
+import decimal
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tidegate.events import ChangeEvent, encode_value, event_uuid
+from tidegate.positions import BinlogPosition
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def build_events() -> list[ChangeEvent]:
+    rows = []
+    for i in range(50):
+        after = {"id": i, "price": decimal.Decimal("12.3400"), "blob": bytes([i, 0, 255]),
+                 "at": dt.datetime(2026, 1, 2, 3, 4, 5, 6789, tzinfo=dt.timezone.utc),
+                 "day": dt.date(2026, 1, 2), "dur": dt.timedelta(hours=-30, microseconds=5),
+                 "tags": {"b", "a"}, "doc": {"z": 1, "a": [1, "ü"]}, "none": None,
+                 "f": float("nan") if i == 3 else 1.5, "u": uuid.UUID(int=i)}
+        rows.append(ChangeEvent.build(
+            tenant="acme", pipeline="orders", connector="mysql", db="shop", schema="shop",
+            table="orders", op="u" if i % 2 else "c", before={"id": i} if i % 2 else None, after=after,
+            key={"id": i}, tx_id=f"0-1-{i // 5}", event_id=f"mysql-bin.000001:{100 + i}:0",
+            position={"file": "mysql-bin.000001", "pos": 100 + i}, ts_ms=1_764_000_000_000,
+            total_order=i % 5 + 1, data_collection_order=i % 5 + 1, tx_end=i % 5 == 4,
+            end_position=BinlogPosition("mysql-bin.000001", 200 + i) if i % 5 == 4 else None))
+    return rows
+
+
+def digest() -> str:
+    h = hashlib.sha256()
+    for e in build_events():
+        for part in (e.value, e.key_bytes, e.id.encode(), e.idempotency_key.encode()):
+            h.update(len(part).to_bytes(4, "big") + part)
+    return h.hexdigest()
+
+
+def test_byte_identical_across_builds_in_one_process():
+    a, b = build_events(), build_events()
+    assert [e.value for e in a] == [e.value for e in b]
+    assert [e.key_bytes for e in a] == [e.key_bytes for e in b]
+    assert [e.id for e in a] == [e.id for e in b]
+
+
+def test_byte_identical_across_processes_and_hash_seeds():
+    code = ("import sys; sys.path[:0] = [%r, %r]; import test_events; print(test_events.digest())"
+            % (str(ROOT / "include"), str(Path(__file__).parent)))
+    outs = set()
+    for seed in ("1", "2", "random"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        outs.add(r.stdout.strip())
+    assert outs == {digest()}
+
+
+def test_envelope_fields_and_encoding():
+    e = build_events()[3]
+    env = json.loads(e.value)
+    assert env["idempotency_key"] == "acme|shop.orders|0-1-0|mysql-bin.000001:103:0"
+    assert env["id"] == str(uuid.uuid5(uuid.UUID("6f1c2a9e-5b0d-4c1e-9d3a-7a2e8b4c0d11"),
+                                       env["idempotency_key"])) == event_uuid(env["idempotency_key"])
+    a = env["after"]
+    assert a["price"] == "12.3400" and a["blob"] == "AwD/" and a["f"] == "NaN"
+    assert a["at"] == "2026-01-02T03:04:05.006789+00:00" and a["dur"] == "-29:59:59.999995"
+    assert a["tags"] == ["a", "b"] and a["doc"] == {"z": 1, "a": [1, "ü"]}
+    assert set(env) == {"id", "idempotency_key", "op", "before", "after", "key", "source",
+                        "transaction", "ts_ms"}
+    assert env["transaction"] == {"id": "0-1-0", "total_order": 4, "data_collection_order": 4}
+    assert e.key_bytes == b'{"id":3}'
+    assert encode_value(dt.timedelta(hours=25, seconds=1)) == "25:00:01"
