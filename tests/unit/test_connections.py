@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from tidegate.connections import get_connection
 from tidegate.errors import ConnectionConfigError
 

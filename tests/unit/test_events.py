@@ -20,7 +20,7 @@ def build_events() -> list[ChangeEvent]:
     rows = []
     for i in range(50):
         after = {"id": i, "price": decimal.Decimal("12.3400"), "blob": bytes([i, 0, 255]),
-                 "at": dt.datetime(2026, 1, 2, 3, 4, 5, 6789, tzinfo=dt.timezone.utc),
+                 "at": dt.datetime(2026, 1, 2, 3, 4, 5, 6789, tzinfo=dt.UTC),
                  "day": dt.date(2026, 1, 2), "dur": dt.timedelta(hours=-30, microseconds=5),
                  "tags": {"b", "a"}, "doc": {"z": 1, "a": [1, "ü"]}, "none": None,
                  "f": float("nan") if i == 3 else 1.5, "u": uuid.UUID(int=i)}
@@ -50,8 +50,8 @@ def test_byte_identical_across_builds_in_one_process():
 
 
 def test_byte_identical_across_processes_and_hash_seeds():
-    code = ("import sys; sys.path[:0] = [%r, %r]; import test_events; print(test_events.digest())"
-            % (str(ROOT / "include"), str(Path(__file__).parent)))
+    paths = [str(ROOT / "include"), str(Path(__file__).parent)]
+    code = f"import sys; sys.path[:0] = {paths!r}; import test_events; print(test_events.digest())"
     outs = set()
     for seed in ("1", "2", "random"):
         env = {**os.environ, "PYTHONHASHSEED": seed}

@@ -1,7 +1,6 @@
 import sqlite3
 
 import pytest
-
 from _tidegate_fakes import pos
 from tidegate.errors import StaleEpochError
 from tidegate.positions import Lsn, PgPosition
