@@ -1,0 +1,82 @@
+"""Fakes for engine unit tests: a scripted stream of transactions and recording sinks."""
+
+from __future__ import annotations
+
+import threading
+
+from tidegate.errors import NonRetryableSinkError
+from tidegate.events import ChangeEvent, PositionMark
+from tidegate.positions import BinlogPosition
+from tidegate.sinks.base import RetryPolicy, Sink
+
+FILE = "mysql-bin.000001"
+
+
+def pos(n: int) -> BinlogPosition:
+    """The boundary after transaction ``n`` (positions 1000, 2000, ...)."""
+    return BinlogPosition(FILE, n * 1000)
+
+
+def event(tx: int, i: int, *, last: bool, table: str = "orders", pad: str = "") -> ChangeEvent:
+    return ChangeEvent.build(
+        tenant="t", pipeline="p", connector="mysql", db="shop", schema="shop", table=table, op="c",
+        before=None, after={"id": tx * 100 + i, "pad": pad}, key={"id": tx * 100 + i},
+        tx_id=f"0-1-{tx}", event_id=f"{FILE}:{tx * 1000 - 900 + i}:0",
+        position={"file": FILE, "pos": tx * 1000 - 900 + i}, ts_ms=1_700_000_000_000 + tx,
+        total_order=i + 1, data_collection_order=i + 1, tx_end=last,
+        end_position=pos(tx) if last else None)
+
+
+def tx_events(tx: int, size: int, **kw) -> list[ChangeEvent]:
+    return [event(tx, i, last=i == size - 1, **kw) for i in range(size)]
+
+
+def stream(sizes: list[int]) -> list:
+    """Transactions 1..n with the given row counts; size 0 = a position mark."""
+    out: list = []
+    for n, size in enumerate(sizes, start=1):
+        out += tx_events(n, size) if size else [PositionMark(pos(n))]
+    return out
+
+
+class FakeSink(Sink):
+    """Records every delivered event; fails per a script."""
+
+    kind = "redis"
+    retry_policy = RetryPolicy(0.0, 0.0, 3)
+
+    def __init__(self, sink_id: str, *, required: bool = True, fail_from_call: int | None = None,
+                 error: Exception | None = None, committed=None, fail_times: int | None = None):
+        super().__init__(sink_id=sink_id, pipeline="p", required=required)
+        self.fail_from_call = fail_from_call  # 1-based deliver call from which it fails
+        self.fail_times = fail_times  # fail only this many attempts, then succeed
+        self.error = error or NonRetryableSinkError(f"{sink_id} is down")
+        self.committed = committed
+        self.calls = 0
+        self.attempts = 0
+        self.delivered: list[str] = []
+        self.batches: list = []
+        self.opened = self.closed = False
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        self.opened = True
+
+    def committed_position(self):
+        return self.committed
+
+    def deliver(self, batch):
+        with self._lock:
+            self.attempts += 1
+            if self.fail_from_call is not None and self.calls + 1 >= self.fail_from_call:
+                if self.fail_times is None or self.fail_times > 0:
+                    if self.fail_times is not None:
+                        self.fail_times -= 1
+                    raise self.error
+            self.calls += 1
+            self.batches.append(batch)
+            self.delivered += [e.idempotency_key for e in batch.events]
+            return batch.end_position
+
+    def close(self) -> None:
+        self.closed = True
