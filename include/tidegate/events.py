@@ -122,6 +122,23 @@ class ChangeEvent:
         ev.validate()
         return ev
 
+    @classmethod
+    def from_value(cls, value: bytes, *, tx_end: bool = False,
+                   end_position: Position | None = None) -> ChangeEvent:
+        """Rebuild an event from its serialized envelope (e.g. after a Spark task produced it);
+        the original bytes are kept, so sinks send exactly what the task serialized."""
+        env = json.loads(value)
+        src, tx = env["source"], env["transaction"]
+        tenant, _, rest = env["idempotency_key"].partition("|")
+        ev = cls(tenant=tenant, pipeline=src["pipeline"], connector=src["connector"], db=src["db"],
+                 schema=src["schema"], table=src["table"], op=env["op"], before=env["before"],
+                 after=env["after"], key=env["key"], tx_id=src["tx_id"], event_id=rest.rsplit("|", 1)[1],
+                 position=src["position"], ts_ms=src["ts_ms"], total_order=tx["total_order"],
+                 data_collection_order=tx["data_collection_order"], snapshot=src["snapshot"],
+                 tx_end=tx_end, end_position=end_position)
+        ev.__dict__["value"] = bytes(value)  # prime the cached_property with the original bytes
+        return ev
+
     def validate(self) -> None:
         if self.op not in OPS:
             raise ValueError(f"op {self.op!r} is not one of {OPS}")
