@@ -171,3 +171,16 @@ def test_report_and_journal(store):
     assert j.sinks["s2"].status == "failed"
     doc = report.to_json()
     assert doc["sinks"][0]["to"] == pos(4).to_json()
+
+
+def test_split_transaction_moves_checkpoints_only_at_boundaries(store):
+    s = FakeSink("s")
+    epoch = store.acquire_lease("p", "r1")
+    co = Coordinator(store, "p", "r1", epoch, [s],
+                     BatchSpec(max_events=2, respect_source_tx=False), sleep=lambda x: None)
+    items = stream([1, 5, 1])
+    co.run(iter(items))
+    assert s.delivered == [e.idempotency_key for e in items]
+    assert max(len(list(b.events)) for b in s.batches) <= 2  # the 5-row transaction was split
+    # parts of tx 2 moved nothing; its remainder shares a sub-batch with tx 3
+    assert [h.position for h in store.checkpoint_history("p", "s")] == [pos(1), pos(3)]

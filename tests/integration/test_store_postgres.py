@@ -1,0 +1,64 @@
+"""The Postgres backend behaves like the SQLite one: fencing, history, rewind, incidents, journal."""
+
+import uuid
+
+import pytest
+from tidegate.errors import StaleEpochError
+from tidegate.positions import Lsn, PgPosition
+from tidegate.store import StoreError, open_store
+
+pytestmark = pytest.mark.integration
+
+
+def p(n: int) -> PgPosition:
+    return PgPosition(Lsn(n * 0x100), "7300000000000000001", 1)
+
+
+@pytest.fixture()
+def dsn(postgres):
+    import psycopg2
+    from psycopg2.extensions import make_dsn, parse_dsn
+
+    dbname = f"tidegate_store_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(postgres.admin_dsn)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{dbname}"')
+    params = {k: v for k, v in parse_dsn(postgres.admin_dsn).items() if k != "dbname"}
+    yield make_dsn(**params, dbname=dbname)
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    admin.close()
+
+
+def test_postgres_store_end_to_end(dsn):
+    a, b = open_store(dsn), open_store(dsn)
+    assert a.schema_version() == 1 and b.migrate() == 1
+    assert "password" not in a.url
+    ea = a.acquire_lease("pg", "r1")
+    a.write_checkpoints("pg", {"s": p(1), "t": p(1)}, run_id="r1", epoch=ea)
+    a.write_checkpoint("pg", "s", p(2), run_id="r1", epoch=ea)
+    eb = b.acquire_lease("pg", "r2")
+    with pytest.raises(StaleEpochError):
+        a.write_checkpoint("pg", "s", p(3), run_id="r1", epoch=ea)
+    assert {k: r.position for k, r in b.checkpoints("pg").items()} == {"s": p(2), "t": p(1)}
+    b.write_checkpoint("pg", "s", p(4), run_id="r2", epoch=eb)
+    rec = b.rewind_checkpoint("pg", "s", 1, reason="test", who="ci")
+    assert rec.version == 4 and rec.position == p(1) and rec.kind == "rewind"
+    assert [h.version for h in a.checkpoint_history("pg", "s")] == [1, 2, 3, 4]
+    assert a.checkpoint_version("pg", "s", 3).position == p(4)
+    with pytest.raises(StoreError):
+        a.rewind_checkpoint("pg", "s", 99, reason="x")
+    a.set_source_identity("pg", {"system_id": "73"})
+    assert b.get_source_identity("pg") == {"system_id": "73"}
+    inc = a.record_incident("pg", "slot_invalidated", p(4), p(9), detail="wal_status lost")
+    assert b.is_halted("pg") and inc.detected_at.endswith("+00:00")
+    b.resolve_incident(inc.id, resolution="accept_gap", who="ci", reason="test data")
+    assert not a.is_halted("pg") and a.pipelines() == ["pg"]
+    j = a.journal_begin("pg", "r2", interval_start="2026-01-01T00:00:00+00:00")
+    a.journal_sink(j, "s", from_position=None, to_position=p(4), events=4, bytes=40, status="ok")
+    a.journal_finish(j, "success")
+    [entry] = b.journal("pg", "r2")
+    assert entry.status == "success" and entry.sinks["s"].to_position == p(4)
+    a.close()
+    b.close()
