@@ -88,6 +88,14 @@ class SubBatch:
         tail = Transaction(None, self.end_position, ())
         return SubBatch(self.seq, keep or (tail,))
 
+    def until(self, position: Position | None) -> SubBatch:
+        """The part of this sub-batch that ends at or before ``position`` (a replay delivers a
+        past run's range and nothing beyond it)."""
+        if position is None or self.end_position <= position:
+            return self
+        keep = tuple(tx for tx in self.transactions if tx.end_position <= position)
+        return SubBatch(self.seq, keep or (Transaction(None, self.end_position, ()),))
+
 
 # --------------------------------------------------------------------------- cutting
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
@@ -114,7 +114,11 @@ def _describe(exc: BaseException) -> str:
 class Coordinator:
     def __init__(self, store: CheckpointStore, pipeline: str, run_id: str, epoch: int,
                  sinks: Sequence[Sink], policy: BatchSpec, *, journal_id: int | None = None,
-                 sleep: Callable[[float], object] | None = None, rng: random.Random | None = None):
+                 sleep: Callable[[float], object] | None = None, rng: random.Random | None = None,
+                 starts: Mapping[str, Position | None] | None = None,
+                 ends: Mapping[str, Position] | None = None):
+        """``starts``/``ends`` (replay): deliver each listed sink exactly (start, end], whatever
+        its checkpoint says; checkpoints still only move forward."""
         if not sinks:
             raise ValueError("a run needs at least one sink")
         if len({s.sink_id for s in sinks}) != len(sinks):
@@ -127,6 +131,7 @@ class Coordinator:
         self._sleep = sleep or self._stop.wait
         self._rng = rng
         self._opened = False
+        self._starts, self._ends = dict(starts or {}), dict(ends or {})
         self.report = RunReport(pipeline, run_id, epoch, {
             s.sink_id: SinkReport(s.sink_id, s.kind, s.required, None, None) for s in sinks})
 
@@ -164,7 +169,10 @@ class Coordinator:
             self._fail(sink, fut.exception())
             rep.start = rep.position = rep.stored
             return
-        rep.start = rep.position = later(rep.stored, fut.result())
+        if sink.sink_id in self._starts:
+            rep.start = rep.position = self._starts[sink.sink_id]
+        else:
+            rep.start = rep.position = later(rep.stored, fut.result())
 
     def close(self) -> None:
         for s in self.sinks:
@@ -218,7 +226,7 @@ class Coordinator:
             rep = self.report.sinks[sink.sink_id]
             if rep.failed:
                 continue
-            part = batch.after(rep.position)
+            part = batch.after(rep.position).until(self._ends.get(sink.sink_id))
             if part.event_count == 0:  # already has it all (or only positions): no call
                 acked.add(sink.sink_id)
             else:

@@ -1,0 +1,139 @@
+"""The bounded run: bounds, start: head, incremental runs, replay of a past run, dry run."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tidegate import runner
+from tidegate.events import PositionMark
+from tidegate.sources.base import Source
+from tidegate.spec import load_spec
+from tidegate.store import open_store
+
+from _tidegate_fakes import FakeSink, pos, stream
+
+
+class FakeSource(Source):
+    """A log of transactions 1..n (positions 1000·n); the head moves as the test appends."""
+
+    kind = "mysql"
+
+    def __init__(self, sizes: list[int]):
+        self.sizes = list(sizes)
+        self.reads: list[tuple] = []
+
+    def head(self):
+        return pos(len(self.sizes))
+
+    def identity(self):
+        return {"kind": "mysql", "server_id": 1}
+
+    def read(self, start, upto):
+        self.reads.append((start, upto))
+        for item in stream(self.sizes):
+            end = item.position if isinstance(item, PositionMark) else item.end_position
+            if end is None:  # a row inside a transaction: its transaction decides
+                tx_end = pos(int(item.tx_id.split("-")[-1]))
+                if (start is None or tx_end > start) and tx_end <= upto:
+                    yield item
+                continue
+            if (start is None or end > start) and end <= upto:
+                yield item
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    spec_file = tmp_path / "p.yaml"
+    spec_file.write_text(textwrap.dedent("""
+        pipeline: p
+        tenant: t
+        source: {kind: mysql, conn_id: src, server_id: 5001, start: earliest}
+        batch: {max_events: 3}
+        sinks:
+          - {id: a, kind: redis, conn_id: r, stream: "{pipeline}:{table}"}
+          - {id: b, kind: redis, conn_id: r, stream: "{pipeline}:{table}", required: false}
+    """))
+    spec = load_spec(str(spec_file))
+    source = FakeSource([2, 1, 3])
+    sinks = {"a": FakeSink("a"), "b": FakeSink("b", required=False)}
+    monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: source)
+    monkeypatch.setattr(runner, "build_sinks", lambda spec, only=None, resolve=None: [
+        sinks[s.id] for s in spec.sinks if not only or s.id in only])
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    yield spec, source, sinks, store
+    store.close()
+
+
+def keys(sink):
+    return [k.split("|")[2:] for k in sink.delivered]
+
+
+def test_runs_deliver_each_change_once_and_a_caught_up_pipeline_has_nothing_to_do(env):
+    spec, source, sinks, store = env
+    first = runner.run_pipeline(spec, run_id="r1", store=store)
+    assert first["events"] == 6 and first["end_position"] == pos(3).to_json()
+    assert runner.capture_bounds(spec, store=store)["nothing_to_do"] is True
+
+    source.sizes += [2]
+    bounds = runner.capture_bounds(spec, store=store)
+    assert bounds["nothing_to_do"] is False and bounds["sinks"]["a"] == pos(3).to_json()
+    runner.run_pipeline(spec, run_id="r2", store=store)
+    assert [k[0] for k in keys(sinks["a"])] == ["0-1-1"] * 2 + ["0-1-2"] + ["0-1-3"] * 3 + ["0-1-4"] * 2
+    assert sinks["b"].delivered == sinks["a"].delivered
+    assert store.get_checkpoint("p", "a").position == pos(4)
+
+
+def test_start_head_places_new_sinks_at_the_head(env, tmp_path):
+    spec, source, sinks, store = env
+    import dataclasses
+
+    spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
+    report = runner.run_pipeline(spec, run_id="r1", store=store)
+    assert report["events"] == 0 and sinks["a"].delivered == []
+    assert store.get_checkpoint("p", "a").position == pos(3)
+    source.sizes += [1]
+    runner.run_pipeline(spec, run_id="r2", store=store)
+    assert keys(sinks["a"]) == [["0-1-4", "mysql-bin.000001:3100:0"]]
+
+
+def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints_back(env):
+    spec, source, sinks, store = env
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    source.sizes += [2, 1]
+    runner.run_pipeline(spec, run_id="r2", store=store)
+    versions = {s: store.get_checkpoint("p", s).version for s in ("a", "b")}
+    before = list(sinks["a"].delivered)
+
+    runner.run_pipeline(spec, run_id="manual-1", mode="replay", replay_of="r1", sinks=["a"], store=store)
+    replayed = sinks["a"].delivered[len(before):]
+    assert replayed == before[:6]  # exactly r1's range (tx 1..3), nothing of r2
+    assert len(sinks["b"].delivered) == len(before)  # not chosen
+    assert {s: store.get_checkpoint("p", s).version for s in ("a", "b")} == versions
+    assert store.get_checkpoint("p", "a").position == pos(5)
+
+
+def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
+    spec, source, sinks, store = env
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    source.sizes += [1]
+    again = runner.run_pipeline(spec, run_id="r1", store=store)  # Airflow "clear" keeps the run id
+    assert again["events"] == 6  # r1's range again, not the new transaction 4
+    assert keys(sinks["a"])[6:] == keys(sinks["a"])[:6]
+    assert store.get_checkpoint("p", "a").position == pos(3)
+
+
+def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
+    spec, source, sinks, store = env
+    report = runner.run_pipeline(spec, run_id="d1", mode="dry_run", store=store)
+    assert (report["events"], report["sub_batches"]) == (6, 2)
+    assert sinks["a"].delivered == [] and store.checkpoints("p") == {}
+
+
+def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
+    spec, source, sinks, store = env
+    with pytest.raises(runner.RunError, match="no journal entry for run 'nope'"):
+        runner.run_pipeline(spec, run_id="x", mode="replay", replay_of="nope", store=store)
+    with pytest.raises(runner.RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
+        runner._chosen_sinks(spec, ["zzz"])
