@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from . import guards, runner
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_id = args.run_id or "manual__" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
+    run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
     spec = runner.find_spec(args.pipeline)
     if not args.no_guards:
         guards.check_halted(spec)

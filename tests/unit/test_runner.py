@@ -5,14 +5,12 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
+from _tidegate_fakes import FakeSink, pos, stream
 from tidegate import runner
 from tidegate.events import PositionMark
 from tidegate.sources.base import Source
 from tidegate.spec import load_spec
 from tidegate.store import open_store
-
-from _tidegate_fakes import FakeSink, pos, stream
 
 
 class FakeSource(Source):
