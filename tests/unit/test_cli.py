@@ -68,6 +68,8 @@ def test_history_and_rewind(env):
     assert r.returncode == 1 and "no version 77" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_run_stub_and_usage(env):
-    assert tg(env, "run", "shop_mysql").returncode == 2
+def test_run_errors_and_usage(env):
+    r = tg(env, "run", "no_such_pipeline")
+    assert r.returncode == 1 and "no pipeline 'no_such_pipeline'" in r.stderr
+    assert tg(env, "run", "shop_mysql", "--mode", "bogus").returncode == 2
     assert tg(env, "checkpoints", "rewind", "p", "s").returncode == 2  # missing required options
