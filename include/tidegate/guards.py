@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import SlotInvalidatedError, SlotMissingError, TidegateError
+from .errors import SlotInvalidatedError, SlotMissingError, SourceError, TidegateError
 from .positions import BinlogPosition, Position, position_to_json
 from .runner import Resolver, _opened, find_spec
 from .spec import PipelineSpec
@@ -127,7 +127,7 @@ def _failover(spec: PipelineSpec, store: CheckpointStore, source: Any, old: Mapp
 def _gtid_positions(spec: PipelineSpec, store: CheckpointStore, source: Any) -> dict[str, Position] | None:
     """Each sink checkpoint translated to the new server by its GTID set, or None when any
     cannot be (no GTIDs, not MySQL/MariaDB, or GTIDs missing on the new server)."""
-    finder = getattr(source, "gtid_resume_point", None)
+    finder = getattr(source, "resume_point_for_gtids", None)
     if finder is None:
         return None
     moved: dict[str, Position] = {}
@@ -135,10 +135,11 @@ def _gtid_positions(spec: PipelineSpec, store: CheckpointStore, source: Any) -> 
         pos = rec.position
         if not isinstance(pos, BinlogPosition) or pos.gtid_set is None:
             return None
-        found = finder(pos)
-        if found is None:
+        try:
+            moved[sid] = finder(pos.gtid_set)
+        except SourceError as exc:  # GTIDs missing on the new server, or already purged there
+            log.error("pipeline %s: sink %s cannot resume on the new server: %s", spec.pipeline, sid, exc)
             return None
-        moved[sid] = found
     return moved
 
 
@@ -187,10 +188,31 @@ def preflight(pipeline: str | PipelineSpec, *, resolve: Resolver | None = None,
               store: CheckpointStore | None = None) -> list[str]:
     """Source settings and privileges (raises SourceSettingError on a hard problem) and
     retention headroom warnings."""
+    from .sources.preflight import raise_for_problems
+
     spec = find_spec(pipeline)
     with _opened(spec, resolve, store) as (source, st):
-        check = getattr(source, "preflight", None)
-        return list(check(_lowest_checkpoint(st, spec)) or []) if check else []
+        problems = source.preflight(**_checkpoint_facts(st, spec))
+    raise_for_problems(problems)
+    warnings = [p.message for p in problems if p.severity != "error"]
+    for w in warnings:
+        log.warning("pipeline %s: %s", spec.pipeline, w)
+    return warnings
+
+
+def _checkpoint_facts(store: CheckpointStore, spec: PipelineSpec) -> dict[str, Any]:
+    """The oldest sink checkpoint and its age: what retention headroom is measured against."""
+    import datetime as dt
+
+    stored = [r for sid, r in store.checkpoints(spec.pipeline).items() if sid in {s.id for s in spec.sinks}]
+    if not stored:
+        return {"checkpoint": None}
+    oldest = min(stored, key=lambda r: r.position)
+    written = dt.datetime.fromisoformat(oldest.written_at)
+    if written.tzinfo is None:
+        written = written.replace(tzinfo=dt.UTC)
+    age = (dt.datetime.now(dt.UTC) - written).total_seconds()
+    return {"checkpoint": oldest.position, "checkpoint_age_s": age}
 
 
 # --------------------------------------------------------------------------- resolve
