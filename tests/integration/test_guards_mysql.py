@@ -1,0 +1,139 @@
+"""Continuity guards against real MariaDB faults: a purged binlog halts with the exact range
+until an operator accepts the gap; a GTID failover to the replica continues without loss."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+import uuid
+
+import pymysql
+import pytest
+from tidegate import guards
+from tidegate.events import ChangeEvent
+from tidegate.runner import build_source
+from tidegate.spec import load_spec
+from tidegate.store import open_store
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+
+@pytest.fixture()
+def setup(mysql, tmp_path):
+    db = "guard_" + uuid.uuid4().hex[:8]
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    with admin.cursor() as c:
+        c.execute(f"CREATE DATABASE {db}")
+        c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20))")
+    path = tmp_path / "g.yaml"
+    path.write_text(textwrap.dedent(f"""
+        pipeline: g_{db}
+        source: {{kind: mysql, conn_id: src, server_id: 47001, tables: [{db}.t]}}
+        sinks:
+          - {{id: a, kind: redis, conn_id: r, stream: "s"}}
+          - {{id: b, kind: redis, conn_id: r, stream: "s", required: false}}
+    """))
+    spec = load_spec(str(path))
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    yield spec, store, admin, db
+    with admin.cursor() as c:
+        c.execute(f"DROP DATABASE IF EXISTS {db}")
+    admin.close()
+    store.close()
+
+
+def insert(admin, db, ids):
+    with admin.cursor() as c:
+        for i in ids:
+            c.execute(f"INSERT INTO {db}.t VALUES (%s, %s)", (i, f"v{i}"))
+
+
+def purge_to(admin, file, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    with admin.cursor() as c:
+        while True:
+            c.execute(f"PURGE BINARY LOGS TO '{file}'")
+            c.execute("SHOW BINARY LOGS")
+            if c.fetchall()[0][0] == file:
+                return
+            assert time.monotonic() < deadline, "binlogs not purged"
+            c.execute("FLUSH ENGINE LOGS")
+            time.sleep(0.2)
+
+
+def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
+    spec, store, admin, db = setup
+    resolve = {"src": mysql.cdc}.__getitem__
+    source = build_source(spec, resolve)
+    checkpoint = source.head()
+    epoch = store.acquire_lease(spec.pipeline, "r0")
+    store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r0", epoch=epoch)
+    assert guards.guard_binlog_purge(spec, run_id="r1", resolve=resolve, store=store)["status"] == "ok"
+
+    insert(admin, db, [1, 2])
+    with admin.cursor() as c:
+        c.execute("FLUSH BINARY LOGS")
+    new_head = source.head()
+    purge_to(admin, new_head.file)
+
+    with pytest.raises(guards.ContinuityHalt) as halt:
+        guards.guard_binlog_purge(spec, run_id="r2", resolve=resolve, store=store)
+    inc = halt.value.incident
+    assert (inc.kind, inc.from_position, inc.to_position) == ("binlog_purged", checkpoint,
+                                                             source.earliest())
+    assert inc.to_position.file == new_head.file and inc.to_position.pos == 4
+    assert f"changes from {checkpoint}" in str(halt.value)
+    # Every later run halts at the first guard, with the same incident.
+    with pytest.raises(guards.ContinuityHalt) as again:
+        guards.check_halted(spec, store=store)
+    assert again.value.incident.id == inc.id
+
+    with pytest.raises(Exception, match="needs a reason"):
+        guards.resolve_incidents(spec, resolution="accept_gap", reason=" ", who="op", run_id="r3",
+                                 resolve=resolve, store=store)
+    done = guards.resolve_incidents(spec, resolution="accept_gap", reason="rows re-loaded by hand",
+                                    who="alice", run_id="r3", resolve=resolve, store=store)
+    assert [(d["id"], d["resolution"], d["reason"], d["resolved_by"]) for d in done] == [
+        (inc.id, "accept_gap", "rows re-loaded by hand", "alice")]
+    guards.check_halted(spec, store=store)  # no longer halted
+    assert {sid: r.position for sid, r in store.checkpoints(spec.pipeline).items()} == {
+        "a": inc.to_position, "b": inc.to_position}
+    assert guards.guard_binlog_purge(spec, run_id="r4", resolve=resolve, store=store)["status"] == "ok"
+    source.close()
+
+
+def rows(source, start, upto):
+    return [(e.op, e.after["id"]) for e in source.read(start, upto) if isinstance(e, ChangeEvent)]
+
+
+def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mysql, mysql_replica):
+    spec, store, admin, db = setup
+    primary = {"src": mysql.cdc}.__getitem__
+    replica = {"src": mysql_replica.cdc}.__getitem__
+    assert guards.guard_failover(spec, run_id="r0", resolve=primary, store=store)["status"] == "recorded"
+    insert(admin, db, [1, 2])
+    src = build_source(spec, primary)
+    checkpoint = src.head()
+    epoch = store.acquire_lease(spec.pipeline, "r1")
+    store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r1", epoch=epoch)
+    assert guards.guard_failover(spec, run_id="r1", resolve=primary, store=store)["status"] == "ok"
+    insert(admin, db, [3, 4, 5])  # after the checkpoint: must arrive, once, after the failover
+    target = src.head().gtid_set
+    src.close()
+
+    new = build_source(spec, replica)
+    deadline = time.monotonic() + 20
+    while not new.head().gtid_set.contains(target):
+        assert time.monotonic() < deadline, "replica did not catch up"
+        time.sleep(0.1)
+
+    result = guards.guard_failover(spec, run_id="r2", resolve=replica, store=store)
+    assert result["status"] == "failover_continued"
+    moved = store.get_checkpoint(spec.pipeline, "a").position
+    assert moved.server_id == 2 and moved == store.get_checkpoint(spec.pipeline, "b").position
+    assert rows(new, moved, new.head()) == [("c", 3), ("c", 4), ("c", 5)]
+    incidents = store.incidents(spec.pipeline)
+    assert [(i.kind, i.resolved, i.resolution) for i in incidents] == [("failover", True, "auto")]
+    guards.check_halted(spec, store=store)
+    assert guards.guard_failover(spec, run_id="r3", resolve=replica, store=store)["status"] == "ok"
+    new.close()
