@@ -182,12 +182,11 @@ class MySqlSource(Source):
     def _settings(self, **kw: Any) -> dict[str, Any]:
         c = self.conn
         return dict(host=c.host or "127.0.0.1", port=int(c.port or 3306), user=c.login or "",
-                    passwd=c.password or "", connect_timeout=int(self.connect_timeout), **kw)
+                    password=c.password or "", connect_timeout=int(self.connect_timeout), **kw)
 
     def _cursor(self):
         if self._ctl is None or not self._ctl.open:
             s = self._settings()
-            s["password"] = s.pop("passwd")
             try:
                 self._ctl = pymysql.connect(autocommit=True, charset="utf8mb4", **s)
             except pymysql.err.OperationalError as exc:
@@ -607,7 +606,7 @@ class _Reader:
         self.total = 0
         self.per_table: dict[tuple[str, str], int] = {}
         self.pending: dict[str, Any] | None = None
-        self.last_end: BinlogPosition | None = None
+        self.last_end: BinlogPosition | None = None  # end of the last transaction yielded
 
     def _begin(self, pos: int, gtid: str | None, standalone: bool) -> None:
         if self.in_tx:
@@ -623,12 +622,12 @@ class _Reader:
 
     def _end(self, end_pos: int) -> Iterator[SourceItem]:
         end = self.src._pos(self.file, end_pos, self.gtids.current())
-        if self.pending is not None:
+        self.in_tx = False
+        if self.pending is not None:  # a transaction with nothing to deliver yields nothing
             kw = self.pending
             self.pending = None
+            self.last_end = end
             yield ChangeEvent.build(**kw, tx_end=True, end_position=end)
-        self.in_tx = False
-        self.last_end = end
 
     def run(self) -> Iterator[SourceItem]:
         src = self.src

@@ -457,10 +457,10 @@ class PostgresSource(Source):
                         continue
                     if a == "C":
                         end_pos = PgPosition(end, sysid, tl)
-                        if pending is not None:
-                            yield ChangeEvent.build(**pending, tx_end=True, end_position=end_pos)
-                            pending = None
-                        last_end = end
+                        if pending is not None:  # an empty transaction yields nothing
+                            last_end = end
+                            kw, pending = pending, None
+                            yield ChangeEvent.build(**kw, tx_end=True, end_position=end_pos)
                         continue
                     schema, table = d.get("schema"), d.get("table")
                     if self.tables and (schema, table) not in self.tables:
