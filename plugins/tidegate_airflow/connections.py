@@ -1,0 +1,95 @@
+"""Airflow connections for the engine.
+
+The engine never imports Airflow; it asks a *resolver* (``conn_id -> Connection``) for each
+connection. :func:`airflow_resolver` answers from Airflow's own connections (metadata
+database, secrets backends, ``AIRFLOW_CONN_*``). :func:`connection_env` turns connections into
+``AIRFLOW_CONN_<ID>`` environment variables (JSON) for a Spark driver, so secrets travel in the
+environment of the spark-submit process and never in its argv.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+
+from tidegate.connections import Connection, env_var
+from tidegate.errors import ConnectionConfigError
+
+Resolver = Callable[[str], Connection]
+
+
+def airflow_resolver(conn_id: str) -> Connection:
+    """The Airflow connection ``conn_id`` as a :class:`tidegate.connections.Connection`."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        c = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise ConnectionConfigError(
+            f"connection {conn_id!r} is not defined in Airflow: create it (Admin > Connections, "
+            f"`airflow connections add`) or set {env_var(conn_id)} (URI or JSON)") from None
+    return from_airflow(conn_id, c)
+
+
+def from_airflow(conn_id: str, c) -> Connection:
+    """Convert an Airflow Connection object (anything with its attributes)."""
+    extra = getattr(c, "extra_dejson", None)
+    if extra is None:
+        raw = getattr(c, "extra", None) or "{}"
+        extra = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    port = getattr(c, "port", None)
+    return Connection(
+        conn_id=conn_id,
+        conn_type=str(getattr(c, "conn_type", None) or ""),
+        host=getattr(c, "host", None) or None,
+        port=int(port) if port not in (None, "") else None,
+        login=getattr(c, "login", None) or None,
+        password=getattr(c, "password", None) or None,
+        schema=getattr(c, "schema", None) or None,
+        extra=dict(extra or {}),
+    )
+
+
+def aliased(resolver: Resolver, aliases: Mapping[str, str] | None) -> Resolver:
+    """A resolver that answers a request for ``name`` with the connection ``aliases[name]``
+    (an operator's ``source_conn_id`` overriding the spec's), keeping the requested id."""
+    if not aliases:
+        return resolver
+
+    def resolve(conn_id: str) -> Connection:
+        target = aliases.get(conn_id, conn_id)
+        c = resolver(target)
+        return c if target == conn_id else Connection(**{**c.__dict__, "conn_id": conn_id})
+
+    return resolve
+
+
+def to_json(c: Connection) -> str:
+    """Airflow's JSON connection format (what ``AIRFLOW_CONN_<ID>`` accepts)."""
+    d = {"conn_type": c.conn_type, "host": c.host, "port": c.port, "login": c.login,
+         "password": c.password, "schema": c.schema, "extra": dict(c.extra or {})}
+    return json.dumps({k: v for k, v in d.items() if v not in (None, "", {})}, sort_keys=True)
+
+
+def connection_env(conn_ids: Iterable[str], resolver: Resolver = airflow_resolver) -> dict[str, str]:
+    """``{"AIRFLOW_CONN_<ID>": json}`` for each connection; every secret is registered with
+    Airflow's log masker first."""
+    env: dict[str, str] = {}
+    for conn_id in dict.fromkeys(conn_ids):
+        c = resolver(conn_id)
+        value = to_json(c)
+        _mask(c.password)
+        _mask(value)
+        env[env_var(conn_id)] = value
+    return env
+
+
+def _mask(secret: str | None) -> None:
+    if not secret:
+        return
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - very old task SDK
+        return
+    mask_secret(secret)

@@ -1,0 +1,145 @@
+"""Build one Airflow DAG ``cdc_<pipeline>`` per pipeline spec (used by ``dags/``).
+
+Parse time stays cheap: only the spec module (PyYAML) and the operator classes are imported;
+the engine (sources, sinks, store, Spark) is imported when a task runs. Each spec file is
+loaded on its own, so one invalid file costs only its own DAG: :func:`load_specs` returns the
+valid specs and one problem line per invalid file (file, field, problem).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "tidegate",
+    "retries": 3,
+    "retry_delay": timedelta(seconds=20),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": timedelta(minutes=10),
+    "execution_timeout": timedelta(minutes=15),
+}
+DELIVER_TIMEOUT = timedelta(hours=1)
+DAGRUN_TIMEOUT = timedelta(hours=2)
+GUARD_CHECKS = {
+    "mysql": ("halted", "failover", "binlog_purge", "preflight"),
+    "postgres": ("halted", "failover", "slot", "preflight"),
+}
+
+
+def load_specs(directory: str | Path | None = None) -> tuple[list[Any], list[str]]:
+    """(valid specs, problem lines). A file reusing an earlier file's pipeline name is a problem
+    of the later file."""
+    from tidegate.errors import SpecError
+    from tidegate.spec import load_spec, spec_files
+
+    specs: list[Any] = []
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for path in spec_files(directory):
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+            continue
+        if spec.pipeline in seen:
+            problems.append(f"{path}: pipeline: {spec.pipeline!r} is already defined in "
+                            f"{seen[spec.pipeline]}; allowed: one file per pipeline")
+            continue
+        seen[spec.pipeline] = str(path)
+        specs.append(spec)
+    return specs, problems
+
+
+def doc_md(spec: Any) -> str:
+    try:
+        text = Path(spec.path).read_text(encoding="utf-8") if spec.path else ""
+    except OSError:
+        text = ""
+    if not text:
+        import yaml
+
+        text = yaml.safe_dump(spec.raw, sort_keys=False)
+    def guarantee(s: Any) -> str:
+        if s.kind == "kafka" and s.exactly_once:
+            return "exactly-once"
+        return "at-least-once (dedup by idempotency_key)"
+
+    sinks = "\n".join(
+        f"| `{s.id}` | {s.kind} | `{s.conn_id}` | {'yes' if s.required else 'no'} | {guarantee(s)} |"
+        for s in spec.sinks)
+    policy = spec.batch.commit_policy
+    if policy == "quorum":
+        policy += f" ({spec.batch.quorum})"
+    return f"""\
+### tidegate pipeline `{spec.pipeline}` (tenant `{spec.tenant}`)
+
+Change data capture from **{spec.source.kind}** (connection `{spec.source.conn_id}`) in bounded
+micro-batches: `guard` → `bounds` → `deliver` (Spark) → `release` → `report`.
+Schedule: `{spec.schedule or 'manual only'}`. Commit policy: **{policy}**.
+Sub-batches: at most {spec.batch.max_events} events / {spec.batch.max_bytes} bytes.
+
+| sink | kind | connection | required | guarantee |
+|---|---|---|---|---|
+{sinks}
+
+**Trigger params**: `mode` (incremental, replay with `replay_of`, dry_run), `sinks`, `max_events`,
+`resolve` (accept_gap | resnapshot) with a `reason` to resolve a continuity incident.
+A halted run fails at `guard` without retries; the message names the missing range.
+
+Spec file: `{spec.path}`
+
+```yaml
+{text.rstrip()}
+```
+"""
+
+
+def create_dag(spec: Any) -> Any:
+    """The DAG of one pipeline."""
+    from airflow.sdk import DAG
+
+    from .operators import (
+        TidegateBoundsOperator,
+        TidegateDeliverOperator,
+        TidegateGuardOperator,
+        TidegateReleaseOperator,
+        TidegateReportOperator,
+    )
+    from .params import run_params
+
+    sink_kinds = sorted({s.kind for s in spec.sinks})
+    with DAG(
+        dag_id=spec.dag_id,
+        description=f"CDC {spec.source.kind} → {', '.join(s.id for s in spec.sinks)}",
+        schedule=spec.schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        dagrun_timeout=DAGRUN_TIMEOUT,
+        default_args=dict(DEFAULT_ARGS),
+        tags=["cdc", spec.source.kind, *sink_kinds],
+        doc_md=doc_md(spec),
+        params=run_params([s.id for s in spec.sinks]),
+    ) as dag:
+        p = spec.pipeline
+        guard = TidegateGuardOperator(task_id="guard", pipeline=p,
+                                      checks=GUARD_CHECKS.get(spec.source.kind, ("halted", "preflight")))
+        bounds = TidegateBoundsOperator(task_id="bounds", pipeline=p)
+        deliver = TidegateDeliverOperator(
+            task_id="deliver", pipeline=p, spark_conn_id=spec.spark.conn_id,
+            conf=dict(spec.spark.conf) or None, packages=",".join(spec.spark.packages) or None,
+            execution_timeout=DELIVER_TIMEOUT)
+        release = TidegateReleaseOperator(task_id="release", pipeline=p, trigger_rule="none_failed")
+        report = TidegateReportOperator(task_id="report", pipeline=p, trigger_rule="none_failed")
+        guard >> bounds >> deliver >> release >> report
+    return dag
+
+
+def build_dags(directory: str | Path | None = None) -> dict[str, Any]:
+    """``{dag_id: DAG}`` for every valid spec (invalid ones are reported by
+    ``dags/tidegate_spec_errors.py``)."""
+    specs, _ = load_specs(directory)
+    return {spec.dag_id: create_dag(spec) for spec in specs}

@@ -1,0 +1,155 @@
+"""Report a run: events, bytes and lag per sink, in the task log and as Airflow metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Context
+
+from .base import TidegateBaseOperator
+
+
+class TidegateReportOperator(TidegateBaseOperator):
+    """Summarise the run from the XComs of the bounds, deliver and release tasks; log one line
+    per sink and emit StatsD metrics through Airflow's ``Stats``:
+
+    - ``tidegate.<pipeline>.<sink>.events`` / ``.bytes`` (counters, per run)
+    - ``tidegate.<pipeline>.<sink>.lag_bytes`` (gauge: source log bytes between the sink's
+      checkpoint and the run's upper bound, where the position format allows it)
+    - ``tidegate.<pipeline>.<sink>.behind`` (gauge: 1 when the sink did not reach the bound)
+    - ``tidegate.<pipeline>.events`` / ``.bytes`` / ``.runs`` / ``.nothing_to_do``
+
+    A dry run is logged but emits no metrics. Metrics also carry ``pipeline`` and ``sink`` tags.
+
+    :param pipeline: the pipeline name.
+    :param deliver_task_id: task whose XCom is the run report (None when it was skipped).
+    :param bounds_task_id: task whose XCom is the bounds.
+    :param release_task_id: task whose XCom says where the source was released to.
+    :param emit_metrics: send metrics.
+    """
+
+    ui_color = "#f0e6f5"
+
+    def __init__(self, *, pipeline: str, deliver_task_id: str | None = "deliver",
+                 bounds_task_id: str | None = "bounds", release_task_id: str | None = "release",
+                 emit_metrics: bool = True, **kwargs: Any) -> None:
+        super().__init__(pipeline=pipeline, **kwargs)
+        self.deliver_task_id = deliver_task_id
+        self.bounds_task_id = bounds_task_id
+        self.release_task_id = release_task_id
+        self.emit_metrics = emit_metrics
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        spec = self.load_spec()
+        plan = self.run_plan(context, spec)
+        ti = context["ti"]
+
+        def pull(task_id: str | None) -> Any:
+            return ti.xcom_pull(task_ids=task_id) if task_id else None
+
+        summary = summarize(spec, report=pull(self.deliver_task_id), bounds=pull(self.bounds_task_id),
+                            released=pull(self.release_task_id), mode=plan.mode)
+        summary["run_id"] = self.run_id_of(context)
+        for line in format_summary(summary):
+            self.log.info("%s", line)
+        if self.emit_metrics and plan.mode != "dry_run":
+            emit_metrics(summary)
+        return summary
+
+
+def summarize(spec: Any, *, report: dict | None, bounds: dict | None, released: dict | None,
+              mode: str = "incremental") -> dict[str, Any]:
+    """Pure: the run's per-sink numbers from the XComs (any of them may be None)."""
+    bounds = bounds or {}
+    upto = bounds.get("upto")
+    by_id = {s.get("id"): s for s in (report or {}).get("sinks") or []}
+    sinks = []
+    for s in spec.sinks:
+        r = by_id.get(s.id) or {}
+        position = r.get("to") or r.get("checkpoint") or (bounds.get("sinks") or {}).get(s.id)
+        if report is None or mode == "dry_run":
+            status = "nothing_to_do" if bounds.get("nothing_to_do") else ("dry_run" if mode == "dry_run"
+                                                                            else "not_run")
+        else:
+            status = r.get("status") or ("not_chosen" if not r else "unknown")
+        lag = lag_bytes(position, upto)
+        sinks.append({"id": s.id, "kind": s.kind, "required": s.required, "status": status,
+                      "events": int(r.get("events") or 0), "bytes": int(r.get("bytes") or 0),
+                      "position": position, "lag_bytes": lag,
+                      "behind": _behind(position, upto), "error": r.get("error")})
+    return {"pipeline": spec.pipeline, "mode": mode,
+            "nothing_to_do": bool(bounds.get("nothing_to_do")) and report is None,
+            "events": int((report or {}).get("events") or 0),
+            "bytes": int((report or {}).get("bytes") or 0),
+            "sub_batches": int((report or {}).get("sub_batches") or 0),
+            "upto": upto, "released_to": (released or {}).get("released_to"), "sinks": sinks}
+
+
+def _behind(position: Any, upto: Any) -> bool | None:
+    if upto is None:
+        return None
+    if position is None:
+        return True
+    try:
+        from tidegate.positions import position_from_json
+
+        return position_from_json(position) < position_from_json(upto)
+    except Exception:
+        return position != upto
+
+
+def lag_bytes(position: Any, upto: Any) -> int | None:
+    """Source log bytes from ``position`` to ``upto``: Postgres LSN difference, or the binlog
+    offset difference within one binlog file. None when it cannot be told."""
+    if not isinstance(position, dict) or not isinstance(upto, dict):
+        return None
+    if "lsn" in position and "lsn" in upto:
+        a, b = _lsn(position["lsn"]), _lsn(upto["lsn"])
+        return None if a is None or b is None else max(0, b - a)
+    if position.get("file") and position.get("file") == upto.get("file"):
+        try:
+            return max(0, int(upto["pos"]) - int(position["pos"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+    return None
+
+
+def _lsn(text: Any) -> int | None:
+    try:
+        hi, lo = str(text).split("/")
+        return (int(hi, 16) << 32) + int(lo, 16)
+    except ValueError:
+        return None
+
+
+def format_summary(summary: dict[str, Any]) -> list[str]:
+    head = (f"pipeline {summary['pipeline']} ({summary['mode']}): "
+            + ("nothing to do" if summary["nothing_to_do"] else
+               f"{summary['events']} events, {summary['bytes']} bytes in {summary['sub_batches']} "
+               f"sub-batch(es)")
+            + f"; upper bound {summary['upto']}; released to {summary['released_to']}")
+    lines = [head]
+    for s in summary["sinks"]:
+        lines.append(f"  sink {s['id']} ({s['kind']}{', required' if s['required'] else ''}): "
+                     f"{s['status']}, {s['events']} events, {s['bytes']} bytes, at {s['position']}, "
+                     f"lag {s['lag_bytes'] if s['lag_bytes'] is not None else '?'} bytes"
+                     + (f", error: {s['error']}" if s.get("error") else ""))
+    return lines
+
+
+def emit_metrics(summary: dict[str, Any], stats: Any = None) -> None:
+    if stats is None:
+        from airflow.sdk.observability.stats import Stats as stats
+    p = summary["pipeline"]
+    stats.incr(f"tidegate.{p}.runs", 1, tags={"pipeline": p})
+    stats.incr(f"tidegate.{p}.events", summary["events"], tags={"pipeline": p})
+    stats.incr(f"tidegate.{p}.bytes", summary["bytes"], tags={"pipeline": p})
+    stats.gauge(f"tidegate.{p}.nothing_to_do", 1 if summary["nothing_to_do"] else 0, tags={"pipeline": p})
+    for s in summary["sinks"]:
+        tags = {"pipeline": p, "sink": s["id"], "kind": s["kind"]}
+        stats.incr(f"tidegate.{p}.{s['id']}.events", s["events"], tags=tags)
+        stats.incr(f"tidegate.{p}.{s['id']}.bytes", s["bytes"], tags=tags)
+        if s["lag_bytes"] is not None:
+            stats.gauge(f"tidegate.{p}.{s['id']}.lag_bytes", s["lag_bytes"], tags=tags)
+        if s["behind"] is not None:
+            stats.gauge(f"tidegate.{p}.{s['id']}.behind", 1 if s["behind"] else 0, tags=tags)
