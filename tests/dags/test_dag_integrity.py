@@ -1,0 +1,150 @@
+"""The DAG folder: every pipeline spec becomes a well-formed DAG; a broken spec is a readable
+import error that does not take the other DAGs down; parsing is cheap."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+
+import pytest
+import yaml
+
+from tests.dags.conftest import DAGS, EXAMPLES, ROOT, dagbag
+
+TASKS = ["guard", "bounds", "deliver", "release", "report"]
+PARAM_KEYS = {"mode", "sinks", "max_events", "replay_of", "resolve", "reason"}
+
+
+def _specs() -> dict[str, dict]:
+    out = {}
+    for f in sorted(EXAMPLES.glob("*.yaml")):
+        raw = yaml.safe_load(f.read_text())
+        out[f"cdc_{raw['pipeline']}"] = raw
+    return out
+
+
+def test_no_import_errors_one_dag_per_spec(pipelines_dir):
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == sorted(_specs()) == ["cdc_shop_mysql", "cdc_shop_postgres"]
+
+
+def test_every_dag_is_configured_for_micro_batches(dags):
+    specs = _specs()
+    for dag_id, dag in dags.items():
+        raw = specs[dag_id]
+        assert dag.max_active_runs == 1
+        assert dag.catchup is False
+        assert dag.owner == "tidegate"
+        assert dag.dagrun_timeout and dag.dagrun_timeout > timedelta(0)
+        assert set(dag.tags) == {"cdc", raw["source"]["kind"], *(s["kind"] for s in raw["sinks"])}
+        assert dag.schedule == raw["schedule"]
+        assert f"pipeline: {raw['pipeline']}" in dag.doc_md  # the spec's YAML is shown
+        assert set(dag.params.keys()) == PARAM_KEYS
+        for task in dag.tasks:
+            assert task.owner == "tidegate"
+            assert task.retries >= 2, task.task_id
+            assert task.retry_exponential_backoff and task.retry_exponential_backoff > 1
+            assert task.max_retry_delay is not None
+            assert task.execution_timeout is not None, task.task_id
+
+
+def test_tasks_are_wired_guard_bounds_deliver_release_report(dags):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    for dag in dags.values():
+        assert sorted(dag.task_ids) == sorted(TASKS)
+        for up, down in zip(TASKS, TASKS[1:], strict=False):
+            assert dag.get_task(up).downstream_task_ids == {down}
+        assert dag.get_task("release").trigger_rule == "none_failed"
+        assert dag.get_task("report").trigger_rule == "none_failed"
+        deliver = dag.get_task("deliver")
+        assert isinstance(deliver, SparkSubmitOperator)
+        assert deliver._conn_id == "spark_default"
+        assert os.path.isfile(deliver.application) and deliver.application.endswith("spark_jobs/deliver.py")
+        kind = "binlog_purge" if "mysql" in dag.dag_id else "slot"
+        assert kind in dag.get_task("guard").checks
+
+
+def test_trigger_form_validates_values(dags):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dags["cdc_shop_mysql"]
+    defaults = dag.params.validate()
+    assert defaults["mode"] == "incremental"
+    assert defaults["sinks"] == ["events", "bus", "cache"]
+    assert defaults["max_events"] is None and defaults["resolve"] is None
+    for key, bad in (("mode", "snapshot_everything"), ("sinks", ["nope"]), ("sinks", []),
+                     ("sinks", ["events", "events"]), ("max_events", 0), ("max_events", "ten"),
+                     ("resolve", "ignore"), ("replay_of", 7)):
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param(key).resolve(bad)
+    assert dag.params.get_param("resolve").resolve("accept_gap") == "accept_gap"
+    assert dag.params.get_param("sinks").resolve(["cache"]) == ["cache"]
+    assert dag.params.get_param("max_events").resolve(500) == 500
+
+
+BROKEN = textwrap.dedent("""\
+    pipeline: broken_one
+    source:
+      kind: oracle
+      conn_id: db
+    sinks:
+      - {id: events, kind: kafka, conn_id: k, topic: "t"}
+    """)
+
+
+def test_broken_spec_is_a_readable_import_error_and_others_still_load(pipelines_dir):
+    (pipelines_dir / "broken_one.yaml").write_text(BROKEN)
+    (pipelines_dir / "not_yaml.yaml").write_text("pipeline: [unclosed\n")
+    dup = (pipelines_dir / "shop_mysql.yaml").read_text()
+    (pipelines_dir / "zz_duplicate.yaml").write_text(dup)
+    bag = dagbag()
+    assert sorted(bag.dags) == ["cdc_shop_mysql", "cdc_shop_postgres"]  # the good ones load
+    assert list(bag.import_errors) and all(k.endswith("tidegate_spec_errors.py") for k in bag.import_errors)
+    (message,) = bag.import_errors.values()
+    assert "InvalidPipelineSpecError" in message
+    lines = message.splitlines()
+    # One line per problem, naming the file, the field and what is allowed.
+    assert any(f"{pipelines_dir / 'broken_one.yaml'}: source.kind: unknown value 'oracle'; allowed: "
+               "mysql | postgres" in ln for ln in lines), message
+    assert any("not_yaml.yaml: line" in ln and "not valid YAML" in ln for ln in lines), message
+    assert any("zz_duplicate.yaml: pipeline: 'shop_mysql' is already defined in" in ln for ln in lines)
+    # short: a header, three problems, and a traceback of this one-line module
+    assert len(message) < 2000
+
+
+PARSE_PROBE = textwrap.dedent("""\
+    import json, sys, time
+    from airflow.dag_processing.dagbag import DagBag   # Airflow itself is loaded before parsing
+    t0 = time.process_time()
+    bag = DagBag(dag_folder=sys.argv[1])
+    cpu = time.process_time() - t0
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "confluent_kafka", "redis",
+                   "nats", "pymysql", "psycopg2", "pymysqlreplication")
+                   or m in ("tidegate.runner", "tidegate.coordinator", "tidegate.guards", "tidegate.store",
+                            "tidegate.sources", "tidegate.sinks", "tidegate.spark_job"))
+    print(json.dumps({"cpu": cpu, "dags": sorted(bag.dags), "errors": bag.import_errors, "heavy": heavy}))
+    """)
+
+
+def test_parsing_20_specs_takes_under_2s_cpu_and_imports_no_engine(tmp_path):
+    pdir = tmp_path / "pipelines"
+    pdir.mkdir()
+    template = yaml.safe_load((EXAMPLES / "shop_mysql.yaml").read_text())
+    for i in range(20):
+        raw = dict(template, pipeline=f"load_{i:02d}")
+        (pdir / f"load_{i:02d}.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {**os.environ, "TIDEGATE_PIPELINES_DIR": str(pdir), "PYTHONPATH": str(ROOT / "plugins")}
+    out = subprocess.run([sys.executable, "-c", PARSE_PROBE, str(DAGS)], capture_output=True, text=True,
+                         env=env, cwd=str(tmp_path), timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["errors"] == {}
+    assert result["dags"] == [f"cdc_load_{i:02d}" for i in range(20)]
+    assert result["heavy"] == [], "DAG parsing must not import the engine or client libraries"
+    assert result["cpu"] < 2.0, f"parsing 20 specs took {result['cpu']:.2f} s CPU"
