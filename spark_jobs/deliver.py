@@ -107,13 +107,17 @@ def run(args: argparse.Namespace, spark: Any) -> dict[str, Any]:
                    upto=args.upto, sinks=args.sinks, max_events=args.max_events, replay_of=args.replay_of)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def spark_session(app_name: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.appName(app_name).getOrCreate()
+
+
+def main(argv: Sequence[str] | None = None, make_session: Any = spark_session) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName(f"tidegate-{args.pipeline}").getOrCreate()
+    spark = make_session(f"tidegate-{args.pipeline}")
     fatal = fatal_errors()
     try:
         report = run(args, spark)

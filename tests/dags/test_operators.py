@@ -1,0 +1,446 @@
+"""The operators' own logic, with the engine's functions replaced (no servers, no Spark)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, DownstreamTasksSkipped
+
+from tests.dags.conftest import make_context
+
+MYSQL_UPTO = {"file": "mysql-bin.000004", "pos": 900, "gtid_set": None, "server_id": 1, "server_uuid": None}
+MYSQL_OLD = {"file": "mysql-bin.000004", "pos": 400, "gtid_set": None, "server_id": 1, "server_uuid": None}
+
+
+def _incident(**kw):
+    base = dict(id=7, kind="binlog_purged", pipeline="shop_mysql", detected_at="2026-11-25T10:00:00Z",
+                from_position="mysql-bin.000003:1234", to_position="mysql-bin.000005:4",
+                detail="binlog mysql-bin.000003 was purged")
+    return SimpleNamespace(**{**base, **kw})
+
+
+@pytest.fixture()
+def fake_guards(monkeypatch, calls):
+    """Every guard passes and records its call."""
+    import tidegate.guards as guards
+
+    def rec(name, result=None):
+        def fn(*args, **kwargs):
+            calls.append((name, args, kwargs))
+            return result
+        return fn
+
+    monkeypatch.setattr(guards, "check_halted", rec("halted"))
+    monkeypatch.setattr(guards, "guard_failover", rec("failover", {"status": "same_server"}))
+    monkeypatch.setattr(guards, "guard_slot", rec("slot", {"status": "ok"}))
+    monkeypatch.setattr(guards, "guard_binlog_purge", rec("binlog_purge", {"status": "ok"}))
+    monkeypatch.setattr(guards, "preflight", rec("preflight", ["binlog retention: 5.0 h left"]))
+    monkeypatch.setattr(guards, "resolve_incidents", rec("resolve", [{"id": 7, "resolution": "accept_gap"}]))
+    return guards
+
+
+# --------------------------------------------------------------------------- run params
+
+
+def test_plan_reason_required_with_resolve(dags):
+    from tidegate_airflow.exceptions import InvalidRunParamsError
+    from tidegate_airflow.params import plan_for_run
+
+    dag = dags["cdc_shop_mysql"]
+    with pytest.raises(InvalidRunParamsError) as e:
+        plan_for_run(make_context(dag, conf={"resolve": "accept_gap", "reason": "  "}), sink_ids=["events"])
+    assert isinstance(e.value, AirflowFailException)
+    assert "reason is required when resolve is set" in str(e.value)
+
+    plan = plan_for_run(make_context(dag, conf={"resolve": "accept_gap", "reason": "restored from backup"}),
+                        sink_ids=["events", "bus", "cache"])
+    assert (plan.resolve, plan.reason, plan.who, plan.mode, plan.sinks) == (
+        "accept_gap", "restored from backup", "alice", "incremental", None)
+
+
+@pytest.mark.parametrize(("conf", "needle"), [
+    ({"mode": "replay"}, "mode=replay needs replay_of"),
+    ({"replay_of": "scheduled__x"}, "needs mode=replay"),
+    ({"sinks": ["events", "nope"]}, "unknown sink(s) nope"),
+    ({"sinks": []}, "sinks is empty"),
+    ({"max_events": "lots"}, "max_events must be a positive integer"),
+    ({"mode": "snapshot"}, "mode 'snapshot' is not one of"),
+])
+def test_plan_rejects_inconsistent_params(dags, conf, needle):
+    from tidegate_airflow.exceptions import InvalidRunParamsError
+    from tidegate_airflow.params import plan_for_run
+
+    with pytest.raises(InvalidRunParamsError, match=None) as e:
+        plan_for_run(make_context(dags["cdc_shop_mysql"], conf=conf), sink_ids=["events", "bus", "cache"])
+    assert needle in str(e.value)
+
+
+def test_plan_subset_replay_and_backfill(dags):
+    from tidegate_airflow.params import plan_for_run
+
+    dag, ids = dags["cdc_shop_mysql"], ["events", "bus", "cache"]
+    plan = plan_for_run(make_context(dag, conf={"sinks": ["cache"], "max_events": 100}), sink_ids=ids)
+    assert plan.sinks == ["cache"] and plan.max_events == 100
+    plan = plan_for_run(make_context(dag, conf={"mode": "replay", "replay_of": "scheduled__2026-01-01"}),
+                        sink_ids=ids)
+    assert (plan.mode, plan.replay_of) == ("replay", "scheduled__2026-01-01")
+    # A backfill replays the range of the scheduled run for the same date.
+    plan = plan_for_run(make_context(dag, run_id="backfill__2026-01-02T00:00:00+00:00", run_type="backfill"),
+                        sink_ids=ids)
+    assert (plan.mode, plan.replay_of) == ("replay", "scheduled__2026-01-02T00:00:00+00:00")
+
+
+# --------------------------------------------------------------------------- guards
+
+
+def test_guard_runs_checks_in_order_and_returns_warnings(dags, fake_guards, calls):
+    guard = dags["cdc_shop_mysql"].get_task("guard")
+    out = guard.execute(make_context(dags["cdc_shop_mysql"], guard))
+    assert [c[0] for c in calls] == ["halted", "failover", "binlog_purge", "preflight"]
+    assert calls[1][2]["run_id"] == "manual__2026-01-01" and callable(calls[1][2]["resolve"])
+    assert out["warnings"] == ["binlog retention: 5.0 h left"]
+    assert out["checks"]["failover"] == {"status": "same_server"}
+    pg = dags["cdc_shop_postgres"].get_task("guard")
+    calls.clear()
+    pg.execute(make_context(dags["cdc_shop_postgres"], pg))
+    assert [c[0] for c in calls] == ["halted", "failover", "slot", "preflight"]
+
+
+def test_continuity_halt_fails_without_retry_and_names_the_range(dags, fake_guards, monkeypatch, calls):
+    from tidegate_airflow.exceptions import ContinuityHaltError
+
+    inc = _incident()
+
+    def purged(*a, **kw):
+        calls.append(("binlog_purge", a, kw))
+        raise fake_guards.ContinuityHalt(inc)
+
+    monkeypatch.setattr(fake_guards, "guard_binlog_purge", purged)
+    guard = dags["cdc_shop_mysql"].get_task("guard")
+    with pytest.raises(ContinuityHaltError) as e:
+        guard.execute(make_context(dags["cdc_shop_mysql"], guard))
+    assert isinstance(e.value, AirflowFailException)  # Airflow does not retry it
+    msg = str(e.value)
+    assert "incident #7 (binlog_purged)" in msg
+    assert "from mysql-bin.000003:1234 to mysql-bin.000005:4" in msg
+    assert "resolve=accept_gap" in msg  # the engine's message says how to resume
+    assert e.value.incident is inc
+    assert "preflight" not in [c[0] for c in calls]  # stops at the first halt
+
+
+def test_halted_pipeline_stops_at_the_first_check(dags, fake_guards, monkeypatch, calls):
+    from tidegate_airflow.exceptions import ContinuityHaltError
+
+    def halted(*a, **kw):
+        raise fake_guards.ContinuityHalt(_incident(kind="slot_dropped", id=3))
+
+    monkeypatch.setattr(fake_guards, "check_halted", halted)
+    guard = dags["cdc_shop_postgres"].get_task("guard")
+    with pytest.raises(ContinuityHaltError, match=r"incident #3 \(slot_dropped\)"):
+        guard.execute(make_context(dags["cdc_shop_postgres"], guard))
+    assert calls == []
+
+
+def test_guard_resolves_first_when_resolve_and_reason_are_given(dags, fake_guards, calls):
+    guard = dags["cdc_shop_mysql"].get_task("guard")
+    conf = {"resolve": "accept_gap", "reason": "binlog lost in restore; tables re-loaded"}
+    out = guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="bob",
+                                     run_id="manual__resume"))
+    name, args, kw = calls[0]
+    assert name == "resolve"
+    assert args[0].pipeline == "shop_mysql"
+    assert kw["resolution"] == "accept_gap" and kw["reason"] == conf["reason"]
+    assert kw["who"] == "bob" and kw["run_id"] == "manual__resume"
+    assert [c[0] for c in calls[1:]] == ["halted", "failover", "binlog_purge", "preflight"]
+    assert out["resolved"] == [{"id": 7, "resolution": "accept_gap"}]
+
+
+def test_guard_refuses_resolve_without_reason(dags, fake_guards, calls):
+    from tidegate_airflow.exceptions import InvalidRunParamsError
+
+    guard = dags["cdc_shop_mysql"].get_task("guard")
+    with pytest.raises(InvalidRunParamsError, match="reason is required"):
+        guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf={"resolve": "accept_gap"}))
+    assert calls == []
+
+
+def test_preflight_setting_error_fails_and_other_errors_are_retried(dags, fake_guards, monkeypatch):
+    from tidegate.errors import SourceError, SourceSettingError
+    from tidegate_airflow.exceptions import PreflightError
+    from tidegate_airflow.operators import PreflightOperator
+
+    def bad(*a, **kw):
+        raise SourceSettingError("binlog_row_image is MINIMAL; set binlog_row_image=FULL")
+
+    monkeypatch.setattr(fake_guards, "preflight", bad)
+    op = PreflightOperator(task_id="pf", pipeline="shop_mysql")
+    assert op.checks == ("preflight",)
+    with pytest.raises(PreflightError, match="binlog_row_image=FULL"):
+        op.execute(make_context())
+
+    def down(*a, **kw):
+        raise SourceError("cannot connect to 127.0.0.1:3306")
+
+    monkeypatch.setattr(fake_guards, "preflight", down)
+    with pytest.raises(SourceError) as e:
+        op.execute(make_context())
+    assert not isinstance(e.value, AirflowFailException)  # retried by Airflow
+
+
+def test_single_guard_operators(fake_guards, pipelines_dir, calls):
+    from tidegate_airflow.operators import BinlogPurgeGuardOperator, FailoverGuardOperator, SlotGuardOperator
+
+    for cls, expected in ((FailoverGuardOperator, ["halted", "failover"]),
+                          (SlotGuardOperator, ["halted", "slot"]),
+                          (BinlogPurgeGuardOperator, ["halted", "binlog_purge"])):
+        calls.clear()
+        cls(task_id="g", pipeline="shop_postgres").execute(make_context())
+        assert [c[0] for c in calls] == expected
+    with pytest.raises(ValueError, match="unknown guard check"):
+        FailoverGuardOperator(task_id="g2", pipeline="x", checks=("failover", "vibes"))
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def _bounds(nothing_to_do: bool, cache=MYSQL_OLD):
+    return {"pipeline": "shop_mysql", "upto": MYSQL_UPTO,
+            "sinks": {"events": MYSQL_UPTO, "bus": MYSQL_UPTO, "cache": cache},
+            "nothing_to_do": nothing_to_do}
+
+
+def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
+    import tidegate.runner as runner
+
+    monkeypatch.setattr(runner, "capture_bounds", lambda spec, resolve=None: _bounds(True, MYSQL_UPTO))
+    dag = dags["cdc_shop_mysql"]
+    bounds = dag.get_task("bounds")
+    ctx = make_context(dag, bounds)
+    with pytest.raises(DownstreamTasksSkipped) as e:
+        bounds.execute(ctx)
+    assert [getattr(t, "task_id", t) for t in e.value.tasks] == ["deliver"]  # release/report still run
+    assert ctx["ti"].pushed["return_value"]["nothing_to_do"] is True  # XCom pushed before skipping
+
+
+def test_work_to_do_or_replay_does_not_short_circuit(dags, monkeypatch):
+    import tidegate.runner as runner
+
+    dag = dags["cdc_shop_mysql"]
+    bounds = dag.get_task("bounds")
+    monkeypatch.setattr(runner, "capture_bounds", lambda spec, resolve=None: _bounds(False))
+    assert bounds.execute(make_context(dag, bounds))["upto"] == MYSQL_UPTO
+    # Only the chosen sinks count: events is caught up, cache is not.
+    with pytest.raises(DownstreamTasksSkipped):
+        bounds.execute(make_context(dag, bounds, conf={"sinks": ["events"]}))
+    monkeypatch.setattr(runner, "capture_bounds", lambda spec, resolve=None: _bounds(True, MYSQL_UPTO))
+    out = bounds.execute(make_context(dag, bounds, conf={"mode": "replay", "replay_of": "scheduled__x"}))
+    assert out["nothing_to_do"] is True
+
+
+# --------------------------------------------------------------------------- deliver
+
+SECRETS = ("s3cr3t-mysql-pw", "r3dis-pw-xyz", "k4fka-pw-abc")
+
+
+@pytest.fixture()
+def connections(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_MYSQL", f"mysql://cdc:{SECRETS[0]}@127.0.0.1:3306/shop")
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_REDIS", json.dumps(
+        {"conn_type": "redis", "host": "127.0.0.1", "port": 6379, "password": SECRETS[1]}))
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_KAFKA", json.dumps(
+        {"conn_type": "kafka", "password": SECRETS[2], "extra": {"bootstrap.servers": "127.0.0.1:9092"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_NATS", "nats://127.0.0.1:4222")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+
+
+def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connections):
+    dag = dags["cdc_shop_mysql"]
+    deliver = dag.get_task("deliver")
+    ctx = make_context(dag, deliver, conf={"sinks": ["events", "cache"], "max_events": 500},
+                       run_id="scheduled__2026-01-01T00:01:00+00:00",
+                       xcoms={"bounds": _bounds(False)})
+    deliver.prepare(ctx, "/tmp/report.json")
+    args = deliver.application_args
+    opts = dict(zip(args[::2], args[1::2], strict=True))
+    assert opts["--pipeline"] == "shop_mysql" and opts["--run-id"] == "scheduled__2026-01-01T00:01:00+00:00"
+    assert opts["--mode"] == "incremental" and opts["--sinks"] == "events,cache"
+    assert opts["--max-events"] == "500" and json.loads(opts["--upto-json"]) == MYSQL_UPTO
+    assert opts["--spec"].endswith("shop_mysql.yaml") and opts["--report-file"] == "/tmp/report.json"
+    # The real spark-submit command line, as the provider's hook builds it.
+    hook = deliver._get_hook()
+    cmd = hook._build_spark_submit_command(deliver.application)
+    assert cmd[cmd.index("--master") + 1] == "local[2]"
+    assert cmd[cmd.index("--name") + 1] == "tidegate-shop_mysql"
+    line = " ".join(cmd)
+    assert not any(s in line for s in SECRETS), line
+    assert "AIRFLOW_CONN" not in line
+    env = hook._env
+    assert {"AIRFLOW_CONN_CDC_MYSQL", "AIRFLOW_CONN_CDC_KAFKA", "AIRFLOW_CONN_CDC_NATS",
+            "AIRFLOW_CONN_CDC_REDIS"} <= set(env)
+    from tidegate.connections import get_connection
+
+    mysql = get_connection("cdc_mysql", env)  # what the engine in the driver reads
+    assert (mysql.host, mysql.port, mysql.login, mysql.password, mysql.schema) == (
+        "127.0.0.1", 3306, "cdc", SECRETS[0], "shop")
+    assert get_connection("cdc_kafka", env).extra["bootstrap.servers"] == "127.0.0.1:9092"
+    assert env["PYSPARK_PYTHON"]  # local master: the driver uses this interpreter
+
+
+def test_deliver_takes_spark_settings_from_the_spec(pipelines_dir, connections, monkeypatch):
+    from tidegate_airflow.factory import build_dags
+
+    spec = pipelines_dir / "shop_postgres.yaml"
+    spec.write_text(spec.read_text() + "spark:\n  conn_id: my_spark\n  conf: {spark.driver.memory: 2g}\n"
+                    "  packages: [org.example:lib:1.0]\n")
+    monkeypatch.setenv("AIRFLOW_CONN_MY_SPARK", '{"conn_type": "spark", "host": "local[1]"}')
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_POSTGRES", "postgres://cdc:pw-pg-123@127.0.0.1:5432/shop")
+    dag = build_dags()["cdc_shop_postgres"]
+    deliver = dag.get_task("deliver")
+    deliver.prepare(make_context(dag, deliver, xcoms={"bounds": None}), None)
+    assert deliver._conn_id == "my_spark" and deliver.conf == {"spark.driver.memory": "2g"}
+    assert deliver.packages == "org.example:lib:1.0"
+    assert "--upto-json" not in deliver.application_args  # no bounds: the job captures the head
+    cmd = " ".join(deliver._get_hook()._build_spark_submit_command(deliver.application))
+    assert "--master local[1]" in cmd and "--packages org.example:lib:1.0" in cmd
+    assert "spark.driver.memory=2g" in cmd and "pw-pg-123" not in cmd
+
+
+def test_deliver_refuses_to_put_secrets_on_a_yarn_command_line(dags, connections, monkeypatch):
+    from tidegate_airflow.exceptions import UnsafeConnectionTransportError
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "yarn"}')
+    dag = dags["cdc_shop_mysql"]
+    deliver = dag.get_task("deliver")
+    with pytest.raises(UnsafeConnectionTransportError, match="pass_connections=False"):
+        deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds(False)}), None)
+    deliver.pass_connections = False
+    deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds(False)}), None)
+    assert not any(k.startswith("AIRFLOW_CONN_") for k in deliver.env_vars)
+
+
+def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monkeypatch):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from tidegate_airflow.exceptions import DeliverFatalError
+
+    report = {"pipeline": "shop_mysql", "events": 3, "bytes": 300, "sub_batches": 1, "sinks": []}
+
+    def ok(self, context):
+        path = self.application_args[self.application_args.index("--report-file") + 1]
+        with open(path, "w") as f:
+            json.dump(report, f)
+
+    dag = dags["cdc_shop_mysql"]
+    deliver = dag.get_task("deliver")
+    monkeypatch.setattr(SparkSubmitOperator, "execute", ok)
+    assert deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds(False)})) == report
+
+    def fatal(self, context):
+        self._hook = SimpleNamespace(_submit_sp=SimpleNamespace(returncode=3))
+        raise AirflowException("Cannot execute: spark-submit ... Error code is: 3.")
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", fatal)
+    with pytest.raises(DeliverFatalError):
+        deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds(False)}))
+
+    def retryable(self, context):
+        self._hook = SimpleNamespace(_submit_sp=SimpleNamespace(returncode=1))
+        raise AirflowException("Cannot execute: spark-submit ... Error code is: 1.")
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", retryable)
+    with pytest.raises(AirflowException) as e:
+        deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds(False)}))
+    assert not isinstance(e.value, AirflowFailException)
+
+
+# --------------------------------------------------------------------------- release and report
+
+
+def test_release_only_in_incremental_mode(dags, monkeypatch, calls):
+    import tidegate.runner as runner
+
+    monkeypatch.setattr(runner, "release", lambda spec, resolve=None: calls.append(spec.pipeline) or
+                        {"pipeline": spec.pipeline, "released_to": {"lsn": "0/16B3748"}})
+    dag = dags["cdc_shop_postgres"]
+    release = dag.get_task("release")
+    assert release.execute(make_context(dag, release))["released_to"] == {"lsn": "0/16B3748"}
+    assert release.execute(make_context(dag, release, conf={"mode": "dry_run"}))["released_to"] is None
+    assert calls == ["shop_postgres"]
+
+
+class FakeStats:
+    def __init__(self):
+        self.sent = []
+
+    def incr(self, name, count=1, rate=None, *, tags=None):
+        self.sent.append(("incr", name, count))
+
+    def gauge(self, name, value, rate=None, delta=None, *, tags=None):
+        self.sent.append(("gauge", name, value))
+
+
+def test_report_per_sink_numbers_and_metrics(dags, monkeypatch):
+    from tidegate_airflow.operators import report as report_mod
+
+    upto = {"lsn": "0/3000", "system_id": "1", "timeline": 1}
+    run = {"pipeline": "shop_postgres", "events": 10, "bytes": 2000, "sub_batches": 2, "sinks": [
+        {"id": "events", "kind": "kafka", "events": 10, "bytes": 2000, "status": "ok", "to": upto},
+        {"id": "cache", "kind": "redis", "events": 4, "bytes": 800, "status": "failed",
+         "to": {"lsn": "0/2000"}, "error": "connection refused"}]}
+    stats = FakeStats()
+    real_emit = report_mod.emit_metrics
+    monkeypatch.setattr(report_mod, "emit_metrics", lambda summary: real_emit(summary, stats))
+    dag = dags["cdc_shop_postgres"]
+    op = dag.get_task("report")
+    summary = op.execute(make_context(dag, op, xcoms={
+        "deliver": run, "bounds": {"upto": upto, "sinks": {}, "nothing_to_do": False},
+        "release": {"released_to": {"lsn": "0/2000"}}}))
+    by = {s["id"]: s for s in summary["sinks"]}
+    assert (by["events"]["events"], by["events"]["lag_bytes"], by["events"]["behind"]) == (10, 0, False)
+    assert (by["cache"]["status"], by["cache"]["lag_bytes"], by["cache"]["behind"]) == ("failed", 4096, True)
+    assert summary["events"] == 10 and summary["released_to"] == {"lsn": "0/2000"}
+
+    sent = {(kind, name): v for kind, name, v in stats.sent}
+    assert sent[("incr", "tidegate.shop_postgres.events.events")] == 10
+    assert sent[("incr", "tidegate.shop_postgres.cache.bytes")] == 800
+    assert sent[("gauge", "tidegate.shop_postgres.cache.lag_bytes")] == 4096
+    assert sent[("gauge", "tidegate.shop_postgres.cache.behind")] == 1
+    assert sent[("incr", "tidegate.shop_postgres.events")] == 10
+
+
+def test_report_when_deliver_was_skipped(dags):
+    from tidegate_airflow.operators.report import format_summary, summarize
+
+    sink = SimpleNamespace(id="events", kind="kafka", required=True)
+    spec = SimpleNamespace(pipeline="shop_mysql", sinks=[sink])
+    s = summarize(spec, report=None, bounds=_bounds(True, MYSQL_UPTO), released=None)
+    assert s["nothing_to_do"] is True and s["sinks"][0]["status"] == "nothing_to_do"
+    assert s["sinks"][0]["lag_bytes"] == 0
+    assert "nothing to do" in format_summary(s)[0]
+
+
+def test_real_stats_backend_accepts_the_metric_names():
+    from tidegate_airflow.operators.report import emit_metrics
+
+    emit_metrics({"pipeline": "p", "events": 1, "bytes": 2, "nothing_to_do": False,
+                  "sinks": [{"id": "a-b", "kind": "kafka", "events": 1, "bytes": 2, "lag_bytes": 0,
+                             "behind": False}]})
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def test_airflow_resolver(monkeypatch):
+    from tidegate.errors import ConnectionConfigError
+    from tidegate_airflow import airflow_resolver
+
+    monkeypatch.setenv("AIRFLOW_CONN_SRC", json.dumps({
+        "conn_type": "mysql", "host": "db", "port": 3307, "login": "cdc", "password": "pw-12345",
+        "schema": "shop", "extra": {"ssl": "true"}}))
+    c = airflow_resolver("src")
+    assert (c.conn_id, c.conn_type, c.host, c.port, c.login, c.password, c.schema, dict(c.extra)) == (
+        "src", "mysql", "db", 3307, "cdc", "pw-12345", "shop", {"ssl": "true"})
+    assert "pw-12345" not in repr(c)
+    with pytest.raises(ConnectionConfigError, match="AIRFLOW_CONN_MISSING_ONE"):
+        airflow_resolver("missing_one")
