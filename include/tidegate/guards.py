@@ -156,15 +156,15 @@ def guard_slot(pipeline: str | PipelineSpec, *, run_id: str, resolve: Resolver |
     with _opened(spec, resolve, store) as (source, st):
         lowest = _lowest_checkpoint(st, spec)
         try:
-            health = source.slot_health()
+            health = source.check_slot(lowest)
         except SlotMissingError as exc:
-            if lowest is None and not st.checkpoints(spec.pipeline):
-                source.ensure_slot()
-                return {"status": "created", "slot": spec.source.slot}
+            if not st.checkpoints(spec.pipeline):  # the pipeline's first run: create it
+                created = source.ensure_slot()
+                return {"status": "created", "slot": source.slot, "at": position_to_json(created)}
             _halt(st, spec, "slot_dropped", lowest, source.head(), str(exc), run_id)
         except SlotInvalidatedError as exc:
             _halt(st, spec, "slot_invalidated", lowest, source.head(), str(exc), run_id)
-        return {"status": "ok", "slot": spec.source.slot, **health}
+        return {"status": "ok", **health}
 
 
 def guard_binlog_purge(pipeline: str | PipelineSpec, *, run_id: str, resolve: Resolver | None = None,
@@ -207,6 +207,8 @@ def _checkpoint_facts(store: CheckpointStore, spec: PipelineSpec) -> dict[str, A
     stored = [r for sid, r in store.checkpoints(spec.pipeline).items() if sid in {s.id for s in spec.sinks}]
     if not stored:
         return {"checkpoint": None}
+    if spec.source.kind != "mysql":  # Postgres measures headroom by the slot's safe_wal_size
+        return {"checkpoint": min(r.position for r in stored)}
     oldest = min(stored, key=lambda r: r.position)
     written = dt.datetime.fromisoformat(oldest.written_at)
     if written.tzinfo is None:
@@ -242,8 +244,8 @@ def resolve_incidents(pipeline: str | PipelineSpec, *, resolution: str, reason: 
 
 def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: Incident, run_id: str) -> None:
     if inc.kind in ("slot_dropped", "slot_invalidated"):
-        source.recreate_slot()
-        target = source.head()
+        source.drop_slot()  # an invalidated slot cannot be used again
+        target = source.ensure_slot() or source.head()
     elif inc.kind == "failover":
         store.set_source_identity(spec.pipeline, source.identity())
         target = source.head()
