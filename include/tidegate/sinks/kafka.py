@@ -1,0 +1,682 @@
+"""Kafka sink (confluent-kafka / librdkafka).
+
+Modes (DESIGN.md, "Delivery guarantees"):
+
+* ``exactly_once: true``: one Kafka transaction per sub-batch, ``transactional.id``
+  ``tidegate-{pipeline}-{sink_id}`` (stable, so opening a new run fences a zombie). The
+  sub-batch's end position is written in the same transaction as a record in the compacted
+  checkpoint topic (``checkpoint_topic``, default ``_tidegate_checkpoints``, key
+  ``{pipeline}::sink::{sink_id}``, value the position JSON). :meth:`KafkaSink.committed_position`
+  reads the last such record with ``read_committed``. Any error aborts the transaction.
+* default: idempotent producer, ``acks=all`` (at-least-once; consumers dedup by the
+  ``idempotency_key`` header).
+
+Every message: key = JSON of the primary key (``event.key_bytes``), partitioner
+``murmur2_random`` (Java-compatible), headers ``idempotency_key``, ``op`` and ``table``
+(``schema.table``), value = the envelope.
+
+Errors (``classify_kafka_error``):
+
+* retryable: local queue full, timeouts, broker/transport down, leader changes and every
+  error librdkafka marks retriable;
+* non-retryable: authentication/authorization failures, message too large, unknown topic
+  (with ``create_topics: false``), invalid configuration;
+* fatal: producer fenced by a newer instance of the same ``transactional.id``, and every
+  error librdkafka marks fatal (the producer is unusable; the run must stop).
+
+Connection: ``extra`` holds librdkafka properties verbatim (``bootstrap.servers``,
+``security.protocol``, ``sasl.mechanism``, ``ssl.ca.location``, ...). Without
+``bootstrap.servers`` the connection's host[:port] is used; a login/password become
+``sasl.username``/``sasl.password`` (``sasl.mechanism`` PLAIN and ``security.protocol``
+SASL_SSL unless the extras say otherwise). Secrets never reach logs or exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ..batching import SubBatch
+from ..connections import Connection
+from ..errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError, SinkError
+from ..positions import Position, position_from_json
+from ..spec import PipelineSpec, SinkSpec
+from ._common import TemplateNames, redact, secrets_of
+from .base import Sink
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT_TOPIC = "_tidegate_checkpoints"
+OP_TIMEOUT_S = 30.0  # default for admin calls, init/abort of transactions, checkpoint reads
+POLL_EVERY = 2000  # serve callbacks every N produced messages
+
+# librdkafka properties that are the consumer's or the admin client's business only.
+_PRODUCER_ONLY = {
+    "acks", "enable.idempotence", "partitioner", "linger.ms", "queue.buffering.max.ms",
+    "queue.buffering.max.messages", "queue.buffering.max.kbytes", "batch.num.messages",
+    "batch.size", "compression.type", "compression.codec", "message.timeout.ms",
+    "delivery.timeout.ms", "transactional.id", "transaction.timeout.ms", "retries",
+    "message.send.max.retries", "delivery.report.only.error", "max.in.flight",
+    "max.in.flight.requests.per.connection", "on_delivery", "request.required.acks",
+    "enable.gapless.guarantee", "sticky.partitioning.linger.ms", "retry.backoff.ms",
+}
+
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+           KafkaError.TRANSACTION_COORDINATOR_FENCED}
+_AUTH = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+         KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+         KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+         KafkaError._SSL}
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG_SIZE}
+_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
+_UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                  KafkaError._UNKNOWN_PARTITION}
+_RETRYABLE = {KafkaError._QUEUE_FULL, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+              KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+              KafkaError._RESOLVE, KafkaError._TIMED_OUT_QUEUE, KafkaError.NOT_ENOUGH_REPLICAS,
+              KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
+              KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.NETWORK_EXCEPTION,
+              KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+              KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.CONCURRENT_TRANSACTIONS,
+              KafkaError.BROKER_NOT_AVAILABLE, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT,
+              KafkaError.KAFKA_STORAGE_ERROR}
+_NON_RETRYABLE = _AUTH | _TOO_LARGE | _UNKNOWN_TOPIC | {
+    KafkaError._INVALID_ARG, KafkaError.INVALID_CONFIG, KafkaError.INVALID_REPLICATION_FACTOR,
+    KafkaError.INVALID_PARTITIONS, KafkaError.POLICY_VIOLATION, KafkaError.TOPIC_EXCEPTION,
+    KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE, KafkaError.INVALID_RECORD,
+    KafkaError.INVALID_MSG}
+
+
+def classify_kafka_error(err: KafkaError) -> ErrorClass:
+    """The error class of a librdkafka error (see the module docstring)."""
+    code = err.code()
+    if code in _FENCED or err.fatal():
+        return ErrorClass.FATAL
+    if code in _NON_RETRYABLE:
+        return ErrorClass.NON_RETRYABLE
+    if code in _RETRYABLE or err.retriable():
+        return ErrorClass.RETRYABLE
+    if err.txn_requires_abort():  # abortable, no worse cause known: abort and try again
+        return ErrorClass.RETRYABLE
+    return ErrorClass.NON_RETRYABLE
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (as Java's ``Utils.murmur2``), unsigned 32-bit."""
+    m, r = 0x5BD1E995, 24
+    length = len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest, idx = length % 4, length & ~3
+    if rest == 3:
+        h ^= data[idx + 2] << 16
+    if rest >= 2:
+        h ^= data[idx + 1] << 8
+    if rest >= 1:
+        h ^= data[idx]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition Java clients (and librdkafka's ``murmur2_random``) pick for ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def client_config(conn: Connection) -> dict[str, Any]:
+    """librdkafka properties common to producer, consumer and admin client, from a connection."""
+    cfg: dict[str, Any] = {}
+    for k, v in (conn.extra or {}).items():
+        if k.startswith("__") or k in ("conn_type", "extra"):
+            continue
+        cfg[k] = str(v).lower() if isinstance(v, bool) else v
+    if "bootstrap.servers" not in cfg:
+        if not conn.host:
+            raise NonRetryableSinkError(
+                f"Kafka connection {conn.conn_id!r} names no broker: set extra "
+                f"'bootstrap.servers' (host:port[,host:port]) or the connection host")
+        hosts = conn.host
+        if conn.port and "," not in hosts and ":" not in hosts:
+            hosts = f"{hosts}:{conn.port}"
+        cfg["bootstrap.servers"] = hosts
+    if conn.login and "sasl.username" not in cfg:
+        cfg["sasl.username"] = conn.login
+        if conn.password:
+            cfg["sasl.password"] = conn.password
+        cfg.setdefault("sasl.mechanism", "PLAIN")
+        cfg.setdefault("security.protocol", "SASL_SSL")
+    return cfg
+
+
+class KafkaSink(Sink):
+    kind = "kafka"
+    op_timeout_s: float = OP_TIMEOUT_S  # admin calls, init/abort of transactions, checkpoint reads
+
+    def __init__(self, pipeline: PipelineSpec, sink: SinkSpec, conn: Connection):
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required)
+        if not sink.topic:
+            raise NonRetryableSinkError(f"Kafka sink {sink.id!r} of pipeline {pipeline.pipeline!r} "
+                                        f"has no topic template")
+        self.spec = sink
+        self.conn = conn
+        self.exactly_once = sink.exactly_once
+        self.transactional_id = f"tidegate-{self.pipeline}-{self.sink_id}"
+        self.checkpoint_topic = sink.checkpoint_topic or DEFAULT_CHECKPOINT_TOPIC
+        self._base = client_config(conn)
+        self._secrets = secrets_of(conn, self._base)
+        self._topic_of = TemplateNames(sink.topic, self.pipeline)
+        self._known_topics: set[str] = set()
+        self._producer: Producer | None = None
+        self._admin: AdminClient | None = None
+        self._delivery_errors: list[tuple[KafkaError, str, int, bytes | None]] = []
+        self._client_errors: list[KafkaError] = []
+        self._fatal: SinkError | None = None
+        self._needs_abort = False  # an abort that timed out must be retried before anything else
+        self._uncertain = False  # a failed transaction may have committed: check before resending
+        self._ckpt_partitions: int | None = None
+        self.delivered_events = 0
+
+    # ------------------------------------------------------------------ config
+
+    def producer_config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = {
+            "client.id": self.transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            # The broker's (or topic's) limit decides what is too large, not a 1 MB client default.
+            "message.max.bytes": 16 * 1024 * 1024,
+            "delivery.report.only.error": True,
+        }
+        if self.exactly_once:
+            cfg["transactional.id"] = self.transactional_id
+            cfg["transaction.timeout.ms"] = 120_000
+        else:
+            cfg["message.timeout.ms"] = 120_000
+        cfg.update(self._base)
+        cfg["on_delivery"] = self._on_delivery
+        cfg["error_cb"] = self._on_error
+        cfg["logger"] = logging.getLogger(__name__ + ".librdkafka")
+        return cfg
+
+    def _admin_config(self) -> dict[str, Any]:
+        cfg = {k: v for k, v in self._base.items() if k not in _PRODUCER_ONLY}
+        cfg["logger"] = logging.getLogger(__name__ + ".librdkafka")
+        return cfg
+
+    @property
+    def _timeout_s(self) -> float:
+        key = "transaction.timeout.ms" if self.exactly_once else "message.timeout.ms"
+        ms = self._base.get(key) or (120_000)
+        return float(ms) / 1000.0 + 10.0
+
+    # ------------------------------------------------------------------ callbacks
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._delivery_errors.append((err, msg.topic(), len(msg), msg.key()))
+
+    def _on_error(self, err: KafkaError) -> None:
+        self._client_errors.append(err)
+        log.warning("Kafka sink %r: client error %s: %s", self.sink_id, err.name(),
+                    self._redact(err.str()))
+
+    # ------------------------------------------------------------------ errors
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    def _error(self, err: KafkaError, doing: str) -> SinkError:
+        """A SinkError for a librdkafka error, with a message that says what to do."""
+        cls = classify_kafka_error(err)
+        text = self._redact(err.str())
+        where = f"Kafka sink {self.sink_id!r} (pipeline {self.pipeline!r})"
+        code = err.code()
+        if code in _FENCED or (cls is ErrorClass.FATAL and "fenc" in text.lower()):
+            msg = (f"{where}: producer with transactional.id {self.transactional_id!r} was fenced by a "
+                   f"newer instance (another run took over this pipeline and sink) while {doing}: "
+                   f"{err.name()}: {text}. This run must stop; its transaction is aborted.")
+        elif code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL):
+            msg = (f"{where}: authentication with the brokers failed while {doing} ({err.name()}: {text}); "
+                   f"check the credentials and security settings of connection {self.conn.conn_id!r}")
+        elif code in _AUTH:
+            msg = (f"{where}: not authorized while {doing} ({err.name()}: {text}); grant the "
+                   f"connection's principal the needed ACLs")
+        else:
+            msg = f"{where}: {err.name()} while {doing}: {text}"
+        return _ERROR_TYPES[cls](msg)
+
+    def _from_exception(self, exc: BaseException, doing: str) -> SinkError:
+        if isinstance(exc, SinkError):
+            return exc
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return self._error(exc.args[0], doing)
+        if isinstance(exc, BufferError):
+            return RetryableSinkError(f"Kafka sink {self.sink_id!r}: local producer queue full while "
+                                      f"{doing}")
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return RetryableSinkError(f"Kafka sink {self.sink_id!r}: {type(exc).__name__} while {doing}: "
+                                      f"{self._redact(str(exc))}")
+        return NonRetryableSinkError(f"Kafka sink {self.sink_id!r}: {type(exc).__name__} while {doing}: "
+                                     f"{self._redact(str(exc))}")
+
+    def _delivery_failure(self) -> SinkError | None:
+        """The worst delivery error seen (fatal > non-retryable > retryable), as a SinkError."""
+        if not self._delivery_errors:
+            return None
+        # Purged messages are a consequence (of an abort or a failed transaction), not a cause.
+        causes = [e for e in self._delivery_errors if e[0].code() not in _PURGED] or self._delivery_errors
+        err, topic, size, key = min(causes, key=lambda e: _RANK[classify_kafka_error(e[0])])
+        n = len(self._delivery_errors)
+        what = f"{n} message{'s' if n != 1 else ''} failed"
+        if err.code() in _TOO_LARGE:
+            return NonRetryableSinkError(
+                f"Kafka sink {self.sink_id!r}: a message of {size} bytes for topic {topic!r} "
+                f"(key {key.decode(errors='replace')[:200] if key else None}) is larger than the broker "
+                f"accepts "
+                f"({err.name()}); raise the topic's max.message.bytes (broker message.max.bytes) or "
+                f"shrink the row. {what}.")
+        if err.code() in _UNKNOWN_TOPIC:
+            return self._missing_topic_error(topic)
+        e = self._error(err, f"delivering to topic {topic!r}")
+        return type(e)(f"{e} ({what})")
+
+    def _client_failure(self) -> SinkError | None:
+        """A client-level error that will not heal by waiting (authentication, fatal)."""
+        for err in self._client_errors:
+            if err.fatal() or err.code() in _AUTH:
+                return self._error(err, "talking to the brokers")
+        return None
+
+    def _missing_topic_error(self, topic: str) -> SinkError:
+        return NonRetryableSinkError(
+            f"Kafka sink {self.sink_id!r} (pipeline {self.pipeline!r}): topic {topic!r} does not exist "
+            f"and create_topics is false for this sink; create the topic or set create_topics: true")
+
+    def classify(self, exc: BaseException) -> ErrorClass:
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return classify_kafka_error(exc.args[0])
+        if isinstance(exc, BufferError):
+            return ErrorClass.RETRYABLE
+        return super().classify(exc)
+
+    # ------------------------------------------------------------------ life cycle
+
+    def open(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        if self._admin is None:
+            try:
+                self._admin = AdminClient(self._admin_config())
+            except KafkaException as exc:
+                raise self._from_exception(exc, "creating the admin client") from None
+        if self.exactly_once:
+            self._ensure_checkpoint_topic()
+        if self.spec.topic and "{" not in self._topic_of.template.replace("{pipeline}", ""):
+            self._ensure_topics([self._topic_of.template.format(pipeline=self.pipeline)])
+        if self._producer is None:
+            try:
+                p = Producer(self.producer_config())
+            except KafkaException as exc:
+                raise self._from_exception(exc, "creating the producer") from None
+            if self.exactly_once:
+                try:
+                    p.init_transactions(self.op_timeout_s)  # fences older instances, aborts their tx
+                except KafkaException as exc:
+                    err = self._from_exception(exc, "initialising transactions")
+                    if err.error_class is ErrorClass.FATAL:
+                        self._fatal = err
+                    raise err from None
+            self._producer = p
+
+    def close(self) -> None:
+        p, self._producer = self._producer, None
+        if p is not None:
+            try:
+                if self.exactly_once and self._needs_abort:
+                    p.abort_transaction(5)
+                else:
+                    p.flush(5)
+            except Exception:  # noqa: BLE001, S110 - close must not raise
+                pass
+        self._admin = None
+
+    # ------------------------------------------------------------------ topics
+
+    def _ensure_topics(self, topics: Iterable[str]) -> None:
+        missing = [t for t in dict.fromkeys(topics) if t not in self._known_topics]
+        if not missing:
+            return
+        assert self._admin is not None
+        for t in missing:
+            try:
+                md = self._admin.list_topics(topic=t, timeout=self.op_timeout_s)
+            except KafkaException as exc:
+                raise self._from_exception(exc, f"looking up topic {t!r}") from None
+            tm = md.topics.get(t)
+            if tm is not None and tm.error is None:
+                self._known_topics.add(t)
+                continue
+            if tm is not None and tm.error.code() not in _UNKNOWN_TOPIC:
+                raise self._error(tm.error, f"looking up topic {t!r}")
+            if not self.spec.create_topics:
+                raise self._missing_topic_error(t)
+            self._create_topic(t, self.spec.partitions, self.spec.replication_factor, {})
+            self._known_topics.add(t)
+
+    def _create_topic(self, topic: str, partitions: int, replication: int, config: dict[str, str]) -> None:
+        assert self._admin is not None
+        t = self.op_timeout_s
+        fut = self._admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                                  replication_factor=replication, config=config)],
+                                        operation_timeout=t, request_timeout=t)[topic]
+        try:
+            fut.result(timeout=self.op_timeout_s + 5)
+            log.info("Kafka sink %r: created topic %r (partitions=%d, replication=%d%s)", self.sink_id,
+                     topic, partitions, replication, f", {config}" if config else "")
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            e = self._error(err, f"creating topic {topic!r} (partitions={partitions}, "
+                                 f"replication_factor={replication})")
+            raise type(e)(f"{e}; check the sink's partitions / replication_factor settings") from None
+
+    def _ensure_checkpoint_topic(self) -> None:
+        t = self.checkpoint_topic
+        if t in self._known_topics and self._ckpt_partitions:
+            return
+        assert self._admin is not None
+        try:
+            md = self._admin.list_topics(topic=t, timeout=self.op_timeout_s)
+        except KafkaException as exc:
+            raise self._from_exception(exc, f"looking up checkpoint topic {t!r}") from None
+        tm = md.topics.get(t)
+        if tm is None or tm.error is not None:
+            if tm is not None and tm.error.code() not in _UNKNOWN_TOPIC:
+                raise self._error(tm.error, f"looking up checkpoint topic {t!r}")
+            self._create_topic(t, 1, self.spec.replication_factor,
+                               {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+            md = self._admin.list_topics(topic=t, timeout=self.op_timeout_s)
+            tm = md.topics.get(t)
+        self._ckpt_partitions = max(1, len(tm.partitions) if tm is not None else 1)
+        self._known_topics.add(t)
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliver(self, batch: SubBatch) -> Position:
+        if self._fatal is not None:
+            raise self._fatal
+        if self._producer is None:
+            self.open()
+        events = list(batch.events)
+        topics = [self._topic_of(ev) for ev in events]
+        self._ensure_topics(topics)
+        if self.exactly_once:
+            self._deliver_transaction(batch, events, topics)
+        else:
+            self._deliver_idempotent(events, topics)
+        self.delivered_events += len(events)
+        return batch.end_position
+
+    def _produce_all(self, events: list, topics: list[str]) -> None:
+        p = self._producer
+        assert p is not None
+        produce, poll = p.produce, p.poll
+        deadline = time.monotonic() + self._timeout_s
+        table_hdr: dict[tuple[str, str], bytes] = {}
+        for i, (ev, topic) in enumerate(zip(events, topics, strict=True)):
+            tk = (ev.schema, ev.table)
+            th = table_hdr.get(tk)
+            if th is None:
+                th = table_hdr[tk] = f"{ev.schema}.{ev.table}".encode()
+            headers = [("idempotency_key", ev.idempotency_key.encode()), ("op", ev.op.encode()),
+                       ("table", th)]
+            while True:
+                try:
+                    produce(topic, ev.value, ev.key_bytes, headers=headers)
+                    break
+                except BufferError:
+                    poll(0.05)  # local queue full: wait for deliveries, bounded by the deadline
+                    self._raise_client_failure()
+                    if time.monotonic() > deadline:
+                        raise RetryableSinkError(
+                            f"Kafka sink {self.sink_id!r}: the local producer queue stayed full for "
+                            f"{self._timeout_s:.0f}s (brokers slow or down)") from None
+            if i % POLL_EVERY == 0:
+                poll(0)
+                self._raise_client_failure()
+
+    def _serve_callbacks(self) -> None:
+        try:
+            if self._producer is not None:
+                self._producer.poll(0)
+        except Exception:  # noqa: BLE001, S110 - only collecting reports
+            pass
+
+    def _raise_client_failure(self) -> None:
+        err = self._client_failure()
+        if err is not None:
+            raise err
+
+    def _flush(self) -> None:
+        p = self._producer
+        assert p is not None
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            left = p.flush(0.5)
+            self._raise_client_failure()
+            if left == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RetryableSinkError(f"Kafka sink {self.sink_id!r}: {left} messages not acknowledged "
+                                         f"within {self._timeout_s:.0f}s (brokers slow or down)")
+
+    def _deliver_idempotent(self, events: list, topics: list[str]) -> None:
+        self._delivery_errors.clear()
+        self._client_errors.clear()
+        try:
+            self._produce_all(events, topics)
+            self._flush()
+        except KafkaException as exc:
+            raise self._from_exception(exc, "producing") from None
+        failure = self._delivery_failure()
+        if failure is not None:
+            raise failure
+
+    # -- exactly once
+
+    def _deliver_transaction(self, batch: SubBatch, events: list, topics: list[str]) -> None:
+        p = self._producer
+        assert p is not None
+        if self._needs_abort:
+            self._abort("retrying an earlier abort")
+        if self._uncertain:
+            # An earlier attempt failed at a point where the commit may have gone through.
+            done = self.committed_position()
+            self._uncertain = False
+            if done is not None and done >= batch.end_position:
+                log.info("Kafka sink %r: sub-batch %d (to %s) was already committed by an earlier attempt",
+                         self.sink_id, batch.seq, batch.end_position)
+                return
+        self._delivery_errors.clear()
+        self._client_errors.clear()
+        try:
+            p.begin_transaction()
+        except KafkaException as exc:
+            raise self._fail_tx(self._from_exception(exc, "beginning a transaction"), abort=False) from None
+        try:
+            self._produce_all(events, topics)
+            self._produce_checkpoint(batch.end_position)
+            self._commit_transaction()
+        except BaseException as exc:  # noqa: BLE001 - any error aborts the transaction
+            if not isinstance(exc, Exception):  # KeyboardInterrupt & co: abort, then re-raise as is
+                self._abort_quietly()
+                raise
+            raise self._fail_tx(self._from_exception(exc, "delivering a transaction"), abort=True) from None
+
+    def _produce_checkpoint(self, position: Position) -> None:
+        p = self._producer
+        assert p is not None
+        key = self.checkpoint_key.encode()
+        part = murmur2_partition(key, self._ckpt_partitions or 1)
+        p.produce(self.checkpoint_topic, json.dumps(position.to_json(), sort_keys=True).encode(), key,
+                  partition=part)
+
+    def _commit_transaction(self) -> None:
+        p = self._producer
+        assert p is not None
+        try:
+            p.commit_transaction(self._timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.retriable() and not err.txn_requires_abort() and not err.fatal():
+                self._uncertain = True
+                p.commit_transaction(self._timeout_s)  # librdkafka: retry the commit once
+                self._uncertain = False
+                return
+            raise
+        # Committed: every message of the transaction was delivered (a failed message fails the
+        # commit). Reports still arriving belong to earlier, aborted transactions (purged).
+        self._delivery_errors.clear()
+
+    def _fail_tx(self, failure: SinkError, *, abort: bool) -> SinkError:
+        """Abort the failed transaction and pick the error to raise: the worst of the call's error
+        and the delivery reports (which name the cause, e.g. the message that was too large)."""
+        if failure.error_class is ErrorClass.FATAL:
+            self._fatal = failure
+            self._abort_quietly()
+            return failure
+        abort_err: SinkError | None = None
+        if abort:
+            try:
+                self._abort("after a failed transaction")  # also serves the remaining reports
+            except SinkError as exc:
+                abort_err = exc
+        self._serve_callbacks()
+        failure = _worst(failure, self._delivery_failure())
+        if abort_err is not None:
+            if abort_err.error_class is ErrorClass.FATAL:
+                self._fatal = abort_err
+                return abort_err
+            self._needs_abort = True
+        if failure.error_class is ErrorClass.FATAL:
+            self._fatal = failure
+        self._uncertain = True
+        return failure
+
+    def _abort(self, why: str) -> None:
+        p = self._producer
+        assert p is not None
+        try:
+            p.abort_transaction(self.op_timeout_s)
+            self._needs_abort = False
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError._STATE:  # no transaction in progress: nothing to abort
+                self._needs_abort = False
+                return
+            raise self._from_exception(exc, f"aborting a transaction {why}") from None
+
+    def _abort_quietly(self) -> None:
+        try:
+            if self._producer is not None:
+                self._producer.abort_transaction(5)
+        except Exception:  # noqa: BLE001, S110 - the producer is unusable anyway
+            pass
+
+    # ------------------------------------------------------------------ sink-side checkpoint
+
+    def committed_position(self) -> Position | None:
+        """The position in the last committed checkpoint record for this sink (exactly-once
+        mode); None in idempotent mode or when there is none."""
+        if not self.exactly_once:
+            return None
+        if self._admin is None:
+            self.open()
+        self._ensure_checkpoint_topic()
+        raw = self._read_last_checkpoint()
+        return position_from_json(raw.decode()) if raw else None
+
+    def _read_last_checkpoint(self) -> bytes | None:
+        key = self.checkpoint_key.encode()
+        part = murmur2_partition(key, self._ckpt_partitions or 1)
+        cfg = {k: v for k, v in self._base.items() if k not in _PRODUCER_ONLY}
+        cfg.update({"group.id": f"tidegate-ckpt-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                    "isolation.level": "read_committed", "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    "logger": logging.getLogger(__name__ + ".librdkafka")})
+        try:
+            c = Consumer(cfg)
+        except KafkaException as exc:
+            raise self._from_exception(exc, "creating the checkpoint reader") from None
+        try:
+            tp = TopicPartition(self.checkpoint_topic, part)
+            low, high = c.get_watermark_offsets(tp, timeout=self.op_timeout_s)
+            if high <= low:
+                return None
+            window = 512
+            while True:
+                start = max(low, high - window)
+                found = self._scan(c, part, start, key)
+                if found is not None or start == low:
+                    return found
+                window *= 16
+        except KafkaException as exc:
+            raise self._from_exception(exc, f"reading checkpoint topic {self.checkpoint_topic!r}") from None
+        finally:
+            c.close()
+
+    def _scan(self, c: Consumer, part: int, start: int, key: bytes) -> bytes | None:
+        c.assign([TopicPartition(self.checkpoint_topic, part, start)])
+        last = None
+        deadline = time.monotonic() + self.op_timeout_s
+        while True:
+            if time.monotonic() > deadline:
+                raise RetryableSinkError(
+                    f"Kafka sink {self.sink_id!r}: could not read checkpoint topic "
+                    f"{self.checkpoint_topic!r} to its end within {self.op_timeout_s:.0f}s (an open "
+                    f"transaction of another producer holds the last stable offset)")
+            msg = c.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return last
+                raise KafkaException(msg.error())
+            if msg.key() == key:
+                last = msg.value()
+
+
+_RANK = {ErrorClass.FATAL: 0, ErrorClass.NON_RETRYABLE: 1, ErrorClass.RETRYABLE: 2}
+
+
+def _worst(a: SinkError, b: SinkError | None) -> SinkError:
+    """The more severe of two failures; on a tie the delivery error ``b`` (it names the cause)."""
+    if b is None:
+        return a
+    return a if _RANK[a.error_class] < _RANK[b.error_class] else b
+
+
+_ERROR_TYPES = {ErrorClass.RETRYABLE: RetryableSinkError, ErrorClass.NON_RETRYABLE: NonRetryableSinkError,
+                ErrorClass.FATAL: FatalSinkError}
+
+__all__ = ["KafkaSink", "classify_kafka_error", "client_config", "murmur2", "murmur2_partition",
+           "DEFAULT_CHECKPOINT_TOPIC"]
