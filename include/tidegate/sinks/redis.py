@@ -1,0 +1,221 @@
+"""Redis Streams sink (redis-py).
+
+Each event is ``XADD <stream> * event <envelope JSON> idempotency_key <key>``; the stream key
+comes from the sink's ``stream`` template. A sub-batch's XADDs and the ``SET`` of the sink-side
+checkpoint (key ``tidegate:checkpoint:{pipeline}::sink::{sink_id}``, value the position JSON)
+go in one MULTI/EXEC, so data and checkpoint commit together or not at all: a crash mid-way
+leaves nothing of the sub-batch, and a crash after EXEC but before the checkpoint-store write
+is covered by :meth:`RedisSink.committed_position` (exactly-once per stream, DESIGN.md).
+
+Streams are never trimmed unless ``maxlen`` is set; then ``MAXLEN ~ maxlen`` (Redis keeps at
+least ``maxlen`` entries, trimming whole radix-tree nodes).
+
+Before the first write to a stream key the sink checks that the key is a stream (or absent):
+inside MULTI/EXEC a command that fails at run time (WRONGTYPE) does not undo the others.
+
+Errors: NOAUTH, WRONGPASS, NOPERM (and other ACL/AUTH failures) → non-retryable; connection
+errors, timeouts, LOADING, READONLY (failover), OOM, TRYAGAIN, MASTERDOWN → retryable;
+other server errors → non-retryable.
+
+Connection: host, port (6379), login = ACL user, password, schema = database number; extras
+``ssl`` (true), ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
+``socket_timeout`` (s, default 30). Secrets never reach logs or exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import redis
+import redis.exceptions as rex
+
+from ..batching import SubBatch
+from ..connections import Connection
+from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ..positions import Position, position_from_json
+from ..spec import PipelineSpec, SinkSpec
+from ._common import TemplateNames, redact, secrets_of
+from .base import Sink
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_PREFIX = "tidegate:checkpoint:"
+_RETRYABLE_REPLIES = ("LOADING", "READONLY", "OOM", "TRYAGAIN", "MASTERDOWN", "BUSY ", "CLUSTERDOWN")
+_AUTH_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "ERR AUTH", "INVALID PASSWORD", "INVALID USERNAME")
+
+
+def classify_redis_error(exc: BaseException) -> ErrorClass:
+    """The error class of a redis-py exception (see the module docstring)."""
+    text = str(exc).upper()
+    if isinstance(exc, (rex.AuthenticationError, rex.AuthorizationError, rex.NoPermissionError,
+                        rex.AuthenticationWrongNumberOfArgsError)) or any(a in text for a in _AUTH_REPLIES):
+        return ErrorClass.NON_RETRYABLE
+    if isinstance(exc, (rex.ConnectionError, rex.TimeoutError, ConnectionError, TimeoutError, OSError,
+                        rex.BusyLoadingError, rex.ReadOnlyError, rex.OutOfMemoryError,
+                        rex.TryAgainError, rex.MasterDownError, rex.ClusterDownError)):
+        return ErrorClass.RETRYABLE
+    if isinstance(exc, rex.ResponseError) and any(text.startswith(r) or f" {r}" in text
+                                                  for r in _RETRYABLE_REPLIES):
+        return ErrorClass.RETRYABLE
+    return ErrorClass.NON_RETRYABLE
+
+
+def _truthy(v: Any) -> bool:
+    return v is True or str(v).lower() in ("1", "true", "yes", "on")
+
+
+class RedisSink(Sink):
+    kind = "redis"
+
+    def __init__(self, pipeline: PipelineSpec, sink: SinkSpec, conn: Connection):
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required)
+        if not sink.stream:
+            raise NonRetryableSinkError(f"Redis sink {sink.id!r} of pipeline {pipeline.pipeline!r} has no "
+                                        f"stream template")
+        self.spec = sink
+        self.conn = conn
+        self.maxlen = sink.maxlen
+        self.checkpoint_redis_key = CHECKPOINT_PREFIX + self.checkpoint_key
+        self._stream_of = TemplateNames(sink.stream, self.pipeline)
+        self._secrets = secrets_of(conn)
+        self._client: redis.Redis | None = None
+        self._checked_streams: set[str] = set()
+        self._uncertain = False  # an EXEC whose reply was lost may have committed
+        self.delivered_events = 0
+
+    # ------------------------------------------------------------------ connection
+
+    def client_kwargs(self) -> dict[str, Any]:
+        c, x = self.conn, dict(self.conn.extra or {})
+        kw: dict[str, Any] = {
+            "host": c.host or "127.0.0.1", "port": int(c.port or 6379),
+            "db": int(c.schema) if c.schema and str(c.schema).isdigit() else int(x.get("db", 0)),
+            "username": c.login or None, "password": c.password or None,
+            "socket_timeout": float(x.get("socket_timeout", 30)),
+            "socket_connect_timeout": float(x.get("socket_connect_timeout", 10)),
+            "client_name": f"tidegate-{self.pipeline}-{self.sink_id}",
+        }
+        if _truthy(x.get("ssl")) or c.conn_type in ("rediss",):
+            kw["ssl"] = True
+            for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_ca_path"):
+                if x.get(k) is not None:
+                    kw[k] = x[k]
+        return kw
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    def _error(self, exc: BaseException, doing: str) -> SinkError:
+        if isinstance(exc, SinkError):
+            return exc
+        cls = classify_redis_error(exc)
+        where = f"Redis sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.conn})"
+        text = self._redact(f"{type(exc).__name__}: {exc}")
+        up = text.upper()
+        if any(a in up for a in ("NOAUTH", "WRONGPASS", "AUTHENTICATION", "INVALID PASSWORD",
+                                 "INVALID USERNAME")):
+            msg = (f"{where}: authentication failed while {doing} ({text}); check the user and password "
+                   f"of connection {self.conn.conn_id!r}")
+        elif "NOPERM" in up or isinstance(exc, rex.NoPermissionError):
+            msg = (f"{where}: the ACL user {self.conn.login or 'default'!r} lacks a permission while "
+                   f"{doing} ({text}); it needs XADD, SET, GET, TYPE, MULTI/EXEC on the stream and "
+                   f"checkpoint keys")
+        else:
+            msg = f"{where}: {text} while {doing}"
+        return (RetryableSinkError if cls is ErrorClass.RETRYABLE else NonRetryableSinkError)(msg)
+
+    def classify(self, exc: BaseException) -> ErrorClass:
+        if isinstance(exc, SinkError):
+            return exc.error_class
+        return classify_redis_error(exc)
+
+    def open(self) -> None:
+        if self._client is not None:
+            return
+        client = redis.Redis(**self.client_kwargs())
+        try:
+            client.ping()
+        except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+            client.close()
+            raise self._error(exc, "connecting") from None
+        self._client = client
+
+    def close(self) -> None:
+        c, self._client = self._client, None
+        if c is not None:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001, S110 - close must not raise
+                pass
+
+    # ------------------------------------------------------------------ delivery
+
+    def _check_streams(self, keys: list[str]) -> None:
+        assert self._client is not None
+        for k in dict.fromkeys(keys):
+            if k in self._checked_streams:
+                continue
+            t = self._client.type(k)
+            t = t.decode() if isinstance(t, bytes) else t
+            if t not in ("none", "stream"):
+                raise NonRetryableSinkError(
+                    f"Redis sink {self.sink_id!r}: key {k!r} holds a {t}, not a stream; rename the key or "
+                    f"change the sink's stream template")
+            self._checked_streams.add(k)
+
+    def deliver(self, batch: SubBatch) -> Position:
+        if self._client is None:
+            self.open()
+        assert self._client is not None
+        try:
+            if self._uncertain:
+                done = self.committed_position()
+                self._uncertain = False
+                if done is not None and done >= batch.end_position:
+                    log.info("Redis sink %r: sub-batch %d (to %s) was already committed by an earlier "
+                             "attempt", self.sink_id, batch.seq, batch.end_position)
+                    return batch.end_position
+            events = list(batch.events)
+            keys = [self._stream_of(ev) for ev in events]
+            self._check_streams(keys)
+            pipe = self._client.pipeline(transaction=True)
+            xadd = pipe.xadd
+            if self.maxlen:
+                for ev, key in zip(events, keys, strict=True):
+                    xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key},
+                         maxlen=self.maxlen, approximate=True)
+            else:
+                for ev, key in zip(events, keys, strict=True):
+                    xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key})
+            pipe.set(self.checkpoint_redis_key, json.dumps(batch.end_position.to_json(), sort_keys=True))
+            self._execute(pipe)
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+            err = self._error(exc, f"delivering sub-batch {batch.seq}")
+            if err.error_class is ErrorClass.RETRYABLE:
+                self._uncertain = True  # the EXEC may have run before the connection broke
+            raise err from None
+        self.delivered_events += len(events)
+        return batch.end_position
+
+    def _execute(self, pipe: Any) -> list:
+        """Send MULTI, the queued commands and EXEC; raise on any error."""
+        return pipe.execute()
+
+    # ------------------------------------------------------------------ sink-side checkpoint
+
+    def committed_position(self) -> Position | None:
+        if self._client is None:
+            self.open()
+        assert self._client is not None
+        try:
+            raw = self._client.get(self.checkpoint_redis_key)
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(exc, "reading the checkpoint key") from None
+        return position_from_json(raw.decode() if isinstance(raw, bytes) else raw) if raw else None
+
+
+__all__ = ["RedisSink", "classify_redis_error", "CHECKPOINT_PREFIX"]

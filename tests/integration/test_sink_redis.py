@@ -1,0 +1,238 @@
+"""Redis Streams sink against the real server: MULTI/EXEC atomicity across a SIGKILL, the
+sink-side checkpoint, MAXLEN only when configured, and error classes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+from test_sink_support import all_events, make_batches, pipeline_spec, seq_of, source_items, unique
+from tidegate.connections import Connection
+from tidegate.coordinator import run_once
+from tidegate.errors import ErrorClass, NonRetryableSinkError, RetryableSinkError
+from tidegate.sinks import make_sink
+from tidegate.sinks.redis import RedisSink
+from tidegate.spec import BatchSpec, SinkSpec
+from tidegate.store import open_store
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+N_TX, ROWS, MAX_EVENTS = 10, 4, 8  # 5 sub-batches of 8 events
+
+
+def rspec(name: str, maxlen: int | None = None) -> SinkSpec:
+    return SinkSpec(id="cache", kind="redis", conn_id="cdc_redis", stream="s:{pipeline}:{schema}.{table}",
+                    maxlen=maxlen)
+
+
+def new_sink(conn: Connection, name: str, **kw) -> RedisSink:
+    spec = rspec(name, **kw)
+    return make_sink(pipeline_spec(name, spec), spec, conn)
+
+
+def client(conn: Connection) -> redis.Redis:
+    return redis.Redis(host=conn.host, port=conn.port, username=conn.login, password=conn.password)
+
+
+def stream_keys(r: redis.Redis, name: str) -> list[str]:
+    return [f[b"idempotency_key"].decode() for _, f in r.xrange(f"s:{name}:shop.orders")]
+
+
+def test_xadd_fields_checkpoint_in_same_multi_exec_and_no_trimming(redis_service):
+    name = unique("rdeliver")
+    sink = new_sink(redis_service.cdc, name)
+    batches = make_batches(name, 6, 50, 2)  # 300 entries: more than one radix-tree node
+    try:
+        sink.open()
+        assert sink.committed_position() is None
+        for b in batches:
+            assert sink.deliver(b) == b.end_position
+        assert sink.committed_position() == batches[-1].end_position
+    finally:
+        sink.close()
+    r = client(redis_service.cdc)
+    entries = r.xrange(f"s:{name}:shop.orders")
+    events = all_events(batches)
+    assert len(entries) == len(events)
+    for (_, fields), ev in zip(entries, events, strict=True):
+        assert set(fields) == {b"event", b"idempotency_key"}
+        assert fields[b"event"] == ev.value and fields[b"idempotency_key"] == ev.idempotency_key.encode()
+    assert json.loads(r.get(f"tidegate:checkpoint:{name}::sink::cache")) == batches[-1].end_position.to_json()
+    r.close()
+
+
+def test_maxlen_trims_only_when_configured(redis_service):
+    name = unique("rmaxlen")
+    sink = new_sink(redis_service.cdc, name, maxlen=50)
+    try:
+        for b in make_batches(name, 10, 60, 1):
+            sink.deliver(b)
+    finally:
+        sink.close()
+    r = client(redis_service.cdc)
+    n = r.xlen(f"s:{name}:shop.orders")
+    assert 50 <= n < 600
+    r.close()
+
+
+# --------------------------------------------------------------------------- kill (child process)
+
+CHILD = r"""
+import json, sys
+sys.path[:0] = [{here!r}]
+from test_sink_redis import child_main
+child_main(json.loads(sys.argv[1]))
+"""
+
+
+def child_main(args: dict) -> None:
+    """Deliver through the coordinator; on sub-batch ``kill_at`` send MULTI and every queued
+    command but not EXEC, wait until Redis has answered QUEUED to each, announce ``KILLME``."""
+    from tidegate.connections import get_connection
+
+    name, at = args["name"], args["kill_at"]
+
+    class HangInsideMulti(RedisSink):
+        calls = 0
+
+        def _execute(self, pipe):
+            HangInsideMulti.calls += 1
+            if HangInsideMulti.calls != at:
+                return super()._execute(pipe)
+            conn = self._client.connection_pool.get_connection()
+            cmds = [("MULTI",)] + [args for args, _ in pipe.command_stack]
+            conn.send_packed_command(conn.pack_commands(cmds))
+            replies = [conn.read_response() for _ in cmds]
+            assert replies[0] in (b"OK", "OK") and all(r in (b"QUEUED", "QUEUED") for r in replies[1:])
+            print(f"KILLME {len(replies) - 1}", flush=True)
+            time.sleep(600)
+
+    spec = rspec(name)
+    sink = HangInsideMulti(pipeline_spec(name, spec), spec, get_connection("cdc_redis"))
+    store = open_store(args["store"])
+    batches = make_batches(name, N_TX, ROWS, 1)
+    run_once(store, name, "child", [sink], BatchSpec(max_events=MAX_EVENTS),
+             lambda start: source_items(batches, start))
+    print("DONE", flush=True)
+
+
+@pytest.mark.chaos
+def test_kill_inside_multi_leaves_no_half_sub_batch_and_rerun_writes_each_key_once(redis_service, tmp_path):
+    name = unique("rkill")
+    url = f"sqlite:///{tmp_path}/ck.sqlite"
+    args = {"name": name, "kill_at": 3, "store": url}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD.format(here=str(HERE)), json.dumps(args)],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().split()
+        assert line[:1] == ["KILLME"], f"child did not reach the kill point (rc={proc.poll()})"
+        assert int(line[1]) == MAX_EVENTS + 1  # the sub-batch's XADDs and the SET were queued in Redis
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    batches = make_batches(name, N_TX, ROWS, 2)
+    r = client(redis_service.cdc)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the server notices the closed connection and drops the MULTI
+        if not any(c.get("name") == f"tidegate-{name}-cache" for c in r.client_list()):
+            break
+        time.sleep(0.05)
+    seen = stream_keys(r, name)
+    assert seen == [e.idempotency_key for e in all_events(batches[:2])], "a half sub-batch is visible"
+    sink = new_sink(redis_service.cdc, name)
+    assert sink.committed_position() == batches[1].end_position
+    store = open_store(url)
+    try:
+        report = run_once(store, name, "rerun", [sink], BatchSpec(max_events=MAX_EVENTS),
+                          lambda start: source_items(make_batches(name, N_TX, ROWS, 1), start))
+        assert store.get_checkpoint(name, "cache").position == batches[-1].end_position
+    finally:
+        store.close()
+    assert report.sinks["cache"].start == batches[1].end_position
+    keys = stream_keys(r, name)
+    events = all_events(batches)
+    assert Counter(keys) == Counter(e.idempotency_key for e in events)  # each exactly once
+    seqs = [seq_of(f[b"event"])[1] for _, f in r.xrange(f"s:{name}:shop.orders")]
+    assert seqs == sorted(seqs)  # source order
+    r.close()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_wrong_password_is_non_retryable_and_the_message_has_no_secret(redis_service):
+    name = unique("rauth")
+    c = redis_service.cdc
+    bad = Connection("cdc_redis", "redis", host=c.host, port=c.port, login=c.login,
+                     password="Wr0ng-" + uuid.uuid4().hex)
+    spec = rspec(name)
+    sink = RedisSink(pipeline_spec(name, spec), spec, bad)
+    with pytest.raises(NonRetryableSinkError) as err:
+        sink.deliver(make_batches(name, 1, 2, 1)[0])
+    assert sink.classify(err.value) is ErrorClass.NON_RETRYABLE
+    msg = str(err.value)
+    assert "authentication failed" in msg and "cdc_redis" in msg
+    assert bad.password not in msg and c.password not in msg
+
+
+def test_noperm_is_non_retryable_and_nothing_is_written(redis_service):
+    name = unique("rnoperm")
+    user, pw = f"tg_noperm_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    r = client(redis_service.cdc)
+    r.acl_setuser(user, enabled=True, passwords=[f"+{pw}"], keys=["*"],
+                  commands=["+ping", "+get", "+type", "+multi", "+exec", "+set", "+hello", "+client"])
+    try:
+        c = redis_service.cdc
+        conn = Connection("limited", "redis", host=c.host, port=c.port, login=user, password=pw)
+        spec = rspec(name)
+        sink = RedisSink(pipeline_spec(name, spec), spec, conn)
+        with pytest.raises(NonRetryableSinkError) as err:
+            sink.deliver(make_batches(name, 1, 3, 1)[0])
+        sink.close()
+        assert "lacks a permission" in str(err.value) and "NOPERM" in str(err.value).upper()
+        assert pw not in str(err.value)
+        assert r.xlen(f"s:{name}:shop.orders") == 0
+        assert r.get(f"tidegate:checkpoint:{name}::sink::cache") is None  # the SET was discarded too
+    finally:
+        r.acl_deluser(user)
+        r.close()
+
+
+def test_connection_refused_is_retryable():
+    name = unique("rdown")
+    spec = rspec(name)
+    sink = RedisSink(pipeline_spec(name, spec), spec,
+                     Connection("down", "redis", host="127.0.0.1", port=1, password="pw-secret-1"))
+    with pytest.raises(RetryableSinkError) as err:
+        sink.deliver(make_batches(name, 1, 2, 1)[0])
+    assert sink.classify(err.value) is ErrorClass.RETRYABLE
+    assert "pw-secret-1" not in str(err.value)
+
+
+def test_a_key_of_another_type_is_refused_before_anything_is_written(redis_service):
+    name = unique("rtype")
+    r = client(redis_service.cdc)
+    r.set(f"s:{name}:shop.orders", "not a stream")
+    sink = new_sink(redis_service.cdc, name)
+    try:
+        with pytest.raises(NonRetryableSinkError) as err:
+            sink.deliver(make_batches(name, 1, 2, 1)[0])
+    finally:
+        sink.close()
+    assert "not a stream" in str(err.value)
+    assert r.get(f"tidegate:checkpoint:{name}::sink::cache") is None
+    r.close()
