@@ -1,0 +1,471 @@
+"""NATS JetStream sink (nats-py), at-least-once with server-side dedup.
+
+Each event is published to the subject from the sink's ``subject`` template with header
+``Nats-Msg-Id`` = its ``idempotency_key``: JetStream stores a message once per id within the
+stream's ``duplicate_window``, so a re-delivered sub-batch is not stored twice. Acks are awaited
+with at most ``max_in_flight`` publishes outstanding; duplicates the server reports are
+counted (:attr:`NatsSink.duplicates`) and logged.
+
+The sub-batch's last event is published only after every other event was acknowledged, and it
+carries ``Tidegate-Position`` (the sub-batch's end position, JSON) and
+``Tidegate-Checkpoint-Key``. So the last message on the pipeline's subjects names a position
+whose every event is stored; :meth:`NatsSink.committed_position` reads it (where the stream
+allows reading messages), so a crash between the publish and the checkpoint-store write needs
+no re-publish.
+
+The stream is created when missing (subjects derived from the template: ``{pipeline}`` filled
+in, other placeholders as wildcards; ``duplicate_window`` from the spec). An existing stream must
+capture the sink's subjects. The preflight (:meth:`NatsSink.preflight`,
+:func:`check_duplicate_window`) refuses a ``duplicate_window`` shorter than the schedule
+interval plus the retry budget: a sub-batch re-sent after the window would be stored twice.
+``open()`` runs it when the schedule's interval is known (presets and simple crons).
+
+nats-py is asyncio-only: each sink runs its client on a private event loop in a daemon thread,
+so the :class:`Sink` interface stays synchronous (and pings are answered between sub-batches).
+
+Errors: authorization/authentication failures, payload over the server's ``max_payload`` and
+JetStream API errors other than 503 → non-retryable; timeouts, connection loss, no responders,
+503 → retryable.
+
+Connection: ``host``/``port`` (or extra ``servers``: list or comma-separated URLs), ``login`` /
+``password`` (user/password), extras ``token``, ``user_credentials`` (a .creds file),
+``nkeys_seed`` (a seed file), ``tls`` (true) with ``tls_ca``, ``tls_cert``, ``tls_key``,
+``tls_hostname``, and ``connect_timeout`` (s). Secrets never reach logs or exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import re
+import ssl
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+import nats
+import nats.errors as nerr
+import nats.js.errors as jerr
+from nats.js.api import StreamConfig
+
+from ..batching import SubBatch
+from ..connections import Connection
+from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ..positions import Position, position_from_json
+from ..spec import PipelineSpec, SinkSpec
+from ._common import TemplateNames, redact, secrets_of
+from .base import RetryPolicy, Sink
+
+log = logging.getLogger(__name__)
+
+POSITION_HEADER = "Tidegate-Position"
+CHECKPOINT_KEY_HEADER = "Tidegate-Checkpoint-Key"
+HEADER_OVERHEAD = 512  # NATS/1.0 line, Nats-Msg-Id, expected-stream and position headers, roughly
+
+_PRESETS = {"@continuous": 0.0, "@hourly": 3600.0, "@daily": 86400.0, "@weekly": 7 * 86400.0,
+            "@monthly": 31 * 86400.0, "@quarterly": 92 * 86400.0, "@yearly": 366 * 86400.0,
+            "@annually": 366 * 86400.0}
+_NUM = re.compile(r"^\d+$")
+_STEP = re.compile(r"^\*/(\d+)$")
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+def schedule_interval_s(schedule: str | None) -> float | None:
+    """The longest gap between two runs of a schedule, for presets and simple crons
+    (``*/N * * * *``, ``M */N * * *``, ``M H * * *``); None when unknown or manual."""
+    if not schedule:
+        return None
+    if schedule.startswith("@"):
+        return _PRESETS.get(schedule)
+    f = schedule.split()
+    if len(f) != 5 or any(x != "*" for x in f[2:]):
+        return None
+    minute, hour = f[0], f[1]
+    if hour == "*":
+        if minute == "*":
+            return 60.0
+        if (m := _STEP.match(minute)) and 60 % int(m.group(1)) == 0:
+            return 60.0 * int(m.group(1))
+        return 3600.0 if _NUM.match(minute) else None
+    if _NUM.match(minute):
+        if (m := _STEP.match(hour)) and 24 % int(m.group(1)) == 0:
+            return 3600.0 * int(m.group(1))
+        if _NUM.match(hour):
+            return 86400.0
+    return None
+
+
+def retry_budget_s(policy: RetryPolicy, attempt_timeout_s: float) -> float:
+    """The longest a sub-batch can keep being retried within one run: every attempt timing out
+    plus the largest backoff before each retry."""
+    sleeps = sum(min(policy.max_s, policy.base_s * 2 ** i) for i in range(max(0, policy.attempts - 1)))
+    return policy.attempts * attempt_timeout_s + sleeps
+
+
+def check_duplicate_window(window_s: float, interval_s: float, retry_budget: float, *,
+                           stream: str = "?") -> None:
+    """Raise a NonRetryableSinkError when ``window_s`` < ``interval_s`` + ``retry_budget``."""
+    need = interval_s + retry_budget
+    if window_s < need:
+        raise NonRetryableSinkError(
+            f"NATS stream {stream!r}: duplicate_window {window_s:g}s is shorter than the schedule "
+            f"interval {interval_s:g}s plus the retry budget {retry_budget:g}s (= {need:g}s): a "
+            f"sub-batch re-sent after the window would be stored twice. Set duplicate_window to at "
+            f"least {need:g}s (the sink's duplicate_window, or the existing stream's setting).")
+
+
+# --------------------------------------------------------------------------- subjects
+
+
+def subject_filter(template: str, pipeline: str) -> str:
+    """The subjects a template can produce, as a NATS filter: ``{pipeline}`` filled in, a token
+    that is one placeholder → ``*``, a token with a placeholder inside → ``>`` (and stop)."""
+    out = []
+    for tok in template.replace("{pipeline}", pipeline).split("."):
+        if "{" not in tok:
+            out.append(tok)
+        elif re.fullmatch(r"\{(db|schema|table)\}", tok):
+            out.append("*")
+        else:
+            out.append(">")
+            break
+    return ".".join(out)
+
+
+def subject_covers(pattern: str, subject: str) -> bool:
+    """Does stream subject ``pattern`` capture every subject matching filter ``subject``?"""
+    p, s = pattern.split("."), subject.split(".")
+    for i, tok in enumerate(p):
+        if tok == ">":
+            return i < len(s)
+        if i >= len(s) or s[i] == ">":
+            return False
+        if tok != "*" and tok != s[i]:
+            return False
+    return len(p) == len(s)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def classify_nats_error(exc: BaseException) -> ErrorClass:
+    """The error class of a nats-py exception (see the module docstring)."""
+    text = str(exc).lower()
+    if any(w in text for w in ("authorization", "authentication", "permissions violation", "user jwt")):
+        return ErrorClass.NON_RETRYABLE
+    if isinstance(exc, nerr.MaxPayloadError) or "maximum payload" in text:
+        return ErrorClass.NON_RETRYABLE
+    if isinstance(exc, jerr.ServiceUnavailableError):
+        return ErrorClass.RETRYABLE
+    if isinstance(exc, jerr.APIError):
+        return ErrorClass.RETRYABLE if exc.code in (408, 503) else ErrorClass.NON_RETRYABLE
+    if isinstance(exc, (jerr.NoStreamResponseError, nerr.NoRespondersError, jerr.TooManyStalledMsgsError,
+                        nerr.ConnectionClosedError, nerr.NoServersError, nerr.ConnectionReconnectingError,
+                        nerr.OutboundBufferLimitError, nerr.StaleConnectionError, nerr.UnexpectedEOF,
+                        nerr.FlushTimeoutError, nerr.ConnectionDrainingError, nerr.SlowConsumerError,
+                        asyncio.TimeoutError, concurrent.futures.TimeoutError, TimeoutError,
+                        ConnectionError, OSError)):
+        return ErrorClass.RETRYABLE
+    return ErrorClass.NON_RETRYABLE
+
+
+# --------------------------------------------------------------------------- the sink
+
+
+class NatsSink(Sink):
+    kind = "nats"
+    publish_timeout_s: float = 10.0  # per ack (and for the whole sub-batch's acks, scaled)
+
+    def __init__(self, pipeline: PipelineSpec, sink: SinkSpec, conn: Connection):
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required)
+        if not sink.stream or not sink.subject:
+            raise NonRetryableSinkError(f"NATS sink {sink.id!r} of pipeline {pipeline.pipeline!r} needs "
+                                        f"stream and subject")
+        self.spec = sink
+        self.conn = conn
+        self.stream = sink.stream
+        self.schedule = pipeline.schedule
+        self.subjects = subject_filter(sink.subject, self.pipeline)
+        self.duplicate_window_s = float(sink.duplicate_window_s)
+        self.max_in_flight = max(1, int(sink.max_in_flight))
+        self.stream_duplicate_window_s: float | None = None  # the existing stream's, once known
+        self.duplicates = 0  # messages the server reported as already stored (this sink's life)
+        self.published = 0
+        self._subject_of = TemplateNames(sink.subject, self.pipeline)
+        self._secrets = secrets_of(conn)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._nc: Any = None
+        self._js: Any = None
+        self._max_payload: int | None = None
+        self._async_errors: list[BaseException] = []
+
+    # ------------------------------------------------------------------ event loop
+
+    def _run(self, coro: Coroutine, timeout: float | None = None) -> Any:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            t = threading.Thread(target=loop.run_forever, name=f"nats-{self.pipeline}-{self.sink_id}",
+                                 daemon=True)
+            t.start()
+            self._loop, self._thread = loop, t
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise RetryableSinkError(f"NATS sink {self.sink_id!r}: no answer within {timeout:g}s") from None
+
+    # ------------------------------------------------------------------ connection
+
+    def connect_options(self) -> dict[str, Any]:
+        c, x = self.conn, dict(self.conn.extra or {})
+        servers = x.get("servers")
+        if isinstance(servers, str):
+            servers = [s.strip() for s in servers.split(",") if s.strip()]
+        if not servers:
+            scheme = "tls" if str(x.get("tls", "")).lower() in ("1", "true", "yes") else "nats"
+            servers = [f"{scheme}://{c.host or '127.0.0.1'}:{c.port or 4222}"]
+        opts: dict[str, Any] = {
+            "servers": servers, "name": f"tidegate-{self.pipeline}-{self.sink_id}",
+            "connect_timeout": float(x.get("connect_timeout", 5)), "allow_reconnect": True,
+            "max_reconnect_attempts": int(x.get("max_reconnect_attempts", 3)),
+            "reconnect_time_wait": float(x.get("reconnect_time_wait", 0.5)),
+            "error_cb": self._on_error, "disconnected_cb": self._on_disconnect,
+        }
+        if c.login:
+            opts["user"] = c.login
+            if c.password:
+                opts["password"] = c.password
+        elif c.password:
+            opts["token"] = c.password
+        if x.get("token"):
+            opts["token"] = x["token"]
+        if x.get("user_credentials"):
+            opts["user_credentials"] = x["user_credentials"]
+        if x.get("nkeys_seed"):
+            opts["nkeys_seed"] = x["nkeys_seed"]
+        if any(x.get(k) for k in ("tls_ca", "tls_cert")) or str(x.get("tls", "")).lower() in ("1", "true"):
+            ctx = ssl.create_default_context(cafile=x.get("tls_ca"))
+            if x.get("tls_cert"):
+                ctx.load_cert_chain(x["tls_cert"], x.get("tls_key"))
+            opts["tls"] = ctx
+            if x.get("tls_hostname"):
+                opts["tls_hostname"] = x["tls_hostname"]
+        return opts
+
+    async def _on_error(self, exc: Exception) -> None:
+        self._async_errors.append(exc)
+        del self._async_errors[:-20]
+        log.warning("NATS sink %r: %s", self.sink_id, self._redact(f"{type(exc).__name__}: {exc}"))
+
+    async def _on_disconnect(self) -> None:
+        log.info("NATS sink %r: disconnected", self.sink_id)
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    def _error(self, exc: BaseException, doing: str) -> SinkError:
+        if isinstance(exc, SinkError):
+            return exc
+        cls = classify_nats_error(exc)
+        where = f"NATS sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.conn})"
+        text = self._redact(f"{type(exc).__name__}: {exc}")
+        low = text.lower()
+        if "authorization" in low or "authentication" in low:
+            msg = (f"{where}: authentication failed while {doing} ({text}); check the credentials of "
+                   f"connection {self.conn.conn_id!r}")
+        elif "permissions violation" in low:
+            msg = (f"{where}: permission denied while {doing} ({text}); the user needs publish rights "
+                   f"on {self.subjects!r} and $JS.API.>")
+        else:
+            msg = f"{where}: {text} while {doing}"
+        return (RetryableSinkError if cls is ErrorClass.RETRYABLE else NonRetryableSinkError)(msg)
+
+    def classify(self, exc: BaseException) -> ErrorClass:
+        if isinstance(exc, SinkError):
+            return exc.error_class
+        return classify_nats_error(exc)
+
+    # ------------------------------------------------------------------ life cycle
+
+    def open(self) -> None:
+        if self._nc is None:
+            opts = self.connect_options()
+            timeout = opts["connect_timeout"] * (1 + len(opts["servers"])) + 5
+            self._async_errors.clear()
+            try:
+                self._nc = self._run(asyncio.wait_for(nats.connect(**opts), timeout), timeout + 1)
+            except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+                # The client retries servers and ends with "no servers"; the cause (an
+                # authorization violation, say) went to the error callback: report the worst.
+                causes = [e for e in self._async_errors if classify_nats_error(e) is ErrorClass.NON_RETRYABLE]
+                raise self._error(causes[0] if causes else exc, "connecting") from None
+            self._js = self._nc.jetstream(timeout=self.publish_timeout_s,
+                                          publish_async_max_pending=self.max_in_flight)
+            self._max_payload = self._nc.max_payload
+        if self.stream_duplicate_window_s is None:
+            self._ensure_stream()
+        interval = schedule_interval_s(self.schedule)
+        if interval is not None:
+            self.preflight(interval)
+
+    def close(self) -> None:
+        nc, self._nc, self._js = self._nc, None, None
+        loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None:
+            return
+        try:
+            if nc is not None:
+                asyncio.run_coroutine_threadsafe(nc.close(), loop).result(5)
+        except Exception:  # noqa: BLE001, S110 - close must not raise
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(5)
+        if not loop.is_running():
+            loop.close()
+
+    def _ensure_stream(self) -> None:
+        try:
+            window = self._run(self._ensure_stream_async(), self.publish_timeout_s * 3)
+            self.stream_duplicate_window_s = window
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(exc, f"checking stream {self.stream!r}") from None
+
+    async def _ensure_stream_async(self) -> float:
+        js = self._js
+        try:
+            info = await js.stream_info(self.stream)
+        except jerr.NotFoundError:
+            interval = schedule_interval_s(self.schedule)
+            if interval is not None:  # never create a stream the preflight would refuse
+                self.preflight(interval)
+            try:
+                info = await js.add_stream(StreamConfig(name=self.stream, subjects=[self.subjects],
+                                                        duplicate_window=self.duplicate_window_s))
+                log.info("NATS sink %r: created stream %r (subjects %r, duplicate_window %gs)",
+                         self.sink_id, self.stream, self.subjects, self.duplicate_window_s)
+            except jerr.BadRequestError:  # created concurrently by another run
+                info = await js.stream_info(self.stream)
+        have = list(info.config.subjects or [])
+        if not any(subject_covers(p, self.subjects) for p in have):
+            raise NonRetryableSinkError(
+                f"NATS sink {self.sink_id!r}: stream {self.stream!r} does not capture the sink's subjects "
+                f"{self.subjects!r} (its subjects: {have}); add them to the stream or change the sink's "
+                f"subject template")
+        return float(info.config.duplicate_window or 0.0)
+
+    def retry_budget_s(self) -> float:
+        from ..retry import policy_for  # late: tidegate.retry imports the sink base
+
+        return retry_budget_s(policy_for(self), self.publish_timeout_s)
+
+    def preflight(self, interval_s: float, retry_budget: float | None = None) -> None:
+        """Refuse a duplicate window shorter than ``interval_s`` (the schedule interval) plus
+        the retry budget (default: :meth:`retry_budget_s`). Uses the existing stream's window
+        once the sink is open, else the configured one."""
+        window = self.stream_duplicate_window_s
+        if window is None:
+            window = self.duplicate_window_s
+        budget = self.retry_budget_s() if retry_budget is None else retry_budget
+        check_duplicate_window(window, interval_s, budget, stream=self.stream)
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliver(self, batch: SubBatch) -> Position:
+        if self._nc is None:
+            self.open()
+        events = list(batch.events)
+        subjects = [self._subject_of(ev) for ev in events]
+        self._check_sizes(events, subjects)
+        timeout = self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
+        try:
+            dups = self._run(self._publish(events, subjects, batch.end_position), timeout + 5)
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+            raise self._error(exc, f"publishing sub-batch {batch.seq}") from None
+        self.published += len(events)
+        self.duplicates += dups
+        if dups:
+            log.info("NATS sink %r: %d of %d messages of sub-batch %d were duplicates already stored in "
+                     "stream %r (same Nats-Msg-Id within duplicate_window); %d so far", self.sink_id, dups,
+                     len(events), batch.seq, self.stream, self.duplicates)
+        return batch.end_position
+
+    def _check_sizes(self, events: list, subjects: list[str]) -> None:
+        limit = self._max_payload or 1024 * 1024
+        for ev, subj in zip(events, subjects, strict=True):
+            size = len(ev.value) + len(ev.idempotency_key) + HEADER_OVERHEAD
+            if size > limit:
+                raise NonRetryableSinkError(
+                    f"NATS sink {self.sink_id!r}: the event {ev.idempotency_key!r} for subject {subj!r} is "
+                    f"{len(ev.value)} bytes, over the server's max_payload of {limit} bytes (with headers); "
+                    f"raise max_payload in the nats-server configuration or shrink the row. Nothing of "
+                    f"this sub-batch was published.")
+
+    async def _publish(self, events: list, subjects: list[str], end: Position) -> int:
+        js = self._js
+        timeout = self.publish_timeout_s
+        futs: list[asyncio.Future] = []
+        try:
+            for ev, subj in zip(events[:-1], subjects[:-1], strict=True):
+                futs.append(await js.publish_async(subj, ev.value, wait_stall=timeout, stream=self.stream,
+                                                   headers={"Nats-Msg-Id": ev.idempotency_key}))
+            acks = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True),
+                                          timeout * (1 + len(futs) / self.max_in_flight))
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+        errors = [a for a in acks if isinstance(a, BaseException)]
+        if errors:
+            worst = min(errors, key=lambda e: 0 if classify_nats_error(e) is ErrorClass.NON_RETRYABLE else 1)
+            raise worst
+        # Only now the last event, carrying the position: its presence proves the whole sub-batch.
+        last, subj = events[-1], subjects[-1]
+        ack = await js.publish(subj, last.value, timeout=timeout, stream=self.stream, headers={
+            "Nats-Msg-Id": last.idempotency_key, CHECKPOINT_KEY_HEADER: self.checkpoint_key,
+            POSITION_HEADER: json.dumps(end.to_json(), sort_keys=True, separators=(",", ":"))})
+        return sum(1 for a in (*acks, ack) if a.duplicate)
+
+    # ------------------------------------------------------------------ sink-side checkpoint
+
+    def committed_position(self) -> Position | None:
+        """The position header of the last message on the pipeline's subjects, when that message
+        is this sink's sub-batch end; None when there is none or the stream cannot be read."""
+        if self._nc is None:
+            self.open()
+        try:
+            msg = self._run(self._last_msg(), self.publish_timeout_s + 5)
+        except Exception as exc:  # noqa: BLE001
+            err = self._error(exc, f"reading the last message of {self.subjects!r}")
+            if err.error_class is ErrorClass.RETRYABLE:
+                raise err from None
+            log.warning("NATS sink %r: cannot read the sink-side position (%s); using the checkpoint store",
+                        self.sink_id, err)
+            return None
+        if msg is None or not msg.headers:
+            return None
+        h = msg.headers
+        if h.get(CHECKPOINT_KEY_HEADER) != self.checkpoint_key or POSITION_HEADER not in h:
+            return None
+        return position_from_json(msg.headers[POSITION_HEADER])
+
+    async def _last_msg(self) -> Any:
+        try:
+            return await self._js.get_last_msg(self.stream, self.subjects)
+        except jerr.NotFoundError:
+            return None
+
+
+__all__ = ["NatsSink", "check_duplicate_window", "classify_nats_error", "retry_budget_s",
+           "schedule_interval_s", "subject_covers", "subject_filter", "POSITION_HEADER",
+           "CHECKPOINT_KEY_HEADER"]
