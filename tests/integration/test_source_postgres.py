@@ -332,13 +332,11 @@ def test_invalidated_slot_raises_slot_invalidated(admin, schema, make):
     assert any(p.code == "slot" and "invalidated" in p.message for p in problems)
 
 
-def test_preflight_settings_privileges_and_headroom(admin, schema, make, postgres):
+def test_preflight_settings_privileges_and_headroom(admin, schema, make):
     create_workload_tables(admin, schema)
     src = make(["orders", "items"])
     problems = src.preflight(checkpoint=src.head())
     assert [p for p in problems if p.severity == "error"] == []
-    cdc = psycopg2.connect(postgres.cdc_dsn)
-    cdc.close()
     # a table without REPLICA IDENTITY FULL is listed by name
     q(admin, f"ALTER TABLE {schema}.items REPLICA IDENTITY DEFAULT")
     ri = [p for p in src.preflight() if p.code == "replica_identity"]
