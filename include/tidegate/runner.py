@@ -20,11 +20,11 @@ from typing import Any
 
 from .connections import Connection, get_connection
 from .coordinator import Coordinator, RunReport, lowest_start
-from .errors import TidegateError
+from .errors import SpecError, TidegateError
 from .positions import Position, position_from_json, position_to_json
 from .sinks.base import Sink
 from .sources.base import Source, SourceItem
-from .spec import PipelineSpec, load_pipelines, load_spec
+from .spec import PipelineSpec, load_spec, spec_files
 from .store import CheckpointStore, open_store
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,14 @@ def find_spec(pipeline: str | PipelineSpec) -> PipelineSpec:
         return pipeline
     if pipeline.endswith((".yaml", ".yml")):
         return load_spec(pipeline)
-    for spec in load_pipelines():
+    # One spec at a time: a broken spec elsewhere in the folder must not stop this pipeline.
+    files = spec_files()
+    files.sort(key=lambda f: f.stem != pipeline)  # the conventional <pipeline>.yaml first
+    for f in files:
+        try:
+            spec = load_spec(str(f))
+        except SpecError:
+            continue
         if spec.pipeline == pipeline:
             return spec
     raise RunError(f"no pipeline {pipeline!r} in the pipelines folder "

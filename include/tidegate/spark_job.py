@@ -55,20 +55,16 @@ def register_source(spark: Any) -> None:
     """Register the ``tidegate`` Python Data Source with the session (idempotent)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    class SlicePartition(InputPartition):
-        def __init__(self, index: int, start: str | None, end: str):
-            super().__init__(index)
-            self.start, self.end = start, end
-
     class SliceReader(DataSourceReader):
         def __init__(self, options: dict[str, str]):
             self.spec_path = options["spec_path"]
             self.slices = json.loads(options["slices"])
 
-        def partitions(self) -> Sequence[SlicePartition]:
-            return [SlicePartition(i, s, e) for i, (s, e) in enumerate(self.slices)]
+        def partitions(self) -> Sequence[InputPartition]:
+            # The partition's value is all a task gets: the slice's (start, end) positions.
+            return [InputPartition((s, e)) for s, e in self.slices]
 
-        def read(self, partition: SlicePartition) -> Iterator[tuple]:
+        def read(self, partition: InputPartition) -> Iterator[tuple]:
             # Runs in a Spark task: each slice is read with its own source connection.
             from .runner import build_source
             from .spec import load_spec
@@ -76,8 +72,9 @@ def register_source(spark: Any) -> None:
             source = build_source(load_spec(self.spec_path))
             try:
                 read = getattr(source, "read_slice", source.read)
-                start = position_from_json(partition.start) if partition.start else None
-                for item in read(start, position_from_json(partition.end)):
+                start_json, end_json = partition.value
+                start = position_from_json(start_json) if start_json else None
+                for item in read(start, position_from_json(end_json)):
                     yield item_to_row(item)
             finally:
                 source.close()
