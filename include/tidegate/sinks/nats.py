@@ -417,7 +417,9 @@ class NatsSink(Sink):
         futs: list[asyncio.Future] = []
         try:
             for ev, subj in zip(events[:-1], subjects[:-1], strict=True):
-                futs.append(await js.publish_async(subj, ev.value, wait_stall=timeout, stream=self.stream,
+                # No wait_stall: it wraps every publish in a timed task (7x slower); the whole
+                # sub-batch is bounded by the caller's timeout instead.
+                futs.append(await js.publish_async(subj, ev.value, stream=self.stream,
                                                    headers={"Nats-Msg-Id": ev.idempotency_key}))
             acks = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True),
                                           timeout * (1 + len(futs) / self.max_in_flight))
