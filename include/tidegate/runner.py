@@ -141,10 +141,16 @@ def bounds_of(spec: PipelineSpec, source: Source, store: CheckpointStore) -> Bou
 
 def capture_bounds(pipeline: str | PipelineSpec, *, resolve: Resolver | None = None,
                    store: CheckpointStore | None = None) -> dict[str, Any]:
-    """The bounds as JSON (for XCom). Cheap: no sink is contacted."""
+    """The bounds as JSON (for XCom). Cheap: no sink is contacted. Sinks without a checkpoint
+    under ``start: head`` are placed at the head now, so a first run has nothing to do."""
     spec = find_spec(pipeline)
     with _opened(spec, resolve, store) as (source, st):
-        return bounds_of(spec, source, st).to_json()
+        bounds = bounds_of(spec, source, st)
+        if spec.source.start == "head" and any(p is None for p in bounds.sinks.values()):
+            run_id = "bounds__" + spec.pipeline
+            _position_new_sinks(spec, st, run_id, st.acquire_lease(spec.pipeline, run_id), bounds.upto)
+            bounds = bounds_of(spec, source, st)
+        return bounds.to_json()
 
 
 # --------------------------------------------------------------------------- the run

@@ -96,6 +96,8 @@ def register_source(spark: Any) -> None:
 def read_range(spark: Any, spec_path: str, slices: list[tuple[Position | None, Position]]
                ) -> Iterator[ChangeEvent | PositionMark]:
     """The range's items in source order, decoded in Spark tasks, one partition at a time."""
+    if not slices:  # nothing in range: Spark would run one partition with no slice
+        return
     register_source(spark)
     encoded = [(json.dumps(position_to_json(s)) if s is not None else None, json.dumps(position_to_json(e)))
                for s, e in slices]

@@ -135,3 +135,15 @@ def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
         runner.run_pipeline(spec, run_id="x", mode="replay", replay_of="nope", store=store)
     with pytest.raises(runner.RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
         runner._chosen_sinks(spec, ["zzz"])
+
+
+def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
+    import dataclasses
+
+    spec, source, sinks, store = env
+    spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
+    bounds = runner.capture_bounds(spec, store=store)
+    assert bounds["nothing_to_do"] is True  # a first run has nothing to read: no Spark
+    assert bounds["sinks"] == {"a": pos(3).to_json(), "b": pos(3).to_json()}
+    source.sizes += [1]
+    assert runner.capture_bounds(spec, store=store)["nothing_to_do"] is False
