@@ -1,0 +1,315 @@
+"""The product as users meet it: `airflow dags test` runs the DAG of a pipeline spec against the
+real servers, Spark and all. Three runs with a workload in between deliver every change exactly
+once (Kafka read_committed; NATS and Redis counted by idempotency_key), in order per key; a run
+with nothing new does not start Spark; a purged binlog halts the DAG at its guard until a run
+triggered with resolve=accept_gap and a reason resumes it."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psycopg2
+import pymysql
+import pytest
+import redis
+from confluent_kafka import Consumer, TopicPartition
+from tidegate.store import open_store
+
+pytestmark = [pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_service, nats_service):
+    """A private AIRFLOW_HOME with a migrated metadata DB, the project's dags/ and plugins/, a
+    pipelines folder of this test's own and a fresh checkpoint store."""
+    base = tmp_path_factory.mktemp("airflow")
+    env = dict(os.environ, **service_env)
+    env.update({
+        "AIRFLOW_HOME": str(base / "home"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "TIDEGATE_PIPELINES_DIR": str(base / "pipelines"),
+        "TIDEGATE_CHECKPOINT_STORE": f"sqlite:///{base / 'store.sqlite'}",
+        "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    })
+    (base / "pipelines").mkdir()
+    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
+    return env, base
+
+
+def dags_test(env, dag_id: str, conf: dict | None = None) -> tuple[int, str]:
+    cmd = [str(VENV_BIN / "airflow"), "dags", "test", dag_id]
+    if conf:
+        cmd += ["-c", json.dumps(conf)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout + r.stderr
+
+
+def task_ended(log: str, task_id: str) -> bool:
+    return f"end task task_id={task_id} " in log
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
+    """Every committed envelope of the topic, as a read_committed consumer sees it."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e-" + uuid.uuid4().hex,
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    out = []
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        for p in meta.partitions:
+            tp = TopicPartition(topic, p)
+            low, high = c.get_watermark_offsets(tp, timeout=10)
+            c.assign([TopicPartition(topic, p, low)])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                msg = c.poll(1.0)
+                if msg is None:
+                    if c.position([tp])[0].offset >= high:
+                        break
+                    continue
+                if not msg.error():
+                    out.append(json.loads(msg.value()))
+                if msg.offset() >= high - 1:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def nats_ids(conn, stream: str) -> list[str]:
+    import nats
+
+    async def go():
+        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            return [(await js.get_msg(stream, seq)).headers["Nats-Msg-Id"]
+                    for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def redis_ids(conn, key: str) -> list[str]:
+    r = redis.Redis(host="127.0.0.1", port=conn.port, username=conn.login, password=conn.password)
+    try:
+        return [f[b"idempotency_key"].decode() for _, f in r.xrange(key)]
+    finally:
+        r.close()
+
+
+def per_key(changes: list[dict]) -> dict[int, list[tuple]]:
+    out: dict[int, list[tuple]] = collections.defaultdict(list)
+    for ch in changes:
+        out[ch["key"]["id"]].append((ch["op"], (ch["after"] or {}).get("status")))
+    return dict(out)
+
+
+# --------------------------------------------------------------------------- MariaDB
+
+
+def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, mysql, kafka_bootstrap,
+                                                                nats_service, redis_service):
+    env, base = airflow_env
+    tag = uuid.uuid4().hex[:6]
+    db, pipeline, stream = f"e2e_{tag}", f"e2e_my_{tag}", f"E2E_MY_{tag.upper()}"
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
+        pipeline: {pipeline}
+        tenant: e2e
+        source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.orders], server_id: 48300, start: head}}
+        batch: {{max_events: 4}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{schema}}.{{table}}",
+              exactly_once: true}}
+          - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {stream}, subject: "{{pipeline}}.{{table}}"}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}", required: false}}
+    """))
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    with admin.cursor() as c:
+        c.execute(f"CREATE DATABASE {db}")
+        c.execute(f"CREATE TABLE {db}.orders (id INT PRIMARY KEY, status VARCHAR(20))")
+
+    def sql(*stmts: str) -> None:
+        with admin.cursor() as c:
+            for s in stmts:
+                c.execute(s)
+
+    dag = f"cdc_{pipeline}"
+    rc, log = dags_test(env, dag)  # first run: sinks placed at the head, nothing to read
+    assert rc == 0, log[-3000:]
+    assert not task_ended(log, "deliver") and "spark-submit" not in log
+
+    sql(f"INSERT INTO {db}.orders VALUES (1, 'new'), (2, 'new'), (3, 'new')",
+        "BEGIN", f"UPDATE {db}.orders SET status = 'paid' WHERE id = 1",
+        f"INSERT INTO {db}.orders VALUES (4, 'new')", "COMMIT")
+    rc, log = dags_test(env, dag)
+    assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+
+    sql(f"DELETE FROM {db}.orders WHERE id = 2", f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1",
+        f"INSERT INTO {db}.orders VALUES (5, 'new')")
+    rc, log = dags_test(env, dag)
+    assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+
+    rc, log = dags_test(env, dag)  # caught up: no Spark
+    assert rc == 0 and not task_ended(log, "deliver"), log[-3000:]
+    admin.close()
+
+    changes = kafka_changes(kafka_bootstrap, f"{pipeline}.{db}.orders")
+    assert per_key(changes) == {
+        1: [("c", "new"), ("u", "paid"), ("u", "shipped")],
+        2: [("c", "new"), ("d", None)],
+        3: [("c", "new")],
+        4: [("c", "new")],
+        5: [("c", "new")],
+    }
+    keys = [ch["idempotency_key"] for ch in changes]
+    assert len(keys) == len(set(keys)) == 8
+    assert collections.Counter(nats_ids(nats_service.cdc, stream)) == collections.Counter(keys)
+    assert redis_ids(redis_service.cdc, f"{pipeline}:orders") == keys  # one stream: source order
+
+    store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
+    try:
+        entries = store.journal(pipeline)
+        assert [e.status for e in entries] == ["success", "success"]
+        assert [sum(s.events for s in e.sinks.values()) for e in entries] == [3 * 5, 3 * 3]
+    finally:
+        store.close()
+
+
+def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql):
+    env, base = airflow_env
+    tag = uuid.uuid4().hex[:6]
+    db, pipeline = f"e2e_{tag}", f"e2e_purge_{tag}"
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
+        pipeline: {pipeline}
+        source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.t], server_id: 48301, start: head}}
+        sinks: [{{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}]
+    """))
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    dag = f"cdc_{pipeline}"
+    try:
+        with admin.cursor() as c:
+            c.execute(f"CREATE DATABASE {db}")
+            c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+        rc, log = dags_test(env, dag)
+        assert rc == 0, log[-3000:]
+        with admin.cursor() as c:
+            c.execute(f"INSERT INTO {db}.t VALUES (1)")
+            c.execute("FLUSH BINARY LOGS")
+            c.execute("SHOW MASTER STATUS")
+            newest = c.fetchone()[0]
+        from tests.integration.test_smoke_mysql import purge_to
+
+        purge_to(admin, newest)
+
+        rc, log = dags_test(env, dag)
+        assert rc != 0 and "CONTINUITY HALT" in log and "binlog_purged" in log, log[-3000:]
+        assert not task_ended(log, "bounds")
+        store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
+        inc = store.incidents(pipeline)[0]
+        assert (inc.kind, inc.resolved, inc.to_position.file, inc.to_position.pos) == (
+            "binlog_purged", False, newest, 4)
+        assert inc.from_position == store.get_checkpoint(pipeline, "cache").position
+
+        rc, log = dags_test(env, dag)  # later runs halt too
+        assert rc != 0 and f"incident #{inc.id}" in log
+
+        rc, log = dags_test(env, dag, {"resolve": "accept_gap", "reason": "row 1 reloaded by hand"})
+        assert rc == 0, log[-3000:]
+        resolved = store.incident(inc.id)
+        assert (resolved.resolved, resolved.resolution, resolved.reason) == (
+            True, "accept_gap", "row 1 reloaded by hand")
+        # accept_gap moved the checkpoint to the earliest position still there, then the same
+        # run resumed from it up to the head.
+        history = [r.position for r in store.checkpoint_history(pipeline, "cache")]
+        assert inc.to_position in history and history[-1] >= inc.to_position
+        store.close()
+    finally:
+        with admin.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS {db}")
+        admin.close()
+
+
+# --------------------------------------------------------------------------- Postgres
+
+
+def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgres, kafka_bootstrap,
+                                                            redis_service):
+    env, base = airflow_env
+    tag = uuid.uuid4().hex[:6]
+    table, pipeline = f"e2e_orders_{tag}", f"e2e_pg_{tag}"
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
+        pipeline: {pipeline}
+        tenant: e2e
+        source: {{kind: postgres, conn_id: cdc_postgres, tables: [public.{table}], slot: {pipeline},
+                 start: head}}
+        batch: {{max_events: 3}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{schema}}.{{table}}"}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}", required: false}}
+    """))
+    admin = psycopg2.connect(postgres.admin_dsn)
+    admin.autocommit = True
+
+    def sql(*stmts: str) -> None:
+        with admin.cursor() as c:
+            for s in stmts:
+                c.execute(s)
+
+    sql(f"CREATE TABLE {table} (id int PRIMARY KEY, status text)",
+        f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+    dag = f"cdc_{pipeline}"
+    try:
+        rc, log = dags_test(env, dag)  # creates the slot; nothing to read yet
+        assert rc == 0 and not task_ended(log, "deliver"), log[-3000:]
+        sql(f"INSERT INTO {table} VALUES (1, 'new'), (2, 'new')",
+            f"BEGIN; UPDATE {table} SET status = 'paid' WHERE id = 1; "
+            f"INSERT INTO {table} VALUES (3, 'new'); COMMIT")
+        rc, log = dags_test(env, dag)
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        sql(f"DELETE FROM {table} WHERE id = 2", f"UPDATE {table} SET status = 'shipped' WHERE id = 1")
+        rc, log = dags_test(env, dag)
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        rc, log = dags_test(env, dag)
+        assert rc == 0 and not task_ended(log, "deliver"), log[-3000:]
+
+        changes = kafka_changes(kafka_bootstrap, f"{pipeline}.public.{table}")
+        assert per_key(changes) == {
+            1: [("c", "new"), ("u", "paid"), ("u", "shipped")],
+            2: [("c", "new"), ("d", None)],
+            3: [("c", "new")],
+        }
+        keys = [ch["idempotency_key"] for ch in changes]
+        assert len(keys) == len(set(keys)) == 6
+        assert sorted(redis_ids(redis_service.cdc, f"{pipeline}:{table}")) == sorted(keys)
+        # The release task advanced the slot to the lowest committed checkpoint.
+        store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
+        lowest = min(r.position for r in store.checkpoints(pipeline).values())
+        store.close()
+        with admin.cursor() as c:
+            c.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                      (pipeline,))
+            assert c.fetchone()[0] == str(lowest.lsn)
+    finally:
+        sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            f"WHERE slot_name = '{pipeline}'", f"DROP TABLE IF EXISTS {table}")
+        admin.close()
