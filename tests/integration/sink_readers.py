@@ -1,0 +1,63 @@
+"""Read back what the sinks hold, for tests: Kafka as a read_committed consumer sees it, the
+Nats-Msg-Id of every message of a JetStream stream, the idempotency keys of a Redis stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+
+def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
+    """Every committed envelope of the topic, as a read_committed consumer sees it."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e-" + uuid.uuid4().hex,
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    out = []
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        for p in meta.partitions:
+            tp = TopicPartition(topic, p)
+            low, high = c.get_watermark_offsets(tp, timeout=10)
+            c.assign([TopicPartition(topic, p, low)])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                msg = c.poll(1.0)
+                if msg is None:
+                    if c.position([tp])[0].offset >= high:
+                        break
+                    continue
+                if not msg.error():
+                    out.append(json.loads(msg.value()))
+                if msg.offset() >= high - 1:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def nats_ids(conn, stream: str) -> list[str]:
+    import nats
+
+    async def go():
+        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            return [(await js.get_msg(stream, seq)).headers["Nats-Msg-Id"]
+                    for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def redis_ids(conn, key: str) -> list[str]:
+    r = redis.Redis(host="127.0.0.1", port=conn.port, username=conn.login, password=conn.password)
+    try:
+        return [f[b"idempotency_key"].decode() for _, f in r.xrange(key)]
+    finally:
+        r.close()
