@@ -67,6 +67,7 @@ def main() -> int:
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}", required: false}}
     """))
     env = dict(os.environ, AIRFLOW_HOME=str(base / "home"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
                AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
                AIRFLOW__CORE__PLUGINS_FOLDER=str(ROOT / "plugins"),
                TIDEGATE_PIPELINES_DIR=str(base / "pipelines"),

@@ -37,6 +37,8 @@ def airflow_env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_ser
     env.update({
         "AIRFLOW_HOME": str(base / "home"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # The assertions read `dags test`'s per-task INFO lines; other tests lower the level.
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "TIDEGATE_PIPELINES_DIR": str(base / "pipelines"),
