@@ -150,7 +150,22 @@ def capture_bounds(pipeline: str | PipelineSpec, *, resolve: Resolver | None = N
             run_id = "bounds__" + spec.pipeline
             _position_new_sinks(spec, st, run_id, st.acquire_lease(spec.pipeline, run_id), bounds.upto)
             bounds = bounds_of(spec, source, st)
+        if not bounds.nothing_to_do and not source.has_changes(bounds.lowest, bounds.upto):
+            bounds = _skip_empty_range(spec, st, bounds)
         return bounds.to_json()
+
+
+def _skip_empty_range(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds) -> Bounds:
+    """The range holds nothing this pipeline delivers (the head moved for other tables, empty
+    transactions or WAL housekeeping): move every sink to the upper bound without a delivery,
+    so the run skips Spark and the next one does not look at this range again."""
+    run_id = "bounds__" + spec.pipeline
+    epoch = store.acquire_lease(spec.pipeline, run_id)
+    behind = {sid: bounds.upto for sid, p in bounds.sinks.items() if p is None or p < bounds.upto}
+    store.write_checkpoints(spec.pipeline, behind, run_id=run_id, epoch=epoch)
+    log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", spec.pipeline,
+             bounds.lowest, bounds.upto, ", ".join(sorted(behind)), bounds.upto)
+    return Bounds(spec.pipeline, bounds.upto, {sid: bounds.upto for sid in bounds.sinks})
 
 
 # --------------------------------------------------------------------------- the run

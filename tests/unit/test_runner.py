@@ -147,3 +147,14 @@ def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
     assert bounds["sinks"] == {"a": pos(3).to_json(), "b": pos(3).to_json()}
     source.sizes += [1]
     assert runner.capture_bounds(spec, store=store)["nothing_to_do"] is False
+
+
+def test_a_range_with_nothing_to_deliver_moves_checkpoints_without_a_run(env):
+    spec, source, sinks, store = env
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    source.sizes += [0, 0]  # the head moved, but only past transactions this pipeline skips
+    bounds = runner.capture_bounds(spec, store=store)
+    assert bounds["nothing_to_do"] is True
+    assert {sid: r.position for sid, r in store.checkpoints("p").items()} == {"a": pos(5), "b": pos(5)}
+    source.sizes += [1]
+    assert runner.capture_bounds(spec, store=store)["nothing_to_do"] is False

@@ -35,6 +35,12 @@ class Source(abc.ABC):
     def read(self, start: Position | None, upto: Position) -> Iterator[SourceItem]:
         """Changes committed in (start, upto], in source order."""
 
+    def has_changes(self, start: Position | None, upto: Position) -> bool:
+        """Whether (start, upto] holds any row to deliver. The head also moves for changes a
+        pipeline does not carry (other tables, empty transactions, WAL housekeeping); a run
+        then has nothing to deliver and need not start Spark. Default: read until the first row."""
+        return any(isinstance(item, ChangeEvent) for item in self.read(start, upto))
+
     def release(self, position: Position) -> None:  # noqa: B027 - optional hook
         """Tell the server it may recycle the log up to ``position`` (Postgres slot advance)."""
 

@@ -405,6 +405,31 @@ class PostgresSource(Source):
             return
         yield from self._read(start_lsn, upto)
 
+    def has_changes(self, start: PgPosition | None, upto: PgPosition, limit: int = 10_000) -> bool:
+        """A bounded look: peek at most ``limit`` decoded rows (whole transactions) of the slot
+        for a row change of the pipeline's tables committed in (start, upto]. When the look is
+        cut off by ``limit`` the answer is True (there may be work), so the run goes ahead."""
+        info = self.check_slot(start)
+        start_lsn = Lsn.parse(info["confirmed_flush_lsn"]) if start is None else start.lsn
+        if upto.lsn <= start_lsn:
+            return False
+        args: list[Any] = [self.slot, str(upto.lsn), limit]
+        if self.tables:
+            args.append(",".join(f"{s}.{t}" for s, t in sorted(self.tables)))
+        try:
+            rows = self._q(self._peek_sql().replace("%s::pg_lsn, NULL,", "%s::pg_lsn, %s,"), tuple(args))
+        except psycopg2.Error as exc:
+            raise self._peek_error(exc) from None
+        counts = end = None
+        for (data,) in rows:
+            d = json.loads(data)
+            if d["action"] == "B":
+                end = Lsn.parse(d["nextlsn"])
+                counts = start_lsn < end <= upto.lsn
+            elif counts and d["action"] in ("I", "U", "D", "T"):
+                return True
+        return len(rows) >= limit
+
     def _peek_sql(self) -> str:
         opts = WAL2JSON_OPTIONS
         if self.tables:
