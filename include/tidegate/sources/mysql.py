@@ -677,6 +677,15 @@ class _Reader:
                 mark = src._pos(self.upto.file, self.upto.pos, self.gtids.current())
             yield PositionMark(mark)
 
+    def _may_touch_captured(self, ev: QueryEvent, q: str) -> bool:
+        """Whether a statement-logged DML may change a captured table: always without a table
+        filter; otherwise when its default database or the text names a captured database."""
+        dbs = self.src.dbs
+        if not dbs:
+            return True
+        db = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else str(ev.schema or "")
+        return db in dbs or any(d.lower() in q.lower() for d in dbs)
+
     def _query(self, ev: QueryEvent, pos: int, end_pos: int) -> Iterator[SourceItem]:
         q = ev.query.strip()
         head = q[:16].upper()
@@ -694,6 +703,8 @@ class _Reader:
             raise SourceError(f"XA transaction at {self.file}:{pos} ({q[:40]}): XA transactions are "
                               f"not supported by the binlog source")
         if head.startswith(_DML_PREFIXES):
+            if not self._may_touch_captured(ev, q):
+                return  # statement DML of databases this pipeline does not capture
             raise SourceSettingError(
                 f"statement-logged DML at {self.file}:{pos} ({q[:60]!r}): CDC needs "
                 f"binlog_format=ROW (SET GLOBAL binlog_format=ROW, and in the server config; "
