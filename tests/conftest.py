@@ -139,3 +139,23 @@ def nats_service(service_env) -> Service:
 @pytest.fixture()
 def kafka_bootstrap(kafka) -> str:
     return kafka.cdc.extra["bootstrap.servers"]
+
+
+@pytest.fixture()
+def pg_scratch_dsn(postgres):
+    """A libpq DSN of a fresh, empty database on the `postgres` server (dropped afterwards)."""
+    import uuid
+
+    import psycopg2
+    from psycopg2.extensions import make_dsn, parse_dsn
+
+    dbname = f"tidegate_scratch_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(postgres.admin_dsn)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{dbname}"')
+    params = {k: v for k, v in parse_dsn(postgres.admin_dsn).items() if k != "dbname"}
+    yield make_dsn(**params, dbname=dbname)
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    admin.close()

@@ -423,9 +423,25 @@ def test_report_when_deliver_was_skipped(dags):
 def test_real_stats_backend_accepts_the_metric_names():
     from tidegate_airflow.operators.report import emit_metrics
 
-    emit_metrics({"pipeline": "p", "events": 1, "bytes": 2, "nothing_to_do": False,
-                  "sinks": [{"id": "a-b", "kind": "kafka", "events": 1, "bytes": 2, "lag_bytes": 0,
-                             "behind": False}]})
+    summary = {"pipeline": "p", "events": 1, "bytes": 2, "nothing_to_do": False,
+               "sinks": [{"id": "a-b", "kind": "kafka", "events": 1, "bytes": 2, "lag_bytes": 0,
+                          "behind": False}]}
+    emit_metrics(summary)  # Airflow's own Stats backend validates metric names: must not raise
+
+    class Recorder:
+        def __init__(self):
+            self.names = []
+
+        def incr(self, name, value, tags):
+            self.names.append(name)
+
+        gauge = incr
+
+    rec = Recorder()
+    emit_metrics(summary, stats=rec)
+    assert rec.names == ["tidegate.p.runs", "tidegate.p.events", "tidegate.p.bytes",
+                         "tidegate.p.nothing_to_do", "tidegate.p.a-b.events", "tidegate.p.a-b.bytes",
+                         "tidegate.p.a-b.lag_bytes", "tidegate.p.a-b.behind"]
 
 
 # --------------------------------------------------------------------------- connections

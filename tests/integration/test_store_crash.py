@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -55,11 +54,15 @@ def _check_store(url: str, last_acked: int, kills: int) -> None:
         assert [h.position for h in a] == [h.position for h in b]  # one transaction, both or none
 
 
-def _crash_loop(url: str) -> None:
+def _crash_loop(url: str) -> int:
+    """SIGKILL the writer KILLS times, checking the store after each; returns the kills checked."""
     rng = random.Random(int(os.environ.get("TIDEGATE_CRASH_SEED", "0")) or None)
+    checked = 0
     for i in range(1, KILLS + 1):
         last = _kill_at_random_point(url, f"run-{i}", rng)
         _check_store(url, last, i)
+        checked += 1
+    return checked
 
 
 def test_sqlite_store_survives_sigkill(tmp_path):
@@ -72,22 +75,5 @@ def test_sqlite_store_survives_sigkill(tmp_path):
     conn.close()
 
 
-@pytest.fixture()
-def pg_store_dsn(postgres):
-    import psycopg2
-    from psycopg2.extensions import make_dsn, parse_dsn
-
-    dbname = f"tidegate_crash_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(postgres.admin_dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{dbname}"')
-    params = {k: v for k, v in parse_dsn(postgres.admin_dsn).items() if k != "dbname"}
-    yield make_dsn(**params, dbname=dbname)
-    with admin.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    admin.close()
-
-
-def test_postgres_store_survives_sigkill(pg_store_dsn):
-    _crash_loop(pg_store_dsn)
+def test_postgres_store_survives_sigkill(pg_scratch_dsn):
+    assert _crash_loop(pg_scratch_dsn) == KILLS

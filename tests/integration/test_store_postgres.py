@@ -1,6 +1,5 @@
 """The Postgres backend behaves like the SQLite one: fencing, history, rewind, incidents, journal."""
 
-import uuid
 
 import pytest
 from tidegate.errors import StaleEpochError
@@ -14,24 +13,8 @@ def p(n: int) -> PgPosition:
     return PgPosition(Lsn(n * 0x100), "7300000000000000001", 1)
 
 
-@pytest.fixture()
-def dsn(postgres):
-    import psycopg2
-    from psycopg2.extensions import make_dsn, parse_dsn
-
-    dbname = f"tidegate_store_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(postgres.admin_dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{dbname}"')
-    params = {k: v for k, v in parse_dsn(postgres.admin_dsn).items() if k != "dbname"}
-    yield make_dsn(**params, dbname=dbname)
-    with admin.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    admin.close()
-
-
-def test_postgres_store_end_to_end(dsn):
+def test_postgres_store_end_to_end(pg_scratch_dsn):
+    dsn = pg_scratch_dsn
     a, b = open_store(dsn), open_store(dsn)
     assert a.schema_version() == 1 and b.migrate() == 1
     assert "password" not in a.url
