@@ -148,9 +148,15 @@ def _pipeline_status(store: CheckpointStore, name: str, spec: specmod.PipelineSp
     return {
         "pipeline": name,
         "halted": any(not i.resolved for i in incidents),
-        "incidents": [{"kind": i.kind, "from": position_to_json(i.from_position),
+        "incidents": [{"id": i.id, "kind": i.kind, "from": position_to_json(i.from_position),
                        "to": position_to_json(i.to_position), "detected_at": i.detected_at,
-                       "resolved": i.resolved} for i in incidents],
+                       "resolved": i.resolved, "resolution": i.resolution, "reason": i.reason,
+                       "detail": i.detail} for i in incidents],
+        "failovers": [{"incident": i.id, "detected_at": i.detected_at, "detail": i.detail,
+                       "from": position_to_json(i.from_position), "to": position_to_json(i.to_position),
+                       "resolution": i.resolution}
+                      for i in incidents if i.kind == "failover"],
+        "identity": store.get_source_identity(name),
         "sinks": [_sink_status(sid, ckpts.get(sid)) for sid in sink_ids],
     }
 
@@ -207,11 +213,16 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_rewind(args: argparse.Namespace) -> int:
+    from .checkpoints import rewind
+
     who = args.who or _os_user()
     with open_store() as store:
-        rec = store.rewind_checkpoint(args.pipeline, args.sink, args.to_version, reason=args.reason, who=who)
-    print(f"{rec.key}: version {rec.version} restores version {args.to_version} "
-          f"({json.dumps(position_to_json(rec.position), sort_keys=True)}); running writers are fenced")
+        was, rec = rewind(store, args.pipeline, args.sink, args.to_version, reason=args.reason, who=who)
+    print(f"{rec.key}: version {rec.version} restores version {args.to_version} at {rec.position} "
+          f"(it was at {was.position}, version {was.version}).\n"
+          f"The next run of {args.pipeline} delivers again to sink {args.sink} every change committed "
+          f"after {rec.position}, up to the source head at that run; records the sink kept of "
+          f"earlier versions are ignored, and running writers are fenced.")
     return 0
 
 

@@ -2,9 +2,11 @@
 
 Per run (DESIGN.md, "One run"):
 
-1. ``open()``: open every sink and compute its *effective* start, the later of the store's
-   checkpoint and the sink's own ``committed_position()`` (a sink that committed its data
-   but crashed before the store write is not sent that data again).
+1. ``open()``: open every sink and compute its *effective* start: the store's checkpoint, or
+   the sink's own ``committed_checkpoint()`` when that record extends the store's current
+   version and lies ahead of it (a sink that committed its data but crashed before the store
+   write is not sent that data again; see :mod:`tidegate.checkpoints`). An adopted record is
+   written to the store at once, so the store stays the authority.
 2. ``run(items)``: cut the source stream into sub-batches; for each one, deliver to all sinks
    concurrently, each sink getting only ``batch.after(its position)`` (nothing at all when it
    needs nothing); retry per the sink's policy; evaluate the commit policy *before* any
@@ -17,6 +19,7 @@ would leave a gap behind its checkpoint. It catches up from its own checkpoint n
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .batching import SubBatch, cut_sub_batches
+from .checkpoints import Adoption, SinkCheckpoint, adopt
 from .errors import CommitPolicyError, ErrorClass, FatalRunError
 from .positions import Position, later, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
@@ -34,6 +38,7 @@ from .spec import BatchSpec
 from .store.base import CheckpointStore
 
 MAX_ERROR_CHARS = 500
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -154,10 +159,10 @@ class Coordinator:
                     self._opened_one(futures[fut], fut)
         return self.effective_positions()
 
-    def _open_one(self, sink: Sink) -> Position | None:
-        def go() -> Position | None:
+    def _open_one(self, sink: Sink) -> SinkCheckpoint | None:
+        def go() -> SinkCheckpoint | None:
             sink.open()
-            return sink.committed_position()
+            return sink.committed_checkpoint()
 
         return self._retry(sink, go)
 
@@ -169,10 +174,24 @@ class Coordinator:
             self._fail(sink, fut.exception())
             rep.start = rep.position = rep.stored
             return
+        adoption = adopt(rec, fut.result())
+        if adoption.adopted:
+            self._record_adoption(sink, adoption)
         if sink.sink_id in self._starts:
             rep.start = rep.position = self._starts[sink.sink_id]
         else:
-            rep.start = rep.position = later(rep.stored, fut.result())
+            rep.start = rep.position = rep.stored
+
+    def _record_adoption(self, sink: Sink, adoption: Adoption) -> None:
+        """The sink committed a sub-batch whose store write was lost (a crash in between): the
+        store takes the sink's record as a new version before anything else happens."""
+        rep = self.report.sinks[sink.sink_id]
+        written = self.store.write_checkpoints(self.pipeline, {sink.sink_id: adoption.position},
+                                               run_id=self.run_id, epoch=self.epoch, kind="adopt",
+                                               reason=adoption.why)[sink.sink_id]
+        log.warning("pipeline %s: sink %s: %s; the store now holds it as version %d", self.pipeline,
+                    sink.sink_id, adoption.why, written.version)
+        rep.stored, rep.version = written.position, written.version
 
     def close(self) -> None:
         for s in self.sinks:
@@ -230,7 +249,9 @@ class Coordinator:
             if part.event_count == 0:  # already has it all (or only positions): no call
                 acked.add(sink.sink_id)
             else:
-                futures[pool.submit(self._retry, sink, lambda s=sink, p=part: s.deliver(p))] = (sink, part)
+                extends = rep.version or 0
+                futures[pool.submit(self._retry, sink, lambda s=sink, p=part, v=extends: s.deliver(p, v))
+                        ] = (sink, part)
         for fut in as_completed(futures):
             sink, part = futures[fut]
             if self._delivered(sink, part, fut):

@@ -20,6 +20,16 @@ class TidegateError(Exception):
     """Base of every error the engine raises on purpose."""
 
 
+class IncomparablePositionsError(TidegateError, TypeError):
+    """Two positions of different source identities (servers, clusters, timelines) were
+    ordered. ``a`` and ``b`` are the positions."""
+
+    def __init__(self, message: str, *, a: object = None, b: object = None):
+        super().__init__(message)
+        self.a = a
+        self.b = b
+
+
 class SpecError(TidegateError):
     """A pipeline spec is invalid; ``problems`` holds one line per problem."""
 

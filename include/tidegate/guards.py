@@ -17,12 +17,15 @@ goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .checkpoints import adopt
 from .errors import SlotInvalidatedError, SlotMissingError, SourceError, TidegateError
-from .positions import BinlogPosition, Position, position_to_json
-from .runner import Resolver, _opened, find_spec
+from .positions import BinlogPosition, Position, check_comparable, position_to_json
+from .runner import Resolver, _opened, build_sinks, find_spec
+from .sinks.base import Sink
+from .sources.base import Source
 from .spec import PipelineSpec
 from .store import CheckpointStore
 from .store.records import Incident
@@ -90,8 +93,28 @@ def same_server(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in IDENTITY_KEYS)
 
 
+def describe_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """What changed behind the source connection, in words an operator can act on."""
+    if new.get("kind") == "postgres":
+        if old.get("system_id") != new.get("system_id"):
+            return (f"the connection now reaches another PostgreSQL cluster (system identifier "
+                    f"{old.get('system_id')} -> {new.get('system_id')}); its WAL is not the one the "
+                    f"checkpoints point into and the replication slot is not there")
+        return (f"the server moved from timeline {old.get('timeline')} to {new.get('timeline')}: a "
+                f"standby was promoted, and a logical replication slot does not survive a promotion")
+    what = [f"server_id {old.get('server_id')} -> {new.get('server_id')}"]
+    if old.get("server_uuid") != new.get("server_uuid"):
+        what.append(f"server_uuid {old.get('server_uuid')} -> {new.get('server_uuid')}")
+    return f"the connection now reaches another MySQL/MariaDB server ({', '.join(what)})"
+
+
 def guard_failover(pipeline: str | PipelineSpec, *, run_id: str, resolve: Resolver | None = None,
-                   store: CheckpointStore | None = None) -> dict[str, Any]:
+                   store: CheckpointStore | None = None, sinks: Sequence[Sink] | None = None
+                   ) -> dict[str, Any]:
+    """Compare the source identity with the one the checkpoints belong to. On a change: a
+    MySQL/MariaDB failover whose checkpoints' GTID sets are all on the new server continues
+    (each sink's checkpoint, or its adoptable sink-side record, is translated by GTID set);
+    anything else halts with the range. ``sinks`` (tests): the sinks whose records to read."""
     spec = find_spec(pipeline)
     with _opened(spec, resolve, store) as (source, st):
         current = source.identity()
@@ -101,46 +124,90 @@ def guard_failover(pipeline: str | PipelineSpec, *, run_id: str, resolve: Resolv
             return {"status": "recorded", "identity": current}
         if same_server(stored, current):
             return {"status": "ok", "identity": current}
-        return _failover(spec, st, source, stored, current, run_id)
+        change = describe_change(stored, current)
+        if spec.source.kind != "mysql":
+            _halt(st, spec, "failover", _lowest_checkpoint(st, spec), source.head(),
+                  change + ". Changes after the checkpoint may be missing.", run_id)
+        return _gtid_failover(spec, st, source, stored, current, change, run_id,
+                              sinks if sinks is not None else build_sinks(spec, resolve=resolve))
 
 
-def _failover(spec: PipelineSpec, store: CheckpointStore, source: Any, old: Mapping[str, Any],
-              new: Mapping[str, Any], run_id: str) -> dict[str, Any]:
-    detail = f"source identity changed from {dict(old)} to {dict(new)}"
-    moved = _gtid_positions(spec, store, source)
-    if moved is None:
-        _halt(store, spec, "failover", _lowest_checkpoint(store, spec), source.head(),
-              detail + "; the checkpoints cannot be placed on the new server without loss", run_id)
+def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, old: Mapping[str, Any],
+                   new: Mapping[str, Any], change: str, run_id: str, sinks: Sequence[Sink]
+                   ) -> dict[str, Any]:
+    effective = effective_checkpoints(spec, store, sinks)
+    lowest_old = min((p for p in effective.values() if p is not None), default=None)
+    moved = {}
+    for sid, pos in sorted(effective.items()):
+        if pos is None:
+            continue  # no checkpoint yet: nothing to translate
+        problem = _untranslatable(pos)
+        if problem is None:
+            try:
+                moved[sid] = source.resume_point_for_gtids(pos.gtid_set)
+            except SourceError as exc:  # GTIDs missing on the new server, or purged there
+                problem = f"sink {sid}: {exc}"
+        if problem is not None:
+            _halt(store, spec, "failover", lowest_old, source.head(),
+                  f"{change}; the checkpoints cannot be placed on the new server without loss: "
+                  f"{problem}", run_id)
     epoch = store.acquire_lease(spec.pipeline, run_id)
-    store.write_checkpoints(spec.pipeline, moved, run_id=run_id, epoch=epoch)
+    reason = f"GTID failover: {change}; every checkpoint GTID set is on the new server"
+    store.write_checkpoints(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="failover",
+                            reason=reason, who="tidegate")
     store.set_source_identity(spec.pipeline, new, epoch=epoch)
-    store.record_incident(spec.pipeline, "failover", None, None, run_id=run_id,
-                          detail=detail + "; every checkpoint GTID set is on the new server",
-                          resolved=True, resolution="auto", who="tidegate",
-                          reason="GTID failover: no change lost, checkpoints moved to the new server")
-    log.warning("pipeline %s: failover continued without loss: %s", spec.pipeline,
+    lowest_new = min(moved.values(), default=None)
+    inc = store.record_incident(spec.pipeline, "failover", lowest_old, lowest_new, run_id=run_id,
+                                detail=f"{change}; checkpoints translated by GTID set, nothing lost",
+                                resolved=True, resolution="auto", who="tidegate", reason=reason)
+    _journal_failover(store, spec, run_id, effective, moved)
+    log.warning("pipeline %s: failover continued without loss (incident #%d): %s", spec.pipeline, inc.id,
                 {k: str(v) for k, v in moved.items()})
-    return {"status": "failover_continued", "identity": dict(new),
+    return {"status": "failover_continued", "identity": dict(new), "incident": inc.id,
             "checkpoints": {k: position_to_json(v) for k, v in moved.items()}}
 
 
-def _gtid_positions(spec: PipelineSpec, store: CheckpointStore, source: Any) -> dict[str, Position] | None:
-    """Each sink checkpoint translated to the new server by its GTID set, or None when any
-    cannot be (no GTIDs, not MySQL/MariaDB, or GTIDs missing on the new server)."""
-    finder = getattr(source, "resume_point_for_gtids", None)
-    if finder is None:
-        return None
-    moved: dict[str, Position] = {}
-    for sid, rec in store.checkpoints(spec.pipeline).items():
-        pos = rec.position
-        if not isinstance(pos, BinlogPosition) or pos.gtid_set is None:
-            return None
+def _untranslatable(pos: Position) -> str | None:
+    if not isinstance(pos, BinlogPosition) or pos.gtid_set is None:
+        return (f"checkpoint {pos} carries no GTID set (GTIDs off on the old server?), so it has no "
+                f"meaning on another server")
+    return None
+
+
+def effective_checkpoints(spec: PipelineSpec, store: CheckpointStore, sinks: Sequence[Sink]
+                          ) -> dict[str, Position | None]:
+    """Where each sink really stands: its store checkpoint, or its sink-side record when the
+    adoption rule takes it (a crash between the sink's commit and the store write). A required
+    sink that cannot be read fails the guard (Airflow retries it); an optional one keeps its
+    store checkpoint, with a warning that it may see a duplicate."""
+    stored = store.checkpoints(spec.pipeline)
+    out: dict[str, Position | None] = {}
+    for sink in sinks:
+        rec = stored.get(sink.sink_id)
         try:
-            moved[sid] = finder(pos.gtid_set)
-        except SourceError as exc:  # GTIDs missing on the new server, or already purged there
-            log.error("pipeline %s: sink %s cannot resume on the new server: %s", spec.pipeline, sid, exc)
-            return None
-    return moved
+            side = sink.committed_checkpoint()
+        except Exception as exc:
+            if sink.required:
+                raise
+            log.warning("pipeline %s: optional sink %s cannot be read (%s); its store checkpoint is "
+                        "used, it may receive a duplicate", spec.pipeline, sink.sink_id, exc)
+            side = None
+        finally:
+            sink.close()
+        adoption = adopt(rec, side)
+        if adoption.adopted:
+            log.warning("pipeline %s: sink %s: %s", spec.pipeline, sink.sink_id, adoption.why)
+        out[sink.sink_id] = adoption.position
+    return out
+
+
+def _journal_failover(store: CheckpointStore, spec: PipelineSpec, run_id: str,
+                      old: Mapping[str, Position | None], new: Mapping[str, Position]) -> None:
+    jid = store.journal_begin(spec.pipeline, run_id, mode="failover")
+    for sid, to in new.items():
+        store.journal_sink(jid, sid, from_position=old.get(sid), to_position=to, events=0, bytes=0,
+                           status="translated")
+    store.journal_finish(jid, "success")
 
 
 # --------------------------------------------------------------------------- slot / purge
@@ -176,6 +243,8 @@ def guard_binlog_purge(pipeline: str | PipelineSpec, *, run_id: str, resolve: Re
     with _opened(spec, resolve, store) as (source, st):
         lowest = _lowest_checkpoint(st, spec)
         earliest = source.earliest()
+        if lowest is not None:
+            check_comparable(lowest, earliest)  # another server: the failover guard's business
         if lowest is not None and lowest.file_seq < earliest.file_seq:
             _halt(st, spec, "binlog_purged", lowest, earliest,
                   f"binlog {lowest.file} was purged; the earliest binlog on the server is {earliest.file}",
@@ -224,7 +293,9 @@ def resolve_incidents(pipeline: str | PipelineSpec, *, resolution: str, reason: 
                       run_id: str, resolve: Resolver | None = None,
                       store: CheckpointStore | None = None) -> list[dict[str, Any]]:
     """Resolve every open incident of the pipeline. ``accept_gap`` moves the checkpoints past
-    the missing range (and recreates a lost slot); the range and the reason stay on record."""
+    the missing range (on a new server or a lost slot: to where streaming can resume) as new
+    store versions, so no older sink-side record pulls a sink back; the range and the reason
+    stay on record."""
     if resolution not in RESOLUTIONS:
         raise TidegateError(f"resolve must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
     if not (reason or "").strip():
@@ -237,25 +308,37 @@ def resolve_incidents(pipeline: str | PipelineSpec, *, resolution: str, reason: 
     with _opened(spec, resolve, store) as (source, st):
         done = []
         for inc in st.incidents(spec.pipeline, unresolved_only=True):
-            _accept_gap(spec, st, source, inc, run_id)
+            _accept_gap(spec, st, source, inc, run_id, who, reason)
             done.append(st.resolve_incident(inc.id, resolution=resolution, who=who, reason=reason).to_json())
         return done
 
 
-def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: Incident, run_id: str) -> None:
-    if inc.kind in ("slot_dropped", "slot_invalidated"):
+def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: Incident, run_id: str,
+                who: str, reason: str) -> None:
+    epoch = store.acquire_lease(spec.pipeline, run_id)
+    if inc.kind == "failover":
+        target = _resume_on_new_server(spec, store, source, epoch)
+    elif inc.kind in ("slot_dropped", "slot_invalidated"):
         source.drop_slot()  # an invalidated slot cannot be used again
         target = source.ensure_slot() or source.head()
-    elif inc.kind == "failover":
-        store.set_source_identity(spec.pipeline, source.identity())
-        target = source.head()
     else:  # binlog_purged: resume at the earliest position still on the server
         target = inc.to_position or source.earliest()
-    epoch = store.acquire_lease(spec.pipeline, run_id)
     stored = store.checkpoints(spec.pipeline)
     moves = {s.id: target for s in spec.sinks
              if s.id not in stored or inc.kind != "binlog_purged" or stored[s.id].position < target}
     if moves:
-        store.write_checkpoints(spec.pipeline, moves, run_id=run_id, epoch=epoch)
+        store.write_checkpoints(spec.pipeline, moves, run_id=run_id, epoch=epoch, kind="accept_gap",
+                                reason=f"incident #{inc.id} ({inc.kind}): {reason}", who=who)
     log.warning("pipeline %s: incident #%d (%s) accepted; checkpoints of %s moved to %s", spec.pipeline,
                 inc.id, inc.kind, ", ".join(sorted(moves)) or "no sink", target)
+
+
+def _resume_on_new_server(spec: PipelineSpec, store: CheckpointStore, source: Any, epoch: int) -> Position:
+    """After a failover that lost changes: adopt the new server's identity and resume at its
+    head (Postgres: at a fresh slot's start on the new server, replacing any slot of that name
+    there, whose position would mean nothing to the checkpoints)."""
+    store.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)
+    if spec.source.kind == "postgres":
+        source.drop_slot()
+        return source.ensure_slot() or source.head()
+    return source.head()

@@ -1,11 +1,19 @@
 """Source positions: immutable, totally ordered value types with a JSON form.
 
 A position is where a reader stands in a source's change log. Checkpoints are positions at
-a source transaction boundary (the position *after* a transaction's commit). Positions are
-ordered only within one source identity; comparing positions of two servers is meaningless,
-which is why the failover guard compares identities first.
+a source transaction boundary (the position *after* a transaction's commit).
 
-JSON forms (DESIGN.md, "Positions and checkpoints"):
+Every position carries its *lineage*: the source identity whose log it is a coordinate in
+(MySQL/MariaDB: the server id and server uuid; Postgres: the system identifier and the
+timeline). Positions are ordered only within one lineage. Two servers of a replication
+topology write different binlog files and offsets for the same transactions, and a promoted
+standby continues on a new timeline, so ordering positions of two lineages is an error
+(:class:`~tidegate.errors.IncomparablePositionsError`), never a silent answer: moving from
+one lineage to another goes only through the failover guard (GTID translation, or a halt
+that records the gap). A position without identity fields (written by hand, in a unit test)
+has no lineage and orders against any position.
+
+JSON forms (docs/architecture.md, "Positions and checkpoints"):
   MySQL/MariaDB: {"file", "pos", "gtid_set", "server_id", "server_uuid"}
   Postgres:      {"lsn", "system_id", "timeline"}
 """
@@ -17,6 +25,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Union
+
+from .errors import IncomparablePositionsError
 
 _BINLOG_FILE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
 _LSN = re.compile(r"^(?P<hi>[0-9A-Fa-f]{1,8})/(?P<lo>[0-9A-Fa-f]{1,8})$")
@@ -127,18 +137,26 @@ class BinlogPosition:
     def basename(self) -> str:
         return _BINLOG_FILE.match(self.file).group("base")
 
+    @property
+    def lineage(self) -> tuple[Any, ...] | None:
+        """The server whose binlog this is a coordinate in; None when unknown."""
+        if self.server_id is None and self.server_uuid is None:
+            return None
+        return ("mysql", self.server_id, self.server_uuid)
+
     def _key(self) -> tuple[int, int]:
         return (self.file_seq, self.pos)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
             return NotImplemented
+        check_comparable(self, other)
         return self._key() < other._key()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
             return NotImplemented
-        return self._key() == other._key()
+        return self._key() == other._key() and same_lineage(self, other)
 
     def __hash__(self) -> int:
         return hash(self._key())
@@ -207,15 +225,23 @@ class PgPosition:
     system_id: str | None = field(default=None, compare=False)
     timeline: int | None = field(default=None, compare=False)
 
+    @property
+    def lineage(self) -> tuple[Any, ...] | None:
+        """The cluster (system identifier) and timeline this LSN belongs to; None when unknown."""
+        if self.system_id is None and self.timeline is None:
+            return None
+        return ("postgres", str(self.system_id), self.timeline)
+
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, PgPosition):
             return NotImplemented
+        check_comparable(self, other)
         return self.lsn < other.lsn
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PgPosition):
             return NotImplemented
-        return self.lsn == other.lsn
+        return self.lsn == other.lsn and same_lineage(self, other)
 
     def __hash__(self) -> int:
         return hash(self.lsn)
@@ -251,8 +277,45 @@ def position_to_json(p: Position | None) -> dict[str, Any] | None:
     return None if p is None else p.to_json()
 
 
+def same_lineage(a: Position, b: Position) -> bool:
+    """Whether ``a`` and ``b`` are coordinates in the same log (a position without lineage
+    matches any)."""
+    la, lb = a.lineage, b.lineage
+    return la is None or lb is None or la == lb
+
+
+def check_comparable(a: Position, b: Position) -> None:
+    """Raise :class:`IncomparablePositionsError` when ``a`` and ``b`` belong to two lineages."""
+    if not same_lineage(a, b):
+        raise IncomparablePositionsError(
+            f"positions {a} ({describe_lineage(a.lineage)}) and {b} ({describe_lineage(b.lineage)}) "
+            f"belong to two different source identities and cannot be ordered; a change of server "
+            f"is handled by the failover guard (it translates checkpoints by GTID or halts with the "
+            f"gap): run the pipeline with its guards", a=a, b=b)
+
+
+def describe_lineage(lineage: tuple[Any, ...] | None) -> str:
+    if lineage is None:
+        return "no identity"
+    if lineage[0] == "mysql":
+        return f"server_id {lineage[1]}" + (f", server_uuid {lineage[2]}" if lineage[2] else "")
+    return f"system_id {lineage[1]}, timeline {lineage[2]}"
+
+
+def lineage_of_identity(identity: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """The lineage a source identity (``Source.identity()``) gives the positions it writes."""
+    if not identity:
+        return None
+    if identity.get("kind") == "mysql":
+        return ("mysql", identity.get("server_id"), identity.get("server_uuid"))
+    if identity.get("kind") == "postgres":
+        return ("postgres", str(identity.get("system_id")), identity.get("timeline"))
+    return None
+
+
 def later(a: Position | None, b: Position | None) -> Position | None:
-    """The later of two positions of one source (None means 'nothing yet')."""
+    """The later of two positions of one source (None means 'nothing yet'); raises
+    :class:`IncomparablePositionsError` for positions of two lineages."""
     if a is None:
         return b
     if b is None:

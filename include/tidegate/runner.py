@@ -21,7 +21,13 @@ from typing import Any
 from .connections import Connection, get_connection
 from .coordinator import Coordinator, RunReport, lowest_start
 from .errors import SpecError, TidegateError
-from .positions import Position, position_from_json, position_to_json
+from .positions import (
+    Position,
+    describe_lineage,
+    lineage_of_identity,
+    position_from_json,
+    position_to_json,
+)
 from .sinks.base import Sink
 from .sources.base import Source, SourceItem
 from .spec import PipelineSpec, load_spec, spec_files
@@ -162,7 +168,8 @@ def _skip_empty_range(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds
     run_id = "bounds__" + spec.pipeline
     epoch = store.acquire_lease(spec.pipeline, run_id)
     behind = {sid: bounds.upto for sid, p in bounds.sinks.items() if p is None or p < bounds.upto}
-    store.write_checkpoints(spec.pipeline, behind, run_id=run_id, epoch=epoch)
+    store.write_checkpoints(spec.pipeline, behind, run_id=run_id, epoch=epoch, kind="skip",
+                            reason="nothing this pipeline delivers in the range")
     log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", spec.pipeline,
              bounds.lowest, bounds.upto, ", ".join(sorted(behind)), bounds.upto)
     return Bounds(spec.pipeline, bounds.upto, {sid: bounds.upto for sid in bounds.sinks})
@@ -199,7 +206,8 @@ def _rerun_of(spec: PipelineSpec, store: CheckpointStore, run_id: str, mode: str
     re-run replays exactly its range instead of reading new changes."""
     if mode == "replay":
         return run_id
-    done = [e for e in store.journal(spec.pipeline, run_id) if e.status == "success"]
+    done = [e for e in store.journal(spec.pipeline, run_id)
+            if e.status == "success" and e.mode == "incremental"]
     return run_id if done else None
 
 
@@ -229,7 +237,8 @@ def _position_new_sinks(spec: PipelineSpec, store: CheckpointStore, run_id: str,
     if new:
         log.info("pipeline %s: sinks %s have no checkpoint; start: head places them at %s",
                  spec.pipeline, ", ".join(sorted(new)), upto)
-        store.write_checkpoints(spec.pipeline, new, run_id=run_id, epoch=epoch)
+        store.write_checkpoints(spec.pipeline, new, run_id=run_id, epoch=epoch, kind="head",
+                                reason="start: head")
 
 
 def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: str,
@@ -241,6 +250,7 @@ def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: 
     chosen = _chosen_sinks(spec, only) & set(ranges)
     if not chosen:
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
+    _check_replayable(spec, source, replay_of, {sid: ranges[sid] for sid in chosen})
     sinks = build_sinks(spec, sorted(chosen), resolve)
     epoch = store.acquire_lease(spec.pipeline, run_id)
     starts = {sid: ranges[sid][0] for sid in chosen}
@@ -253,11 +263,24 @@ def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: 
         return co.run(reader(source, co.lowest_start(), upto))
 
 
+def _check_replayable(spec: PipelineSpec, source: Source, replay_of: str,
+                      ranges: dict[str, tuple[Position | None, Position]]) -> None:
+    """A past run's range is a range of the server it was read from: after a failover it
+    cannot be read again from the new one."""
+    now = lineage_of_identity(source.identity())
+    for sid, (_, end) in ranges.items():
+        if end.lineage is not None and now is not None and end.lineage != now:
+            raise RunError(f"pipeline {spec.pipeline!r}: run {replay_of!r} delivered to sink {sid} a "
+                           f"range of {describe_lineage(end.lineage)}, but the source is now "
+                           f"{describe_lineage(now)} (a failover happened since): that range cannot "
+                           f"be replayed from the new server")
+
+
 def _delivered_ranges(store: CheckpointStore, pipeline: str, run_id: str
                       ) -> dict[str, tuple[Position | None, Position]]:
     """Per sink, the range a past run delivered over all its attempts (an attempt that failed
     part-way may have moved some sinks)."""
-    entries = [e for e in store.journal(pipeline, run_id) if e.mode != "replay"]
+    entries = [e for e in store.journal(pipeline, run_id) if e.mode == "incremental"]
     if not entries:
         raise RunError(f"pipeline {pipeline!r} has no journal entry for run {run_id!r}; "
                        f"`tidegate status {pipeline}` shows the checkpoints, the journal lists runs")

@@ -61,3 +61,12 @@ def redis_ids(conn, key: str) -> list[str]:
         return [f[b"idempotency_key"].decode() for _, f in r.xrange(key)]
     finally:
         r.close()
+
+
+def redis_events(conn, key: str) -> list[bytes]:
+    """The `event` field (the envelope) of every entry of a Redis stream, in stream order."""
+    r = redis.Redis(host="127.0.0.1", port=conn.port, username=conn.login, password=conn.password)
+    try:
+        return [f[b"event"] for _, f in r.xrange(key)]
+    finally:
+        r.close()

@@ -8,24 +8,18 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import uuid
-from pathlib import Path
 
 import psycopg2
 import pymysql
 import pytest
 from tidegate.store import open_store
 
-from tests.integration.sink_readers import kafka_changes, nats_ids, redis_ids
+from tests.integration.airflow_support import dags_test, make_airflow_env, per_key, task_ended
+from tests.integration.sink_readers import kafka_changes, nats_ids, redis_events, redis_ids
 
 pytestmark = [pytest.mark.integration]
-
-ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
@@ -33,44 +27,7 @@ def airflow_env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_ser
     """A private AIRFLOW_HOME with a migrated metadata DB, the project's dags/ and plugins/, a
     pipelines folder of this test's own and a fresh checkpoint store."""
     base = tmp_path_factory.mktemp("airflow")
-    env = dict(os.environ, **service_env)
-    env.update({
-        "AIRFLOW_HOME": str(base / "home"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        # The assertions read `dags test`'s per-task INFO lines; other tests lower the level.
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "TIDEGATE_PIPELINES_DIR": str(base / "pipelines"),
-        "TIDEGATE_CHECKPOINT_STORE": f"sqlite:///{base / 'store.sqlite'}",
-        "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    })
-    (base / "pipelines").mkdir()
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
-    return env, base
-
-
-def dags_test(env, dag_id: str, conf: dict | None = None) -> tuple[int, str]:
-    cmd = [str(VENV_BIN / "airflow"), "dags", "test", dag_id]
-    if conf:
-        cmd += ["-c", json.dumps(conf)]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    return r.returncode, r.stdout + r.stderr
-
-
-def task_ended(log: str, task_id: str) -> bool:
-    return f"end task task_id={task_id} " in log
-
-
-# --------------------------------------------------------------------------- readers
-
-
-def per_key(changes: list[dict]) -> dict[int, list[tuple]]:
-    out: dict[int, list[tuple]] = collections.defaultdict(list)
-    for ch in changes:
-        out[ch["key"]["id"]].append((ch["op"], (ch["after"] or {}).get("status")))
-    return dict(out)
+    return make_airflow_env(base, service_env), base
 
 
 # --------------------------------------------------------------------------- MariaDB
@@ -144,26 +101,39 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
         store.close()
 
 
-def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql):
+def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_bootstrap, redis_service):
+    """A purge past the checkpoint halts; accept_gap moves every sink, the Kafka exactly-once one
+    included, to the earliest position still there (its sink-side record from before the purge
+    does not pull it back); what was purged never arrives, what follows arrives once."""
     env, base = airflow_env
     tag = uuid.uuid4().hex[:6]
     db, pipeline = f"e2e_{tag}", f"e2e_purge_{tag}"
     (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
         pipeline: {pipeline}
         source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.t], server_id: 48301, start: head}}
-        sinks: [{{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}]
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+              exactly_once: true}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
     """))
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     dag = f"cdc_{pipeline}"
-    try:
+
+    def sql(*stmts: str) -> None:
         with admin.cursor() as c:
-            c.execute(f"CREATE DATABASE {db}")
-            c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+            for st in stmts:
+                c.execute(st)
+
+    try:
+        sql(f"CREATE DATABASE {db}", f"CREATE TABLE {db}.t (id INT PRIMARY KEY, status VARCHAR(20))")
         rc, log = dags_test(env, dag)
         assert rc == 0, log[-3000:]
+        sql(f"INSERT INTO {db}.t VALUES (1, 'a')")  # delivered: Kafka keeps a sink-side record
+        rc, log = dags_test(env, dag)
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        sql(f"INSERT INTO {db}.t VALUES (2, 'lost')", "FLUSH BINARY LOGS",
+            f"INSERT INTO {db}.t VALUES (3, 'after the gap')")
         with admin.cursor() as c:
-            c.execute(f"INSERT INTO {db}.t VALUES (1)")
-            c.execute("FLUSH BINARY LOGS")
             c.execute("SHOW MASTER STATUS")
             newest = c.fetchone()[0]
         from tests.integration.test_smoke_mysql import purge_to
@@ -177,24 +147,34 @@ def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql):
         inc = store.incidents(pipeline)[0]
         assert (inc.kind, inc.resolved, inc.to_position.file, inc.to_position.pos) == (
             "binlog_purged", False, newest, 4)
-        assert inc.from_position == store.get_checkpoint(pipeline, "cache").position
+        assert inc.from_position == store.get_checkpoint(pipeline, "events").position
 
         rc, log = dags_test(env, dag)  # later runs halt too
         assert rc != 0 and f"incident #{inc.id}" in log
 
-        rc, log = dags_test(env, dag, {"resolve": "accept_gap", "reason": "row 1 reloaded by hand"})
-        assert rc == 0, log[-3000:]
+        rc, log = dags_test(env, dag, {"resolve": "accept_gap", "reason": "row 2 reloaded by hand"})
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
         resolved = store.incident(inc.id)
         assert (resolved.resolved, resolved.resolution, resolved.reason) == (
-            True, "accept_gap", "row 1 reloaded by hand")
-        # accept_gap moved the checkpoint to the earliest position still there, then the same
-        # run resumed from it up to the head.
-        history = [r.position for r in store.checkpoint_history(pipeline, "cache")]
-        assert inc.to_position in history and history[-1] >= inc.to_position
+            True, "accept_gap", "row 2 reloaded by hand")
+        for sink in ("events", "cache"):
+            history = store.checkpoint_history(pipeline, sink)
+            gap = [h for h in history if h.kind == "accept_gap"]
+            assert [h.position for h in gap] == [inc.to_position], sink
+            after = history[history.index(gap[0]) + 1:]
+            # the same run resumed from the earliest position; nothing moved it back
+            assert after and all(h.position > inc.to_position for h in after), sink
+        sql(f"INSERT INTO {db}.t VALUES (4, 'later')")
+        rc, log = dags_test(env, dag)
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
         store.close()
+        changes = kafka_changes(kafka_bootstrap, f"{pipeline}.t")
+        assert [(c["key"]["id"], c["after"]["status"]) for c in changes] == [
+            (1, "a"), (3, "after the gap"), (4, "later")]
+        assert [json.loads(e)["after"]["id"] for e in redis_events(redis_service.cdc, f"{pipeline}:t")] == [
+            1, 3, 4]
     finally:
-        with admin.cursor() as c:
-            c.execute(f"DROP DATABASE IF EXISTS {db}")
+        sql(f"DROP DATABASE IF EXISTS {db}")
         admin.close()
 
 

@@ -106,10 +106,11 @@ def rows(source, start, upto):
     return [(e.op, e.after["id"]) for e in source.read(start, upto) if isinstance(e, ChangeEvent)]
 
 
-def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mysql, mysql_replica):
+def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mysql, mysql_replica,
+                                                                      redis_service):
     spec, store, admin, db = setup
-    primary = {"src": mysql.cdc}.__getitem__
-    replica = {"src": mysql_replica.cdc}.__getitem__
+    primary = {"src": mysql.cdc, "r": redis_service.cdc}.__getitem__
+    replica = {"src": mysql_replica.cdc, "r": redis_service.cdc}.__getitem__
     assert guards.guard_failover(spec, run_id="r0", resolve=primary, store=store)["status"] == "recorded"
     insert(admin, db, [1, 2])
     src = build_source(spec, primary)
@@ -134,6 +135,11 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     assert rows(new, moved, new.head()) == [("c", 3), ("c", 4), ("c", 5)]
     incidents = store.incidents(spec.pipeline)
     assert [(i.kind, i.resolved, i.resolution) for i in incidents] == [("failover", True, "auto")]
+    assert (incidents[0].from_position, incidents[0].to_position) == (checkpoint, moved)
+    assert [h.kind for h in store.checkpoint_history(spec.pipeline, "a")] == ["write", "failover"]
+    [entry] = [e for e in store.journal(spec.pipeline) if e.mode == "failover"]
+    assert {sid: (js.from_position, js.to_position) for sid, js in entry.sinks.items()} == {
+        "a": (checkpoint, moved), "b": (checkpoint, moved)}
     guards.check_halted(spec, store=store)
     assert guards.guard_failover(spec, run_id="r3", resolve=replica, store=store)["status"] == "ok"
     new.close()

@@ -116,7 +116,8 @@ def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standb
             guards.guard_failover(spec, run_id="r2", resolve=standby, store=store)
         inc = halt.value.incident
         assert inc.kind == "failover" and inc.from_position == checkpoint
-        assert "'timeline': 1" in inc.detail and "'timeline': 2" in inc.detail
+        assert "from timeline 1 to 2: a standby was promoted" in inc.detail
+        assert inc.to_position.timeline == 2 and inc.to_position.system_id == checkpoint.system_id
         with pytest.raises(guards.ContinuityHalt):
             guards.check_halted(spec, store=store)
     finally:

@@ -22,10 +22,10 @@ from test_sink_support import (
     source_items,
     unique,
 )
+from tidegate.checkpoints import SinkCheckpoint
 from tidegate.connections import Connection
 from tidegate.coordinator import run_once
 from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
-from tidegate.positions import position_from_json
 from tidegate.retry import call_with_retry, policy_for
 from tidegate.sinks import make_sink
 from tidegate.sinks.kafka import KafkaSink, murmur2_partition
@@ -107,7 +107,7 @@ def test_idempotent_mode_keys_headers_murmur2_partitions_and_created_topic(kafka
     batches = make_batches(name, 6, 5, 2)
     try:
         sink.open()
-        assert sink.committed_position() is None  # no sink-side checkpoint in this mode
+        assert sink.committed_checkpoint() is None  # no sink-side checkpoint in this mode
         for b in batches:
             assert sink.deliver(b) == b.end_position
     finally:
@@ -134,22 +134,22 @@ def test_exactly_once_writes_checkpoint_record_in_the_same_transaction(kafka, ka
     batches = make_batches(name, 6, 3, 2)
     try:
         sink.open()
-        assert sink.committed_position() is None
+        assert sink.committed_checkpoint() is None
         for b in batches:
             sink.deliver(b)
-        assert sink.committed_position() == batches[-1].end_position
+        assert sink.committed_checkpoint().position == batches[-1].end_position
     finally:
         sink.close()
     fresh = new_sink(kafka.cdc, name, eos=True)
     try:
         fresh.open()
-        assert fresh.committed_position() == batches[-1].end_position
+        assert fresh.committed_checkpoint().position == batches[-1].end_position
     finally:
         fresh.close()
     assert_exactly_once_in_order(read_topic(kafka_bootstrap, f"t_{name}.shop.orders"), all_events(batches))
     ck = read_topic(kafka_bootstrap, f"_tidegate_ckpt_{name}")
     assert [m.key() for m in ck] == [f"{name}::sink::events".encode()] * 3
-    assert position_from_json(ck[-1].value().decode()) == batches[-1].end_position
+    assert SinkCheckpoint.loads(ck[-1].value()).position == batches[-1].end_position
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     res = ConfigResource(ConfigResource.Type.TOPIC, f"_tidegate_ckpt_{name}")
     cfg = admin.describe_configs([res])[res].result(timeout=30)
@@ -317,7 +317,7 @@ def test_zombie_producer_is_fenced_fatally_and_none_of_its_data_is_visible(kafka
             zombie.deliver(batches[1])
         for b in batches:
             successor[0].deliver(b)
-        assert successor[0].committed_position() == batches[-1].end_position
+        assert successor[0].committed_checkpoint().position == batches[-1].end_position
     finally:
         zombie.close()
         for s in successor:
@@ -359,10 +359,10 @@ def test_oversized_message_is_non_retryable_and_nothing_of_the_batch_is_visible(
         assert sink.classify(err.value) is ErrorClass.NON_RETRYABLE
         if eos:  # the sink is still usable after the abort (with the coordinator's retries; the
             # producer bumps its epoch after such an error), and its checkpoint did not move
-            assert sink.committed_position() == small.end_position
+            assert sink.committed_checkpoint().position == small.end_position
             nxt = make_batches(name, 1, 2, 1, first_tx=3)[0]
             call_with_retry(lambda: sink.deliver(nxt), policy_for(sink), sink.classify)
-            assert sink.committed_position() == nxt.end_position
+            assert sink.committed_checkpoint().position == nxt.end_position
     finally:
         sink.close()
     msg = str(err.value)

@@ -71,7 +71,7 @@ def test_same_sub_batch_twice_is_stored_once_and_duplicates_are_counted(nats_ser
     batches = make_batches(name, 6, 50, 3)
     try:
         sink.open()
-        assert sink.committed_position() is None
+        assert sink.committed_checkpoint() is None
         sink.deliver(batches[0])
         assert sink.duplicates == 0
         with caplog.at_level(logging.INFO, logger="tidegate.sinks.nats"):
@@ -80,7 +80,7 @@ def test_same_sub_batch_twice_is_stored_once_and_duplicates_are_counted(nats_ser
         assert f"{batches[0].event_count} of {batches[0].event_count} messages" in caplog.text
         sink.deliver(batches[1])
         assert sink.duplicates == batches[0].event_count
-        assert sink.committed_position() == batches[1].end_position
+        assert sink.committed_checkpoint().position == batches[1].end_position
     finally:
         sink.close()
     msgs = stored(nats_service.cdc, stream)
@@ -93,7 +93,7 @@ def test_same_sub_batch_twice_is_stored_once_and_duplicates_are_counted(nats_ser
     # A new sink (the next run) finds the position on the last message.
     fresh = make_sink(pipeline_spec(name, spec), spec, nats_service.cdc)
     try:
-        assert fresh.committed_position() == batches[1].end_position
+        assert fresh.committed_checkpoint().position == batches[1].end_position
     finally:
         fresh.close()
 
@@ -138,8 +138,8 @@ def test_committed_position_ignores_other_pipelines_on_the_same_stream(nats_serv
     try:
         sb.deliver(bb[0])
         sa.deliver(ba[1])
-        assert sb.committed_position() == bb[0].end_position
-        assert sa.committed_position() == ba[1].end_position
+        assert sb.committed_checkpoint().position == bb[0].end_position
+        assert sa.committed_checkpoint().position == ba[1].end_position
     finally:
         sa.close()
         sb.close()

@@ -55,10 +55,10 @@ def test_xadd_fields_checkpoint_in_same_multi_exec_and_no_trimming(redis_service
     batches = make_batches(name, 6, 50, 2)  # 300 entries: more than one radix-tree node
     try:
         sink.open()
-        assert sink.committed_position() is None
-        for b in batches:
-            assert sink.deliver(b) == b.end_position
-        assert sink.committed_position() == batches[-1].end_position
+        assert sink.committed_checkpoint() is None
+        for v, b in enumerate(batches):
+            assert sink.deliver(b, v) == b.end_position
+        assert sink.committed_checkpoint().position == batches[-1].end_position
     finally:
         sink.close()
     r = client(redis_service.cdc)
@@ -68,7 +68,8 @@ def test_xadd_fields_checkpoint_in_same_multi_exec_and_no_trimming(redis_service
     for (_, fields), ev in zip(entries, events, strict=True):
         assert set(fields) == {b"event", b"idempotency_key"}
         assert fields[b"event"] == ev.value and fields[b"idempotency_key"] == ev.idempotency_key.encode()
-    assert json.loads(r.get(f"tidegate:checkpoint:{name}::sink::cache")) == batches[-1].end_position.to_json()
+    assert json.loads(r.get(f"tidegate:checkpoint:{name}::sink::cache")) == {
+        "position": batches[-1].end_position.to_json(), "extends": len(batches) - 1}
     r.close()
 
 
@@ -154,7 +155,7 @@ def test_kill_inside_multi_leaves_no_half_sub_batch_and_rerun_writes_each_key_on
     seen = stream_keys(r, name)
     assert seen == [e.idempotency_key for e in all_events(batches[:2])], "a half sub-batch is visible"
     sink = new_sink(redis_service.cdc, name)
-    assert sink.committed_position() == batches[1].end_position
+    assert sink.committed_checkpoint().position == batches[1].end_position
     store = open_store(url)
     try:
         report = run_once(store, name, "rerun", [sink], BatchSpec(max_events=MAX_EVENTS),

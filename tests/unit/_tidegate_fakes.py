@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from tidegate.checkpoints import SinkCheckpoint
 from tidegate.errors import NonRetryableSinkError
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.positions import BinlogPosition
@@ -12,9 +13,10 @@ from tidegate.sinks.base import RetryPolicy, Sink
 FILE = "mysql-bin.000001"
 
 
-def pos(n: int) -> BinlogPosition:
-    """The boundary after transaction ``n`` (positions 1000, 2000, ...)."""
-    return BinlogPosition(FILE, n * 1000)
+def pos(n: int, server_id: int | None = None) -> BinlogPosition:
+    """The boundary after transaction ``n`` (positions 1000, 2000, ...), on server
+    ``server_id`` (None: a position without lineage)."""
+    return BinlogPosition(FILE, n * 1000, server_id=server_id)
 
 
 def event(tx: int, i: int, *, last: bool, table: str = "orders", pad: str = "") -> ChangeEvent:
@@ -40,7 +42,9 @@ def stream(sizes: list[int]) -> list:
 
 
 class FakeSink(Sink):
-    """Records every delivered event; fails per a script."""
+    """Records every delivered event and the store version each delivery extends; fails per a
+    script. ``committed``: its sink-side record (a SinkCheckpoint, or a position that extends
+    version 0)."""
 
     kind = "redis"
     retry_policy = RetryPolicy(0.0, 0.0, 3)
@@ -51,7 +55,9 @@ class FakeSink(Sink):
         self.fail_from_call = fail_from_call  # 1-based deliver call from which it fails
         self.fail_times = fail_times  # fail only this many attempts, then succeed
         self.error = error or NonRetryableSinkError(f"{sink_id} is down")
-        self.committed = committed
+        self.committed = committed if committed is None or isinstance(committed, SinkCheckpoint) \
+            else SinkCheckpoint(committed, 0)
+        self.extends: list[int | None] = []
         self.calls = 0
         self.attempts = 0
         self.delivered: list[str] = []
@@ -62,10 +68,10 @@ class FakeSink(Sink):
     def open(self) -> None:
         self.opened = True
 
-    def committed_position(self):
+    def committed_checkpoint(self):
         return self.committed
 
-    def deliver(self, batch):
+    def deliver(self, batch, extends=None):
         with self._lock:
             self.attempts += 1
             if self.fail_from_call is not None and self.calls + 1 >= self.fail_from_call:
@@ -75,6 +81,7 @@ class FakeSink(Sink):
                     raise self.error
             self.calls += 1
             self.batches.append(batch)
+            self.extends.append(extends)
             self.delivered += [e.idempotency_key for e in batch.events]
             return batch.end_position
 

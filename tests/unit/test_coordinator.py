@@ -2,6 +2,7 @@ import itertools
 
 import pytest
 from _tidegate_fakes import FakeSink, pos, stream
+from tidegate.checkpoints import SinkCheckpoint
 from tidegate.coordinator import Coordinator, lowest_start
 from tidegate.errors import (
     CommitPolicyError,
@@ -82,7 +83,7 @@ def test_replay_ahead_sink_gets_nothing_it_has(store):
     epoch = store.acquire_lease("p", "r0")
     store.write_checkpoint("p", "b", pos(3), run_id="r0", epoch=epoch)  # store says b has 1..3
     a, b = FakeSink("a"), FakeSink("b")
-    c = FakeSink("c", committed=pos(5))  # c recorded 1..5 itself (crash before the store write)
+    c = FakeSink("c", committed=pos(5))  # c recorded 1..5 itself (crash before its first store write)
     co = _coordinator(store, [a, b, c], max_events=2)
     co.open()
     assert co.effective_positions() == {"a": None, "b": pos(3), "c": pos(5)}
@@ -95,9 +96,12 @@ def test_replay_ahead_sink_gets_nothing_it_has(store):
     assert c.delivered == keys[5:]
     # c was not even called for the sub-batches it has (txs 1-2, 3-4)
     assert [bt.end_position for bt in c.batches] == [pos(6), pos(8)]
-    # b's checkpoint moved only forward; c's store checkpoint caught up without a delivery
+    # b's checkpoint moved only forward; c's record was adopted by the store first
     assert [h.position for h in store.checkpoint_history("p", "b")] == [pos(3), pos(4), pos(6), pos(8)]
-    assert [h.position for h in store.checkpoint_history("p", "c")] == [pos(2), pos(4), pos(6), pos(8)]
+    assert [(h.position, h.kind) for h in store.checkpoint_history("p", "c")] == [
+        (pos(5), "adopt"), (pos(6), "write"), (pos(8), "write")]
+    # every delivery names the store version it extends: c's adoption was version 1, then 2, 3
+    assert c.extends == [1, 2]
 
 
 def test_lowest_start():
@@ -184,3 +188,42 @@ def test_split_transaction_moves_checkpoints_only_at_boundaries(store):
     assert max(len(list(b.events)) for b in s.batches) <= 2  # the 5-row transaction was split
     # parts of tx 2 moved nothing; its remainder shares a sub-batch with tx 3
     assert [h.position for h in store.checkpoint_history("p", "s")] == [pos(1), pos(3)]
+
+
+# --------------------------------------------------------------------------- sink-side records
+
+
+def test_record_of_an_older_version_does_not_undo_a_rewind(store):
+    """A rewind is a new version: the sink's record of the pre-rewind version is ignored and
+    everything after the restored position is delivered again."""
+    epoch = store.acquire_lease("p", "r0")
+    for n in (2, 4, 6):
+        store.write_checkpoint("p", "k", pos(n), run_id="r0", epoch=epoch)  # versions 1, 2, 3
+    store.rewind_checkpoint("p", "k", 1, reason="consumer lost data", who="op")  # v4 = pos(2)
+    k = FakeSink("k", committed=SinkCheckpoint(pos(6), 2))  # the sink's record extends v2
+    items = stream([1] * 6)
+    _coordinator(store, [k], max_events=2).run(iter(items))
+    assert k.delivered == [e.idempotency_key for e in items][2:]  # txs 3..6 again
+    assert k.extends == [4, 5]
+
+
+def test_record_extending_the_current_version_is_adopted_once(store):
+    epoch = store.acquire_lease("p", "r0")
+    store.write_checkpoint("p", "k", pos(2), run_id="r0", epoch=epoch)  # v1
+    k = FakeSink("k", committed=SinkCheckpoint(pos(4), 1))  # committed 3..4, store write lost
+    items = stream([1] * 6)
+    _coordinator(store, [k], max_events=2).run(iter(items))
+    assert k.delivered == [e.idempotency_key for e in items][4:]
+    assert [(h.version, h.position, h.kind) for h in store.checkpoint_history("p", "k")] == [
+        (1, pos(2), "write"), (2, pos(4), "adopt"), (3, pos(6), "write")]
+
+
+def test_record_from_another_server_is_never_adopted(store):
+    """After a failover translation (a new version on server 2), a record the sink wrote on
+    server 1 cannot move it, even if its version number were to match."""
+    epoch = store.acquire_lease("p", "r0")
+    store.write_checkpoint("p", "k", pos(1, server_id=2), run_id="r0", epoch=epoch)  # v1
+    k = FakeSink("k", committed=SinkCheckpoint(pos(9, server_id=1), 1))
+    co = _coordinator(store, [k])
+    co.open()
+    assert co.effective_positions() == {"k": pos(1, server_id=2)}

@@ -99,3 +99,50 @@ def test_later():
     a, b = PgPosition(Lsn.parse("0/10")), PgPosition(Lsn.parse("0/20"))
     assert later(a, b) == b and later(b, a) == b
     assert later(None, a) == a and later(a, None) == a and later(None, None) is None
+
+
+# --------------------------------------------------------------------------- lineage
+
+
+def test_binlog_positions_of_two_servers_cannot_be_ordered():
+    from tidegate.errors import IncomparablePositionsError
+
+    primary = BinlogPosition("mysql-bin.000009", 500, server_id=1)
+    replica = BinlogPosition("mysql-bin.000002", 900, server_id=2)
+    for op in (lambda: primary < replica, lambda: primary >= replica, lambda: max(primary, replica),
+               lambda: later(primary, replica), lambda: sorted([primary, replica])):
+        with pytest.raises(IncomparablePositionsError, match="server_id [12].*server_id [12]"):
+            op()
+    assert primary != BinlogPosition("mysql-bin.000009", 500, server_id=2)
+    assert primary == BinlogPosition("mysql-bin.000009", 500, server_id=1)
+    # a position without identity (hand-made) orders against either
+    assert BinlogPosition("mysql-bin.000009", 4) < primary
+
+
+def test_mysql_server_uuid_is_part_of_the_lineage():
+    from tidegate.errors import IncomparablePositionsError
+
+    a = BinlogPosition("b.1", 4, server_id=1, server_uuid="aaaa")
+    b = BinlogPosition("b.1", 8, server_id=1, server_uuid="bbbb")
+    with pytest.raises(IncomparablePositionsError):
+        _ = a < b
+
+
+def test_pg_positions_of_two_clusters_or_timelines_cannot_be_ordered():
+    from tidegate.errors import IncomparablePositionsError
+
+    base = PgPosition(Lsn.parse("0/100"), "7300000000000000001", 1)
+    other_cluster = PgPosition(Lsn.parse("0/200"), "7300000000000000002", 1)
+    promoted = PgPosition(Lsn.parse("0/200"), "7300000000000000001", 2)
+    for other in (other_cluster, promoted):
+        with pytest.raises(IncomparablePositionsError):
+            _ = base < other
+    assert base < PgPosition(Lsn.parse("0/200"), "7300000000000000001", 1)
+
+
+def test_lowest_start_and_min_go_through_the_lineage_check():
+    from tidegate.coordinator import lowest_start
+    from tidegate.errors import IncomparablePositionsError
+
+    with pytest.raises(IncomparablePositionsError):
+        lowest_start([BinlogPosition("b.1", 4, server_id=1), BinlogPosition("b.1", 8, server_id=2)])

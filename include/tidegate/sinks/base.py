@@ -1,11 +1,14 @@
 """The sink interface. Kafka, NATS and Redis sinks implement it; the coordinator drives it.
 
-Life cycle per run: ``open()`` once, ``committed_position()`` once (sinks that keep their own
-checkpoint next to the data), ``deliver(sub_batch)`` per sub-batch, ``close()`` once.
-``deliver`` receives only what the sink still needs (the coordinator has already dropped the
-transactions at or before the sink's effective position) and returns the position it
-acknowledged, which is ``sub_batch.end_position`` on success. It raises :class:`SinkError`
-(or any exception, which ``classify`` maps to an :class:`ErrorClass`) on failure.
+Life cycle per run: ``open()`` once, ``committed_checkpoint()`` once (sinks that keep their
+own checkpoint record next to the data), ``deliver(sub_batch, extends)`` per sub-batch,
+``close()`` once. ``deliver`` receives only what the sink still needs (the coordinator has
+already dropped the transactions at or before the sink's effective position) and returns the
+position it acknowledged, which is ``sub_batch.end_position`` on success. ``extends`` is the
+store version of the sink's checkpoint this delivery builds on; a sink that records its own
+checkpoint writes it into that record (see :mod:`tidegate.checkpoints`). ``deliver`` raises
+:class:`SinkError` (or any exception, which ``classify`` maps to an :class:`ErrorClass`) on
+failure.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import abc
 from dataclasses import dataclass
 
 from ..batching import SubBatch
+from ..checkpoints import SinkCheckpoint
 from ..errors import ErrorClass, SinkError
 from ..positions import Position
 
@@ -44,13 +48,17 @@ class Sink(abc.ABC):
         """Connect, create what is missing (topics, streams), fence older producers."""
 
     @abc.abstractmethod
-    def deliver(self, batch: SubBatch) -> Position:
-        """Deliver the sub-batch durably; return the acknowledged position."""
+    def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
+        """Deliver the sub-batch durably; return the acknowledged position. ``extends``: the
+        store version of this sink's checkpoint when the delivery began (0: none yet)."""
 
-    def committed_position(self) -> Position | None:
-        """The position this sink recorded itself, atomically with its data; None if it keeps
-        none. The effective start is the later of this and the checkpoint store's."""
+    def committed_checkpoint(self) -> SinkCheckpoint | None:
+        """The record this sink wrote itself, atomically with its data; None if it keeps none.
+        The coordinator adopts it only when it extends the store's current version."""
         return None
+
+    def sink_record(self, batch: SubBatch, extends: int | None) -> SinkCheckpoint:
+        return SinkCheckpoint(batch.end_position, extends)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Must not raise."""

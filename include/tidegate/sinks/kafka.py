@@ -6,8 +6,9 @@ Modes (DESIGN.md, "Delivery guarantees"):
   ``tidegate-{pipeline}-{sink_id}`` (stable, so opening a new run fences a zombie). The
   sub-batch's end position is written in the same transaction as a record in the compacted
   checkpoint topic (``checkpoint_topic``, default ``_tidegate_checkpoints``, key
-  ``{pipeline}::sink::{sink_id}``, value the position JSON). :meth:`KafkaSink.committed_position`
-  reads the last such record with ``read_committed``. Any error aborts the transaction.
+  ``{pipeline}::sink::{sink_id}``, value a :class:`~tidegate.checkpoints.SinkCheckpoint`: the
+  position and the store version it extends). :meth:`KafkaSink.committed_checkpoint` reads the
+  last such record with ``read_committed``. Any error aborts the transaction.
 * default: idempotent producer, ``acks=all`` (at-least-once; consumers dedup by the
   ``idempotency_key`` header).
 
@@ -33,7 +34,6 @@ SASL_SSL unless the extras say otherwise). Secrets never reach logs or exception
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -44,9 +44,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..batching import SubBatch
+from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
 from ..errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError, SinkError
-from ..positions import Position, position_from_json
+from ..positions import Position
 from ..spec import PipelineSpec, SinkSpec
 from ._common import TemplateNames, redact, secrets_of
 from .base import Sink
@@ -319,14 +320,17 @@ class KafkaSink(Sink):
 
     # ------------------------------------------------------------------ life cycle
 
-    def open(self) -> None:
-        if self._fatal is not None:
-            raise self._fatal
+    def _ensure_admin(self) -> None:
         if self._admin is None:
             try:
                 self._admin = AdminClient(self._admin_config())
             except KafkaException as exc:
                 raise self._from_exception(exc, "creating the admin client") from None
+
+    def open(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        self._ensure_admin()
         if self.exactly_once:
             self._ensure_checkpoint_topic()
         if self.spec.topic and "{" not in self._topic_of.template.replace("{pipeline}", ""):
@@ -421,7 +425,7 @@ class KafkaSink(Sink):
 
     # ------------------------------------------------------------------ delivery
 
-    def deliver(self, batch: SubBatch) -> Position:
+    def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
         if self._fatal is not None:
             raise self._fatal
         if self._producer is None:
@@ -430,7 +434,7 @@ class KafkaSink(Sink):
         topics = [self._topic_of(ev) for ev in events]
         self._ensure_topics(topics)
         if self.exactly_once:
-            self._deliver_transaction(batch, events, topics)
+            self._deliver_transaction(batch, events, topics, self.sink_record(batch, extends))
         else:
             self._deliver_idempotent(events, topics)
         self.delivered_events += len(events)
@@ -503,16 +507,17 @@ class KafkaSink(Sink):
 
     # -- exactly once
 
-    def _deliver_transaction(self, batch: SubBatch, events: list, topics: list[str]) -> None:
+    def _deliver_transaction(self, batch: SubBatch, events: list, topics: list[str],
+                             record: SinkCheckpoint) -> None:
         p = self._producer
         assert p is not None
         if self._needs_abort:
             self._abort("retrying an earlier abort")
         if self._uncertain:
             # An earlier attempt failed at a point where the commit may have gone through.
-            done = self.committed_position()
+            done = self.committed_checkpoint()
             self._uncertain = False
-            if done is not None and done >= batch.end_position:
+            if done is not None and done.extends == record.extends and done.position >= batch.end_position:
                 log.info("Kafka sink %r: sub-batch %d (to %s) was already committed by an earlier attempt",
                          self.sink_id, batch.seq, batch.end_position)
                 return
@@ -524,7 +529,7 @@ class KafkaSink(Sink):
             raise self._fail_tx(self._from_exception(exc, "beginning a transaction"), abort=False) from None
         try:
             self._produce_all(events, topics)
-            self._produce_checkpoint(batch.end_position)
+            self._produce_checkpoint(record)
             self._commit_transaction()
         except BaseException as exc:  # noqa: BLE001 - any error aborts the transaction
             if not isinstance(exc, Exception):  # KeyboardInterrupt & co: abort, then re-raise as is
@@ -532,13 +537,12 @@ class KafkaSink(Sink):
                 raise
             raise self._fail_tx(self._from_exception(exc, "delivering a transaction"), abort=True) from None
 
-    def _produce_checkpoint(self, position: Position) -> None:
+    def _produce_checkpoint(self, record: SinkCheckpoint) -> None:
         p = self._producer
         assert p is not None
         key = self.checkpoint_key.encode()
         part = murmur2_partition(key, self._ckpt_partitions or 1)
-        p.produce(self.checkpoint_topic, json.dumps(position.to_json(), sort_keys=True).encode(), key,
-                  partition=part)
+        p.produce(self.checkpoint_topic, record.dumps().encode(), key, partition=part)
 
     def _commit_transaction(self) -> None:
         p = self._producer
@@ -604,16 +608,17 @@ class KafkaSink(Sink):
 
     # ------------------------------------------------------------------ sink-side checkpoint
 
-    def committed_position(self) -> Position | None:
-        """The position in the last committed checkpoint record for this sink (exactly-once
-        mode); None in idempotent mode or when there is none."""
+    def committed_checkpoint(self) -> SinkCheckpoint | None:
+        """The last committed checkpoint record of this sink (exactly-once mode); None in
+        idempotent mode or when there is none. Needs no producer, so reading it fences nobody."""
         if not self.exactly_once:
             return None
-        if self._admin is None:
-            self.open()
+        if self._fatal is not None:
+            raise self._fatal
+        self._ensure_admin()
         self._ensure_checkpoint_topic()
         raw = self._read_last_checkpoint()
-        return position_from_json(raw.decode()) if raw else None
+        return SinkCheckpoint.loads(raw) if raw else None
 
     def _read_last_checkpoint(self) -> bytes | None:
         key = self.checkpoint_key.encode()

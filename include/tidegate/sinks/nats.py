@@ -7,9 +7,10 @@ with at most ``max_in_flight`` publishes outstanding; duplicates the server repo
 counted (:attr:`NatsSink.duplicates`) and logged.
 
 The sub-batch's last event is published only after every other event was acknowledged, and it
-carries ``Tidegate-Position`` (the sub-batch's end position, JSON) and
+carries ``Tidegate-Position`` (the sub-batch's end position, JSON), ``Tidegate-Extends`` (the
+store version this delivery extends, see :mod:`tidegate.checkpoints`) and
 ``Tidegate-Checkpoint-Key``. So the last message on the pipeline's subjects names a position
-whose every event is stored; :meth:`NatsSink.committed_position` reads it (where the stream
+whose every event is stored; :meth:`NatsSink.committed_checkpoint` reads it (where the stream
 allows reading messages), so a crash between the publish and the checkpoint-store write needs
 no re-publish.
 
@@ -51,6 +52,7 @@ import nats.js.errors as jerr
 from nats.js.api import StreamConfig
 
 from ..batching import SubBatch
+from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
 from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
 from ..positions import Position, position_from_json
@@ -61,6 +63,7 @@ from .base import RetryPolicy, Sink
 log = logging.getLogger(__name__)
 
 POSITION_HEADER = "Tidegate-Position"
+EXTENDS_HEADER = "Tidegate-Extends"
 CHECKPOINT_KEY_HEADER = "Tidegate-Checkpoint-Key"
 HEADER_OVERHEAD = 512  # NATS/1.0 line, Nats-Msg-Id, expected-stream and position headers, roughly
 
@@ -379,7 +382,7 @@ class NatsSink(Sink):
 
     # ------------------------------------------------------------------ delivery
 
-    def deliver(self, batch: SubBatch) -> Position:
+    def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
         if self._nc is None:
             self.open()
         events = list(batch.events)
@@ -387,7 +390,7 @@ class NatsSink(Sink):
         self._check_sizes(events, subjects)
         timeout = self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
         try:
-            dups = self._run(self._publish(events, subjects, batch.end_position), timeout + 5)
+            dups = self._run(self._publish(events, subjects, self.sink_record(batch, extends)), timeout + 5)
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
@@ -411,7 +414,7 @@ class NatsSink(Sink):
                     f"raise max_payload in the nats-server configuration or shrink the row. Nothing of "
                     f"this sub-batch was published.")
 
-    async def _publish(self, events: list, subjects: list[str], end: Position) -> int:
+    async def _publish(self, events: list, subjects: list[str], record: SinkCheckpoint) -> int:
         js = self._js
         timeout = self.publish_timeout_s
         futs: list[asyncio.Future] = []
@@ -433,16 +436,20 @@ class NatsSink(Sink):
             raise worst
         # Only now the last event, carrying the position: its presence proves the whole sub-batch.
         last, subj = events[-1], subjects[-1]
-        ack = await js.publish(subj, last.value, timeout=timeout, stream=self.stream, headers={
-            "Nats-Msg-Id": last.idempotency_key, CHECKPOINT_KEY_HEADER: self.checkpoint_key,
-            POSITION_HEADER: json.dumps(end.to_json(), sort_keys=True, separators=(",", ":"))})
+        headers = {"Nats-Msg-Id": last.idempotency_key, CHECKPOINT_KEY_HEADER: self.checkpoint_key,
+                   POSITION_HEADER: json.dumps(record.position.to_json(), sort_keys=True,
+                                               separators=(",", ":"))}
+        if record.extends is not None:
+            headers[EXTENDS_HEADER] = str(record.extends)
+        ack = await js.publish(subj, last.value, timeout=timeout, stream=self.stream, headers=headers)
         return sum(1 for a in (*acks, ack) if a.duplicate)
 
     # ------------------------------------------------------------------ sink-side checkpoint
 
-    def committed_position(self) -> Position | None:
-        """The position header of the last message on the pipeline's subjects, when that message
-        is this sink's sub-batch end; None when there is none or the stream cannot be read."""
+    def committed_checkpoint(self) -> SinkCheckpoint | None:
+        """The position and version headers of the last message on the pipeline's subjects, when
+        that message is this sink's sub-batch end; None when there is none or the stream cannot
+        be read."""
         if self._nc is None:
             self.open()
         try:
@@ -459,7 +466,9 @@ class NatsSink(Sink):
         h = msg.headers
         if h.get(CHECKPOINT_KEY_HEADER) != self.checkpoint_key or POSITION_HEADER not in h:
             return None
-        return position_from_json(msg.headers[POSITION_HEADER])
+        extends = h.get(EXTENDS_HEADER)
+        return SinkCheckpoint(position_from_json(h[POSITION_HEADER]),
+                              int(extends) if extends is not None and extends.isdigit() else None)
 
     async def _last_msg(self) -> Any:
         try:
@@ -470,4 +479,4 @@ class NatsSink(Sink):
 
 __all__ = ["NatsSink", "check_duplicate_window", "classify_nats_error", "retry_budget_s",
            "schedule_interval_s", "subject_covers", "subject_filter", "POSITION_HEADER",
-           "CHECKPOINT_KEY_HEADER"]
+           "EXTENDS_HEADER", "CHECKPOINT_KEY_HEADER"]

@@ -2,10 +2,11 @@
 
 Each event is ``XADD <stream> * event <envelope JSON> idempotency_key <key>``; the stream key
 comes from the sink's ``stream`` template. A sub-batch's XADDs and the ``SET`` of the sink-side
-checkpoint (key ``tidegate:checkpoint:{pipeline}::sink::{sink_id}``, value the position JSON)
+checkpoint (key ``tidegate:checkpoint:{pipeline}::sink::{sink_id}``, value a
+:class:`~tidegate.checkpoints.SinkCheckpoint`: the position and the store version it extends)
 go in one MULTI/EXEC, so data and checkpoint commit together or not at all: a crash mid-way
 leaves nothing of the sub-batch, and a crash after EXEC but before the checkpoint-store write
-is covered by :meth:`RedisSink.committed_position` (exactly-once per stream, DESIGN.md).
+is covered by :meth:`RedisSink.committed_checkpoint` (exactly-once per stream).
 
 Streams are never trimmed unless ``maxlen`` is set; then ``MAXLEN ~ maxlen`` (Redis keeps at
 least ``maxlen`` entries, trimming whole radix-tree nodes).
@@ -24,7 +25,6 @@ Connection: host, port (6379), login = ACL user, password, schema = database num
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -32,9 +32,10 @@ import redis
 import redis.exceptions as rex
 
 from ..batching import SubBatch
+from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
 from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
-from ..positions import Position, position_from_json
+from ..positions import Position
 from ..spec import PipelineSpec, SinkSpec
 from ._common import TemplateNames, redact, secrets_of
 from .base import Sink
@@ -165,15 +166,16 @@ class RedisSink(Sink):
                     f"change the sink's stream template")
             self._checked_streams.add(k)
 
-    def deliver(self, batch: SubBatch) -> Position:
+    def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
         if self._client is None:
             self.open()
         assert self._client is not None
+        record = self.sink_record(batch, extends)
         try:
             if self._uncertain:
-                done = self.committed_position()
+                done = self.committed_checkpoint()
                 self._uncertain = False
-                if done is not None and done >= batch.end_position:
+                if done is not None and done.extends == extends and done.position >= batch.end_position:
                     log.info("Redis sink %r: sub-batch %d (to %s) was already committed by an earlier "
                              "attempt", self.sink_id, batch.seq, batch.end_position)
                     return batch.end_position
@@ -189,7 +191,7 @@ class RedisSink(Sink):
             else:
                 for ev, key in zip(events, keys, strict=True):
                     xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key})
-            pipe.set(self.checkpoint_redis_key, json.dumps(batch.end_position.to_json(), sort_keys=True))
+            pipe.set(self.checkpoint_redis_key, record.dumps())
             self._execute(pipe)
         except SinkError:
             raise
@@ -207,7 +209,7 @@ class RedisSink(Sink):
 
     # ------------------------------------------------------------------ sink-side checkpoint
 
-    def committed_position(self) -> Position | None:
+    def committed_checkpoint(self) -> SinkCheckpoint | None:
         if self._client is None:
             self.open()
         assert self._client is not None
@@ -215,7 +217,7 @@ class RedisSink(Sink):
             raw = self._client.get(self.checkpoint_redis_key)
         except Exception as exc:  # noqa: BLE001
             raise self._error(exc, "reading the checkpoint key") from None
-        return position_from_json(raw.decode() if isinstance(raw, bytes) else raw) if raw else None
+        return SinkCheckpoint.loads(raw) if raw else None
 
 
 __all__ = ["RedisSink", "classify_redis_error", "CHECKPOINT_PREFIX"]

@@ -294,7 +294,13 @@ class PostgresSource(Source):
         return self._ident
 
     def _timeline(self) -> int:
-        return int(self._q("SELECT timeline_id FROM pg_control_checkpoint()")[0][0])
+        # On a primary the current WAL file name carries the timeline at once; the control
+        # file's checkpoint timeline only changes at the next checkpoint after a promotion.
+        (tl,) = self._q("SELECT CASE WHEN pg_is_in_recovery() "
+                        "THEN (SELECT timeline_id FROM pg_control_checkpoint()) "
+                        "ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int "
+                        "END")[0]
+        return int(tl)
 
     def _pos(self, lsn: Lsn | str) -> PgPosition:
         sysid, tl = self._identity()

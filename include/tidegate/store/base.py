@@ -169,13 +169,19 @@ class CheckpointStore(abc.ABC):
         return self.write_checkpoints(pipeline, {sink_id: position}, run_id=run_id, epoch=epoch)[sink_id]
 
     def write_checkpoints(self, pipeline: str, positions: Mapping[str, Position], *,
-                          run_id: str | None, epoch: int) -> dict[str, CheckpointRecord]:
-        """Record new versions of several sinks' checkpoints in one transaction."""
+                          run_id: str | None, epoch: int, kind: str = "write",
+                          reason: str | None = None, who: str | None = None
+                          ) -> dict[str, CheckpointRecord]:
+        """Record new versions of several sinks' checkpoints in one transaction. ``kind`` says
+        what moved them: ``write`` (a delivery), ``adopt`` (a sink-side record), ``head``
+        (placed at the head), ``skip`` (a range with nothing to deliver), or a move that is not
+        a delivery (``failover``, ``accept_gap``, ``rewind``, ``resnapshot``)."""
         if any(p is None for p in positions.values()):
             raise ValueError("a checkpoint position cannot be None")
         with self._tx(write=True) as tx:
             self._check_epoch(tx, pipeline, epoch)
-            return {sid: self._append(tx, pipeline, sid, pos, run_id=run_id, epoch=epoch)
+            return {sid: self._append(tx, pipeline, sid, pos, run_id=run_id, epoch=epoch, kind=kind,
+                                      reason=reason, who=who)
                     for sid, pos in positions.items()}
 
     def _append(self, tx: _Tx, pipeline: str, sink_id: str, position: Position, **kw: Any

@@ -1,0 +1,113 @@
+"""Sink-side checkpoint records and the rule that decides whether one is adopted.
+
+The checkpoint store is the authority over where each sink stands. Some sinks also record a
+position next to their data, atomically with it (Kafka exactly-once: a record in the
+compacted checkpoint topic inside the same transaction; Redis: a key set in the same
+MULTI/EXEC; NATS: headers on the last message of a sub-batch). Those records exist for one
+reason: a crash after the sink committed and before the store write. Without them the next
+run would deliver that sub-batch again.
+
+A sink-side record therefore names the store version it *extends*: the version of the sink's
+checkpoint in the store when the delivery began (0 when the sink had none). On open, a record
+is adopted only when it extends the store's current version for that sink and lies ahead of
+it in the same lineage. Every store move that is not a delivery (failover translation,
+rewind, accept_gap, resnapshot) writes a new version, so no older record extends it: an
+operator's decision always binds the sinks, and a record from another server is never read
+as a coordinate of the new one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TidegateError
+from .positions import (
+    Position,
+    describe_lineage,
+    lineage_of_identity,
+    position_from_json,
+    position_to_json,
+    same_lineage,
+)
+from .store.records import CheckpointRecord
+
+
+@dataclass(frozen=True)
+class SinkCheckpoint:
+    """What a sink records beside its data: the position after the last sub-batch it committed
+    and the store version of its checkpoint that this delivery extends (None: a record written
+    before versions existed, never adopted)."""
+
+    position: Position
+    extends: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"position": position_to_json(self.position), "extends": self.extends}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> SinkCheckpoint:
+        """Parse a record; a bare position (the format before versions) has ``extends=None``."""
+        d = json.loads(text)
+        if "position" in d:
+            return cls(position_from_json(d["position"]), d.get("extends"))
+        return cls(position_from_json(d), None)
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """Where a sink starts and why: ``position`` is the store's checkpoint, or the sink-side
+    record's position when ``adopted``."""
+
+    position: Position | None
+    adopted: bool
+    why: str
+
+
+def adopt(stored: CheckpointRecord | None, side: SinkCheckpoint | None) -> Adoption:
+    """The adoption rule (see the module docstring)."""
+    base = stored.position if stored is not None else None
+    version = stored.version if stored is not None else 0
+    if side is None:
+        return Adoption(base, False, "no sink-side record")
+    if side.extends is None:
+        return Adoption(base, False, "sink-side record without a store version (ignored)")
+    if side.extends != version:
+        return Adoption(base, False, f"sink-side record extends version {side.extends}, the store "
+                                     f"is at version {version} (ignored)")
+    if base is not None and not same_lineage(base, side.position):
+        return Adoption(base, False, f"sink-side record at {side.position} is from another source "
+                                     f"identity than the store's {base} (ignored)")
+    if base is not None and not side.position > base:
+        return Adoption(base, False, f"sink-side record at {side.position} is not ahead of the "
+                                     f"store's {base}")
+    return Adoption(side.position, True, f"sink-side record at {side.position} extends version "
+                                         f"{version}: the sink committed it after the last store write")
+
+
+def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: str,
+           who: str | None) -> tuple[CheckpointRecord, CheckpointRecord]:
+    """Restore the position of an earlier version as a new version; returns (the version that
+    was current, the new one). The new version extends nothing any sink recorded, so the next
+    run delivers everything after the restored position again, to every sink kind. A version
+    from before a failover is refused: its position belongs to the old server."""
+    current = store.get_checkpoint(pipeline, sink_id)
+    target = store.checkpoint_version(pipeline, sink_id, to_version)
+    if current is None or target is None:
+        raise TidegateError(f"{pipeline}::sink::{sink_id} has no version {to_version} "
+                            f"(`tidegate checkpoints history {pipeline} {sink_id}` lists them)")
+    now = lineage_of_identity(store.get_source_identity(pipeline))
+    was = target.position.lineage
+    if now is not None and was is not None and was != now:
+        raise TidegateError(
+            f"version {to_version} of {pipeline}::sink::{sink_id} is a position on "
+            f"{describe_lineage(was)}, but the pipeline now reads {describe_lineage(now)} (a "
+            f"failover happened since): rewind to a version written after the failover")
+    return current, store.rewind_checkpoint(pipeline, sink_id, to_version, reason=reason, who=who)
+
+
+__all__ = ["Adoption", "SinkCheckpoint", "adopt", "rewind"]

@@ -1,0 +1,91 @@
+"""Running pipelines through `airflow dags test` in tests: a private AIRFLOW_HOME per module,
+the project's dags/ and plugins/, and readers of what a run logged."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+def make_airflow_env(base: Path, service_env: dict[str, str]) -> dict[str, str]:
+    """Environment of an Airflow with a migrated metadata DB, a pipelines folder of the test's
+    own (``base/pipelines``) and a fresh checkpoint store (``base/store.sqlite``)."""
+    env = dict(os.environ, **service_env)
+    env.update({
+        "AIRFLOW_HOME": str(base / "home"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # The assertions read `dags test`'s per-task INFO lines; other tests lower the level.
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "TIDEGATE_PIPELINES_DIR": str(base / "pipelines"),
+        "TIDEGATE_CHECKPOINT_STORE": f"sqlite:///{base / 'store.sqlite'}",
+        "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    })
+    (base / "pipelines").mkdir(exist_ok=True)
+    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
+    return env
+
+
+def dags_test_cmd(dag_id: str, conf: dict | None = None) -> list[str]:
+    cmd = [str(VENV_BIN / "airflow"), "dags", "test", dag_id]
+    return cmd + (["-c", json.dumps(conf)] if conf else [])
+
+
+def dags_test(env: dict[str, str], dag_id: str, conf: dict | None = None) -> tuple[int, str]:
+    r = subprocess.run(dags_test_cmd(dag_id, conf), env=env, capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout + r.stderr
+
+
+def dags_test_killed_when(env: dict[str, str], dag_id: str, ready: Callable[[], bool],
+                          timeout: float = 300) -> str:
+    """Run `airflow dags test` in a process group of its own and SIGKILL the whole group (the
+    task, spark-submit, the Spark JVM and its Python workers) as soon as ``ready()`` holds.
+    Returns what it printed; fails when the run ended before the kill point."""
+    # Output goes to a file: a pipe nobody reads would stall the run before the kill point.
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(dags_test_cmd(dag_id), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while not ready():
+                if proc.poll() is not None:
+                    out.seek(0)
+                    raise AssertionError(f"the run ended (rc={proc.returncode}) before the kill point:\n"
+                                         + out.read().decode(errors="replace")[-3000:])
+                assert time.monotonic() < deadline, "kill point not reached in time"
+                time.sleep(0.02)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    assert proc.returncode == -signal.SIGKILL
+    return text
+
+
+def task_ended(log: str, task_id: str) -> bool:
+    return f"end task task_id={task_id} " in log
+
+
+def per_key(changes: list[dict], field: str = "status") -> dict[int, list[tuple]]:
+    """Each key's (op, after[field]) in the order the consumer saw them."""
+    out: dict[int, list[tuple]] = collections.defaultdict(list)
+    for ch in changes:
+        out[ch["key"]["id"]].append((ch["op"], (ch["after"] or {}).get(field)))
+    return dict(out)
