@@ -39,7 +39,8 @@ so differs; every such case is rare or impossible with the default settings:
   server writes them;
 * a primary key with a prefix part (``PRIMARY KEY (name(10))``) still gives the event a
   ``key`` (the library gives none);
-* MySQL binary JSON with opaque values (DECIMAL, dates) is rendered (the library fails).
+* MySQL binary JSON with opaque values (DECIMAL, dates) is rendered (the library fails), and
+  a document that is a single string keeps its quotes (the library drops them).
 """
 
 from __future__ import annotations
@@ -720,9 +721,9 @@ def _decimal_code(i: int, precision: int, scale: int) -> list[str]:
         weight = 10 ** (9 * (len(isizes) - 1 - k))
         terms.append(f"((x >> {shift}) & {(1 << (s * 8)) - 1}) * {weight}")
     fterms, left = [], scale
-    for s in fsizes:
+    for s, digits in zip(fsizes, [9] * frac_full + ([frac_left] if frac_left else []), strict=True):
         shift -= s * 8
-        left -= 9 if s == 4 else frac_left
+        left -= digits
         fterms.append(f"((x >> {shift}) & {(1 << (s * 8)) - 1}) * {10 ** left}")
     code = [f"x = _int(buf[o:o + {size}], 'big')", f"if x & {sign}:", f"    x ^= {sign}", "    sg = ''",
             "else:", f"    x ^= {negmask}", "    sg = '-'", f"ip = {' + '.join(terms) or '0'}"]
