@@ -11,12 +11,14 @@ after images) and 1 deletes rows. The MariaDB backlog spans ``--files`` binlog f
 Each measurement runs in a fresh child process, which reads the whole range, builds every
 event and serializes it to its JSON value (``ChangeEvent.value``) as a run does before
 delivery. It reports wall-clock events/s, the child's CPU seconds (the server's work is not
-in them) and the child's peak RSS. MariaDB is read with each decoder of ``MySqlSource``
-(``library`` = python-mysql-replication, ``fast`` = sources/mysql_reader.py) and, for the
-fast decoder, also as per-file slices in parallel processes (``read_slice``); Postgres
-through one ``read`` (a named cursor over ``pg_logical_slot_peek_changes``). The ratio
-fast/library is of figures measured in this one run. The workload connections are the admin
-ones, the reads use the CDC ones; everything created is dropped at the end.
+in them; ev/CPU-s is events per second of the reader's own CPU, the figure that does not
+depend on what else the two shared cores run) and the child's peak RSS. MariaDB is read
+with each decoder of ``MySqlSource`` (``library`` = python-mysql-replication, ``fast`` =
+sources/mysql_reader.py) and, for the fast decoder, also as per-file slices in parallel
+processes (``read_slice``); Postgres through one ``read`` (a named cursor over
+``pg_logical_slot_peek_changes``). The ratio fast/library is of figures measured in this one
+run. The workload uses the admin connections, the reads the CDC ones; everything created is
+dropped at the end.
 """
 
 from __future__ import annotations
@@ -258,11 +260,11 @@ def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
 
 def print_table(rows: int, results: list) -> None:
     print()
-    print(f"{'source / decoder':<44} {'events/s':>10} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} "
-          f"{'JSON MB':>8}")
+    print(f"{'source / decoder':<44} {'events/s':>10} {'ev/CPU-s':>10} {'wall s':>8} {'CPU s':>8} "
+          f"{'peak RSS MB':>12} {'JSON MB':>8}")
     for name, r in results:
-        print(f"{name:<44} {rows / r['wall']:>10,.0f} {r['wall']:>8.2f} {r['cpu']:>8.2f} "
-              f"{r['rss_mb']:>12.0f} {r['bytes'] / 1e6:>8.1f}")
+        print(f"{name:<44} {rows / r['wall']:>10,.0f} {rows / r['cpu']:>10,.0f} {r['wall']:>8.2f} "
+              f"{r['cpu']:>8.2f} {r['rss_mb']:>12.0f} {r['bytes'] / 1e6:>8.1f}")
     by = dict(results)
     if "mariadb fast" in by and "mariadb library" in by:
         f, lib = by["mariadb fast"], by["mariadb library"]

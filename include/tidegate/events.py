@@ -216,7 +216,7 @@ class ChangeEvent:
             data_collection_order=data_collection_order, snapshot=snapshot, tx_end=tx_end,
             end_position=end_position)
         if floats_checked:
-            ev.__dict__["_floats_checked"] = True
+            ev.__dict__["_floats_checked"] = True  # otherwise value searches the floats itself
         return ev
 
     def _mark_tx_end(self, end_position: Position) -> None:
@@ -286,10 +286,13 @@ class ChangeEvent:
         }
 
     def _orjson_safe(self) -> bool:
-        if self.__dict__.get("_floats_checked"):
-            return True
-        return (orjson_formats_like_stdlib(self.before) and orjson_formats_like_stdlib(self.after)
+        d = self.__dict__
+        safe = d.get("_floats_checked")
+        if safe is None:
+            safe = d["_floats_checked"] = (
+                orjson_formats_like_stdlib(self.before) and orjson_formats_like_stdlib(self.after)
                 and orjson_formats_like_stdlib(self.key) and orjson_formats_like_stdlib(self.position))
+        return safe
 
     @_cached
     def value(self) -> bytes:

@@ -348,7 +348,7 @@ class FastReader:
             ev = native(tenant, pipeline, "mysql", schema, schema, table, op, before, after, key,
                         tx_id, f"{file}:{pos}:{i}",
                         {"file": file, "pos": pos, "row": i, "gtid": tx_gtid}, ts_ms, self.total, n,
-                        floats_checked=checked)
+                        False, False, None, checked)
             if self.pending is not None:
                 yield self.pending
             self.pending = ev
