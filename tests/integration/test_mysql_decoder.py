@@ -131,6 +131,7 @@ def write_binlog(admin, db) -> None:
        f"UPDATE {db}.orders SET status = 'paid' WHERE id = 1",
        "COMMIT")
     ex(admin, f"INSERT INTO {db}.items VALUES (4, 2, 'only-items')")  # a tx with only filtered rows
+    ex(admin, f"INSERT INTO {db}_other.t VALUES (1, 'another database')", "FLUSH BINARY LOGS")
     ex(admin, f"ALTER TABLE {db}.orders ADD COLUMN note VARCHAR(20) DEFAULT 'n/a'")  # DDL between rows
     ex(admin, f"INSERT INTO {db}.orders VALUES (3, 'new', 1.00, 'with note')")
     ex(admin, f"UPDATE {db}.orders SET total = total * 2")  # one update event, 3 rows
@@ -142,6 +143,14 @@ def write_binlog(admin, db) -> None:
 
 
 def test_fast_and_library_decoders_give_identical_items(mysql, admin, db):
+    ex(admin, f"CREATE DATABASE {db}_other", f"CREATE TABLE {db}_other.t (id INT PRIMARY KEY, v TEXT)")
+    try:
+        _compare_everything(mysql, admin, db)
+    finally:
+        ex(admin, f"DROP DATABASE {db}_other")
+
+
+def _compare_everything(mysql, admin, db):
     ex(admin, TYPES.format(db=db),
        f"CREATE TABLE {db}.orders (id BIGINT PRIMARY KEY, status VARCHAR(20), total DECIMAL(10,2))",
        f"CREATE TABLE {db}.items (id BIGINT PRIMARY KEY, order_id BIGINT, sku VARCHAR(40))")
@@ -151,6 +160,12 @@ def test_fast_and_library_decoders_give_identical_items(mysql, admin, db):
     h1 = src.head()
     src.close()
 
+    # no filter at all (the other database too, a binlog rotation in the middle)
+    lib, fast, lib_ddl, fast_ddl = read_both(mysql, [], h0, h1)
+    assert_same(lib, fast)
+    assert fast_ddl == lib_ddl
+    assert [e.after for e in fast if isinstance(e, ChangeEvent) and e.db == f"{db}_other"] == \
+        [{"id": 1, "v": "another database"}]
     # every table of the database, and a filter that leaves one table out
     all_events = None
     for tables in ([f"{db}.types", f"{db}.orders", f"{db}.items", f"{db}.ckey"],
@@ -235,3 +250,16 @@ def test_values_where_the_fast_decoder_corrects_the_library(mysql, admin, db):
                             "u16": "b€", "u32": "c😀", "l1": "\x81é", "e": "é", "bn": "AAAA"}
     assert got[1].key == {"name": "prefix-key"}
     src.close()
+
+
+def test_an_event_larger_than_one_protocol_packet(mysql, admin, db):
+    """Row events of 16 MiB and more span several protocol packets."""
+    ex(admin, f"CREATE TABLE {db}.big (id INT PRIMARY KEY, body LONGTEXT)")
+    src = MySqlSource(spec([f"{db}.big"]), mysql.cdc)
+    h0 = src.head()
+    ex(admin, f"INSERT INTO {db}.big VALUES (1, REPEAT('0123456789abcdef', 1100000)), (2, 'small')")
+    h1 = src.head()
+    src.close()
+    lib, fast, _, _ = read_both(mysql, [f"{db}.big"], h0, h1)
+    assert_same(lib, fast)
+    assert len(fast[0].after["body"]) == 17_600_000 and fast[1].after == {"id": 2, "body": "small"}
