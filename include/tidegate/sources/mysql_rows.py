@@ -667,9 +667,10 @@ def _compile(tm: TableMap, codec_for: Callable[[int | None], str | None], float_
 _MISS = object()
 
 
-def datetime2_seconds(x: int, cache: dict[int, str | None]) -> str | None:
+def datetime2_seconds(raw: bytes, cache: dict[bytes, str | None]) -> str | None:
     """The whole-seconds ISO text of a DATETIME2's first five bytes (None for zero and
-    impossible dates), remembered in ``cache``: bulk writes repeat seconds a lot."""
+    impossible dates), remembered in ``cache``."""
+    x = int.from_bytes(raw, "big")
     ym = (x >> 22) & 0x1FFFF
     y, m, d = ym // 13, ym % 13, (x >> 17) & 0x1F
     hh, mm, ss = (x >> 12) & 0x1F, (x >> 6) & 0x3F, x & 0x3F
@@ -679,16 +680,18 @@ def datetime2_seconds(x: int, cache: dict[int, str | None]) -> str | None:
         text = None
     if len(cache) > 4096:
         cache.clear()
-    cache[x] = text
+    cache[raw] = text
     return text
 
 
-def timestamp2_seconds(secs: int, cache: dict[int, str]) -> str:
-    """The whole-seconds UTC ISO text (without offset) of a TIMESTAMP2, remembered in ``cache``."""
-    text = (_EPOCH + dt.timedelta(seconds=secs)).strftime("%Y-%m-%dT%H:%M:%S")
+def timestamp2_seconds(raw: bytes, cache: dict[bytes, str]) -> str:
+    """The whole-seconds UTC ISO text (without offset) of a TIMESTAMP2's 4 bytes, remembered in
+    ``cache``; "" for the zero TIMESTAMP '0000-00-00 00:00:00' (null)."""
+    secs = int.from_bytes(raw, "big")
+    text = (_EPOCH + dt.timedelta(seconds=secs)).strftime("%Y-%m-%dT%H:%M:%S") if secs else ""
     if len(cache) > 4096:
         cache.clear()
-    cache[secs] = text
+    cache[raw] = text
     return text
 
 
@@ -701,38 +704,48 @@ def _frac_code(fsp: int, at: int) -> list[str]:
     return [f"us = buf[o + {at}] << 16 | buf[o + {at + 1}] << 8 | buf[o + {at + 2}]"]
 
 
-def _decimal_code(i: int, precision: int, scale: int) -> list[str]:
+def _decimal_code(i: int, precision: int, scale: int, ns: dict[str, Any]) -> list[str]:
     """Inline code for DECIMAL(precision, scale) in the binlog's packed form: the integer and
     fraction digits in groups of nine per 4 bytes (big-endian), leftover digits in 1-4 bytes,
     the sign in the top bit (flipped), negative numbers with every bit inverted. The text is
-    what ``str(Decimal(...))`` gives (the library path's value)."""
+    what ``str(Decimal(...))`` gives (the library path's value). Format specs in f-strings are
+    slow, so zero padding is ``str(n + 10**width)[1:]``."""
     intg = precision - scale
     intg_full, intg_left = divmod(intg, 9)
     frac_full, frac_left = divmod(scale, 9)
     isizes = ([_DIGITS_BYTES[intg_left]] if intg_left else []) + [4] * intg_full
-    fsizes = [4] * frac_full + ([_DIGITS_BYTES[frac_left]] if frac_left else [])
-    size = sum(isizes) + sum(fsizes)
-    nbits = size * 8
-    sign = 1 << (nbits - 1)
-    negmask = ((1 << nbits) - 1) ^ sign
-    terms, shift = [], nbits
-    for k, s in enumerate(isizes):
-        shift -= s * 8
-        weight = 10 ** (9 * (len(isizes) - 1 - k))
-        terms.append(f"((x >> {shift}) & {(1 << (s * 8)) - 1}) * {weight}")
-    fterms, left = [], scale
-    for s, digits in zip(fsizes, [9] * frac_full + ([frac_left] if frac_left else []), strict=True):
-        shift -= s * 8
-        left -= digits
-        fterms.append(f"((x >> {shift}) & {(1 << (s * 8)) - 1}) * {10 ** left}")
-    code = [f"x = _int(buf[o:o + {size}], 'big')", f"if x & {sign}:", f"    x ^= {sign}", "    sg = ''",
-            "else:", f"    x ^= {negmask}", "    sg = '-'", f"ip = {' + '.join(terms) or '0'}"]
-    if scale:
-        code += [f"fp = {' + '.join(fterms)}", f"v{i} = f'{{sg}}{{ip}}.{{fp:0{scale}d}}'"]
-        if scale > 6:  # Decimal's str() uses exponent notation below 1e-6
-            code += ["if ip == 0:", f"    v{i} = str(_Decimal(v{i}))"]
-    else:
-        code += [f"v{i} = f'{{sg}}{{ip}}'"]
+    fdigits = [9] * frac_full + ([frac_left] if frac_left else [])
+    fsizes = [4 if d == 9 else _DIGITS_BYTES[d] for d in fdigits]
+    sizes = isizes + fsizes
+    size = sum(sizes)
+    fmt = ">" + "".join({1: "B", 2: "H", 3: "3s", 4: "I"}[z] for z in sizes)
+    ns[f"_dec{i}"] = struct.Struct(fmt).unpack_from
+    g = [f"g{k}" for k in range(len(sizes))]
+    code = [f"{', '.join(g)}, = _dec{i}(buf, o)"]
+    code += [f"g{k} = _int(g{k}, 'big')" for k, z in enumerate(sizes) if z == 3]
+    top = 1 << (sizes[0] * 8 - 1)
+    masks = [(1 << (z * 8)) - 1 for z in sizes]
+    # weights of the integer groups, most significant first; fraction groups likewise
+    iw = [10 ** (9 * (len(isizes) - 1 - k)) for k in range(len(isizes))]
+    fw, left = [], scale
+    for d in fdigits:
+        left -= d
+        fw.append(10 ** left)
+
+    def value(flip: list[int]) -> list[str]:
+        terms = [f"(g{k} ^ {flip[k]}) * {w}" if flip[k] else f"g{k} * {w}" for k, w in enumerate(iw)]
+        fterms = [f"(g{k} ^ {flip[k]}) * {w}" if flip[k] else f"g{k} * {w}"
+                  for k, w in zip(range(len(isizes), len(sizes)), fw, strict=True)]
+        return [f"ip = {' + '.join(terms) or '0'}"] + ([f"fp = {' + '.join(fterms)}"] if scale else [])
+
+    pos = [top] + [0] * (len(sizes) - 1)
+    neg = [masks[0] ^ top] + masks[1:]
+    text = f"f'{{sg}}{{ip}}.{{str(fp + {10 ** scale})[1:]}}'" if scale else "f'{sg}{ip}'"
+    code += [f"if g0 & {top}:", "    sg = ''"] + ["    " + line for line in value(pos)]
+    code += ["else:", "    sg = '-'"] + ["    " + line for line in value(neg)]
+    code += [f"v{i} = {text}"]
+    if scale > 6:  # Decimal's str() uses exponent notation below 1e-6
+        code += ["if ip == 0:", f"    v{i} = str(_Decimal(v{i}))"]
     return code + [f"o += {size}"]
 
 
@@ -766,7 +779,7 @@ def _column_code(c: Column, i: int, ns: dict[str, Any], codec_for, tm: TableMap)
     if t == YEAR:
         return [f"v{i} = buf[o]", "o += 1", f"v{i} = v{i} + 1900 if v{i} else None"]
     if t == NEWDECIMAL:
-        return _decimal_code(i, c.precision, c.decimals)
+        return _decimal_code(i, c.precision, c.decimals, ns)
     if t in (VARCHAR, VAR_STRING, STRING):
         codec = codec_for(c.collation)
         pad = c.length if (t == STRING and codec is None) else 0
@@ -802,23 +815,23 @@ def _column_code(c: Column, i: int, ns: dict[str, Any], codec_for, tm: TableMap)
         return [f"v{i} = _bits(buf[o:o + {nb}], {c.bits})", f"o += {nb}"]
     if t == DATE:
         return [f"v{i} = _date(buf[o] | buf[o + 1] << 8 | buf[o + 2] << 16)", "o += 3"]
-    if t == DATETIME2:
+    if t == DATETIME2:  # whole seconds are cached by their 5 bytes: bulk writes repeat them
         ns[f"_c{i}"] = {}
         ns["_dtfmt"] = datetime2_seconds
-        code = ["x = _int(buf[o:o + 5], 'big')", f"v{i} = _c{i}.get(x, _MISS)",
-                f"if v{i} is _MISS:", f"    v{i} = _dtfmt(x, _c{i})"]
+        code = ["k = buf[o:o + 5]", f"v{i} = _c{i}.get(k, _MISS)",
+                f"if v{i} is _MISS:", f"    v{i} = _dtfmt(k, _c{i})"]
         if c.decimals:
             code += [f"if v{i} is not None:"] + ["    " + line for line in _frac_code(c.decimals, 5)] + \
-                    ["    if us:", f"        v{i} = f'{{v{i}}}.{{us:06d}}'"]
+                    ["    if us:", f"        v{i} = f'{{v{i}}}.{{str(us + 1000000)[1:]}}'"]
         return code + [f"o += {5 + _fsp_bytes(c.decimals)}"]
     if t == TIMESTAMP2:
         ns[f"_c{i}"] = {}
         ns["_tsfmt"] = timestamp2_seconds
-        code = ["x = _beI(buf, o)[0]", "if x:", f"    v{i} = _c{i}.get(x)", f"    if v{i} is None:",
-                f"        v{i} = _tsfmt(x, _c{i})"]
+        code = ["k = buf[o:o + 4]", f"v{i} = _c{i}.get(k)", f"if v{i} is None:",
+                f"    v{i} = _tsfmt(k, _c{i})", f"if v{i}:"]
         if c.decimals:
             code += ["    " + line for line in _frac_code(c.decimals, 4)] + \
-                    ["    if us:", f"        v{i} = f'{{v{i}}}.{{us:06d}}'"]
+                    ["    if us:", f"        v{i} = f'{{v{i}}}.{{str(us + 1000000)[1:]}}'"]
         return code + [f"    v{i} += '+00:00'", "else:", f"    v{i} = None",
                        f"o += {4 + _fsp_bytes(c.decimals)}"]
     if t == TIME2:
