@@ -813,8 +813,11 @@ def _column_code(c: Column, i: int, ns: dict[str, Any], codec_for, tm: TableMap)
     if t == BIT:
         nb = (c.bits + 7) // 8
         return [f"v{i} = _bits(buf[o:o + {nb}], {c.bits})", f"o += {nb}"]
-    if t == DATE:
-        return [f"v{i} = _date(buf[o] | buf[o + 1] << 8 | buf[o + 2] << 16)", "o += 3"]
+    if t == DATE:  # dates repeat a lot: cache the text by the stored value
+        ns[f"_c{i}"] = {}
+        return ["x = buf[o] | buf[o + 1] << 8 | buf[o + 2] << 16", f"v{i} = _c{i}.get(x, _MISS)",
+                f"if v{i} is _MISS:", f"    v{i} = _date(x)",
+                f"    if len(_c{i}) > 4096:", f"        _c{i}.clear()", f"    _c{i}[x] = v{i}", "o += 3"]
     if t == DATETIME2:  # whole seconds are cached by their 5 bytes: bulk writes repeat them
         ns[f"_c{i}"] = {}
         ns["_dtfmt"] = datetime2_seconds
