@@ -377,3 +377,16 @@ def test_random_rows_of_many_types_decode_without_leftover_bytes():
                    + struct.pack("<d", k / 3))
         row, o = plan.decode(payload, 0)
         assert o == len(payload) and row["d"] == str(Decimal(text)) and row["x"] == k / 3
+
+
+def test_refused_events_beyond_the_bound_or_of_other_tables_pass():
+    s = Stream()
+    s.add(B.ROTATE_EVENT, struct.pack("<Q", 4) + b"binlog.000001", artificial=True)
+    tm = table_map_body(9, "db", "other", [R.LONG], b"", 0, [(R.COLUMN_NAME, names("id"))])
+    s.add(B.TABLE_MAP_EVENT, tm)
+    s.add(B.PARTIAL_UPDATE_ROWS_EVENT, (9).to_bytes(6, "little") + bytes(6))  # not captured
+    upto = BinlogPosition("binlog.000001", s.pos)
+    s.add(B.MARIADB_QUERY_COMPRESSED_EVENT, bytes(20))  # after the bound
+    reader = FastReader(StubSource(["db.t"]), s, BinlogPosition("binlog.000001", 4), upto,
+                        _GtidState(None, "mysql"), codec_for=lambda c: "utf-8")
+    assert [type(i) for i in reader.run()] == [PositionMark]
