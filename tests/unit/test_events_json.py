@@ -33,7 +33,7 @@ def make(before, after, key, **kw) -> ChangeEvent:
         data_collection_order=1, **kw)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(before=rows, after=rows, key=st.none() | rows)
 def test_value_and_key_are_the_stdlib_bytes(before, after, key):
     ev = make(before, after, key)
@@ -45,7 +45,7 @@ def test_value_and_key_are_the_stdlib_bytes(before, after, key):
     assert native == ev and native.value == ev.value and native.key_bytes == ev.key_bytes
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False) | st.floats(width=32, allow_nan=False))
 def test_floats_declared_safe_are_written_alike(x):
     import orjson
@@ -76,7 +76,7 @@ def test_beyond_64_bits_and_non_finite_behave_as_before():
     assert make(None, {"x": math.nan}, None).value.count(b'"NaN"') == 1
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text())
 def test_event_uuid_is_uuid5(key):
     assert event_uuid(key) == str(uuid.uuid5(EVENT_ID_NAMESPACE, key))

@@ -104,7 +104,7 @@ def decode_one(columns, payload: bytes):
 # --------------------------------------------------------------------------- packed formats
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_decimal_matches_str_of_decimal(data):
     precision = data.draw(st.integers(1, 65))
@@ -117,7 +117,7 @@ def test_decimal_matches_str_of_decimal(data):
     assert decode_one([col], pack_decimal(text, precision, scale)) == {"v": str(Decimal(text))}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.booleans(), st.integers(0, 838), st.integers(0, 59), st.integers(0, 59),
        st.integers(0, 999_999), st.integers(0, 6))
 def test_time2_every_precision_and_sign(neg, h, m, s, us, fsp):
@@ -128,7 +128,7 @@ def test_time2_every_precision_and_sign(neg, h, m, s, us, fsp):
     assert decode_one([col], pack_time2(bool(neg), h, m, s, us, fsp)) == {"v": expected}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31, 23, 59, 59)),
        st.integers(0, 6))
 def test_datetime2_and_timestamp2(v, fsp):
