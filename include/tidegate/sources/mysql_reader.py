@@ -9,10 +9,11 @@ errors for statement-logged DML, partial row images and missing column names, th
 ``PositionMark`` and the same stop at ``upto``. ``tests/integration/test_mysql_decoder.py``
 reads one binlog with both and compares every item byte for byte.
 
-What makes it fast (``benchmarks/source_read.py``, 200k changes of an 11-column table in
-transactions of 10 rows: about 75-80k events per CPU second against about 9k for the library
-path, 8x less CPU; on the two shared cores of the reference machine 41-50k events/s wall-clock
-while other work ran, against 6-7k):
+What makes it fast (``benchmarks/source_read.py``: 200k changes of an 11-column table in
+transactions of 10 rows, 60/30/10 % inserts/updates/deletes): 80-85k events per second of
+the reader's CPU against about 9k for the library path (8-9x less CPU); on the two cores of
+the reference machine, shared with the server and other work (load average 4-7), 41-50k
+events/s wall-clock against 6-7k:
 
 * no event objects: :mod:`.mysql_binlog` frames packets and the loop below dispatches on the
   event type byte; events a read does not need (and row events of tables it does not
@@ -23,11 +24,13 @@ while other work ran, against 6-7k):
   built with ``ChangeEvent.native`` (no second encoding pass, no re-validation); the envelope
   is serialized by orjson (``events.py``).
 
-Why there is no compiled extension: pure Python reached the target of 50k events/s. Of the
-~13 us an event costs now, about 5 us are row decoding (the generated code), 3 us building
-the event and 5 us serializing its envelope (uuid5, dicts, orjson). A compiled decoder would
-remove most of the first part only, as long as events keep Python dicts for ``before`` and
-``after``; it would pay off once the envelope bytes are also produced natively.
+Why there is no compiled extension: pure Python reaches the target of 50k events/s whenever
+the reader has a core (its CPU cost is 12 us an event); only a machine loaded past its cores
+brings the wall-clock figure below it. Of those 12 us, about 5 are row decoding (the
+generated code, 3 us for an 11-column row), 3 building the event and 4 serializing the
+envelope (uuid5, dicts, orjson). A compiled row decoder would remove most of the first part
+only, as long as events carry Python dicts for ``before`` and ``after``; it pays off once the
+envelope bytes are produced natively too.
 
 Beyond the library path, it refuses what the library silently drops: MySQL partial JSON
 updates (``binlog_row_value_options=PARTIAL_JSON``) and MariaDB compressed events
