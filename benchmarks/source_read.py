@@ -1,34 +1,55 @@
-"""Source read throughput: events/s for N row changes per source.
+"""Source read throughput: events/s, CPU seconds and peak RSS per source and decoder.
 
     eval "$(scripts/services env)"
-    .venv/bin/python benchmarks/source_read.py [--rows 200000] [--files 4] [--only mysql|postgres]
+    .venv/bin/python benchmarks/source_read.py [--rows 200000] [--tx-rows 10] [--only mysql|postgres]
 
-MySQL/MariaDB: N rows inserted in transactions of 10k rows, spread over ``--files`` binlog
-files, then read (a) sequentially with ``read`` and (b) as per-file slices with
-``read_slice`` in parallel processes. Postgres: the same N rows through one ``read`` (one
-``pg_logical_slot_peek_changes`` via a named cursor). Every event is built and serialized to
-its JSON value (``ChangeEvent.value``), as a run does before delivery. Uses the admin
-connections for the workload and the CDC connections for reading; cleans up after itself.
+Workload: ``--rows`` row changes of an 11-column table (BIGINT key, INT, VARCHAR, DECIMAL,
+SMALLINT, DOUBLE, VARCHAR(100), DATETIME(6), TIMESTAMP(3), TINYINT, CHAR(8)) in transactions
+of ``--tx-rows`` rows: of every 10 transactions 6 insert new rows, 3 update rows (before and
+after images) and 1 deletes rows. The MariaDB backlog spans ``--files`` binlog files.
+
+Each measurement runs in a fresh child process, which reads the whole range, builds every
+event and serializes it to its JSON value (``ChangeEvent.value``) as a run does before
+delivery. It reports wall-clock events/s, the child's CPU seconds (the server's work is not
+in them; ev/CPU-s is events per second of the reader's own CPU, the figure that does not
+depend on what else the two shared cores run) and the child's peak RSS. MariaDB is read
+with each decoder of ``MySqlSource`` (``library`` = python-mysql-replication, ``fast`` =
+sources/mysql_reader.py) and, for the fast decoder, also as per-file slices in parallel
+processes (``read_slice``); Postgres through one ``read`` (a named cursor over
+``pg_logical_slot_peek_changes``). The ratio fast/library is of figures measured in this one
+run. The workload uses the admin connections, the reads the CDC ones; everything created is
+dropped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
+import json
 import os
 import random
+import resource
+import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "include"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "include"))
 
 from tidegate.connections import get_connection  # noqa: E402
 from tidegate.events import ChangeEvent  # noqa: E402
 from tidegate.spec import PipelineSpec, SourceSpec  # noqa: E402
 
-TX_ROWS = 10_000
+COLUMNS_MYSQL = ("id BIGINT PRIMARY KEY, customer INT NOT NULL, status VARCHAR(20), total DECIMAL(12,2), "
+                 "qty SMALLINT, price DOUBLE, note VARCHAR(100), created DATETIME(6), "
+                 "updated TIMESTAMP(3) NULL, flag TINYINT, code CHAR(8)")
+COLUMNS_PG = ("id bigint PRIMARY KEY, customer int NOT NULL, status varchar(20), total numeric(12,2), "
+              "qty smallint, price double precision, note varchar(100), created timestamp(6), "
+              "updated timestamptz(3), flag smallint, code char(8)")
+
+
+# --------------------------------------------------------------------------- measuring child
 
 
 def _consume(items) -> tuple[int, int]:
@@ -38,6 +59,16 @@ def _consume(items) -> tuple[int, int]:
             n += 1
             size += len(it.value)
     return n, size
+
+
+def _measure(fn) -> dict:
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    n, size = fn()
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"events": n, "bytes": size, "wall": wall, "cpu": cpu + children.ru_utime + children.ru_stime,
+            "rss_mb": max(rss_mb, children.ru_maxrss / 1024)}
 
 
 def _mysql_spec(db: str) -> PipelineSpec:
@@ -50,15 +81,97 @@ def _slice_worker(args) -> tuple[int, int]:
     from tidegate.positions import BinlogPosition
     from tidegate.sources.mysql import MySqlSource
 
-    db, k, frm, to = args
-    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"))
+    db, decoder, k, frm, to = args
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=decoder)
     try:
         return _consume(src.read_slice(BinlogPosition.from_json(frm), BinlogPosition.from_json(to), reader=k))
     finally:
         src.close()
 
 
-def bench_mysql(rows: int, files: int) -> None:
+def child(args: dict) -> dict:
+    """Runs in a fresh process: one measurement, printed as JSON."""
+    if args["source"] == "postgres":
+        from tidegate.positions import PgPosition
+        from tidegate.sources.postgres import PostgresSource
+
+        spec = PipelineSpec(pipeline="bench", sinks=(),
+                            source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
+                                              tables=(f"{args['schema']}.bench",), slot=args["slot"]))
+        src = PostgresSource(spec, get_connection("cdc_postgres"))
+        start, upto = PgPosition.from_json(args["start"]), PgPosition.from_json(args["upto"])
+        try:
+            return _measure(lambda: _consume(src.read(start, upto)))
+        finally:
+            src.close()
+    from tidegate.positions import BinlogPosition
+    from tidegate.sources.mysql import MySqlSource
+
+    db, decoder = args["db"], args["decoder"]
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=decoder)
+    start, upto = BinlogPosition.from_json(args["start"]), BinlogPosition.from_json(args["upto"])
+    try:
+        if not args.get("parallel"):
+            return _measure(lambda: _consume(src.read(start, upto)))
+        import multiprocessing as mp
+
+        def parallel() -> tuple[int, int]:
+            slices = src.slices(start, upto)
+            with mp.get_context("spawn").Pool(min(len(slices), os.cpu_count() or 1)) as pool:
+                parts = pool.map(_slice_worker, [(db, decoder, k, f.to_json(), t.to_json())
+                                                 for k, (f, t) in enumerate(slices)])
+            return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+        return _measure(parallel)
+    finally:
+        src.close()
+
+
+def run_child(args: dict, expected: int) -> dict:
+    r = subprocess.run([sys.executable, __file__, "--child", json.dumps(args)], capture_output=True,
+                       text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    if r.returncode != 0:
+        raise SystemExit(f"measurement {args} failed:\n{r.stderr[-3000:]}")
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["events"] == expected, (res, expected)
+    return res
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def _mix(k: int) -> str:
+    """Of every 10 transactions: 6 inserts, 3 updates, 1 delete."""
+    return ("c", "c", "u", "c", "c", "u", "c", "d", "c", "u")[k % 10]
+
+
+def mysql_workload(cur, db: str, rows: int, tx_rows: int, files: int, flush) -> None:
+    next_id, live = 0, []  # live: first ids of inserted, not yet deleted blocks
+    done = k = 0
+    per_file = max(1, rows // files)
+    while done < rows:
+        n = min(tx_rows, rows - done)
+        op = _mix(k) if live else "c"
+        if op == "c" or n < tx_rows:
+            cur.execute(f"INSERT INTO {db}.bench SELECT {next_id} + seq, seq % 1000, 'new', seq / 100, "
+                        f"seq % 7, seq * 1.25, CONCAT('row note ', seq), NOW(6), NOW(3), seq % 2, "
+                        f"'ABCD' FROM seq_1_to_{n}")
+            live.append(next_id)
+            next_id += n
+        elif op == "u":
+            first = live[(k * 7919) % len(live)]
+            cur.execute(f"UPDATE {db}.bench SET status = 'paid', total = total + 1, qty = qty + 1, "
+                        f"updated = NOW(3) WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
+        else:
+            first = live.pop(0)
+            cur.execute(f"DELETE FROM {db}.bench WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
+        done += n
+        k += 1
+        if done % per_file < tx_rows and done < rows:
+            flush()
+
+
+def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], out: list) -> None:
     import pymysql
     from tidegate.sources.mysql import MySqlSource
 
@@ -69,48 +182,29 @@ def bench_mysql(rows: int, files: int) -> None:
     cur = admin.cursor()
     cur.execute(f"CREATE DATABASE {db}")
     try:
-        cur.execute(f"CREATE TABLE {db}.bench (id BIGINT PRIMARY KEY, status VARCHAR(20), "
-                    f"total DECIMAL(12,2), note VARCHAR(100), created DATETIME(6))")
+        cur.execute(f"CREATE TABLE {db}.bench ({COLUMNS_MYSQL})")
         src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"))
         start = src.head()
         t0 = time.perf_counter()
-        per_file = max(1, rows // files)
-        done = 0
-        while done < rows:
-            n = min(TX_ROWS, rows - done)
-            cur.execute(f"INSERT INTO {db}.bench SELECT {done} + seq, 'new', seq / 100, "
-                        f"CONCAT('row ', seq), NOW(6) FROM seq_1_to_{n}")
-            done += n
-            if done % per_file < TX_ROWS and done < rows:
-                cur.execute("FLUSH BINARY LOGS")
+        mysql_workload(cur, db, rows, tx_rows, files, lambda: cur.execute("FLUSH BINARY LOGS"))
         upto = src.head()
-        print(f"mysql: wrote {rows} rows in {time.perf_counter() - t0:.1f}s "
-              f"({start.file} .. {upto.file})")
-
-        t0 = time.perf_counter()
-        n, size = _consume(src.read(start, upto))
-        dt = time.perf_counter() - t0
-        assert n == rows, (n, rows)
-        print(f"mysql sequential: {n} events, {size / 1e6:.1f} MB JSON in {dt:.2f}s = {n / dt:,.0f} events/s")
-
-        slices = src.slices(start, upto)
-        procs = min(len(slices), os.cpu_count() or 1)
-        t0 = time.perf_counter()
-        with mp.get_context("spawn").Pool(procs) as pool:
-            parts = pool.map(_slice_worker, [(db, k, f.to_json(), t.to_json())
-                                             for k, (f, t) in enumerate(slices)])
-        dt = time.perf_counter() - t0
-        n = sum(p[0] for p in parts)
-        assert n == rows, (n, rows)
-        print(f"mysql parallel slices: {len(slices)} slices on {procs} processes: {n} events in "
-              f"{dt:.2f}s = {n / dt:,.0f} events/s (includes process start-up)")
         src.close()
+        print(f"mariadb: wrote {rows} row changes in {time.perf_counter() - t0:.1f}s "
+              f"({start.file} .. {upto.file})", flush=True)
+        base = {"source": "mysql", "db": db, "start": start.to_json(), "upto": upto.to_json()}
+        for decoder in decoders:
+            res = run_child({**base, "decoder": decoder}, rows)
+            out.append((f"mariadb {decoder}", res))
+            print(f"  {decoder}: {rows / res['wall']:,.0f} events/s", flush=True)
+        if "fast" in decoders:
+            res = run_child({**base, "decoder": "fast", "parallel": True}, rows)
+            out.append(("mariadb fast, per-file slices in parallel", res))
     finally:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         admin.close()
 
 
-def bench_postgres(rows: int) -> None:
+def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
     import psycopg2
     from tidegate.sources.postgres import PostgresSource
 
@@ -120,29 +214,41 @@ def bench_postgres(rows: int) -> None:
     schema = "bench_" + uuid.uuid4().hex[:8]
     cur = admin.cursor()
     cur.execute(f"CREATE SCHEMA {schema}")
+    slot = f"{schema}_slot"
     spec = PipelineSpec(pipeline="bench", sinks=(),
                         source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
-                                          tables=(f"{schema}.bench",), slot=f"{schema}_slot"))
+                                          tables=(f"{schema}.bench",), slot=slot))
     src = PostgresSource(spec, get_connection("cdc_postgres"))
     try:
-        cur.execute(f"CREATE TABLE {schema}.bench (id bigint PRIMARY KEY, status text, "
-                    f"total numeric(12,2), note text, created timestamptz)")
+        cur.execute(f"CREATE TABLE {schema}.bench ({COLUMNS_PG})")
+        cur.execute(f"ALTER TABLE {schema}.bench REPLICA IDENTITY FULL")
         src.ensure_slot()
         start = src.head()
         t0 = time.perf_counter()
-        done = 0
+        next_id, live, done, k = 0, [], 0, 0
         while done < rows:
-            n = min(TX_ROWS, rows - done)
-            cur.execute(f"INSERT INTO {schema}.bench SELECT {done} + g, 'new', g / 100.0, 'row ' || g, "
-                        f"now() FROM generate_series(1, {n}) g")
+            n = min(tx_rows, rows - done)
+            op = _mix(k) if live else "c"
+            if op == "c" or n < tx_rows:
+                cur.execute(f"INSERT INTO {schema}.bench SELECT {next_id} + g, g % 1000, 'new', g / 100.0, "
+                            f"g % 7, g * 1.25, 'row note ' || g, now(), now(), g % 2, 'ABCD' "
+                            f"FROM generate_series(1, {n}) g")
+                live.append(next_id)
+                next_id += n
+            elif op == "u":
+                first = live[(k * 7919) % len(live)]
+                cur.execute(f"UPDATE {schema}.bench SET status = 'paid', total = total + 1, qty = qty + 1, "
+                            f"updated = now() WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
+            else:
+                first = live.pop(0)
+                cur.execute(f"DELETE FROM {schema}.bench WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
             done += n
+            k += 1
         upto = src.head()
-        print(f"postgres: wrote {rows} rows in {time.perf_counter() - t0:.1f}s")
-        t0 = time.perf_counter()
-        n, size = _consume(src.read(start, upto))
-        dt = time.perf_counter() - t0
-        assert n == rows, (n, rows)
-        print(f"postgres: {n} events, {size / 1e6:.1f} MB JSON in {dt:.2f}s = {n / dt:,.0f} events/s")
+        print(f"postgres: wrote {rows} row changes in {time.perf_counter() - t0:.1f}s", flush=True)
+        res = run_child({"source": "postgres", "schema": schema, "slot": slot, "start": start.to_json(),
+                         "upto": upto.to_json()}, rows)
+        out.append(("postgres (wal2json)", res))
     finally:
         try:
             src.drop_slot()
@@ -152,17 +258,40 @@ def bench_postgres(rows: int) -> None:
             admin.close()
 
 
+def print_table(rows: int, results: list) -> None:
+    print()
+    print(f"{'source / decoder':<44} {'events/s':>10} {'ev/CPU-s':>10} {'wall s':>8} {'CPU s':>8} "
+          f"{'peak RSS MB':>12} {'JSON MB':>8}")
+    for name, r in results:
+        print(f"{name:<44} {rows / r['wall']:>10,.0f} {rows / r['cpu']:>10,.0f} {r['wall']:>8.2f} "
+              f"{r['cpu']:>8.2f} {r['rss_mb']:>12.0f} {r['bytes'] / 1e6:>8.1f}")
+    by = dict(results)
+    if "mariadb fast" in by and "mariadb library" in by:
+        f, lib = by["mariadb fast"], by["mariadb library"]
+        print(f"\nmariadb fast / library: {lib['wall'] / f['wall']:.2f}x events/s, "
+              f"{lib['cpu'] / f['cpu']:.2f}x less CPU")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--files", type=int, default=4, help="MySQL: binlog files the rows span")
+    ap.add_argument("--tx-rows", type=int, default=10)
+    ap.add_argument("--files", type=int, default=4, help="MariaDB: binlog files the changes span")
     ap.add_argument("--only", choices=("mysql", "postgres"))
+    ap.add_argument("--decoders", default="library,fast", help="MariaDB decoders to measure")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    print(f"{args.rows} row changes per source, {os.cpu_count()} CPUs")
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    print(f"{args.rows} row changes per source in transactions of {args.tx_rows} rows "
+          f"(60% inserts, 30% updates, 10% deletes), 11 columns, {os.cpu_count()} CPUs")
+    results: list = []
     if args.only in (None, "mysql"):
-        bench_mysql(args.rows, args.files)
+        bench_mysql(args.rows, args.tx_rows, args.files, args.decoders.split(","), results)
     if args.only in (None, "postgres"):
-        bench_postgres(args.rows)
+        bench_postgres(args.rows, args.tx_rows, results)
+    print_table(args.rows, results)
 
 
 if __name__ == "__main__":

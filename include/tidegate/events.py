@@ -5,6 +5,16 @@ every sink. Everything in the envelope derives from the source log, never from t
 two reads of the same range give byte-identical values, keys and ids. In particular the top
 level ``ts_ms`` is the source commit time, not the processing time: a replay must produce the
 same bytes, and consumers that want processing time have the broker's own timestamp.
+
+Serialization uses orjson (several times faster than the stdlib ``json`` module) and produces
+the same bytes the stdlib produced with ``ensure_ascii=False, separators=(",", ":")``, which
+earlier versions used and which replays must keep reproducing. The two libraries agree on
+strings, integers up to 64 bits, ``null``/``true``/``false``, containers and key order, and on
+every float that is zero or whose magnitude lies in ``[1e-4, 1e16)``. Outside that range orjson
+writes some floats differently (``0.00009999999999999999`` where the stdlib writes
+``9.999999999999999e-05``), so an event holding such a float, an integer beyond 64 bits or
+anything orjson refuses is serialized by the stdlib, as before. ``tests/unit/test_events.py``
+checks the equivalence over random values.
 """
 
 from __future__ import annotations
@@ -12,13 +22,15 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-import functools
+import hashlib
 import json
 import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from .positions import Position
 
@@ -27,6 +39,9 @@ from .positions import Position
 EVENT_ID_NAMESPACE = uuid.UUID("6f1c2a9e-5b0d-4c1e-9d3a-7a2e8b4c0d11")
 
 OPS = ("c", "u", "d", "r")
+
+
+_NATIVE_SCALARS = (str, int, bool, type(None))
 
 
 def encode_value(v: Any) -> Any:
@@ -74,15 +89,70 @@ def _format_timedelta(td: dt.timedelta) -> str:
 
 
 def encode_row(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    return None if row is None else {str(k): encode_value(v) for k, v in row.items()}
+    if row is None:
+        return None
+    out = {}
+    for k, v in row.items():
+        # Most values (ints, strings, None) are already JSON-native: skip the type ladder.
+        out[k if type(k) is str else str(k)] = v if type(v) in _NATIVE_SCALARS else encode_value(v)
+    return out
 
 
 def idempotency_key(tenant: str, db: str, table: str, tx_id: str, event_id: str) -> str:
     return f"{tenant}|{db}.{table}|{tx_id}|{event_id}"
 
 
+# uuid5 is SHA-1 over namespace bytes + name: hash the namespace once and copy the state.
+_NAMESPACE_SHA1 = hashlib.sha1(EVENT_ID_NAMESPACE.bytes)
+# RFC 4122 variant: the high two bits of byte 8 become 10 (hex digit 16 of the digest).
+_VARIANT_DIGIT = {c: format((int(c, 16) & 0x3) | 0x8, "x") for c in "0123456789abcdef"}
+
+
 def event_uuid(key: str) -> str:
-    return str(uuid.uuid5(EVENT_ID_NAMESPACE, key))
+    """``str(uuid.uuid5(EVENT_ID_NAMESPACE, key))``, computed without the UUID object."""
+    h = _NAMESPACE_SHA1.copy()
+    h.update(key.encode("utf-8"))
+    x = h.hexdigest()
+    return f"{x[:8]}-{x[8:12]}-5{x[13:16]}-{_VARIANT_DIGIT[x[16]]}{x[17:20]}-{x[20:32]}"
+
+
+class _cached:  # noqa: N801 - used like functools.cached_property
+    """``functools.cached_property`` without its lock (Python 3.11 takes an RLock on every
+    first access, a large share of serializing one event). A race computes the same
+    deterministic value twice, which is harmless."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
+
+
+def orjson_formats_like_stdlib(v: Any) -> bool:
+    """Whether orjson writes every float inside ``v`` as the stdlib does (see the module
+    docstring); containers are searched, other values hold no float and pass."""
+    t = type(v)
+    if t is str or t is int or v is None or t is bool:
+        return True
+    if t is float:
+        return v == 0.0 or 1e-4 <= abs(v) < 1e16  # also False for NaN and the infinities
+    if isinstance(v, dict):
+        return all(orjson_formats_like_stdlib(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return all(orjson_formats_like_stdlib(x) for x in v)
+    return not isinstance(v, float)  # a float subclass: leave it to the stdlib
+
+
+def _stdlib_dumps(obj: Any, **kw: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), **kw).encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -123,6 +193,39 @@ class ChangeEvent:
         return ev
 
     @classmethod
+    def native(cls, tenant: str, pipeline: str, connector: str, db: str, schema: str, table: str,
+               op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
+               key: dict[str, Any] | None, tx_id: str, event_id: str, position: dict[str, Any],
+               ts_ms: int, total_order: int, data_collection_order: int, snapshot: bool = False,
+               tx_end: bool = False, end_position: Position | None = None,
+               floats_checked: bool = False) -> ChangeEvent:
+        """An event from values that are already JSON-native (what :func:`encode_row` returns)
+        and fields that hold the invariants of :meth:`validate` by construction: a fast source
+        path that skips re-encoding and re-validation. ``floats_checked=True`` says the source
+        checked that every float lies where orjson and the stdlib agree
+        (:func:`orjson_formats_like_stdlib`), so :attr:`value` need not search for floats.
+
+        The event is built through ``__dict__`` (a frozen dataclass keeps its fields there),
+        which is several times cheaper than the generated ``__init__``.
+        """
+        ev = object.__new__(cls)
+        ev.__dict__.update(
+            tenant=tenant, pipeline=pipeline, connector=connector, db=db, schema=schema,
+            table=table, op=op, before=before, after=after, key=key, tx_id=tx_id,
+            event_id=event_id, position=position, ts_ms=ts_ms, total_order=total_order,
+            data_collection_order=data_collection_order, snapshot=snapshot, tx_end=tx_end,
+            end_position=end_position)
+        if floats_checked:
+            ev.__dict__["_floats_checked"] = True  # otherwise value searches the floats itself
+        return ev
+
+    def _mark_tx_end(self, end_position: Position) -> None:
+        """Make this (not yet published) event the last row of its transaction. Sources hold
+        one event back until they know whether the next item ends the transaction."""
+        self.__dict__["tx_end"] = True
+        self.__dict__["end_position"] = end_position
+
+    @classmethod
     def from_value(cls, value: bytes, *, tx_end: bool = False,
                    end_position: Position | None = None) -> ChangeEvent:
         """Rebuild an event from its serialized envelope (e.g. after a Spark task produced it);
@@ -136,7 +239,7 @@ class ChangeEvent:
                  position=src["position"], ts_ms=src["ts_ms"], total_order=tx["total_order"],
                  data_collection_order=tx["data_collection_order"], snapshot=src["snapshot"],
                  tx_end=tx_end, end_position=end_position)
-        ev.__dict__["value"] = bytes(value)  # prime the cached_property with the original bytes
+        ev.__dict__["value"] = bytes(value)  # prime the cached value with the original bytes
         return ev
 
     def validate(self) -> None:
@@ -147,11 +250,11 @@ class ChangeEvent:
         if self.tx_end and self.end_position is None:
             raise ValueError("the last row of a transaction must carry end_position")
 
-    @property
+    @_cached
     def idempotency_key(self) -> str:
         return idempotency_key(self.tenant, self.db, self.table, self.tx_id, self.event_id)
 
-    @property
+    @_cached
     def id(self) -> str:
         return event_uuid(self.idempotency_key)
 
@@ -182,17 +285,35 @@ class ChangeEvent:
             "ts_ms": self.ts_ms,
         }
 
-    @functools.cached_property
+    def _orjson_safe(self) -> bool:
+        d = self.__dict__
+        safe = d.get("_floats_checked")
+        if safe is None:
+            safe = d["_floats_checked"] = (
+                orjson_formats_like_stdlib(self.before) and orjson_formats_like_stdlib(self.after)
+                and orjson_formats_like_stdlib(self.key) and orjson_formats_like_stdlib(self.position))
+        return safe
+
+    @_cached
     def value(self) -> bytes:
         """The envelope as compact UTF-8 JSON, computed once and shared by every sink."""
-        return json.dumps(self.envelope(), ensure_ascii=False, separators=(",", ":"),
-                          allow_nan=False).encode("utf-8")
+        env = self.envelope()
+        if self._orjson_safe():
+            try:
+                return orjson.dumps(env)
+            except TypeError:  # > 64-bit integers, non-str keys, types neither library takes
+                pass
+        return _stdlib_dumps(env, allow_nan=False)
 
-    @functools.cached_property
+    @_cached
     def key_bytes(self) -> bytes:
         """The message key: the JSON of the primary key (same row → same partition)."""
-        return json.dumps(self.key, ensure_ascii=False, separators=(",", ":"),
-                          sort_keys=True).encode("utf-8")
+        if self._orjson_safe():
+            try:
+                return orjson.dumps(self.key, option=orjson.OPT_SORT_KEYS)
+            except TypeError:
+                pass
+        return _stdlib_dumps(self.key, sort_keys=True)
 
 
 @dataclass(frozen=True)

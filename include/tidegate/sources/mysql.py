@@ -84,6 +84,7 @@ REQUIRED_SETTINGS = (
 )
 _DML_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD DATA")
 _SLICE_ID_STRIDE = 7919  # server ids of parallel slice readers: base + k * stride (mod 2^32)
+DECODERS = ("fast", "library")
 
 
 class GtidsNotOnServerError(SourceError):
@@ -161,10 +162,18 @@ class MySqlSource(Source):
     kind = "mysql"
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, server_id: int | None = None,
-                 connect_timeout: float = 10.0):
+                 connect_timeout: float = 10.0, decoder: str | None = None):
         self.spec = spec
         self.conn = conn
         self.connect_timeout = connect_timeout
+        # --- decoder choice (the fast reader lives in mysql_reader.py) -------------------
+        # "fast" (default): our own protocol client and row plans; "library": _Reader over
+        # python-mysql-replication, the reference. TIDEGATE_MYSQL_DECODER sets the default.
+        self.decoder = decoder or os.environ.get("TIDEGATE_MYSQL_DECODER") or "fast"
+        if self.decoder not in DECODERS:
+            raise ValueError(f"MySQL decoder {self.decoder!r} (decoder= or TIDEGATE_MYSQL_DECODER) "
+                             f"is not one of {', '.join(DECODERS)}")
+        # ----------------------------------------------------------------------------------
         sid = server_id or spec.source.server_id
         # A replication client id must be unique among the server's replicas: derive a stable
         # one from the pipeline name when the spec sets none.
@@ -427,10 +436,17 @@ class MySqlSource(Source):
         mariadb = info["flavor"] == "mariadb"
         seed = start.gtid_set if start.gtid_set is not None else self.gtid_at(start.file, start.pos)
         gtids = _GtidState(seed, "mariadb" if mariadb else "mysql")
-        stream = self._stream(server_id, resume_stream=True, log_file=start.file, log_pos=start.pos,
-                              only_schemas=sorted(self.dbs) if self.dbs else None)
+        if self.decoder == "fast":  # --- decoder choice ---
+            from .mysql_reader import FastReader, binlog_stream
+
+            stream = binlog_stream(self, start, server_id)
+            reader = FastReader(self, stream, start, upto, gtids)
+        else:
+            stream = self._stream(server_id, resume_stream=True, log_file=start.file,
+                                  log_pos=start.pos, only_schemas=sorted(self.dbs) if self.dbs else None)
+            reader = _Reader(self, stream, start, upto, gtids)
         try:
-            yield from _Reader(self, stream, start, upto, gtids).run()
+            yield from reader.run()
         except pymysql.err.OperationalError as exc:
             if exc.args and exc.args[0] == ER_MASTER_FATAL_ERROR_READING_BINLOG:
                 earliest = self.earliest()
