@@ -31,7 +31,7 @@ from tidegate.connections import get_connection  # noqa: E402
 from tidegate.events import ChangeEvent  # noqa: E402
 from tidegate.positions import BinlogPosition  # noqa: E402
 from tidegate.sinks import make_sink  # noqa: E402
-from tidegate.spec import BatchSpec, PipelineSpec, SinkSpec, SourceSpec  # noqa: E402
+from tidegate.spec import BatchSpec, KafkaSinkSpec, NatsSinkSpec, PipelineSpec, RedisSinkSpec, SourceSpec  # noqa: E402
 
 FILE = "mysql-bin.000001"
 
@@ -73,7 +73,8 @@ def build_batches(pipeline: str, n_events: int, batch: int, rows_per_tx: int, pa
     return out
 
 
-def run_sink(label: str, spec: SinkSpec, pipeline: str, batches: list[SubBatch],
+def run_sink(label: str, spec: KafkaSinkSpec | NatsSinkSpec | RedisSinkSpec, pipeline: str,
+             batches: list[SubBatch],
              warmup: list[SubBatch] = ()) -> dict:
     pspec = PipelineSpec(pipeline=pipeline, source=SourceSpec("mysql", "cdc_mysql"), sinks=(spec,),
                          batch=BatchSpec(max_events=max(b.event_count for b in batches)), tenant="bench")
@@ -171,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                     p = f"{run}_{'eos' if eos else 'idem'}_{i}"
                     created["kafka"] += [f"{p}.shop.orders", f"_ckpt_{p}"]
                     # A literal topic: open() creates it, outside the clock.
-                    return SinkSpec(id="events", kind="kafka", conn_id="cdc_kafka", topic=f"{p}.shop.orders",
-                                    exactly_once=eos, partitions=3, checkpoint_topic=f"_ckpt_{p}"), p
+                    return KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka",
+                                         topic=f"{p}.shop.orders", exactly_once=eos, partitions=3,
+                                         checkpoint_topic=f"_ckpt_{p}"), p
                 return make
 
             for i in range(args.repeat):  # interleave the two modes so drift hits both alike
@@ -188,14 +190,14 @@ def main(argv: list[str] | None = None) -> int:
             def nats_spec(i: int):
                 s = f"{run.upper()}_{i}"
                 created["nats"].append(s)
-                return SinkSpec(id="bus", kind="nats", conn_id="cdc_nats", stream=s,
+                return NatsSinkSpec(id="bus", kind="nats", conn_id="cdc_nats", stream=s,
                                 subject="{pipeline}.{schema}.{table}", max_in_flight=1000), f"{run}_n{i}"
             best("nats", nats_spec)
         if "redis" in kinds:
             def redis_spec(i: int):
                 p = f"{run}_r{i}"
                 created["redis"] += [f"{p}:shop.orders", f"tidegate:checkpoint:{p}::sink::cache"]
-                return SinkSpec(id="cache", kind="redis", conn_id="cdc_redis",
+                return RedisSinkSpec(id="cache", kind="redis", conn_id="cdc_redis",
                                 stream="{pipeline}:{schema}.{table}"), p
             best("redis", redis_spec)
     finally:

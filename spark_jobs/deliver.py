@@ -1,21 +1,25 @@
 """spark-submit entry point: one bounded run of a tidegate pipeline, its range read by Spark.
 
-    spark-submit spark_jobs/deliver.py --pipeline NAME --run-id ID [--mode incremental|replay|dry_run]
-        [--spec FILE] [--upto-json JSON] [--sinks a,b] [--max-events N] [--replay-of RUN_ID]
-        [--report-file PATH]
+    spark-submit spark_jobs/deliver.py --pipeline NAME --run-id ID [--spec-b64 B64 | --spec FILE]
+        [--mode incremental|replay|dry_run] [--upto-json JSON] [--sinks a,b] [--max-events N]
+        [--replay-of RUN_ID] [--report-file PATH]
 
-Thin: parse the arguments, build the SparkSession, call ``tidegate.spark_job.deliver``. The argv
-holds no secret; connections come from ``AIRFLOW_CONN_<ID>`` environment variables (the Airflow
-operator sets them from Airflow's connections). The run report (JSON) is written to
-``--report-file`` and printed as one ``TIDEGATE_RUN_REPORT {...}`` line.
+Thin: parse the arguments, build the SparkSession, call ``tidegate.spark_job.deliver``. The spec
+travels with the job (``--spec-b64``: the spec file's content), so a driver or executor on a
+cluster never reads it from the Airflow worker's disk. The argv holds no secret; connections
+come from ``AIRFLOW_CONN_<ID>`` environment variables of the driver (see docs/operations.md,
+"Spark"). The run report (JSON) is written to ``--report-file`` and printed as one
+``TIDEGATE_RUN_REPORT {...}`` line.
 
-Exit codes: 0 done; 3 a fatal error that a retry cannot fix (fenced producer, stale fencing
-epoch, halt, bad spec or connection, wrong source setting); anything else (1): retryable.
+Exit codes: 0 done; 3 (``tidegate.plan.EXIT_FATAL``) an error that a retry cannot fix (fenced
+producer, stale fencing epoch, halt, bad spec or connection, wrong source setting); anything
+else: retryable.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import sys
@@ -23,19 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-EXIT_FATAL = 3
-MODES = ("incremental", "replay", "dry_run")
+from tidegate.plan import EXIT_FATAL, MODES, RunParamsError, RunPlan
+
 log = logging.getLogger("tidegate.spark_jobs.deliver")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -48,23 +42,17 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def _sink_list(text: str) -> list[str]:
-    sinks = [s.strip() for s in text.split(",") if s.strip()]
-    if not sinks:
-        raise argparse.ArgumentTypeError("empty sink list")
-    return sinks
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="deliver.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--pipeline", required=True, help="pipeline name")
-    p.add_argument("--spec", help="the spec file (default: found by name in the pipelines folder)")
+    p.add_argument("--spec-b64", help="the spec file's content, base64")
+    p.add_argument("--spec", help="a spec file (default: found by name in the pipelines folder)")
     p.add_argument("--run-id", required=True, help="the Airflow run id (journal and fencing key)")
     p.add_argument("--mode", choices=MODES, default="incremental")
     p.add_argument("--upto-json", type=_json_object, default=None, dest="upto",
                    help="the run's upper bound (position JSON from the bounds task)")
-    p.add_argument("--sinks", type=_sink_list, default=None, help="comma-separated sink ids (default all)")
-    p.add_argument("--max-events", type=_positive_int, default=None, help="sub-batch size override")
+    p.add_argument("--sinks", default=None, help="comma-separated sink ids (default all)")
+    p.add_argument("--max-events", default=None, help="sub-batch size override")
     p.add_argument("--replay-of", default=None, help="with --mode replay: the run whose range is replayed")
     p.add_argument("--report-file", default=None, help="write the run report (JSON) here")
     return p
@@ -73,38 +61,29 @@ def parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = parser()
     args = p.parse_args(argv)
-    if args.mode == "replay" and not args.replay_of:
-        p.error("--mode replay needs --replay-of")
-    if args.replay_of and args.mode != "replay":
-        p.error("--replay-of needs --mode replay")
+    try:  # the same validation as the trigger form's
+        args.plan = RunPlan.from_values({"mode": args.mode, "sinks": args.sinks,
+                                         "max_events": args.max_events, "replay_of": args.replay_of})
+    except RunParamsError as exc:
+        p.error("; ".join(exc.problems))
     return args
 
 
-def fatal_errors() -> tuple[type[BaseException], ...]:
-    """Engine errors a retry cannot fix."""
-    import importlib
+def load_spec(args: argparse.Namespace) -> Any:
+    from tidegate import catalog
+    from tidegate.spec import load_spec_text
 
-    found: list[type[BaseException]] = []
-    for module, names in (
-        ("tidegate.errors", ("FatalRunError", "StaleEpochError", "SpecError", "ConnectionConfigError",
-                             "SourceSettingError", "PositionPurgedError", "SlotMissingError",
-                             "SlotInvalidatedError")),
-        ("tidegate.runner", ("RunError",)),
-        ("tidegate.guards", ("ContinuityHalt",)),
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        found += [getattr(mod, n) for n in names if isinstance(getattr(mod, n, None), type)]
-    return tuple(found)
+    if args.spec_b64:
+        return load_spec_text(base64.b64decode(args.spec_b64).decode("utf-8"), origin=f"<{args.pipeline}>")
+    return catalog.find(args.spec or args.pipeline)
 
 
 def run(args: argparse.Namespace, spark: Any) -> dict[str, Any]:
-    from tidegate.spark_job import deliver
+    from tidegate import spark_job
+    from tidegate.positions import position_from_json
 
-    return deliver(spark, pipeline=args.spec or args.pipeline, run_id=args.run_id, mode=args.mode,
-                   upto=args.upto, sinks=args.sinks, max_events=args.max_events, replay_of=args.replay_of)
+    return spark_job.deliver(spark, spec=load_spec(args), plan=args.plan, run_id=args.run_id,
+                             upto=position_from_json(args.upto) if args.upto else None)
 
 
 def spark_session(app_name: str) -> Any:
@@ -114,14 +93,17 @@ def spark_session(app_name: str) -> Any:
 
 
 def main(argv: Sequence[str] | None = None, make_session: Any = spark_session) -> int:
+    from tidegate.errors import TidegateError
+
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spark = make_session(f"tidegate-{args.pipeline}")
-    fatal = fatal_errors()
     try:
         report = run(args, spark)
-    except fatal as exc:
+    except TidegateError as exc:
+        if not exc.fatal:
+            raise
         log.error("pipeline %s run %s: fatal, not retried: %s: %s", args.pipeline, args.run_id,
                   type(exc).__name__, exc)
         return EXIT_FATAL

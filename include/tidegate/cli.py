@@ -12,8 +12,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from . import catalog
 from . import spec as specmod
 from .errors import TidegateError
+from .plan import MODES, RunPlan
 from .positions import position_to_json
 from .store import CheckpointStore, open_store
 
@@ -40,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("pipeline")
     r.add_argument("--sinks", help="comma-separated sink ids (default: all)")
     r.add_argument("--max-events", type=int, help="sub-batch size for this run")
-    r.add_argument("--mode", choices=("incremental", "replay", "dry_run"), default="incremental")
+    r.add_argument("--mode", choices=MODES, default="incremental")
     r.add_argument("--replay-of", help="mode replay: the run id whose range to deliver again")
     r.add_argument("--run-id", help="default: manual__<UTC time>")
     r.add_argument("--no-guards", action="store_true", help="skip the continuity guards (debugging)")
@@ -76,14 +78,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not files:
         print(f"no pipeline specs in {specmod.pipelines_dir()}", file=sys.stderr)
         return 0
-    problems = []
-    for f in files:
-        problems += specmod.validate_file(f)
-    if not args.files and not problems:
-        try:  # whole-folder checks: one pipeline name per file
-            specmod.load_pipelines()
-        except TidegateError as exc:
-            problems += getattr(exc, "problems", [str(exc)])
+    if args.files:
+        problems = [line for f in files for line in specmod.validate_file(f)]
+    else:  # the whole folder, as the DAG factory sees it (one pipeline name per file)
+        problems = catalog.scan().problems
     for line in problems:
         print(line)
     if not problems:
@@ -92,8 +90,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """One bounded run without Airflow: the guards, then the same run the Spark job does
-    (read in-process instead of in Spark tasks), then the release."""
+    """One bounded run without Airflow, the tasks of the DAG in order: the guards, the bounds
+    (nothing to do: stop), the same run the Spark job does (read in-process instead of in Spark
+    tasks), the release."""
     import datetime as dt
     import logging
 
@@ -101,17 +100,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
-    spec = runner.find_spec(args.pipeline)
+    spec = catalog.find(args.pipeline)
+    plan = RunPlan.from_values({"mode": args.mode, "sinks": args.sinks, "max_events": args.max_events,
+                                "replay_of": args.replay_of}, sink_ids=[s.id for s in spec.sinks],
+                               who=_os_user())
     if not args.no_guards:
-        guards.check_halted(spec)
-        guards.preflight(spec)
-        for guard in (guards.guard_failover, guards.guard_slot, guards.guard_binlog_purge):
-            guard(spec, run_id=run_id)
-    sinks = [s for s in (args.sinks or "").split(",") if s] or None
-    report = runner.run_pipeline(spec, run_id=run_id, mode=args.mode, sinks=sinks,
-                                 max_events=args.max_events, replay_of=args.replay_of)
-    if args.mode != "dry_run":
-        report["release"] = runner.release(spec)
+        guards.run_guards(spec, plan, run_id=run_id)
+    report: dict[str, Any] = {}
+    upto = None
+    if plan.mode == "incremental":
+        bounds = runner.prepare_bounds(spec)
+        report["bounds"] = bounds.to_json()
+        if bounds.nothing_to_do(plan.sinks):
+            print(json.dumps({**report, "nothing_to_do": True}, indent=2, default=str))
+            return 0
+        upto = bounds.upto
+    report.update(runner.run_pipeline(spec, plan, run_id=run_id, upto=upto))
+    if plan.mode == "incremental":
+        report["released_to"] = position_to_json(runner.release(spec))
     print(json.dumps(report, indent=2, default=str))
     return 0
 
@@ -119,21 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- status
 
 
-def _specs_by_name() -> dict[str, specmod.PipelineSpec]:
-    """Valid specs only: a broken spec must not hide the status of the others."""
-    out = {}
-    for f in specmod.spec_files():
-        try:
-            s = specmod.load_spec(f)
-        except TidegateError:
-            continue
-        out.setdefault(s.pipeline, s)
-    return out
-
-
 def status_json(store: CheckpointStore, pipeline: str | None = None) -> dict[str, Any]:
     """The ``status --json`` document; its shape is fixed by DESIGN.md."""
-    specs = _specs_by_name()
+    specs = catalog.scan().by_name()  # valid specs: a broken one must not hide the others
     names = sorted(set(specs) | set(store.pipelines()))
     if pipeline is not None:
         names = [pipeline]

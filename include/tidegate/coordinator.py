@@ -30,7 +30,7 @@ from typing import Any
 from .batching import SubBatch, cut_sub_batches
 from .checkpoints import Adoption, SinkCheckpoint, adopt
 from .errors import CommitPolicyError, ErrorClass, FatalRunError
-from .positions import Position, later, position_to_json
+from .positions import Position, later, lowest_start, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
 from .sinks.base import Sink
 from .sources.base import SourceItem
@@ -43,16 +43,17 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SinkReport:
-    """What one sink got in a run. ``start`` is its effective start, ``position`` where it
-    stands at the end (its checkpoint moved there when the store was behind)."""
+    """What one sink got in a run: it started at ``start`` (its effective start) and ended at
+    ``end``; ``checkpoint``/``version`` are its stored checkpoint now (behind ``end`` only in a
+    replay, which never moves checkpoints back)."""
 
     sink_id: str
     kind: str
     required: bool
     start: Position | None
-    position: Position | None
-    stored: Position | None = None  # the store's checkpoint now
-    version: int | None = None  # the store's checkpoint version now
+    end: Position | None
+    checkpoint: Position | None = None
+    version: int | None = None
     events: int = 0
     bytes: int = 0
     deliveries: int = 0  # deliver() calls that succeeded
@@ -66,8 +67,8 @@ class SinkReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.sink_id, "kind": self.kind, "required": self.required,
-                "from": position_to_json(self.start), "to": position_to_json(self.position),
-                "checkpoint": position_to_json(self.stored), "version": self.version,
+                "start": position_to_json(self.start), "end": position_to_json(self.end),
+                "checkpoint": position_to_json(self.checkpoint), "version": self.version,
                 "events": self.events, "bytes": self.bytes, "deliveries": self.deliveries,
                 "status": self.status, "error": self.error, "error_class": self.error_class}
 
@@ -88,15 +89,6 @@ class RunReport:
                 "sub_batches": self.sub_batches, "events": self.events, "bytes": self.bytes,
                 "end_position": position_to_json(self.end_position),
                 "sinks": [s.to_json() for s in self.sinks.values()]}
-
-
-def lowest_start(positions: Iterable[Position | None]) -> Position | None:
-    """Where the source read must start to serve every sink: the lowest position. None (a sink
-    with no checkpoint) means from the pipeline's start, which is lower than any position."""
-    ps = list(positions)
-    if not ps or any(p is None for p in ps):
-        return None
-    return min(ps)
 
 
 def policy_holds(policy: BatchSpec, sinks: Sequence[Sink], acked: set[str]) -> bool:
@@ -169,18 +161,18 @@ class Coordinator:
     def _opened_one(self, sink: Sink, fut: Future) -> None:
         rep = self.report.sinks[sink.sink_id]
         rec = self.store.get_checkpoint(self.pipeline, sink.sink_id)
-        rep.stored, rep.version = (rec.position, rec.version) if rec else (None, None)
+        rep.checkpoint, rep.version = (rec.position, rec.version) if rec else (None, None)
         if fut.exception() is not None:
             self._fail(sink, fut.exception())
-            rep.start = rep.position = rep.stored
+            rep.start = rep.end = rep.checkpoint
             return
         adoption = adopt(rec, fut.result())
         if adoption.adopted:
             self._record_adoption(sink, adoption)
         if sink.sink_id in self._starts:
-            rep.start = rep.position = self._starts[sink.sink_id]
+            rep.start = rep.end = self._starts[sink.sink_id]
         else:
-            rep.start = rep.position = rep.stored
+            rep.start = rep.end = rep.checkpoint
 
     def _record_adoption(self, sink: Sink, adoption: Adoption) -> None:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the
@@ -191,7 +183,7 @@ class Coordinator:
                                                reason=adoption.why)[sink.sink_id]
         log.warning("pipeline %s: sink %s: %s; the store now holds it as version %d", self.pipeline,
                     sink.sink_id, adoption.why, written.version)
-        rep.stored, rep.version = written.position, written.version
+        rep.checkpoint, rep.version = written.position, written.version
 
     def close(self) -> None:
         for s in self.sinks:
@@ -245,7 +237,7 @@ class Coordinator:
             rep = self.report.sinks[sink.sink_id]
             if rep.failed:
                 continue
-            part = batch.after(rep.position).until(self._ends.get(sink.sink_id))
+            part = batch.after(rep.end).until(self._ends.get(sink.sink_id))
             if part.event_count == 0:  # already has it all (or only positions): no call
                 acked.add(sink.sink_id)
             else:
@@ -289,13 +281,13 @@ class Coordinator:
         moves = {}
         for sid in sorted(acked):
             rep = self.report.sinks[sid]
-            rep.position = later(rep.position, end)
-            if rep.stored is None or end > rep.stored:
+            rep.end = later(rep.end, end)
+            if rep.checkpoint is None or end > rep.checkpoint:
                 moves[sid] = end
         if moves:
             written = self.store.write_checkpoints(self.pipeline, moves, run_id=self.run_id, epoch=self.epoch)
             for sid, rec in written.items():
-                self.report.sinks[sid].stored = rec.position
+                self.report.sinks[sid].checkpoint = rec.position
                 self.report.sinks[sid].version = rec.version
 
     def _policy_message(self, batch: SubBatch, acked: set[str]) -> str:
@@ -313,9 +305,8 @@ class Coordinator:
         if self.journal_id is None:
             return
         for rep in self.report.sinks.values():
-            self.store.journal_sink(self.journal_id, rep.sink_id, from_position=rep.start,
-                                    to_position=rep.position, events=rep.events, bytes=rep.bytes,
-                                    status=rep.status, error=rep.error)
+            self.store.journal_sink(self.journal_id, rep.sink_id, start=rep.start, end=rep.end,
+                                    events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error)
         self.store.journal_finish(self.journal_id, status)
 
 
@@ -329,4 +320,4 @@ def run_once(store: CheckpointStore, pipeline: str, run_id: str, sinks: Sequence
         return co.run(read(co.lowest_start()))
 
 
-__all__ = ["Coordinator", "RunReport", "SinkReport", "lowest_start", "policy_holds", "run_once"]
+__all__ = ["Coordinator", "RunReport", "SinkReport", "policy_holds", "run_once"]

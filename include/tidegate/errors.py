@@ -17,12 +17,17 @@ class ErrorClass(enum.Enum):
 
 
 class TidegateError(Exception):
-    """Base of every error the engine raises on purpose."""
+    """Base of every error the engine raises on purpose. ``fatal``: a retry cannot fix it (a
+    wrong spec or setting, lost changes, a fenced writer), so a scheduler must not retry."""
+
+    fatal: bool = False
 
 
 class IncomparablePositionsError(TidegateError, TypeError):
     """Two positions of different source identities (servers, clusters, timelines) were
     ordered. ``a`` and ``b`` are the positions."""
+
+    fatal = True
 
     def __init__(self, message: str, *, a: object = None, b: object = None):
         super().__init__(message)
@@ -33,6 +38,8 @@ class IncomparablePositionsError(TidegateError, TypeError):
 class SpecError(TidegateError):
     """A pipeline spec is invalid; ``problems`` holds one line per problem."""
 
+    fatal = True
+
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
@@ -40,6 +47,8 @@ class SpecError(TidegateError):
 
 class ConnectionConfigError(TidegateError):
     """A connection is missing or malformed (never includes the secret)."""
+
+    fatal = True
 
 
 class SinkError(TidegateError):
@@ -51,6 +60,10 @@ class SinkError(TidegateError):
         super().__init__(message)
         if error_class is not None:
             self.error_class = error_class
+
+    @property
+    def fatal(self) -> bool:  # type: ignore[override]
+        return self.error_class is ErrorClass.FATAL
 
 
 class RetryableSinkError(SinkError):
@@ -72,26 +85,52 @@ class SourceError(TidegateError):
 class SourceSettingError(SourceError):
     """A server setting CDC needs is wrong; the message names the setting and the fix."""
 
+    fatal = True
 
-class PositionPurgedError(SourceError):
-    """The requested position is no longer on the server (purged binlog, recycled WAL)."""
 
-    def __init__(self, message: str, *, requested, earliest_available):
+class ChangesLostError(SourceError):
+    """The log no longer holds changes a checkpoint needs. ``kind`` names the incident
+    (``binlog_purged``, ``slot_dropped``, ``slot_invalidated``), ``requested`` the position the
+    caller needed, ``earliest_available`` where the log can be read from now (when known)."""
+
+    fatal = True
+
+    kind = "changes_lost"
+
+    def __init__(self, message: str, *, requested=None, earliest_available=None):
         super().__init__(message)
         self.requested = requested
         self.earliest_available = earliest_available
 
 
-class SlotMissingError(SourceError):
+class PositionPurgedError(ChangesLostError):
+    """The requested position is no longer on the server (purged binlog, recycled WAL)."""
+
+    kind = "binlog_purged"
+
+
+class SlotMissingError(ChangesLostError):
     """The Postgres replication slot does not exist."""
 
+    kind = "slot_dropped"
 
-class SlotInvalidatedError(SourceError):
+
+class SlotInvalidatedError(ChangesLostError):
     """The Postgres replication slot lost WAL it needs (wal_status = lost)."""
+
+    kind = "slot_invalidated"
+
+
+class CannotTranslateError(SourceError):
+    """A checkpoint of one server cannot be placed on another (no GTIDs, another kind of log)."""
+
+    fatal = True
 
 
 class StaleEpochError(TidegateError):
     """A checkpoint write came from a run whose lease epoch is no longer current (a zombie)."""
+
+    fatal = True
 
 
 class CommitPolicyError(TidegateError):
@@ -100,3 +139,5 @@ class CommitPolicyError(TidegateError):
 
 class FatalRunError(TidegateError):
     """A fatal sink error stopped the run; Airflow must not retry it."""
+
+    fatal = True

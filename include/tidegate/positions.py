@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -111,6 +112,11 @@ def _merge(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
 # --------------------------------------------------------------------------- binlog
 
 
+def _seq(file: str) -> int:
+    m = _BINLOG_FILE.match(file)
+    return int(m.group("seq")) if m else -1
+
+
 @functools.total_ordering
 @dataclass(frozen=True)
 class BinlogPosition:
@@ -160,6 +166,22 @@ class BinlogPosition:
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+    def bytes_to(self, other: BinlogPosition, file_sizes: dict[str, int] | None = None) -> int | None:
+        """Binlog bytes from here to ``other`` (0 when ``other`` is not ahead): the offset
+        difference within one file; across files only with ``file_sizes`` (``SHOW BINARY LOGS``),
+        else None. None for positions of another server."""
+        if not same_lineage(self, other):
+            return None
+        if not other > self:
+            return 0
+        if self.file == other.file:
+            return other.pos - self.pos
+        sizes = file_sizes or {}
+        if self.file not in sizes or other.file not in sizes:
+            return None
+        between = sum(size for name, size in sizes.items() if self.file_seq < _seq(name) < other.file_seq)
+        return max(0, sizes[self.file] - self.pos) + between + other.pos
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -246,6 +268,13 @@ class PgPosition:
     def __hash__(self) -> int:
         return hash(self.lsn)
 
+    def bytes_to(self, other: PgPosition, file_sizes: dict[str, int] | None = None) -> int | None:
+        """WAL bytes from here to ``other`` (0 when ``other`` is not ahead); None for positions
+        of another cluster or timeline."""
+        if not same_lineage(self, other):
+            return None
+        return max(0, other.lsn.value - self.lsn.value)
+
     def to_json(self) -> dict[str, Any]:
         return {"lsn": str(self.lsn), "system_id": self.system_id, "timeline": self.timeline}
 
@@ -311,6 +340,21 @@ def lineage_of_identity(identity: dict[str, Any] | None) -> tuple[Any, ...] | No
     if identity.get("kind") == "postgres":
         return ("postgres", str(identity.get("system_id")), identity.get("timeline"))
     return None
+
+
+def lowest_start(positions: Iterable[Position | None]) -> Position | None:
+    """Where a read must start to serve every sink: the lowest position. None (a sink without
+    a checkpoint) means from the pipeline's start, which is lower than any position."""
+    ps = list(positions)
+    if not ps or any(p is None for p in ps):
+        return None
+    return min(ps)
+
+
+def oldest(positions: Iterable[Position | None]) -> Position | None:
+    """The lowest of the positions that exist (None when there is none): the oldest sink
+    checkpoint, which the log must still hold."""
+    return min((p for p in positions if p is not None), default=None)
 
 
 def later(a: Position | None, b: Position | None) -> Position | None:

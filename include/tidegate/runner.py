@@ -1,10 +1,13 @@
 """One bounded run, the same code path for `tidegate run`, the Spark job and the Airflow tasks.
 
-A run (DESIGN.md, "One run"): capture the bounds (the source head now is the upper bound; the
-sinks' checkpoints are the lower bounds); when there is nothing new, stop cheaply; otherwise
-take the pipeline lease (fencing epoch), read (lowest sink checkpoint, upper bound] from the
-source and hand it to the coordinator, which delivers sub-batch by sub-batch and commits
-checkpoints as it goes; finally release the source up to the lowest committed checkpoint.
+A run (docs/architecture.md, "One run"): :func:`prepare_bounds` captures the bounds (the
+source head now is the upper bound ``upto``; the sinks' checkpoints are where they start),
+places new sinks at the head (``start: head``) and moves the checkpoints over a range that
+holds nothing the pipeline delivers; when nothing is left, the run stops cheaply. Otherwise
+:func:`run_pipeline` takes the pipeline lease (fencing epoch), reads (lowest start, upto] from
+the source and hands it to the coordinator, which delivers sub-batch by sub-batch and commits
+checkpoints as it goes; :func:`release` then lets the source recycle its log up to the lowest
+checkpoint.
 
 Callers pass a connection resolver; by default connections come from ``AIRFLOW_CONN_<ID>``
 environment variables. Airflow operators pass one built on Airflow's own connections.
@@ -14,23 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from .connections import Connection, get_connection
-from .coordinator import Coordinator, RunReport, lowest_start
-from .errors import SpecError, TidegateError
+from .coordinator import Coordinator, RunReport
+from .errors import TidegateError
+from .plan import RunPlan
 from .positions import (
     Position,
     describe_lineage,
     lineage_of_identity,
+    lowest_start,
     position_from_json,
     position_to_json,
 )
 from .sinks.base import Sink
 from .sources.base import Source, SourceItem
-from .spec import PipelineSpec, load_spec, spec_files
+from .spec import PipelineSpec
 from .store import CheckpointStore, open_store
 
 log = logging.getLogger(__name__)
@@ -44,33 +49,14 @@ Reader = Callable[[Source, "Position | None", Position], Iterable[SourceItem]]
 def read_in_process(source: Source, start: Position | None, upto: Position) -> Iterable[SourceItem]:
     return source.read(start, upto)
 
-MODES = ("incremental", "replay", "dry_run")
-
 
 class RunError(TidegateError):
     """A run was asked for something it cannot do (unknown sink, replay of an unknown run)."""
 
+    fatal = True
+
 
 # --------------------------------------------------------------------------- building blocks
-
-
-def find_spec(pipeline: str | PipelineSpec) -> PipelineSpec:
-    if isinstance(pipeline, PipelineSpec):
-        return pipeline
-    if pipeline.endswith((".yaml", ".yml")):
-        return load_spec(pipeline)
-    # One spec at a time: a broken spec elsewhere in the folder must not stop this pipeline.
-    files = spec_files()
-    files.sort(key=lambda f: f.stem != pipeline)  # the conventional <pipeline>.yaml first
-    for f in files:
-        try:
-            spec = load_spec(str(f))
-        except SpecError:
-            continue
-        if spec.pipeline == pipeline:
-            return spec
-    raise RunError(f"no pipeline {pipeline!r} in the pipelines folder "
-                   f"(set TIDEGATE_PIPELINES_DIR or add include/pipelines/{pipeline}.yaml)")
 
 
 def build_source(spec: PipelineSpec, resolve: Resolver | None = None) -> Source:
@@ -83,12 +69,12 @@ def build_sinks(spec: PipelineSpec, only: Sequence[str] | None = None,
                 resolve: Resolver | None = None) -> list[Sink]:
     from .sinks import make_sink
 
-    chosen = _chosen_sinks(spec, only)
+    chosen = chosen_sinks(spec, only)
     resolve = resolve or get_connection
     return [make_sink(spec, s, resolve(s.conn_id)) for s in spec.sinks if s.id in chosen]
 
 
-def _chosen_sinks(spec: PipelineSpec, only: Sequence[str] | None) -> set[str]:
+def chosen_sinks(spec: PipelineSpec, only: Sequence[str] | None) -> set[str]:
     known = [s.id for s in spec.sinks]
     if not only:
         return set(known)
@@ -100,8 +86,9 @@ def _chosen_sinks(spec: PipelineSpec, only: Sequence[str] | None) -> set[str]:
 
 
 @contextmanager
-def _opened(spec: PipelineSpec, resolve: Resolver | None, store: CheckpointStore | None
-            ) -> Iterator[tuple[Source, CheckpointStore]]:
+def opened(spec: PipelineSpec, resolve: Resolver | None, store: CheckpointStore | None
+           ) -> Iterator[tuple[Source, CheckpointStore]]:
+    """The pipeline's source and the checkpoint store (opened here unless given)."""
     own_store = store is None
     store = store or open_store()
     source = build_source(spec, resolve)
@@ -118,87 +105,114 @@ def _opened(spec: PipelineSpec, resolve: Resolver | None, store: CheckpointStore
 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
-    """The run's range: the source head (upper bound) and each sink's stored checkpoint."""
+    """A run's range: ``upto`` (the source head when the run began, its upper bound) and each
+    sink's checkpoint (None: the sink has none yet)."""
 
     pipeline: str
     upto: Position
-    sinks: dict[str, Position | None]
+    checkpoints: Mapping[str, Position | None]
 
-    @property
-    def nothing_to_do(self) -> bool:
-        return all(p is not None and p >= self.upto for p in self.sinks.values())
+    def nothing_to_do(self, sinks: Sequence[str] | None = None) -> bool:
+        """Whether every chosen sink (default: all) already has everything up to ``upto``."""
+        return all(p is not None and p >= self.upto for p in self._of(sinks))
 
-    @property
-    def lowest(self) -> Position | None:
-        return lowest_start(self.sinks.values())
+    def lowest(self, sinks: Sequence[str] | None = None) -> Position | None:
+        """Where a read for the chosen sinks starts (None: from the beginning)."""
+        return lowest_start(self._of(sinks))
+
+    def behind(self, sinks: Sequence[str] | None = None) -> list[str]:
+        chosen = sinks or list(self.checkpoints)
+        return [sid for sid in chosen if self.checkpoints[sid] is None or self.checkpoints[sid] < self.upto]
+
+    def _of(self, sinks: Sequence[str] | None) -> list[Position | None]:
+        return [self.checkpoints[sid] for sid in (sinks or self.checkpoints)]
+
+    def with_checkpoints(self, moved: Mapping[str, Position]) -> Bounds:
+        return dataclasses.replace(self, checkpoints={**self.checkpoints, **moved})
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "upto": position_to_json(self.upto),
-                "sinks": {k: position_to_json(v) for k, v in self.sinks.items()},
-                "nothing_to_do": self.nothing_to_do}
+                "checkpoints": {k: position_to_json(v) for k, v in self.checkpoints.items()},
+                "nothing_to_do": self.nothing_to_do()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Bounds:
+        return cls(d["pipeline"], position_from_json(d["upto"]),
+                   {k: position_from_json(v) for k, v in (d.get("checkpoints") or {}).items()})
 
 
-def bounds_of(spec: PipelineSpec, source: Source, store: CheckpointStore) -> Bounds:
+def capture_bounds(spec: PipelineSpec, source: Source, store: CheckpointStore) -> Bounds:
+    """The source head now and each sink's stored checkpoint; reads only."""
     upto = source.head()
     stored = store.checkpoints(spec.pipeline)
     return Bounds(spec.pipeline, upto,
                   {s.id: (stored[s.id].position if s.id in stored else None) for s in spec.sinks})
 
 
-def capture_bounds(pipeline: str | PipelineSpec, *, resolve: Resolver | None = None,
-                   store: CheckpointStore | None = None) -> dict[str, Any]:
-    """The bounds as JSON (for XCom). Cheap: no sink is contacted. Sinks without a checkpoint
-    under ``start: head`` are placed at the head now, so a first run has nothing to do."""
-    spec = find_spec(pipeline)
-    with _opened(spec, resolve, store) as (source, st):
-        bounds = bounds_of(spec, source, st)
-        if spec.source.start == "head" and any(p is None for p in bounds.sinks.values()):
-            run_id = "bounds__" + spec.pipeline
-            _position_new_sinks(spec, st, run_id, st.acquire_lease(spec.pipeline, run_id), bounds.upto)
-            bounds = bounds_of(spec, source, st)
-        if not bounds.nothing_to_do and not source.has_changes(bounds.lowest, bounds.upto):
-            bounds = _skip_empty_range(spec, st, bounds)
-        return bounds.to_json()
+def place_new_sinks(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, *, run_id: str,
+                    epoch: int) -> Bounds:
+    """``start: head``: a sink without a checkpoint begins at the run's upper bound."""
+    new = {sid: bounds.upto for sid, p in bounds.checkpoints.items() if p is None}
+    if spec.source.start != "head" or not new:
+        return bounds
+    log.info("pipeline %s: sinks %s have no checkpoint; start: head places them at %s",
+             spec.pipeline, ", ".join(sorted(new)), bounds.upto)
+    store.write_checkpoints(spec.pipeline, new, run_id=run_id, epoch=epoch, kind="head",
+                            reason="start: head")
+    return bounds.with_checkpoints(new)
 
 
-def _skip_empty_range(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds) -> Bounds:
+def skip_idle_range(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, *, run_id: str,
+                    epoch: int) -> Bounds:
     """The range holds nothing this pipeline delivers (the head moved for other tables, empty
-    transactions or WAL housekeeping): move every sink to the upper bound without a delivery,
-    so the run skips Spark and the next one does not look at this range again."""
-    run_id = "bounds__" + spec.pipeline
-    epoch = store.acquire_lease(spec.pipeline, run_id)
-    behind = {sid: bounds.upto for sid, p in bounds.sinks.items() if p is None or p < bounds.upto}
-    store.write_checkpoints(spec.pipeline, behind, run_id=run_id, epoch=epoch, kind="skip",
+    transactions or WAL housekeeping): move every sink to ``upto`` without a delivery, so the
+    run skips Spark and the next one does not look at this range again."""
+    moved = {sid: bounds.upto for sid in bounds.behind()}
+    store.write_checkpoints(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="skip",
                             reason="nothing this pipeline delivers in the range")
     log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", spec.pipeline,
-             bounds.lowest, bounds.upto, ", ".join(sorted(behind)), bounds.upto)
-    return Bounds(spec.pipeline, bounds.upto, {sid: bounds.upto for sid in bounds.sinks})
+             bounds.lowest(), bounds.upto, ", ".join(sorted(moved)), bounds.upto)
+    return bounds.with_checkpoints(moved)
+
+
+def prepare_bounds(spec: PipelineSpec, *, resolve: Resolver | None = None,
+                   store: CheckpointStore | None = None) -> Bounds:
+    """The bounds step of a run: capture, place new sinks (``start: head``), skip an idle
+    range. Cheap: no sink is contacted; the lease is taken only when a checkpoint moves."""
+    run_id = "bounds__" + spec.pipeline
+    with opened(spec, resolve, store) as (source, st):
+        bounds = capture_bounds(spec, source, st)
+        if spec.source.start == "head" and None in bounds.checkpoints.values():
+            bounds = place_new_sinks(spec, st, bounds, run_id=run_id,
+                                     epoch=st.acquire_lease(spec.pipeline, run_id))
+        if not bounds.nothing_to_do() and not source.has_changes(bounds.lowest(), bounds.upto):
+            bounds = skip_idle_range(spec, st, bounds, run_id=run_id,
+                                     epoch=st.acquire_lease(spec.pipeline, run_id))
+        return bounds
 
 
 # --------------------------------------------------------------------------- the run
 
 
-def run_pipeline(pipeline: str | PipelineSpec, *, run_id: str, mode: str = "incremental",
-                 sinks: Sequence[str] | None = None, max_events: int | None = None,
-                 replay_of: str | None = None, upto: dict[str, Any] | None = None,
-                 resolve: Resolver | None = None, store: CheckpointStore | None = None,
-                 data_interval: tuple[Any, Any] | None = None,
+def run_pipeline(spec: PipelineSpec, plan: RunPlan | None = None, *, run_id: str,
+                 upto: Position | None = None, resolve: Resolver | None = None,
+                 store: CheckpointStore | None = None, data_interval: tuple[Any, Any] | None = None,
                  reader: Reader = read_in_process) -> dict[str, Any]:
-    """One bounded run; returns the run report as JSON. Raises on failure (no checkpoint of a
-    failed sub-batch moves): CommitPolicyError, FatalRunError, StaleEpochError, SourceError."""
-    if mode not in MODES:
-        raise RunError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    spec = find_spec(pipeline)
-    if max_events:
-        spec = dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, max_events=int(max_events)))
-    with _opened(spec, resolve, store) as (source, st):
-        bound = position_from_json(upto) if upto else source.head()
-        if mode == "dry_run":
-            return _dry_run(spec, source, st, bound, reader)
-        replay_of = replay_of or _rerun_of(spec, st, run_id, mode)
+    """One bounded run as ``plan`` says (default: incremental to every sink); returns the run
+    report as JSON. Raises on failure (no checkpoint of a failed sub-batch moves):
+    CommitPolicyError, FatalRunError, StaleEpochError, SourceError."""
+    plan = plan or RunPlan()
+    if plan.max_events:
+        spec = dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, max_events=plan.max_events))
+    with opened(spec, resolve, store) as (source, st):
+        upto = upto or source.head()
+        if plan.mode == "dry_run":
+            return _dry_run(spec, source, st, upto, reader)
+        replay_of = plan.replay_of or _rerun_of(spec, st, run_id, plan.mode)
         if replay_of:
-            return _replay(spec, source, st, run_id, replay_of, sinks, resolve, reader).to_json()
-        return _incremental(spec, source, st, run_id, bound, sinks, resolve, data_interval, reader).to_json()
+            return _replay(spec, source, st, run_id, replay_of, plan.sinks, resolve, reader).to_json()
+        return _incremental(spec, source, st, run_id, upto, plan.sinks, resolve, data_interval,
+                            reader).to_json()
 
 
 def _rerun_of(spec: PipelineSpec, store: CheckpointStore, run_id: str, mode: str) -> str | None:
@@ -216,7 +230,8 @@ def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
     sinks = build_sinks(spec, only, resolve)
     epoch = store.acquire_lease(spec.pipeline, run_id)
-    _position_new_sinks(spec, store, run_id, epoch, upto)
+    if spec.source.start == "head":
+        place_new_sinks(spec, store, capture_bounds(spec, source, store), run_id=run_id, epoch=epoch)
     start, end = data_interval or (None, None)
     journal_id = store.journal_begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
                                      mode="incremental")
@@ -227,27 +242,13 @@ def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run
         return co.run(reader(source, lowest, upto))
 
 
-def _position_new_sinks(spec: PipelineSpec, store: CheckpointStore, run_id: str, epoch: int,
-                        upto: Position) -> None:
-    """`start: head`: a sink with no checkpoint begins at the head captured for this run."""
-    if spec.source.start != "head":
-        return
-    stored = store.checkpoints(spec.pipeline)
-    new = {s.id: upto for s in spec.sinks if s.id not in stored}
-    if new:
-        log.info("pipeline %s: sinks %s have no checkpoint; start: head places them at %s",
-                 spec.pipeline, ", ".join(sorted(new)), upto)
-        store.write_checkpoints(spec.pipeline, new, run_id=run_id, epoch=epoch, kind="head",
-                                reason="start: head")
-
-
 def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: str,
             replay_of: str, only: Sequence[str] | None, resolve: Resolver | None,
             reader: Reader) -> RunReport:
     """Re-deliver exactly the ranges a past run delivered, to the chosen sinks. Checkpoints
     never move backwards: the coordinator only writes positions beyond the stored ones."""
     ranges = _delivered_ranges(store, spec.pipeline, replay_of)
-    chosen = _chosen_sinks(spec, only) & set(ranges)
+    chosen = chosen_sinks(spec, only) & set(ranges)
     if not chosen:
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
     _check_replayable(spec, source, replay_of, {sid: ranges[sid] for sid in chosen})
@@ -287,13 +288,11 @@ def _delivered_ranges(store: CheckpointStore, pipeline: str, run_id: str
     ranges: dict[str, tuple[Position | None, Position]] = {}
     for entry in entries:
         for sid, js in entry.sinks.items():
-            moved = js.to_position is not None and (js.from_position is None
-                                                    or js.to_position > js.from_position)
-            if not moved:
-                continue
-            lo, hi = ranges.get(sid, (js.from_position, js.to_position))
-            lo = None if lo is None or js.from_position is None else min(lo, js.from_position)
-            ranges[sid] = (lo, max(hi, js.to_position))
+            if js.end is None or (js.start is not None and not js.end > js.start):
+                continue  # this attempt moved nothing for the sink
+            lo, hi = ranges.get(sid, (js.start, js.end))
+            lo = None if lo is None or js.start is None else min(lo, js.start)
+            ranges[sid] = (lo, max(hi, js.end))
     return ranges
 
 
@@ -302,11 +301,10 @@ def _dry_run(spec: PipelineSpec, source: Source, store: CheckpointStore, upto: P
     """Read and cut the range as a run would; deliver nothing, move nothing."""
     from .batching import cut_sub_batches
 
-    bounds = Bounds(spec.pipeline, upto, {s.id: None for s in spec.sinks})
-    stored = store.checkpoints(spec.pipeline)
-    bounds.sinks.update({sid: rec.position for sid, rec in stored.items() if sid in bounds.sinks})
+    bounds = capture_bounds(spec, source, store)
+    bounds = dataclasses.replace(bounds, upto=upto)
     batches = events = size = 0
-    for b in cut_sub_batches(reader(source, bounds.lowest, upto), max_events=spec.batch.max_events,
+    for b in cut_sub_batches(reader(source, bounds.lowest(), upto), max_events=spec.batch.max_events,
                              max_bytes=spec.batch.max_bytes, respect_source_tx=spec.batch.respect_source_tx):
         batches, events, size = batches + 1, events + b.event_count, size + b.byte_size
     return {"pipeline": spec.pipeline, "mode": "dry_run", "bounds": bounds.to_json(),
@@ -316,15 +314,13 @@ def _dry_run(spec: PipelineSpec, source: Source, store: CheckpointStore, upto: P
 # --------------------------------------------------------------------------- release
 
 
-def release(pipeline: str | PipelineSpec, *, resolve: Resolver | None = None,
-            store: CheckpointStore | None = None) -> dict[str, Any]:
-    """Let the source recycle its log up to the lowest committed sink checkpoint: a sink that
-    is behind holds the log it still needs."""
-    spec = find_spec(pipeline)
-    with _opened(spec, resolve, store) as (source, st):
-        stored = st.checkpoints(spec.pipeline)
-        positions = [stored[s.id].position if s.id in stored else None for s in spec.sinks]
-        low = lowest_start(positions)
+def release(spec: PipelineSpec, *, resolve: Resolver | None = None,
+            store: CheckpointStore | None = None) -> Position | None:
+    """Let the source recycle its log up to the lowest sink checkpoint (a sink that is behind
+    holds the log it still needs); returns that position (None: some sink has none yet)."""
+    with opened(spec, resolve, store) as (source, st):
+        bounds = capture_bounds(spec, source, st)
+        low = bounds.lowest()
         if low is not None:
             source.release(low)
-        return {"pipeline": spec.pipeline, "released_to": position_to_json(low)}
+        return low

@@ -46,23 +46,35 @@ class BatchSpec:
 
 @dataclass(frozen=True)
 class SinkSpec:
+    """What every sink has; the kind-specific settings live on the subclasses."""
+
     id: str
     kind: str
     conn_id: str
     required: bool = True
-    # kafka
-    topic: str | None = None
+
+
+@dataclass(frozen=True)
+class KafkaSinkSpec(SinkSpec):
+    topic: str = ""
     exactly_once: bool = False
     partitions: int = 1
     replication_factor: int = 1
     create_topics: bool = True
     checkpoint_topic: str = "_tidegate_checkpoints"
-    # nats
-    stream: str | None = None  # nats: JetStream stream name; redis: stream key template
-    subject: str | None = None
+
+
+@dataclass(frozen=True)
+class NatsSinkSpec(SinkSpec):
+    stream: str = ""  # the JetStream stream name
+    subject: str = ""
     duplicate_window_s: float = 120.0
     max_in_flight: int = 1000
-    # redis
+
+
+@dataclass(frozen=True)
+class RedisSinkSpec(SinkSpec):
+    stream: str = ""  # the stream key template
     maxlen: int | None = None  # never trim unless set
 
 
@@ -84,6 +96,7 @@ class PipelineSpec:
     spark: SparkSpec = SparkSpec()
     path: str | None = None  # the file it came from
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    text: str = field(default="", compare=False, repr=False)  # the YAML as written (Spark jobs get it)
 
     @property
     def dag_id(self) -> str:
@@ -128,7 +141,6 @@ SINK_FIELDS = {
     "nats": SINK_COMMON + ("stream", "subject", "duplicate_window", "max_in_flight"),
     "redis": SINK_COMMON + ("stream", "maxlen"),
 }
-SINK_REQUIRED = {"kafka": ("topic",), "nats": ("stream", "subject"), "redis": ("stream",)}
 UINT32_MAX = 2**32 - 1
 
 
@@ -182,12 +194,15 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _read_yaml(path: Path, probs: _Problems) -> Any:
+def _read_text(path: Path, probs: _Problems) -> str | None:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         probs.add("(file)", f"cannot read: {exc.strerror}")
         return None
+
+
+def _read_yaml(text: str, probs: _Problems) -> Any:
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -433,12 +448,12 @@ def _sink(raw: Any, fp: str, probs: _Problems) -> SinkSpec | None:
     required = _bool(d, "required", f"{fp}.required", probs, default=True)
     if kind is None or sid is None or conn_id is None:
         return None
-    kw = _KIND_FIELDS[kind](d, fp, probs)
-    return SinkSpec(id=sid, kind=kind, conn_id=conn_id, required=required, **kw)
+    spec_type, fields = _KIND_FIELDS[kind]
+    return spec_type(id=sid, kind=kind, conn_id=conn_id, required=required, **fields(d, fp, probs))
 
 
 def _kafka_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
-    dflt = SinkSpec("x", "kafka", "x")
+    dflt = KafkaSinkSpec("x", "kafka", "x")
     return dict(
         topic=_template(d, "topic", f"{fp}.topic", probs, KAFKA_TOPIC_CHARS, "topic", required=True),
         exactly_once=_bool(d, "exactly_once", f"{fp}.exactly_once", probs, default=False),
@@ -472,7 +487,8 @@ def _redis_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
     )
 
 
-_KIND_FIELDS = {"kafka": _kafka_fields, "nats": _nats_fields, "redis": _redis_fields}
+_KIND_FIELDS = {"kafka": (KafkaSinkSpec, _kafka_fields), "nats": (NatsSinkSpec, _nats_fields),
+                "redis": (RedisSinkSpec, _redis_fields)}
 
 
 def _spark(raw: Any, probs: _Problems) -> SparkSpec:
@@ -494,7 +510,7 @@ def _spark(raw: Any, probs: _Problems) -> SparkSpec:
 # --------------------------------------------------------------------------- public API
 
 
-def _parse(raw: Any, path: str, probs: _Problems) -> PipelineSpec | None:
+def _parse(raw: Any, path: str | None, text: str, probs: _Problems) -> PipelineSpec | None:
     if not isinstance(raw, dict):
         probs.add("(top)", "the file must be a YAML mapping", "pipeline, source, sinks, ...")
         return None
@@ -513,15 +529,23 @@ def _parse(raw: Any, path: str, probs: _Problems) -> PipelineSpec | None:
         source = SourceSpec(**{**source.__dict__, "slot": f"tidegate_{name}"})
     return PipelineSpec(pipeline=name, source=source, sinks=sinks, batch=batch,
                         tenant=tenant or "default", schedule=schedule, spark=spark,
-                        path=path, raw=raw)
+                        path=path, raw=raw, text=text)
 
 
 def _check(path: str | os.PathLike) -> tuple[PipelineSpec | None, list[str]]:
     probs = _Problems(str(path))
-    raw = _read_yaml(Path(path), probs)
+    text = _read_text(Path(path), probs)
+    if text is None:
+        return None, probs.lines
+    return _check_text(text, str(path), str(path), probs)
+
+
+def _check_text(text: str, origin: str, path: str | None, probs: _Problems
+                ) -> tuple[PipelineSpec | None, list[str]]:
+    raw = _read_yaml(text, probs)
     if probs.lines:
         return None, probs.lines
-    return _parse(raw, str(path), probs), probs.lines
+    return _parse(raw, path, text, probs), probs.lines
 
 
 def validate_file(path: str | os.PathLike) -> list[str]:
@@ -537,27 +561,10 @@ def load_spec(path: str | os.PathLike) -> PipelineSpec:
     return spec
 
 
-def load_pipelines(directory: str | os.PathLike | None = None) -> list[PipelineSpec]:
-    """Every spec in the pipelines folder, sorted by file name. Raises :class:`SpecError`
-    listing every problem in every file (and pipeline names used twice)."""
-    specs, problems = [], []
-    for p in spec_files(directory):
-        spec, probs = _check(p)
-        problems += probs
-        if spec is not None:
-            specs.append(spec)
-    problems += _duplicate_names(specs)
-    if problems:
-        raise SpecError(problems)
-    return specs
-
-
-def _duplicate_names(specs: list[PipelineSpec]) -> list[str]:
-    first: dict[str, str] = {}
-    out = []
-    for s in specs:
-        if s.pipeline in first:
-            out.append(f"{s.path}: pipeline: {s.pipeline!r} is already defined in {first[s.pipeline]}; "
-                       f"allowed: one file per pipeline")
-        first.setdefault(s.pipeline, str(s.path))
-    return out
+def load_spec_text(text: str, origin: str = "<spec>") -> PipelineSpec:
+    """A spec from its YAML text (a Spark job receives the spec this way); problems name
+    ``origin`` instead of a file."""
+    spec, problems = _check_text(text, origin, None, _Problems(origin))
+    if problems or spec is None:
+        raise SpecError(problems or [f"{origin}: invalid spec"])
+    return spec

@@ -54,6 +54,43 @@ class UnsafeConnectionTransportError(TidegateFailure):
     """Passing connections to the Spark driver would put secrets on a command line."""
 
 
+class FatalEngineError(TidegateFailure):
+    """Any other engine error that a retry cannot fix (a fenced writer, a bad spec, positions of
+    two servers): the engine marks those ``fatal``."""
+
+
+def fail_fast(exc: BaseException) -> None:
+    """Raise the matching non-retried failure for a fatal engine error; return for the others
+    (they propagate as they are, and Airflow's retries apply)."""
+    if not getattr(exc, "fatal", False):
+        return
+    from tidegate.errors import SourceSettingError
+    from tidegate.guards import ContinuityHalt
+    from tidegate.plan import RunParamsError
+
+    if isinstance(exc, ContinuityHalt):
+        raise ContinuityHaltError(halt_message(exc), incident=exc.incident) from None
+    if isinstance(exc, SourceSettingError):
+        raise PreflightError(str(exc)) from None
+    if isinstance(exc, RunParamsError):
+        raise InvalidRunParamsError(exc.problems) from None
+    if type(exc).__name__ == "PipelineNotFoundError":
+        raise PipelineNotFoundError(str(exc)) from None
+    raise FatalEngineError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def halt_message(exc: BaseException) -> str:
+    """The engine's message, led by the incident's kind, id and missing range."""
+    inc = getattr(exc, "incident", None)
+    if inc is None:
+        return f"CONTINUITY HALT: {exc}"
+    frm, to = getattr(inc, "from_position", None), getattr(inc, "to_position", None)
+    head = (f"CONTINUITY HALT: incident #{getattr(inc, 'id', '?')} ({getattr(inc, 'kind', '?')}), "
+            f"missing range from {'the beginning' if frm is None else frm} to "
+            f"{'unknown' if to is None else to}")
+    return f"{head}. {exc}"
+
+
 class InvalidPipelineSpecError(Exception):
     """Raised at DAG parse time for pipeline specs that are invalid: Airflow shows it as an
     import error naming each file, field and problem."""

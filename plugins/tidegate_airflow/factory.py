@@ -23,45 +23,23 @@ DEFAULT_ARGS: dict[str, Any] = {
 }
 DELIVER_TIMEOUT = timedelta(hours=1)
 DAGRUN_TIMEOUT = timedelta(hours=2)
-GUARD_CHECKS = {
-    "mysql": ("halted", "failover", "binlog_purge", "preflight"),
-    "postgres": ("halted", "failover", "slot", "preflight"),
-}
 
 
 def load_specs(directory: str | Path | None = None) -> tuple[list[Any], list[str]]:
-    """(valid specs, problem lines). A file reusing an earlier file's pipeline name is a problem
-    of the later file."""
-    from tidegate.errors import SpecError
-    from tidegate.spec import load_spec, spec_files
+    """(valid specs, problem lines) of the pipelines folder (see :mod:`tidegate.catalog`)."""
+    from tidegate.catalog import scan
 
-    specs: list[Any] = []
-    problems: list[str] = []
-    seen: dict[str, str] = {}
-    for path in spec_files(directory):
-        try:
-            spec = load_spec(path)
-        except SpecError as exc:
-            problems.extend(exc.problems)
-            continue
-        if spec.pipeline in seen:
-            problems.append(f"{path}: pipeline: {spec.pipeline!r} is already defined in "
-                            f"{seen[spec.pipeline]}; allowed: one file per pipeline")
-            continue
-        seen[spec.pipeline] = str(path)
-        specs.append(spec)
-    return specs, problems
+    catalog = scan(directory)
+    return catalog.specs, catalog.problems
 
 
 def doc_md(spec: Any) -> str:
-    try:
-        text = Path(spec.path).read_text(encoding="utf-8") if spec.path else ""
-    except OSError:
-        text = ""
+    text = spec.text or ""
     if not text:
         import yaml
 
         text = yaml.safe_dump(spec.raw, sort_keys=False)
+
     def guarantee(s: Any) -> str:
         if s.kind == "kafka" and s.exactly_once:
             return "exactly-once"
@@ -86,7 +64,7 @@ Sub-batches: at most {spec.batch.max_events} events / {spec.batch.max_bytes} byt
 {sinks}
 
 **Trigger params**: `mode` (incremental, replay with `replay_of`, dry_run), `sinks`, `max_events`,
-`resolve` (accept_gap | resnapshot) with a `reason` to resolve a continuity incident.
+`resolve` (accept_gap) with a `reason` to resolve a continuity incident.
 A halted run fails at `guard` without retries; the message names the missing range.
 
 Spec file: `{spec.path}`
@@ -125,8 +103,7 @@ def create_dag(spec: Any) -> Any:
         params=run_params([s.id for s in spec.sinks]),
     ) as dag:
         p = spec.pipeline
-        guard = TidegateGuardOperator(task_id="guard", pipeline=p,
-                                      checks=GUARD_CHECKS.get(spec.source.kind, ("halted", "preflight")))
+        guard = TidegateGuardOperator(task_id="guard", pipeline=p)
         bounds = TidegateBoundsOperator(task_id="bounds", pipeline=p)
         deliver = TidegateDeliverOperator(
             task_id="deliver", pipeline=p, spark_conn_id=spec.spark.conn_id,

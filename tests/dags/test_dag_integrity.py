@@ -55,6 +55,7 @@ def test_every_dag_is_configured_for_micro_batches(dags):
 
 def test_tasks_are_wired_guard_bounds_deliver_release_report(dags):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from tidegate.plan import GUARD_ORDER
 
     for dag in dags.values():
         assert sorted(dag.task_ids) == sorted(TASKS)
@@ -66,8 +67,7 @@ def test_tasks_are_wired_guard_bounds_deliver_release_report(dags):
         assert isinstance(deliver, SparkSubmitOperator)
         assert deliver._conn_id == "spark_default"
         assert os.path.isfile(deliver.application) and deliver.application.endswith("spark_jobs/deliver.py")
-        kind = "binlog_purge" if "mysql" in dag.dag_id else "slot"
-        assert kind in dag.get_task("guard").checks
+        assert dag.get_task("guard").checks == GUARD_ORDER  # one order for every source kind
 
 
 def test_trigger_form_validates_values(dags):

@@ -30,12 +30,14 @@ def engine(monkeypatch):
             return result
         return fn
 
-    monkeypatch.setattr(runner, "capture_bounds", rec("bounds", {
-        "pipeline": "shop_mysql", "upto": UP, "sinks": {"events": UP, "bus": UP, "cache": UP},
-        "nothing_to_do": True}))
-    monkeypatch.setattr(runner, "release", rec("release", {"pipeline": "shop_mysql", "released_to": UP}))
+    from tidegate.positions import position_from_json
+
+    up = position_from_json(UP)
+    monkeypatch.setattr(runner, "prepare_bounds", rec("bounds", runner.Bounds(
+        "shop_mysql", up, {"events": up, "bus": up, "cache": up})))
+    monkeypatch.setattr(runner, "release", rec("release", up))
     monkeypatch.setattr(guards, "check_halted", rec("halted", None))
-    for name in ("guard_failover", "guard_binlog_purge", "guard_slot"):
+    for name in ("guard_failover", "guard_retention"):
         monkeypatch.setattr(guards, name, rec(name, {"status": "ok"}))
     monkeypatch.setattr(guards, "preflight", rec("preflight", []))
     return calls
@@ -54,7 +56,7 @@ def test_nothing_to_do_run_succeeds_without_spark(pipelines_dir, airflow_db, eng
     assert states["deliver"][0] == "skipped"
     assert {k: v[0] for k, v in states.items() if k != "deliver"} == {
         "guard": "success", "bounds": "success", "release": "success", "report": "success"}
-    assert engine == ["halted", "guard_failover", "guard_binlog_purge", "preflight", "bounds", "release"]
+    assert engine == ["halted", "guard_failover", "guard_retention", "preflight", "bounds", "release"]
 
 
 def test_halt_fails_the_run_at_the_guard_without_retry(pipelines_dir, airflow_db, engine, monkeypatch):

@@ -34,8 +34,7 @@ def fake_guards(monkeypatch, calls):
 
     monkeypatch.setattr(guards, "check_halted", rec("halted"))
     monkeypatch.setattr(guards, "guard_failover", rec("failover", {"status": "same_server"}))
-    monkeypatch.setattr(guards, "guard_slot", rec("slot", {"status": "ok"}))
-    monkeypatch.setattr(guards, "guard_binlog_purge", rec("binlog_purge", {"status": "ok"}))
+    monkeypatch.setattr(guards, "guard_retention", rec("retention", {"status": "ok"}))
     monkeypatch.setattr(guards, "preflight", rec("preflight", ["binlog retention: 5.0 h left"]))
     monkeypatch.setattr(guards, "resolve_incidents", rec("resolve", [{"id": 7, "resolution": "accept_gap"}]))
     return guards
@@ -97,15 +96,13 @@ def test_plan_subset_replay_and_backfill(dags):
 
 def test_guard_runs_checks_in_order_and_returns_warnings(dags, fake_guards, calls):
     guard = dags["cdc_shop_mysql"].get_task("guard")
-    out = guard.execute(make_context(dags["cdc_shop_mysql"], guard))
-    assert [c[0] for c in calls] == ["halted", "failover", "binlog_purge", "preflight"]
+    assert guard.execute(make_context(dags["cdc_shop_mysql"], guard)) is None  # no XCom nobody reads
+    assert [c[0] for c in calls] == ["halted", "failover", "retention", "preflight"]
     assert calls[1][2]["run_id"] == "manual__2026-01-01" and callable(calls[1][2]["resolve"])
-    assert out["warnings"] == ["binlog retention: 5.0 h left"]
-    assert out["checks"]["failover"] == {"status": "same_server"}
     pg = dags["cdc_shop_postgres"].get_task("guard")
     calls.clear()
     pg.execute(make_context(dags["cdc_shop_postgres"], pg))
-    assert [c[0] for c in calls] == ["halted", "failover", "slot", "preflight"]
+    assert [c[0] for c in calls] == ["halted", "failover", "retention", "preflight"]  # one order
 
 
 def test_continuity_halt_fails_without_retry_and_names_the_range(dags, fake_guards, monkeypatch, calls):
@@ -114,10 +111,10 @@ def test_continuity_halt_fails_without_retry_and_names_the_range(dags, fake_guar
     inc = _incident()
 
     def purged(*a, **kw):
-        calls.append(("binlog_purge", a, kw))
+        calls.append(("retention", a, kw))
         raise fake_guards.ContinuityHalt(inc)
 
-    monkeypatch.setattr(fake_guards, "guard_binlog_purge", purged)
+    monkeypatch.setattr(fake_guards, "guard_retention", purged)
     guard = dags["cdc_shop_mysql"].get_task("guard")
     with pytest.raises(ContinuityHaltError) as e:
         guard.execute(make_context(dags["cdc_shop_mysql"], guard))
@@ -146,15 +143,13 @@ def test_halted_pipeline_stops_at_the_first_check(dags, fake_guards, monkeypatch
 def test_guard_resolves_first_when_resolve_and_reason_are_given(dags, fake_guards, calls):
     guard = dags["cdc_shop_mysql"].get_task("guard")
     conf = {"resolve": "accept_gap", "reason": "binlog lost in restore; tables re-loaded"}
-    out = guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="bob",
-                                     run_id="manual__resume"))
+    guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="bob", run_id="manual__resume"))
     name, args, kw = calls[0]
     assert name == "resolve"
     assert args[0].pipeline == "shop_mysql"
     assert kw["resolution"] == "accept_gap" and kw["reason"] == conf["reason"]
     assert kw["who"] == "bob" and kw["run_id"] == "manual__resume"
-    assert [c[0] for c in calls[1:]] == ["halted", "failover", "binlog_purge", "preflight"]
-    assert out["resolved"] == [{"id": 7, "resolution": "accept_gap"}]
+    assert [c[0] for c in calls[1:]] == ["halted", "failover", "retention", "preflight"]
 
 
 def test_guard_refuses_resolve_without_reason(dags, fake_guards, calls):
@@ -193,8 +188,8 @@ def test_single_guard_operators(fake_guards, pipelines_dir, calls):
     from tidegate_airflow.operators import BinlogPurgeGuardOperator, FailoverGuardOperator, SlotGuardOperator
 
     for cls, expected in ((FailoverGuardOperator, ["halted", "failover"]),
-                          (SlotGuardOperator, ["halted", "slot"]),
-                          (BinlogPurgeGuardOperator, ["halted", "binlog_purge"])):
+                          (SlotGuardOperator, ["halted", "retention"]),
+                          (BinlogPurgeGuardOperator, ["halted", "retention"])):
         calls.clear()
         cls(task_id="g", pipeline="shop_postgres").execute(make_context())
         assert [c[0] for c in calls] == expected
@@ -205,16 +200,19 @@ def test_single_guard_operators(fake_guards, pipelines_dir, calls):
 # --------------------------------------------------------------------------- bounds
 
 
-def _bounds(nothing_to_do: bool, cache=MYSQL_OLD):
-    return {"pipeline": "shop_mysql", "upto": MYSQL_UPTO,
-            "sinks": {"events": MYSQL_UPTO, "bus": MYSQL_UPTO, "cache": cache},
-            "nothing_to_do": nothing_to_do}
+def _bounds(cache=MYSQL_OLD):
+    from tidegate.positions import position_from_json
+    from tidegate.runner import Bounds
+
+    return Bounds("shop_mysql", position_from_json(MYSQL_UPTO), {
+        "events": position_from_json(MYSQL_UPTO), "bus": position_from_json(MYSQL_UPTO),
+        "cache": position_from_json(cache)})
 
 
 def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
     import tidegate.runner as runner
 
-    monkeypatch.setattr(runner, "capture_bounds", lambda spec, resolve=None: _bounds(True, MYSQL_UPTO))
+    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds(MYSQL_UPTO))
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
     ctx = make_context(dag, bounds)
@@ -229,12 +227,12 @@ def test_work_to_do_or_replay_does_not_short_circuit(dags, monkeypatch):
 
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
-    monkeypatch.setattr(runner, "capture_bounds", lambda spec, resolve=None: _bounds(False))
+    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds())
     assert bounds.execute(make_context(dag, bounds))["upto"] == MYSQL_UPTO
     # Only the chosen sinks count: events is caught up, cache is not.
     with pytest.raises(DownstreamTasksSkipped):
         bounds.execute(make_context(dag, bounds, conf={"sinks": ["events"]}))
-    monkeypatch.setattr(runner, "capture_bounds", lambda spec, resolve=None: _bounds(True, MYSQL_UPTO))
+    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds(MYSQL_UPTO))
     out = bounds.execute(make_context(dag, bounds, conf={"mode": "replay", "replay_of": "scheduled__x"}))
     assert out["nothing_to_do"] is True
 
@@ -255,19 +253,24 @@ def connections(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
 
 
-def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connections):
+def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connections, pipelines_dir):
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
     ctx = make_context(dag, deliver, conf={"sinks": ["events", "cache"], "max_events": 500},
                        run_id="scheduled__2026-01-01T00:01:00+00:00",
-                       xcoms={"bounds": _bounds(False)})
+                       xcoms={"bounds": _bounds().to_json()})
     deliver.prepare(ctx, "/tmp/report.json")
     args = deliver.application_args
     opts = dict(zip(args[::2], args[1::2], strict=True))
     assert opts["--pipeline"] == "shop_mysql" and opts["--run-id"] == "scheduled__2026-01-01T00:01:00+00:00"
     assert opts["--mode"] == "incremental" and opts["--sinks"] == "events,cache"
     assert opts["--max-events"] == "500" and json.loads(opts["--upto-json"]) == MYSQL_UPTO
-    assert opts["--spec"].endswith("shop_mysql.yaml") and opts["--report-file"] == "/tmp/report.json"
+    import base64
+
+    spec_text = (pipelines_dir / "shop_mysql.yaml").read_text()
+    assert base64.b64decode(opts["--spec-b64"]).decode() == spec_text  # the spec travels, not a path
+    assert opts["--report-file"] == "/tmp/report.json"
+    assert deliver.py_files.endswith(".zip")  # the tidegate package travels too
     # The real spark-submit command line, as the provider's hook builds it.
     hook = deliver._get_hook()
     cmd = hook._build_spark_submit_command(deliver.application)
@@ -314,9 +317,9 @@ def test_deliver_refuses_to_put_secrets_on_a_yarn_command_line(dags, connections
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
     with pytest.raises(UnsafeConnectionTransportError, match="pass_connections=False"):
-        deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds(False)}), None)
+        deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}), None)
     deliver.pass_connections = False
-    deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds(False)}), None)
+    deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}), None)
     assert not any(k.startswith("AIRFLOW_CONN_") for k in deliver.env_vars)
 
 
@@ -334,7 +337,7 @@ def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monke
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
     monkeypatch.setattr(SparkSubmitOperator, "execute", ok)
-    assert deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds(False)})) == report
+    assert deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()})) == report
 
     def fatal(self, context):
         self._hook = SimpleNamespace(_submit_sp=SimpleNamespace(returncode=3))
@@ -342,7 +345,7 @@ def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monke
 
     monkeypatch.setattr(SparkSubmitOperator, "execute", fatal)
     with pytest.raises(DeliverFatalError):
-        deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds(False)}))
+        deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}))
 
     def retryable(self, context):
         self._hook = SimpleNamespace(_submit_sp=SimpleNamespace(returncode=1))
@@ -350,7 +353,7 @@ def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monke
 
     monkeypatch.setattr(SparkSubmitOperator, "execute", retryable)
     with pytest.raises(AirflowException) as e:
-        deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds(False)}))
+        deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}))
     assert not isinstance(e.value, AirflowFailException)
 
 
@@ -359,12 +362,13 @@ def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monke
 
 def test_release_only_in_incremental_mode(dags, monkeypatch, calls):
     import tidegate.runner as runner
+    from tidegate.positions import Lsn, PgPosition
 
     monkeypatch.setattr(runner, "release", lambda spec, resolve=None: calls.append(spec.pipeline) or
-                        {"pipeline": spec.pipeline, "released_to": {"lsn": "0/16B3748"}})
+                        PgPosition(Lsn.parse("0/16B3748")))
     dag = dags["cdc_shop_postgres"]
     release = dag.get_task("release")
-    assert release.execute(make_context(dag, release))["released_to"] == {"lsn": "0/16B3748"}
+    assert release.execute(make_context(dag, release))["released_to"]["lsn"] == "0/16B3748"
     assert release.execute(make_context(dag, release, conf={"mode": "dry_run"}))["released_to"] is None
     assert calls == ["shop_postgres"]
 
@@ -385,16 +389,17 @@ def test_report_per_sink_numbers_and_metrics(dags, monkeypatch):
 
     upto = {"lsn": "0/3000", "system_id": "1", "timeline": 1}
     run = {"pipeline": "shop_postgres", "events": 10, "bytes": 2000, "sub_batches": 2, "sinks": [
-        {"id": "events", "kind": "kafka", "events": 10, "bytes": 2000, "status": "ok", "to": upto},
+        {"id": "events", "kind": "kafka", "events": 10, "bytes": 2000, "status": "ok", "end": upto},
         {"id": "cache", "kind": "redis", "events": 4, "bytes": 800, "status": "failed",
-         "to": {"lsn": "0/2000"}, "error": "connection refused"}]}
+         "end": {"lsn": "0/2000", "system_id": "1", "timeline": 1}, "error": "connection refused"}]}
     stats = FakeStats()
     real_emit = report_mod.emit_metrics
     monkeypatch.setattr(report_mod, "emit_metrics", lambda summary: real_emit(summary, stats))
     dag = dags["cdc_shop_postgres"]
     op = dag.get_task("report")
     summary = op.execute(make_context(dag, op, xcoms={
-        "deliver": run, "bounds": {"upto": upto, "sinks": {}, "nothing_to_do": False},
+        "deliver": run, "bounds": {"pipeline": "shop_postgres", "upto": upto, "checkpoints": {},
+                                   "nothing_to_do": False},
         "release": {"released_to": {"lsn": "0/2000"}}}))
     by = {s["id"]: s for s in summary["sinks"]}
     assert (by["events"]["events"], by["events"]["lag_bytes"], by["events"]["behind"]) == (10, 0, False)
@@ -414,7 +419,7 @@ def test_report_when_deliver_was_skipped(dags):
 
     sink = SimpleNamespace(id="events", kind="kafka", required=True)
     spec = SimpleNamespace(pipeline="shop_mysql", sinks=[sink])
-    s = summarize(spec, report=None, bounds=_bounds(True, MYSQL_UPTO), released=None)
+    s = summarize(spec, report=None, bounds=_bounds(MYSQL_UPTO).to_json(), released=None)
     assert s["nothing_to_do"] is True and s["sinks"][0]["status"] == "nothing_to_do"
     assert s["sinks"][0]["lag_bytes"] == 0
     assert "nothing to do" in format_summary(s)[0]

@@ -19,20 +19,29 @@ def job():
 
 
 def test_parses_what_the_operator_passes(job):
+    import base64
+
+    from tidegate.plan import RunPlan
+    from tidegate.spec import load_spec
     from tidegate_airflow.operators.deliver import build_args
 
+    spec = load_spec(ROOT / "include" / "pipelines" / "shop_mysql.yaml")
     upto = {"file": "mysql-bin.000002", "pos": 154, "gtid_set": "0-1-42"}
-    argv = build_args(pipeline="shop_mysql", run_id="scheduled__2026", mode="incremental",
-                      spec_path="/p/s.yaml", upto=upto, sinks=["events", "cache"], max_events=1000,
-                      report_file="/tmp/r.json")
+    plan = RunPlan(sinks=["events", "cache"], max_events=1000)
+    argv = build_args(spec=spec, run_id="scheduled__2026", plan=plan, upto=upto, report_file="/tmp/r.json")
     a = job.parse_args(argv)
-    got = (a.pipeline, a.spec, a.run_id, a.mode, a.upto, a.sinks, a.max_events, a.replay_of, a.report_file)
-    assert got == (
-        "shop_mysql", "/p/s.yaml", "scheduled__2026", "incremental", upto, ["events", "cache"], 1000, None,
-        "/tmp/r.json")
-    a = job.parse_args(build_args(pipeline="p", run_id="r", mode="replay", replay_of="scheduled__1"))
-    assert (a.mode, a.replay_of, a.upto, a.sinks) == ("replay", "scheduled__1", None, None)
-    assert a.max_events is None
+    assert (a.pipeline, a.run_id, a.upto, a.plan, a.report_file) == (
+        "shop_mysql", "scheduled__2026", upto, RunPlan(mode="incremental", sinks=["events", "cache"],
+                                                        max_events=1000), "/tmp/r.json")
+    assert base64.b64decode(a.spec_b64).decode() == spec.text
+    import dataclasses
+
+    rebuilt = job.load_spec(a)  # the spec the driver rebuilds from the argv is the file's
+    assert dataclasses.replace(rebuilt, path=spec.path) == spec and rebuilt.path is None
+    replay = RunPlan(mode="replay", replay_of="scheduled__1")
+    a = job.parse_args(build_args(spec=spec, run_id="r", plan=replay))
+    assert (a.plan.mode, a.plan.replay_of, a.upto, a.plan.sinks, a.plan.max_events) == (
+        "replay", "scheduled__1", None, None, None)
 
 
 @pytest.mark.parametrize("argv", [
@@ -70,11 +79,14 @@ def test_main_calls_the_engine_and_writes_the_report(job, monkeypatch, tmp_path,
     monkeypatch.setattr(spark_job, "deliver", deliver)
     spark, names = FakeSpark(), []
     out = tmp_path / "report.json"
+    monkeypatch.setattr(job, "load_spec", lambda args: f"spec of {args.spec}")
     code = job.main(["--pipeline", "p", "--spec", "/x/p.yaml", "--run-id", "r1", "--sinks", "a,b",
                      "--report-file", str(out)], make_session=lambda name: names.append(name) or spark)
     assert code == 0 and names == ["tidegate-p"] and spark.stopped
-    assert seen == {"spark": spark, "pipeline": "/x/p.yaml", "run_id": "r1", "mode": "incremental",
-                    "upto": None, "sinks": ["a", "b"], "max_events": None, "replay_of": None}
+    from tidegate.plan import RunPlan
+
+    assert seen == {"spark": spark, "spec": "spec of /x/p.yaml", "run_id": "r1", "upto": None,
+                    "plan": RunPlan(sinks=["a", "b"])}
     assert json.loads(out.read_text()) == report
     assert "TIDEGATE_RUN_REPORT " in capsys.readouterr().out
 
@@ -87,6 +99,7 @@ def test_fatal_engine_errors_exit_3_others_raise(job, monkeypatch):
         raise FatalRunError("producer fenced")
 
     monkeypatch.setattr(spark_job, "deliver", fatal)
+    monkeypatch.setattr(job, "load_spec", lambda args: None)
     spark = FakeSpark()
     assert job.main(["--pipeline", "p", "--run-id", "r"], make_session=lambda n: spark) == job.EXIT_FATAL
     assert spark.stopped
@@ -99,7 +112,7 @@ def test_fatal_engine_errors_exit_3_others_raise(job, monkeypatch):
         job.main(["--pipeline", "p", "--run-id", "r"], make_session=lambda n: FakeSpark())
 
 
-def test_exit_code_matches_the_operator(job):
-    from tidegate_airflow.operators.deliver import EXIT_FATAL
+def test_exit_code_is_the_engines(job):
+    from tidegate.plan import EXIT_FATAL
 
-    assert job.EXIT_FATAL == EXIT_FATAL
+    assert job.EXIT_FATAL == EXIT_FATAL == 3

@@ -41,7 +41,7 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
         with admin.cursor() as c:
             c.execute(f"CREATE DATABASE {db}")
             c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
-        runner.capture_bounds(spec, resolve=conns.__getitem__, store=store)  # place at head
+        runner.prepare_bounds(spec, resolve=conns.__getitem__, store=store)  # place at head
         with admin.cursor() as c:
             for i in range(1, 6):
                 c.execute(f"INSERT INTO {db}.t VALUES ({i})")

@@ -68,7 +68,7 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     checkpoint = source.head()
     epoch = store.acquire_lease(spec.pipeline, "r0")
     store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r0", epoch=epoch)
-    assert guards.guard_binlog_purge(spec, run_id="r1", resolve=resolve, store=store)["status"] == "ok"
+    assert guards.guard_retention(spec, run_id="r1", resolve=resolve, store=store)["status"] == "ok"
 
     insert(admin, db, [1, 2])
     with admin.cursor() as c:
@@ -77,7 +77,7 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     purge_to(admin, new_head.file)
 
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_binlog_purge(spec, run_id="r2", resolve=resolve, store=store)
+        guards.guard_retention(spec, run_id="r2", resolve=resolve, store=store)
     inc = halt.value.incident
     assert (inc.kind, inc.from_position, inc.to_position) == ("binlog_purged", checkpoint,
                                                              source.earliest())
@@ -98,7 +98,7 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     guards.check_halted(spec, store=store)  # no longer halted
     assert {sid: r.position for sid, r in store.checkpoints(spec.pipeline).items()} == {
         "a": inc.to_position, "b": inc.to_position}
-    assert guards.guard_binlog_purge(spec, run_id="r4", resolve=resolve, store=store)["status"] == "ok"
+    assert guards.guard_retention(spec, run_id="r4", resolve=resolve, store=store)["status"] == "ok"
     source.close()
 
 
@@ -138,7 +138,7 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     assert (incidents[0].from_position, incidents[0].to_position) == (checkpoint, moved)
     assert [h.kind for h in store.checkpoint_history(spec.pipeline, "a")] == ["write", "failover"]
     [entry] = [e for e in store.journal(spec.pipeline) if e.mode == "failover"]
-    assert {sid: (js.from_position, js.to_position) for sid, js in entry.sinks.items()} == {
+    assert {sid: (js.start, js.end) for sid, js in entry.sinks.items()} == {
         "a": (checkpoint, moved), "b": (checkpoint, moved)}
     guards.check_halted(spec, store=store)
     assert guards.guard_failover(spec, run_id="r3", resolve=replica, store=store)["status"] == "ok"

@@ -60,20 +60,20 @@ def ids(source, start, upto):
 def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres):
     spec, store, admin, table = setup
     resolve = {"src": postgres.cdc}.__getitem__
-    assert guards.guard_slot(spec, run_id="r0", resolve=resolve, store=store)["status"] == "created"
+    assert guards.guard_retention(spec, run_id="r0", resolve=resolve, store=store)["status"] == "created"
     source = build_source(spec, resolve)
     insert(admin, table, [1, 2])
     checkpoint = source.head()
     assert ids(source, None, checkpoint) == [1, 2]
     epoch = store.acquire_lease(spec.pipeline, "r1")
     store.write_checkpoints(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
-    assert guards.guard_slot(spec, run_id="r1", resolve=resolve, store=store)["status"] == "ok"
+    assert guards.guard_retention(spec, run_id="r1", resolve=resolve, store=store)["status"] == "ok"
 
     with admin.cursor() as c:
         c.execute("SELECT pg_drop_replication_slot(%s)", (table,))
     insert(admin, table, [3])  # written while no slot exists: lost for CDC
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_slot(spec, run_id="r2", resolve=resolve, store=store)
+        guards.guard_retention(spec, run_id="r2", resolve=resolve, store=store)
     inc = halt.value.incident
     assert inc.kind == "slot_dropped" and inc.from_position == checkpoint
     assert inc.to_position > checkpoint and inc.to_position <= source.head()
@@ -85,7 +85,7 @@ def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres)
     assert [(d["kind"], d["resolution"], d["reason"]) for d in done] == [
         ("slot_dropped", "accept_gap", "row 3 re-sent by the app")]
     guards.check_halted(spec, store=store)
-    assert guards.guard_slot(spec, run_id="r4", resolve=resolve, store=store)["status"] == "ok"
+    assert guards.guard_retention(spec, run_id="r4", resolve=resolve, store=store)["status"] == "ok"
     moved = store.get_checkpoint(spec.pipeline, "a").position
     assert moved >= inc.to_position  # past the missing range, at the new slot's start
     insert(admin, table, [4])
@@ -97,7 +97,7 @@ def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standb
     spec, store, admin, table = setup
     primary = {"src": postgres.cdc}.__getitem__
     standby = {"src": postgres_standby.cdc}.__getitem__
-    guards.guard_slot(spec, run_id="r0", resolve=primary, store=store)
+    guards.guard_retention(spec, run_id="r0", resolve=primary, store=store)
     assert guards.guard_failover(spec, run_id="r0", resolve=primary, store=store)["status"] == "recorded"
     source = build_source(spec, primary)
     checkpoint = source.head()

@@ -29,7 +29,7 @@ from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, R
 from tidegate.retry import call_with_retry, policy_for
 from tidegate.sinks import make_sink
 from tidegate.sinks.kafka import KafkaSink, murmur2_partition
-from tidegate.spec import BatchSpec, SinkSpec
+from tidegate.spec import BatchSpec, KafkaSinkSpec
 from tidegate.store import open_store
 
 pytestmark = pytest.mark.integration
@@ -42,8 +42,8 @@ N_TX, ROWS, MAX_EVENTS = 10, 4, 8
 
 
 def ksink(name: str, *, eos: bool, create: bool = True, partitions: int = 3, topic: str | None = None,
-          ckpt: str | None = None) -> SinkSpec:
-    return SinkSpec(id="events", kind="kafka", conn_id="cdc_kafka",
+          ckpt: str | None = None) -> KafkaSinkSpec:
+    return KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka",
                     topic=topic or ("t_" + name + ".{schema}.{table}"), exactly_once=eos,
                     partitions=partitions, create_topics=create,
                     checkpoint_topic=ckpt or f"_tidegate_ckpt_{name}")

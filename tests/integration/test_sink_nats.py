@@ -14,13 +14,13 @@ from tidegate.connections import Connection
 from tidegate.errors import ErrorClass, NonRetryableSinkError, RetryableSinkError
 from tidegate.sinks import make_sink
 from tidegate.sinks.nats import NatsSink, check_duplicate_window
-from tidegate.spec import SinkSpec
+from tidegate.spec import NatsSinkSpec
 
 pytestmark = pytest.mark.integration
 
 
-def nspec(stream: str, window: float = 120.0, max_in_flight: int = 64) -> SinkSpec:
-    return SinkSpec(id="bus", kind="nats", conn_id="cdc_nats", stream=stream,
+def nspec(stream: str, window: float = 120.0, max_in_flight: int = 64) -> NatsSinkSpec:
+    return NatsSinkSpec(id="bus", kind="nats", conn_id="cdc_nats", stream=stream,
                     subject="{pipeline}.{schema}.{table}", duplicate_window_s=window,
                     max_in_flight=max_in_flight)
 
@@ -121,7 +121,8 @@ def test_preflight_refuses_a_duplicate_window_shorter_than_interval_plus_retry_b
 
 def test_committed_position_ignores_other_pipelines_on_the_same_stream(nats_service, stream):
     a, b = unique("na"), unique("nb")
-    spec = SinkSpec(id="bus", kind="nats", conn_id="cdc_nats", stream=stream, subject="tg.{pipeline}.{table}")
+    spec = NatsSinkSpec(id="bus", kind="nats", conn_id="cdc_nats", stream=stream,
+                        subject="tg.{pipeline}.{table}")
     sa = make_sink(pipeline_spec(a, spec), spec, nats_service.cdc)
     sb = make_sink(pipeline_spec(b, spec), spec, nats_service.cdc)
     ba, bb = make_batches(a, 2, 3, 1), make_batches(b, 1, 3, 1, first_tx=7)

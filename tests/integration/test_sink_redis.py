@@ -21,7 +21,7 @@ from tidegate.coordinator import run_once
 from tidegate.errors import ErrorClass, NonRetryableSinkError, RetryableSinkError
 from tidegate.sinks import make_sink
 from tidegate.sinks.redis import RedisSink
-from tidegate.spec import BatchSpec, SinkSpec
+from tidegate.spec import BatchSpec, RedisSinkSpec
 from tidegate.store import open_store
 
 pytestmark = pytest.mark.integration
@@ -31,9 +31,9 @@ ROOT = HERE.parent.parent
 N_TX, ROWS, MAX_EVENTS = 10, 4, 8  # 5 sub-batches of 8 events
 
 
-def rspec(name: str, maxlen: int | None = None) -> SinkSpec:
-    return SinkSpec(id="cache", kind="redis", conn_id="cdc_redis", stream="s:{pipeline}:{schema}.{table}",
-                    maxlen=maxlen)
+def rspec(name: str, maxlen: int | None = None) -> RedisSinkSpec:
+    return RedisSinkSpec(id="cache", kind="redis", conn_id="cdc_redis",
+                         stream="s:{pipeline}:{schema}.{table}", maxlen=maxlen)
 
 
 def new_sink(conn: Connection, name: str, **kw) -> RedisSink:

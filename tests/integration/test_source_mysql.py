@@ -316,7 +316,7 @@ def test_reading_a_purged_position_raises_with_requested_and_earliest(mysql, adm
     assert isinstance(earliest, BinlogPosition) and earliest.pos == 4
     assert earliest.file_seq >= BinlogPosition(mine, 4).file_seq
     assert earliest == src.earliest()
-    problems = src.preflight(checkpoint=start)
+    problems = src.check_server(checkpoint=start)
     assert any(p.code == "retention" and p.severity == "error" for p in problems)
     src.close()
 
@@ -384,7 +384,7 @@ def test_settings_problems_name_each_setting():
 def test_preflight_on_the_live_server_has_no_errors_and_reports_headroom(mysql, db):
     src = source(mysql, [f"{db}.t"])
     src.check_settings()
-    problems = src.preflight(checkpoint=src.head(), checkpoint_age_s=10)
+    problems = src.check_server(checkpoint=src.head(), checkpoint_age_s=10)
     assert [p for p in problems if p.severity == "error"] == []
     ident = src.identity()
     assert ident["flavor"] == "mariadb" and ident["gtid_domain_id"] == 0

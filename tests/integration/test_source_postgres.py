@@ -300,7 +300,7 @@ def test_dropped_slot_raises_slot_missing_with_the_position(admin, schema, make)
         list(src.read(h0, src.head()))
     assert err.value.requested == h0 and err.value.slot == src.slot
     assert isinstance(err.value.earliest_available, PgPosition) and err.value.earliest_available > h0
-    problems = src.preflight(checkpoint=h0)
+    problems = src.check_server(checkpoint=h0)
     assert any(p.code == "slot" and p.severity == "error" for p in problems)
 
 
@@ -328,14 +328,14 @@ def test_invalidated_slot_raises_slot_invalidated(admin, schema, make):
     with pytest.raises(SlotInvalidatedError) as err:
         list(src.read(h0, src.head()))
     assert err.value.requested == h0 and err.value.slot == src.slot
-    problems = src.preflight(checkpoint=h0)
+    problems = src.check_server(checkpoint=h0)
     assert any(p.code == "slot" and "invalidated" in p.message for p in problems)
 
 
 def test_preflight_settings_privileges_and_headroom(admin, schema, make):
     create_workload_tables(admin, schema)
     src = make(["orders", "items"])
-    problems = src.preflight(checkpoint=src.head())
+    problems = src.check_server(checkpoint=src.head())
     assert [p for p in problems if p.severity == "error"] == []
     # a table without REPLICA IDENTITY FULL is listed by name
     q(admin, f"ALTER TABLE {schema}.items REPLICA IDENTITY DEFAULT")

@@ -12,7 +12,7 @@ import pymysql
 import pytest
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.runner import build_source
-from tidegate.spark_job import read_range, slices_of
+from tidegate.spark_job import read_range
 from tidegate.spec import load_spec
 
 pytestmark = pytest.mark.integration
@@ -54,11 +54,11 @@ def test_parallel_slices_in_spark_equal_the_sequential_read(mysql, tmp_path, spa
                 c.execute(f"UPDATE {db}.t SET v = 'u' WHERE id = %s", (chunk * 100,))
                 c.execute("FLUSH BINARY LOGS")
         upto = source.head()
-        slices = slices_of(source, start, upto)
+        slices = source.slices(start, upto)
         assert len(slices) >= 4  # the start file, three more after each flush
 
         sequential = list(source.read(start, upto))
-        in_spark = list(read_range(spark, str(path), slices))
+        in_spark = list(read_range(spark, spec, slices))
     finally:
         source.close()
         with admin.cursor() as c:

@@ -39,9 +39,9 @@ def test_postgres_store_end_to_end(pg_scratch_dsn):
     b.resolve_incident(inc.id, resolution="accept_gap", who="ci", reason="test data")
     assert not a.is_halted("pg") and a.pipelines() == ["pg"]
     j = a.journal_begin("pg", "r2", interval_start="2026-01-01T00:00:00+00:00")
-    a.journal_sink(j, "s", from_position=None, to_position=p(4), events=4, bytes=40, status="ok")
+    a.journal_sink(j, "s", start=None, end=p(4), events=4, bytes=40, status="ok")
     a.journal_finish(j, "success")
     [entry] = b.journal("pg", "r2")
-    assert entry.status == "success" and entry.sinks["s"].to_position == p(4)
+    assert entry.status == "success" and entry.sinks["s"].end == p(4)
     a.close()
     b.close()

@@ -9,6 +9,7 @@ from tidegate.errors import NonRetryableSinkError
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.positions import BinlogPosition
 from tidegate.sinks.base import RetryPolicy, Sink
+from tidegate.sources.base import Source
 
 FILE = "mysql-bin.000001"
 
@@ -87,3 +88,22 @@ class FakeSink(Sink):
 
     def close(self) -> None:
         self.closed = True
+
+
+class QuietSource(Source):
+    """A source whose log is always whole and whose settings are right: tests override the
+    reading and identity they script."""
+
+    kind = "mysql"
+
+    def earliest(self):
+        return pos(0)
+
+    def check_retention(self, checkpoint, *, first_run):
+        return {"status": "ok"}
+
+    def restart_stream(self):
+        return self.head()
+
+    def preflight(self, checkpoint=None):
+        return []

@@ -71,7 +71,7 @@ def test_history_and_rewind(env):
 
 def test_run_errors_and_usage(env):
     r = tg(env, "run", "no_such_pipeline")
-    assert r.returncode == 1 and "no pipeline 'no_such_pipeline'" in r.stderr
+    assert r.returncode == 1 and "no valid spec defines pipeline 'no_such_pipeline'" in r.stderr
     assert tg(env, "run", "shop_mysql", "--mode", "bogus").returncode == 2
     assert tg(env, "checkpoints", "rewind", "p", "s").returncode == 2  # missing required options
 

@@ -171,10 +171,10 @@ def test_report_and_journal(store):
     assert report.sinks["s1"].events == 4 and report.sinks["s2"].events == 2
     j = store.journal("p", "r1")[0]
     assert j.status == "success"
-    assert j.sinks["s1"].to_position == pos(4) and j.sinks["s2"].to_position == pos(2)
+    assert j.sinks["s1"].end == pos(4) and j.sinks["s2"].end == pos(2)
     assert j.sinks["s2"].status == "failed"
     doc = report.to_json()
-    assert doc["sinks"][0]["to"] == pos(4).to_json()
+    assert doc["sinks"][0]["end"] == pos(4).to_json()
 
 
 def test_split_transaction_moves_checkpoints_only_at_boundaries(store):

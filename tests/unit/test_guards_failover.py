@@ -6,12 +6,11 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from _tidegate_fakes import FakeSink
+from _tidegate_fakes import FakeSink, QuietSource
 from tidegate import guards, runner
 from tidegate.checkpoints import SinkCheckpoint
-from tidegate.errors import SourceError
+from tidegate.errors import CannotTranslateError, SourceError
 from tidegate.positions import BinlogPosition, GtidSet, Lsn, PgPosition
-from tidegate.sources.base import Source
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 
@@ -23,7 +22,7 @@ def old_pos(n: int, gtid: bool = True) -> BinlogPosition:
                           gtid_set=GtidSet.parse(f"0-1-{n}") if gtid else None)
 
 
-class NewServer(Source):
+class NewServer(QuietSource):
     """The server behind the connection after the change: it places a GTID set ``0-1-n`` at
     offset 1000 + n of its own binlog, or refuses as scripted."""
 
@@ -41,12 +40,19 @@ class NewServer(Source):
     def read(self, start, upto):
         return iter(())
 
-    def resume_point_for_gtids(self, gtid_set):
-        self.asked.append(str(gtid_set))
+    translates_positions = True
+
+    def translate(self, checkpoint):
+        if checkpoint.gtid_set is None:
+            raise CannotTranslateError(f"checkpoint {checkpoint} carries no GTID set")
+        self.asked.append(str(checkpoint.gtid_set))
         if self.refuse is not None:
             raise self.refuse
-        n = gtid_set.mariadb[0][2]
-        return BinlogPosition("mysql-bin.000002", 1000 + n, server_id=2, gtid_set=gtid_set)
+        n = checkpoint.gtid_set.mariadb[0][2]
+        return BinlogPosition("mysql-bin.000002", 1000 + n, server_id=2, gtid_set=checkpoint.gtid_set)
+
+    def describe_change(self, old):
+        return f"server_id {old['server_id']} -> {self._identity['server_id']}"
 
 
 @pytest.fixture()
@@ -138,6 +144,10 @@ def test_postgres_cluster_change_halts_and_says_what_changed(tmp_path, monkeypat
 
     class OtherCluster(NewServer):
         kind = "postgres"
+        translates_positions = False
+
+        def describe_change(self, old):
+            return f"another PostgreSQL cluster (system identifier {old['system_id']} -> 222)"
 
         def head(self):
             return PgPosition(Lsn(50), "222", 1)

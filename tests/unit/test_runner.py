@@ -5,15 +5,15 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from _tidegate_fakes import FakeSink, pos, stream
+from _tidegate_fakes import FakeSink, QuietSource, pos, stream
 from tidegate import runner
 from tidegate.events import PositionMark
-from tidegate.sources.base import Source
+from tidegate.plan import RunPlan
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 
-class FakeSource(Source):
+class FakeSource(QuietSource):
     """A log of transactions 1..n (positions 1000·n); the head moves as the test appends."""
 
     kind = "mysql"
@@ -72,11 +72,11 @@ def test_runs_deliver_each_change_once_and_a_caught_up_pipeline_has_nothing_to_d
     spec, source, sinks, store = env
     first = runner.run_pipeline(spec, run_id="r1", store=store)
     assert first["events"] == 6 and first["end_position"] == pos(3).to_json()
-    assert runner.capture_bounds(spec, store=store)["nothing_to_do"] is True
+    assert runner.prepare_bounds(spec, store=store).nothing_to_do()
 
     source.sizes += [2]
-    bounds = runner.capture_bounds(spec, store=store)
-    assert bounds["nothing_to_do"] is False and bounds["sinks"]["a"] == pos(3).to_json()
+    bounds = runner.prepare_bounds(spec, store=store)
+    assert not bounds.nothing_to_do() and bounds.checkpoints["a"] == pos(3)
     runner.run_pipeline(spec, run_id="r2", store=store)
     assert [k[0] for k in keys(sinks["a"])] == ["0-1-1"] * 2 + ["0-1-2"] + ["0-1-3"] * 3 + ["0-1-4"] * 2
     assert sinks["b"].delivered == sinks["a"].delivered
@@ -104,7 +104,8 @@ def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints
     versions = {s: store.get_checkpoint("p", s).version for s in ("a", "b")}
     before = list(sinks["a"].delivered)
 
-    runner.run_pipeline(spec, run_id="manual-1", mode="replay", replay_of="r1", sinks=["a"], store=store)
+    runner.run_pipeline(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]), run_id="manual-1",
+                        store=store)
     replayed = sinks["a"].delivered[len(before):]
     assert replayed == before[:6]  # exactly r1's range (tx 1..3), nothing of r2
     assert len(sinks["b"].delivered) == len(before)  # not chosen
@@ -124,7 +125,7 @@ def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
 
 def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
     spec, source, sinks, store = env
-    report = runner.run_pipeline(spec, run_id="d1", mode="dry_run", store=store)
+    report = runner.run_pipeline(spec, RunPlan(mode="dry_run"), run_id="d1", store=store)
     assert (report["events"], report["sub_batches"]) == (6, 2)
     assert sinks["a"].delivered == [] and store.checkpoints("p") == {}
 
@@ -132,9 +133,9 @@ def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
 def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
     spec, source, sinks, store = env
     with pytest.raises(runner.RunError, match="no journal entry for run 'nope'"):
-        runner.run_pipeline(spec, run_id="x", mode="replay", replay_of="nope", store=store)
+        runner.run_pipeline(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x", store=store)
     with pytest.raises(runner.RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
-        runner._chosen_sinks(spec, ["zzz"])
+        runner.chosen_sinks(spec, ["zzz"])
 
 
 def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
@@ -142,19 +143,21 @@ def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
 
     spec, source, sinks, store = env
     spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
-    bounds = runner.capture_bounds(spec, store=store)
-    assert bounds["nothing_to_do"] is True  # a first run has nothing to read: no Spark
-    assert bounds["sinks"] == {"a": pos(3).to_json(), "b": pos(3).to_json()}
+    bounds = runner.prepare_bounds(spec, store=store)
+    assert bounds.nothing_to_do()  # a first run has nothing to read: no Spark
+    assert bounds.checkpoints == {"a": pos(3), "b": pos(3)}
+    assert [h.kind for h in store.checkpoint_history("p", "a")] == ["head"]
     source.sizes += [1]
-    assert runner.capture_bounds(spec, store=store)["nothing_to_do"] is False
+    assert not runner.prepare_bounds(spec, store=store).nothing_to_do()
 
 
 def test_a_range_with_nothing_to_deliver_moves_checkpoints_without_a_run(env):
     spec, source, sinks, store = env
     runner.run_pipeline(spec, run_id="r1", store=store)
     source.sizes += [0, 0]  # the head moved, but only past transactions this pipeline skips
-    bounds = runner.capture_bounds(spec, store=store)
-    assert bounds["nothing_to_do"] is True
+    bounds = runner.prepare_bounds(spec, store=store)
+    assert bounds.nothing_to_do()
+    assert [h.kind for h in store.checkpoint_history("p", "a")][-1] == "skip"
     assert {sid: r.position for sid, r in store.checkpoints("p").items()} == {"a": pos(5), "b": pos(5)}
     source.sizes += [1]
-    assert runner.capture_bounds(spec, store=store)["nothing_to_do"] is False
+    assert not runner.prepare_bounds(spec, store=store).nothing_to_do()

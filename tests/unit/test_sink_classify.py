@@ -24,7 +24,7 @@ from tidegate.sinks.nats import (
     subject_filter,
 )
 from tidegate.sinks.redis import RedisSink, classify_redis_error
-from tidegate.spec import PipelineSpec, SinkSpec, SourceSpec
+from tidegate.spec import KafkaSinkSpec, NatsSinkSpec, PipelineSpec, RedisSinkSpec, SinkSpec, SourceSpec
 
 R, N, F = ErrorClass.RETRYABLE, ErrorClass.NON_RETRYABLE, ErrorClass.FATAL
 
@@ -33,10 +33,10 @@ def spec_for(sink: SinkSpec, schedule: str | None = None) -> PipelineSpec:
     return PipelineSpec(pipeline="orders", source=SourceSpec("mysql", "db"), sinks=(sink,), schedule=schedule)
 
 
-KAFKA = SinkSpec(id="events", kind="kafka", conn_id="k", topic="{pipeline}.{schema}.{table}",
+KAFKA = KafkaSinkSpec(id="events", kind="kafka", conn_id="k", topic="{pipeline}.{schema}.{table}",
                  exactly_once=True)
-NATS = SinkSpec(id="bus", kind="nats", conn_id="n", stream="CDC", subject="{pipeline}.{schema}.{table}")
-REDIS = SinkSpec(id="cache", kind="redis", conn_id="r", stream="{pipeline}:{schema}.{table}")
+NATS = NatsSinkSpec(id="bus", kind="nats", conn_id="n", stream="CDC", subject="{pipeline}.{schema}.{table}")
+REDIS = RedisSinkSpec(id="cache", kind="redis", conn_id="r", stream="{pipeline}:{schema}.{table}")
 
 
 # --------------------------------------------------------------------------- kafka
@@ -86,7 +86,7 @@ def test_kafka_client_config_from_connection_maps_sasl_and_keeps_extras():
     assert p["transactional.id"] == "tidegate-orders-events" and p["partitioner"] == "murmur2_random"
     assert p["acks"] == "all" and p["enable.idempotence"] is True and p["linger.ms"] == 20
     # secrets are redacted from anything the sink says
-    assert sink._redact("auth failed for svc with p4ss-word") == "auth failed for svc with ***"
+    assert sink.redact("auth failed for svc with p4ss-word") == "auth failed for svc with ***"
     assert "p4ss-word" not in repr(c)
 
 
@@ -122,7 +122,7 @@ def test_redis_error_classes(exc, expected):
     assert classify_redis_error(exc) is expected
     sink = RedisSink(spec_for(REDIS), REDIS, Connection("r", "redis", host="h", port=1, password="pw-x1"))
     assert sink.classify(exc) is expected
-    assert sink._error(exc, "testing").error_class is expected
+    assert sink.error(exc, "testing").error_class is expected
 
 
 def test_redis_client_kwargs_from_connection():

@@ -122,12 +122,12 @@ def test_incidents_halt_until_resolved(store):
 def test_journal(store):
     j = store.journal_begin("p", "scheduled__1", interval_start="2026-01-01T00:00:00+00:00",
                             interval_end="2026-01-01T00:01:00+00:00")
-    store.journal_sink(j, "s", from_position=None, to_position=pos(1), events=1, bytes=10, status="ok")
-    store.journal_sink(j, "s", from_position=None, to_position=pos(2), events=2, bytes=20, status="ok")
+    store.journal_sink(j, "s", start=None, end=pos(1), events=1, bytes=10, status="ok")
+    store.journal_sink(j, "s", start=None, end=pos(2), events=2, bytes=20, status="ok")
     store.journal_finish(j, "success")
     [entry] = store.journal("p", "scheduled__1")
     assert entry.status == "success" and entry.finished_at and entry.interval_end.endswith("01:00+00:00")
-    assert entry.sinks["s"].to_position == pos(2) and entry.sinks["s"].events == 2
+    assert entry.sinks["s"].end == pos(2) and entry.sinks["s"].events == 2
     assert store.journal("p", "other") == []
     assert store.pipelines() == []  # journal-only pipelines are not listed
 

@@ -13,7 +13,7 @@ from .base import RetryPolicy, Sink
 
 if TYPE_CHECKING:
     from ..connections import Connection
-    from ..spec import PipelineSpec, SinkSpec
+    from ..spec import PipelineSpec, SinkSpec  # the kind's own subclass
 
 
 def make_sink(pipeline_spec: PipelineSpec, sink_spec: SinkSpec, conn: Connection) -> Sink:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from ..batching import SubBatch
 from ..checkpoints import SinkCheckpoint
-from ..errors import ErrorClass, SinkError
+from ..connections import Connection
+from ..errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError, SinkError
 from ..positions import Position
+from ._common import redact, secrets_of
 
 
 @dataclass(frozen=True)
@@ -33,12 +35,17 @@ class RetryPolicy:
 
 class Sink(abc.ABC):
     kind: str = ""
+    label: str = ""  # how messages name the kind: "Kafka", "NATS", "Redis"
     retry_policy: RetryPolicy = RetryPolicy(0.05, 5.0, 3)
 
-    def __init__(self, *, sink_id: str, pipeline: str, required: bool = True):
+    def __init__(self, *, sink_id: str, pipeline: str, required: bool = True,
+                 conn: Connection | None = None, secrets: list[str] | None = None):
         self.sink_id = sink_id
         self.pipeline = pipeline
         self.required = required
+        self.conn = conn
+        # Every secret the connection holds: replaced by *** in any text this sink lets out.
+        self._secrets = secrets if secrets is not None else (secrets_of(conn) if conn else [])
 
     @property
     def checkpoint_key(self) -> str:
@@ -63,10 +70,43 @@ class Sink(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Must not raise."""
 
+    # ------------------------------------------------------------------ errors
+
     def classify(self, exc: BaseException) -> ErrorClass:
-        """Map an exception from deliver() to an error class; sinks refine this."""
+        """The error class of an exception from this sink (a SinkError carries its own)."""
         if isinstance(exc, SinkError):
             return exc.error_class
+        return self.classify_client_error(exc)
+
+    def classify_client_error(self, exc: BaseException) -> ErrorClass:
+        """The error class of a client library's exception; sinks refine this."""
         if isinstance(exc, (ConnectionError, TimeoutError)):
             return ErrorClass.RETRYABLE
         return ErrorClass.NON_RETRYABLE
+
+    def redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    @property
+    def where(self) -> str:
+        return f"{self.label or self.kind} sink {self.sink_id!r} (pipeline {self.pipeline!r})"
+
+    def error(self, exc: BaseException, doing: str) -> SinkError:
+        """A SinkError of the right class for ``exc``, whose message says what the sink was
+        doing and, where the sink knows it, what to fix; never a secret."""
+        if isinstance(exc, SinkError):
+            return exc
+        text = self.redact(self.describe_client_error(exc))
+        msg = self.explain(exc, text, doing) or f"{self.where}: {text} while {doing}"
+        return ERROR_TYPES[self.classify(exc)](msg)
+
+    def describe_client_error(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__}: {exc}"
+
+    def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
+        """A message with the fix for errors this sink recognises (authentication, ACLs)."""
+        return None
+
+
+ERROR_TYPES = {ErrorClass.RETRYABLE: RetryableSinkError, ErrorClass.NON_RETRYABLE: NonRetryableSinkError,
+               ErrorClass.FATAL: FatalSinkError}

@@ -46,10 +46,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ..batching import SubBatch
 from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
-from ..errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError, SinkError
+from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
 from ..positions import Position
-from ..spec import PipelineSpec, SinkSpec
-from ._common import TemplateNames, redact, secrets_of
+from ..spec import KafkaSinkSpec, PipelineSpec
+from ._common import TemplateNames, secrets_of
 from .base import Sink
 
 log = logging.getLogger(__name__)
@@ -166,20 +166,21 @@ def client_config(conn: Connection) -> dict[str, Any]:
 
 class KafkaSink(Sink):
     kind = "kafka"
+    label = "Kafka"
     op_timeout_s: float = OP_TIMEOUT_S  # admin calls, init/abort of transactions, checkpoint reads
 
-    def __init__(self, pipeline: PipelineSpec, sink: SinkSpec, conn: Connection):
-        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required)
+    def __init__(self, pipeline: PipelineSpec, sink: KafkaSinkSpec, conn: Connection):
+        base = client_config(conn)
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn,
+                         secrets=secrets_of(conn, base))
         if not sink.topic:
             raise NonRetryableSinkError(f"Kafka sink {sink.id!r} of pipeline {pipeline.pipeline!r} "
                                         f"has no topic template")
         self.spec = sink
-        self.conn = conn
         self.exactly_once = sink.exactly_once
         self.transactional_id = f"tidegate-{self.pipeline}-{self.sink_id}"
         self.checkpoint_topic = sink.checkpoint_topic or DEFAULT_CHECKPOINT_TOPIC
-        self._base = client_config(conn)
-        self._secrets = secrets_of(conn, self._base)
+        self._base = base
         self._topic_of = TemplateNames(sink.topic, self.pipeline)
         self._known_topics: set[str] = set()
         self._producer: Producer | None = None
@@ -190,7 +191,6 @@ class KafkaSink(Sink):
         self._needs_abort = False  # an abort that timed out must be retried before anything else
         self._uncertain = False  # a failed transaction may have committed: check before resending
         self._ckpt_partitions: int | None = None
-        self.delivered_events = 0
 
     # ------------------------------------------------------------------ config
 
@@ -237,46 +237,50 @@ class KafkaSink(Sink):
     def _on_error(self, err: KafkaError) -> None:
         self._client_errors.append(err)
         log.warning("Kafka sink %r: client error %s: %s", self.sink_id, err.name(),
-                    self._redact(err.str()))
+                    self.redact(err.str()))
 
     # ------------------------------------------------------------------ errors
 
-    def _redact(self, text: str) -> str:
-        return redact(text, self._secrets)
+    @staticmethod
+    def _kafka_error_of(exc: BaseException) -> KafkaError | None:
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return exc.args[0]
+        return None
+
+    def classify_client_error(self, exc: BaseException) -> ErrorClass:
+        err = self._kafka_error_of(exc)
+        if err is not None:
+            return classify_kafka_error(err)
+        if isinstance(exc, BufferError):
+            return ErrorClass.RETRYABLE
+        return super().classify_client_error(exc)
+
+    def describe_client_error(self, exc: BaseException) -> str:
+        err = self._kafka_error_of(exc)
+        return f"{err.name()}: {err.str()}" if err is not None else super().describe_client_error(exc)
+
+    def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
+        if isinstance(exc, BufferError):
+            return f"{self.where}: local producer queue full while {doing}"
+        err = self._kafka_error_of(exc)
+        if err is None:
+            return None
+        code = err.code()
+        if code in _FENCED or (classify_kafka_error(err) is ErrorClass.FATAL and "fenc" in text.lower()):
+            return (f"{self.where}: producer with transactional.id {self.transactional_id!r} was fenced by "
+                    f"a newer instance (another run took over this pipeline and sink) while {doing}: "
+                    f"{text}. This run must stop; its transaction is aborted.")
+        if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL):
+            return (f"{self.where}: authentication with the brokers failed while {doing} ({text}); check "
+                    f"the credentials and security settings of connection {self.conn.conn_id!r}")
+        if code in _AUTH:
+            return (f"{self.where}: not authorized while {doing} ({text}); grant the connection's "
+                    f"principal the needed ACLs")
+        return None
 
     def _error(self, err: KafkaError, doing: str) -> SinkError:
-        """A SinkError for a librdkafka error, with a message that says what to do."""
-        cls = classify_kafka_error(err)
-        text = self._redact(err.str())
-        where = f"Kafka sink {self.sink_id!r} (pipeline {self.pipeline!r})"
-        code = err.code()
-        if code in _FENCED or (cls is ErrorClass.FATAL and "fenc" in text.lower()):
-            msg = (f"{where}: producer with transactional.id {self.transactional_id!r} was fenced by a "
-                   f"newer instance (another run took over this pipeline and sink) while {doing}: "
-                   f"{err.name()}: {text}. This run must stop; its transaction is aborted.")
-        elif code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL):
-            msg = (f"{where}: authentication with the brokers failed while {doing} ({err.name()}: {text}); "
-                   f"check the credentials and security settings of connection {self.conn.conn_id!r}")
-        elif code in _AUTH:
-            msg = (f"{where}: not authorized while {doing} ({err.name()}: {text}); grant the "
-                   f"connection's principal the needed ACLs")
-        else:
-            msg = f"{where}: {err.name()} while {doing}: {text}"
-        return _ERROR_TYPES[cls](msg)
-
-    def _from_exception(self, exc: BaseException, doing: str) -> SinkError:
-        if isinstance(exc, SinkError):
-            return exc
-        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-            return self._error(exc.args[0], doing)
-        if isinstance(exc, BufferError):
-            return RetryableSinkError(f"Kafka sink {self.sink_id!r}: local producer queue full while "
-                                      f"{doing}")
-        if isinstance(exc, (ConnectionError, TimeoutError)):
-            return RetryableSinkError(f"Kafka sink {self.sink_id!r}: {type(exc).__name__} while {doing}: "
-                                      f"{self._redact(str(exc))}")
-        return NonRetryableSinkError(f"Kafka sink {self.sink_id!r}: {type(exc).__name__} while {doing}: "
-                                     f"{self._redact(str(exc))}")
+        """A SinkError for a librdkafka error object (from a callback or metadata)."""
+        return self.error(KafkaException(err), doing)
 
     def _delivery_failure(self) -> SinkError | None:
         """The worst delivery error seen (fatal > non-retryable > retryable), as a SinkError."""
@@ -311,13 +315,6 @@ class KafkaSink(Sink):
             f"Kafka sink {self.sink_id!r} (pipeline {self.pipeline!r}): topic {topic!r} does not exist "
             f"and create_topics is false for this sink; create the topic or set create_topics: true")
 
-    def classify(self, exc: BaseException) -> ErrorClass:
-        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-            return classify_kafka_error(exc.args[0])
-        if isinstance(exc, BufferError):
-            return ErrorClass.RETRYABLE
-        return super().classify(exc)
-
     # ------------------------------------------------------------------ life cycle
 
     def _ensure_admin(self) -> None:
@@ -325,7 +322,7 @@ class KafkaSink(Sink):
             try:
                 self._admin = AdminClient(self._admin_config())
             except KafkaException as exc:
-                raise self._from_exception(exc, "creating the admin client") from None
+                raise self.error(exc, "creating the admin client") from None
 
     def open(self) -> None:
         if self._fatal is not None:
@@ -339,12 +336,12 @@ class KafkaSink(Sink):
             try:
                 p = Producer(self.producer_config())
             except KafkaException as exc:
-                raise self._from_exception(exc, "creating the producer") from None
+                raise self.error(exc, "creating the producer") from None
             if self.exactly_once:
                 try:
                     p.init_transactions(self.op_timeout_s)  # fences older instances, aborts their tx
                 except KafkaException as exc:
-                    err = self._from_exception(exc, "initialising transactions")
+                    err = self.error(exc, "initialising transactions")
                     if err.error_class is ErrorClass.FATAL:
                         self._fatal = err
                     raise err from None
@@ -373,7 +370,7 @@ class KafkaSink(Sink):
             try:
                 md = self._admin.list_topics(topic=t, timeout=self.op_timeout_s)
             except KafkaException as exc:
-                raise self._from_exception(exc, f"looking up topic {t!r}") from None
+                raise self.error(exc, f"looking up topic {t!r}") from None
             tm = md.topics.get(t)
             if tm is not None and tm.error is None:
                 self._known_topics.add(t)
@@ -411,7 +408,7 @@ class KafkaSink(Sink):
         try:
             md = self._admin.list_topics(topic=t, timeout=self.op_timeout_s)
         except KafkaException as exc:
-            raise self._from_exception(exc, f"looking up checkpoint topic {t!r}") from None
+            raise self.error(exc, f"looking up checkpoint topic {t!r}") from None
         tm = md.topics.get(t)
         if tm is None or tm.error is not None:
             if tm is not None and tm.error.code() not in _UNKNOWN_TOPIC:
@@ -437,7 +434,6 @@ class KafkaSink(Sink):
             self._deliver_transaction(batch, events, topics, self.sink_record(batch, extends))
         else:
             self._deliver_idempotent(events, topics)
-        self.delivered_events += len(events)
         return batch.end_position
 
     def _produce_all(self, events: list, topics: list[str]) -> None:
@@ -500,7 +496,7 @@ class KafkaSink(Sink):
             self._produce_all(events, topics)
             self._flush()
         except KafkaException as exc:
-            raise self._from_exception(exc, "producing") from None
+            raise self.error(exc, "producing") from None
         failure = self._delivery_failure()
         if failure is not None:
             raise failure
@@ -526,7 +522,7 @@ class KafkaSink(Sink):
         try:
             p.begin_transaction()
         except KafkaException as exc:
-            raise self._fail_tx(self._from_exception(exc, "beginning a transaction"), abort=False) from None
+            raise self._fail_tx(self.error(exc, "beginning a transaction"), abort=False) from None
         try:
             self._produce_all(events, topics)
             self._produce_checkpoint(record)
@@ -535,7 +531,7 @@ class KafkaSink(Sink):
             if not isinstance(exc, Exception):  # KeyboardInterrupt & co: abort, then re-raise as is
                 self._abort_quietly()
                 raise
-            raise self._fail_tx(self._from_exception(exc, "delivering a transaction"), abort=True) from None
+            raise self._fail_tx(self.error(exc, "delivering a transaction"), abort=True) from None
 
     def _produce_checkpoint(self, record: SinkCheckpoint) -> None:
         p = self._producer
@@ -597,7 +593,7 @@ class KafkaSink(Sink):
             if err.code() == KafkaError._STATE:  # no transaction in progress: nothing to abort
                 self._needs_abort = False
                 return
-            raise self._from_exception(exc, f"aborting a transaction {why}") from None
+            raise self.error(exc, f"aborting a transaction {why}") from None
 
     def _abort_quietly(self) -> None:
         try:
@@ -631,7 +627,7 @@ class KafkaSink(Sink):
         try:
             c = Consumer(cfg)
         except KafkaException as exc:
-            raise self._from_exception(exc, "creating the checkpoint reader") from None
+            raise self.error(exc, "creating the checkpoint reader") from None
         try:
             tp = TopicPartition(self.checkpoint_topic, part)
             low, high = c.get_watermark_offsets(tp, timeout=self.op_timeout_s)
@@ -645,7 +641,7 @@ class KafkaSink(Sink):
                     return found
                 window *= 16
         except KafkaException as exc:
-            raise self._from_exception(exc, f"reading checkpoint topic {self.checkpoint_topic!r}") from None
+            raise self.error(exc, f"reading checkpoint topic {self.checkpoint_topic!r}") from None
         finally:
             c.close()
 
@@ -679,9 +675,6 @@ def _worst(a: SinkError, b: SinkError | None) -> SinkError:
         return a
     return a if _RANK[a.error_class] < _RANK[b.error_class] else b
 
-
-_ERROR_TYPES = {ErrorClass.RETRYABLE: RetryableSinkError, ErrorClass.NON_RETRYABLE: NonRetryableSinkError,
-                ErrorClass.FATAL: FatalSinkError}
 
 __all__ = ["KafkaSink", "classify_kafka_error", "client_config", "murmur2", "murmur2_partition",
            "DEFAULT_CHECKPOINT_TOPIC"]

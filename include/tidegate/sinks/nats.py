@@ -56,8 +56,8 @@ from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
 from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
 from ..positions import Position, position_from_json
-from ..spec import PipelineSpec, SinkSpec
-from ._common import TemplateNames, redact, secrets_of
+from ..spec import NatsSinkSpec, PipelineSpec
+from ._common import TemplateNames
 from .base import RetryPolicy, Sink
 
 log = logging.getLogger(__name__)
@@ -181,15 +181,15 @@ def classify_nats_error(exc: BaseException) -> ErrorClass:
 
 class NatsSink(Sink):
     kind = "nats"
+    label = "NATS"
     publish_timeout_s: float = 10.0  # per ack (and for the whole sub-batch's acks, scaled)
 
-    def __init__(self, pipeline: PipelineSpec, sink: SinkSpec, conn: Connection):
-        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required)
+    def __init__(self, pipeline: PipelineSpec, sink: NatsSinkSpec, conn: Connection):
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn)
         if not sink.stream or not sink.subject:
             raise NonRetryableSinkError(f"NATS sink {sink.id!r} of pipeline {pipeline.pipeline!r} needs "
                                         f"stream and subject")
         self.spec = sink
-        self.conn = conn
         self.stream = sink.stream
         self.schedule = pipeline.schedule
         self.subjects = subject_filter(sink.subject, self.pipeline)
@@ -199,7 +199,6 @@ class NatsSink(Sink):
         self.duplicates = 0  # messages the server reported as already stored (this sink's life)
         self.published = 0
         self._subject_of = TemplateNames(sink.subject, self.pipeline)
-        self._secrets = secrets_of(conn)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._nc: Any = None
@@ -264,35 +263,27 @@ class NatsSink(Sink):
     async def _on_error(self, exc: Exception) -> None:
         self._async_errors.append(exc)
         del self._async_errors[:-20]
-        log.warning("NATS sink %r: %s", self.sink_id, self._redact(f"{type(exc).__name__}: {exc}"))
+        log.warning("NATS sink %r: %s", self.sink_id, self.redact(f"{type(exc).__name__}: {exc}"))
 
     async def _on_disconnect(self) -> None:
         log.info("NATS sink %r: disconnected", self.sink_id)
 
-    def _redact(self, text: str) -> str:
-        return redact(text, self._secrets)
+    @property
+    def where(self) -> str:
+        return f"NATS sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.conn})"
 
-    def _error(self, exc: BaseException, doing: str) -> SinkError:
-        if isinstance(exc, SinkError):
-            return exc
-        cls = classify_nats_error(exc)
-        where = f"NATS sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.conn})"
-        text = self._redact(f"{type(exc).__name__}: {exc}")
+    def classify_client_error(self, exc: BaseException) -> ErrorClass:
+        return classify_nats_error(exc)
+
+    def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
         low = text.lower()
         if "authorization" in low or "authentication" in low:
-            msg = (f"{where}: authentication failed while {doing} ({text}); check the credentials of "
-                   f"connection {self.conn.conn_id!r}")
-        elif "permissions violation" in low:
-            msg = (f"{where}: permission denied while {doing} ({text}); the user needs publish rights "
-                   f"on {self.subjects!r} and $JS.API.>")
-        else:
-            msg = f"{where}: {text} while {doing}"
-        return (RetryableSinkError if cls is ErrorClass.RETRYABLE else NonRetryableSinkError)(msg)
-
-    def classify(self, exc: BaseException) -> ErrorClass:
-        if isinstance(exc, SinkError):
-            return exc.error_class
-        return classify_nats_error(exc)
+            return (f"{self.where}: authentication failed while {doing} ({text}); check the credentials "
+                    f"of connection {self.conn.conn_id!r}")
+        if "permissions violation" in low:
+            return (f"{self.where}: permission denied while {doing} ({text}); the user needs publish "
+                    f"rights on {self.subjects!r} and $JS.API.>")
+        return None
 
     # ------------------------------------------------------------------ life cycle
 
@@ -307,7 +298,7 @@ class NatsSink(Sink):
                 # The client retries servers and ends with "no servers"; the cause (an
                 # authorization violation, say) went to the error callback: report the worst.
                 causes = [e for e in self._async_errors if classify_nats_error(e) is ErrorClass.NON_RETRYABLE]
-                raise self._error(causes[0] if causes else exc, "connecting") from None
+                raise self.error(causes[0] if causes else exc, "connecting") from None
             self._js = self._nc.jetstream(timeout=self.publish_timeout_s,
                                           publish_async_max_pending=self.max_in_flight)
             self._max_payload = self._nc.max_payload
@@ -340,7 +331,7 @@ class NatsSink(Sink):
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise self._error(exc, f"checking stream {self.stream!r}") from None
+            raise self.error(exc, f"checking stream {self.stream!r}") from None
 
     async def _ensure_stream_async(self) -> float:
         js = self._js
@@ -394,7 +385,7 @@ class NatsSink(Sink):
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
-            raise self._error(exc, f"publishing sub-batch {batch.seq}") from None
+            raise self.error(exc, f"publishing sub-batch {batch.seq}") from None
         self.published += len(events)
         self.duplicates += dups
         if dups:
@@ -455,7 +446,7 @@ class NatsSink(Sink):
         try:
             msg = self._run(self._last_msg(), self.publish_timeout_s + 5)
         except Exception as exc:  # noqa: BLE001
-            err = self._error(exc, f"reading the last message of {self.subjects!r}")
+            err = self.error(exc, f"reading the last message of {self.subjects!r}")
             if err.error_class is ErrorClass.RETRYABLE:
                 raise err from None
             log.warning("NATS sink %r: cannot read the sink-side position (%s); using the checkpoint store",

@@ -34,10 +34,10 @@ import redis.exceptions as rex
 from ..batching import SubBatch
 from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
-from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ..errors import ErrorClass, NonRetryableSinkError, SinkError
 from ..positions import Position
-from ..spec import PipelineSpec, SinkSpec
-from ._common import TemplateNames, redact, secrets_of
+from ..spec import PipelineSpec, RedisSinkSpec
+from ._common import TemplateNames
 from .base import Sink
 
 log = logging.getLogger(__name__)
@@ -69,22 +69,20 @@ def _truthy(v: Any) -> bool:
 
 class RedisSink(Sink):
     kind = "redis"
+    label = "Redis"
 
-    def __init__(self, pipeline: PipelineSpec, sink: SinkSpec, conn: Connection):
-        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required)
+    def __init__(self, pipeline: PipelineSpec, sink: RedisSinkSpec, conn: Connection):
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn)
         if not sink.stream:
             raise NonRetryableSinkError(f"Redis sink {sink.id!r} of pipeline {pipeline.pipeline!r} has no "
                                         f"stream template")
         self.spec = sink
-        self.conn = conn
         self.maxlen = sink.maxlen
         self.checkpoint_redis_key = CHECKPOINT_PREFIX + self.checkpoint_key
         self._stream_of = TemplateNames(sink.stream, self.pipeline)
-        self._secrets = secrets_of(conn)
         self._client: redis.Redis | None = None
         self._checked_streams: set[str] = set()
         self._uncertain = False  # an EXEC whose reply was lost may have committed
-        self.delivered_events = 0
 
     # ------------------------------------------------------------------ connection
 
@@ -105,32 +103,24 @@ class RedisSink(Sink):
                     kw[k] = x[k]
         return kw
 
-    def _redact(self, text: str) -> str:
-        return redact(text, self._secrets)
+    @property
+    def where(self) -> str:
+        return f"Redis sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.conn})"
 
-    def _error(self, exc: BaseException, doing: str) -> SinkError:
-        if isinstance(exc, SinkError):
-            return exc
-        cls = classify_redis_error(exc)
-        where = f"Redis sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.conn})"
-        text = self._redact(f"{type(exc).__name__}: {exc}")
+    def classify_client_error(self, exc: BaseException) -> ErrorClass:
+        return classify_redis_error(exc)
+
+    def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
         up = text.upper()
         if any(a in up for a in ("NOAUTH", "WRONGPASS", "AUTHENTICATION", "INVALID PASSWORD",
                                  "INVALID USERNAME")):
-            msg = (f"{where}: authentication failed while {doing} ({text}); check the user and password "
-                   f"of connection {self.conn.conn_id!r}")
-        elif "NOPERM" in up or isinstance(exc, rex.NoPermissionError):
-            msg = (f"{where}: the ACL user {self.conn.login or 'default'!r} lacks a permission while "
-                   f"{doing} ({text}); it needs XADD, SET, GET, TYPE, MULTI/EXEC on the stream and "
-                   f"checkpoint keys")
-        else:
-            msg = f"{where}: {text} while {doing}"
-        return (RetryableSinkError if cls is ErrorClass.RETRYABLE else NonRetryableSinkError)(msg)
-
-    def classify(self, exc: BaseException) -> ErrorClass:
-        if isinstance(exc, SinkError):
-            return exc.error_class
-        return classify_redis_error(exc)
+            return (f"{self.where}: authentication failed while {doing} ({text}); check the user and "
+                    f"password of connection {self.conn.conn_id!r}")
+        if "NOPERM" in up or isinstance(exc, rex.NoPermissionError):
+            return (f"{self.where}: the ACL user {self.conn.login or 'default'!r} lacks a permission while "
+                    f"{doing} ({text}); it needs XADD, SET, GET, TYPE, MULTI/EXEC on the stream and "
+                    f"checkpoint keys")
+        return None
 
     def open(self) -> None:
         if self._client is not None:
@@ -140,7 +130,7 @@ class RedisSink(Sink):
             client.ping()
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
             client.close()
-            raise self._error(exc, "connecting") from None
+            raise self.error(exc, "connecting") from None
         self._client = client
 
     def close(self) -> None:
@@ -196,11 +186,10 @@ class RedisSink(Sink):
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
-            err = self._error(exc, f"delivering sub-batch {batch.seq}")
+            err = self.error(exc, f"delivering sub-batch {batch.seq}")
             if err.error_class is ErrorClass.RETRYABLE:
                 self._uncertain = True  # the EXEC may have run before the connection broke
             raise err from None
-        self.delivered_events += len(events)
         return batch.end_position
 
     def _execute(self, pipe: Any) -> list:
@@ -216,7 +205,7 @@ class RedisSink(Sink):
         try:
             raw = self._client.get(self.checkpoint_redis_key)
         except Exception as exc:  # noqa: BLE001
-            raise self._error(exc, "reading the checkpoint key") from None
+            raise self.error(exc, "reading the checkpoint key") from None
         return SinkCheckpoint.loads(raw) if raw else None
 
 

@@ -1,4 +1,7 @@
-"""The source interface. MySQL/MariaDB (binlog) and Postgres (wal2json) sources implement it.
+"""The source interface: everything the engine, the guards and the Spark job ask of a source.
+
+MySQL/MariaDB (binlog) and Postgres (wal2json) implement it; nothing outside this package
+switches on the source kind or probes for optional methods.
 
 ``read(start, upto)`` yields, in source order, :class:`ChangeEvent` rows (the last row of each
 transaction has ``tx_end=True`` and ``end_position``) and :class:`PositionMark` records for
@@ -6,6 +9,12 @@ ranges with nothing to deliver. It covers exactly the transactions that commit a
 ``start`` and at or before ``upto``, never blocks waiting for new changes, and streams in
 bounded memory. When the range is exhausted it yields a final ``PositionMark(upto)`` if the
 last transaction ended before ``upto``, so checkpoints can reach the run's upper bound.
+
+Continuity (docs/architecture.md, "Continuity"): :meth:`Source.check_retention` raises a
+:class:`~tidegate.errors.ChangesLostError` when the log no longer holds what a checkpoint
+needs; :meth:`Source.restart_stream` makes the log readable again after an operator accepted
+such a loss; :meth:`Source.resume_point_for_gtids` places a checkpoint of another server of
+the same replication topology on this one (only where :attr:`Source.translates_positions`).
 """
 
 from __future__ import annotations
@@ -14,22 +23,37 @@ import abc
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import CannotTranslateError
 from ..events import ChangeEvent, PositionMark
 from ..positions import Position
+from ..store.records import CheckpointRecord
+from .preflight import Problem
 
 SourceItem = ChangeEvent | PositionMark
 
 
 class Source(abc.ABC):
     kind: str = ""
+    # Whether a checkpoint taken on another server can be placed on this one by its GTID set
+    # (MySQL/MariaDB with GTIDs); Postgres positions never survive a change of cluster/timeline.
+    translates_positions: bool = False
+
+    # ------------------------------------------------------------------ identity and positions
+
+    @abc.abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """What identifies the server (compared by the failover guard); its ``kind``, and the
+        fields that make the lineage of the positions it writes."""
 
     @abc.abstractmethod
     def head(self) -> Position:
         """The current end of the change log: a run's upper bound."""
 
     @abc.abstractmethod
-    def identity(self) -> dict[str, Any]:
-        """What identifies the server (compared by the failover guard)."""
+    def earliest(self) -> Position:
+        """The earliest position the log can still be read from."""
+
+    # ------------------------------------------------------------------ reading
 
     @abc.abstractmethod
     def read(self, start: Position | None, upto: Position) -> Iterator[SourceItem]:
@@ -41,8 +65,50 @@ class Source(abc.ABC):
         then has nothing to deliver and need not start Spark. Default: read until the first row."""
         return any(isinstance(item, ChangeEvent) for item in self.read(start, upto))
 
+    def slices(self, start: Position | None, upto: Position) -> list[tuple[Position | None, Position]]:
+        """(start, upto] cut into ranges :meth:`read_slice` can read independently (in parallel
+        Spark tasks); concatenated in order they equal :meth:`read`. Default: one slice."""
+        return [(start, upto)]
+
+    def read_slice(self, start: Position | None, end: Position, reader: int = 0) -> Iterator[SourceItem]:
+        """Read one slice of :meth:`slices`; ``reader`` tells concurrent readers apart."""
+        return self.read(start, end)
+
+    # ------------------------------------------------------------------ continuity
+
+    @abc.abstractmethod
+    def check_retention(self, checkpoint: Position | None, *, first_run: bool) -> dict[str, Any]:
+        """Whether the log still holds everything after ``checkpoint`` (the lowest sink
+        checkpoint). Raises :class:`~tidegate.errors.ChangesLostError` (its ``kind`` names the
+        incident) when it does not. On a pipeline's ``first_run`` a source may create what
+        reading needs (the Postgres slot). Returns facts for the log."""
+
+    @abc.abstractmethod
+    def restart_stream(self) -> Position:
+        """After an operator accepted lost changes: make the log readable again (Postgres:
+        replace the slot) and return the position changes are delivered from, from now on."""
+
+    def translate(self, checkpoint: Position) -> Position:
+        """The position on this server where a checkpoint taken on another server of the same
+        replication topology resumes, with nothing lost and nothing repeated. Raises
+        :class:`~tidegate.errors.CannotTranslateError` (or another SourceError) when it cannot."""
+        raise CannotTranslateError(f"a {self.kind} source cannot place a checkpoint of another server "
+                                   f"on this one")
+
+    def describe_change(self, old_identity: dict[str, Any]) -> str:
+        """What changed behind the connection since ``old_identity``, in words an operator can
+        act on."""
+        return f"the source identity changed from {old_identity} to {self.identity()}"
+
     def release(self, position: Position) -> None:  # noqa: B027 - optional hook
         """Tell the server it may recycle the log up to ``position`` (Postgres slot advance)."""
+
+    # ------------------------------------------------------------------ settings
+
+    @abc.abstractmethod
+    def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
+        """Settings, privileges and retention headroom against the oldest sink checkpoint (its
+        position and when it was written), one :class:`Problem` per problem."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Must not raise."""

@@ -63,10 +63,11 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ..connections import Connection
-from ..errors import PositionPurgedError, SourceError, SourceSettingError
+from ..errors import CannotTranslateError, PositionPurgedError, SourceError, SourceSettingError
 from ..events import ChangeEvent, PositionMark
-from ..positions import BinlogPosition, GtidSet
+from ..positions import BinlogPosition, GtidSet, Position, check_comparable
 from ..spec import PipelineSpec
+from ..store.records import CheckpointRecord
 from .base import Source, SourceItem
 from .preflight import ERROR, WARNING, Problem, human_seconds, setting_problem
 
@@ -160,6 +161,7 @@ class MySqlSource(Source):
     """Bounded reads of a MySQL/MariaDB binlog. See the module docstring for the contract."""
 
     kind = "mysql"
+    translates_positions = True
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, server_id: int | None = None,
                  connect_timeout: float = 10.0, decoder: str | None = None):
@@ -313,9 +315,38 @@ class MySqlSource(Source):
         if probs:
             raise SourceSettingError("\n".join(p.message for p in probs))
 
-    def preflight(self, checkpoint: BinlogPosition | None = None,
-                  checkpoint_age_s: float | None = None,
-                  headroom_warn_fraction: float = 0.5) -> list[Problem]:
+    # ------------------------------------------------------------------ continuity
+
+    def check_retention(self, checkpoint: BinlogPosition | None, *, first_run: bool) -> dict[str, Any]:
+        """The checkpoint's binlog file is still on the server."""
+        earliest = self.earliest()
+        if checkpoint is not None:
+            check_comparable(checkpoint, earliest)  # another server: the failover guard's business
+            if checkpoint.file_seq < earliest.file_seq:
+                raise PositionPurgedError(
+                    f"binlog {checkpoint.file} was purged; the earliest binlog on {self.conn} is "
+                    f"{earliest.file}", requested=checkpoint, earliest_available=earliest)
+        return {"status": "ok", "earliest": earliest.to_json(),
+                "checkpoint": checkpoint.to_json() if checkpoint is not None else None}
+
+    def restart_stream(self) -> BinlogPosition:
+        """A binlog needs nothing re-created: changes are delivered from the head on."""
+        return self.head()
+
+    def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
+        """Settings, privileges and retention headroom (binlog expiry against the age of the
+        oldest checkpoint)."""
+        if checkpoint is None:
+            return self.check_server(None)
+        written = dt.datetime.fromisoformat(checkpoint.written_at)
+        if written.tzinfo is None:
+            written = written.replace(tzinfo=dt.UTC)
+        age = (dt.datetime.now(dt.UTC) - written).total_seconds()
+        return self.check_server(checkpoint.position, age)
+
+    def check_server(self, checkpoint: BinlogPosition | None = None,
+                     checkpoint_age_s: float | None = None,
+                     headroom_warn_fraction: float = 0.5) -> list[Problem]:
         """Settings, privileges and retention headroom, one :class:`Problem` per problem.
 
         ``checkpoint_age_s`` is how old the oldest sink checkpoint is (now minus its write
@@ -470,6 +501,20 @@ class MySqlSource(Source):
             self.on_schema_change(change)
 
     # ------------------------------------------------------------------ failover
+
+    def translate(self, checkpoint: Position) -> BinlogPosition:
+        """A checkpoint of another server of the topology, placed here by its GTID set."""
+        if not isinstance(checkpoint, BinlogPosition) or checkpoint.gtid_set is None:
+            raise CannotTranslateError(f"checkpoint {checkpoint} carries no GTID set (GTIDs off on the "
+                                       f"old server?), so it has no meaning on another server")
+        return self.resume_point_for_gtids(checkpoint.gtid_set)
+
+    def describe_change(self, old_identity: dict[str, Any]) -> str:
+        new = self.identity()
+        what = [f"server_id {old_identity.get('server_id')} -> {new.get('server_id')}"]
+        if old_identity.get("server_uuid") != new.get("server_uuid"):
+            what.append(f"server_uuid {old_identity.get('server_uuid')} -> {new.get('server_uuid')}")
+        return f"the connection now reaches another MySQL/MariaDB server ({', '.join(what)})"
 
     def resume_point_for_gtids(self, gtid_set: GtidSet | str) -> BinlogPosition:
         """Where to resume on this server after a checkpoint whose executed GTID set is

@@ -60,6 +60,7 @@ from ..errors import (
 from ..events import ChangeEvent, PositionMark
 from ..positions import Lsn, PgPosition
 from ..spec import PipelineSpec
+from ..store.records import CheckpointRecord
 from .base import Source, SourceItem
 from .preflight import ERROR, WARNING, Problem, human_bytes, setting_problem
 
@@ -382,6 +383,42 @@ class PostgresSource(Source):
                                      f"({info['slot_type']}); tidegate needs a logical slot with {PLUGIN}")
         return info
 
+    # ------------------------------------------------------------------ continuity
+
+    def describe_change(self, old_identity: dict[str, Any]) -> str:
+        new = self.identity()
+        if old_identity.get("system_id") != new.get("system_id"):
+            return (f"the connection now reaches another PostgreSQL cluster (system identifier "
+                    f"{old_identity.get('system_id')} -> {new.get('system_id')}); its WAL is not the one "
+                    f"the checkpoints point into and the replication slot is not there")
+        return (f"the server moved from timeline {old_identity.get('timeline')} to {new.get('timeline')}: "
+                f"a standby was promoted, and a logical replication slot does not survive a promotion")
+
+    def earliest(self) -> PgPosition:
+        """Where the slot can be read from (its confirmed position); the head without a slot."""
+        info = self.slot_info()
+        if info is None or not info["confirmed_flush_lsn"]:
+            return self.head()
+        return self._pos(info["confirmed_flush_lsn"])
+
+    def check_retention(self, checkpoint: PgPosition | None, *, first_run: bool) -> dict[str, Any]:
+        """The slot exists and has not lost WAL. A pipeline's first run creates it (logged);
+        afterwards a missing slot means changes may be lost."""
+        try:
+            return {"status": "ok", **self.check_slot(checkpoint)}
+        except SlotMissingError:
+            if not first_run:
+                raise
+        created = self.ensure_slot()
+        return {"status": "created", "slot": self.slot,
+                "at": created.to_json() if created is not None else None}
+
+    def restart_stream(self) -> PgPosition:
+        """Replace the slot (an invalidated one, or one whose position means nothing to the
+        checkpoints): changes are delivered from the new slot's start."""
+        self.drop_slot()
+        return self.ensure_slot() or self.head()
+
     def release(self, position: PgPosition) -> None:
         """Advance the slot to ``position`` (never further, never backwards), so the server
         can recycle the WAL before it."""
@@ -588,10 +625,14 @@ class PostgresSource(Source):
 
     # ------------------------------------------------------------------ preflight
 
-    def preflight(self, checkpoint: PgPosition | None = None,
-                  headroom_warn_bytes: int = DEFAULT_HEADROOM_WARN_BYTES) -> list[Problem]:
-        """Settings, privileges, slot health and retention headroom, replica identity; one
-        :class:`Problem` per problem."""
+    def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
+        """Settings, privileges, slot health and retention headroom (the slot's safe_wal_size),
+        replica identity; one :class:`Problem` per problem."""
+        return self.check_server(checkpoint.position if checkpoint is not None else None)
+
+    def check_server(self, checkpoint: PgPosition | None = None,
+                     headroom_warn_bytes: int = DEFAULT_HEADROOM_WARN_BYTES) -> list[Problem]:
+        """:meth:`preflight` for a checkpoint position."""
         try:
             settings = dict(self._q("SELECT name, setting FROM pg_settings WHERE name IN "
                                     "('wal_level', 'max_replication_slots', 'max_wal_senders', "

@@ -333,8 +333,8 @@ class CheckpointStore(abc.ABC):
                           (pipeline, run_id, mode, ts_text(interval_start), ts_text(interval_end),
                            "running", now_iso()))[0]
 
-    def journal_sink(self, journal_id: int, sink_id: str, *, from_position: Position | None,
-                     to_position: Position | None, events: int, bytes: int, status: str,
+    def journal_sink(self, journal_id: int, sink_id: str, *, start: Position | None,
+                     end: Position | None, events: int, bytes: int, status: str,
                      error: str | None = None) -> None:
         """Record (or update) what one sink received in a journaled run."""
         with self._tx(write=True) as tx:
@@ -343,8 +343,7 @@ class CheckpointStore(abc.ABC):
                     "ON CONFLICT (journal_id, sink_id) DO UPDATE SET from_position = excluded.from_position, "
                     "to_position = excluded.to_position, events = excluded.events, "
                     "bytes = excluded.bytes, status = excluded.status, error = excluded.error",
-                    (journal_id, sink_id, pos_text(from_position), pos_text(to_position), events, bytes,
-                     status, error))
+                    (journal_id, sink_id, pos_text(start), pos_text(end), events, bytes, status, error))
 
     def journal_finish(self, journal_id: int, status: str) -> None:
         with self._tx(write=True) as tx:

@@ -89,9 +89,11 @@ class Incident:
 
 @dataclass(frozen=True)
 class JournalSink:
+    """The range one sink received in a journaled run: (start, end]."""
+
     sink_id: str
-    from_position: Position | None
-    to_position: Position | None
+    start: Position | None
+    end: Position | None
     events: int
     bytes: int
     status: str

@@ -1,19 +1,33 @@
-"""Shared base of the tidegate operators: the spec, the run plan and the connection resolver."""
+"""What every tidegate task needs, resolved once per task: the spec, the run plan, the run id
+and the connection resolver; and one rule for engine errors (a fatal one is not retried)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from .._engine import find_spec
 from ..connections import Resolver, airflow_resolver, aliased
-from ..params import RunPlan, plan_for_run
+from ..exceptions import TidegateFailure, fail_fast
+from ..params import plan_for_run, run_id_of
 
 
-class TidegateBaseOperator(BaseOperator):
-    """Base of the operators that act on one tidegate pipeline.
+@dataclass(frozen=True)
+class TaskRun:
+    """One task's view of its run."""
+
+    spec: Any  # tidegate.spec.PipelineSpec
+    plan: Any  # tidegate.plan.RunPlan
+    run_id: str
+    resolve: Resolver
+
+
+class TidegateTaskMixin:
+    """Mixed into every tidegate operator (also the Spark deliver operator, which must be a
+    SparkSubmitOperator). Subclasses implement :meth:`run`; ``execute`` resolves the task's
+    :class:`TaskRun` and turns fatal engine errors into failures Airflow does not retry.
 
     :param pipeline: the pipeline name (``pipeline:`` in its spec; the DAG id is ``cdc_<pipeline>``).
     :param source_conn_id: use this Airflow connection for the source instead of the spec's
@@ -21,6 +35,37 @@ class TidegateBaseOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("pipeline", "source_conn_id")
+    pipeline: str
+    source_conn_id: str | None
+
+    def plan_overrides(self) -> Mapping[str, Any] | None:
+        """Operator arguments that override the run's params (the deliver operator has some)."""
+        return None
+
+    def task_run(self, context: Mapping[str, Any]) -> TaskRun:
+        from tidegate import catalog  # the spec is read when the task runs, never at parse time
+
+        spec = catalog.find(self.pipeline)
+        plan = plan_for_run(context, sink_ids=[s.id for s in spec.sinks], overrides=self.plan_overrides())
+        aliases = {spec.source.conn_id: self.source_conn_id} if self.source_conn_id else None
+        return TaskRun(spec, plan, run_id_of(context), aliased(airflow_resolver, aliases))
+
+    def execute(self, context: Any) -> Any:
+        from tidegate.errors import TidegateError
+
+        try:
+            return self.run(self.task_run(context), context)
+        except TidegateFailure:
+            raise
+        except TidegateError as exc:
+            fail_fast(exc)
+            raise
+
+    def run(self, task: TaskRun, context: Any) -> Any:
+        raise NotImplementedError
+
+
+class TidegateBaseOperator(TidegateTaskMixin, BaseOperator):
     ui_color = "#d6f0f5"
 
     def __init__(self, *, pipeline: str, source_conn_id: str | None = None, **kwargs: Any) -> None:
@@ -28,21 +73,5 @@ class TidegateBaseOperator(BaseOperator):
         self.pipeline = pipeline
         self.source_conn_id = source_conn_id
 
-    # The spec is read when the task runs, never at DAG parse time.
-    def load_spec(self) -> Any:
-        return find_spec(self.pipeline)
 
-    def resolver(self, spec: Any) -> Resolver:
-        aliases = {spec.source.conn_id: self.source_conn_id} if self.source_conn_id else None
-        return aliased(airflow_resolver, aliases)
-
-    def run_plan(self, context: Mapping[str, Any], spec: Any,
-                 overrides: Mapping[str, Any] | None = None) -> RunPlan:
-        return plan_for_run(context, sink_ids=[s.id for s in spec.sinks], overrides=overrides)
-
-    @staticmethod
-    def run_id_of(context: Mapping[str, Any]) -> str:
-        run_id = context.get("run_id")
-        if not run_id and context.get("dag_run") is not None:
-            run_id = getattr(context["dag_run"], "run_id", None)
-        return str(run_id or "manual")
+__all__: list[str] = ["TaskRun", "TidegateBaseOperator", "TidegateTaskMixin"]

@@ -1,12 +1,13 @@
-"""Deliver one run through spark-submit (DESIGN.md, "One run" step 3)."""
+"""Deliver one run through spark-submit (docs/architecture.md, "One run"; docs/operations.md, "Spark")."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,29 +15,29 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
-from .._engine import find_spec
-from ..connections import airflow_resolver, aliased, connection_env
+from ..connections import connection_env
 from ..exceptions import DeliverFatalError, UnsafeConnectionTransportError
-from ..params import plan_for_run
+from ..package import package_zip
+from .base import TaskRun, TidegateTaskMixin
 
-# spark_jobs/deliver.py exits with this code on an error that a retry cannot fix.
-EXIT_FATAL = 3
 DEFAULT_APPLICATION = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "deliver.py")
 PASSED_ENV = ("TIDEGATE_PIPELINES_DIR", "TIDEGATE_CHECKPOINT_STORE")
 
 
-class TidegateDeliverOperator(SparkSubmitOperator):
+class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     """spark-submit ``spark_jobs/deliver.py`` for one bounded run of a pipeline.
 
     The job reads (lowest sink checkpoint, upper bound] in Spark, delivers sub-batch by
-    sub-batch under the commit policy and commits checkpoints as it goes. Its argv holds only
-    ``--pipeline --spec --run-id --mode --upto-json --sinks --max-events --replay-of
-    --report-file``; the connections the spec uses (source and sinks) reach the driver as
-    ``AIRFLOW_CONN_<ID>`` environment variables built from Airflow's connections, added at
-    execute time (so they are in no rendered template field, no argv and no log). On YARN,
-    Kubernetes or a standalone cluster deploy mode spark-submit would put environment variables
-    on its command line: the operator refuses (``UnsafeConnectionTransportError``) unless
-    ``pass_connections=False`` and the cluster provides the connections itself.
+    sub-batch under the commit policy and commits checkpoints as it goes. What it needs travels
+    with it: the spec's content (``--spec-b64``; a driver on a cluster never reads the Airflow
+    worker's disk) and the ``tidegate`` package as a zip in ``--py-files`` (``ship_package``).
+    Its argv holds positions, names and ids only; the connections the spec uses reach the driver
+    as ``AIRFLOW_CONN_<ID>`` environment variables built from Airflow's connections, added at
+    execute time (so they are in no rendered template field, no argv and no log), and the
+    executors receive the source connection from the driver inside the job. On YARN,
+    Kubernetes or in cluster deploy mode spark-submit would put environment variables on its
+    command line: the operator refuses (``UnsafeConnectionTransportError``) unless
+    ``pass_connections=False`` and the cluster gives the driver the connections itself.
 
     :param pipeline: the pipeline name.
     :param mode, sinks, max_events, replay_of: override the run's params (None: from the params /
@@ -44,12 +45,12 @@ class TidegateDeliverOperator(SparkSubmitOperator):
     :param upto: the run's upper bound (position JSON). None: taken from the XCom of
         ``bounds_task_id``; with neither, the job captures the head itself.
     :param bounds_task_id: the bounds task whose XCom holds ``upto``.
-    :param spark_conn_id: the Spark connection (None: ``spark.conn_id`` of the spec, default
-        ``spark_default``).
+    :param spark_conn_id: the Spark connection (None: ``spark.conn_id`` of the spec).
     :param conf: Spark settings, merged over ``spark.conf`` of the spec.
     :param packages: Maven coordinates (comma-separated); None: ``spark.packages`` of the spec.
     :param source_conn_id: override the spec's source connection.
     :param pass_connections: pass the spec's connections to the driver as environment variables.
+    :param ship_package: add a zip of the ``tidegate`` package to ``--py-files``.
     :param application: the entry point (default: this project's ``spark_jobs/deliver.py``).
     :return: (XCom) the run report ``{"pipeline", "run_id", "sub_batches", "events", "bytes",
         "end_position", "sinks": [...]}``, or None when the driver is remote (cluster mode).
@@ -65,42 +66,39 @@ class TidegateDeliverOperator(SparkSubmitOperator):
                  upto: dict[str, Any] | str | None = None, bounds_task_id: str | None = "bounds",
                  spark_conn_id: str | None = None, conf: dict[str, Any] | None = None,
                  packages: str | None = None, source_conn_id: str | None = None,
-                 pass_connections: bool = True, application: str | None = None,
+                 pass_connections: bool = True, ship_package: bool = True, application: str | None = None,
                  name: str | None = None, **kwargs: Any) -> None:
         super().__init__(application=application or DEFAULT_APPLICATION,
                          conn_id=spark_conn_id or "spark_default", conf=conf, packages=packages,
                          name=name or f"tidegate-{pipeline}", **kwargs)
         self.pipeline = pipeline
-        self.mode = mode
-        self.sinks = sinks
-        self.max_events = max_events
-        self.replay_of = replay_of
+        self.source_conn_id = source_conn_id
+        self.mode, self.sinks, self.max_events, self.replay_of = mode, sinks, max_events, replay_of
         self.upto = upto
         self.bounds_task_id = bounds_task_id
         self.spark_conn_id = spark_conn_id
-        self.source_conn_id = source_conn_id
         self.pass_connections = pass_connections
+        self.ship_package = ship_package
+
+    def plan_overrides(self) -> Mapping[str, Any]:
+        return {"mode": self.mode, "sinks": self.sinks, "max_events": self.max_events,
+                "replay_of": self.replay_of}
 
     # ------------------------------------------------------------------ building the submit
 
-    def prepare(self, context: Context, report_file: str | None) -> Any:
-        """Fill application_args, env_vars, conf, packages and the Spark connection for this
-        run; returns the spec. Kept apart from execute() so it can be tested without Spark."""
-        spec = find_spec(self.pipeline)
-        plan = plan_for_run(context, sink_ids=[s.id for s in spec.sinks],
-                            overrides={"mode": self.mode, "sinks": self.sinks,
-                                       "max_events": self.max_events, "replay_of": self.replay_of})
-        run_id = str(context.get("run_id") or getattr(context.get("dag_run"), "run_id", "") or "manual")
-        upto = self._upto(context)
-
+    def prepare(self, context: Context, report_file: str | None, task: TaskRun | None = None) -> TaskRun:
+        """Fill application_args, env_vars, conf, packages, py_files and the Spark connection
+        for this run. Kept apart from running so it can be tested without Spark."""
+        task = task or self.task_run(context)
+        spec, plan = task.spec, task.plan
         self.spark_conn_id = self.spark_conn_id or spec.spark.conn_id
         self._conn_id = self.spark_conn_id
         self.conf = {**spec.spark.conf, **(self.conf or {})}
         if not self.packages and spec.spark.packages:
             self.packages = ",".join(spec.spark.packages)
-        self.application_args = build_args(pipeline=spec.pipeline, spec_path=spec.path, run_id=run_id,
-                                           mode=plan.mode, upto=upto, sinks=plan.sinks,
-                                           max_events=plan.max_events, replay_of=plan.replay_of,
+        if self.ship_package:
+            self.py_files = ",".join(p for p in (self.py_files, str(package_zip())) if p)
+        self.application_args = build_args(spec=spec, run_id=task.run_id, plan=plan, upto=self._upto(context),
                                            report_file=report_file)
         env = dict(self.env_vars or {})
         env.update({k: os.environ[k] for k in PASSED_ENV if os.environ.get(k) and k not in env})
@@ -111,14 +109,13 @@ class TidegateDeliverOperator(SparkSubmitOperator):
                 if not os.environ.get(k) and k not in env:
                     env[k] = sys.executable
         if self.pass_connections:
-            aliases = {spec.source.conn_id: self.source_conn_id} if self.source_conn_id else None
             conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks)]
-            env.update(connection_env(conn_ids, aliased(airflow_resolver, aliases)))
+            env.update(connection_env(conn_ids, task.resolve))
         self.env_vars = env
-        self.log.info("pipeline %s: spark-submit %s on %s, args %s, connections passed: %s",
-                      spec.pipeline, self.application, master, self.application_args,
+        self.log.info("pipeline %s: spark-submit %s on %s, run %s (%s), connections passed: %s",
+                      spec.pipeline, self.application, master, task.run_id, plan.mode,
                       ", ".join(sorted(k for k in env if k.startswith("AIRFLOW_CONN_"))) or "none")
-        return spec
+        return task
 
     def _upto(self, context: Context) -> dict[str, Any] | None:
         upto = self.upto
@@ -154,47 +151,48 @@ class TidegateDeliverOperator(SparkSubmitOperator):
 
     # ------------------------------------------------------------------ running
 
-    def execute(self, context: Context) -> dict[str, Any] | None:
+    def run(self, task: TaskRun, context: Context) -> dict[str, Any] | None:
         fd, report_file = tempfile.mkstemp(prefix="tidegate-report-", suffix=".json")
         os.close(fd)
         try:
-            spec = self.prepare(context, report_file)
+            self.prepare(context, report_file, task)
             try:
-                super().execute(context)
+                SparkSubmitOperator.execute(self, context)
             except AirflowException as exc:
+                from tidegate.plan import EXIT_FATAL
+
                 code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
                 if code == EXIT_FATAL:
                     raise DeliverFatalError(
-                        f"pipeline {spec.pipeline!r}: the Spark job stopped on a fatal error (exit "
+                        f"pipeline {task.spec.pipeline!r}: the Spark job stopped on a fatal error (exit "
                         f"{EXIT_FATAL}); see the driver log above. Not retried.") from exc
                 raise
             report = _read_report(report_file)
         finally:
             Path(report_file).unlink(missing_ok=True)
         if report is None:
-            self.log.warning("pipeline %s: no run report from the driver (remote driver?)", spec.pipeline)
+            self.log.warning("pipeline %s: no run report from the driver (remote driver?)",
+                             task.spec.pipeline)
         else:
-            self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es)", spec.pipeline,
-                          report.get("events"), report.get("bytes"), report.get("sub_batches"))
+            self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es)",
+                          task.spec.pipeline, report.get("events"), report.get("bytes"),
+                          report.get("sub_batches"))
         return report
 
 
-def build_args(*, pipeline: str, run_id: str, mode: str = "incremental", spec_path: str | None = None,
-               upto: dict[str, Any] | None = None, sinks: Sequence[str] | None = None,
-               max_events: int | None = None, replay_of: str | None = None,
+def build_args(*, spec: Any, run_id: str, plan: Any, upto: dict[str, Any] | None = None,
                report_file: str | None = None) -> list[str]:
-    """The argv of spark_jobs/deliver.py (no secrets: positions, names and ids only)."""
-    args = ["--pipeline", pipeline, "--run-id", run_id, "--mode", mode]
-    if spec_path:
-        args += ["--spec", str(spec_path)]
+    """The argv of spark_jobs/deliver.py (no secrets: the spec, positions, names and ids)."""
+    args = ["--pipeline", spec.pipeline, "--run-id", run_id, "--mode", plan.mode,
+            "--spec-b64", base64.b64encode(spec.text.encode("utf-8")).decode("ascii")]
     if upto:
         args += ["--upto-json", json.dumps(upto, sort_keys=True, separators=(",", ":"))]
-    if sinks:
-        args += ["--sinks", ",".join(sinks)]
-    if max_events:
-        args += ["--max-events", str(int(max_events))]
-    if replay_of:
-        args += ["--replay-of", replay_of]
+    if plan.sinks:
+        args += ["--sinks", ",".join(plan.sinks)]
+    if plan.max_events:
+        args += ["--max-events", str(int(plan.max_events))]
+    if plan.replay_of:
+        args += ["--replay-of", plan.replay_of]
     if report_file:
         args += ["--report-file", report_file]
     return args

@@ -1,4 +1,4 @@
-"""Release the source log up to the lowest committed checkpoint (DESIGN.md, "One run" step 4)."""
+"""Release the source log up to the lowest checkpoint (docs/architecture.md, "One run")."""
 
 from __future__ import annotations
 
@@ -6,14 +6,13 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from .._engine import engine
-from .base import TidegateBaseOperator
+from .base import TaskRun, TidegateBaseOperator
 
 
 class TidegateReleaseOperator(TidegateBaseOperator):
-    """Advance the Postgres slot to the lowest committed sink checkpoint, so the server can
-    recycle WAL (a sink that is behind holds what it still needs); a no-op for binlog sources.
-    Only an incremental run releases: a replay or a dry run moves no checkpoint.
+    """Advance the Postgres slot to the lowest sink checkpoint, so the server can recycle WAL (a
+    sink that is behind holds what it still needs); a no-op for binlog sources. Only an
+    incremental run releases: a replay or a dry run moves no checkpoint.
 
     :param pipeline: the pipeline name.
     :param source_conn_id: override the spec's source connection.
@@ -22,13 +21,14 @@ class TidegateReleaseOperator(TidegateBaseOperator):
 
     ui_color = "#e5f5e0"
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        spec = self.load_spec()
-        plan = self.run_plan(context, spec)
-        if plan.mode != "incremental":
+    def run(self, task: TaskRun, context: Context) -> dict[str, Any]:
+        from tidegate import runner
+        from tidegate.positions import position_to_json
+
+        if task.plan.mode != "incremental":
             self.log.info("pipeline %s: mode=%s moves no checkpoint; nothing to release",
-                          spec.pipeline, plan.mode)
-            return {"pipeline": spec.pipeline, "released_to": None, "skipped": plan.mode}
-        out = engine("runner").release(spec, resolve=self.resolver(spec))
-        self.log.info("pipeline %s: source released up to %s", spec.pipeline, out.get("released_to"))
-        return out
+                          task.spec.pipeline, task.plan.mode)
+            return {"pipeline": task.spec.pipeline, "released_to": None, "skipped": task.plan.mode}
+        low = runner.release(task.spec, resolve=task.resolve)
+        self.log.info("pipeline %s: source released up to %s", task.spec.pipeline, low)
+        return {"pipeline": task.spec.pipeline, "released_to": position_to_json(low)}

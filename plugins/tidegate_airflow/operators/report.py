@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from .base import TidegateBaseOperator
+from .base import TaskRun, TidegateBaseOperator
 
 
 class TidegateReportOperator(TidegateBaseOperator):
@@ -39,20 +39,18 @@ class TidegateReportOperator(TidegateBaseOperator):
         self.release_task_id = release_task_id
         self.emit_metrics = emit_metrics
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        spec = self.load_spec()
-        plan = self.run_plan(context, spec)
+    def run(self, task: TaskRun, context: Context) -> dict[str, Any]:
         ti = context["ti"]
 
         def pull(task_id: str | None) -> Any:
             return ti.xcom_pull(task_ids=task_id) if task_id else None
 
-        summary = summarize(spec, report=pull(self.deliver_task_id), bounds=pull(self.bounds_task_id),
-                            released=pull(self.release_task_id), mode=plan.mode)
-        summary["run_id"] = self.run_id_of(context)
+        summary = summarize(task.spec, report=pull(self.deliver_task_id), bounds=pull(self.bounds_task_id),
+                            released=pull(self.release_task_id), mode=task.plan.mode)
+        summary["run_id"] = task.run_id
         for line in format_summary(summary):
             self.log.info("%s", line)
-        if self.emit_metrics and plan.mode != "dry_run":
+        if self.emit_metrics and task.plan.mode != "dry_run":
             emit_metrics(summary)
         return summary
 
@@ -60,66 +58,32 @@ class TidegateReportOperator(TidegateBaseOperator):
 def summarize(spec: Any, *, report: dict | None, bounds: dict | None, released: dict | None,
               mode: str = "incremental") -> dict[str, Any]:
     """Pure: the run's per-sink numbers from the XComs (any of them may be None)."""
+    from tidegate.positions import position_from_json
+
     bounds = bounds or {}
-    upto = bounds.get("upto")
+    upto = position_from_json(bounds.get("upto"))
     by_id = {s.get("id"): s for s in (report or {}).get("sinks") or []}
     sinks = []
     for s in spec.sinks:
         r = by_id.get(s.id) or {}
-        position = r.get("to") or r.get("checkpoint") or (bounds.get("sinks") or {}).get(s.id)
+        at = r.get("end") or r.get("checkpoint") or (bounds.get("checkpoints") or {}).get(s.id)
+        position = position_from_json(at)
         if report is None or mode == "dry_run":
             status = "nothing_to_do" if bounds.get("nothing_to_do") else ("dry_run" if mode == "dry_run"
                                                                             else "not_run")
         else:
             status = r.get("status") or ("not_chosen" if not r else "unknown")
-        lag = lag_bytes(position, upto)
+        lag = position.bytes_to(upto) if position is not None and upto is not None else None
+        behind = None if upto is None else (position is None or lag is None or lag > 0)
         sinks.append({"id": s.id, "kind": s.kind, "required": s.required, "status": status,
                       "events": int(r.get("events") or 0), "bytes": int(r.get("bytes") or 0),
-                      "position": position, "lag_bytes": lag,
-                      "behind": _behind(position, upto), "error": r.get("error")})
+                      "position": at, "lag_bytes": lag, "behind": behind, "error": r.get("error")})
     return {"pipeline": spec.pipeline, "mode": mode,
             "nothing_to_do": bool(bounds.get("nothing_to_do")) and report is None,
             "events": int((report or {}).get("events") or 0),
             "bytes": int((report or {}).get("bytes") or 0),
             "sub_batches": int((report or {}).get("sub_batches") or 0),
-            "upto": upto, "released_to": (released or {}).get("released_to"), "sinks": sinks}
-
-
-def _behind(position: Any, upto: Any) -> bool | None:
-    if upto is None:
-        return None
-    if position is None:
-        return True
-    try:
-        from tidegate.positions import position_from_json
-
-        return position_from_json(position) < position_from_json(upto)
-    except Exception:
-        return position != upto
-
-
-def lag_bytes(position: Any, upto: Any) -> int | None:
-    """Source log bytes from ``position`` to ``upto``: Postgres LSN difference, or the binlog
-    offset difference within one binlog file. None when it cannot be told."""
-    if not isinstance(position, dict) or not isinstance(upto, dict):
-        return None
-    if "lsn" in position and "lsn" in upto:
-        a, b = _lsn(position["lsn"]), _lsn(upto["lsn"])
-        return None if a is None or b is None else max(0, b - a)
-    if position.get("file") and position.get("file") == upto.get("file"):
-        try:
-            return max(0, int(upto["pos"]) - int(position["pos"]))
-        except (KeyError, TypeError, ValueError):
-            return None
-    return None
-
-
-def _lsn(text: Any) -> int | None:
-    try:
-        hi, lo = str(text).split("/")
-        return (int(hi, 16) << 32) + int(lo, 16)
-    except ValueError:
-        return None
+            "upto": bounds.get("upto"), "released_to": (released or {}).get("released_to"), "sinks": sinks}
 
 
 def format_summary(summary: dict[str, Any]) -> list[str]:

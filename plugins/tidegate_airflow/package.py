@@ -1,0 +1,30 @@
+"""The ``tidegate`` package as a zip for ``spark-submit --py-files``: executors on a cluster get
+the same engine code as the Airflow worker, without installing anything."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+
+def package_zip(folder: Path | None = None) -> Path:
+    """A zip of the importable ``tidegate`` package, rebuilt only when its files change."""
+    import tidegate
+
+    pkg = Path(tidegate.__file__).resolve().parent
+    files = sorted(p for p in pkg.rglob("*.py") if "__pycache__" not in p.parts)
+    digest = hashlib.sha1()
+    for p in files:
+        st = p.stat()
+        digest.update(f"{p.relative_to(pkg)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    out = (folder or Path(tempfile.gettempdir())) / f"tidegate-{digest.hexdigest()[:12]}.zip"
+    if not out.exists():
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for p in files:
+                z.write(p, Path("tidegate") / p.relative_to(pkg))
+        tmp.replace(out)  # atomic: a concurrent task sees the whole zip or none
+    return out
