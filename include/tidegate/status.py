@@ -1,0 +1,233 @@
+"""Where every pipeline stands: halted or not, open incidents and how to resolve them, each sink's
+checkpoint, version, age and lag, and what the last runs delivered per sink.
+
+One function, :func:`pipelines_status`, feeds the tidegate page in the Airflow UI, the metrics
+emitted by the DAG tasks (also when a run fails) and, later, ``tidegate status``. Its output is a
+superset of the ``status --json`` document of docs (``pipeline``, ``halted``, ``incidents`` with
+``kind/from/to/detected_at/resolved``, ``sinks`` with ``id/position/version/updated_at``).
+
+Lag is measured against the source head read now (one cheap query per pipeline, bounded by
+``head_timeout_s``; a source that does not answer leaves the lag unknown and says why):
+
+* ``lag_bytes``: source log bytes from the sink's checkpoint to the head (PostgreSQL: LSN
+  difference; MySQL/MariaDB: binlog bytes, across files from ``SHOW BINARY LOGS``).
+* ``lag_seconds``: 0 when the checkpoint is at the head; otherwise the seconds since the sink's
+  checkpoint last moved (the sink holds nothing newer than that), a lower bound of how old the
+  oldest change it misses is.
+* ``checkpoint_age_seconds``: seconds since the checkpoint's current version was written.
+
+No Airflow import here: callers pass a connection resolver (default: ``AIRFLOW_CONN_*``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .connections import Connection
+from .errors import SpecError, TidegateError
+from .positions import position_to_json
+from .spec import PipelineSpec, load_spec, spec_files
+from .store import CheckpointStore, open_store
+
+log = logging.getLogger(__name__)
+
+Resolver = Callable[[str], Connection]
+RUNS_SHOWN = 5
+
+
+def resolve_params(incident_kind: str) -> list[dict[str, Any]]:
+    """The trigger params (``dag_run.conf``) that resolve an open incident, one dict per way."""
+    return [
+        {"resolve": "accept_gap", "reason": "<why losing the changes in this range is acceptable>"},
+        {"resolve": "resnapshot", "reason": "<why the tables are re-loaded>"},
+    ]
+
+
+def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterable[str] | None = None,
+                     resolve: Resolver | None = None, with_lag: bool = True, runs: int = RUNS_SHOWN,
+                     head_timeout_s: float = 5.0, now: dt.datetime | None = None) -> dict[str, Any]:
+    """The status document of every pipeline (spec files and pipelines the store knows), or of
+    the named ones. Never raises for one pipeline's trouble (a broken spec, an unreachable
+    source): it is reported in that pipeline's entry."""
+    now = now or dt.datetime.now(dt.UTC)
+    own = store is None
+    store = store or open_store()
+    try:
+        specs, spec_errors = _specs()
+        names = sorted(set(specs) | set(store.pipelines())) if pipelines is None else list(pipelines)
+        heads = _heads([specs[n] for n in names if n in specs], resolve, head_timeout_s) if with_lag else {}
+        return {"generated_at": now.isoformat(timespec="seconds"), "store": store.url,
+                "spec_errors": spec_errors,
+                "pipelines": [pipeline_status(store, n, specs.get(n), heads.get(n), runs=runs, now=now)
+                              for n in names]}
+    finally:
+        if own:
+            store.close()
+
+
+def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None,
+                    head: tuple[Any, Any, str | None] | None = None, *, runs: int = RUNS_SHOWN,
+                    now: dt.datetime | None = None) -> dict[str, Any]:
+    """One pipeline's entry. ``head`` is ``(position, log_files, error)`` from the source, or None
+    when the lag is not wanted."""
+    now = now or dt.datetime.now(dt.UTC)
+    head_pos, files, head_error = head or (None, None, None)
+    incidents = store.incidents(name)
+    ckpts = store.checkpoints(name)
+    sink_specs = {s.id: s for s in spec.sinks} if spec else {}
+    sink_ids = list(sink_specs) + [sid for sid in ckpts if sid not in sink_specs]
+    sinks = []
+    for sid in sink_ids:
+        rec = ckpts.get(sid)
+        s = sink_specs.get(sid)
+        entry = {"id": sid, "kind": getattr(s, "kind", None), "required": getattr(s, "required", None),
+                 "position": position_to_json(rec.position) if rec else None,
+                 "version": rec.version if rec else None, "updated_at": rec.written_at if rec else None,
+                 "checkpoint_age_seconds": _age(rec.written_at, now) if rec else None,
+                 "at_head": None, "lag_bytes": None, "lag_seconds": None}
+        if rec is not None and head_pos is not None:
+            entry.update(_lag(rec, head_pos, files, now))
+        sinks.append(entry)
+    open_incidents = [i for i in incidents if not i.resolved]
+    return {
+        "pipeline": name,
+        "dag_id": f"cdc_{name}",
+        "source_kind": spec.source.kind if spec else None,
+        "schedule": spec.schedule if spec else None,
+        "has_spec": spec is not None,
+        "halted": bool(open_incidents),
+        "head": position_to_json(head_pos) if head_pos is not None else None,
+        "head_error": head_error,
+        "incidents": [{**i.to_json(), "resolve_with": [] if i.resolved else resolve_params(i.kind)}
+                      for i in incidents],
+        "incidents_open": len(open_incidents),
+        "sinks": sinks,
+        "runs": recent_runs(store, name, runs),
+    }
+
+
+def recent_runs(store: CheckpointStore, pipeline: str, limit: int = RUNS_SHOWN) -> list[dict[str, Any]]:
+    """The last journaled runs, newest first, with what each sink received."""
+    entries = store.journal(pipeline)[-limit:] if limit else []
+    return [{"run_id": e.run_id, "mode": e.mode, "status": e.status, "started_at": e.started_at,
+             "finished_at": e.finished_at,
+             "sinks": {sid: {"events": js.events, "bytes": js.bytes, "status": js.status,
+                             "from": position_to_json(js.from_position),
+                             "to": position_to_json(js.to_position), "error": js.error}
+                       for sid, js in e.sinks.items()}}
+            for e in reversed(entries)]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _specs() -> tuple[dict[str, PipelineSpec], list[str]]:
+    """Valid specs by pipeline name, and one line per broken file (they hide no other pipeline)."""
+    specs: dict[str, PipelineSpec] = {}
+    errors: list[str] = []
+    for f in spec_files():
+        try:
+            s = load_spec(f)
+        except SpecError as exc:
+            errors.extend(getattr(exc, "problems", None) or [str(exc)])
+            continue
+        specs.setdefault(s.pipeline, s)
+    return specs, errors
+
+
+def _heads(specs: list[PipelineSpec], resolve: Resolver | None, timeout_s: float
+           ) -> dict[str, tuple[Any, Any, str | None]]:
+    """Each source's head, read in parallel threads; a source slower than ``timeout_s`` is
+    reported as such and left behind (daemon thread), so a page never hangs on a dead server."""
+    out: dict[str, tuple[Any, Any, str | None]] = {}
+    threads = []
+    for spec in specs:
+        t = threading.Thread(target=_read_head, args=(spec, resolve, out), daemon=True,
+                             name=f"tidegate-head-{spec.pipeline}")
+        t.start()
+        threads.append((spec, t))
+    deadline = _monotonic() + timeout_s
+    for spec, t in threads:
+        t.join(max(0.0, deadline - _monotonic()))
+        if t.is_alive():
+            out.setdefault(spec.pipeline, (None, None, f"the source did not answer within {timeout_s:g}s"))
+    return out
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _read_head(spec: PipelineSpec, resolve: Resolver | None, out: dict) -> None:
+    from .runner import build_source
+
+    try:
+        source = build_source(spec, resolve)
+        try:
+            head = source.head()
+            files = source.binlog_files() if hasattr(source, "binlog_files") else None
+        finally:
+            source.close()
+        out[spec.pipeline] = (head, files, None)
+    except (TidegateError, OSError, ValueError) as exc:
+        out[spec.pipeline] = (None, None, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a driver's own error class: report it, never raise
+        out[spec.pipeline] = (None, None, f"{type(exc).__name__}: {exc}")
+
+
+def _lag(rec: Any, head: Any, files: list[tuple[str, int]] | None, now: dt.datetime) -> dict[str, Any]:
+    try:
+        at_head = rec.position >= head
+    except Exception:  # noqa: BLE001 - positions of two source identities are not comparable
+        return {"at_head": None, "lag_bytes": None, "lag_seconds": None}
+    return {"at_head": at_head, "lag_bytes": 0 if at_head else log_bytes_between(rec.position, head, files),
+            "lag_seconds": 0.0 if at_head else _age(rec.written_at, now)}
+
+
+def log_bytes_between(frm: Any, to: Any, files: list[tuple[str, int]] | None = None) -> int | None:
+    """Source log bytes from ``frm`` to ``to``: the LSN difference (PostgreSQL), or the binlog
+    bytes (MySQL/MariaDB; across files with the sizes of ``SHOW BINARY LOGS``). None when it
+    cannot be told (a file no longer listed, unknown position kinds)."""
+    a, b = position_to_json(frm) or {}, position_to_json(to) or {}
+    if "lsn" in a and "lsn" in b:
+        la, lb = _lsn(a["lsn"]), _lsn(b["lsn"])
+        return None if la is None or lb is None else max(0, lb - la)
+    if not (a.get("file") and b.get("file")):
+        return None
+    if a["file"] == b["file"]:
+        return max(0, int(b["pos"]) - int(a["pos"]))
+    sizes = dict(files or [])
+    names = [f for f, _ in files or []]
+    if a["file"] not in sizes or b["file"] not in sizes:
+        return None
+    i, j = names.index(a["file"]), names.index(b["file"])
+    if j < i:
+        return 0
+    between = sum(sizes[n] for n in names[i + 1:j])
+    return max(0, sizes[a["file"]] - int(a["pos"])) + between + int(b["pos"])
+
+
+def _lsn(text: Any) -> int | None:
+    try:
+        hi, lo = str(text).split("/")
+        return (int(hi, 16) << 32) + int(lo, 16)
+    except ValueError:
+        return None
+
+
+def _age(iso: str | None, now: dt.datetime) -> float | None:
+    if not iso:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return round(max(0.0, (now - t).total_seconds()), 3)
