@@ -194,7 +194,7 @@ def log_bytes_between(frm: Any, to: Any, files: list[tuple[str, int]] | None = N
     """Source log bytes from ``frm`` to ``to``: the LSN difference (PostgreSQL), or the binlog
     bytes (MySQL/MariaDB; across files with the sizes of ``SHOW BINARY LOGS``). None when it
     cannot be told (a file no longer listed, unknown position kinds)."""
-    a, b = position_to_json(frm) or {}, position_to_json(to) or {}
+    a, b = (p if isinstance(p, dict) else position_to_json(p) or {} for p in (frm, to))
     if "lsn" in a and "lsn" in b:
         la, lb = _lsn(a["lsn"]), _lsn(b["lsn"])
         return None if la is None or lb is None else max(0, lb - la)
