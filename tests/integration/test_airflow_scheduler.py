@@ -313,7 +313,7 @@ def test_rest_api_triggers_dry_run_one_sink_and_max_events(deployment, kafka_boo
 
 
 def scheduled(api, dag: str) -> list[dict]:
-    return [r for r in api.runs(dag) if r["run_id"].startswith("scheduled__")]
+    return [r for r in api.runs(dag) if r["dag_run_id"].startswith("scheduled__")]
 
 
 def wait_scheduled(api, dag: str, pred, what: str, timeout: float = 240) -> dict:
@@ -330,8 +330,8 @@ def wait_scheduled(api, dag: str, pred, what: str, timeout: float = 240) -> dict
 def after_bounds(api, dag: str, run: dict) -> None:
     """Wait until the run's upper bound is captured: a change written now belongs to a later run."""
     deadline = time.monotonic() + 240
-    while api.tasks(dag, run["run_id"]).get("bounds") not in ("success", "failed", "upstream_failed"):
-        assert time.monotonic() < deadline, api.tasks(dag, run["run_id"])
+    while api.tasks(dag, run["dag_run_id"]).get("bounds") not in ("success", "failed", "upstream_failed"):
+        assert time.monotonic() < deadline, api.tasks(dag, run["dag_run_id"])
         time.sleep(1)
 
 
@@ -349,9 +349,9 @@ def test_scheduled_runs_deliver_the_workload_between_them_exactly_once(deploymen
     sql(d, f"DELETE FROM {db}.orders WHERE id = 2", f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1")
     third = wait_scheduled(api, dag, lambda r: r["run_after"] > second["run_after"], "after the second")
     for r in (first, second, third):
-        assert api.wait_run(dag, r["run_id"]) == "success", api.tasks(dag, r["run_id"])
-    assert api.tasks(dag, second["run_id"])["deliver"] == "success"
-    assert api.tasks(dag, third["run_id"])["deliver"] == "success"
+        assert api.wait_run(dag, r["dag_run_id"]) == "success", api.tasks(dag, r["dag_run_id"])
+    assert api.tasks(dag, second["dag_run_id"])["deliver"] == "success"
+    assert api.tasks(dag, third["dag_run_id"])["deliver"] == "success"
 
     changes = kafka_changes(kafka_bootstrap, f"{p}.orders")
     assert per_key(changes) == {1: [("c", "new"), ("u", "paid"), ("u", "shipped")],
@@ -362,7 +362,7 @@ def test_scheduled_runs_deliver_the_workload_between_them_exactly_once(deploymen
         collections.Counter(keys)
     assert redis_ids(redis_service.cdc, f"{p}:orders") == keys
     journal = {e.run_id: e for e in d["store"].journal(p)}
-    assert [journal[r["run_id"]].sinks["events"].events for r in (second, third)] == [4, 2]
+    assert [journal[r["dag_run_id"]].sinks["events"].events for r in (second, third)] == [4, 2]
     d["scheduled"] = (second, third, keys)
 
 
@@ -371,7 +371,7 @@ def test_backfill_replays_exactly_the_journaled_ranges(deployment, kafka_bootstr
     dag, p = d["dags"]["sched"], d["names"]["sched"]
     second, third, keys = d["scheduled"]
     before = ckpts(d, "sched")
-    originals = {r["run_id"]: d["store"].journal(p, r["run_id"])[0] for r in (second, third)}
+    originals = {r["dag_run_id"]: d["store"].journal(p, r["dag_run_id"])[0] for r in (second, third)}
     r = services("airflow", "backfill", "create", "--dag-id", dag,
                  "--from-date", second["logical_date"], "--to-date", third["logical_date"],
                  "--reprocess-behavior", "completed", "--max-active-runs", "1",
