@@ -34,10 +34,9 @@ test-unit: venv
 test-integration: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest -m integration
 
+# The demo starts servers of its own (.demo/services, other ports): `make test` never touches them.
 demo: install
-	@$(PYTHON) scripts/services up
-	@if [ -x scripts/demo ]; then PATH="$(CURDIR)/$(VENV)/bin:$$PATH" scripts/demo; \
-	else echo "demo: the services are up (scripts/services status); the demo pipelines are not built yet."; fi
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/demo
 
 services-up:
 	@$(PYTHON) scripts/services up
@@ -47,3 +46,5 @@ services-down:
 
 clean: services-down
 	rm -rf .services .state
+	@if [ -f .demo/env ]; then . .demo/env && $(PYTHON) scripts/services down; fi
+	rm -rf .demo

@@ -126,40 +126,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def status_json(store: CheckpointStore, pipeline: str | None = None) -> dict[str, Any]:
-    """The ``status --json`` document; its shape is fixed by DESIGN.md."""
-    specs = catalog.scan().by_name()  # valid specs: a broken one must not hide the others
-    names = sorted(set(specs) | set(store.pipelines()))
-    if pipeline is not None:
-        names = [pipeline]
-    return {"pipelines": [_pipeline_status(store, n, specs.get(n)) for n in names]}
+    """The ``status --json`` document (docs/operations.md), without contacting any source."""
+    from .status import pipelines_status
 
-
-def _pipeline_status(store: CheckpointStore, name: str, spec: specmod.PipelineSpec | None) -> dict:
-    ckpts = store.checkpoints(name)
-    sink_ids = [s.id for s in spec.sinks] if spec else []
-    sink_ids += [sid for sid in ckpts if sid not in sink_ids]
-    incidents = store.incidents(name)
-    return {
-        "pipeline": name,
-        "halted": any(not i.resolved for i in incidents),
-        "incidents": [{"id": i.id, "kind": i.kind, "from": position_to_json(i.from_position),
-                       "to": position_to_json(i.to_position), "detected_at": i.detected_at,
-                       "resolved": i.resolved, "resolution": i.resolution, "reason": i.reason,
-                       "detail": i.detail} for i in incidents],
-        "failovers": [{"incident": i.id, "detected_at": i.detected_at, "detail": i.detail,
-                       "from": position_to_json(i.from_position), "to": position_to_json(i.to_position),
-                       "resolution": i.resolution}
-                      for i in incidents if i.kind == "failover"],
-        "identity": store.get_source_identity(name),
-        "sinks": [_sink_status(sid, ckpts.get(sid)) for sid in sink_ids],
-    }
-
-
-def _sink_status(sink_id: str, rec: Any) -> dict:
-    if rec is None:
-        return {"id": sink_id, "position": None, "version": None, "updated_at": None}
-    return {"id": sink_id, "position": position_to_json(rec.position), "version": rec.version,
-            "updated_at": rec.written_at}
+    doc = pipelines_status(store=store, pipelines=[pipeline] if pipeline else None, with_lag=False)
+    return {"pipelines": doc["pipelines"]}
 
 
 def cmd_status(args: argparse.Namespace) -> int:

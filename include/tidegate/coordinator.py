@@ -1,6 +1,6 @@
 """The delivery coordinator: one run's sub-batches → every sink → commit policy → checkpoints.
 
-Per run (DESIGN.md, "One run"):
+Per run (docs/architecture.md, "One run"):
 
 1. ``open()``: open every sink and compute its *effective* start: the store's checkpoint, or
    the sink's own ``committed_checkpoint()`` when that record extends the store's current
@@ -92,7 +92,7 @@ class RunReport:
 
 
 def policy_holds(policy: BatchSpec, sinks: Sequence[Sink], acked: set[str]) -> bool:
-    """The commit policy of DESIGN.md, for one sub-batch."""
+    """The commit policy (docs/architecture.md), for one sub-batch."""
     if policy.commit_policy == "required":
         return all(s.sink_id in acked for s in sinks if s.required)
     if policy.commit_policy == "all":

@@ -1,8 +1,9 @@
 """Error classes shared by sources, sinks and the coordinator.
 
-Each sink failure carries an :class:`ErrorClass` that decides what happens next (DESIGN.md,
-"Errors"): retryable → backoff, then the sink fails for the sub-batch; non-retryable → the
-sink fails at once; fatal → the whole run stops and must not be retried.
+Each sink failure carries an :class:`ErrorClass` that decides what happens next: retryable →
+backoff, then the sink fails for the sub-batch; non-retryable → the sink fails at once; fatal →
+the whole run stops and must not be retried. Engine errors that a retry cannot fix say so with
+``fatal`` (docs/architecture.md, "Layers").
 """
 
 from __future__ import annotations

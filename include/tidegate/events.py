@@ -1,4 +1,4 @@
-"""Change events: the Debezium-compatible envelope every sink receives (DESIGN.md).
+"""Change events: the Debezium-compatible envelope every sink receives (docs/architecture.md).
 
 An event is built by a source, serialized once (``ChangeEvent.value``) and the same bytes go to
 every sink. Everything in the envelope derives from the source log, never from the clock, so
@@ -45,7 +45,7 @@ _NATIVE_SCALARS = (str, int, bool, type(None))
 
 
 def encode_value(v: Any) -> Any:
-    """Map a source value to its JSON-faithful form (DESIGN.md, "Change events").
+    """Map a source value to its JSON-faithful form (README.md, "Pipelines"; docs/architecture.md).
 
     DECIMAL → string (no float rounding), bytes → base64, date/time → ISO-8601, MySQL TIME
     (a timedelta, may be negative or over 24 h) → ``[-]HH:MM:SS[.ffffff]``, sets → sorted

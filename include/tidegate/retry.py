@@ -1,4 +1,4 @@
-"""Retries with exponential backoff and full jitter, per sink kind (DESIGN.md, "Errors").
+"""Retries with exponential backoff and full jitter, per sink kind (docs/architecture.md).
 
 Full jitter (sleep uniform(0, min(max, base * 2**n)) before retry n+1) spreads the retries of
 many workers hitting one broker, instead of having them retry in lock-step.

@@ -1,6 +1,6 @@
 """Pipeline specs (``include/pipelines/<pipeline>.yaml``) as typed, validated objects.
 
-The YAML format is fixed by DESIGN.md ("Pipeline spec"). Unknown fields are errors. Loading
+The YAML format is the contract of README.md ("Pipelines"). Unknown fields are errors. Loading
 and validation live in this module; every problem is reported as one line naming the file,
 the field path and what is allowed.
 """

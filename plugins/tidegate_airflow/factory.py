@@ -79,6 +79,7 @@ def create_dag(spec: Any) -> Any:
     """The DAG of one pipeline."""
     from airflow.sdk import DAG
 
+    from .metrics import on_task_failure
     from .operators import (
         TidegateBoundsOperator,
         TidegateDeliverOperator,
@@ -97,7 +98,9 @@ def create_dag(spec: Any) -> Any:
         catchup=False,
         max_active_runs=1,
         dagrun_timeout=DAGRUN_TIMEOUT,
-        default_args=dict(DEFAULT_ARGS),
+        # Metrics also when a run fails or halts (tidegate_airflow/metrics.py).
+        default_args={**DEFAULT_ARGS, "on_failure_callback": on_task_failure,
+                      "on_retry_callback": on_task_failure},
         tags=["cdc", spec.source.kind, *sink_kinds],
         doc_md=doc_md(spec),
         params=run_params([s.id for s in spec.sinks]),

@@ -1,5 +1,5 @@
 """Kafka sink against the real KRaft broker: exactly-once across SIGKILLs, zombie fencing,
-idempotent mode, topic creation and error classes (DESIGN.md, "Delivery guarantees")."""
+idempotent mode, topic creation and error classes (docs/architecture.md, "Guarantees")."""
 
 from __future__ import annotations
 

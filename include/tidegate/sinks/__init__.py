@@ -1,4 +1,4 @@
-"""Sinks: Kafka, NATS JetStream, Redis Streams (DESIGN.md, "Delivery guarantees").
+"""Sinks: Kafka, NATS JetStream, Redis Streams (docs/architecture.md, "Guarantees and what they rest on").
 
 ``make_sink(pipeline_spec, sink_spec, conn)`` builds the sink for one spec entry. The client
 libraries are imported only when a sink of that kind is made, so an installation that uses

@@ -1,6 +1,6 @@
 """Kafka sink (confluent-kafka / librdkafka).
 
-Modes (DESIGN.md, "Delivery guarantees"):
+Modes (docs/architecture.md, "Guarantees and what they rest on"):
 
 * ``exactly_once: true``: one Kafka transaction per sub-batch, ``transactional.id``
   ``tidegate-{pipeline}-{sink_id}`` (stable, so opening a new run fences a zombie). The

@@ -53,6 +53,11 @@ class Source(abc.ABC):
     def earliest(self) -> Position:
         """The earliest position the log can still be read from."""
 
+    def log_sizes(self) -> dict[str, int] | None:
+        """The size of each log segment still on the server, for lag arithmetic across
+        segments (``Position.bytes_to``); None where positions need none (an LSN)."""
+        return None
+
     # ------------------------------------------------------------------ reading
 
     @abc.abstractmethod

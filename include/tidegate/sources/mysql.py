@@ -282,6 +282,9 @@ class MySqlSource(Source):
         """The binlog files still on the server, oldest first, with their sizes."""
         return [(r[0], int(r[1])) for r in self._q("SHOW BINARY LOGS")]
 
+    def log_sizes(self) -> dict[str, int]:
+        return dict(self.binlog_files())
+
     def earliest(self) -> BinlogPosition:
         """The earliest position still available (the start of the oldest binlog file)."""
         first = self.binlog_files()[0][0]

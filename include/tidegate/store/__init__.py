@@ -1,4 +1,4 @@
-"""The checkpoint store (DESIGN.md, "Positions and checkpoints").
+"""The checkpoint store (docs/architecture.md, "Checkpoints: the store is the authority").
 
 ``open_store()`` picks the backend from ``TIDEGATE_CHECKPOINT_STORE``:
 

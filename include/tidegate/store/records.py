@@ -11,7 +11,7 @@ from ..positions import Position, position_from_json, position_to_json
 
 
 def checkpoint_key(pipeline: str, sink_id: str) -> str:
-    """The checkpoint key fixed by DESIGN.md."""
+    """The checkpoint key: ``{pipeline}::sink::{sink_id}``."""
     return f"{pipeline}::sink::{sink_id}"
 
 
@@ -80,7 +80,7 @@ class Incident:
     resolved_at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The shape `tidegate status --json` prints (DESIGN.md), plus the resolution."""
+        """The shape `tidegate status --json` prints (docs/operations.md), plus the resolution."""
         return {"id": self.id, "kind": self.kind, "from": position_to_json(self.from_position),
                 "to": position_to_json(self.to_position), "detected_at": self.detected_at,
                 "resolved": self.resolved, "resolution": self.resolution,

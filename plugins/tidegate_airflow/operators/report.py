@@ -6,20 +6,16 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from .. import metrics
 from .base import TaskRun, TidegateBaseOperator
 
 
 class TidegateReportOperator(TidegateBaseOperator):
     """Summarise the run from the XComs of the bounds, deliver and release tasks; log one line
-    per sink and emit StatsD metrics through Airflow's ``Stats``:
-
-    - ``tidegate.<pipeline>.<sink>.events`` / ``.bytes`` (counters, per run)
-    - ``tidegate.<pipeline>.<sink>.lag_bytes`` (gauge: source log bytes between the sink's
-      checkpoint and the run's upper bound, where the position format allows it)
-    - ``tidegate.<pipeline>.<sink>.behind`` (gauge: 1 when the sink did not reach the bound)
-    - ``tidegate.<pipeline>.events`` / ``.bytes`` / ``.runs`` / ``.nothing_to_do``
-
-    A dry run is logged but emits no metrics. Metrics also carry ``pipeline`` and ``sink`` tags.
+    per sink and emit metrics through Airflow's ``Stats`` (names in tidegate_airflow/metrics.py):
+    the run's ``tidegate.events`` / ``bytes`` (/ ``dlq`` / ``duplicates``) per sink, then the
+    pipeline's state: ``incidents_open``, and per sink ``lag_bytes``, ``lag_seconds``,
+    ``checkpoint_age_seconds``. A dry run emits only the state.
 
     :param pipeline: the pipeline name.
     :param deliver_task_id: task whose XCom is the run report (None when it was skipped).
@@ -52,6 +48,8 @@ class TidegateReportOperator(TidegateBaseOperator):
             self.log.info("%s", line)
         if self.emit_metrics and task.plan.mode != "dry_run":
             emit_metrics(summary)
+        if self.emit_metrics:
+            metrics.emit_state(task.spec.pipeline, resolve=task.resolve)
         return summary
 
 
@@ -77,7 +75,8 @@ def summarize(spec: Any, *, report: dict | None, bounds: dict | None, released: 
         behind = None if upto is None else (position is None or lag is None or lag > 0)
         sinks.append({"id": s.id, "kind": s.kind, "required": s.required, "status": status,
                       "events": int(r.get("events") or 0), "bytes": int(r.get("bytes") or 0),
-                      "position": at, "lag_bytes": lag, "behind": behind, "error": r.get("error")})
+                      "position": at, "lag_bytes": lag, "behind": behind, "error": r.get("error"),
+                      "dlq": r.get("dlq"), "duplicates": r.get("duplicates")})
     return {"pipeline": spec.pipeline, "mode": mode,
             "nothing_to_do": bool(bounds.get("nothing_to_do")) and report is None,
             "events": int((report or {}).get("events") or 0),
@@ -102,18 +101,5 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
 
 
 def emit_metrics(summary: dict[str, Any], stats: Any = None) -> None:
-    if stats is None:
-        from airflow.sdk.observability.stats import Stats as stats
-    p = summary["pipeline"]
-    stats.incr(f"tidegate.{p}.runs", 1, tags={"pipeline": p})
-    stats.incr(f"tidegate.{p}.events", summary["events"], tags={"pipeline": p})
-    stats.incr(f"tidegate.{p}.bytes", summary["bytes"], tags={"pipeline": p})
-    stats.gauge(f"tidegate.{p}.nothing_to_do", 1 if summary["nothing_to_do"] else 0, tags={"pipeline": p})
-    for s in summary["sinks"]:
-        tags = {"pipeline": p, "sink": s["id"], "kind": s["kind"]}
-        stats.incr(f"tidegate.{p}.{s['id']}.events", s["events"], tags=tags)
-        stats.incr(f"tidegate.{p}.{s['id']}.bytes", s["bytes"], tags=tags)
-        if s["lag_bytes"] is not None:
-            stats.gauge(f"tidegate.{p}.{s['id']}.lag_bytes", s["lag_bytes"], tags=tags)
-        if s["behind"] is not None:
-            stats.gauge(f"tidegate.{p}.{s['id']}.behind", 1 if s["behind"] else 0, tags=tags)
+    """The run's counters (names and types: tidegate_airflow/metrics.py)."""
+    metrics.emit_run(summary, stats)

@@ -1,0 +1,27 @@
+# The tidegate image: the official Airflow image with this project and its client libraries, and
+# a Java runtime for spark-submit. docker-compose.yaml runs Airflow (api-server, scheduler,
+# dag-processor) and the Spark master and worker from it, so the Spark driver and executors
+# have the same Python and the same tidegate.
+FROM apache/airflow:3.3.2-python3.11
+
+USER root
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64
+
+USER airflow
+# The exact pins of requirements.txt for what tidegate adds to Airflow.
+COPY --chown=airflow:root requirements.txt /tmp/requirements.txt
+RUN pip install --no-cache-dir "apache-airflow==3.3.2" $(grep -E '^(apache-airflow-providers-apache-spark|pyspark|pyspark-client|py4j|confluent-kafka|nats-py|redis|psycopg2-binary|PyMySQL|mysql-replication|PyYAML|asyncpg|pyarrow|pandas|statsd)==' /tmp/requirements.txt)
+
+COPY --chown=airflow:root pyproject.toml README.md /opt/tidegate/
+COPY --chown=airflow:root include /opt/tidegate/include
+COPY --chown=airflow:root dags /opt/tidegate/dags
+COPY --chown=airflow:root plugins /opt/tidegate/plugins
+COPY --chown=airflow:root spark_jobs /opt/tidegate/spark_jobs
+RUN pip install --no-cache-dir --no-deps -e /opt/tidegate
+
+ENV AIRFLOW__CORE__DAGS_FOLDER=/opt/tidegate/dags \
+    AIRFLOW__CORE__PLUGINS_FOLDER=/opt/tidegate/plugins \
+    TIDEGATE_PIPELINES_DIR=/opt/tidegate/include/pipelines

@@ -1,0 +1,237 @@
+"""Commit-to-Kafka latency of a `@continuous` pipeline under a steady load, through the real
+Airflow deployment (`scripts/services up airflow`: scheduler, LocalExecutor, Spark per run).
+
+A MariaDB table gets ``--rate`` row changes per second (``--rows-per-tx`` rows per
+transaction) for ``--seconds``; a read_committed Kafka consumer notes when each row becomes
+visible. Latency = visible in Kafka (read_committed) - the workload's COMMIT returned. Prints
+the percentiles, rows written/seen/duplicated and the runs Airflow made.
+
+    export TIDEGATE_..._PORT=...   # the servers' ports, as for the tests
+    .venv/bin/python benchmarks/continuous.py --rate 200 --seconds 180
+
+The Airflow deployment is (re)started with this benchmark's pipelines folder and checkpoint
+store, and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVICES = ROOT / "scripts" / "services"
+
+
+def services(*args: str, env: dict | None = None) -> str:
+    r = subprocess.run([sys.executable, str(SERVICES), *args], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"scripts/services {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def services_env() -> dict[str, str]:
+    out = {}
+    for line in services("env").splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        out[key] = shlex.split(value)[0]
+    return out
+
+
+class Api:
+    def __init__(self, env: dict[str, str]):
+        self.url = env["TIDEGATE_AIRFLOW_URL"]
+        self.token = self.call("POST", "/auth/token", {"username": env["TIDEGATE_AIRFLOW_USER"],
+                                                       "password": env["TIDEGATE_AIRFLOW_PASSWORD"]},
+                               auth=False)["access_token"]
+
+    def call(self, method: str, path: str, body: dict | None = None, *, auth: bool = True) -> dict:
+        req = urllib.request.Request(self.url + path, method=method,
+                                     headers={"Content-Type": "application/json"},
+                                     data=None if body is None else json.dumps(body).encode())
+        if auth:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read() or b"{}")
+
+
+class Workload(threading.Thread):
+    """Inserts rows at a steady rate; records when each row's COMMIT returned."""
+
+    def __init__(self, conn_kwargs: dict, table: str, rate: int, rows_per_tx: int, seconds: float):
+        super().__init__(daemon=True)
+        self.kw, self.table, self.rate = conn_kwargs, table, rate
+        self.per_tx, self.seconds = rows_per_tx, seconds
+        self.committed: dict[int, float] = {}
+
+    def run(self) -> None:
+        import pymysql
+
+        conn = pymysql.connect(**self.kw, autocommit=False)
+        interval = self.per_tx / self.rate
+        next_id, start = 1, time.monotonic()
+        with conn.cursor() as c:
+            while time.monotonic() - start < self.seconds:
+                ids = list(range(next_id, next_id + self.per_tx))
+                c.executemany(f"INSERT INTO {self.table} (id, v) VALUES (%s, %s)",
+                              [(i, "x" * 40) for i in ids])
+                conn.commit()
+                t = time.time()
+                for i in ids:
+                    self.committed[i] = t
+                next_id += self.per_tx
+                # Steady rate: sleep until this transaction's slot is over.
+                delay = start + (next_id - 1) / self.rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(min(delay, interval))
+        conn.close()
+
+
+class Reader(threading.Thread):
+    """read_committed consumer: when each row id became visible in Kafka."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.seen: dict[int, float] = {}
+        self.duplicates = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import Consumer
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-" + uuid.uuid4().hex,
+                      "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 2000})
+        c.subscribe([self.topic])
+        try:
+            while not self.stop.is_set():
+                msg = c.poll(0.5)
+                if msg is None or msg.error():
+                    continue
+                t = time.time()
+                row = json.loads(msg.value())["after"]["id"]
+                if row in self.seen:
+                    self.duplicates += 1
+                else:
+                    self.seen[row] = t
+        finally:
+            c.close()
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rate", type=int, default=200, help="row changes per second")
+    ap.add_argument("--rows-per-tx", type=int, default=10)
+    ap.add_argument("--seconds", type=float, default=180)
+    ap.add_argument("--drain", type=float, default=180, help="max seconds to wait for the tail")
+    args = ap.parse_args()
+
+    sys.path.insert(0, str(ROOT / "include"))
+    services("up", "mysql", "kafka")
+    senv = services_env()
+    from tidegate.connections import get_connection
+
+    admin = get_connection("cdc_mysql_admin", senv)
+    bootstrap = get_connection("cdc_kafka", senv).extra["bootstrap.servers"]
+    tag = uuid.uuid4().hex[:6]
+    db, pipeline = f"bench_{tag}", f"bench_cont_{tag}"
+    work = Path(tempfile.mkdtemp(prefix="tidegate-bench-continuous-"))
+    (work / "pipelines").mkdir()
+    (work / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
+        pipeline: {pipeline}
+        schedule: "@continuous"
+        source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.events], server_id: 48501, start: head}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+              exactly_once: true}}
+    """))
+    import pymysql
+
+    kw = dict(host=admin.host, port=admin.port, user=admin.login, password=admin.password)
+    with pymysql.connect(**kw, autocommit=True) as conn, conn.cursor() as c:
+        c.execute(f"CREATE DATABASE {db}")
+        c.execute(f"CREATE TABLE {db}.events (id INT PRIMARY KEY, v VARCHAR(64))")
+
+    env = dict(os.environ, TIDEGATE_PIPELINES_DIR=str(work / "pipelines"),
+               TIDEGATE_CHECKPOINT_STORE=f"sqlite:///{work / 'store.sqlite'}")
+    env.pop("TIDEGATE_STATSD", None)
+    t0 = time.monotonic()
+    services("up", "airflow", env=env)
+    senv = services_env()
+    api = Api(senv)
+    dag = f"cdc_{pipeline}"
+    while True:
+        try:
+            api.call("GET", f"/api/v2/dags/{dag}")
+            break
+        except OSError:
+            if time.monotonic() - t0 > 180:
+                raise SystemExit(f"{dag} did not appear") from None
+            time.sleep(2)
+    api.call("PATCH", f"/api/v2/dags/{dag}", {"is_paused": False})
+    print(f"deployment up and {dag} unpaused in {time.monotonic() - t0:.0f}s; waiting for the first run "
+          f"(places the sink at the head)", flush=True)
+    while not any(r["state"] == "success"
+                  for r in api.call("GET", f"/api/v2/dags/{dag}/dagRuns")["dag_runs"]):
+        time.sleep(2)
+
+    reader = Reader(bootstrap, f"{pipeline}.events")
+    reader.start()
+    load = Workload({**kw, "database": db}, f"{db}.events", args.rate, args.rows_per_tx, args.seconds)
+    t_load = time.monotonic()
+    load.start()
+    load.join()
+    load_s = time.monotonic() - t_load
+    deadline = time.monotonic() + args.drain
+    while len(reader.seen) < len(load.committed) and time.monotonic() < deadline:
+        time.sleep(1)
+    reader.stop.set()
+    reader.join()
+    api.call("PATCH", f"/api/v2/dags/{dag}", {"is_paused": True})
+
+    runs = [r for r in api.call("GET", f"/api/v2/dags/{dag}/dagRuns?limit=1000")["dag_runs"]
+            if r.get("start_date") and r.get("end_date")]
+    durations = [(_ts(r["end_date"]) - _ts(r["start_date"])) for r in runs]
+    lat = [reader.seen[i] - t for i, t in load.committed.items() if i in reader.seen]
+    rate = len(load.committed) / load_s
+    print(f"\nload: {len(load.committed)} rows in {load_s:.0f}s = {rate:.0f} changes/s "
+          f"({args.rows_per_tx} rows per transaction)")
+    print(f"kafka (read_committed): {len(reader.seen)} rows seen, {reader.duplicates} duplicates, "
+          f"{len(load.committed) - len(reader.seen)} missing after {args.drain:.0f}s of drain")
+    if lat:
+        print(f"commit-to-Kafka latency: p50 {pct(lat, 50):.1f}s  p95 {pct(lat, 95):.1f}s  "
+              f"p99 {pct(lat, 99):.1f}s  max {max(lat):.1f}s  mean {statistics.mean(lat):.1f}s")
+    if durations:
+        print(f"airflow runs: {len(durations)} finished, mean {statistics.mean(durations):.1f}s, "
+              f"max {max(durations):.1f}s per run")
+    with pymysql.connect(**kw, autocommit=True) as conn, conn.cursor() as c:
+        c.execute(f"DROP DATABASE IF EXISTS {db}")
+    services("down", "airflow")
+    return 0 if len(reader.seen) == len(load.committed) and reader.duplicates == 0 else 1
+
+
+def _ts(text: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

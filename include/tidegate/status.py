@@ -1,0 +1,200 @@
+"""Where every pipeline stands: halted or not, open incidents and how to resolve them, each sink's
+checkpoint, version, age and lag, and what the last runs delivered per sink.
+
+One function, :func:`pipelines_status`, feeds the tidegate page in the Airflow UI, the metrics
+emitted by the DAG tasks (also when a run fails) and, later, ``tidegate status``. Its output is a
+superset of the ``status --json`` document of docs (``pipeline``, ``halted``, ``incidents`` with
+``kind/from/to/detected_at/resolved``, ``sinks`` with ``id/position/version/updated_at``).
+
+Lag is measured against the source head read now (one cheap query per pipeline, bounded by
+``head_timeout_s``; a source that does not answer leaves the lag unknown and says why):
+
+* ``lag_bytes``: source log bytes from the sink's checkpoint to the head (PostgreSQL: LSN
+  difference; MySQL/MariaDB: binlog bytes, across files from ``SHOW BINARY LOGS``).
+* ``lag_seconds``: 0 when the checkpoint is at the head; otherwise the seconds since the sink's
+  checkpoint last moved (the sink holds nothing newer than that), a lower bound of how old the
+  oldest change it misses is.
+* ``checkpoint_age_seconds``: seconds since the checkpoint's current version was written.
+
+No Airflow import here: callers pass a connection resolver (default: ``AIRFLOW_CONN_*``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .catalog import scan
+from .connections import Connection
+from .errors import TidegateError
+from .plan import RESOLUTIONS
+from .positions import Position, position_from_json, position_to_json, same_lineage
+from .spec import PipelineSpec
+from .store import CheckpointStore, open_store
+
+log = logging.getLogger(__name__)
+
+Resolver = Callable[[str], Connection]
+RUNS_SHOWN = 5
+
+
+REASONS = {"accept_gap": "<why losing the changes in this range is acceptable>"}
+
+
+def resolve_params(incident_kind: str) -> list[dict[str, Any]]:
+    """The trigger params (``dag_run.conf``) that resolve an open incident, one dict per way."""
+    return [{"resolve": r, "reason": REASONS[r]} for r in RESOLUTIONS]
+
+
+def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterable[str] | None = None,
+                     resolve: Resolver | None = None, with_lag: bool = True, runs: int = RUNS_SHOWN,
+                     head_timeout_s: float = 5.0, now: dt.datetime | None = None) -> dict[str, Any]:
+    """The status document of every pipeline (spec files and pipelines the store knows), or of
+    the named ones. Never raises for one pipeline's trouble (a broken spec, an unreachable
+    source): it is reported in that pipeline's entry."""
+    now = now or dt.datetime.now(dt.UTC)
+    own = store is None
+    store = store or open_store()
+    try:
+        catalog = scan()
+        specs, spec_errors = catalog.by_name(), catalog.problems
+        names = sorted(set(specs) | set(store.pipelines())) if pipelines is None else list(pipelines)
+        heads = _heads([specs[n] for n in names if n in specs], resolve, head_timeout_s) if with_lag else {}
+        return {"generated_at": now.isoformat(timespec="seconds"), "store": store.url,
+                "spec_errors": spec_errors,
+                "pipelines": [pipeline_status(store, n, specs.get(n), heads.get(n), runs=runs, now=now)
+                              for n in names]}
+    finally:
+        if own:
+            store.close()
+
+
+def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None,
+                    head: tuple[Any, Any, str | None] | None = None, *, runs: int = RUNS_SHOWN,
+                    now: dt.datetime | None = None) -> dict[str, Any]:
+    """One pipeline's entry. ``head`` is ``(position, log_files, error)`` from the source, or None
+    when the lag is not wanted."""
+    now = now or dt.datetime.now(dt.UTC)
+    head_pos, files, head_error = head or (None, None, None)
+    incidents = store.incidents(name)
+    ckpts = store.checkpoints(name)
+    sink_specs = {s.id: s for s in spec.sinks} if spec else {}
+    sink_ids = list(sink_specs) + [sid for sid in ckpts if sid not in sink_specs]
+    sinks = []
+    for sid in sink_ids:
+        rec = ckpts.get(sid)
+        s = sink_specs.get(sid)
+        entry = {"id": sid, "kind": getattr(s, "kind", None), "required": getattr(s, "required", None),
+                 "position": position_to_json(rec.position) if rec else None,
+                 "version": rec.version if rec else None, "updated_at": rec.written_at if rec else None,
+                 "checkpoint_age_seconds": _age(rec.written_at, now) if rec else None,
+                 "at_head": None, "lag_bytes": None, "lag_seconds": None}
+        if rec is not None and head_pos is not None:
+            entry.update(_lag(rec, head_pos, files, now))
+        sinks.append(entry)
+    open_incidents = [i for i in incidents if not i.resolved]
+    return {
+        "pipeline": name,
+        "identity": store.get_source_identity(name),
+        "failovers": [{"incident": i.id, "detected_at": i.detected_at, "detail": i.detail,
+                       "from": position_to_json(i.from_position), "to": position_to_json(i.to_position),
+                       "resolution": i.resolution} for i in incidents if i.kind == "failover"],
+        "dag_id": f"cdc_{name}",
+        "source_kind": spec.source.kind if spec else None,
+        "schedule": spec.schedule if spec else None,
+        "has_spec": spec is not None,
+        "halted": bool(open_incidents),
+        "head": position_to_json(head_pos) if head_pos is not None else None,
+        "head_error": head_error,
+        "incidents": [{**i.to_json(), "resolve_with": [] if i.resolved else resolve_params(i.kind)}
+                      for i in incidents],
+        "incidents_open": len(open_incidents),
+        "sinks": sinks,
+        "runs": recent_runs(store, name, runs),
+    }
+
+
+def recent_runs(store: CheckpointStore, pipeline: str, limit: int = RUNS_SHOWN) -> list[dict[str, Any]]:
+    """The last journaled runs, newest first, with what each sink received."""
+    entries = store.journal(pipeline)[-limit:] if limit else []
+    return [{"run_id": e.run_id, "mode": e.mode, "status": e.status, "started_at": e.started_at,
+             "finished_at": e.finished_at,
+             "sinks": {sid: {"events": js.events, "bytes": js.bytes, "status": js.status,
+                             "start": position_to_json(js.start),
+                             "end": position_to_json(js.end), "error": js.error}
+                       for sid, js in e.sinks.items()}}
+            for e in reversed(entries)]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _heads(specs: list[PipelineSpec], resolve: Resolver | None, timeout_s: float
+           ) -> dict[str, tuple[Any, Any, str | None]]:
+    """Each source's head, read in parallel threads; a source slower than ``timeout_s`` is
+    reported as such and left behind (daemon thread), so a page never hangs on a dead server."""
+    out: dict[str, tuple[Any, Any, str | None]] = {}
+    threads = []
+    for spec in specs:
+        t = threading.Thread(target=_read_head, args=(spec, resolve, out), daemon=True,
+                             name=f"tidegate-head-{spec.pipeline}")
+        t.start()
+        threads.append((spec, t))
+    deadline = _monotonic() + timeout_s
+    for spec, t in threads:
+        t.join(max(0.0, deadline - _monotonic()))
+        if t.is_alive():
+            out.setdefault(spec.pipeline, (None, None, f"the source did not answer within {timeout_s:g}s"))
+    return out
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _read_head(spec: PipelineSpec, resolve: Resolver | None, out: dict) -> None:
+    from .runner import build_source
+
+    try:
+        source = build_source(spec, resolve)
+        try:
+            head, sizes = source.head(), source.log_sizes()
+        finally:
+            source.close()
+        out[spec.pipeline] = (head, sizes, None)
+    except (TidegateError, OSError, ValueError) as exc:
+        out[spec.pipeline] = (None, None, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a driver's own error class: report it, never raise
+        out[spec.pipeline] = (None, None, f"{type(exc).__name__}: {exc}")
+
+
+def _lag(rec: Any, head: Position, sizes: dict[str, int] | None, now: dt.datetime) -> dict[str, Any]:
+    if not same_lineage(rec.position, head):
+        return {"at_head": None, "lag_bytes": None, "lag_seconds": None}  # another server's checkpoint
+    lag = rec.position.bytes_to(head, sizes)
+    at_head = not head > rec.position
+    return {"at_head": at_head, "lag_bytes": lag,
+            "lag_seconds": 0.0 if at_head else _age(rec.written_at, now)}
+
+
+def log_bytes_between(frm: Any, to: Any, files: list[tuple[str, int]] | None = None) -> int | None:
+    """Source log bytes from ``frm`` to ``to`` (positions or their JSON), see ``bytes_to``."""
+    a, b = (position_from_json(p) if isinstance(p, dict) else p for p in (frm, to))
+    return a.bytes_to(b, dict(files or [])) if a is not None and b is not None else None
+
+
+def _age(iso: str | None, now: dt.datetime) -> float | None:
+    if not iso:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return round(max(0.0, (now - t).total_seconds()), 3)

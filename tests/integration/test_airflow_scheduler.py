@@ -1,0 +1,522 @@
+"""Airflow as users run it: the `airflow` service of scripts/services (api-server, scheduler,
+dag-processor, LocalExecutor, metadata DB on the project's PostgreSQL), not `airflow dags test`.
+
+One deployment for the whole module (started with this module's pipelines folder, checkpoint
+store and StatsD listener; stopped at the end). In file order:
+
+- REST API triggers (`/api/v2/dags/{dag_id}/dagRuns`, bearer token): `mode=dry_run` delivers
+  nothing and reports what it would; `sinks=[one]` with `max_events` delivers to that sink only,
+  in sub-batches of that size.
+- A `*/1 * * * *` pipeline, unpaused: workloads written between scheduled runs are delivered
+  exactly once (Kafka read_committed per key in order; NATS and Redis by idempotency_key).
+- `airflow backfill create` over two of those scheduled intervals replays exactly their
+  journaled ranges to the chosen sink; no checkpoint moves back.
+- A purged binlog halts a pipeline: the failed run still sends `tidegate.incidents_open` and
+  `tidegate.checkpoint_age_seconds` to a real UDP StatsD listener; the tidegate page in headless
+  Chromium shows the incident's range after login and nothing without; `resolve=accept_gap`
+  with a reason through the REST API resumes the pipeline.
+
+The screenshot of the page is kept in .artifacts/ui/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pymysql
+import pytest
+from tidegate.store import open_store
+
+from tests.conftest import SERVICES, services_env
+from tests.integration.sink_readers import kafka_changes, nats_ids, redis_ids
+
+pytestmark = [pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / ".artifacts" / "ui"
+
+
+# --------------------------------------------------------------------------- StatsD
+
+
+class StatsdListener:
+    """A real UDP StatsD endpoint: keeps every metric line it receives."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65535)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.lines.extend(data.decode(errors="replace").splitlines())
+
+    def values(self, name: str) -> list[str]:
+        """Values of ``name`` (after Airflow's ``airflow.`` prefix), e.g. ['1|g']."""
+        return [line.split(":", 1)[1] for line in list(self.lines) if line.split(":", 1)[0] == name]
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+# --------------------------------------------------------------------------- REST API
+
+
+class AirflowApi:
+    """Airflow's public REST API with a bearer token from /auth/token."""
+
+    def __init__(self, url: str, user: str, password: str):
+        self.url = url.rstrip("/")
+        self.token = self.call("POST", "/auth/token", {"username": user, "password": password},
+                               auth=False)["access_token"]
+
+    def call(self, method: str, path: str, body: dict | None = None, *, auth: bool = True) -> dict:
+        req = urllib.request.Request(self.url + path, method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        if auth:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
+
+    @staticmethod
+    def q(run_id: str) -> str:
+        return urllib.parse.quote(run_id, safe="")
+
+    def wait_dag(self, dag_id: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.call("GET", f"/api/v2/dags/{dag_id}")
+                return
+            except AssertionError:
+                time.sleep(2)
+        errors = self.call("GET", "/api/v2/importErrors")
+        raise AssertionError(f"DAG {dag_id} did not appear in {timeout:.0f}s; import errors: {errors}")
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def run(self, dag_id: str, run_id: str) -> dict:
+        return self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{self.q(run_id)}")
+
+    def runs(self, dag_id: str) -> list[dict]:
+        return self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=run_after&limit=100")["dag_runs"]
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run(dag_id, run_id)["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        raise AssertionError(f"{dag_id} {run_id} not finished after {timeout:.0f}s: "
+                             f"{self.tasks(dag_id, run_id)}")
+
+    def tasks(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        tis = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{self.q(run_id)}/taskInstances")
+        return {t["task_id"]: t["state"] for t in tis["task_instances"]}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str):
+        v = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{self.q(run_id)}/taskInstances/{task_id}"
+                             "/xcomEntries/return_value")["value"]
+        return json.loads(v) if isinstance(v, str) else v
+
+
+# --------------------------------------------------------------------------- the deployment
+
+
+def services(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, str(SERVICES), *args], capture_output=True, text=True, env=env,
+                       timeout=600)
+    if check and r.returncode != 0:
+        pytest.fail(f"scripts/services {' '.join(args)} failed:\n{r.stdout[-2000:]}{r.stderr[-3000:]}",
+                    pytrace=False)
+    return r
+
+
+@pytest.fixture(scope="module")
+def deployment(service_env, mysql, kafka, redis_service, nats_service):
+    base = Path(tempfile.mkdtemp(prefix="tidegate-airflow-sched-"))
+    (base / "pipelines").mkdir()
+    tag = uuid.uuid4().hex[:6]
+    names = {k: f"af_{k}_{tag}" for k in ("rest", "sched", "halt")}
+    db = f"af_{tag}"
+    specs = {
+        "rest": f"""
+            pipeline: {names['rest']}
+            source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.items], server_id: 48401, start: head}}
+            sinks:
+              - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+                  exactly_once: true}}
+              - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+        """,
+        "sched": f"""
+            pipeline: {names['sched']}
+            schedule: "*/1 * * * *"
+            source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.orders], server_id: 48402, start: head}}
+            sinks:
+              - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+                  exactly_once: true}}
+              - {{id: bus, kind: nats, conn_id: cdc_nats, stream: AF_{tag.upper()},
+                  subject: "{{pipeline}}.{{table}}"}}
+              - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}",
+                  required: false}}
+        """,
+        "halt": f"""
+            pipeline: {names['halt']}
+            source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.t], server_id: 48403, start: head}}
+            sinks: [{{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}]
+        """,
+    }
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    with admin.cursor() as c:
+        c.execute(f"CREATE DATABASE {db}")
+        for table in ("items", "orders", "t"):
+            c.execute(f"CREATE TABLE {db}.{table} (id INT PRIMARY KEY, status VARCHAR(20))")
+    for key, text in specs.items():
+        (base / "pipelines" / f"{names[key]}.yaml").write_text(textwrap.dedent(text))
+
+    statsd = StatsdListener()
+    store_url = f"sqlite:///{base / 'store.sqlite'}"
+    env = dict(os.environ, TIDEGATE_PIPELINES_DIR=str(base / "pipelines"),
+               TIDEGATE_CHECKPOINT_STORE=store_url, TIDEGATE_STATSD=f"127.0.0.1:{statsd.port}")
+    t0 = time.monotonic()
+    services("up", "airflow", env=env)
+    senv = services_env()
+    api = AirflowApi(senv["TIDEGATE_AIRFLOW_URL"], senv["TIDEGATE_AIRFLOW_USER"],
+                     senv["TIDEGATE_AIRFLOW_PASSWORD"])
+    dags = {k: f"cdc_{v}" for k, v in names.items()}
+    for dag_id in dags.values():
+        api.wait_dag(dag_id)
+    # DAGs are created paused, and a paused DAG runs nothing, triggered or not. The scheduled
+    # one's first run happens while the REST test runs.
+    for dag_id in dags.values():
+        api.set_paused(dag_id, False)
+    print(f"airflow deployment ready in {time.monotonic() - t0:.0f}s", file=sys.stderr)
+    store = open_store(store_url)
+    d = {"api": api, "names": names, "dags": dags, "db": db, "admin": admin, "store": store,
+         "statsd": statsd, "env": env, "senv": senv, "base": base}
+    yield d
+    for dag_id in dags.values():
+        try:
+            api.set_paused(dag_id, True)
+        except AssertionError:
+            pass
+    store.close()
+    statsd.close()
+    with admin.cursor() as c:
+        c.execute(f"DROP DATABASE IF EXISTS {db}")
+    admin.close()
+    # Stop it: it was started with this module's folders, and it costs memory and CPU.
+    services("down", "airflow", check=False)
+
+
+def sql(d, *stmts: str) -> None:
+    with d["admin"].cursor() as c:
+        for s in stmts:
+            c.execute(s)
+
+
+def ckpts(d, key: str) -> dict[str, tuple]:
+    return {sid: (r.version, r.position) for sid, r in d["store"].checkpoints(d["names"][key]).items()}
+
+
+def kafka_or_empty(bootstrap: str, topic: str) -> list[dict]:
+    from confluent_kafka.admin import AdminClient
+
+    if topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics:
+        return []
+    return kafka_changes(bootstrap, topic)
+
+
+def per_key(changes: list[dict]) -> dict[int, list[tuple]]:
+    out: dict[int, list[tuple]] = collections.defaultdict(list)
+    for ch in changes:
+        out[ch["key"]["id"]].append((ch["op"], (ch["after"] or {}).get("status")))
+    return dict(out)
+
+
+# --------------------------------------------------------------------------- REST API triggers
+
+
+def test_rest_api_triggers_dry_run_one_sink_and_max_events(deployment, kafka_bootstrap, redis_service):
+    d, api = deployment, deployment["api"]
+    dag, p, db = d["dags"]["rest"], d["names"]["rest"], d["db"]
+    run = api.trigger(dag)  # first run: sinks placed at the binlog head, no Spark
+    assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    assert api.tasks(dag, run)["deliver"] == "skipped"
+    before = ckpts(d, "rest")
+
+    # Five transactions of one row change each.
+    sql(d, f"INSERT INTO {db}.items VALUES (1, 'new')", f"INSERT INTO {db}.items VALUES (2, 'new')",
+        f"INSERT INTO {db}.items VALUES (3, 'new')", f"UPDATE {db}.items SET status = 'paid' WHERE id = 1",
+        f"DELETE FROM {db}.items WHERE id = 2")
+
+    run = api.trigger(dag, {"mode": "dry_run"})
+    assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    report = api.xcom(dag, run, "deliver")
+    assert (report["mode"], report["events"], report["sub_batches"]) == ("dry_run", 5, 1)
+    assert api.xcom(dag, run, "report")["mode"] == "dry_run"
+    assert kafka_or_empty(kafka_bootstrap, f"{p}.items") == []
+    assert redis_ids(redis_service.cdc, f"{p}:items") == []
+    assert ckpts(d, "rest") == before  # nothing moved
+
+    run = api.trigger(dag, {"sinks": ["cache"], "max_events": 2})
+    assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    report = api.xcom(dag, run, "deliver")
+    assert (report["events"], report["sub_batches"]) == (5, 3)
+    assert [s["id"] for s in report["sinks"]] == ["cache"]
+    keys = redis_ids(redis_service.cdc, f"{p}:items")
+    assert len(keys) == len(set(keys)) == 5
+    assert kafka_or_empty(kafka_bootstrap, f"{p}.items") == []  # not chosen: nothing
+    after = ckpts(d, "rest")
+    assert after["events"] == before["events"] and after["cache"][1] > before["cache"][1]
+    entry = d["store"].journal(p, run)[-1]
+    assert (entry.status, list(entry.sinks), entry.sinks["cache"].events) == ("success", ["cache"], 5)
+
+
+# --------------------------------------------------------------------------- the scheduler
+
+
+def scheduled(api, dag: str) -> list[dict]:
+    return [r for r in api.runs(dag) if r["dag_run_id"].startswith("scheduled__")]
+
+
+def wait_scheduled(api, dag: str, pred, what: str, timeout: float = 240) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for r in scheduled(api, dag):
+            if pred(r):
+                return r
+        time.sleep(2)
+    raise AssertionError(f"{dag}: no scheduled run {what} within {timeout:.0f}s: "
+                         f"{[(r['run_id'], r['state']) for r in scheduled(api, dag)]}")
+
+
+def quiet_point(api, dag: str, timeout: float = 240) -> dict:
+    """The latest scheduled run, once it has finished and the next cron tick is more than 12 s
+    away: a change written now is read by the next scheduled run and by no earlier one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = scheduled(api, dag)
+        if runs and runs[-1]["state"] in ("success", "failed") and 60 - time.gmtime().tm_sec > 12:
+            return runs[-1]
+        time.sleep(1)
+    raise AssertionError(f"{dag}: no finished scheduled run between ticks in {timeout:.0f}s")
+
+
+def after_bounds(api, dag: str, run: dict) -> None:
+    """Wait until the run's upper bound is captured: a change written now belongs to a later run."""
+    deadline = time.monotonic() + 240
+    while api.tasks(dag, run["dag_run_id"]).get("bounds") not in ("success", "failed", "upstream_failed"):
+        assert time.monotonic() < deadline, api.tasks(dag, run["dag_run_id"])
+        time.sleep(1)
+
+
+def test_scheduled_runs_deliver_the_workload_between_them_exactly_once(deployment, kafka_bootstrap,
+                                                                     nats_service, redis_service):
+    d, api = deployment, deployment["api"]
+    dag, p, db = d["dags"]["sched"], d["names"]["sched"], d["db"]
+    first = quiet_point(api, dag)
+    sql(d, f"INSERT INTO {db}.orders VALUES (1, 'new'), (2, 'new')",
+        "BEGIN", f"UPDATE {db}.orders SET status = 'paid' WHERE id = 1",
+        f"INSERT INTO {db}.orders VALUES (3, 'new')", "COMMIT")
+    second = wait_scheduled(api, dag, lambda r: r["run_after"] > first["run_after"], "after the first")
+    after_bounds(api, dag, second)
+    sql(d, f"DELETE FROM {db}.orders WHERE id = 2", f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1")
+    third = wait_scheduled(api, dag, lambda r: r["run_after"] > second["run_after"], "after the second")
+    for r in (first, second, third):
+        assert api.wait_run(dag, r["dag_run_id"]) == "success", api.tasks(dag, r["dag_run_id"])
+    assert api.tasks(dag, second["dag_run_id"])["deliver"] == "success"
+    assert api.tasks(dag, third["dag_run_id"])["deliver"] == "success"
+
+    changes = kafka_changes(kafka_bootstrap, f"{p}.orders")
+    assert per_key(changes) == {1: [("c", "new"), ("u", "paid"), ("u", "shipped")],
+                                2: [("c", "new"), ("d", None)], 3: [("c", "new")]}
+    keys = [ch["idempotency_key"] for ch in changes]
+    assert len(keys) == len(set(keys)) == 6
+    assert collections.Counter(nats_ids(nats_service.cdc, f"AF_{p.rsplit('_', 1)[1].upper()}")) == \
+        collections.Counter(keys)
+    assert redis_ids(redis_service.cdc, f"{p}:orders") == keys
+    journal = {e.run_id: e for e in d["store"].journal(p)}
+    assert [journal[r["dag_run_id"]].sinks["events"].events for r in (second, third)] == [4, 2]
+    d["scheduled"] = (second, third, keys)
+
+
+def test_backfill_replays_exactly_the_journaled_ranges(deployment, kafka_bootstrap, redis_service):
+    d, api = deployment, deployment["api"]
+    dag, p = d["dags"]["sched"], d["names"]["sched"]
+    second, third, keys = d["scheduled"]
+    before = ckpts(d, "sched")
+    originals = {r["dag_run_id"]: d["store"].journal(p, r["dag_run_id"])[0] for r in (second, third)}
+    r = services("airflow", "backfill", "create", "--dag-id", dag,
+                 "--from-date", second["logical_date"], "--to-date", third["logical_date"],
+                 "--reprocess-behavior", "completed", "--max-active-runs", "1",
+                 "--dag-run-conf", json.dumps({"sinks": ["cache"]}), env=d["env"])
+    print(r.stdout[-1500:], file=sys.stderr)
+
+    def replays() -> dict:
+        return {rid: [e for e in d["store"].journal(p, rid) if e.mode == "replay"] for rid in originals}
+
+    deadline = time.monotonic() + 420
+    while not all(e and e[-1].status in ("success", "failed") for e in replays().values()):
+        assert time.monotonic() < deadline, (replays(), [api.tasks(dag, rid) for rid in originals])
+        time.sleep(3)
+    for rid in originals:
+        assert api.wait_run(dag, rid) == "success", api.tasks(dag, rid)
+        replay = replays()[rid][-1]
+        assert replay.status == "success" and list(replay.sinks) == ["cache"]
+        orig = originals[rid].sinks["cache"]
+        got = replay.sinks["cache"]
+        assert (got.start, got.end, got.events) == (orig.start, orig.end, orig.events)
+    # Redis got exactly those two ranges again, in order; Kafka (not chosen) nothing new.
+    assert redis_ids(redis_service.cdc, f"{p}:orders") == keys + keys
+    assert [c["idempotency_key"] for c in kafka_changes(kafka_bootstrap, f"{p}.orders")] == keys
+    after = ckpts(d, "sched")
+    for sid, (_version, position) in before.items():
+        assert after[sid][1] >= position, f"{sid} moved back from {position} to {after[sid][1]}"
+    assert after == before
+
+
+# --------------------------------------------------------------------------- halt, metrics, page
+
+
+def chromium(profile: Path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={profile}", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    return webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
+
+
+def wait_for(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout:.0f}s: {what}")
+
+
+def test_purge_halts_failed_run_emits_metrics_page_shows_incident_accept_gap_resumes(
+        deployment, redis_service, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from tests.integration.test_smoke_mysql import purge_to
+
+    d, api = deployment, deployment["api"]
+    dag, p, db = d["dags"]["halt"], d["names"]["halt"], d["db"]
+    api.set_paused(d["dags"]["sched"], True)  # the purge below would halt it too
+    run = api.trigger(dag)
+    assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    with d["admin"].cursor() as c:
+        c.execute(f"INSERT INTO {db}.t VALUES (1, 'lost')")
+        c.execute("FLUSH BINARY LOGS")
+        c.execute("SHOW MASTER STATUS")
+        newest = c.fetchone()[0]
+    purge_to(d["admin"], newest)
+
+    run = api.trigger(dag)
+    assert api.wait_run(dag, run) == "failed"
+    tasks = api.tasks(dag, run)
+    assert tasks["guard"] == "failed" and tasks["deliver"] in ("upstream_failed", None), tasks
+    inc = d["store"].incidents(p)[0]
+    assert (inc.kind, inc.resolved, inc.to_position.file) == ("binlog_purged", False, newest)
+
+    # The failure callback reported through Airflow's Stats to the StatsD listener.
+    statsd = d["statsd"]
+    wait_for(lambda: "1|g" in statsd.values(f"airflow.tidegate.incidents_open.{p}"), 60,
+             f"incidents_open of {p} in {statsd.lines[-20:]}")
+    ages = statsd.values(f"airflow.tidegate.checkpoint_age_seconds.{p}.cache")
+    assert ages and all(v.endswith("|g") and float(v.split("|")[0]) >= 0 for v in ages), ages
+
+    # The page: nothing without login; after login the pipelines, their sinks, the incident.
+    url = d["senv"]["TIDEGATE_AIRFLOW_URL"] + "/tidegate/"
+    browser = chromium(tmp_path / "chromium-profile")
+    try:
+        browser.set_page_load_timeout(60)
+        browser.get(url)
+        wait_for(lambda: "/auth/login" in browser.current_url, 30, "redirect to the login page")
+        assert p not in browser.page_source
+        user = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "input:not([type=password])"), 30,
+                        "the login form")[0]
+        user.send_keys(d["senv"]["TIDEGATE_AIRFLOW_USER"])
+        pw = browser.find_element(By.CSS_SELECTOR, "input[type=password]")
+        pw.send_keys(d["senv"]["TIDEGATE_AIRFLOW_PASSWORD"], Keys.ENTER)
+        wait_for(lambda: "/auth/login" not in browser.current_url, 30, "login")
+        if not browser.current_url.rstrip("/").endswith("/tidegate"):
+            browser.get(url)
+        section = wait_for(lambda: browser.find_elements(By.ID, f"pipeline-{p}"), 30,
+                           "the pipeline on the page")[0]
+        text = section.text
+        assert "HALTED" in text and "binlog_purged" in text and newest in text
+        assert inc.from_position.file in text  # the range: from the checkpoint to the oldest binlog
+        assert '"resolve": "accept_gap"' in text
+        for key in ("rest", "sched"):
+            other = browser.find_element(By.ID, f"pipeline-{d['names'][key]}").text
+            assert "events" in other and "cache" in other
+        assert "bus" in browser.find_element(By.ID, f"pipeline-{d['names']['sched']}").text
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "tidegate_page.png"))
+    finally:
+        browser.quit()
+
+    run = api.trigger(dag, {"resolve": "accept_gap", "reason": "row 1 re-entered by hand"})
+    assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    resolved = d["store"].incident(inc.id)
+    assert (resolved.resolved, resolved.resolution, resolved.reason) == (
+        True, "accept_gap", "row 1 re-entered by hand")
+    wait_for(lambda: "0|g" in statsd.values(f"airflow.tidegate.incidents_open.{p}"), 60,
+             "incidents_open back to 0 after the report task")
+
+
+def test_statsd_names_are_plain_metric_lines(deployment):
+    """Every tidegate metric the deployment sent is a valid StatsD line named by pipeline."""
+    lines = [ln for ln in deployment["statsd"].lines if ln.startswith("airflow.tidegate.")]
+    assert lines
+    names = {ln.split(":", 1)[0].split(".")[2] for ln in lines}
+    assert {"incidents_open", "checkpoint_age_seconds", "events", "bytes", "lag_bytes",
+            "lag_seconds"} <= names
+    assert all(ln.rsplit("|", 1)[1] in ("c", "g") for ln in lines), lines[:5]
+

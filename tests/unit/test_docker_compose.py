@@ -1,0 +1,120 @@
+"""docker-compose.yaml, checked without a Docker engine: the whole stack is there, every image
+is pinned, every service has a health check, and the servers run with the settings tidegate
+needs, the same as scripts/services gives the test and demo servers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "spark-master", "spark-worker",
+            "mariadb", "postgres", "kafka", "redis", "nats")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def services_script() -> str:
+    return (ROOT / "scripts" / "services").read_text()
+
+
+def command(svc: dict) -> str:
+    c = svc.get("command") or ""
+    return " ".join(c) if isinstance(c, list) else c
+
+
+def test_the_whole_stack_is_there(compose):
+    assert set(SERVICES) <= set(compose["services"])
+
+
+def test_every_service_has_a_healthcheck(compose):
+    for name, svc in compose["services"].items():
+        check = svc.get("healthcheck") or {}
+        assert check.get("test") and not check.get("disable"), f"{name}: no healthcheck"
+
+
+def _pinned(image: str) -> bool:
+    name, _, tag = image.rpartition(":")
+    return bool(name) and "/" not in tag and tag not in ("", "latest") and any(ch.isdigit() for ch in tag)
+
+
+def test_every_image_is_pinned(compose):
+    for name, svc in compose["services"].items():
+        assert svc.get("image"), f"{name}: no image (a built service names its image too)"
+        assert _pinned(svc["image"]), f"{name}: image {svc['image']!r} is not pinned to a version"
+    froms = []
+    for dockerfile in (ROOT / "Dockerfile", ROOT / "docker" / "postgres.Dockerfile"):
+        froms += re.findall(r"^FROM\s+(\S+)", dockerfile.read_text(), re.M)
+    assert froms and all(_pinned(f) for f in froms), froms
+
+
+def test_airflow_runs_this_project_with_the_local_executor(compose):
+    svcs = compose["services"]
+    assert svcs["airflow-scheduler"]["build"] == "."
+    assert "airflow scheduler" in command(svcs["airflow-scheduler"])
+    assert "airflow dag-processor" in command(svcs["airflow-dag-processor"])
+    assert "airflow api-server" in command(svcs["airflow-apiserver"])
+    env = svcs["airflow-scheduler"]["environment"]
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+    assert "@postgres:5432/airflow" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert "spark://spark-master" in env["AIRFLOW_CONN_SPARK_DEFAULT"]
+    assert svcs["airflow-apiserver"]["ports"] == ["127.0.0.1:8080:8080"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "FROM apache/airflow:" in dockerfile
+    assert "pip install --no-cache-dir --no-deps -e /opt/tidegate" in dockerfile
+    assert "openjdk-17-jre-headless" in dockerfile  # spark-submit needs Java
+
+
+def test_mariadb_binlog_settings_match_scripts_services(compose, services_script):
+    cmd = command(compose["services"]["mariadb"])
+    for flag in ("--binlog-format=ROW", "--binlog-row-image=FULL", "--binlog-row-metadata=FULL",
+                 "--gtid-strict-mode=ON", "--log-slave-updates=ON", "--server-id=1"):
+        assert flag in cmd, f"mariadb: {flag} missing"
+        assert flag.split("=")[0] in services_script  # the test servers use it too
+    assert "--log-bin=" in cmd
+
+
+def test_postgres_logical_decoding_with_wal2json(compose, services_script):
+    cmd = command(compose["services"]["postgres"])
+    assert "wal_level=logical" in cmd and "wal_level = logical" in services_script
+    assert "postgresql-15-wal2json" in (ROOT / "docker" / "postgres.Dockerfile").read_text()
+
+
+def test_kafka_kraft_with_single_node_transaction_settings(compose, services_script):
+    env = compose["services"]["kafka"]["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    expected = {"KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR":
+                "transaction.state.log.replication.factor=1",
+                "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "transaction.state.log.min.isr=1",
+                "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "offsets.topic.replication.factor=1"}
+    for var, prop in expected.items():
+        assert env[var] == "1" and prop in services_script
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert "auto.create.topics.enable=false" in services_script
+
+
+def test_nats_jetstream_and_redis_aof(compose, services_script):
+    assert "jetstream" in (ROOT / "docker" / "nats.conf").read_text()
+    assert "/etc/nats/tidegate.conf" in command(compose["services"]["nats"])
+    redis_cmd = command(compose["services"]["redis"])
+    assert "--appendonly yes" in redis_cmd and "--appendfsync always" in redis_cmd
+    assert "appendonly yes" in services_script and "appendfsync always" in services_script
+
+
+def test_no_secret_is_written_into_the_file(compose):
+    """Secrets come from .env (``${VAR:?...}`` fails with the variable's name when unset)."""
+    for name, svc in compose["services"].items():
+        for key, value in (svc.get("environment") or {}).items():
+            value = str(value)
+            if any(w in key for w in ("PASSWORD", "SECRET", "FERNET")) and not key.endswith("_FILE"):
+                assert value.startswith("${") and ":?" in value, f"{name}: {key} is not from .env"
+            for userinfo in re.findall(r"://[^/@\s]+:([^@\s]+)@", value):
+                assert userinfo.startswith("${"), f"{name}: {key} has a literal password"
