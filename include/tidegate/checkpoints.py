@@ -82,6 +82,9 @@ def adopt(stored: CheckpointRecord | None, side: SinkCheckpoint | None) -> Adopt
     if base is not None and not same_lineage(base, side.position):
         return Adoption(base, False, f"sink-side record at {side.position} is from another source "
                                      f"identity than the store's {base} (ignored)")
+    if base is not None and stored.control and side.position == base:
+        return Adoption(base, True, f"sink-side record extends version {version} at its own position: "
+                                    f"the sink has the control message that version owed it")
     if base is not None and not side.position > base:
         return Adoption(base, False, f"sink-side record at {side.position} is not ahead of the "
                                      f"store's {base}")

@@ -152,7 +152,8 @@ def _print_pipeline(p: dict) -> None:
     for s in p["sinks"]:
         where = json.dumps(s["position"], sort_keys=True) if s["position"] else "(no checkpoint)"
         ver = f"v{s['version']} at {s['updated_at']}" if s["version"] else ""
-        print(f"  sink {s['id']}: {where} {ver}".rstrip())
+        dlq = f" ({s['dlq']} dead-lettered)" if s.get("dlq") else ""
+        print(f"  sink {s['id']}: {where} {ver}{dlq}".rstrip())
     for i in open_incidents:
         print(f"  incident {i['kind']} detected {i['detected_at']}: missing "
               f"{json.dumps(i['from'], sort_keys=True)} .. {json.dumps(i['to'], sort_keys=True)}")

@@ -20,16 +20,18 @@ would leave a gap behind its checkpoint. It catches up from its own checkpoint n
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from .batching import SubBatch, cut_sub_batches
+from .batching import SubBatch, Transaction, cut_sub_batches
 from .checkpoints import Adoption, SinkCheckpoint, adopt
 from .errors import CommitPolicyError, ErrorClass, FatalRunError
+from .events import ControlMessage
 from .positions import Position, later, lowest_start, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
 from .sinks.base import Sink
@@ -57,6 +59,8 @@ class SinkReport:
     events: int = 0
     bytes: int = 0
     deliveries: int = 0  # deliver() calls that succeeded
+    dlq: int = 0  # events the sink dead-lettered (on_poison: dlq)
+    duplicates: int = 0  # NATS: messages the server had already stored
     status: str = "ok"  # ok | failed
     error: str | None = None
     error_class: str | None = None
@@ -70,6 +74,7 @@ class SinkReport:
                 "start": position_to_json(self.start), "end": position_to_json(self.end),
                 "checkpoint": position_to_json(self.checkpoint), "version": self.version,
                 "events": self.events, "bytes": self.bytes, "deliveries": self.deliveries,
+                "dlq": self.dlq, "duplicates": self.duplicates,
                 "status": self.status, "error": self.error, "error_class": self.error_class}
 
 
@@ -113,7 +118,7 @@ class Coordinator:
                  sinks: Sequence[Sink], policy: BatchSpec, *, journal_id: int | None = None,
                  sleep: Callable[[float], object] | None = None, rng: random.Random | None = None,
                  starts: Mapping[str, Position | None] | None = None,
-                 ends: Mapping[str, Position] | None = None):
+                 ends: Mapping[str, Position] | None = None, tenant: str = "default"):
         """``starts``/``ends`` (replay): deliver each listed sink exactly (start, end], whatever
         its checkpoint says; checkpoints still only move forward."""
         if not sinks:
@@ -123,12 +128,16 @@ class Coordinator:
         if policy.commit_policy == "quorum" and not policy.quorum:
             raise ValueError("commit_policy quorum needs quorum >= 1")
         self.store, self.pipeline, self.run_id, self.epoch = store, pipeline, run_id, epoch
+        self.tenant = tenant
         self.sinks, self.policy, self.journal_id = list(sinks), policy, journal_id
         self._stop = threading.Event()  # set on a fatal error: retries in other sinks give up
         self._sleep = sleep or self._stop.wait
         self._rng = rng
         self._opened = False
         self._starts, self._ends = dict(starts or {}), dict(ends or {})
+        # Control messages a sink's checkpoint version owes it (an accepted gap, a failover):
+        # delivered before anything after that checkpoint, then settled by a new version.
+        self._owed: dict[str, ControlMessage] = {}
         self.report = RunReport(pipeline, run_id, epoch, {
             s.sink_id: SinkReport(s.sink_id, s.kind, s.required, None, None) for s in sinks})
 
@@ -169,6 +178,8 @@ class Coordinator:
         adoption = adopt(rec, fut.result())
         if adoption.adopted:
             self._record_adoption(sink, adoption)
+        elif rec is not None and rec.control:
+            self._owed[sink.sink_id] = ControlMessage.from_json(rec.control, tenant=self.tenant)
         if sink.sink_id in self._starts:
             rep.start = rep.end = self._starts[sink.sink_id]
         else:
@@ -204,20 +215,52 @@ class Coordinator:
     # ------------------------------------------------------------------ the run
 
     def run(self, items: Iterable[SourceItem]) -> RunReport:
-        """Deliver the stream; raises CommitPolicyError / FatalRunError / StaleEpochError."""
+        """Deliver the stream; raises CommitPolicyError / FatalRunError / StaleEpochError.
+
+        Reading overlaps delivery: a reader thread cuts the next sub-batch while this one is
+        delivered (at most two sub-batches in memory); sub-batches are still delivered and
+        committed one after the other, in source order."""
         self.open()
         status = "failed"
         try:
             with ThreadPoolExecutor(max_workers=len(self.sinks), thread_name_prefix="deliver") as pool:
-                for batch in cut_sub_batches(items, max_events=self.policy.max_events,
-                                             max_bytes=self.policy.max_bytes,
-                                             respect_source_tx=self.policy.respect_source_tx):
+                for batch in read_ahead(cut_sub_batches(items, max_events=self.policy.max_events,
+                                                        max_bytes=self.policy.max_bytes,
+                                                        respect_source_tx=self.policy.respect_source_tx)):
                     self._sub_batch(pool, batch)
+                self._settle_owed(pool)
             status = "success"
             return self.report
         finally:
             self._stop.set()
+            self._count_sink_tallies()
             self._journal(status)
+
+    def _count_sink_tallies(self) -> None:
+        for sink in self.sinks:
+            rep = self.report.sinks[sink.sink_id]
+            rep.dlq, rep.duplicates = sink.dlq_count, sink.duplicates
+
+    def _settle_owed(self, pool: ThreadPoolExecutor) -> None:
+        """Owed control messages of sinks that received nothing in this run: delivered alone,
+        at the sink's checkpoint."""
+        owed = {sid for sid in self._owed if not self.report.sinks[sid].failed}
+        if not owed:
+            return
+        at = {sid: self.report.sinks[sid].end for sid in owed}
+        acked: set[str] = set()
+        futures = {}
+        for sink in self.sinks:
+            if sink.sink_id in owed and at[sink.sink_id] is not None:
+                part = SubBatch(0, (Transaction(None, at[sink.sink_id], (self._owed[sink.sink_id],)),))
+                extends = self.report.sinks[sink.sink_id].version or 0
+                futures[pool.submit(self._retry, sink, lambda s=sink, p=part, v=extends: s.deliver(p, v))
+                        ] = (sink, part)
+        for fut in as_completed(futures):
+            sink, part = futures[fut]
+            if self._delivered(sink, part, fut):
+                acked.add(sink.sink_id)
+        self._write(sink_positions={sid: at[sid] for sid in acked}, kind="control")
 
     def _sub_batch(self, pool: ThreadPoolExecutor, batch: SubBatch) -> None:
         self.report.sub_batches += 1
@@ -238,6 +281,9 @@ class Coordinator:
             if rep.failed:
                 continue
             part = batch.after(rep.end).until(self._ends.get(sink.sink_id))
+            owed = self._owed.get(sink.sink_id)
+            if owed is not None and rep.end is not None:  # first what the checkpoint owes
+                part = SubBatch(part.seq, (Transaction(None, rep.end, (owed,)), *part.transactions))
             if part.event_count == 0:  # already has it all (or only positions): no call
                 acked.add(sink.sink_id)
             else:
@@ -282,13 +328,20 @@ class Coordinator:
         for sid in sorted(acked):
             rep = self.report.sinks[sid]
             rep.end = later(rep.end, end)
-            if rep.checkpoint is None or end > rep.checkpoint:
-                moves[sid] = end
-        if moves:
-            written = self.store.write_checkpoints(self.pipeline, moves, run_id=self.run_id, epoch=self.epoch)
-            for sid, rec in written.items():
-                self.report.sinks[sid].checkpoint = rec.position
-                self.report.sinks[sid].version = rec.version
+            # An owed control message was delivered: a new version settles it, even in place.
+            if rep.checkpoint is None or end > rep.checkpoint or sid in self._owed:
+                moves[sid] = later(rep.checkpoint, end)
+        self._write(moves)
+
+    def _write(self, sink_positions: Mapping[str, Position], kind: str = "write") -> None:
+        if not sink_positions:
+            return
+        written = self.store.write_checkpoints(self.pipeline, sink_positions, run_id=self.run_id,
+                                               epoch=self.epoch, kind=kind)
+        for sid, rec in written.items():
+            self.report.sinks[sid].checkpoint = rec.position
+            self.report.sinks[sid].version = rec.version
+            self._owed.pop(sid, None)
 
     def _policy_message(self, batch: SubBatch, acked: set[str]) -> str:
         failed = [f"{s.sink_id} ({'required' if s.required else 'optional'}): "
@@ -306,8 +359,56 @@ class Coordinator:
             return
         for rep in self.report.sinks.values():
             self.store.journal_sink(self.journal_id, rep.sink_id, start=rep.start, end=rep.end,
-                                    events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error)
+                                    events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
+                                    dlq=rep.dlq)
         self.store.journal_finish(self.journal_id, status)
+
+
+_END = object()
+
+
+def read_ahead(batches: Iterator[SubBatch], depth: int = 1) -> Iterator[SubBatch]:
+    """Cut the next sub-batch in a thread while the caller delivers this one: reading (binlog
+    decoding, Spark partitions) overlaps delivery. ``depth`` sub-batches wait at most, so memory
+    holds about two; an error in the reader is raised here, in order."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = threading.Event()
+
+    def offer(item: object) -> bool:
+        while not done.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False  # the consumer is gone
+
+    def produce() -> None:
+        try:
+            for b in batches:
+                if not offer(b):
+                    return
+            offer(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            offer(exc)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()  # the source's reader ends here, whoever stopped first
+
+    reader = threading.Thread(target=produce, name="read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        done.set()  # the consumer stopped (an error, a halt): the reader stops at its next put
+        reader.join(timeout=5)
 
 
 def run_once(store: CheckpointStore, pipeline: str, run_id: str, sinks: Sequence[Sink],

@@ -9,6 +9,7 @@ the whole run stops and must not be retried. Engine errors that a retry cannot f
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class ErrorClass(enum.Enum):
@@ -75,6 +76,15 @@ class NonRetryableSinkError(SinkError):
     error_class = ErrorClass.NON_RETRYABLE
 
 
+class PoisonEventError(NonRetryableSinkError):
+    """One event this sink rejects on its own (too large, a name it cannot take), not a sink-wide
+    failure; with ``on_poison: halt`` the run fails naming it. ``events`` are the events."""
+
+    def __init__(self, message: str, *, events: list | None = None):
+        super().__init__(message)
+        self.events = list(events or [])
+
+
 class FatalSinkError(SinkError):
     error_class = ErrorClass.FATAL
 
@@ -132,6 +142,31 @@ class StaleEpochError(TidegateError):
     """A checkpoint write came from a run whose lease epoch is no longer current (a zombie)."""
 
     fatal = True
+
+
+class ContinuityHalt(TidegateError):
+    """The pipeline must not run: changes may have been lost, or a schema change waits for an
+    operator (an incident records where)."""
+
+    fatal = True
+
+    def __init__(self, incident: Any, message: str | None = None):
+        self.incident = incident
+        super().__init__(message or halt_message(incident))
+
+
+def halt_message(inc: Any) -> str:
+    def at(p: Any) -> str:
+        return "the beginning" if p is None else str(p)
+
+    if inc.kind == "schema_change":
+        return (f"pipeline {inc.pipeline!r} is halted by incident #{inc.id} (schema_change, detected "
+                f"{inc.detected_at}) at {at(inc.from_position)}: {inc.detail}. The rows before it were "
+                f"delivered; trigger the DAG with resolve=continue and a reason to go on past it.")
+    return (f"pipeline {inc.pipeline!r} is halted by incident #{inc.id} ({inc.kind}, detected "
+            f"{inc.detected_at}): changes from {at(inc.from_position)} to {at(inc.to_position)} "
+            f"may be missing{': ' + inc.detail if inc.detail else ''}. Resolve it by triggering "
+            f"the DAG with resolve=accept_gap and a reason.")
 
 
 class CommitPolicyError(TidegateError):

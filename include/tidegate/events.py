@@ -316,6 +316,72 @@ class ChangeEvent:
         return _stdlib_dumps(self.key, sort_keys=True)
 
 
+CONTROL_TYPES = ("schema_change", "gap", "failover", "snapshot_started", "snapshot_completed")
+
+
+@dataclass(frozen=True)
+class ControlMessage:
+    """A message on the pipeline's control channel (docs/architecture.md, "Control messages"):
+    ``{"type", "pipeline", "position", "ts_ms", "idempotency_key", ...fields}``. It travels in
+    the stream like a row (in a sub-batch, under the sink's guarantee), goes to the sink's
+    control destination instead of a table's, and is identical on every replay:
+    ``idempotency_key`` is ``{tenant}|__control|{type}|{event_id}`` and ``ts_ms`` comes from the
+    source or the store, never the clock. A schema change sits where the DDL sits (``tx_id``,
+    ``tx_end`` and ``end_position`` as for a row); a gap or failover message is owed by a
+    checkpoint version and delivered before anything after it."""
+
+    tenant: str
+    pipeline: str
+    type: str
+    event_id: str
+    position: dict[str, Any] | None
+    ts_ms: int
+    fields: dict[str, Any] = field(default_factory=dict)
+    tx_id: str = ""
+    tx_end: bool = False
+    end_position: Position | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.type not in CONTROL_TYPES:
+            raise ValueError(f"control message type {self.type!r} is not one of {CONTROL_TYPES}")
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.tenant}|__control|{self.type}|{self.event_id}"
+
+    @property
+    def table(self) -> str | None:
+        return self.fields.get("table")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "pipeline": self.pipeline, "position": self.position, "ts_ms": self.ts_ms,
+                "idempotency_key": self.idempotency_key, **self.fields}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], *, tenant: str) -> ControlMessage:
+        """A message recorded by the store (a gap or failover a checkpoint version owes)."""
+        fields = {k: v for k, v in d.items()
+                  if k not in ("type", "pipeline", "position", "ts_ms", "idempotency_key", "event_id")}
+        return cls(tenant, d["pipeline"], d["type"], d["event_id"], d.get("position"), int(d["ts_ms"]),
+                   fields)
+
+    def record(self) -> dict[str, Any]:
+        """What the store keeps to deliver it later (:meth:`from_json` reads it back)."""
+        return {**self.to_json(), "event_id": self.event_id}
+
+    @_cached
+    def value(self) -> bytes:
+        return _stdlib_dumps(self.to_json(), sort_keys=False, allow_nan=False)
+
+    @_cached
+    def key_bytes(self) -> bytes:
+        return self.pipeline.encode("utf-8")
+
+
+def is_control(item: Any) -> bool:
+    return type(item) is ControlMessage
+
+
 @dataclass(frozen=True)
 class PositionMark:
     """A position the reader passed with nothing to deliver (a transaction whose rows were all

@@ -23,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .checkpoints import adopt
-from .errors import ChangesLostError, SourceError, TidegateError
+from .errors import ChangesLostError, ContinuityHalt, SourceError, TidegateError, halt_message
+from .events import ControlMessage
 from .plan import GUARD_ORDER, RESOLUTIONS, RunPlan
-from .positions import Position, oldest, position_to_json
+from .positions import Position, later, oldest, position_to_json
 from .runner import Resolver, build_sinks, opened
 from .sinks.base import Sink
 from .sources.base import Source
@@ -37,27 +38,6 @@ log = logging.getLogger(__name__)
 
 # Identity fields that change when the server behind a connection is another one.
 IDENTITY_KEYS = ("kind", "server_id", "server_uuid", "system_id", "timeline")
-
-
-class ContinuityHalt(TidegateError):
-    """The pipeline must not run: changes may have been lost (an incident records the range)."""
-
-    fatal = True
-
-    def __init__(self, incident: Incident, message: str | None = None):
-        self.incident = incident
-        super().__init__(message or halt_message(incident))
-
-
-def halt_message(inc: Incident) -> str:
-    return (f"pipeline {inc.pipeline!r} is halted by incident #{inc.id} ({inc.kind}, detected "
-            f"{inc.detected_at}): changes from {_pos(inc.from_position)} to {_pos(inc.to_position)} "
-            f"may be missing{': ' + inc.detail if inc.detail else ''}. Resolve it by triggering "
-            f"the DAG with resolve=accept_gap and a reason.")
-
-
-def _pos(p: Position | None) -> str:
-    return "the beginning" if p is None else str(p)
 
 
 # --------------------------------------------------------------------------- all guards
@@ -174,13 +154,16 @@ def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, o
                   f"sink {sid}: {exc}", run_id)
     epoch = store.acquire_lease(spec.pipeline, run_id)
     reason = f"GTID failover: {change}; every checkpoint GTID set is on the new server"
+    inc = store.record_incident(spec.pipeline, "failover", lowest_old, oldest(moved.values()),
+                                run_id=run_id, detail=f"{change}; checkpoints translated by GTID set, "
+                                f"nothing lost", resolved=True, resolution="auto", who="tidegate",
+                                reason=reason)
+    message = ControlMessage(spec.tenant, spec.pipeline, "failover", f"incident-{inc.id}",
+                             position_to_json(inc.to_position), _now_ms(),
+                             {"from_identity": dict(old), "to_identity": dict(new), "incident": inc.id})
     store.write_checkpoints(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="failover",
-                            reason=reason, who="tidegate")
+                            reason=reason, who="tidegate", control=message.record())
     store.set_source_identity(spec.pipeline, new, epoch=epoch)
-    lowest_new = oldest(moved.values())
-    inc = store.record_incident(spec.pipeline, "failover", lowest_old, lowest_new, run_id=run_id,
-                                detail=f"{change}; checkpoints translated by GTID set, nothing lost",
-                                resolved=True, resolution="auto", who="tidegate", reason=reason)
     _journal_failover(store, spec, run_id, effective, moved)
     log.warning("pipeline %s: failover continued without loss (incident #%d): %s", spec.pipeline, inc.id,
                 {k: str(v) for k, v in moved.items()})
@@ -275,10 +258,22 @@ def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: 
                             "`reason` param when triggering the run")
     with opened(spec, resolve, store) as (source, st):
         done = []
-        for inc in st.incidents(spec.pipeline, unresolved_only=True):
-            _accept_gap(spec, st, source, inc, run_id, who, reason)
+        incidents = st.incidents(spec.pipeline, unresolved_only=True)
+        for inc in incidents:  # check them all before resolving any
+            _check_resolution(inc, resolution)
+        for inc in incidents:
+            if resolution == "accept_gap":
+                _accept_gap(spec, st, source, inc, run_id, who, reason)
             done.append(st.resolve_incident(inc.id, resolution=resolution, who=who, reason=reason).to_json())
         return done
+
+
+def _check_resolution(inc: Incident, resolution: str) -> None:
+    """``continue`` goes on past a schema change; ``accept_gap`` accepts lost changes."""
+    if (inc.kind == "schema_change") != (resolution == "continue"):
+        fit = "continue" if inc.kind == "schema_change" else "accept_gap"
+        raise TidegateError(f"incident #{inc.id} is a {inc.kind}: resolve it with resolve={fit}, "
+                            f"not resolve={resolution}")
 
 
 def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: Incident, run_id: str,
@@ -291,10 +286,22 @@ def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: In
     else:  # a new server, or a lost slot: stream afresh (Postgres: a new slot)
         target = source.restart_stream()
     stored = store.checkpoints(spec.pipeline)
-    moves = {s.id: target for s in spec.sinks
-             if s.id not in stored or inc.kind != "binlog_purged" or stored[s.id].position < target}
-    if moves:
-        store.write_checkpoints(spec.pipeline, moves, run_id=run_id, epoch=epoch, kind="accept_gap",
-                                reason=f"incident #{inc.id} ({inc.kind}): {reason}", who=who)
+    # Every sink gets a new version owing the gap message: at the target, or where it already is
+    # when a purge left it ahead of the gap.
+    moves = {s.id: target if s.id not in stored or inc.kind != "binlog_purged"
+             else later(stored[s.id].position, target) for s in spec.sinks}
+    gap = ControlMessage(spec.tenant, spec.pipeline, "gap", f"incident-{inc.id}", position_to_json(target),
+                         _now_ms(), {"from": position_to_json(inc.from_position),
+                                     "to": position_to_json(inc.to_position), "reason": reason,
+                                     "incident": inc.id, "kind": inc.kind, "resolved_by": who})
+    store.write_checkpoints(spec.pipeline, moves, run_id=run_id, epoch=epoch, kind="accept_gap",
+                            reason=f"incident #{inc.id} ({inc.kind}): {reason}", who=who,
+                            control=gap.record())
     log.warning("pipeline %s: incident #%d (%s) accepted; checkpoints of %s moved to %s", spec.pipeline,
                 inc.id, inc.kind, ", ".join(sorted(moves)) or "no sink", target)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)

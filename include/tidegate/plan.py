@@ -15,8 +15,9 @@ from typing import Any
 from .errors import TidegateError
 
 MODES = ("incremental", "replay", "dry_run")
-# accept_gap moves the checkpoints past a recorded loss.
-RESOLUTIONS = ("accept_gap",)
+# accept_gap moves the checkpoints past a recorded loss; continue goes on past a schema change
+# that halted the pipeline (on_schema_change: halt).
+RESOLUTIONS = ("accept_gap", "continue")
 # The guards of a run, in the order they run: an open incident first (nothing else matters
 # while halted), then the server behind the connection, then whether its log still holds the
 # checkpoints, then settings and headroom.

@@ -23,7 +23,8 @@ from typing import Any
 
 from .connections import Connection, get_connection
 from .coordinator import Coordinator, RunReport
-from .errors import TidegateError
+from .errors import ContinuityHalt, TidegateError
+from .events import ControlMessage, PositionMark, is_control
 from .plan import RunPlan
 from .positions import (
     Position,
@@ -225,6 +226,44 @@ def _rerun_of(spec: PipelineSpec, store: CheckpointStore, run_id: str, mode: str
     return run_id if done else None
 
 
+class SchemaGate:
+    """``on_schema_change: halt``: the stream stops before a schema change of a captured table
+    (at the last whole transaction before it), unless an operator let this very change pass
+    (a resolved ``schema_change`` incident at that boundary). The run delivers what came
+    before; :meth:`halt` then records the incident."""
+
+    def __init__(self, spec: PipelineSpec, store: CheckpointStore):
+        self.spec, self.store = spec, store
+        self.passed = {i.from_position for i in store.incidents(spec.pipeline)
+                       if i.kind == "schema_change" and i.resolved}
+        self.stopped: tuple[Position | None, ControlMessage] | None = None
+
+    def filter(self, items: Iterable[SourceItem], start: Position | None) -> Iterator[SourceItem]:
+        if self.spec.source.on_schema_change != "halt":
+            yield from items
+            return
+        boundary, tx = start, []  # the rows of the transaction in progress wait for its end
+        for item in items:
+            if is_control(item) and item.type == "schema_change" and boundary not in self.passed:
+                self.stopped = (boundary, item)
+                return
+            tx.append(item)
+            if isinstance(item, PositionMark) or item.tx_end:
+                yield from tx
+                tx, boundary = [], item.position if isinstance(item, PositionMark) else item.end_position
+        yield from tx
+
+    def halt(self, run_id: str) -> None:
+        if self.stopped is None:
+            return
+        boundary, change = self.stopped
+        detail = (f"schema change of {change.fields.get('db')}.{change.table}: "
+                  f"{change.fields.get('ddl') or change.fields.get('change')}")
+        inc = self.store.record_incident(self.spec.pipeline, "schema_change", boundary,
+                                         change.end_position or boundary, detail=detail, run_id=run_id)
+        raise ContinuityHalt(inc)
+
+
 def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: str,
                  upto: Position, only: Sequence[str] | None, resolve: Resolver | None,
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
@@ -235,11 +274,15 @@ def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run
     start, end = data_interval or (None, None)
     journal_id = store.journal_begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
                                      mode="incremental")
-    with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id) as co:
+    with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
+                     tenant=spec.tenant) as co:
         lowest = co.lowest_start()
         log.info("pipeline %s run %s: reading (%s, %s] for %d sink(s)", spec.pipeline, run_id,
                  lowest, upto, len(sinks))
-        return co.run(reader(source, lowest, upto))
+        gate = SchemaGate(spec, store)
+        report = co.run(gate.filter(reader(source, lowest, upto), lowest))
+    gate.halt(run_id)
+    return report
 
 
 def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: str,
@@ -260,7 +303,7 @@ def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: 
     log.info("pipeline %s run %s: replaying run %s to %s", spec.pipeline, run_id, replay_of,
              ", ".join(f"{sid} ({a}, {b}]" for sid, (a, b) in sorted(ranges.items()) if sid in chosen))
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
-                     starts=starts, ends={sid: ranges[sid][1] for sid in chosen}) as co:
+                     starts=starts, ends={sid: ranges[sid][1] for sid in chosen}, tenant=spec.tenant) as co:
         return co.run(reader(source, co.lowest_start(), upto))
 
 

@@ -22,6 +22,8 @@ SOURCE_KINDS = ("mysql", "postgres")
 SINK_KINDS = ("kafka", "nats", "redis")
 COMMIT_POLICIES = ("required", "all", "quorum")
 START_MODES = ("head", "earliest")
+SCHEMA_CHANGE_POLICIES = ("continue", "halt")
+POISON_POLICIES = ("halt", "dlq")
 PLACEHOLDERS = ("pipeline", "db", "schema", "table")
 
 
@@ -33,6 +35,7 @@ class SourceSpec:
     server_id: int | None = None  # mysql: replication client id
     slot: str | None = None  # postgres: logical replication slot (wal2json)
     start: str = "head"
+    on_schema_change: str = "continue"  # continue | halt (a DDL on a captured table)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class SinkSpec:
     kind: str
     conn_id: str
     required: bool = True
+    on_poison: str = "halt"  # halt | dlq: an event this sink alone rejects
+    dlq: str | None = None  # the DLQ destination (topic / subject / stream); default {pipeline}.__dlq
+    control: str | None = None  # the control channel; default {pipeline}.__control ({pipeline}:__control)
 
 
 @dataclass(frozen=True)
@@ -131,10 +137,10 @@ SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@mo
                     "@quarterly", "@yearly", "@annually")
 
 TOP_FIELDS = ("pipeline", "tenant", "schedule", "source", "batch", "sinks", "spark")
-SOURCE_FIELDS = ("kind", "conn_id", "tables", "server_id", "slot", "start")
+SOURCE_FIELDS = ("kind", "conn_id", "tables", "server_id", "slot", "start", "on_schema_change")
 BATCH_FIELDS = ("max_events", "max_bytes", "respect_source_tx", "commit_policy", "quorum")
 SPARK_FIELDS = ("conn_id", "conf", "packages")
-SINK_COMMON = ("id", "kind", "conn_id", "required")
+SINK_COMMON = ("id", "kind", "conn_id", "required", "on_poison", "dlq", "control")
 SINK_FIELDS = {
     "kafka": SINK_COMMON + ("topic", "exactly_once", "partitions", "replication_factor",
                             "create_topics", "checkpoint_topic"),
@@ -358,7 +364,9 @@ def _source(raw: Any, probs: _Problems) -> SourceSpec | None:
     start = _choice(d, "start", "source.start", probs, START_MODES, default="head")
     if kind is None or conn_id is None:
         return None
-    return SourceSpec(kind, conn_id, tables, server_id, slot, start or "head")
+    on_ddl = _choice(d, "on_schema_change", "source.on_schema_change", probs, SCHEMA_CHANGE_POLICIES,
+                     default="continue")
+    return SourceSpec(kind, conn_id, tables, server_id, slot, start or "head", on_ddl or "continue")
 
 
 def _tables(v: Any, probs: _Problems) -> tuple[str, ...]:
@@ -449,7 +457,14 @@ def _sink(raw: Any, fp: str, probs: _Problems) -> SinkSpec | None:
     if kind is None or sid is None or conn_id is None:
         return None
     spec_type, fields = _KIND_FIELDS[kind]
-    return spec_type(id=sid, kind=kind, conn_id=conn_id, required=required, **fields(d, fp, probs))
+    on_poison = _choice(d, "on_poison", f"{fp}.on_poison", probs, POISON_POLICIES, default="halt")
+    chars, what = _CHANNEL_CHARS[kind]
+    dlq = _channel(d, "dlq", f"{fp}.dlq", probs, chars, what)
+    control = _channel(d, "control", f"{fp}.control", probs, chars, what)
+    if d.get("dlq") is not None and on_poison != "dlq":
+        probs.add(f"{fp}.dlq", "set but on_poison is not dlq", "on_poison: dlq, or omit dlq")
+    return spec_type(id=sid, kind=kind, conn_id=conn_id, required=required, on_poison=on_poison or "halt",
+                     dlq=dlq, control=control, **fields(d, fp, probs))
 
 
 def _kafka_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
@@ -487,6 +502,19 @@ def _redis_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
     )
 
 
+def _channel(d: dict, key: str, fp: str, probs: _Problems, chars: re.Pattern, what: str) -> str | None:
+    """A per-pipeline channel name (DLQ, control): only ``{pipeline}`` may vary in it."""
+    v = _template(d, key, fp, probs, chars, what, required=False)
+    if v is not None and any(f"{{{p}}}" in v for p in PLACEHOLDERS if p != "pipeline"):
+        probs.add(fp, f"{v!r} names a table part; one {key} channel serves the whole pipeline",
+                  "a name with at most {pipeline}")
+        return None
+    return v
+
+
+# What a DLQ or control channel name may hold, per sink kind (the same as its data names).
+_CHANNEL_CHARS = {"kafka": (KAFKA_TOPIC_CHARS, "topic"), "nats": (NATS_SUBJECT_CHARS, "subject"),
+                  "redis": (re.compile(r"^[^\s{}]*$"), "stream key")}
 _KIND_FIELDS = {"kafka": (KafkaSinkSpec, _kafka_fields), "nats": (NatsSinkSpec, _nats_fields),
                 "redis": (RedisSinkSpec, _redis_fields)}
 

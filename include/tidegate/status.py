@@ -30,7 +30,6 @@ from typing import Any
 from .catalog import scan
 from .connections import Connection
 from .errors import TidegateError
-from .plan import RESOLUTIONS
 from .positions import Position, position_from_json, position_to_json, same_lineage
 from .spec import PipelineSpec
 from .store import CheckpointStore, open_store
@@ -41,12 +40,11 @@ Resolver = Callable[[str], Connection]
 RUNS_SHOWN = 5
 
 
-REASONS = {"accept_gap": "<why losing the changes in this range is acceptable>"}
-
-
 def resolve_params(incident_kind: str) -> list[dict[str, Any]]:
     """The trigger params (``dag_run.conf``) that resolve an open incident, one dict per way."""
-    return [{"resolve": r, "reason": REASONS[r]} for r in RESOLUTIONS]
+    if incident_kind == "schema_change":
+        return [{"resolve": "continue", "reason": "<why consumers can take the new schema>"}]
+    return [{"resolve": "accept_gap", "reason": "<why losing the changes in this range is acceptable>"}]
 
 
 def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterable[str] | None = None,
@@ -83,6 +81,8 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
     ckpts = store.checkpoints(name)
     sink_specs = {s.id: s for s in spec.sinks} if spec else {}
     sink_ids = list(sink_specs) + [sid for sid in ckpts if sid not in sink_specs]
+    journal = store.journal(name)
+    dead = {sid: sum(e.sinks[sid].dlq for e in journal if sid in e.sinks) for sid in sink_ids}
     sinks = []
     for sid in sink_ids:
         rec = ckpts.get(sid)
@@ -91,7 +91,7 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
                  "position": position_to_json(rec.position) if rec else None,
                  "version": rec.version if rec else None, "updated_at": rec.written_at if rec else None,
                  "checkpoint_age_seconds": _age(rec.written_at, now) if rec else None,
-                 "at_head": None, "lag_bytes": None, "lag_seconds": None}
+                 "at_head": None, "lag_bytes": None, "lag_seconds": None, "dlq": dead[sid]}
         if rec is not None and head_pos is not None:
             entry.update(_lag(rec, head_pos, files, now))
         sinks.append(entry)
@@ -124,7 +124,7 @@ def recent_runs(store: CheckpointStore, pipeline: str, limit: int = RUNS_SHOWN) 
              "finished_at": e.finished_at,
              "sinks": {sid: {"events": js.events, "bytes": js.bytes, "status": js.status,
                              "start": position_to_json(js.start),
-                             "end": position_to_json(js.end), "error": js.error}
+                             "end": position_to_json(js.end), "error": js.error, "dlq": js.dlq}
                        for sid, js in e.sinks.items()}}
             for e in reversed(entries)]
 

@@ -70,3 +70,23 @@ def redis_events(conn, key: str) -> list[bytes]:
         return [f[b"event"] for _, f in r.xrange(key)]
     finally:
         r.close()
+
+
+def nats_payloads(conn, stream: str, subject: str) -> list[dict]:
+    """The JSON payload of every message of ``subject`` in a JetStream stream, in stream order."""
+    import nats
+
+    async def go():
+        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            if not info.state.messages:
+                return []
+            seqs = range(info.state.first_seq, info.state.last_seq + 1)
+            msgs = [await js.get_msg(stream, seq) for seq in seqs]
+            return [json.loads(m.data) for m in msgs if m.subject == subject]
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())

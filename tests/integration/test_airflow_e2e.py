@@ -171,8 +171,21 @@ def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_
         changes = kafka_changes(kafka_bootstrap, f"{pipeline}.t")
         assert [(c["key"]["id"], c["after"]["status"]) for c in changes] == [
             (1, "a"), (3, "after the gap"), (4, "later")]
-        assert [json.loads(e)["after"]["id"] for e in redis_events(redis_service.cdc, f"{pipeline}:t")] == [
-            1, 3, 4]
+        cached = [json.loads(e) for e in redis_events(redis_service.cdc, f"{pipeline}:t")]
+        assert [e["after"]["id"] for e in cached] == [1, 3, 4]
+        # Consumers are told, in-band: one gap message per sink, with the incident's exact range
+        # and reason, sitting where the gap is (at the first position after it).
+        for sink, control in (("kafka", kafka_changes(kafka_bootstrap, f"{pipeline}.__control")),
+                              ("redis", [json.loads(e) for e in
+                                         redis_events(redis_service.cdc, f"{pipeline}:__control")])):
+            assert [m["type"] for m in control] == ["gap"], sink
+            gap = control[0]
+            expected = (inc.id, "row 2 reloaded by hand", inc.from_position.to_json(),
+                        inc.to_position.to_json())
+            assert (gap["incident"], gap["reason"], gap["from"], gap["to"]) == expected, sink
+            assert gap["position"] == inc.to_position.to_json()
+        after_gap = [c for c in changes if c["after"]["id"] >= 3]
+        assert all(c["source"]["position"]["file"] == inc.to_position.file for c in after_gap)
     finally:
         sql(f"DROP DATABASE IF EXISTS {db}")
         admin.close()

@@ -38,7 +38,7 @@ from tests.integration.airflow_support import (
     per_key,
     task_ended,
 )
-from tests.integration.sink_readers import kafka_changes, nats_ids, redis_events, redis_ids
+from tests.integration.sink_readers import kafka_changes, nats_ids, nats_payloads, redis_events, redis_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -182,6 +182,15 @@ def test_gtid_failover_with_a_kill_then_rewind_through_airflow(airflow_env, mysq
         assert all(s["position"]["server_id"] == 2 for s in status["sinks"])
         kinds = [h.kind for h in store.checkpoint_history(pipeline, "events")]
         assert kinds.count("failover") == 1
+        # every control channel says so, once
+        controls = {"kafka": kafka_changes(kafka_bootstrap, f"{pipeline}.__control"),
+                    "nats": nats_payloads(nats_service.cdc, stream, f"{pipeline}.__control"),
+                    "redis": [json.loads(e) for e in
+                              redis_events(redis_service.cdc, f"{pipeline}:__control")]}
+        for sink, control in controls.items():
+            assert [(m["type"], m["from_identity"]["server_id"], m["to_identity"]["server_id"])
+                    for m in control] == [("failover", 1, 2)], sink
+            assert control[0]["incident"] == fo["incident"]
         assert any(e.mode == "failover" for e in store.journal(pipeline))
 
         # rewind every sink to the version before wave 4: wave 4 arrives a second time

@@ -89,7 +89,8 @@ def test_same_sub_batch_twice_is_stored_once_and_duplicates_are_counted(nats_ser
     assert [m.data for m in msgs] == [e.value for e in events]
     assert {m.subject for m in msgs} == {f"{name}.shop.orders"}
     info = js_call(nats_service.cdc, lambda js: js.stream_info(stream))
-    assert info.config.duplicate_window == 100.0 and info.config.subjects == [f"{name}.*.*"]
+    assert info.config.duplicate_window == 100.0
+    assert info.config.subjects == [f"{name}.*.*", f"{name}.__control", f"{name}.__dlq"]
     # A new sink (the next run) finds the position on the last message.
     fresh = make_sink(pipeline_spec(name, spec), spec, nats_service.cdc)
     try:
@@ -174,7 +175,7 @@ def test_oversized_message_is_non_retryable_and_nothing_is_published(nats_servic
             sink.deliver(big)
     finally:
         sink.close()
-    assert "max_payload" in str(err.value) and "Nothing of this sub-batch was published" in str(err.value)
+    assert "max_payload" in str(err.value) and "nothing of the sub-batch was delivered" in str(err.value)
     assert stored(nats_service.cdc, stream) == []
 
 

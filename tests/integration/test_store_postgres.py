@@ -16,7 +16,7 @@ def p(n: int) -> PgPosition:
 def test_postgres_store_end_to_end(pg_scratch_dsn):
     dsn = pg_scratch_dsn
     a, b = open_store(dsn), open_store(dsn)
-    assert a.schema_version() == 1 and b.migrate() == 1
+    assert a.schema_version() == 2 and b.migrate() == 2
     assert "password" not in a.url
     ea = a.acquire_lease("pg", "r1")
     a.write_checkpoints("pg", {"s": p(1), "t": p(1)}, run_id="r1", epoch=ea)

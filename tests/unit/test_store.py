@@ -22,13 +22,42 @@ def store(url):
 
 
 def test_sqlite_settings_and_migrations(store, url):
-    assert store.schema_version() == 1
+    from tidegate.store.migrations import LATEST
+
+    assert store.schema_version() == LATEST == 2
     conn = store._conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
-    assert store.migrate() == 1  # idempotent
+    assert store.migrate() == LATEST  # idempotent
     rows = conn.execute("SELECT version, description FROM tidegate_schema_version").fetchall()
-    assert len(rows) == 1
+    assert [r[0] for r in rows] == [1, 2]
+
+
+def test_a_store_of_schema_1_is_migrated_with_its_checkpoints(tmp_path):
+    """Existing deployments upgrade in place: version 2 adds columns, nothing is lost."""
+    import json
+    import sqlite3
+
+    from _tidegate_fakes import pos
+    from tidegate.store import migrations
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute(migrations.render(migrations.VERSION_TABLE, "sqlite"))
+    for sql in migrations.MIGRATIONS[0][2]:
+        conn.execute(migrations.render(sql, "sqlite"))
+    conn.execute("INSERT INTO tidegate_schema_version VALUES (1, 'v1', 'then')")
+    conn.execute("INSERT INTO tidegate_checkpoints (ckpt_key, version, pipeline, sink_id, position, "
+                 "written_at, kind) VALUES ('p::sink::s', 1, 'p', 's', ?, 'then', 'write')",
+                 (json.dumps(pos(3).to_json()),))
+    conn.commit()
+    conn.close()
+    store = open_store(f"sqlite:///{path}")
+    try:
+        rec = store.get_checkpoint("p", "s")
+        assert (store.schema_version(), rec.position, rec.control) == (2, pos(3), None)
+    finally:
+        store.close()
 
 
 def test_newer_schema_is_refused(store, url):

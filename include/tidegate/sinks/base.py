@@ -15,12 +15,22 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Any
 
 from ..batching import SubBatch
 from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
-from ..errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError, SinkError
+from ..errors import (
+    ErrorClass,
+    FatalSinkError,
+    NonRetryableSinkError,
+    PoisonEventError,
+    RetryableSinkError,
+    SinkError,
+)
+from ..events import ControlMessage
 from ..positions import Position
+from ..spec import SinkSpec
 from ._common import redact, secrets_of
 
 
@@ -33,19 +43,33 @@ class RetryPolicy:
     attempts: int
 
 
+DLQ_EVENT_BYTES = 64 * 1024  # a dead-lettered event larger than this keeps its head and its size
+
+
 class Sink(abc.ABC):
     kind: str = ""
     label: str = ""  # how messages name the kind: "Kafka", "NATS", "Redis"
     retry_policy: RetryPolicy = RetryPolicy(0.05, 5.0, 3)
+    # The per-pipeline channels' default names (``control`` / ``dlq`` in the spec override them).
+    channel_separator: str = "."
 
     def __init__(self, *, sink_id: str, pipeline: str, required: bool = True,
-                 conn: Connection | None = None, secrets: list[str] | None = None):
+                 conn: Connection | None = None, secrets: list[str] | None = None,
+                 spec: SinkSpec | None = None):
         self.sink_id = sink_id
         self.pipeline = pipeline
         self.required = required
         self.conn = conn
         # Every secret the connection holds: replaced by *** in any text this sink lets out.
         self._secrets = secrets if secrets is not None else (secrets_of(conn) if conn else [])
+        self.on_poison = spec.on_poison if spec is not None else "halt"
+        sep = self.channel_separator
+        self.control_name = (spec.control if spec is not None and spec.control
+                             else "{pipeline}" + sep + "__control").format(pipeline=pipeline)
+        self.dlq_name = (spec.dlq if spec is not None and spec.dlq
+                         else "{pipeline}" + sep + "__dlq").format(pipeline=pipeline)
+        self.dlq_count = 0  # events dead-lettered by committed deliveries (this sink's life)
+        self.duplicates = 0  # messages the server reported as already stored (NATS)
 
     @property
     def checkpoint_key(self) -> str:
@@ -66,6 +90,32 @@ class Sink(abc.ABC):
 
     def sink_record(self, batch: SubBatch, extends: int | None) -> SinkCheckpoint:
         return SinkCheckpoint(batch.end_position, extends)
+
+    # ------------------------------------------------------------------ poison events
+
+    def poison_error(self, events: list, why: str) -> PoisonEventError:
+        """The error of ``on_poison: halt``: names each event by idempotency key and position."""
+        named = "; ".join(f"{ev.idempotency_key} at {_position_of(ev)}" for ev in events[:5])
+        more = f" (and {len(events) - 5} more)" if len(events) > 5 else ""
+        return PoisonEventError(
+            f"{self.where}: {len(events)} event(s) this sink cannot take: {named}{more}: {why}. "
+            f"on_poison is halt, so nothing of the sub-batch was delivered; fix the row or the sink's "
+            f"limit, or set on_poison: dlq to send such events to {self.dlq_name!r}", events=events)
+
+    def dlq_record(self, event: Any, error: str, error_class: ErrorClass = ErrorClass.NON_RETRYABLE) -> bytes:
+        """The dead-letter record of one event (docs/architecture.md, "Poison events")."""
+        import orjson
+
+        value = bytes(event.value)
+        record: dict[str, Any] = {"error": self.redact(error), "error_class": error_class.value,
+                                  "sink": self.sink_id, "idempotency_key": event.idempotency_key,
+                                  "position": _position_of(event)}
+        if len(value) <= DLQ_EVENT_BYTES:
+            record["event"] = orjson.loads(value)
+        else:
+            record["event"] = value[:DLQ_EVENT_BYTES].decode("utf-8", "replace")
+            record["event_size"] = len(value)
+        return orjson.dumps(record)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Must not raise."""
@@ -106,6 +156,15 @@ class Sink(abc.ABC):
     def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
         """A message with the fix for errors this sink recognises (authentication, ACLs)."""
         return None
+
+
+def _position_of(event: Any) -> Any:
+    """An event's own place in the source log (a control message: where it sits)."""
+    return event.position
+
+
+def is_control(event: Any) -> bool:
+    return type(event) is ControlMessage
 
 
 ERROR_TYPES = {ErrorClass.RETRYABLE: RetryableSinkError, ErrorClass.NON_RETRYABLE: NonRetryableSinkError,

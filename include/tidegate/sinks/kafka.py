@@ -12,6 +12,14 @@ Modes (docs/architecture.md, "Guarantees and what they rest on"):
 * default: idempotent producer, ``acks=all`` (at-least-once; consumers dedup by the
   ``idempotency_key`` header).
 
+Control messages go to the pipeline's control topic (``{pipeline}.__control``, or the sink's
+``control``; created with one partition so they stay in order) inside the same transaction as
+the data around them. An event the broker refuses on its own (larger than the topic's
+``max.message.bytes``) or whose topic name is invalid is poison: with ``on_poison: halt`` the
+sub-batch fails naming it and nothing of it is visible; with ``dlq`` the sub-batch is delivered
+again with the event's dead-letter record in ``{pipeline}.__dlq`` (or the sink's ``dlq``) in its
+place, in one transaction.
+
 Every message: key = JSON of the primary key (``event.key_bytes``), partitioner
 ``murmur2_random`` (Java-compatible), headers ``idempotency_key``, ``op`` and ``table``
 (``schema.table``), value = the envelope.
@@ -35,6 +43,7 @@ SASL_SSL unless the extras say otherwise). Secrets never reach logs or exception
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Iterable
@@ -50,7 +59,7 @@ from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, Sink
 from ..positions import Position
 from ..spec import KafkaSinkSpec, PipelineSpec
 from ._common import TemplateNames, secrets_of
-from .base import Sink
+from .base import Sink, is_control
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +181,7 @@ class KafkaSink(Sink):
     def __init__(self, pipeline: PipelineSpec, sink: KafkaSinkSpec, conn: Connection):
         base = client_config(conn)
         super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn,
-                         secrets=secrets_of(conn, base))
+                         secrets=secrets_of(conn, base), spec=sink)
         if not sink.topic:
             raise NonRetryableSinkError(f"Kafka sink {sink.id!r} of pipeline {pipeline.pipeline!r} "
                                         f"has no topic template")
@@ -191,6 +200,7 @@ class KafkaSink(Sink):
         self._needs_abort = False  # an abort that timed out must be retried before anything else
         self._uncertain = False  # a failed transaction may have committed: check before resending
         self._ckpt_partitions: int | None = None
+        self._refused: dict[str, str] = {}  # idempotency key -> why the broker refused the event
 
     # ------------------------------------------------------------------ config
 
@@ -347,6 +357,16 @@ class KafkaSink(Sink):
                     raise err from None
             self._producer = p
 
+    def _restart_producer(self) -> None:
+        p, self._producer = self._producer, None
+        if p is not None:
+            try:
+                p.abort_transaction(5)
+            except Exception:  # noqa: BLE001, S110 - the new producer fences this one anyway
+                pass
+        self._needs_abort = False
+        self.open()
+
     def close(self) -> None:
         p, self._producer = self._producer, None
         if p is not None:
@@ -379,7 +399,9 @@ class KafkaSink(Sink):
                 raise self._error(tm.error, f"looking up topic {t!r}")
             if not self.spec.create_topics:
                 raise self._missing_topic_error(t)
-            self._create_topic(t, self.spec.partitions, self.spec.replication_factor, {})
+            # One partition keeps the control channel in order; every other topic as configured.
+            partitions = 1 if t == self.control_name else self.spec.partitions
+            self._create_topic(t, partitions, self.spec.replication_factor, {})
             self._known_topics.add(t)
 
     def _create_topic(self, topic: str, partitions: int, replication: int, config: dict[str, str]) -> None:
@@ -428,30 +450,90 @@ class KafkaSink(Sink):
         if self._producer is None:
             self.open()
         events = list(batch.events)
-        topics = [self._topic_of(ev) for ev in events]
-        self._ensure_topics(topics)
-        if self.exactly_once:
-            self._deliver_transaction(batch, events, topics, self.sink_record(batch, extends))
-        else:
-            self._deliver_idempotent(events, topics)
+        topics = [self.control_name if is_control(ev) else self._topic_of(ev) for ev in events]
+        # Poison events by idempotency key: (event, why); what the broker refused in an earlier
+        # attempt stays poison when the coordinator retries the sub-batch.
+        poison = {ev.idempotency_key: (ev, self._refused[ev.idempotency_key]) for ev in events
+                  if ev.idempotency_key in self._refused}
+        poison.update({ev.idempotency_key: (ev, f"{t!r} is not a valid Kafka topic name")
+                       for ev, t in zip(events, topics, strict=True) if not _VALID_TOPIC.match(t)})
+        self._check_poison(poison)
+        self._ensure_topics([t for ev, t in zip(events, topics, strict=True)
+                             if ev.idempotency_key not in poison]
+                            + ([self.dlq_name] if self.on_poison == "dlq" else []))
+        try:
+            self._deliver_once(batch, events, topics, poison, extends)
+        except SinkError:
+            rejected = self._rejected_by_the_broker(events, topics)
+            if not rejected:
+                raise
+            self._check_poison(rejected)
+            self._refused.update({k: why for k, (_, why) in rejected.items()})
+            # Dead-letter what the broker refused and deliver the sub-batch again: in one
+            # transaction (exactly-once), or only the dead letters (the rest is delivered).
+            poison.update(rejected)
+            if self.exactly_once:
+                # A transaction that lost a message leaves the producer's sequence numbers in need
+                # of a new epoch: a fresh producer (the same transactional.id) starts clean.
+                self._restart_producer()
+                self._deliver_once(batch, events, topics, poison, extends)
+            else:
+                again = [(ev, t) for ev, t in zip(events, topics, strict=True)
+                         if ev.idempotency_key in rejected]
+                self._deliver_idempotent([ev for ev, _ in again], [t for _, t in again], poison)
+        self.dlq_count += len(poison)
         return batch.end_position
 
-    def _produce_all(self, events: list, topics: list[str]) -> None:
+    def _deliver_once(self, batch: SubBatch, events: list, topics: list[str], poison: dict, extends: Any
+                      ) -> None:
+        if self.exactly_once:
+            self._deliver_transaction(batch, events, topics, self.sink_record(batch, extends), poison)
+        else:
+            self._deliver_idempotent(events, topics, poison)
+
+    def _check_poison(self, poison: dict) -> None:
+        if poison and self.on_poison != "dlq":
+            raise self.poison_error([ev for ev, _ in poison.values()],
+                                    "; ".join(dict.fromkeys(why for _, why in poison.values())))
+
+    def _rejected_by_the_broker(self, events: list, topics: list[str]) -> dict:
+        """The events the broker refused on their own (too large for the topic): the failed
+        delivery reports name a topic, a key and a size, which pick out the event."""
+        refused = {(topic, key, size): err for err, topic, size, key in self._delivery_errors
+                   if err.code() in _TOO_LARGE}
+        why = ("the broker refused it ({}: larger than the topic's max.message.bytes / the broker's "
+               "message.max.bytes)")
+        out = {}
+        for ev, topic in zip(events, topics, strict=True):
+            err = refused.get((topic, ev.key_bytes, len(ev.value)))
+            if err is not None:
+                out[ev.idempotency_key] = (ev, why.format(err.name()))
+        return out
+
+    def _produce_all(self, events: list, topics: list[str], poison: dict | None = None) -> None:
         p = self._producer
         assert p is not None
         produce, poll = p.produce, p.poll
         deadline = time.monotonic() + self._timeout_s
         table_hdr: dict[tuple[str, str], bytes] = {}
         for i, (ev, topic) in enumerate(zip(events, topics, strict=True)):
-            tk = (ev.schema, ev.table)
-            th = table_hdr.get(tk)
-            if th is None:
-                th = table_hdr[tk] = f"{ev.schema}.{ev.table}".encode()
-            headers = [("idempotency_key", ev.idempotency_key.encode()), ("op", ev.op.encode()),
-                       ("table", th)]
+            if poison and ev.idempotency_key in poison:
+                value = self.dlq_record(ev, poison[ev.idempotency_key][1])
+                topic = self.dlq_name
+                headers = [("idempotency_key", ev.idempotency_key.encode()), ("dlq", b"1")]
+            elif is_control(ev):
+                value, headers = ev.value, [("idempotency_key", ev.idempotency_key.encode()),
+                                            ("type", ev.type.encode())]
+            else:
+                tk = (ev.schema, ev.table)
+                th = table_hdr.get(tk)
+                if th is None:
+                    th = table_hdr[tk] = f"{ev.schema}.{ev.table}".encode()
+                value, headers = ev.value, [("idempotency_key", ev.idempotency_key.encode()),
+                                            ("op", ev.op.encode()), ("table", th)]
             while True:
                 try:
-                    produce(topic, ev.value, ev.key_bytes, headers=headers)
+                    produce(topic, value, ev.key_bytes, headers=headers)
                     break
                 except BufferError:
                     poll(0.05)  # local queue full: wait for deliveries, bounded by the deadline
@@ -489,11 +571,11 @@ class KafkaSink(Sink):
                 raise RetryableSinkError(f"Kafka sink {self.sink_id!r}: {left} messages not acknowledged "
                                          f"within {self._timeout_s:.0f}s (brokers slow or down)")
 
-    def _deliver_idempotent(self, events: list, topics: list[str]) -> None:
+    def _deliver_idempotent(self, events: list, topics: list[str], poison: dict | None = None) -> None:
         self._delivery_errors.clear()
         self._client_errors.clear()
         try:
-            self._produce_all(events, topics)
+            self._produce_all(events, topics, poison)
             self._flush()
         except KafkaException as exc:
             raise self.error(exc, "producing") from None
@@ -504,7 +586,7 @@ class KafkaSink(Sink):
     # -- exactly once
 
     def _deliver_transaction(self, batch: SubBatch, events: list, topics: list[str],
-                             record: SinkCheckpoint) -> None:
+                             record: SinkCheckpoint, poison: dict | None = None) -> None:
         p = self._producer
         assert p is not None
         if self._needs_abort:
@@ -524,7 +606,7 @@ class KafkaSink(Sink):
         except KafkaException as exc:
             raise self._fail_tx(self.error(exc, "beginning a transaction"), abort=False) from None
         try:
-            self._produce_all(events, topics)
+            self._produce_all(events, topics, poison)
             self._produce_checkpoint(record)
             self._commit_transaction()
         except BaseException as exc:  # noqa: BLE001 - any error aborts the transaction
@@ -666,6 +748,7 @@ class KafkaSink(Sink):
                 last = msg.value()
 
 
+_VALID_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _RANK = {ErrorClass.FATAL: 0, ErrorClass.NON_RETRYABLE: 1, ErrorClass.RETRYABLE: 2}
 
 

@@ -6,7 +6,14 @@ stream's ``duplicate_window``, so a re-delivered sub-batch is not stored twice. 
 with at most ``max_in_flight`` publishes outstanding; duplicates the server reports are
 counted (:attr:`NatsSink.duplicates`) and logged.
 
-The sub-batch's last event is published only after every other event was acknowledged, and it
+Control messages go to ``{pipeline}.__control`` (or the sink's ``control``) with their own
+stable ``Nats-Msg-Id``; the stream captures that subject and the DLQ subject too (added to a
+stream created before them). An event the server cannot take whatever is retried (over
+``max_payload``, a subject that is not valid) is poison: ``on_poison: halt`` fails the sub-batch
+before anything is published; ``dlq`` publishes its dead-letter record to ``{pipeline}.__dlq``
+(or the sink's ``dlq``) in its place, with ``Nats-Msg-Id`` ``dlq|<idempotency_key>``.
+
+The sub-batch's last message is published only after every other one was acknowledged, and it
 carries ``Tidegate-Position`` (the sub-batch's end position, JSON), ``Tidegate-Extends`` (the
 store version this delivery extends, see :mod:`tidegate.checkpoints`) and
 ``Tidegate-Checkpoint-Key``. So the last message on the pipeline's subjects names a position
@@ -58,7 +65,7 @@ from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, Sink
 from ..positions import Position, position_from_json
 from ..spec import NatsSinkSpec, PipelineSpec
 from ._common import TemplateNames
-from .base import RetryPolicy, Sink
+from .base import RetryPolicy, Sink, is_control
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +78,8 @@ _PRESETS = {"@continuous": 0.0, "@hourly": 3600.0, "@daily": 86400.0, "@weekly":
             "@monthly": 31 * 86400.0, "@quarterly": 92 * 86400.0, "@yearly": 366 * 86400.0,
             "@annually": 366 * 86400.0}
 _NUM = re.compile(r"^\d+$")
+# A subject one can publish to: dot-separated non-empty tokens, no whitespace, no wildcard.
+_VALID_SUBJECT = re.compile(r"^[^\s.*>]+(\.[^\s.*>]+)*$")
 _STEP = re.compile(r"^\*/(\d+)$")
 
 
@@ -185,7 +194,8 @@ class NatsSink(Sink):
     publish_timeout_s: float = 10.0  # per ack (and for the whole sub-batch's acks, scaled)
 
     def __init__(self, pipeline: PipelineSpec, sink: NatsSinkSpec, conn: Connection):
-        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn)
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn,
+                         spec=sink)
         if not sink.stream or not sink.subject:
             raise NonRetryableSinkError(f"NATS sink {sink.id!r} of pipeline {pipeline.pipeline!r} needs "
                                         f"stream and subject")
@@ -342,7 +352,9 @@ class NatsSink(Sink):
             if interval is not None:  # never create a stream the preflight would refuse
                 self.preflight(interval)
             try:
-                info = await js.add_stream(StreamConfig(name=self.stream, subjects=[self.subjects],
+                subjects = [self.subjects] + [c for c in (self.control_name, self.dlq_name)
+                                              if not subject_covers(self.subjects, c)]
+                info = await js.add_stream(StreamConfig(name=self.stream, subjects=subjects,
                                                         duplicate_window=self.duplicate_window_s))
                 log.info("NATS sink %r: created stream %r (subjects %r, duplicate_window %gs)",
                          self.sink_id, self.stream, self.subjects, self.duplicate_window_s)
@@ -354,6 +366,12 @@ class NatsSink(Sink):
                 f"NATS sink {self.sink_id!r}: stream {self.stream!r} does not capture the sink's subjects "
                 f"{self.subjects!r} (its subjects: {have}); add them to the stream or change the sink's "
                 f"subject template")
+        missing = [c for c in (self.control_name, self.dlq_name)
+                   if not any(subject_covers(p, c) for p in have)]
+        if missing:  # a stream made before the control channel existed: add the pipeline's channels
+            info.config.subjects = have + missing
+            info = await js.update_stream(info.config)
+            log.info("NATS sink %r: stream %r now also captures %s", self.sink_id, self.stream, missing)
         return float(info.config.duplicate_window or 0.0)
 
     def retry_budget_s(self) -> float:
@@ -377,44 +395,57 @@ class NatsSink(Sink):
         if self._nc is None:
             self.open()
         events = list(batch.events)
-        subjects = [self._subject_of(ev) for ev in events]
-        self._check_sizes(events, subjects)
+        out = [(ev, self.control_name if is_control(ev) else self._subject_of(ev)) for ev in events]
+        poison = self._poison(out)
+        if poison and self.on_poison != "dlq":
+            raise self.poison_error([ev for ev, _ in poison.values()],
+                                    "; ".join(dict.fromkeys(why for _, why in poison.values())))
+        messages = [(subj, ev.value, ev.idempotency_key) if ev.idempotency_key not in poison
+                    else (self.dlq_name, self.dlq_record(ev, poison[ev.idempotency_key][1]),
+                          "dlq|" + ev.idempotency_key) for ev, subj in out]
         timeout = self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
         try:
-            dups = self._run(self._publish(events, subjects, self.sink_record(batch, extends)), timeout + 5)
+            dups = self._run(self._publish(messages, self.sink_record(batch, extends)), timeout + 5)
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
             raise self.error(exc, f"publishing sub-batch {batch.seq}") from None
         self.published += len(events)
         self.duplicates += dups
+        self.dlq_count += len(poison)
         if dups:
             log.info("NATS sink %r: %d of %d messages of sub-batch %d were duplicates already stored in "
                      "stream %r (same Nats-Msg-Id within duplicate_window); %d so far", self.sink_id, dups,
                      len(events), batch.seq, self.stream, self.duplicates)
         return batch.end_position
 
-    def _check_sizes(self, events: list, subjects: list[str]) -> None:
+    def _poison(self, out: list[tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
+        """Events this server cannot take whatever is retried, by idempotency key: over
+        ``max_payload`` (with headers), or a subject that is not a valid one (a table name with
+        a space, ``*``, ...)."""
         limit = self._max_payload or 1024 * 1024
-        for ev, subj in zip(events, subjects, strict=True):
+        bad: dict[str, tuple[Any, str]] = {}
+        for ev, subj in out:
             size = len(ev.value) + len(ev.idempotency_key) + HEADER_OVERHEAD
             if size > limit:
-                raise NonRetryableSinkError(
-                    f"NATS sink {self.sink_id!r}: the event {ev.idempotency_key!r} for subject {subj!r} is "
-                    f"{len(ev.value)} bytes, over the server's max_payload of {limit} bytes (with headers); "
-                    f"raise max_payload in the nats-server configuration or shrink the row. Nothing of "
-                    f"this sub-batch was published.")
+                bad[ev.idempotency_key] = (ev, f"{len(ev.value)} bytes for subject {subj!r}, over the "
+                                               f"server's max_payload of {limit} bytes (with headers)")
+            elif not _VALID_SUBJECT.match(subj):
+                bad[ev.idempotency_key] = (ev, f"{subj!r} is not a valid NATS subject to publish to")
+        return bad
 
-    async def _publish(self, events: list, subjects: list[str], record: SinkCheckpoint) -> int:
+    async def _publish(self, messages: list[tuple[str, bytes, str]], record: SinkCheckpoint) -> int:
+        """Publish (subject, payload, Nats-Msg-Id) in order; the last one only after every other
+        was acknowledged, carrying the sink's record: its presence proves the whole sub-batch."""
         js = self._js
         timeout = self.publish_timeout_s
         futs: list[asyncio.Future] = []
         try:
-            for ev, subj in zip(events[:-1], subjects[:-1], strict=True):
+            for subj, payload, msg_id in messages[:-1]:
                 # No wait_stall: it wraps every publish in a timed task (7x slower); the whole
                 # sub-batch is bounded by the caller's timeout instead.
-                futs.append(await js.publish_async(subj, ev.value, stream=self.stream,
-                                                   headers={"Nats-Msg-Id": ev.idempotency_key}))
+                futs.append(await js.publish_async(subj, payload, stream=self.stream,
+                                                   headers={"Nats-Msg-Id": msg_id}))
             acks = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True),
                                           timeout * (1 + len(futs) / self.max_in_flight))
         except BaseException:
@@ -425,14 +456,13 @@ class NatsSink(Sink):
         if errors:
             worst = min(errors, key=lambda e: 0 if classify_nats_error(e) is ErrorClass.NON_RETRYABLE else 1)
             raise worst
-        # Only now the last event, carrying the position: its presence proves the whole sub-batch.
-        last, subj = events[-1], subjects[-1]
-        headers = {"Nats-Msg-Id": last.idempotency_key, CHECKPOINT_KEY_HEADER: self.checkpoint_key,
+        subj, payload, msg_id = messages[-1]
+        headers = {"Nats-Msg-Id": msg_id, CHECKPOINT_KEY_HEADER: self.checkpoint_key,
                    POSITION_HEADER: json.dumps(record.position.to_json(), sort_keys=True,
                                                separators=(",", ":"))}
         if record.extends is not None:
             headers[EXTENDS_HEADER] = str(record.extends)
-        ack = await js.publish(subj, last.value, timeout=timeout, stream=self.stream, headers=headers)
+        ack = await js.publish(subj, payload, timeout=timeout, stream=self.stream, headers=headers)
         return sum(1 for a in (*acks, ack) if a.duplicate)
 
     # ------------------------------------------------------------------ sink-side checkpoint
@@ -462,10 +492,15 @@ class NatsSink(Sink):
                               int(extends) if extends is not None and extends.isdigit() else None)
 
     async def _last_msg(self) -> Any:
-        try:
-            return await self._js.get_last_msg(self.stream, self.subjects)
-        except jerr.NotFoundError:
-            return None
+        """The newest message on the sink's subjects: its data, its control and its DLQ channel
+        (a sub-batch may end on either)."""
+        found = []
+        for subjects in (self.subjects, self.control_name, self.dlq_name):
+            try:
+                found.append(await self._js.get_last_msg(self.stream, subjects))
+            except jerr.NotFoundError:
+                continue
+        return max(found, key=lambda m: m.seq, default=None)
 
 
 __all__ = ["NatsSink", "check_duplicate_window", "classify_nats_error", "retry_budget_s",

@@ -11,8 +11,15 @@ is covered by :meth:`RedisSink.committed_checkpoint` (exactly-once per stream).
 Streams are never trimmed unless ``maxlen`` is set; then ``MAXLEN ~ maxlen`` (Redis keeps at
 least ``maxlen`` entries, trimming whole radix-tree nodes).
 
-Before the first write to a stream key the sink checks that the key is a stream (or absent):
-inside MULTI/EXEC a command that fails at run time (WRONGTYPE) does not undo the others.
+Control messages go to the pipeline's control stream (``{pipeline}:__control``, or the sink's
+``control``), in the same MULTI/EXEC as the data they sit between.
+
+Before the first write to a stream key the sink checks that it can write it: the key is a
+stream (or absent) and the ACL user may write it (a no-op ``XTRIM``). Inside MULTI/EXEC a
+command that fails at run time (WRONGTYPE) does not undo the others, and one the ACL refuses
+discards the whole transaction, so such keys are found first. Their events are poison: with
+``on_poison: halt`` the sub-batch fails naming them; with ``dlq`` each goes, as a dead-letter
+record, to ``{pipeline}:__dlq`` (or the sink's ``dlq``) in the same MULTI/EXEC.
 
 Errors: NOAUTH, WRONGPASS, NOPERM (and other ACL/AUTH failures) → non-retryable; connection
 errors, timeouts, LOADING, READONLY (failover), OOM, TRYAGAIN, MASTERDOWN → retryable;
@@ -38,7 +45,7 @@ from ..errors import ErrorClass, NonRetryableSinkError, SinkError
 from ..positions import Position
 from ..spec import PipelineSpec, RedisSinkSpec
 from ._common import TemplateNames
-from .base import Sink
+from .base import Sink, is_control
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +77,11 @@ def _truthy(v: Any) -> bool:
 class RedisSink(Sink):
     kind = "redis"
     label = "Redis"
+    channel_separator = ":"
 
     def __init__(self, pipeline: PipelineSpec, sink: RedisSinkSpec, conn: Connection):
-        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn)
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn,
+                         spec=sink)
         if not sink.stream:
             raise NonRetryableSinkError(f"Redis sink {sink.id!r} of pipeline {pipeline.pipeline!r} has no "
                                         f"stream template")
@@ -81,7 +90,7 @@ class RedisSink(Sink):
         self.checkpoint_redis_key = CHECKPOINT_PREFIX + self.checkpoint_key
         self._stream_of = TemplateNames(sink.stream, self.pipeline)
         self._client: redis.Redis | None = None
-        self._checked_streams: set[str] = set()
+        self._checked_streams: dict[str, str | None] = {}  # key -> why it cannot be written, or None
         self._uncertain = False  # an EXEC whose reply was lost may have committed
 
     # ------------------------------------------------------------------ connection
@@ -143,18 +152,32 @@ class RedisSink(Sink):
 
     # ------------------------------------------------------------------ delivery
 
-    def _check_streams(self, keys: list[str]) -> None:
+    def _key_of(self, ev: Any) -> str:
+        return self.control_name if is_control(ev) else self._stream_of(ev)
+
+    def _unwritable(self, keys: list[str]) -> dict[str, str]:
+        """Of the stream keys, those this sink cannot write, with why: a key holding another
+        type, or one the ACL user may not write (``XTRIM key MINID 0`` is a write that changes
+        nothing). Inside MULTI/EXEC such a command would not undo the others, or would discard
+        the whole transaction: they are found before, once per key."""
         assert self._client is not None
         for k in dict.fromkeys(keys):
             if k in self._checked_streams:
                 continue
-            t = self._client.type(k)
-            t = t.decode() if isinstance(t, bytes) else t
-            if t not in ("none", "stream"):
-                raise NonRetryableSinkError(
-                    f"Redis sink {self.sink_id!r}: key {k!r} holds a {t}, not a stream; rename the key or "
-                    f"change the sink's stream template")
-            self._checked_streams.add(k)
+            try:
+                t = self._client.type(k)
+                t = t.decode() if isinstance(t, bytes) else t
+                if t not in ("none", "stream"):
+                    self._checked_streams[k] = f"key {k!r} holds a {t}, not a stream"
+                    continue
+                self._client.xtrim(k, minid="0")
+                self._checked_streams[k] = None
+            except rex.NoPermissionError as exc:
+                if "command" in str(exc).lower():  # the user may not write streams at all: sink-wide
+                    raise self.error(exc, f"checking that stream {k!r} can be written") from None
+                self._checked_streams[k] = (f"the ACL user {self.conn.login or 'default'!r} may not write "
+                                            f"stream {k!r} ({self.redact(str(exc))})")
+        return {k: why for k in keys if (why := self._checked_streams.get(k))}
 
     def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
         if self._client is None:
@@ -170,19 +193,26 @@ class RedisSink(Sink):
                              "attempt", self.sink_id, batch.seq, batch.end_position)
                     return batch.end_position
             events = list(batch.events)
-            keys = [self._stream_of(ev) for ev in events]
-            self._check_streams(keys)
+            keys = [self._key_of(ev) for ev in events]
+            bad = self._unwritable(keys)
+            poison = [(ev, bad[k]) for ev, k in zip(events, keys, strict=True) if k in bad]
+            if poison and self.on_poison != "dlq":
+                why = "; ".join(dict.fromkeys(w for _, w in poison))
+                raise self.poison_error([ev for ev, _ in poison], why)
+            if poison and self._unwritable([self.dlq_name]):
+                raise NonRetryableSinkError(f"{self.where}: the dead-letter stream cannot be written: "
+                                            f"{self._checked_streams[self.dlq_name]}")
             pipe = self._client.pipeline(transaction=True)
-            xadd = pipe.xadd
-            if self.maxlen:
-                for ev, key in zip(events, keys, strict=True):
-                    xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key},
-                         maxlen=self.maxlen, approximate=True)
-            else:
-                for ev, key in zip(events, keys, strict=True):
-                    xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key})
+            trim = {"maxlen": self.maxlen, "approximate": True} if self.maxlen else {}
+            for ev, key in zip(events, keys, strict=True):
+                if key in bad:
+                    pipe.xadd(self.dlq_name, {"record": self.dlq_record(ev, bad[key]),
+                                              "idempotency_key": ev.idempotency_key}, **trim)
+                else:
+                    pipe.xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key}, **trim)
             pipe.set(self.checkpoint_redis_key, record.dumps())
             self._execute(pipe)
+            self.dlq_count += len(poison)
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets

@@ -31,7 +31,7 @@ from .records import (
 )
 
 CKPT_COLS = ("pipeline, sink_id, version, position, run_id, epoch, written_at, kind, reason, who, "
-             "source_version")
+             "source_version, control")
 INCIDENT_COLS = ("id, pipeline, kind, from_position, to_position, detected_at, detail, run_id, "
                  "resolved, resolution, resolved_by, reason, resolved_at")
 
@@ -170,18 +170,20 @@ class CheckpointStore(abc.ABC):
 
     def write_checkpoints(self, pipeline: str, positions: Mapping[str, Position], *,
                           run_id: str | None, epoch: int, kind: str = "write",
-                          reason: str | None = None, who: str | None = None
-                          ) -> dict[str, CheckpointRecord]:
+                          reason: str | None = None, who: str | None = None,
+                          control: Mapping[str, Any] | None = None) -> dict[str, CheckpointRecord]:
         """Record new versions of several sinks' checkpoints in one transaction. ``kind`` says
         what moved them: ``write`` (a delivery), ``adopt`` (a sink-side record), ``head``
         (placed at the head), ``skip`` (a range with nothing to deliver), or a move that is not
-        a delivery (``failover``, ``accept_gap``, ``rewind``, ``resnapshot``)."""
+        a delivery (``failover``, ``accept_gap``, ``rewind``, ``resnapshot``). ``control``: a
+        control message (JSON) each of these versions owes its sink (delivered by the next run
+        before anything after the position)."""
         if any(p is None for p in positions.values()):
             raise ValueError("a checkpoint position cannot be None")
         with self._tx(write=True) as tx:
             self._check_epoch(tx, pipeline, epoch)
             return {sid: self._append(tx, pipeline, sid, pos, run_id=run_id, epoch=epoch, kind=kind,
-                                      reason=reason, who=who)
+                                      reason=reason, who=who, control=control)
                     for sid, pos in positions.items()}
 
     def _append(self, tx: _Tx, pipeline: str, sink_id: str, position: Position, **kw: Any
@@ -189,13 +191,15 @@ class CheckpointStore(abc.ABC):
         key = checkpoint_key(pipeline, sink_id)
         version = tx.one("SELECT COALESCE(MAX(version), 0) FROM tidegate_checkpoints WHERE ckpt_key = ?",
                          (key,))[0] + 1
+        control = kw.get("control")
         rec = CheckpointRecord(pipeline, sink_id, version, position, kw.get("run_id"), kw.get("epoch"),
                                now_iso(), kw.get("kind", "write"), kw.get("reason"), kw.get("who"),
-                               kw.get("source_version"))
+                               kw.get("source_version"), dict(control) if control else None)
         tx.exec(f"INSERT INTO tidegate_checkpoints (ckpt_key, {CKPT_COLS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (key, pipeline, sink_id, version, pos_text(position), rec.run_id, rec.epoch,
-                 rec.written_at, rec.kind, rec.reason, rec.who, rec.source_version))
+                 rec.written_at, rec.kind, rec.reason, rec.who, rec.source_version,
+                 json.dumps(rec.control, sort_keys=True) if rec.control else None))
         return rec
 
     def get_checkpoint(self, pipeline: str, sink_id: str) -> CheckpointRecord | None:
@@ -335,15 +339,16 @@ class CheckpointStore(abc.ABC):
 
     def journal_sink(self, journal_id: int, sink_id: str, *, start: Position | None,
                      end: Position | None, events: int, bytes: int, status: str,
-                     error: str | None = None) -> None:
+                     error: str | None = None, dlq: int = 0) -> None:
         """Record (or update) what one sink received in a journaled run."""
         with self._tx(write=True) as tx:
             tx.exec("INSERT INTO tidegate_journal_sinks (journal_id, sink_id, from_position, to_position, "
-                    "events, bytes, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "events, bytes, status, error, dlq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (journal_id, sink_id) DO UPDATE SET from_position = excluded.from_position, "
                     "to_position = excluded.to_position, events = excluded.events, "
-                    "bytes = excluded.bytes, status = excluded.status, error = excluded.error",
-                    (journal_id, sink_id, pos_text(start), pos_text(end), events, bytes, status, error))
+                    "bytes = excluded.bytes, status = excluded.status, error = excluded.error, "
+                    "dlq = excluded.dlq",
+                    (journal_id, sink_id, pos_text(start), pos_text(end), events, bytes, status, error, dlq))
 
     def journal_finish(self, journal_id: int, status: str) -> None:
         with self._tx(write=True) as tx:
@@ -365,15 +370,15 @@ class CheckpointStore(abc.ABC):
 
     @staticmethod
     def _journal_sinks(tx: _Tx, journal_id: int) -> dict[str, JournalSink]:
-        rows = tx.all("SELECT sink_id, from_position, to_position, events, bytes, status, error "
+        rows = tx.all("SELECT sink_id, from_position, to_position, events, bytes, status, error, dlq "
                       "FROM tidegate_journal_sinks WHERE journal_id = ? ORDER BY sink_id", (journal_id,))
-        return {r[0]: JournalSink(r[0], pos_value(r[1]), pos_value(r[2]), r[3], r[4], r[5], r[6])
+        return {r[0]: JournalSink(r[0], pos_value(r[1]), pos_value(r[2]), r[3], r[4], r[5], r[6], r[7])
                 for r in rows}
 
 
 def _ckpt(r: tuple) -> CheckpointRecord:
     return CheckpointRecord(r[0], r[1], r[2], pos_value(r[3]), r[4], r[5], ts_text(r[6]), r[7], r[8], r[9],
-                            r[10])
+                            r[10], json.loads(r[11]) if r[11] else None)
 
 
 def _incident(r: tuple) -> Incident:

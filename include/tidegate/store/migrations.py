@@ -47,6 +47,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ]),
 ]
 
+MIGRATIONS.append(
+    (2, "control messages a checkpoint version owes its sink; dead-lettered events per journaled sink", [
+        "ALTER TABLE tidegate_checkpoints ADD COLUMN control TEXT",
+        "ALTER TABLE tidegate_journal_sinks ADD COLUMN dlq {big} NOT NULL DEFAULT 0",
+    ]))
+
 LATEST = MIGRATIONS[-1][0]
 
 

@@ -50,6 +50,9 @@ class CheckpointRecord:
     reason: str | None = None
     who: str | None = None
     source_version: int | None = None  # rewind: the version whose position was restored
+    # A control message (JSON) this version owes its sink: delivered before anything after it
+    # (the gap an operator accepted, a failover the guard translated).
+    control: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -60,7 +63,7 @@ class CheckpointRecord:
                 "version": self.version, "position": position_to_json(self.position),
                 "run_id": self.run_id, "epoch": self.epoch, "written_at": self.written_at,
                 "kind": self.kind, "reason": self.reason, "who": self.who,
-                "source_version": self.source_version}
+                "source_version": self.source_version, "control": self.control}
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class JournalSink:
     bytes: int
     status: str
     error: str | None = None
+    dlq: int = 0  # events the sink dead-lettered in that run
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,11 @@ class TidegateReportOperator(TidegateBaseOperator):
         summary["run_id"] = task.run_id
         for line in format_summary(summary):
             self.log.info("%s", line)
+        for s in summary["sinks"]:
+            if s.get("dlq"):
+                self.log.warning("pipeline %s: sink %s sent %d event(s) to its dead-letter queue in this "
+                                 "run (on_poison: dlq); the DLQ records name each event and the error",
+                                 task.spec.pipeline, s["id"], s["dlq"])
         if self.emit_metrics and task.plan.mode != "dry_run":
             emit_metrics(summary)
         if self.emit_metrics:

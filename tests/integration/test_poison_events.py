@@ -1,0 +1,208 @@
+"""Poison events against the real servers: one event a sink cannot take on its own (a row over
+the topic's max.message.bytes, over NATS max_payload, bound for a stream the ACL forbids).
+With ``on_poison: halt`` the run fails naming it and nothing of its sub-batch is visible; with
+``dlq`` every other row is delivered once, the DLQ holds one record naming the error, and the
+checkpoint moves past the row."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import uuid
+
+import pytest
+import redis
+from confluent_kafka.admin import AdminClient, NewTopic
+from test_sink_support import end_pos, make_tx, pipeline_spec, source_items
+from tidegate.batching import SubBatch
+from tidegate.coordinator import run_once
+from tidegate.errors import CommitPolicyError
+from tidegate.sinks import make_sink
+from tidegate.spec import BatchSpec, KafkaSinkSpec, NatsSinkSpec, RedisSinkSpec
+from tidegate.store import open_store
+
+from tests.integration.test_sink_kafka import read_topic
+
+pytestmark = pytest.mark.integration
+
+ROWS = 1000  # in one sub-batch: 100 transactions of 10 rows
+
+
+def batch_with_one_big_row(pipeline: str) -> SubBatch:
+    """1,000 rows in 100 transactions of 10; the very last row carries an incompressible ~2 MiB
+    pad (larger than a 1 MiB topic or NATS max_payload accepts)."""
+    txs = [make_tx(pipeline, n, 10, keys=1000) for n in range(1, 100)]
+    small, big = make_tx(pipeline, 100, 10, keys=1000), make_tx(pipeline, 100, 10, keys=1000,
+                                                                 pad=2 * 1024 * 1024, noise=True)
+    return SubBatch(1, (*txs, dataclasses.replace(small, events=(*small.events[:9], big.events[9]))))
+
+
+def run(store_url: str, name: str, sink_spec, batch: SubBatch):
+    store = open_store(store_url)
+    try:
+        sink = make_sink(pipeline_spec(name, sink_spec), sink_spec, connection(sink_spec.conn_id))
+        report = run_once(store, name, "r1", [sink], BatchSpec(max_events=ROWS),
+                          lambda start: source_items([batch], start))
+        return report, store.get_checkpoint(name, sink_spec.id)
+    finally:
+        store.close()
+
+
+def connection(conn_id: str):
+    from tidegate.connections import get_connection
+
+    return get_connection(conn_id)
+
+
+def big_key(batch: SubBatch) -> str:
+    return list(batch.events)[-1].idempotency_key
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+@pytest.fixture()
+def small_topic(kafka, kafka_bootstrap):
+    """A topic whose max.message.bytes is 1 MiB (the broker allows 2 MiB)."""
+    name = f"kp_{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    fut = admin.create_topics([NewTopic(f"{name}.orders", 3, 1, config={"max.message.bytes": "1048576"})])
+    fut[f"{name}.orders"].result(30)
+    return name
+
+
+@pytest.mark.parametrize("eos", [True, False], ids=["exactly_once", "idempotent"])
+def test_kafka_halt_names_the_row_and_shows_nothing_of_the_sub_batch(small_topic, kafka_bootstrap, tmp_path,
+                                                                     eos):
+    name = small_topic
+    spec = KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka", topic="{pipeline}.{table}",
+                         exactly_once=eos, checkpoint_topic=f"_ck_{name}")
+    batch = batch_with_one_big_row(name)
+    with pytest.raises(CommitPolicyError) as err:
+        run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+    text = str(err.value)
+    assert big_key(batch) in text and "at {'file': 'mysql-bin.000007'" in text and "on_poison is halt" in text
+    if eos:  # nothing of the sub-batch is visible to a read_committed consumer
+        assert read_topic(kafka_bootstrap, f"{name}.orders") == []
+    assert open_store(f"sqlite:///{tmp_path}/s.sqlite").get_checkpoint(name, "events") is None
+
+
+@pytest.mark.parametrize("eos", [True, False], ids=["exactly_once", "idempotent"])
+def test_kafka_dlq_delivers_the_rest_once_and_dead_letters_the_row(small_topic, kafka_bootstrap, tmp_path,
+                                                                    eos):
+    name = small_topic
+    spec = KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka", topic="{pipeline}.{table}",
+                         exactly_once=eos, checkpoint_topic=f"_ck_{name}", on_poison="dlq")
+    batch = batch_with_one_big_row(name)
+    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+    rows = read_topic(kafka_bootstrap, f"{name}.orders")
+    keys = [dict(m.headers())["idempotency_key"].decode() for m in rows]
+    assert len(keys) == len(set(keys)) == ROWS - 1 and big_key(batch) not in keys
+    [dead] = read_topic(kafka_bootstrap, f"{name}.__dlq")
+    record = json.loads(dead.value())
+    assert record["idempotency_key"] == big_key(batch) and record["sink"] == "events"
+    assert "MSG_SIZE_TOO_LARGE" in record["error"] and record["error_class"] == "non_retryable"
+    assert record["event_size"] > 2 * 1024 * 1024 and len(record["event"]) == 64 * 1024
+    assert record["position"] == list(batch.events)[-1].position
+    assert ckpt.position == end_pos(100)  # past the row
+    assert report.sinks["events"].dlq == 1
+
+
+# --------------------------------------------------------------------------- NATS
+
+
+def nats_messages(conn, stream: str, subject: str) -> list:
+    import nats
+
+    async def go():
+        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            out = []
+            if not info.state.messages:
+                return out
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                m = await js.get_msg(stream, seq)
+                if m.subject == subject:
+                    out.append(m)
+            return out
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("policy", ["halt", "dlq"])
+def test_nats_payload_over_max_payload_is_poison(nats_service, tmp_path, policy):
+    name = f"np_{uuid.uuid4().hex[:8]}"
+    stream = name.upper()
+    spec = NatsSinkSpec(id="bus", kind="nats", conn_id="cdc_nats", stream=stream,
+                        subject="{pipeline}.{table}", on_poison=policy)
+    batch = batch_with_one_big_row(name)
+    if policy == "halt":
+        with pytest.raises(CommitPolicyError, match=big_key(batch)) as err:
+            run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+        assert "max_payload" in str(err.value)
+        assert nats_messages(nats_service.cdc, stream, f"{name}.orders") == []  # nothing published
+        return
+    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+    data = nats_messages(nats_service.cdc, stream, f"{name}.orders")
+    ids = [m.headers["Nats-Msg-Id"] for m in data]
+    assert len(ids) == len(set(ids)) == ROWS - 1 and big_key(batch) not in ids
+    [dead] = nats_messages(nats_service.cdc, stream, f"{name}.__dlq")
+    record = json.loads(dead.data)
+    assert record["idempotency_key"] == big_key(batch) and "max_payload" in record["error"]
+    assert ckpt.position == end_pos(100) and report.sinks["bus"].dlq == 1
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+@pytest.fixture()
+def restricted_redis(redis_service):
+    """A Redis ACL user that may write the pipeline's streams and checkpoints but only read
+    ``forbidden:*``."""
+    conn = redis_service.cdc
+    admin = redis.Redis(host="127.0.0.1", port=conn.port, username=conn.login, password=conn.password)
+    user, password = f"poison_{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", "+@all", "%RW~pz*",
+                          "%RW~tidegate:*", "%R~forbidden*")
+    yield dataclasses.replace(conn, conn_id="restricted", login=user, password=password)
+    admin.acl_deluser(user)
+    admin.close()
+
+
+@pytest.mark.parametrize("policy", ["halt", "dlq"])
+def test_redis_stream_the_acl_forbids_is_poison(redis_service, restricted_redis, tmp_path, monkeypatch,
+                                                policy):
+    import tidegate.connections as connections
+
+    name = f"pz_{uuid.uuid4().hex[:8]}"
+    spec = RedisSinkSpec(id="cache", kind="redis", conn_id="restricted", stream="{schema}:{table}",
+                         on_poison=policy)
+    ok = [make_tx(name, n, 10, keys=1000, schema="pz", table=name) for n in range(1, 100) if n != 50]
+    bad = make_tx(name, 50, 1, schema="forbidden", table="secret")
+    batch = SubBatch(1, (*ok[:49], bad, *ok[49:]))
+    real = connections.get_connection
+    monkeypatch.setattr(connections, "get_connection", lambda cid, env=None: restricted_redis
+                        if cid == "restricted" else real(cid, env))
+    r = redis.Redis(host="127.0.0.1", port=restricted_redis.port, username=redis_service.cdc.login,
+                    password=redis_service.cdc.password)
+    bad_key = list(bad.events)[0].idempotency_key
+    if policy == "halt":
+        with pytest.raises(CommitPolicyError, match=bad_key) as err:
+            run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+        assert "may not write stream 'forbidden:secret'" in str(err.value)
+        assert r.xlen(f"pz:{name}") == 0  # nothing of the sub-batch
+        return
+    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+    ids = [f[b"idempotency_key"].decode() for _, f in r.xrange(f"pz:{name}")]
+    assert len(ids) == len(set(ids)) == 980 and bad_key not in ids
+    [(_, dead)] = r.xrange(f"{name}:__dlq")
+    record = json.loads(dead[b"record"])
+    assert record["idempotency_key"] == bad_key and "forbidden:secret" in record["error"]
+    assert record["event"]["after"]["id"] == json.loads(list(bad.events)[0].value)["after"]["id"]
+    assert ckpt.position == end_pos(99) and report.sinks["cache"].dlq == 1
+    r.close()
