@@ -247,19 +247,9 @@ class Coordinator:
         owed = {sid for sid in self._owed if not self.report.sinks[sid].failed}
         if not owed:
             return
-        at = {sid: self.report.sinks[sid].end for sid in owed}
-        acked: set[str] = set()
-        futures = {}
-        for sink in self.sinks:
-            if sink.sink_id in owed and at[sink.sink_id] is not None:
-                part = SubBatch(0, (Transaction(None, at[sink.sink_id], (self._owed[sink.sink_id],)),))
-                extends = self.report.sinks[sink.sink_id].version or 0
-                futures[pool.submit(self._retry, sink, lambda s=sink, p=part, v=extends: s.deliver(p, v))
-                        ] = (sink, part)
-        for fut in as_completed(futures):
-            sink, part = futures[fut]
-            if self._delivered(sink, part, fut):
-                acked.add(sink.sink_id)
+        at = {sid: self.report.sinks[sid].end for sid in owed if self.report.sinks[sid].end is not None}
+        parts = {sid: SubBatch(0, (Transaction(None, pos, (self._owed[sid],)),)) for sid, pos in at.items()}
+        acked = self._deliver_parts(pool, parts)
         self._write(sink_positions={sid: at[sid] for sid in acked}, kind="control")
 
     def _sub_batch(self, pool: ThreadPoolExecutor, batch: SubBatch) -> None:
@@ -275,7 +265,7 @@ class Coordinator:
     def _deliver_all(self, pool: ThreadPoolExecutor, batch: SubBatch) -> set[str]:
         """Deliver to every live sink at once; returns the ids of the sinks that have the batch."""
         acked: set[str] = set()
-        futures: dict[Future, tuple[Sink, SubBatch]] = {}
+        parts: dict[str, SubBatch] = {}
         for sink in self.sinks:
             rep = self.report.sinks[sink.sink_id]
             if rep.failed:
@@ -287,14 +277,19 @@ class Coordinator:
             if part.event_count == 0:  # already has it all (or only positions): no call
                 acked.add(sink.sink_id)
             else:
-                extends = rep.version or 0
+                parts[sink.sink_id] = part
+        return acked | self._deliver_parts(pool, parts)
+
+    def _deliver_parts(self, pool: ThreadPoolExecutor, parts: Mapping[str, SubBatch]) -> set[str]:
+        """Deliver each sink its part, concurrently, with retries; the ids of those that took it."""
+        futures: dict[Future, tuple[Sink, SubBatch]] = {}
+        for sink in self.sinks:
+            part = parts.get(sink.sink_id)
+            if part is not None:
+                extends = self.report.sinks[sink.sink_id].version or 0
                 futures[pool.submit(self._retry, sink, lambda s=sink, p=part, v=extends: s.deliver(p, v))
                         ] = (sink, part)
-        for fut in as_completed(futures):
-            sink, part = futures[fut]
-            if self._delivered(sink, part, fut):
-                acked.add(sink.sink_id)
-        return acked
+        return {futures[f][0].sink_id for f in as_completed(futures) if self._delivered(*futures[f], f)}
 
     def _delivered(self, sink: Sink, part: SubBatch, fut: Future) -> bool:
         exc = fut.exception()
