@@ -25,7 +25,8 @@ from ...spec import PipelineSpec
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
 from ..preflight import Problem
-from . import failover, preflight
+from . import failover
+from . import preflight as server_checks
 from .binlog_client import BinlogStream
 from .fast_reader import FastReader, collation_codecs
 from .library_reader import LibraryReader, library_stream
@@ -106,20 +107,20 @@ class MySqlSource(Source):
 
     def check_settings(self) -> None:
         """Raise :class:`SourceSettingError` naming every wrong binlog setting."""
-        preflight.check_settings(self.server)
+        server_checks.check_settings(self.server)
 
     def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
         """Settings, privileges and retention headroom (binlog expiry against the age of the
         oldest checkpoint)."""
         if checkpoint is None:
             return self.check_server(None)
-        return self.check_server(checkpoint.position, preflight.checkpoint_age_s(checkpoint))
+        return self.check_server(checkpoint.position, server_checks.checkpoint_age_s(checkpoint))
 
     def check_server(self, checkpoint: BinlogPosition | None = None,
                      checkpoint_age_s: float | None = None,
                      headroom_warn_fraction: float = 0.5) -> list[Problem]:
         """:func:`.preflight.check_server` for a checkpoint position and age."""
-        return preflight.check_server(self.server, checkpoint, checkpoint_age_s, headroom_warn_fraction)
+        return server_checks.check_server(self.server, checkpoint, checkpoint_age_s, headroom_warn_fraction)
 
     # ------------------------------------------------------------------ continuity
 
