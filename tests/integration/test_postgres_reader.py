@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import uuid
 
 import psycopg2
@@ -270,3 +271,81 @@ def test_a_range_without_transactions_of_this_database_ends_at_the_bound(postgre
     src.release(got[-1].end_position)  # at once: the slot is not busy
     assert src.slot_info()["confirmed_flush_lsn"] == str(got[-1].end_position.lsn)
     src.close()
+
+
+def test_asynchronous_commits_are_in_exactly_one_run(postgres, admin, schema, slot):
+    """A transaction committed with synchronous_commit=off may be written but not yet flushed
+    (the WAL writer flushes at most every wal_writer_delay): the bound is the flushed WAL, so
+    such a transaction goes to a later run, never to none (a bound at the written WAL let the
+    quick look and the peek, which read only flushed WAL, miss it)."""
+    q(admin, f"CREATE TABLE {schema}.t (id int PRIMARY KEY, pad text)")
+    src = source(postgres, schema, slot, ["t"], "fast")
+    ref = source(postgres, schema, slot, ["t"], "reference")
+    pad = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 150))"  # WAL pages fill
+    writer = psycopg2.connect(postgres.admin_dsn)
+    writer.autocommit = True
+    q(writer, "SET synchronous_commit = off")
+    seen: list[int] = []
+    h0 = src.head()
+    try:
+        for k in range(60):
+            q(writer, f"INSERT INTO {schema}.t VALUES ({k}, {pad})")
+            h1 = src.head()
+            # as a run does: the quick look right after the bound, the read later
+            look = src.has_changes(h0, h1)
+            peeked = [e.after["id"] for e in ref.read(h0, h1) if isinstance(e, ChangeEvent)]
+            got = [e.after["id"] for e in src.read(h0, h1) if isinstance(e, ChangeEvent)]
+            assert (look, peeked) == (bool(got), got), (k, h0, h1)
+            seen += got
+            h0 = h1
+        q(writer, "SET synchronous_commit = on", f"INSERT INTO {schema}.t VALUES (1000, '')")
+        h1 = src.head()
+        seen += [e.after["id"] for e in src.read(h0, h1) if isinstance(e, ChangeEvent)]
+    finally:
+        writer.close()
+        src.close()
+        ref.close()
+    assert seen == list(range(60)) + [1000]
+
+
+def test_a_bound_inside_a_record_still_unflushed(postgres, admin, schema, slot):
+    """An open transaction writes a record longer than a WAL page; the server flushes the
+    completed page only, so the flushed WAL ends inside that record. head() takes that page
+    boundary once it holds (no commit record can be cut there); the read ends there once the
+    server has flushed past it, and the transaction arrives whole after it commits."""
+    q(admin, f"CREATE TABLE {schema}.t (id int PRIMARY KEY, pad text)",
+      f"ALTER TABLE {schema}.t ALTER pad SET STORAGE PLAIN")
+    src = source(postgres, schema, slot, ["t"], "fast")
+    h0 = src.head()
+    q(admin, f"INSERT INTO {schema}.t VALUES (0, 'before')")
+    opened = []
+    try:
+        for attempt in range(8):  # until the record crosses a page boundary the server flushed
+            c = psycopg2.connect(postgres.admin_dsn)
+            opened.append(c)
+            q(c, f"INSERT INTO {schema}.t VALUES ({attempt + 1}, repeat('z', 7000))")
+            for _ in range(30):
+                ((flush, insert, block),) = q(admin, "SELECT pg_current_wal_flush_lsn()::text, "
+                                                     "pg_current_wal_insert_lsn()::text, "
+                                                     "current_setting('wal_block_size')::int")
+                if Lsn.parse(flush).value % block == 0:
+                    break
+                time.sleep(0.05)
+            if Lsn.parse(flush).value % block == 0 and Lsn.parse(insert) > Lsn.parse(flush):
+                break
+        assert Lsn.parse(flush).value % block == 0, "the server never flushed inside the open record"
+        h1 = src.head()
+        assert str(h1.lsn) == flush  # no commit record is cut there: taken as the bound
+        q(admin, "CREATE TEMP TABLE flush_me (x int)")  # a commit flushes the WAL past the bound
+        items = list(src.read(h0, h1))
+        assert [e.after for e in items if isinstance(e, ChangeEvent)] == [{"id": 0, "pad": "before"}]
+        assert items[-1] == PositionMark(h1)
+        for c in opened:
+            c.commit()
+        h2 = src.head()
+        later = [e.after["id"] for e in src.read(h1, h2) if isinstance(e, ChangeEvent)]
+        assert later == list(range(1, len(opened) + 1))
+    finally:
+        for c in opened:
+            c.close()
+        src.close()

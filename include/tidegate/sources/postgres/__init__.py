@@ -13,26 +13,29 @@
 Positions, ids and boundaries (the contract other code relies on):
 
 * A position is an LSN. A transaction's ``end_position`` is the **end of its commit record**
-  (wal2json's ``nextlsn``, logical decoding's ``end_lsn``). That is exactly what the server's
-  own bookkeeping uses: a slot whose ``confirmed_flush_lsn`` is X no longer returns a
-  transaction whose end is at or before X, and :meth:`PostgresSource.release` advances the
-  slot to such an end. ``read(start, upto)`` yields the transactions with
+  (wal2json's ``nextlsn``, logical decoding's ``end_lsn``). :meth:`PostgresSource.release`
+  advances the slot to such an end, and a slot whose ``confirmed_flush_lsn`` is X no longer
+  returns a transaction whose commit record starts before X (the server's rule), so none
+  that ends at or before X. ``read(start, upto)`` yields the transactions with
   ``start < end <= upto``; comparing ends is exact because a transaction's commit record
   ends after every record of it, and commit order is LSN order.
-* ``head()`` is ``pg_current_wal_lsn()``: every transaction committed before the call ends at
-  or before it, so it is a valid upper bound; a transaction still committing when head() was
-  taken ends after it and goes to the next run. ``pg_logical_slot_peek_changes(upto_lsn)``
-  stops once it has read the record that reaches ``upto_lsn``, so it can return one
-  transaction whose commit record straddles the bound: the reader drops it (it checks
-  ``nextlsn`` on the ``B`` record before emitting any row).
+* ``head()`` is the end of the flushed WAL (``pg_current_wal_flush_lsn()``): every
+  transaction whose commit was flushed before the call ends at or before it, and every one
+  that ends at or before it can be decoded at once (logical decoding reads flushed WAL only),
+  so it is a valid upper bound; an asynchronous commit still unflushed goes to the next run.
+  It is never inside a commit record (see ``PgServer.head``): a bound there, once a slot was
+  released to it, would make the server skip that transaction. The server may still return
+  one transaction whose commit record ends after the bound (it stops after the record that
+  reaches it): the reader drops it (it checks ``nextlsn`` on the ``B`` record before emitting
+  any row) and the next run delivers it.
 * ``tx_id`` is ``"{xid}:{commit_lsn}"`` (commit_lsn = start of the commit record, wal2json's
   ``lsn`` on B/C); ``event_id`` is ``"{change_lsn}:{n}"``, n counting the rows of the
   transaction that share the change's LSN (a multi-insert logs several rows in one record).
-* A read is one ``pg_logical_slot_peek_changes`` call consumed through a named server-side
-  cursor (decoding cost linear in the range, client memory bounded by ``itersize``); it never
-  moves the slot, only :meth:`PostgresSource.release` does. Empty
-  transactions (DDL, no row changes, or every row filtered out) yield nothing; the final
-  ``PositionMark(upto)`` moves checkpoints past them.
+* A read streams the slot over the replication protocol (the reference reader: one
+  ``pg_logical_slot_peek_changes`` call through a named cursor); either way the cost is linear
+  in the range and client memory bounded, and it never moves the slot: only
+  :meth:`PostgresSource.release` does. Empty transactions (DDL, no row changes, or every row
+  filtered out) yield nothing; the final ``PositionMark(upto)`` moves checkpoints past them.
 * Unchanged TOAST values (wal2json leaves them out of an UPDATE's new tuple) are taken from the
   old tuple when the table has REPLICA IDENTITY FULL, and are otherwise emitted as the
   Debezium placeholder ``"__debezium_unavailable_value"``: never as null.

@@ -3,12 +3,13 @@
 :class:`PgServer` opens sessions with the settings value conversion relies on (UTC,
 ISO dates, the shortest exact floats), keeps one autocommit control connection for queries,
 and answers what the cluster is (``system_identifier``), which timeline it is on and where
-its WAL ends (:meth:`PgServer.head`). Every position it makes carries the system identifier
+its flushed WAL ends (:meth:`PgServer.head`). Every position it makes carries the system identifier
 and timeline, so positions of two clusters (or of a promoted standby) never compare.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg2
@@ -24,6 +25,7 @@ SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=postgre
 # A replication session that never confirms anything: with wal_sender_timeout off the server
 # never asks for a status reply (see reader.stream_messages).
 REPLICATION_OPTIONS = SESSION_OPTIONS + " -c wal_sender_timeout=0"
+SETTLE_MAX_S = 5.0  # head(): how long a flush position that keeps moving page by page is watched
 
 
 class PgServer:
@@ -32,6 +34,7 @@ class PgServer:
         self.connect_timeout = connect_timeout
         self._ctl = None
         self._ident: tuple[str, int] | None = None
+        self._wal: dict[str, int] | None = None
 
     # ------------------------------------------------------------------ sessions
 
@@ -96,10 +99,51 @@ class PgServer:
         return PgPosition(Lsn.parse(lsn), sysid, tl)
 
     def head(self) -> PgPosition:
-        """``pg_current_wal_lsn()``: every transaction committed before the call ends at or
-        before it."""
-        (lsn,) = self.query("SELECT pg_current_wal_lsn()::text")[0]
-        return self.position(lsn)
+        """The end of the flushed WAL, never inside a commit record: a run's upper bound.
+
+        Flushed, because logical decoding reads only flushed WAL (a bound beyond it would let
+        a read end before transactions that commit at or before the bound, e.g. asynchronous
+        commits still in the WAL buffers). The flush position is the end of a record, except
+        when the server flushed whole pages and a record continues on the next one: then it
+        is a page boundary, possibly inside a commit record, and a bound there would let the
+        server skip that transaction once a slot is released to it (it skips every
+        transaction whose commit record starts before the slot's position). So a page
+        boundary is taken only once it has held for two WAL writer rounds (a commit record
+        is always flushed whole within one); any other position at once.
+        """
+        lsn = self._flush_lsn()
+        if lsn.value % self._wal_setting("wal_block_size"):
+            return self.position(lsn)
+        return self.position(self._settled(lsn))
+
+    def _flush_lsn(self) -> Lsn:
+        (lsn,) = self.query("SELECT pg_current_wal_flush_lsn()::text")[0]
+        return Lsn.parse(lsn)
+
+    def _settled(self, lsn: Lsn) -> Lsn:
+        """The flush position once it is off a page boundary, or has stayed on one for two
+        WAL writer rounds (``wal_writer_delay``), or after :data:`SETTLE_MAX_S`."""
+        block = self._wal_setting("wal_block_size")
+        settle = 2 * self._wal_setting("wal_writer_delay") / 1000 + 0.05
+        start = since = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - since >= settle or now - start >= SETTLE_MAX_S:
+                return lsn
+            time.sleep(0.01)
+            nxt = self._flush_lsn()
+            if nxt.value % block:
+                return nxt
+            if nxt != lsn:
+                lsn, since = nxt, time.monotonic()
+
+    def _wal_setting(self, name: str) -> int:
+        """``wal_block_size`` (bytes) or ``wal_writer_delay`` (ms), read once."""
+        if self._wal is None:
+            rows = self.query("SELECT name, setting::int FROM pg_settings "
+                              "WHERE name IN ('wal_block_size', 'wal_writer_delay')")
+            self._wal = dict(rows)
+        return self._wal[name]
 
     def identity(self) -> dict[str, Any]:
         self._ident = None  # re-read: the failover guard wants the current timeline

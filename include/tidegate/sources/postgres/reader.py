@@ -131,8 +131,12 @@ def stream_messages(server: PgServer, slot: Slot, upto: PgPosition,
     The same messages as :func:`peek_messages` (same plugin options, same session settings,
     the server starts at the slot's confirmed position either way), plus possibly more after
     the bound, which the reader does not take. The stream ends when no message is waiting and
-    the server's last report of how far it decoded (``wal_end``, from its keepalives) has
-    reached ``upto``: every transaction that commits by then has been sent before it.
+    the server's last report of how far it decoded (``wal_end``, from the keepalive it sends
+    whenever it waits for more WAL) has reached ``upto``: every transaction that commits by
+    then has been sent before that report. (When the bound lies inside a record whose end is
+    not flushed yet, see :meth:`PgServer.head`, that takes until the server flushes it: at
+    the latest when its background writer logs the next standby snapshot, every 15 seconds
+    while WAL is written, which the WAL writer then flushes.)
 
     Nothing is ever confirmed to the server, so reading never moves the slot: the session
     runs with ``wal_sender_timeout=0`` (the server never asks for a status reply) and
@@ -155,12 +159,12 @@ def stream_messages(server: PgServer, slot: Slot, upto: PgPosition,
             bound = upto.lsn.value
             while True:
                 msg = read()
-                if msg is None:
-                    if cur.wal_end >= bound:
-                        return
+                if msg is not None:
+                    yield msg.payload
+                elif cur.wal_end >= bound:
+                    return
+                else:
                     select.select([cur], [], [], _WAIT_S)
-                    continue
-                yield msg.payload
         except psycopg2.Error as exc:
             raise slot.read_error(exc) from None
     finally:

@@ -70,8 +70,7 @@ class PostgresSource(Source):
         return self.server.identity()
 
     def head(self) -> PgPosition:
-        """``pg_current_wal_lsn()``: every transaction committed before the call ends at or
-        before it."""
+        """The end of the flushed WAL, never inside a commit record (:meth:`PgServer.head`)."""
         return self.server.head()
 
     def earliest(self) -> PgPosition:
