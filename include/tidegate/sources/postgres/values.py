@@ -22,7 +22,6 @@ compares them on a real WAL range.
 
 from __future__ import annotations
 
-import binascii
 import datetime as dt
 import decimal
 import math
@@ -241,10 +240,6 @@ def _float_final(v: Any) -> Any:
     return v if math.isfinite(v) else encode_value(v)
 
 
-def b64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
-
-
 class RowPlan:
     """One table signature's generated converter: ``plan.convert(columns)`` returns the row
     dict, or None when ``columns`` (wal2json column objects with ``name``, ``type`` and
@@ -296,7 +291,7 @@ def _value_code(i: int, typ: str, ns: dict[str, Any]) -> list[str]:
                 f"    v{i} = str(v{i})"]
     if typ in ("real", "double precision"):
         return [f"v{i} = c{i}.value",
-                f"if v{i}.__class__ is _Decimal or v{i}.__class__ is int:",
+                f"if v{i}.__class__ is _Decimal or v{i}.__class__ is int or v{i}.__class__ is float:",
                 f"    v{i} = float(v{i})",
                 f"    if not (v{i} == 0.0 or 1e-4 <= abs(v{i}) < 1e16):",
                 "        _flag[0] = True",
