@@ -14,11 +14,13 @@ delivery. It reports wall-clock events/s, the child's CPU seconds (the server's 
 in them; ev/CPU-s is events per second of the reader's own CPU, the figure that does not
 depend on what else the two shared cores run) and the child's peak RSS. MariaDB is read
 with each decoder of ``MySqlSource`` (``library`` = python-mysql-replication, ``fast`` =
-sources/mysql_reader.py) and, for the fast decoder, also as per-file slices in parallel
-processes (``read_slice``); Postgres through one ``read`` (a named cursor over
-``pg_logical_slot_peek_changes``). The ratio fast/library is of figures measured in this one
-run. The workload uses the admin connections, the reads the CDC ones; everything created is
-dropped at the end.
+sources/mysql/fast_reader.py) and, for the fast decoder, also as per-file slices in parallel
+processes (``read_slice``). Postgres is read with each decoder of ``PostgresSource``:
+``reference`` (one ``pg_logical_slot_peek_changes`` through a named cursor, stdlib json, a
+converter per value) and ``fast`` (the streaming replication protocol, msgspec, generated row
+plans), plus the fast reader over the reference's peek transport, which shows what the
+transport alone is worth. Ratios are of figures measured in this one run. The workload uses
+the admin connections, the reads the CDC ones; everything created is dropped at the end.
 """
 
 from __future__ import annotations
@@ -98,9 +100,20 @@ def child(args: dict) -> dict:
         spec = PipelineSpec(pipeline="bench", sinks=(),
                             source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
                                               tables=(f"{args['schema']}.bench",), slot=args["slot"]))
-        src = PostgresSource(spec, get_connection("cdc_postgres"))
+        decoder = args["decoder"]
+        src = PostgresSource(spec, get_connection("cdc_postgres"), decoder="fast" if decoder == "fast-peek"
+                             else decoder)
         start, upto = PgPosition.from_json(args["start"]), PgPosition.from_json(args["upto"])
         try:
+            if decoder == "fast-peek":  # the fast reader over the reference's transport
+                from tidegate.sources.postgres.reader import Wal2JsonReader, peek_messages
+
+                def read():
+                    messages = peek_messages(src.server, src.replication_slot, upto, src.tables,
+                                             src.itersize)
+                    return Wal2JsonReader(src, start.lsn, upto).run(messages)
+
+                return _measure(lambda: _consume(read()))
             return _measure(lambda: _consume(src.read(start, upto)))
         finally:
             src.close()
@@ -246,9 +259,14 @@ def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
             k += 1
         upto = src.head()
         print(f"postgres: wrote {rows} row changes in {time.perf_counter() - t0:.1f}s", flush=True)
-        res = run_child({"source": "postgres", "schema": schema, "slot": slot, "start": start.to_json(),
-                         "upto": upto.to_json()}, rows)
-        out.append(("postgres (wal2json)", res))
+        base = {"source": "postgres", "schema": schema, "slot": slot, "start": start.to_json(),
+                "upto": upto.to_json()}
+        for decoder, name in (("reference", "postgres reference (peek, json)"),
+                              ("fast-peek", "postgres fast reader over peek"),
+                              ("fast", "postgres fast (streaming)")):
+            res = run_child({**base, "decoder": decoder}, rows)
+            out.append((name, res))
+            print(f"  {decoder}: {rows / res['wall']:,.0f} events/s", flush=True)
     finally:
         try:
             src.drop_slot()
@@ -266,10 +284,12 @@ def print_table(rows: int, results: list) -> None:
         print(f"{name:<44} {rows / r['wall']:>10,.0f} {rows / r['cpu']:>10,.0f} {r['wall']:>8.2f} "
               f"{r['cpu']:>8.2f} {r['rss_mb']:>12.0f} {r['bytes'] / 1e6:>8.1f}")
     by = dict(results)
-    if "mariadb fast" in by and "mariadb library" in by:
-        f, lib = by["mariadb fast"], by["mariadb library"]
-        print(f"\nmariadb fast / library: {lib['wall'] / f['wall']:.2f}x events/s, "
-              f"{lib['cpu'] / f['cpu']:.2f}x less CPU")
+    for new, old, label in (("mariadb fast", "mariadb library", "mariadb fast / library"),
+                            ("postgres fast (streaming)", "postgres reference (peek, json)",
+                             "postgres fast / reference")):
+        if new in by and old in by:
+            f, ref = by[new], by[old]
+            print(f"{label}: {ref['wall'] / f['wall']:.2f}x events/s, {ref['cpu'] / f['cpu']:.2f}x less CPU")
 
 
 def main() -> None:
@@ -285,7 +305,8 @@ def main() -> None:
         print(json.dumps(child(json.loads(args.child))))
         return
     print(f"{args.rows} row changes per source in transactions of {args.tx_rows} rows "
-          f"(60% inserts, 30% updates, 10% deletes), 11 columns, {os.cpu_count()} CPUs")
+          f"(60% inserts, 30% updates, 10% deletes), 11 columns, {os.cpu_count()} CPUs, load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     results: list = []
     if args.only in (None, "mysql"):
         bench_mysql(args.rows, args.tx_rows, args.files, args.decoders.split(","), results)

@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 from tidegate.errors import SourceSettingError
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.positions import BinlogPosition, GtidSet
-from tidegate.sources import mysql_binlog as B
-from tidegate.sources import mysql_rows as R
-from tidegate.sources.mysql import _GtidState, _json_text
-from tidegate.sources.mysql_reader import FastReader
+from tidegate.sources.mysql import binlog_client as B
+from tidegate.sources.mysql import row_plans as R
+from tidegate.sources.mysql.fast_reader import FastReader
+from tidegate.sources.mysql.transactions import GtidState as _GtidState
+from tidegate.sources.mysql.values import library_json_text as _json_text
 from tidegate.spec import PipelineSpec, SourceSpec
 
 # --------------------------------------------------------------------------- encoders
@@ -258,10 +259,10 @@ class StubSource:
         self.conn = "stub"
         self.changes = []
 
-    def _pos(self, file, pos, gtid_set):
+    def position(self, file, pos, gtid_set):
         return BinlogPosition(file, int(pos), gtid_set=gtid_set, server_id=1, server_uuid=UUID)
 
-    def _record_schema_change(self, change):
+    def record_schema_change(self, change):
         self.changes.append(change)
 
 

@@ -13,7 +13,7 @@ last transaction ended before ``upto``, so checkpoints can reach the run's upper
 Continuity (docs/architecture.md, "Continuity"): :meth:`Source.check_retention` raises a
 :class:`~tidegate.errors.ChangesLostError` when the log no longer holds what a checkpoint
 needs; :meth:`Source.restart_stream` makes the log readable again after an operator accepted
-such a loss; :meth:`Source.resume_point_for_gtids` places a checkpoint of another server of
+such a loss; :meth:`Source.translate` places a checkpoint of another server of
 the same replication topology on this one (only where :attr:`Source.translates_positions`).
 """
 

@@ -1,13 +1,14 @@
 """The fast binlog reader: transactions and change events straight from the event bytes.
 
-:class:`FastReader` is the default read path of :class:`~.mysql.MySqlSource` (``decoder=
-"fast"``). It has exactly the semantics of ``_Reader`` in ``sources/mysql.py`` (the
-``library`` decoder over python-mysql-replication, kept as the reference): the same
-transactions (GTID/BEGIN ... XID/COMMIT/ROLLBACK, standalone DDL groups), the same tx ids,
-event ids, positions, end positions and GTID sets, the same schema-change records, the same
-errors for statement-logged DML, partial row images and missing column names, the same final
-``PositionMark`` and the same stop at ``upto``. ``tests/integration/test_mysql_decoder.py``
-reads one binlog with both and compares every item byte for byte.
+:class:`FastReader` is the default read path of :class:`~.source.MySqlSource`
+(``decoder="fast"``). It has exactly the semantics of :class:`~.library_reader.LibraryReader`
+(the ``library`` decoder over python-mysql-replication, kept as the reference): both hand the transaction
+structure to the same :class:`~.transactions.TransactionAssembler` (so the same transactions,
+tx ids, end positions and GTID sets, schema-change records, statement checks and final
+``PositionMark``), and this reader gives the same event ids and positions, the same errors
+for partial row images and missing column names and the same stop at ``upto``.
+``tests/integration/test_mysql_decoder.py`` reads one binlog with both and compares every
+item byte for byte.
 
 What makes it fast (``benchmarks/source_read.py``: 200k changes of an 11-column table in
 transactions of 10 rows, 60/30/10 % inserts/updates/deletes): 80-85k events per second of
@@ -15,10 +16,10 @@ the reader's CPU against about 9k for the library path (8-9x less CPU); on the t
 the reference machine, shared with the server and other work (load average 4-7), 41-50k
 events/s wall-clock against 6-7k:
 
-* no event objects: :mod:`.mysql_binlog` frames packets and the loop below dispatches on the
+* no event objects: :mod:`.binlog_client` frames packets and the loop below dispatches on the
   event type byte; events a read does not need (and row events of tables it does not
   capture, after reading only their table id) are skipped without parsing;
-* one :class:`~.mysql_rows.TablePlan` per table definition, cached by the TABLE_MAP bytes, so
+* one :class:`~.row_plans.TablePlan` per table definition, cached by the TABLE_MAP bytes, so
   the table map MariaDB writes before every row event costs one dictionary lookup;
 * rows decoded by the plan's generated function straight into JSON-native values, and events
   built with ``ChangeEvent.native`` (no second encoding pass, no re-validation); the envelope
@@ -40,14 +41,13 @@ updates (``binlog_row_value_options=PARTIAL_JSON``) and MariaDB compressed event
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import SourceError, SourceSettingError
-from ..events import ChangeEvent, PositionMark
-from ..positions import BinlogPosition
-from .base import SourceItem
-from .mysql import SchemaChange
-from .mysql_binlog import (
+from ...errors import SourceError, SourceSettingError
+from ...events import ChangeEvent
+from ...positions import BinlogPosition
+from ..base import SourceItem
+from .binlog_client import (
     DELETE_ROWS_EVENT_V1,
     DELETE_ROWS_EVENT_V2,
     FORMAT_DESCRIPTION_EVENT,
@@ -67,14 +67,12 @@ from .mysql_binlog import (
     XID_EVENT,
     BinlogStream,
 )
-from .mysql_rows import TablePlan, build_plan, parse_table_map, python_codec, table_names
-
-if TYPE_CHECKING:
-    from .mysql import MySqlSource, _GtidState
+from .row_plans import TablePlan, build_plan, parse_table_map, table_names
+from .transactions import GtidState, ReadHost, TransactionAssembler, file_seq
+from .values import python_codec
 
 BODY = 20  # payload offset of an event body: status byte + 19-byte header
 MARIADB_FL_STANDALONE = 0x01
-_DML_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD DATA")
 _OPS = {WRITE_ROWS_EVENT_V1: "c", WRITE_ROWS_EVENT_V2: "c", UPDATE_ROWS_EVENT_V1: "u",
         UPDATE_ROWS_EVENT_V2: "u", DELETE_ROWS_EVENT_V1: "d", DELETE_ROWS_EVENT_V2: "d"}
 _V2 = frozenset({WRITE_ROWS_EVENT_V2, UPDATE_ROWS_EVENT_V2, DELETE_ROWS_EVENT_V2})
@@ -82,18 +80,11 @@ _SKIP = object()  # table id of a table map whose schema a filtered read does no
 _PLAN_CACHE_MAX = 10_000
 
 
-def _file_seq(name: str) -> int:
-    return int(name.rsplit(".", 1)[1])
-
-
-def binlog_stream(src: MySqlSource, start: BinlogPosition, server_id: int) -> BinlogStream:
-    return BinlogStream(src._settings(), server_id, start.file, start.pos)
-
-
-def collation_codecs(src: MySqlSource) -> Callable[[int | None], str | None]:
+def collation_codecs(query: Callable[[str], list[tuple]]) -> Callable[[int | None], str | None]:
     """Collation id → Python codec, from the server's own collation table (it knows ids that
-    no table shipped with a client library knows, e.g. MariaDB's UCA 14 collations)."""
-    rows = src._q("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS")
+    no table shipped with a client library knows, e.g. MariaDB's UCA 14 collations).
+    ``query(sql)`` runs a query on the server's control connection."""
+    rows = query("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS")
     charset = {int(i): name for i, name in rows if i is not None}
     cache: dict[int | None, str | None] = {}
 
@@ -114,64 +105,31 @@ def collation_codecs(src: MySqlSource) -> Callable[[int | None], str | None]:
 
 
 class FastReader:
-    """One bounded pass over the binlog (state of ``MySqlSource._read`` with the fast decoder)."""
+    """One bounded pass over the binlog, from the raw events of a :class:`BinlogStream`."""
 
-    def __init__(self, src: MySqlSource, stream: BinlogStream, start: BinlogPosition,
-                 upto: BinlogPosition, gtids: _GtidState,
-                 codec_for: Callable[[int | None], str | None] | None = None):
-        self.src = src
+    def __init__(self, host: ReadHost, stream: BinlogStream, start: BinlogPosition,
+                 upto: BinlogPosition, gtids: GtidState,
+                 codec_for: Callable[[int | None], str | None]):
+        self.host = host
         self.stream = stream
         self.start = start
         self.upto = upto
         self.upto_key = (upto.file_seq, upto.pos)
         self.gtids = gtids
-        self.spec = src.spec
-        self.tables = src.tables
-        self.dbs = src.dbs
-        self.mariadb = src.is_mariadb
-        self.codec_for = codec_for or collation_codecs(src)
-        self.file = start.file
+        self.tx = TransactionAssembler(host, start, upto, gtids)
+        self.tables = host.tables
+        self.dbs = host.dbs
+        self.mariadb = host.is_mariadb
+        self.codec_for = codec_for
         self.file_seq = start.file_seq
         self.post_header = bytes(256)  # per event type, from the format description event
         self.plans: dict[bytes, TablePlan] = {}  # by table map bytes
         self.by_id: dict[int, Any] = {}  # table id → TablePlan or _SKIP
-        # transaction state
-        self.in_tx = False
-        self.standalone = False
-        self.tx_id: str | None = None
-        self.tx_gtid: str | None = None
-        self.total = 0
-        self.per_table: dict[tuple[str, str], int] = {}
-        self.pending: ChangeEvent | None = None
-        self.last_end: BinlogPosition | None = None
-
-    # ------------------------------------------------------------------ transactions
-
-    def _begin(self, pos: int, gtid: str | None, standalone: bool) -> None:
-        if self.in_tx:
-            raise SourceError(f"binlog event group at {self.file}:{pos} starts inside transaction "
-                              f"{self.tx_id}: the binlog is not in the expected form")
-        self.in_tx = True
-        self.standalone = standalone
-        self.tx_gtid = gtid
-        self.tx_id = gtid or f"{self.file}:{pos}"
-        self.total = 0
-        self.per_table = {}
-        self.pending = None
-
-    def _end(self, end_pos: int) -> Iterator[SourceItem]:
-        self.in_tx = False
-        if self.pending is not None:  # a transaction with nothing to deliver yields nothing
-            end = self.src._pos(self.file, end_pos, self.gtids.current())
-            ev, self.pending = self.pending, None
-            ev._mark_tx_end(end)
-            self.last_end = end
-            yield ev
 
     # ------------------------------------------------------------------ the event loop
 
     def run(self) -> Iterator[SourceItem]:
-        src = self.src
+        tx = self.tx
         upto_key = self.upto_key
         start_key = (self.start.file_seq, self.start.pos)
         by_id = self.by_id
@@ -187,7 +145,7 @@ class FastReader:
                     continue  # a schema this read does not capture: not even a bound check
                 pos = log_pos - size
                 if (self.file_seq, pos) >= upto_key:
-                    self._past_upto()
+                    tx.past_upto()
                     break
                 yield from self._rows(plan, op, etype, pkt, end, pos, ts)
                 continue
@@ -195,14 +153,14 @@ class FastReader:
                 position = int.from_bytes(pkt[BODY:BODY + 8], "little")
                 name = pkt[BODY + 8:end].decode()
                 if log_pos == 0:  # artificial rotate at the start of a file / of the stream
-                    self.file, self.file_seq = name, _file_seq(name)
+                    tx.file, self.file_seq = name, file_seq(name)
                     key = (self.file_seq, position)
                     if key >= upto_key and key > start_key:
                         break
                     continue
                 if (self.file_seq, log_pos - size) >= upto_key:
                     break
-                self.file, self.file_seq = name, _file_seq(name)
+                tx.file, self.file_seq = name, file_seq(name)
                 by_id.clear()  # table ids are only valid within one binlog file
                 continue
             if etype == FORMAT_DESCRIPTION_EVENT:
@@ -214,7 +172,7 @@ class FastReader:
                 continue  # events a read does not need
             pos = log_pos - size
             if (self.file_seq, pos) >= upto_key:
-                self._past_upto()
+                tx.past_upto()
                 break
             if etype == PARTIAL_UPDATE_ROWS_EVENT or etype in MARIADB_COMPRESSED_EVENTS:
                 self._refuse(etype, pkt, pos)
@@ -224,35 +182,23 @@ class FastReader:
                 domain = int.from_bytes(pkt[BODY + 8:BODY + 12], "little")
                 flags = pkt[BODY + 12]
                 self.gtids.add_mariadb(domain, sid, seq)
-                self._begin(pos, f"{domain}-{sid}-{seq}", bool(flags & MARIADB_FL_STANDALONE))
+                tx.begin(pos, f"{domain}-{sid}-{seq}", bool(flags & MARIADB_FL_STANDALONE))
             elif etype == GTID_LOG_EVENT:
                 x = pkt[BODY + 1:BODY + 17].hex()
                 gno = int.from_bytes(pkt[BODY + 17:BODY + 25], "little")
                 gtid = f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}:{gno}"
                 self.gtids.add_mysql(gtid)
-                self._begin(pos, gtid, False)
+                tx.begin(pos, gtid, False)
             elif etype == XID_EVENT:
-                if not self.in_tx:
-                    raise SourceError(f"XID event at {self.file}:{pos} outside a transaction")
-                yield from self._end(log_pos)
+                if not tx.in_tx:
+                    raise SourceError(f"XID event at {tx.file}:{pos} outside a transaction")
+                yield from tx.end(log_pos)
             elif etype == QUERY_EVENT:
                 yield from self._query(pkt, end, pos, log_pos, ts)
             else:
-                raise SourceError(f"XA transaction at {self.file}:{pos}: XA transactions are not "
+                raise SourceError(f"XA transaction at {tx.file}:{pos}: XA transactions are not "
                                   f"supported by the binlog source")
-        if self.in_tx:
-            raise SourceError(f"the binlog of {src.conn} ended inside transaction {self.tx_id} "
-                              f"before {self.upto}")
-        if self.last_end is None or self.last_end < self.upto:
-            mark = self.upto
-            if self.gtids.current() is not None and self.upto.gtid_set is None:
-                mark = src._pos(self.upto.file, self.upto.pos, self.gtids.current())
-            yield PositionMark(mark)
-
-    def _past_upto(self) -> None:
-        if self.in_tx:
-            raise SourceError(f"the upper bound {self.upto} is inside transaction {self.tx_id}: "
-                              f"bounds must be transaction boundaries (use head())")
+        yield from tx.finish()
 
     def _refuse(self, etype: int, pkt: bytes, pos: int) -> None:
         """Events the library path drops without a word, which would lose changes here: refuse
@@ -264,10 +210,10 @@ class FastReader:
                 return
         if etype == PARTIAL_UPDATE_ROWS_EVENT:
             raise SourceSettingError(
-                f"partial JSON update at {self.file}:{pos}: CDC needs full row images; set "
+                f"partial JSON update at {self.tx.file}:{pos}: CDC needs full row images; set "
                 f"binlog_row_value_options='' (SET GLOBAL, and in the server config)")
         raise SourceSettingError(
-            f"compressed binlog event at {self.file}:{pos}: the binlog reader does not "
+            f"compressed binlog event at {self.tx.file}:{pos}: the binlog reader does not "
             f"decompress events; set log_bin_compress=OFF (SET GLOBAL, and in the server config)")
 
     def _format_description(self, pkt: bytes, end: int) -> None:
@@ -305,14 +251,15 @@ class FastReader:
 
     def _rows(self, plan: TablePlan | None, op: str, etype: int, pkt: bytes, end: int, pos: int,
               ts: int) -> Iterator[SourceItem]:
+        tx = self.tx
         if plan is None:
-            raise SourceError(f"row event at {self.file}:{pos} refers to table id "
+            raise SourceError(f"row event at {tx.file}:{pos} refers to table id "
                               f"{self._table_id(pkt, etype)} without a TABLE_MAP event before it")
         schema, table = plan.schema, plan.table
         if self.tables and (schema, table) not in self.tables:
             return
-        if not self.in_tx:
-            raise SourceError(f"row event at {self.file}:{pos} outside a transaction")
+        if not tx.in_tx:
+            raise SourceError(f"row event at {tx.file}:{pos} outside a transaction")
         if plan.missing_name is not None:
             raise SourceSettingError(
                 f"the binlog has no column names for {schema}.{table} (column "
@@ -331,7 +278,7 @@ class FastReader:
             o += nb
         decode = plan.decode
         if decode is None:
-            raise SourceError(f"cannot decode rows of {schema}.{table} at {self.file}:{pos}: "
+            raise SourceError(f"cannot decode rows of {schema}.{table} at {tx.file}:{pos}: "
                               f"{plan.error}")
         rows = []
         flag = plan.float_flag
@@ -347,24 +294,25 @@ class FastReader:
                 else:
                     rows.append((image, None))
         except (ValueError, IndexError, UnicodeDecodeError, KeyError) as exc:
-            raise SourceError(f"cannot decode a row of {schema}.{table} at {self.file}:{pos}: "
+            raise SourceError(f"cannot decode a row of {schema}.{table} at {tx.file}:{pos}: "
                               f"{type(exc).__name__}: {exc}") from None
         if o != end:
-            raise SourceError(f"row event of {schema}.{table} at {self.file}:{pos} is "
+            raise SourceError(f"row event of {schema}.{table} at {tx.file}:{pos} is "
                               f"{o - end} bytes longer than its rows: the table map does not "
                               f"match the rows")
-        spec = self.spec
+        spec = self.host.spec
         tenant, pipeline = spec.tenant, spec.pipeline
         pk = plan.pk
         checked = not flag[0]
         tkey = (schema, table)
-        per_table = self.per_table
-        file, tx_id, tx_gtid = self.file, self.tx_id, self.tx_gtid
+        per_table = tx.per_table
+        file, tx_id, tx_gtid = tx.file, tx.tx_id, tx.tx_gtid
         ts_ms = ts * 1000
         native = ChangeEvent.native
         pk0 = pk[0] if len(pk) == 1 else None
-        total = self.total
+        total = tx.total
         n = per_table.get(tkey, 0)
+        pending = tx.pending
         for i, (before, after) in enumerate(rows):
             image = after if after is not None else before
             if pk0 is not None:
@@ -373,33 +321,27 @@ class FastReader:
                 key = {c: image[c] for c in pk} if pk else None
             total += 1
             n += 1
-            self.total = total
-            per_table[tkey] = n
             ev = native(tenant, pipeline, "mysql", schema, schema, table, op, before, after, key,
                         tx_id, f"{file}:{pos}:{i}",
                         {"file": file, "pos": pos, "row": i, "gtid": tx_gtid}, ts_ms, total, n,
                         False, False, None, checked)
-            if self.pending is not None:
-                yield self.pending
-            self.pending = ev
+            if pending is not None:
+                yield pending
+            pending = ev
+        # the last row stays held back: the transaction's end marks it (TransactionAssembler)
+        tx.pending = pending
+        tx.total = total
+        per_table[tkey] = n
 
     def _check_image(self, plan: TablePlan, bitmap: bytes, pos: int) -> None:
         full = plan.full_bitmap
         if bitmap[:len(full)] != full:
             raise SourceSettingError(
-                f"partial row image for {plan.schema}.{plan.table} at {self.file}:{pos}: CDC needs "
+                f"partial row image for {plan.schema}.{plan.table} at {self.tx.file}:{pos}: CDC needs "
                 f"binlog_row_image=FULL (SET GLOBAL binlog_row_image=FULL, and in the server "
                 f"config; sessions must not override it)")
 
     # ------------------------------------------------------------------ statements
-
-    def _may_touch_captured(self, db: str, q: str) -> bool:
-        """Whether a statement-logged DML may change a captured table: always without a table
-        filter; otherwise when its default database or the text names a captured database."""
-        dbs = self.dbs
-        if not dbs:
-            return True
-        return db in dbs or any(d.lower() in q.lower() for d in dbs)
 
     def _query(self, pkt: bytes, end: int, pos: int, end_pos: int, ts: int) -> Iterator[SourceItem]:
         phl = self._post_header_len(QUERY_EVENT, 13)
@@ -408,38 +350,7 @@ class FastReader:
         o = BODY + phl + status_len
         schema = pkt[o:o + schema_len]
         q = pkt[o + schema_len + 1:end].decode("utf-8", errors="backslashreplace").strip()
-        head = q[:16].upper()
-        if head == "BEGIN" or head.startswith("BEGIN "):
-            if not self.in_tx:
-                self._begin(pos, None, False)
-            return
-        if head.startswith(("COMMIT", "ROLLBACK")) and not head.startswith("ROLLBACK TO"):
-            if self.in_tx:
-                yield from self._end(end_pos)
-            return
-        if head.startswith(("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT")):
-            return
-        if head.startswith("XA "):
-            raise SourceError(f"XA transaction at {self.file}:{pos} ({q[:40]}): XA transactions are "
-                              f"not supported by the binlog source")
-        db = schema.decode("utf-8", "replace")
-        if head.startswith(_DML_PREFIXES):
-            if not self._may_touch_captured(db, q):
-                return  # statement DML of databases this pipeline does not capture
-            raise SourceSettingError(
-                f"statement-logged DML at {self.file}:{pos} ({q[:60]!r}): CDC needs "
-                f"binlog_format=ROW (SET GLOBAL binlog_format=ROW, and in the server config; "
-                f"sessions must not override it)")
-        # DDL (or another statement that is its own event group)
-        if not self.in_tx:
-            self._begin(pos, None, True)
-        ends = self.standalone or self.tx_gtid is None or not self.mariadb
-        end = self.src._pos(self.file, end_pos, self.gtids.current())
-        self.src._record_schema_change(SchemaChange(
-            position=self.src._pos(self.file, pos, None), end_position=end, tx_id=self.tx_id or "",
-            db=db, query=q, ts_ms=ts * 1000))
-        if ends:
-            yield from self._end(end_pos)
+        yield from self.tx.statement(schema.decode("utf-8", "replace"), q, pos, end_pos, ts)
 
 
 def _lenenc(buf: bytes, o: int) -> tuple[int, int]:

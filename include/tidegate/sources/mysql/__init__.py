@@ -1,0 +1,57 @@
+"""MySQL/MariaDB binlog source, cut by role.
+
+* ``server.py``: the control connection and what the server is (identity, head, binlog
+  files, the GTID position at a coordinate);
+* the log readers: ``binlog_client.py`` (our own replication protocol client),
+  ``row_plans.py`` (table maps and generated row decoders) and ``fast_reader.py`` make the
+  default read path; ``library_reader.py`` reads through python-mysql-replication and is
+  kept as the reference; both hand the transaction structure to ``transactions.py``;
+* ``values.py``: the column value conversions both readers share;
+* ``preflight.py``: binlog settings, privileges, retention headroom;
+* ``failover.py``: placing a checkpoint of another server by its GTID set;
+* ``source.py``: :class:`MySqlSource`, which composes them into the Source interface.
+
+Positions, ids and boundaries (the contract other code relies on):
+
+* A transaction is one binlog event group: GTID event (MariaDB: its flags say whether it is a
+  standalone DDL group) or ``BEGIN`` query, then table maps and row events, then the ``XID``
+  event or a ``COMMIT``/``ROLLBACK`` query; a standalone DDL group ends with its query.
+* ``tx_id`` is the GTID (MariaDB ``0-1-42``, MySQL ``uuid:42``); without GTIDs it is
+  ``"{file}:{pos}"`` of the transaction's first event (GTID/BEGIN). Stable on every replay.
+* ``event_id`` is ``"{file}:{pos}:{i}"``: the start position of the row event and the row's
+  0-based index in it.
+* The last row of a transaction carries ``end_position`` = the position just after the
+  commit event (``XID``'s end), with ``gtid_set`` = the server's executed GTID set after this
+  transaction (MariaDB: last GTID per domain), ``server_id`` / ``server_uuid`` of the server
+  read. That is where the next read starts, and what a checkpoint stores.
+* ``read(start, upto)`` yields exactly the transactions whose commit ends in
+  ``(start, upto]``: it starts reading at ``start`` (a transaction boundary) and stops at the
+  first event that starts at or after ``upto``. ``upto`` must be a transaction boundary
+  (:meth:`MySqlSource.head` always is: the server writes event groups whole); a transaction
+  straddling ``upto`` is an error, never a silent cut.
+* Column names come from the binlog's row metadata only (``binlog_row_metadata=FULL``); a row
+  event without them raises :class:`SourceSettingError` naming the setting and the table.
+  Statement-logged DML (``binlog_format``) and partial row images (``binlog_row_image``) are
+  detected in the stream and raise the same way.
+* DDL inside the range is recorded in :attr:`MySqlSource.schema_changes` (reset at the start
+  of every read) as :class:`SchemaChange` records with their positions, and passed to the
+  optional :attr:`MySqlSource.on_schema_change` callback as it is read. Rows before and after
+  the DDL carry the columns their own table map described.
+
+Values (JSON-faithful, see ``events.encode_value``): integers of every width as numbers
+(unsigned included), DECIMAL as the string ``str(Decimal(...))`` gives, FLOAT as the shortest
+decimal that round-trips the 32-bit value, DOUBLE as number, text as string (decoded with the
+column's character set), BLOB/BINARY/VARBINARY/GEOMETRY as base64 (BINARY(n) zero-padded to n
+bytes), DATE/DATETIME as ISO-8601 (``2024-01-02T03:04:05.123456``), TIMESTAMP as ISO-8601 in
+UTC (``...+00:00``), TIME as ``[-]HH:MM:SS[.ffffff]``, YEAR as number, ENUM as string, SET as
+a sorted list (empty set → ``[]``), BIT(n) as a string of n ``0``/``1`` characters, JSON as
+its JSON text (MariaDB stores JSON as text; MySQL's binary JSON is re-serialized), zero dates
+as null.
+"""
+
+from .failover import GtidsNotOnServerError
+from .preflight import settings_problems
+from .source import DECODERS, MySqlSource
+from .transactions import SchemaChange
+
+__all__ = ["DECODERS", "GtidsNotOnServerError", "MySqlSource", "SchemaChange", "settings_problems"]

@@ -1,0 +1,235 @@
+"""``MySqlSource``: the Source interface over the roles of this package.
+
+It composes the server (``server.py``: control connection, identity, head, binlog files), a
+log reader per read (``fast_reader.py`` by default, ``library_reader.py`` as the reference,
+both over ``transactions.py``), the preflight (``preflight.py``) and failover
+(``failover.py``), and owns what belongs to a pipeline: the table filter, the replication
+client id, and the schema changes met while reading. The contract it keeps is in
+``sources/mysql/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pymysql
+
+from ...connections import Connection
+from ...errors import PositionPurgedError, SourceError
+from ...positions import BinlogPosition, GtidSet, Position, check_comparable
+from ...spec import PipelineSpec
+from ...store.records import CheckpointRecord
+from ..base import Source, SourceItem
+from ..preflight import Problem
+from . import failover
+from . import preflight as server_checks
+from .binlog_client import BinlogStream
+from .fast_reader import FastReader, collation_codecs
+from .library_reader import LibraryReader, library_stream
+from .server import MySqlServer
+from .transactions import GtidState, SchemaChange, file_seq
+
+log = logging.getLogger(__name__)
+
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+_SLICE_ID_STRIDE = 7919  # server ids of parallel slice readers: base + k * stride (mod 2^32)
+DECODERS = ("fast", "library")
+
+
+class MySqlSource(Source):
+    """Bounded reads of a MySQL/MariaDB binlog. See ``sources/mysql/__init__.py`` for the
+    contract."""
+
+    kind = "mysql"
+    translates_positions = True
+
+    def __init__(self, spec: PipelineSpec, conn: Connection, *, server_id: int | None = None,
+                 connect_timeout: float = 10.0, decoder: str | None = None):
+        self.spec = spec
+        self.conn = conn
+        self.server = MySqlServer(conn, connect_timeout=connect_timeout)
+        # "fast" (default): our own protocol client and row plans; "library": python-mysql-
+        # replication, the reference. TIDEGATE_MYSQL_DECODER sets the default.
+        self.decoder = decoder or os.environ.get("TIDEGATE_MYSQL_DECODER") or "fast"
+        if self.decoder not in DECODERS:
+            raise ValueError(f"MySQL decoder {self.decoder!r} (decoder= or TIDEGATE_MYSQL_DECODER) "
+                             f"is not one of {', '.join(DECODERS)}")
+        sid = server_id or spec.source.server_id
+        # A replication client id must be unique among the server's replicas: derive a stable
+        # one from the pipeline name when the spec sets none.
+        self.client_server_id = int(sid) if sid else 40000 + zlib.crc32(spec.pipeline.encode()) % 1_000_000
+        tables = tuple(spec.source.tables or ())
+        self.tables: frozenset[tuple[str, str]] = frozenset(tuple(t.split(".", 1)) for t in tables)
+        self.dbs: frozenset[str] = frozenset(d for d, _ in self.tables)
+        self.schema_changes: list[SchemaChange] = []
+        self.on_schema_change: Callable[[SchemaChange], None] | None = None
+
+    def close(self) -> None:
+        self.server.close()
+
+    # ------------------------------------------------------------------ server and positions
+
+    @property
+    def is_mariadb(self) -> bool:
+        return self.server.is_mariadb
+
+    def identity(self) -> dict[str, Any]:
+        return self.server.identity()
+
+    def head(self) -> BinlogPosition:
+        """The current end of the binlog: (file, pos) and the executed GTID set at it."""
+        return self.server.head()
+
+    def earliest(self) -> BinlogPosition:
+        """The earliest position still available (the start of the oldest binlog file)."""
+        return self.server.earliest()
+
+    def gtid_at(self, file: str, pos: int) -> GtidSet | None:
+        """MariaDB: the GTID position (last GTID per domain) at a binlog coordinate."""
+        return self.server.gtid_at(file, pos)
+
+    def binlog_files(self) -> list[tuple[str, int]]:
+        """The binlog files still on the server, oldest first, with their sizes."""
+        return self.server.binlog_files()
+
+    def log_sizes(self) -> dict[str, int]:
+        return dict(self.binlog_files())
+
+    def position(self, file: str, pos: int, gtid_set: GtidSet | None) -> BinlogPosition:
+        """A position on this server (the readers' :class:`~.transactions.ReadHost`)."""
+        return self.server.position(file, pos, gtid_set)
+
+    # ------------------------------------------------------------------ settings
+
+    def settings(self) -> dict[str, Any]:
+        return self.server.settings()
+
+    def check_settings(self) -> None:
+        """Raise :class:`SourceSettingError` naming every wrong binlog setting."""
+        server_checks.check_settings(self.server)
+
+    def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
+        """Settings, privileges and retention headroom (binlog expiry against the age of the
+        oldest checkpoint)."""
+        if checkpoint is None:
+            return self.check_server(None)
+        return self.check_server(checkpoint.position, server_checks.checkpoint_age_s(checkpoint))
+
+    def check_server(self, checkpoint: BinlogPosition | None = None,
+                     checkpoint_age_s: float | None = None,
+                     headroom_warn_fraction: float = 0.5) -> list[Problem]:
+        """:func:`.preflight.check_server` for a checkpoint position and age."""
+        return server_checks.check_server(self.server, checkpoint, checkpoint_age_s, headroom_warn_fraction)
+
+    # ------------------------------------------------------------------ continuity
+
+    def check_retention(self, checkpoint: BinlogPosition | None, *, first_run: bool) -> dict[str, Any]:
+        """The checkpoint's binlog file is still on the server."""
+        earliest = self.earliest()
+        if checkpoint is not None:
+            check_comparable(checkpoint, earliest)  # another server: the failover guard's business
+            if checkpoint.file_seq < earliest.file_seq:
+                raise PositionPurgedError(
+                    f"binlog {checkpoint.file} was purged; the earliest binlog on {self.conn} is "
+                    f"{earliest.file}", requested=checkpoint, earliest_available=earliest)
+        return {"status": "ok", "earliest": earliest.to_json(),
+                "checkpoint": checkpoint.to_json() if checkpoint is not None else None}
+
+    def restart_stream(self) -> BinlogPosition:
+        """A binlog needs nothing re-created: changes are delivered from the head on."""
+        return self.head()
+
+    def translate(self, checkpoint: Position) -> BinlogPosition:
+        """A checkpoint of another server of the topology, placed here by its GTID set."""
+        return failover.translate(self.server, self.client_server_id, checkpoint)
+
+    def resume_point_for_gtids(self, gtid_set: GtidSet | str) -> BinlogPosition:
+        """See :func:`.failover.resume_point_for_gtids`."""
+        return failover.resume_point_for_gtids(self.server, self.client_server_id, gtid_set)
+
+    def describe_change(self, old_identity: dict[str, Any]) -> str:
+        return failover.describe_change(self.identity(), old_identity)
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, start: BinlogPosition | None, upto: BinlogPosition) -> Iterator[SourceItem]:
+        """Rows of the transactions committed in (start, upto], in binlog order."""
+        return self._read(start, upto, self.client_server_id)
+
+    def slices(self, start: BinlogPosition | None,
+               upto: BinlogPosition) -> list[tuple[BinlogPosition, BinlogPosition]]:
+        """(start, upto] cut into one range per binlog file, each starting at the file's start or
+        at ``start`` and ending at the file's end or at ``upto``. Reading each with
+        :meth:`read_slice` (in any order, in parallel) and concatenating the rows in slice order
+        equals :meth:`read` over the whole range."""
+        if start is None:
+            start = self.earliest()
+        if start >= upto:
+            return []
+        self.server.check_available(start)
+        out = []
+        for name, size in self.binlog_files():
+            seq = file_seq(name)
+            if seq < start.file_seq or seq > upto.file_seq:
+                continue
+            frm = start if name == start.file else self.position(name, 4, None)
+            to = upto if name == upto.file else self.position(name, size, None)
+            if frm < to:
+                out.append((frm, to))
+        return out
+
+    def read_slice(self, frm: BinlogPosition, to: BinlogPosition, reader: int = 0) -> Iterator[SourceItem]:
+        """Read one slice of :meth:`slices`. ``reader`` picks a distinct replication client id,
+        so slices can be read at the same time (the server drops a second connection that uses
+        the same id)."""
+        sid = (self.client_server_id + (reader + 1) * _SLICE_ID_STRIDE) % (1 << 32) or 1
+        return self._read(frm, to, sid)
+
+    def _read(self, start: BinlogPosition | None, upto: BinlogPosition,
+              server_id: int) -> Iterator[SourceItem]:
+        if upto is None:
+            raise ValueError("read needs an upper bound (head() at the start of the run)")
+        if start is None:
+            start = self.earliest()
+        self.schema_changes = []
+        if start >= upto:
+            return
+        self.server.check_available(start)
+        seed = start.gtid_set if start.gtid_set is not None else self.gtid_at(start.file, start.pos)
+        gtids = GtidState(seed, "mariadb" if self.is_mariadb else "mysql")
+        settings = self.server.connection_settings()
+        if self.decoder == "fast":
+            stream: Any = BinlogStream(settings, server_id, start.file, start.pos)
+            reader: Any = FastReader(self, stream, start, upto, gtids, collation_codecs(self.server.query))
+        else:
+            stream = library_stream(settings, server_id, resume_stream=True, log_file=start.file,
+                                    log_pos=start.pos, only_schemas=sorted(self.dbs) if self.dbs else None)
+            reader = LibraryReader(self, stream, start, upto, gtids)
+        try:
+            yield from reader.run()
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] == ER_MASTER_FATAL_ERROR_READING_BINLOG:
+                earliest = self.earliest()
+                if start < earliest:
+                    raise PositionPurgedError(
+                        f"binlog position {start} is no longer on {self.conn} ({exc.args[1]}); "
+                        f"the earliest available position is {earliest}",
+                        requested=start, earliest_available=earliest) from None
+                raise SourceError(f"reading the binlog of {self.conn} from {start} failed: "
+                                  f"{exc.args[1]}") from None
+            raise
+        finally:
+            stream.close()
+
+    def record_schema_change(self, change: SchemaChange) -> None:
+        """A DDL statement the reader met (the readers' :class:`~.transactions.ReadHost`)."""
+        if self.dbs and change.db not in self.dbs and not any(d in change.query for d in self.dbs):
+            return
+        log.info("schema change at %s (%s): %s", change.position, change.tx_id, change.query)
+        self.schema_changes.append(change)
+        if self.on_schema_change is not None:
+            self.on_schema_change(change)

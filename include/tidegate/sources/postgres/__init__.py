@@ -1,0 +1,57 @@
+"""PostgreSQL logical decoding source (wal2json format-version 2, psycopg2), cut by role.
+
+* ``connection.py``: sessions, the control connection, and what the server is (system
+  identifier, timeline, head);
+* ``slot.py``: the pipeline's replication slot (create, drop, health, typed errors, release);
+* ``reader.py``: the transport (one peek through a named cursor), the wal2json message
+  format, the fast read path and the cheap ``has_changes`` look; ``reference_reader.py``
+  keeps the read path it replaced, as the reference;
+* ``values.py``: value conversions, one at a time and as generated per-table row plans;
+* ``preflight.py``: settings, the CDC role, slot health and WAL headroom, replica identity;
+* ``source.py``: :class:`PostgresSource`, which composes them into the Source interface.
+
+Positions, ids and boundaries (the contract other code relies on):
+
+* A position is an LSN. A transaction's ``end_position`` is the **end of its commit record**
+  (wal2json's ``nextlsn``, logical decoding's ``end_lsn``). :meth:`PostgresSource.release`
+  advances the slot to such an end, and a slot whose ``confirmed_flush_lsn`` is X no longer
+  returns a transaction whose commit record starts before X (the server's rule), so none
+  that ends at or before X. ``read(start, upto)`` yields the transactions with
+  ``start < end <= upto``; comparing ends is exact because a transaction's commit record
+  ends after every record of it, and commit order is LSN order.
+* ``head()`` is the end of the flushed WAL (``pg_current_wal_flush_lsn()``): every
+  transaction whose commit was flushed before the call ends at or before it, and every one
+  that ends at or before it can be decoded at once (logical decoding reads flushed WAL only),
+  so it is a valid upper bound; an asynchronous commit still unflushed goes to the next run.
+  It is never inside a commit record (see ``PgServer.head``): a bound there, once a slot was
+  released to it, would make the server skip that transaction. The server may still return
+  one transaction whose commit record ends after the bound (it stops after the record that
+  reaches it): the reader drops it (it checks ``nextlsn`` on the ``B`` record before emitting
+  any row) and the next run delivers it.
+* ``tx_id`` is ``"{xid}:{commit_lsn}"`` (commit_lsn = start of the commit record, wal2json's
+  ``lsn`` on B/C); ``event_id`` is ``"{change_lsn}:{n}"``, n counting the rows of the
+  transaction that share the change's LSN (a multi-insert logs several rows in one record).
+* A read streams the slot over the replication protocol (the reference reader: one
+  ``pg_logical_slot_peek_changes`` call through a named cursor); either way the cost is linear
+  in the range and client memory bounded, and it never moves the slot: only
+  :meth:`PostgresSource.release` does. Empty transactions (DDL, no row changes, or every row
+  filtered out) yield nothing; the final ``PositionMark(upto)`` moves checkpoints past them.
+* Unchanged TOAST values (wal2json leaves them out of an UPDATE's new tuple) are taken from the
+  old tuple when the table has REPLICA IDENTITY FULL, and are otherwise emitted as the
+  Debezium placeholder ``"__debezium_unavailable_value"``: never as null.
+* ``TRUNCATE`` is not a row change: it is recorded in :attr:`PostgresSource.schema_changes`.
+
+Values (JSON-faithful): integers as numbers, numeric as the string ``str(Decimal(...))``
+gives (exact, scale kept; wal2json turns numeric NaN/Infinity into null), real/double as
+numbers, text as string, bytea as base64, boolean as true/false, date as ``YYYY-MM-DD``, time
+as ``HH:MM:SS[.ffffff]``, timestamp as ISO-8601 ``YYYY-MM-DDTHH:MM:SS[.ffffff]``, timestamptz
+as ISO-8601 in UTC with ``+00:00``, uuid as string, json/jsonb as their JSON text, arrays as
+JSON arrays of the converted elements. Other types keep PostgreSQL's text output.
+"""
+
+from .reader import PgSchemaChange
+from .slot import PLUGIN
+from .source import DECODERS, PostgresSource
+from .values import UNAVAILABLE
+
+__all__ = ["DECODERS", "PLUGIN", "UNAVAILABLE", "PgSchemaChange", "PostgresSource"]

@@ -1,0 +1,114 @@
+"""The reference read path (``decoder="reference"``): the reader the fast one replaced.
+
+:class:`ReferenceReader` parses each wal2json message with the stdlib ``json`` module
+(non-integer numbers as ``Decimal``), converts every value through
+:func:`~.values.converter`, and builds events with ``ChangeEvent.build`` (which encodes and
+validates them). It applies the same transaction rules as :class:`~.reader.Wal2JsonReader`
+and is kept to prove, on real WAL, that the fast path gives the same items byte for byte
+(``tests/integration/test_postgres_reader.py``), and as a fallback a deployment can choose
+(``TIDEGATE_POSTGRES_DECODER=reference``).
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from ...events import ChangeEvent, PositionMark
+from ...positions import Lsn, PgPosition
+from ..base import SourceItem
+from .reader import PgSchemaChange, ReadHost
+from .values import commit_ms, complete_after, converter
+
+
+def _row(cols: list[dict] | None) -> dict[str, Any] | None:
+    if cols is None:
+        return None
+    return {c["name"]: converter(c["type"])(c["value"]) for c in cols}
+
+
+class ReferenceReader:
+    """One bounded pass: the transactions that end in (``start_lsn``, ``upto``]."""
+
+    def __init__(self, host: ReadHost, start_lsn: Lsn, upto: PgPosition):
+        self.host = host
+        self.start_lsn = start_lsn
+        self.upto = upto
+
+    def run(self, messages: Iterator[str | bytes]) -> Iterator[SourceItem]:
+        host = self.host
+        spec = host.spec
+        upto, start_lsn = self.upto, self.start_lsn
+        sysid, tl = host.server.system_and_timeline()
+        loads = json.JSONDecoder(parse_float=decimal.Decimal).decode
+        last_end: Lsn | None = None
+        pending: dict[str, Any] | None = None
+        skip = True
+        tx_id = ""
+        xid = commit = None
+        ts_ms = 0
+        total = 0
+        per_table: dict[tuple[str, str], int] = {}
+        same_lsn: dict[str, int] = {}
+        end = None
+        for data in messages:
+            d = loads(data)
+            a = d["action"]
+            if a == "B":
+                end = Lsn.parse(d["nextlsn"])
+                if end > upto.lsn:
+                    break  # commits after the bound (peek may return one such tx)
+                skip = end <= start_lsn
+                xid, commit = d["xid"], d["lsn"]
+                tx_id = f"{xid}:{commit}"
+                ts_ms = commit_ms(d.get("timestamp"))
+                total = 0
+                per_table = {}
+                same_lsn = {}
+                pending = None
+                continue
+            if skip:
+                continue
+            if a == "C":
+                end_pos = PgPosition(end, sysid, tl)
+                if pending is not None:  # an empty transaction yields nothing
+                    last_end = end
+                    kw, pending = pending, None
+                    yield ChangeEvent.build(**kw, tx_end=True, end_position=end_pos)
+                continue
+            schema, table = d.get("schema"), d.get("table")
+            if host.tables and (schema, table) not in host.tables:
+                continue
+            if a == "T":
+                host.record_schema_change(PgSchemaChange(
+                    Lsn.parse(d["lsn"]), PgPosition(end, sysid, tl), tx_id, schema, table, "truncate"))
+                continue
+            if a not in ("I", "U", "D"):
+                continue  # M (logical messages)
+            lsn = d["lsn"]
+            n = same_lsn.get(lsn, 0)
+            same_lsn[lsn] = n + 1
+            before = _row(d.get("identity"))
+            after = _row(d.get("columns")) if a != "D" else None
+            if a == "U":
+                after = complete_after(after, before, lambda s=schema, t=table: host.table_columns(s, t))
+            image = after if after is not None else before
+            pk = d.get("pk")
+            key = {c["name"]: image.get(c["name"]) for c in pk} if pk and image else None
+            total += 1
+            k = per_table.get((schema, table), 0) + 1
+            per_table[(schema, table)] = k
+            if pending is not None:
+                yield ChangeEvent.build(**pending)
+            pending = dict(
+                tenant=spec.tenant, pipeline=spec.pipeline, connector="postgresql",
+                db=schema, schema=schema, table=table,
+                op={"I": "c", "U": "u", "D": "d"}[a], before=before, after=after, key=key,
+                tx_id=tx_id, event_id=f"{lsn}:{n}",
+                position={"lsn": lsn, "commit_lsn": commit, "xid": xid},
+                ts_ms=ts_ms, total_order=total, data_collection_order=k,
+            )
+        if last_end is None or last_end < upto.lsn:
+            yield PositionMark(upto)

@@ -1,0 +1,176 @@
+"""The pipeline's logical replication slot (wal2json): its life, its health, its position.
+
+:class:`Slot` creates the slot on a pipeline's first run (logged), drops and re-creates it
+when an operator accepts lost changes, reports its health from ``pg_replication_slots``,
+raises typed errors when it is gone (:class:`SlotMissingError`) or invalidated
+(:class:`SlotInvalidatedError`), and advances it when a run releases WAL: never further than
+asked, never backwards. Reading never moves the slot; releasing is always an explicit step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import psycopg2
+import psycopg2.errors
+
+from ...errors import SlotInvalidatedError, SlotMissingError, SourceError, SourceSettingError
+from ...positions import Lsn, PgPosition
+from .connection import PgServer
+
+log = logging.getLogger(__name__)
+
+PLUGIN = "wal2json"
+
+
+class Slot:
+    def __init__(self, server: PgServer, name: str):
+        self.server = server
+        self.name = name
+
+    @property
+    def conn(self):
+        return self.server.conn
+
+    def info(self) -> dict[str, Any] | None:
+        """The slot's row of ``pg_replication_slots`` (and how far behind the head it is), or
+        None when there is no such slot."""
+        rows = self.server.query(
+            "SELECT slot_name, plugin, slot_type, database, wal_status, safe_wal_size, "
+            "restart_lsn::text, confirmed_flush_lsn::text, active_pid, "
+            "pg_current_wal_lsn() - confirmed_flush_lsn "
+            "FROM pg_replication_slots WHERE slot_name = %s", (self.name,))
+        if not rows:
+            return None
+        r = rows[0]
+        return {"slot": r[0], "plugin": r[1], "slot_type": r[2], "database": r[3],
+                "wal_status": r[4], "safe_wal_size": None if r[5] is None else int(r[5]),
+                "restart_lsn": r[6], "confirmed_flush_lsn": r[7], "active_pid": r[8],
+                "lag_bytes": None if r[9] is None else int(r[9])}
+
+    def ensure(self) -> PgPosition | None:
+        """Create the slot if it does not exist (logged). Returns the position it was created
+        at, or None when it already existed."""
+        if self.info() is not None:
+            return None
+        try:
+            (lsn,) = self.server.query("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)",
+                                       (self.name, PLUGIN))[0]
+        except psycopg2.errors.DuplicateObject:
+            return None
+        except psycopg2.Error as exc:
+            msg = (exc.pgerror or str(exc)).strip()
+            if PLUGIN in msg and ("could not access file" in msg or "not exist" in msg):
+                raise SourceSettingError(f"the {PLUGIN} output plugin is not installed on {self.conn} "
+                                         f"(Debian: postgresql-<version>-wal2json): {msg}") from None
+            raise SourceError(f"cannot create replication slot {self.name!r} on {self.conn}: {msg}") from None
+        pos = self.server.position(lsn)
+        log.warning("created logical replication slot %r (plugin %s) on %s at %s",
+                    self.name, PLUGIN, self.conn, pos)
+        return pos
+
+    def drop(self) -> None:
+        self.server.query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                          "WHERE slot_name = %s", (self.name,))
+
+    def check(self, requested: PgPosition | None = None) -> dict[str, Any]:
+        """The slot's health, or a typed error: :class:`SlotMissingError` (dropped, never
+        created) or :class:`SlotInvalidatedError` (``wal_status = lost``). Both carry
+        ``slot``, ``requested`` (the position the caller needs) and ``earliest_available``."""
+        info = self.info()
+        if info is None:
+            err: SourceError = SlotMissingError(
+                f"replication slot {self.name!r} does not exist on {self.conn}: changes after "
+                f"{requested or 'the last checkpoint'} may be lost (was the slot dropped?)")
+            attach(err, self.name, requested, self.server.head(), None)
+            raise err
+        if info["wal_status"] == "lost":
+            err = SlotInvalidatedError(
+                f"replication slot {self.name!r} on {self.conn} is invalidated (wal_status=lost): "
+                f"the server removed WAL it still needed (max_slot_wal_keep_size); changes after "
+                f"{requested or info['confirmed_flush_lsn']} are lost")
+            attach(err, self.name, requested, self.server.head(), info["confirmed_flush_lsn"])
+            raise err
+        if info["plugin"] != PLUGIN or info["slot_type"] != "logical":
+            raise SourceSettingError(f"replication slot {self.name!r} uses plugin {info['plugin']!r} "
+                                     f"({info['slot_type']}); tidegate needs a logical slot with {PLUGIN}")
+        return info
+
+    def earliest(self) -> PgPosition:
+        """Where the slot can be read from (its confirmed position); the head without a slot."""
+        info = self.info()
+        if info is None or not info["confirmed_flush_lsn"]:
+            return self.server.head()
+        return self.server.position(info["confirmed_flush_lsn"])
+
+    def check_retention(self, checkpoint: PgPosition | None, *, first_run: bool) -> dict[str, Any]:
+        """The slot exists and has not lost WAL. A pipeline's first run creates it (logged);
+        afterwards a missing slot means changes may be lost."""
+        try:
+            return {"status": "ok", **self.check(checkpoint)}
+        except SlotMissingError:
+            if not first_run:
+                raise
+        created = self.ensure()
+        return {"status": "created", "slot": self.name,
+                "at": created.to_json() if created is not None else None}
+
+    def restart(self) -> PgPosition:
+        """Replace the slot (an invalidated one, or one whose position means nothing to the
+        checkpoints): changes are delivered from the new slot's start."""
+        self.drop()
+        return self.ensure() or self.server.head()
+
+    def release(self, position: PgPosition) -> None:
+        """Advance the slot to ``position`` (never further, never backwards), so the server
+        can recycle the WAL before it."""
+        info = self.check(position)
+        lsn = position.lsn if isinstance(position, PgPosition) else Lsn.parse(position)
+        if info["confirmed_flush_lsn"] and lsn <= Lsn.parse(info["confirmed_flush_lsn"]):
+            return
+        self.server.query("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.name, str(lsn)))
+        log.info("advanced slot %r to %s", self.name, lsn)
+
+    def wait_released(self, pid: int, timeout_s: float = 30.0) -> None:
+        """Wait until the WAL sender ``pid`` (a closed streaming session) has let go of the
+        slot: it exits a moment after its client leaves, and until then the slot is busy."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.002
+        while True:
+            try:
+                rows = self.server.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s "
+                                         "AND active_pid = %s", (self.name, pid))
+            except (SourceError, psycopg2.Error) as exc:
+                log.warning("cannot check that slot %r was released: %s", self.name, exc)
+                return
+            if not rows:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("slot %r is still held by WAL sender %s %.0fs after its session closed",
+                            self.name, pid, timeout_s)
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    def read_error(self, exc: psycopg2.Error) -> SourceError:
+        """The typed error for a failure while decoding the slot's changes."""
+        msg = (getattr(exc, "pgerror", None) or str(exc)).strip()
+        if "does not exist" in msg and "replication slot" in msg:
+            err = SlotMissingError(f"replication slot {self.name!r} disappeared during the read: {msg}")
+            attach(err, self.name, None, None, None)
+            return err
+        if "can no longer get changes" in msg or "invalidated" in msg or "has already been removed" in msg:
+            err2 = SlotInvalidatedError(f"replication slot {self.name!r} lost WAL it needs: {msg}")
+            attach(err2, self.name, None, None, None)
+            return err2
+        return SourceError(f"reading slot {self.name!r} on {self.conn} failed: {msg}")
+
+
+def attach(err: Exception, slot: str, requested: Any, earliest: Any, last_confirmed: Any) -> None:
+    """The facts an incident records, on the error the guard catches."""
+    err.slot = slot  # type: ignore[attr-defined]
+    err.requested = requested  # type: ignore[attr-defined]
+    err.earliest_available = earliest  # type: ignore[attr-defined]
+    err.last_confirmed = last_confirmed  # type: ignore[attr-defined]

@@ -1,0 +1,190 @@
+"""``PostgresSource``: the Source interface over the roles of this package.
+
+It composes the server (``connection.py``: sessions, identity, timeline, head), the slot
+(``slot.py``), a reader per read (``reader.py`` over the streaming replication protocol by
+default; ``reference_reader.py`` over one peek as the reference) and the preflight
+(``preflight.py``), and owns
+what belongs to a pipeline: the slot name, the table filter and the schema changes met while
+reading. The contract it keeps is in ``sources/postgres/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from ...connections import Connection
+from ...errors import PositionPurgedError
+from ...positions import Lsn, PgPosition
+from ...spec import PipelineSpec
+from ...store.records import CheckpointRecord
+from ..base import Source, SourceItem
+from ..preflight import Problem
+from . import preflight as server_checks
+from . import reader
+from .connection import PgServer
+from .reader import PgSchemaChange, Wal2JsonReader, peek_messages, stream_messages
+from .reference_reader import ReferenceReader
+from .slot import Slot
+
+DECODERS = ("fast", "reference")
+
+
+class PostgresSource(Source):
+    """Bounded reads of a logical replication slot (wal2json). See
+    ``sources/postgres/__init__.py`` for the contract."""
+
+    kind = "postgres"
+
+    def __init__(self, spec: PipelineSpec, conn: Connection, *, slot: str | None = None,
+                 itersize: int = 5000, connect_timeout: float = 10.0, decoder: str | None = None):
+        self.spec = spec
+        self.conn = conn
+        self.server = PgServer(conn, connect_timeout=connect_timeout)
+        self.replication_slot = Slot(self.server, slot or spec.source.slot or f"tidegate_{spec.pipeline}")
+        self.itersize = itersize
+        # "fast" (default): streaming replication, msgspec and generated row plans;
+        # "reference": the path it replaced (one peek, stdlib json, a converter per value).
+        # TIDEGATE_POSTGRES_DECODER sets the default.
+        self.decoder = decoder or os.environ.get("TIDEGATE_POSTGRES_DECODER") or "fast"
+        if self.decoder not in DECODERS:
+            raise ValueError(f"Postgres decoder {self.decoder!r} (decoder= or TIDEGATE_POSTGRES_DECODER) "
+                             f"is not one of {', '.join(DECODERS)}")
+        self.tables: frozenset[tuple[str, str]] = frozenset(
+            tuple(t.split(".", 1)) for t in (spec.source.tables or ()))
+        self.schema_changes: list[PgSchemaChange] = []
+        self._columns: dict[tuple[str, str], list[str]] = {}
+
+    @property
+    def slot(self) -> str:
+        """The name of the pipeline's replication slot."""
+        return self.replication_slot.name
+
+    def close(self) -> None:
+        self.server.close()
+
+    # ------------------------------------------------------------------ identity and positions
+
+    def identity(self) -> dict[str, Any]:
+        return self.server.identity()
+
+    def head(self) -> PgPosition:
+        """The end of the flushed WAL, never inside a commit record (:meth:`PgServer.head`)."""
+        return self.server.head()
+
+    def earliest(self) -> PgPosition:
+        """Where the slot can be read from (its confirmed position); the head without a slot."""
+        return self.replication_slot.earliest()
+
+    # ------------------------------------------------------------------ slot
+
+    def slot_info(self) -> dict[str, Any] | None:
+        return self.replication_slot.info()
+
+    def ensure_slot(self) -> PgPosition | None:
+        """Create the pipeline's slot if it does not exist (logged). Returns the position it was
+        created at, or None when it already existed."""
+        return self.replication_slot.ensure()
+
+    def drop_slot(self) -> None:
+        self.replication_slot.drop()
+
+    def check_slot(self, requested: PgPosition | None = None) -> dict[str, Any]:
+        """See :meth:`.slot.Slot.check`."""
+        return self.replication_slot.check(requested)
+
+    # ------------------------------------------------------------------ continuity
+
+    def describe_change(self, old_identity: dict[str, Any]) -> str:
+        new = self.identity()
+        if old_identity.get("system_id") != new.get("system_id"):
+            return (f"the connection now reaches another PostgreSQL cluster (system identifier "
+                    f"{old_identity.get('system_id')} -> {new.get('system_id')}); its WAL is not the one "
+                    f"the checkpoints point into and the replication slot is not there")
+        return (f"the server moved from timeline {old_identity.get('timeline')} to {new.get('timeline')}: "
+                f"a standby was promoted, and a logical replication slot does not survive a promotion")
+
+    def check_retention(self, checkpoint: PgPosition | None, *, first_run: bool) -> dict[str, Any]:
+        """The slot exists and has not lost WAL. A pipeline's first run creates it (logged);
+        afterwards a missing slot means changes may be lost."""
+        return self.replication_slot.check_retention(checkpoint, first_run=first_run)
+
+    def restart_stream(self) -> PgPosition:
+        """Replace the slot (an invalidated one, or one whose position means nothing to the
+        checkpoints): changes are delivered from the new slot's start."""
+        return self.replication_slot.restart()
+
+    def release(self, position: PgPosition) -> None:
+        """Advance the slot to ``position`` (never further, never backwards), so the server
+        can recycle the WAL before it."""
+        self.replication_slot.release(position)
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, start: PgPosition | None, upto: PgPosition) -> Iterator[SourceItem]:
+        """Rows of the transactions whose commit ends in (start, upto], in commit order."""
+        if upto is None:
+            raise ValueError("read needs an upper bound (head() at the start of the run)")
+        self.schema_changes = []
+        start_lsn = self._start_lsn(start)
+        if upto.lsn <= start_lsn:
+            return
+        if self.decoder == "fast":
+            messages = stream_messages(self.server, self.replication_slot, upto, self.tables)
+            rd: Wal2JsonReader | ReferenceReader = Wal2JsonReader(self, start_lsn, upto)
+        else:
+            messages = peek_messages(self.server, self.replication_slot, upto, self.tables, self.itersize)
+            rd = ReferenceReader(self, start_lsn, upto)
+        try:
+            yield from rd.run(messages)
+        finally:
+            messages.close()  # a read that stops at the bound frees its session (and the slot) now
+
+    def _start_lsn(self, start: PgPosition | None) -> Lsn:
+        """Where a read from ``start`` begins: the slot's confirmed position without a start;
+        an error when ``start`` is before it (the changes in between are gone)."""
+        info = self.replication_slot.check(start)
+        confirmed = Lsn.parse(info["confirmed_flush_lsn"])
+        start_lsn = confirmed if start is None else start.lsn
+        if start_lsn < confirmed:
+            raise PositionPurgedError(
+                f"position {start} is before the start of slot {self.slot!r} ({confirmed}): the "
+                f"slot was advanced past it (or re-created), the changes in between are no longer "
+                f"available", requested=start, earliest_available=self.server.position(confirmed))
+        return start_lsn
+
+    def has_changes(self, start: PgPosition | None, upto: PgPosition, limit: int = 10_000) -> bool:
+        """A bounded look: peek at most ``limit`` decoded rows (whole transactions) of the slot
+        for a row change of the pipeline's tables committed in (start, upto]. When the look is
+        cut off by ``limit`` the answer is True (there may be work), so the run goes ahead."""
+        info = self.replication_slot.check(start)
+        start_lsn = Lsn.parse(info["confirmed_flush_lsn"]) if start is None else start.lsn
+        if upto.lsn <= start_lsn:
+            return False
+        return reader.has_changes(self.server, self.replication_slot, self.tables, start_lsn, upto, limit)
+
+    def table_columns(self, schema: str, table: str) -> list[str]:
+        """The table's columns (catalog, remembered for the source's life): what an UPDATE's
+        new tuple lacks is an unchanged TOAST value (readers' :class:`~.reader.ReadHost`)."""
+        key = (schema, table)
+        if key not in self._columns:
+            self._columns[key] = self.server.table_columns(schema, table)
+        return self._columns[key]
+
+    def record_schema_change(self, change: PgSchemaChange) -> None:
+        """A TRUNCATE the reader met (readers' :class:`~.reader.ReadHost`)."""
+        self.schema_changes.append(change)
+
+    # ------------------------------------------------------------------ preflight
+
+    def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
+        """Settings, privileges, slot health and retention headroom (the slot's safe_wal_size),
+        replica identity; one :class:`Problem` per problem."""
+        return self.check_server(checkpoint.position if checkpoint is not None else None)
+
+    def check_server(self, checkpoint: PgPosition | None = None,
+                     headroom_warn_bytes: int = server_checks.DEFAULT_HEADROOM_WARN_BYTES) -> list[Problem]:
+        """:meth:`preflight` for a checkpoint position."""
+        return server_checks.check_server(self.server, self.replication_slot, self.tables, checkpoint,
+                                      headroom_warn_bytes)
