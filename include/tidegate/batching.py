@@ -22,6 +22,7 @@ acknowledged it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -47,7 +48,7 @@ class Transaction:
             return self.end_position >= position
         return self.end_position > position
 
-    @property
+    @functools.cached_property
     def byte_size(self) -> int:
         return sum(len(e.value) for e in self.events)
 

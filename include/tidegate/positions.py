@@ -130,14 +130,17 @@ class BinlogPosition:
     server_uuid: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if not _BINLOG_FILE.match(self.file or ""):
+        m = _BINLOG_FILE.match(self.file or "")
+        if not m:
             raise ValueError(f"binlog file {self.file!r} is not of the form <basename>.<number>")
         if not isinstance(self.pos, int) or self.pos < 0:
             raise ValueError(f"binlog pos {self.pos!r} must be a non-negative integer")
+        # Positions are compared at every sub-batch and transaction: parse the file's number once.
+        object.__setattr__(self, "_seq", int(m.group("seq")))
 
     @property
     def file_seq(self) -> int:
-        return int(_BINLOG_FILE.match(self.file).group("seq"))
+        return self._seq
 
     @property
     def basename(self) -> str:
@@ -151,7 +154,7 @@ class BinlogPosition:
         return ("mysql", self.server_id, self.server_uuid)
 
     def _key(self) -> tuple[int, int]:
-        return (self.file_seq, self.pos)
+        return (self._seq, self.pos)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
