@@ -240,6 +240,20 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     assert fingerprint(concatenated) == fingerprint(whole)
     assert sum(is_control(i) for i in whole) == 1
 
+    # a small slice size cuts the files further, at transaction boundaries inside them (the
+    # 50k-row transaction stays whole); read one after the other, the slices give the same items
+    fine_src = MySqlSource(make_spec([f"{db}.orders", f"{db}.items"]), mysql.cdc, slice_bytes=4096)
+    fine = fine_src.slices(h[0], h[3])
+    assert len(fine) > len(slices) + 3
+    assert fine[0][0] == h[0] and fine[-1][1] == h[3]
+    pairs = list(zip(fine, fine[1:], strict=False))
+    assert all(a1 == b0 or (a1.file_seq < b0.file_seq and b0.pos == 4) for (_, a1), (b0, _) in pairs)
+    cuts = [a1 for (_, a1), (b0, _) in pairs if a1 == b0]  # inside a file
+    assert len(cuts) >= 3
+    fine_items = [x for k, (a, b) in enumerate(fine) for x in fine_src.read_slice(a, b, reader=k)]
+    assert fingerprint(fine_items) == fingerprint(whole)
+    fine_src.close()
+
     # the stream cuts into sub-batches without ever splitting a transaction
     batches = list(cut_sub_batches(iter(whole), max_events=10_000, max_bytes=1 << 30))
     assert sum(b.event_count for b in batches) == expected + 1  # the rows and the control message

@@ -48,6 +48,9 @@ Positions, ids and boundaries (the contract other code relies on):
   replay. The statements are also kept in :attr:`MySqlSource.schema_changes` (reset at the
   start of every read) as :class:`SchemaChange` records. Rows before and after a DDL carry
   the columns their own table map described.
+* Slices (``slicing.py``): ``slices()`` cuts a range at binlog files, and a file range larger
+  than ``slice_bytes`` (default 64 MiB, ``TIDEGATE_MYSQL_SLICE_BYTES``) at transaction
+  boundaries inside the file.
 
 Values (JSON-faithful, see ``events.encode_value``): integers of every width as numbers
 (unsigned included), DECIMAL as the string ``str(Decimal(...))`` gives, FLOAT as the shortest

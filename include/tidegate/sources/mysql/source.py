@@ -26,7 +26,7 @@ from ...spec import PipelineSpec
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
 from ..preflight import Problem
-from . import failover
+from . import failover, slicing
 from . import preflight as server_checks
 from .binlog_client import BinlogStream
 from .columns import columns_after
@@ -44,6 +44,7 @@ _SLICE_ID_STRIDE = 7919  # server ids of parallel slice readers: base + k * stri
 # another replication client: its id is the read's plus this (no multiple of the stride).
 _LOOKAHEAD_ID_OFFSET = 1_000_003
 DECODERS = ("fast", "library")
+SLICE_BYTES = 64 * 1024 * 1024  # default size above which a binlog file is cut into slices
 
 
 class MySqlSource(Source):
@@ -54,7 +55,8 @@ class MySqlSource(Source):
     translates_positions = True
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, server_id: int | None = None,
-                 connect_timeout: float = 10.0, decoder: str | None = None):
+                 connect_timeout: float = 10.0, decoder: str | None = None,
+                 slice_bytes: int | None = None):
         self.spec = spec
         self.conn = conn
         self.server = MySqlServer(conn, connect_timeout=connect_timeout)
@@ -64,6 +66,12 @@ class MySqlSource(Source):
         if self.decoder not in DECODERS:
             raise ValueError(f"MySQL decoder {self.decoder!r} (decoder= or TIDEGATE_MYSQL_DECODER) "
                              f"is not one of {', '.join(DECODERS)}")
+        # A binlog file larger than this is cut into several slices (slices()).
+        # TIDEGATE_MYSQL_SLICE_BYTES sets the default.
+        self.slice_bytes = int(slice_bytes or os.environ.get("TIDEGATE_MYSQL_SLICE_BYTES") or SLICE_BYTES)
+        if self.slice_bytes < 1:
+            raise ValueError(f"MySQL slice size {self.slice_bytes} (slice_bytes= or "
+                             f"TIDEGATE_MYSQL_SLICE_BYTES) must be a positive number of bytes")
         sid = server_id or spec.source.server_id
         # A replication client id must be unique among the server's replicas: derive a stable
         # one from the pipeline name when the spec sets none.
@@ -168,10 +176,14 @@ class MySqlSource(Source):
 
     def slices(self, start: BinlogPosition | None,
                upto: BinlogPosition) -> list[tuple[BinlogPosition, BinlogPosition]]:
-        """(start, upto] cut into one range per binlog file, each starting at the file's start or
-        at ``start`` and ending at the file's end or at ``upto``. Reading each with
-        :meth:`read_slice` (in any order, in parallel) and concatenating the rows in slice order
-        equals :meth:`read` over the whole range."""
+        """(start, upto] cut into ranges that can be read independently: one per binlog file,
+        each starting at the file's start or at ``start`` and ending at the file's end or at
+        ``upto``, and a range larger than :attr:`slice_bytes` cut further at transaction
+        boundaries inside the file (:func:`.slicing.cut_points`), so that one large file is
+        decoded by several readers. Reading each with :meth:`read_slice` (in any order, in
+        parallel) and concatenating the items in slice order gives the items of :meth:`read`
+        over the whole range (a slice whose last transactions deliver nothing ends with a
+        :class:`PositionMark` of its end)."""
         if start is None:
             start = self.earliest()
         if start >= upto:
@@ -184,8 +196,12 @@ class MySqlSource(Source):
                 continue
             frm = start if name == start.file else self.position(name, 4, None)
             to = upto if name == upto.file else self.position(name, size, None)
-            if frm < to:
-                out.append((frm, to))
+            if not frm < to:
+                continue
+            cuts = slicing.cut_points(self.server.query, name, frm.pos, to.pos, self.slice_bytes) \
+                if to.pos - frm.pos > self.slice_bytes else []
+            bounds = [frm] + [self.position(name, c, None) for c in cuts] + [to]
+            out += list(zip(bounds, bounds[1:], strict=False))
         return out
 
     def read_slice(self, frm: BinlogPosition, to: BinlogPosition, reader: int = 0) -> Iterator[SourceItem]:
