@@ -161,22 +161,26 @@ class ColumnTracker:
         self.current[(schema, table)] = sig
         self.memory.record(schema, table, end, sig)
 
+    # A message carries the end of its transaction even when a row follows it there: a halt
+    # before it (on_schema_change: halt) names where the change is committed.
+
     def columns_message(self, schema: str, table: str, change: tuple[Signature, Signature], *,
-                        event_id: str, position: dict[str, Any], ts_ms: int, tx_id: str) -> ControlMessage:
+                        event_id: str, position: dict[str, Any], ts_ms: int, tx_id: str,
+                        end: PgPosition | None = None) -> ControlMessage:
         before, after = change
         return ControlMessage(self.tenant, self.pipeline, "schema_change", event_id, position, ts_ms,
                               {"change": "columns", "db": schema, "schema": schema, "table": table,
                                "columns": as_json(after), "previous_columns": as_json(before)},
-                              tx_id=tx_id)
+                              tx_id=tx_id, end_position=end)
 
     def truncate_message(self, schema: str, table: str, *, lsn: str, position: dict[str, Any],
-                         ts_ms: int, tx_id: str) -> ControlMessage:
+                         ts_ms: int, tx_id: str, end: PgPosition | None = None) -> ControlMessage:
         known = self.known(schema, table)
         return ControlMessage(self.tenant, self.pipeline, "schema_change", f"{lsn}:truncate:{schema}.{table}",
                               position, ts_ms,
                               {"change": "truncate", "db": schema, "schema": schema, "table": table,
                                "columns": as_json(known) if known is not None else None},
-                              tx_id=tx_id)
+                              tx_id=tx_id, end_position=end)
 
 
 def _covers(old: Signature, new: Signature) -> bool:

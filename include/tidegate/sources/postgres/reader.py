@@ -329,7 +329,7 @@ class Wal2JsonReader:
                         yield pending
                     pending = tracker.truncate_message(
                         schema, table, lsn=m.lsn, position={"lsn": m.lsn, "commit_lsn": commit, "xid": xid},
-                        ts_ms=ts_ms, tx_id=tx_id)
+                        ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl))
                 continue  # M (logical messages)
             lsn = m.lsn
             n = same_lsn.get(lsn, 0)
@@ -355,7 +355,7 @@ class Wal2JsonReader:
                             pending = tracker.columns_message(
                                 schema, table, change, event_id=f"{lsn}:{n}:columns",
                                 position={"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms=ts_ms,
-                                tx_id=tx_id)
+                                tx_id=tx_id, end=PgPosition(end, sysid, tl))
                 if op == "u" and after is not None:
                     after = complete_after(after, before, lambda s=schema, t=table: columns_of(s, t))
             image = after if after is not None else before

@@ -102,7 +102,7 @@ class ReferenceReader:
                     yield _built(pending)
                 pending = tracker.truncate_message(
                     schema, table, lsn=d["lsn"], position={"lsn": d["lsn"], "commit_lsn": commit, "xid": xid},
-                    ts_ms=ts_ms, tx_id=tx_id)
+                    ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl))
                 continue
             if a not in ("I", "U", "D"):
                 continue  # M (logical messages)
@@ -121,7 +121,8 @@ class ReferenceReader:
                         yield _built(pending)
                     pending = tracker.columns_message(
                         schema, table, change, event_id=f"{lsn}:{n}:columns",
-                        position={"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms=ts_ms, tx_id=tx_id)
+                        position={"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms=ts_ms, tx_id=tx_id,
+                        end=PgPosition(end, sysid, tl))
             if a == "U":
                 after = complete_after(after, before, lambda s=schema, t=table: columns_of(s, t))
             image = after if after is not None else before
