@@ -2,6 +2,7 @@
 
     eval "$(scripts/services env)"
     .venv/bin/python benchmarks/source_read.py [--rows 200000] [--tx-rows 10] [--only mysql|postgres]
+        [--files 4] [--slice-mb 8]
 
 Workload: ``--rows`` row changes of an 11-column table (BIGINT key, INT, VARCHAR, DECIMAL,
 SMALLINT, DOUBLE, VARCHAR(100), DATETIME(6), TIMESTAMP(3), TINYINT, CHAR(8)) in transactions
@@ -14,8 +15,12 @@ delivery. It reports wall-clock events/s, the child's CPU seconds (the server's 
 in them; ev/CPU-s is events per second of the reader's own CPU, the figure that does not
 depend on what else the two shared cores run) and the child's peak RSS. MariaDB is read
 with each decoder of ``MySqlSource`` (``library`` = python-mysql-replication, ``fast`` =
-sources/mysql/fast_reader.py) and, for the fast decoder, also as per-file slices in parallel
-processes (``read_slice``). Postgres is read with each decoder of ``PostgresSource``:
+sources/mysql/fast_reader.py) and, for the fast decoder, also in parallel processes
+(``read_slice``, a pool of one process per CPU): as per-file slices, and as slices of at most
+``--slice-mb`` cut inside the files at transaction boundaries (``MySqlSource.slices``; the time
+it takes to find the cuts is part of the figure and is also shown alone). With ``--files 1`` the
+backlog is one binlog file: per-file slices leave one reader, finer slices give every CPU one.
+Postgres is read with each decoder of ``PostgresSource``:
 ``reference`` (one ``pg_logical_slot_peek_changes`` through a named cursor, stdlib json, a
 converter per value) and ``fast`` (the streaming replication protocol, msgspec, generated row
 plans), plus the fast reader over the reference's peek transport, which shows what the
@@ -121,21 +126,26 @@ def child(args: dict) -> dict:
     from tidegate.sources.mysql import MySqlSource
 
     db, decoder = args["db"], args["decoder"]
-    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=decoder)
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=decoder,
+                      slice_bytes=args.get("slice_bytes") or 1 << 62)
     start, upto = BinlogPosition.from_json(args["start"]), BinlogPosition.from_json(args["upto"])
     try:
         if not args.get("parallel"):
             return _measure(lambda: _consume(src.read(start, upto)))
         import multiprocessing as mp
 
+        cutting: dict[str, float] = {}
+
         def parallel() -> tuple[int, int]:
+            t0 = time.perf_counter()
             slices = src.slices(start, upto)
+            cutting.update(seconds=time.perf_counter() - t0, slices=len(slices))
             with mp.get_context("spawn").Pool(min(len(slices), os.cpu_count() or 1)) as pool:
                 parts = pool.map(_slice_worker, [(db, decoder, k, f.to_json(), t.to_json())
                                                  for k, (f, t) in enumerate(slices)])
             return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
-        return _measure(parallel)
+        return {**_measure(parallel), "slicing_s": cutting["seconds"], "slices": cutting["slices"]}
     finally:
         src.close()
 
@@ -184,7 +194,8 @@ def mysql_workload(cur, db: str, rows: int, tx_rows: int, files: int, flush) -> 
             flush()
 
 
-def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], out: list) -> None:
+def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], slice_mb: float,
+                out: list) -> None:
     import pymysql
     from tidegate.sources.mysql import MySqlSource
 
@@ -211,7 +222,12 @@ def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], out: l
             print(f"  {decoder}: {rows / res['wall']:,.0f} events/s", flush=True)
         if "fast" in decoders:
             res = run_child({**base, "decoder": "fast", "parallel": True}, rows)
-            out.append(("mariadb fast, per-file slices in parallel", res))
+            out.append((f"mariadb fast, per-file slices ({res['slices']}) in parallel", res))
+            res = run_child({**base, "decoder": "fast", "parallel": True,
+                             "slice_bytes": int(slice_mb * 1024 * 1024)}, rows)
+            out.append((f"mariadb fast, {slice_mb:g} MiB slices ({res['slices']}) in parallel", res))
+            print(f"  cutting the range into {res['slices']} slices of at most {slice_mb:g} MiB took "
+                  f"{res['slicing_s']:.2f}s", flush=True)
     finally:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         admin.close()
@@ -278,10 +294,10 @@ def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
 
 def print_table(rows: int, results: list) -> None:
     print()
-    print(f"{'source / decoder':<44} {'events/s':>10} {'ev/CPU-s':>10} {'wall s':>8} {'CPU s':>8} "
+    print(f"{'source / decoder':<50} {'events/s':>10} {'ev/CPU-s':>10} {'wall s':>8} {'CPU s':>8} "
           f"{'peak RSS MB':>12} {'JSON MB':>8}")
     for name, r in results:
-        print(f"{name:<44} {rows / r['wall']:>10,.0f} {rows / r['cpu']:>10,.0f} {r['wall']:>8.2f} "
+        print(f"{name:<50} {rows / r['wall']:>10,.0f} {rows / r['cpu']:>10,.0f} {r['wall']:>8.2f} "
               f"{r['cpu']:>8.2f} {r['rss_mb']:>12.0f} {r['bytes'] / 1e6:>8.1f}")
     by = dict(results)
     for new, old, label in (("mariadb fast", "mariadb library", "mariadb fast / library"),
@@ -299,6 +315,8 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=4, help="MariaDB: binlog files the changes span")
     ap.add_argument("--only", choices=("mysql", "postgres"))
     ap.add_argument("--decoders", default="library,fast", help="MariaDB decoders to measure")
+    ap.add_argument("--slice-mb", type=float, default=8.0,
+                    help="MariaDB: the slice size of the in-file slices measurement")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -309,7 +327,7 @@ def main() -> None:
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     results: list = []
     if args.only in (None, "mysql"):
-        bench_mysql(args.rows, args.tx_rows, args.files, args.decoders.split(","), results)
+        bench_mysql(args.rows, args.tx_rows, args.files, args.decoders.split(","), args.slice_mb, results)
     if args.only in (None, "postgres"):
         bench_postgres(args.rows, args.tx_rows, results)
     print_table(args.rows, results)

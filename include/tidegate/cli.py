@@ -15,7 +15,7 @@ from typing import Any
 from . import catalog
 from . import spec as specmod
 from .errors import TidegateError
-from .plan import MODES, RunPlan
+from .plan import MODES, RESOLUTIONS, RunParamsError, RunPlan
 from .positions import position_to_json
 from .store import CheckpointStore, open_store
 
@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--mode", choices=MODES, default="incremental")
     r.add_argument("--replay-of", help="mode replay: the run id whose range to deliver again")
     r.add_argument("--run-id", help="default: manual__<UTC time>")
+    r.add_argument("--resolve", choices=RESOLUTIONS,
+                   help="resolve the pipeline's open incidents first: accept_gap (lost changes) or "
+                        "continue (past a schema change that halted it); needs --reason")
+    r.add_argument("--reason", help="why the incidents are resolved this way (kept with them)")
     r.add_argument("--no-guards", action="store_true", help="skip the continuity guards (debugging)")
     r.set_defaults(func=cmd_run)
 
@@ -90,9 +94,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """One bounded run without Airflow, the tasks of the DAG in order: the guards, the bounds
-    (nothing to do: stop), the same run the Spark job does (read in-process instead of in Spark
-    tasks), the release."""
+    """One bounded run without Airflow, the tasks of the DAG in order: the guards (which first
+    resolve the open incidents with ``--resolve`` and ``--reason``, validated as the trigger
+    form's params are), the bounds (nothing to do: stop), the same run the Spark job does (read
+    in-process instead of in Spark tasks), the release."""
     import datetime as dt
     import logging
 
@@ -102,8 +107,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
     spec = catalog.find(args.pipeline)
     plan = RunPlan.from_values({"mode": args.mode, "sinks": args.sinks, "max_events": args.max_events,
-                                "replay_of": args.replay_of}, sink_ids=[s.id for s in spec.sinks],
+                                "replay_of": args.replay_of, "resolve": args.resolve,
+                                "reason": args.reason}, sink_ids=[s.id for s in spec.sinks],
                                who=_os_user())
+    if args.no_guards and plan.resolve:
+        raise RunParamsError(["--resolve resolves incidents in the guards step: drop --no-guards"])
     if not args.no_guards:
         guards.run_guards(spec, plan, run_id=run_id)
     report: dict[str, Any] = {}

@@ -93,6 +93,7 @@ def opened(spec: PipelineSpec, resolve: Resolver | None, store: CheckpointStore 
     own_store = store is None
     store = store or open_store()
     source = build_source(spec, resolve)
+    source.use_store(store)  # schema branch: facts a source keeps between runs (Postgres column sets)
     try:
         yield source, store
     finally:

@@ -16,12 +16,13 @@ executors inside the pickled reader, over Spark's own channel (docs/operations.m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .events import ChangeEvent, PositionMark
+from .events import ChangeEvent, ControlMessage, PositionMark, is_control
 from .plan import RunPlan
 from .positions import Position, position_from_json, position_to_json
 from .spec import PipelineSpec
@@ -31,20 +32,27 @@ log = logging.getLogger(__name__)
 ROW_SCHEMA = "kind STRING, value BINARY, tx_end BOOLEAN, end_position STRING"
 
 
-def item_to_row(item: ChangeEvent | PositionMark) -> tuple:
+def item_to_row(item: ChangeEvent | ControlMessage | PositionMark) -> tuple:
     """A source item as a flat row: the serialized envelope travels, not Python objects."""
     if isinstance(item, PositionMark):
         return ("mark", None, True, json.dumps(position_to_json(item.position)))
     end = json.dumps(position_to_json(item.end_position)) if item.end_position is not None else None
+    if is_control(item):  # schema branch: a schema change a source yields travels like a row
+        control = {"record": item.record(), "tenant": item.tenant, "tx_id": item.tx_id}
+        return ("control", json.dumps(control).encode("utf-8"), item.tx_end, end)
     return ("event", item.value, item.tx_end, end)
 
 
 def row_to_item(kind: str, value: bytes | None, tx_end: bool, end_position: str | None
-                ) -> ChangeEvent | PositionMark:
+                ) -> ChangeEvent | ControlMessage | PositionMark:
     if kind == "mark":
         return PositionMark(position_from_json(end_position))
-    return ChangeEvent.from_value(bytes(value), tx_end=bool(tx_end),
-                                  end_position=position_from_json(end_position) if end_position else None)
+    end = position_from_json(end_position) if end_position else None
+    if kind == "control":  # schema branch
+        control = json.loads(bytes(value))
+        message = ControlMessage.from_json(control["record"], tenant=control["tenant"])
+        return dataclasses.replace(message, tx_id=control["tx_id"], tx_end=bool(tx_end), end_position=end)
+    return ChangeEvent.from_value(bytes(value), tx_end=bool(tx_end), end_position=end)
 
 
 def register_source(spark: Any) -> None:
@@ -114,6 +122,10 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
 
     def spark_reader(source: Any, start: Position | None, bound: Position):
         slices = source.slices(start, bound)
+        if len(slices) <= 1:  # schema branch: nothing to decode in parallel; the driver reads it,
+            # with the source the run opened (which holds the checkpoint store: Source.use_store)
+            log.info("pipeline %s: reading (%s, %s] on the driver (one slice)", spec.pipeline, start, bound)
+            return source.read(start, bound)
         log.info("pipeline %s: reading (%s, %s] as %d Spark partition(s)", spec.pipeline, start, bound,
                  len(slices))
         return read_range(spark, spec, slices)

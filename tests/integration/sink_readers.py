@@ -90,3 +90,24 @@ def nats_payloads(conn, stream: str, subject: str) -> list[dict]:
             await nc.close()
 
     return asyncio.run(go())
+
+
+def nats_stream(conn, stream: str) -> list[tuple[str, dict]]:
+    """(subject, JSON payload) of every message of a JetStream stream, in stream order (the
+    one order across the data subjects and the control subject)."""
+    import nats
+
+    async def go():
+        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            if not info.state.messages:
+                return []
+            seqs = range(info.state.first_seq, info.state.last_seq + 1)
+            msgs = [await js.get_msg(stream, seq) for seq in seqs]
+            return [(m.subject, json.loads(m.data)) for m in msgs]
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())

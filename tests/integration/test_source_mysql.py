@@ -16,7 +16,7 @@ import pymysql
 import pytest
 from tidegate.batching import cut_sub_batches
 from tidegate.errors import PositionPurgedError, SourceSettingError
-from tidegate.events import ChangeEvent, PositionMark
+from tidegate.events import ChangeEvent, PositionMark, is_control
 from tidegate.positions import BinlogPosition, GtidSet
 from tidegate.sources import make_source
 from tidegate.sources.mysql import GtidsNotOnServerError, MySqlSource, settings_problems
@@ -71,9 +71,10 @@ def rows(items):
 
 
 def fingerprint(items):
-    """Everything that must be identical between reads: bytes, boundaries, end positions."""
+    """Everything that must be identical between reads: the bytes of every row and control
+    message, boundaries, end positions."""
     return [(e.value, e.tx_end, e.end_position.to_json() if e.end_position else None)
-            for e in rows(items)]
+            for e in items if not isinstance(e, PositionMark)]
 
 
 def purge_to(conn, file: str, timeout: float = 20.0) -> None:
@@ -181,6 +182,8 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     expected = 0
     for phase in range(3):
         expected += workload_phase(admin, db, phase, big=50_000 if phase == 1 else 0)
+        if phase == 1:
+            ex(admin, f"ALTER TABLE {db}.orders ADD INDEX by_status (status)")  # a schema change
         ex(admin, "FLUSH BINARY LOGS")  # each phase ends in its own binlog file
         expected += workload_phase(admin, db, phase + 10)
         h.append(src.head())
@@ -235,10 +238,25 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
         t.join()
     concatenated = [x for k in range(len(slices)) for x in results[k]]
     assert fingerprint(concatenated) == fingerprint(whole)
+    assert sum(is_control(i) for i in whole) == 1
+
+    # a small slice size cuts the files further, at transaction boundaries inside them (the
+    # 50k-row transaction stays whole); read one after the other, the slices give the same items
+    fine_src = MySqlSource(make_spec([f"{db}.orders", f"{db}.items"]), mysql.cdc, slice_bytes=4096)
+    fine = fine_src.slices(h[0], h[3])
+    assert len(fine) > len(slices) + 3
+    assert fine[0][0] == h[0] and fine[-1][1] == h[3]
+    pairs = list(zip(fine, fine[1:], strict=False))
+    assert all(a1 == b0 or (a1.file_seq < b0.file_seq and b0.pos == 4) for (_, a1), (b0, _) in pairs)
+    cuts = [a1 for (_, a1), (b0, _) in pairs if a1 == b0]  # inside a file
+    assert len(cuts) >= 3
+    fine_items = [x for k, (a, b) in enumerate(fine) for x in fine_src.read_slice(a, b, reader=k)]
+    assert fingerprint(fine_items) == fingerprint(whole)
+    fine_src.close()
 
     # the stream cuts into sub-batches without ever splitting a transaction
     batches = list(cut_sub_batches(iter(whole), max_events=10_000, max_bytes=1 << 30))
-    assert sum(b.event_count for b in batches) == expected
+    assert sum(b.event_count for b in batches) == expected + 1  # the rows and the control message
     assert batches[-1].end_position == h[3]
     src.close()
 
@@ -262,26 +280,41 @@ def test_writes_made_while_a_run_reads_are_in_the_next_run(mysql, admin, db):
     src.close()
 
 
-def test_ddl_in_range_rows_keep_their_own_columns_and_change_is_recorded(mysql, admin, db):
-    ex(admin, f"CREATE TABLE {db}.t (id INT PRIMARY KEY, a VARCHAR(10))")
+def test_ddl_in_range_rows_keep_their_own_columns_and_a_schema_change_message_sits_between(
+        mysql, admin, db):
+    ex(admin, f"CREATE TABLE {db}.t (id INT PRIMARY KEY, a VARCHAR(10))",
+       f"CREATE TABLE {db}.other (id INT PRIMARY KEY)")
     src = source(mysql, [f"{db}.t"])
-    seen = []
-    src.on_schema_change = seen.append
     h0 = src.head()
     ex(admin, f"INSERT INTO {db}.t VALUES (1, 'x')")
     ex(admin, f"ALTER TABLE {db}.t ADD COLUMN b INT DEFAULT 5")
     ex(admin, f"INSERT INTO {db}.t VALUES (2, 'y', 6)")
-    ex(admin, f"ALTER TABLE {db}.t DROP COLUMN a")
+    ex(admin, f"ALTER TABLE `{db}`.`t` DROP COLUMN a")
+    ex(admin, f"ALTER TABLE {db}.other ADD COLUMN z INT")  # not captured: no message
     ex(admin, f"UPDATE {db}.t SET b = 7 WHERE id = 1")
-    got = rows(src.read(h0, src.head()))
+    items = [i for i in src.read(h0, src.head()) if not isinstance(i, PositionMark)]
+    got = rows(items)
     assert [e.after for e in got] == [{"id": 1, "a": "x"}, {"id": 2, "a": "y", "b": 6},
                                       {"id": 1, "b": 7}]
     assert got[2].before == {"id": 1, "b": 5}
+    assert [("ddl" if is_control(i) else i.op) for i in items] == ["c", "ddl", "c", "ddl", "u"]
+    add, drop = (json.loads(i.value) for i in items if is_control(i))
+    assert (add["type"], add["change"], add["db"], add["table"]) == ("schema_change", "alter", db, "t")
+    assert add["ddl"] == f"ALTER TABLE {db}.t ADD COLUMN b INT DEFAULT 5"
+    assert add["columns"] == [{"name": "id", "type": "int"}, {"name": "a", "type": "varchar"},
+                              {"name": "b", "type": "int"}]
+    assert drop["columns"] == [{"name": "id", "type": "int"}, {"name": "b", "type": "int"}]
     changes = src.schema_changes
     assert [c.query.split()[3:6] for c in changes] == [["ADD", "COLUMN", "b"], ["DROP", "COLUMN", "a"]]
-    assert seen == changes
+    controls = [i for i in items if is_control(i)]
+    # the message's id is the statement's place in the binlog, its end the statement's group end
+    assert [c.event_id for c in controls] == [f"{c.position.file}:{c.position.pos}:{db}.t" for c in changes]
+    assert [c.end_position for c in controls] == [c.end_position for c in changes]
+    assert all(c.tx_end for c in controls) and add["ts_ms"] == changes[0].ts_ms
     assert got[0].end_position <= changes[0].position < changes[0].end_position <= got[1].end_position
     assert changes[1].end_position <= got[2].end_position
+    # a range holding only a DDL has something to deliver
+    assert src.has_changes(got[0].end_position, changes[0].end_position)
     src.close()
 
 

@@ -1,5 +1,6 @@
-"""The Spark job reads a range as per-binlog-file partitions; in source order the items equal,
-byte for byte, one sequential read of the same range."""
+"""The Spark job reads a range as per-binlog-file partitions, or finer slices inside the files;
+in source order the items (rows and schema_change messages) equal, byte for byte, one
+sequential read of the same range."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import uuid
 
 import pymysql
 import pytest
-from tidegate.events import ChangeEvent, PositionMark
+from tidegate.events import ChangeEvent, PositionMark, is_control
 from tidegate.runner import build_source
 from tidegate.spark_job import read_range
 from tidegate.spec import load_spec
@@ -49,9 +50,13 @@ def test_parallel_slices_in_spark_equal_the_sequential_read(mysql, tmp_path, spa
             for chunk in range(3):  # three binlog files with rows in each
                 c.execute("BEGIN")
                 for i in range(chunk * 100, chunk * 100 + 100):
-                    c.execute(f"INSERT INTO {db}.t VALUES (%s, %s)", (i, f"v{i}"))
+                    c.execute(f"INSERT INTO {db}.t (id, v) VALUES (%s, %s)", (i, f"v{i}"))
                 c.execute("COMMIT")
                 c.execute(f"UPDATE {db}.t SET v = 'u' WHERE id = %s", (chunk * 100,))
+                if chunk == 1:
+                    c.execute(f"ALTER TABLE {db}.t ADD COLUMN w INT DEFAULT 0")
+                for i in range(chunk * 100 + 1, chunk * 100 + 40):  # small transactions to cut between
+                    c.execute(f"UPDATE {db}.t SET v = 'w' WHERE id = %s", (i,))
                 c.execute("FLUSH BINARY LOGS")
         upto = source.head()
         slices = source.slices(start, upto)
@@ -59,6 +64,12 @@ def test_parallel_slices_in_spark_equal_the_sequential_read(mysql, tmp_path, spa
 
         sequential = list(source.read(start, upto))
         in_spark = list(read_range(spark, spec, slices))
+        monkeypatch.setenv("TIDEGATE_MYSQL_SLICE_BYTES", "4096")  # slices inside the files too
+        fine_source = build_source(spec)
+        fine = fine_source.slices(start, upto)
+        fine_source.close()
+        assert len(fine) > len(slices) + 3
+        in_spark_fine = list(read_range(spark, spec, fine))
     finally:
         source.close()
         with admin.cursor() as c:
@@ -66,13 +77,18 @@ def test_parallel_slices_in_spark_equal_the_sequential_read(mysql, tmp_path, spa
         admin.close()
 
     def flat(items):
-        return [(it.value, it.tx_end, it.end_position) if isinstance(it, ChangeEvent)
-                else ("mark", it.position) for it in items]
+        return [("mark", it.position) if isinstance(it, PositionMark)
+                else (type(it).__name__, it.value, it.tx_end, it.end_position) for it in items]
 
     rows = [it for it in in_spark if isinstance(it, ChangeEvent)]
-    assert len(rows) == 303
+    assert len(rows) == 303 + 3 * 39
     assert [r.after["id"] for r in rows if r.op == "c"] == list(range(300))
-    # Marks may differ where slices meet (each slice ends at its own file boundary); the rows,
-    # their bytes, order and transaction ends may not.
-    assert [f for f in flat(in_spark) if f[0] != "mark"] == [f for f in flat(sequential) if f[0] != "mark"]
-    assert [it for it in in_spark if isinstance(it, PositionMark)][-1].position == upto
+    ddl = [it for it in in_spark if is_control(it)]  # travelled from their tasks as control messages
+    assert [(m.type, m.fields["change"], m.table, m.tx_end) for m in ddl] == [
+        ("schema_change", "create", "t", True), ("schema_change", "alter", "t", True)]
+    # Marks may differ where slices meet (each slice ends at its own boundary); the rows and
+    # messages, their bytes, order and transaction ends may not.
+    expected = [f for f in flat(sequential) if f[0] != "mark"]
+    for got in (in_spark, in_spark_fine):
+        assert [f for f in flat(got) if f[0] != "mark"] == expected
+        assert [it for it in got if isinstance(it, PositionMark)][-1].position == upto

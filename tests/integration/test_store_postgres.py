@@ -5,6 +5,7 @@ import pytest
 from tidegate.errors import StaleEpochError
 from tidegate.positions import Lsn, PgPosition
 from tidegate.store import StoreError, open_store
+from tidegate.store.migrations import LATEST
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +17,7 @@ def p(n: int) -> PgPosition:
 def test_postgres_store_end_to_end(pg_scratch_dsn):
     dsn = pg_scratch_dsn
     a, b = open_store(dsn), open_store(dsn)
-    assert a.schema_version() == 2 and b.migrate() == 2
+    assert a.schema_version() == LATEST and b.migrate() == LATEST
     assert "password" not in a.url
     ea = a.acquire_lease("pg", "r1")
     a.write_checkpoints("pg", {"s": p(1), "t": p(1)}, run_id="r1", epoch=ea)
@@ -43,5 +44,10 @@ def test_postgres_store_end_to_end(pg_scratch_dsn):
     a.journal_finish(j, "success")
     [entry] = b.journal("pg", "r2")
     assert entry.status == "success" and entry.sinks["s"].end == p(4)
+    cols = [{"name": "id", "type": "integer"}]
+    a.record_table_columns("pg", "public", "t", p(5), cols)
+    b.record_table_columns("pg", "public", "t", p(5), cols)  # the same fact again: kept once
+    [tc] = b.table_columns("pg")
+    assert (tc.schema, tc.table, tc.position, tc.columns) == ("public", "t", p(5), cols)
     a.close()
     b.close()

@@ -75,6 +75,11 @@ def test_run_errors_and_usage(env):
     assert r.returncode == 1 and "no valid spec defines pipeline 'no_such_pipeline'" in r.stderr
     assert tg(env, "run", "shop_mysql", "--mode", "bogus").returncode == 2
     assert tg(env, "checkpoints", "rewind", "p", "s").returncode == 2  # missing required options
+    assert tg(env, "run", "shop_mysql", "--resolve", "resnapshot_all").returncode == 2
+    r = tg(env, "run", "shop_mysql", "--resolve", "continue")  # the RunPlan rule: a reason is required
+    assert r.returncode == 1 and "reason is required when resolve is set" in r.stderr
+    r = tg(env, "run", "shop_mysql", "--resolve", "continue", "--reason", "x", "--no-guards")
+    assert r.returncode == 1 and "drop --no-guards" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_rewind_to_a_version_from_before_a_failover_is_refused(tmp_path):

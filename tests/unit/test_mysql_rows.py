@@ -264,6 +264,7 @@ class StubSource:
 
     def record_schema_change(self, change):
         self.changes.append(change)
+        return []
 
 
 class Stream:

@@ -3,9 +3,11 @@
 MySQL/MariaDB (binlog) and Postgres (wal2json) implement it; nothing outside this package
 switches on the source kind or probes for optional methods.
 
-``read(start, upto)`` yields, in source order, :class:`ChangeEvent` rows (the last row of each
-transaction has ``tx_end=True`` and ``end_position``) and :class:`PositionMark` records for
-ranges with nothing to deliver. It covers exactly the transactions that commit after
+``read(start, upto)`` yields, in source order, :class:`ChangeEvent` rows, ``schema_change``
+:class:`ControlMessage` items where the log changes a captured table's definition (inside the
+transaction that changes it, like a row; the last item of each transaction has
+``tx_end=True`` and ``end_position``) and :class:`PositionMark` records for ranges with
+nothing to deliver. It covers exactly the transactions that commit after
 ``start`` and at or before ``upto``, never blocks waiting for new changes, and streams in
 bounded memory. When the range is exhausted it yields a final ``PositionMark(upto)`` if the
 last transaction ended before ``upto``, so checkpoints can reach the run's upper bound.
@@ -24,12 +26,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import CannotTranslateError
-from ..events import ChangeEvent, PositionMark
+from ..events import ChangeEvent, ControlMessage, PositionMark
 from ..positions import Position
+from ..store.base import CheckpointStore
 from ..store.records import CheckpointRecord
 from .preflight import Problem
 
-SourceItem = ChangeEvent | PositionMark
+SourceItem = ChangeEvent | ControlMessage | PositionMark
 
 
 class Source(abc.ABC):
@@ -65,10 +68,11 @@ class Source(abc.ABC):
         """Changes committed in (start, upto], in source order."""
 
     def has_changes(self, start: Position | None, upto: Position) -> bool:
-        """Whether (start, upto] holds any row to deliver. The head also moves for changes a
-        pipeline does not carry (other tables, empty transactions, WAL housekeeping); a run
-        then has nothing to deliver and need not start Spark. Default: read until the first row."""
-        return any(isinstance(item, ChangeEvent) for item in self.read(start, upto))
+        """Whether (start, upto] holds anything to deliver (a row or a schema change). The head
+        also moves for changes a pipeline does not carry (other tables, empty transactions, WAL
+        housekeeping); a run then has nothing to deliver and need not start Spark. Default: read
+        until the first such item."""
+        return any(not isinstance(item, PositionMark) for item in self.read(start, upto))
 
     def slices(self, start: Position | None, upto: Position) -> list[tuple[Position | None, Position]]:
         """(start, upto] cut into ranges :meth:`read_slice` can read independently (in parallel
@@ -114,6 +118,13 @@ class Source(abc.ABC):
     def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
         """Settings, privileges and retention headroom against the oldest sink checkpoint (its
         position and when it was written), one :class:`Problem` per problem."""
+
+    # ------------------------------------------------------------------ memory between runs
+
+    def use_store(self, store: CheckpointStore) -> None:  # noqa: B027 - optional hook
+        """The checkpoint store, for facts about its log a source keeps between runs (Postgres:
+        the column set of each table as of a position). Given where a run reads (the runner's
+        process); a source without it keeps those facts for one read only."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Must not raise."""

@@ -23,6 +23,7 @@ from .records import (
     Incident,
     JournalEntry,
     JournalSink,
+    TableColumns,
     checkpoint_key,
     now_iso,
     pos_text,
@@ -326,6 +327,25 @@ class CheckpointStore(abc.ABC):
     def is_halted(self, pipeline: str) -> bool:
         """A pipeline is halted while it has an unresolved incident."""
         return bool(self.incidents(pipeline, unresolved_only=True))
+
+    # ------------------------------------------------------------------ table columns
+
+    def record_table_columns(self, pipeline: str, schema: str, table: str, position: Position,
+                             columns: list[dict[str, str]]) -> None:
+        """Remember that the table had ``columns`` as of ``position``. A fact about the source
+        log, not progress: not fenced, and recording the same fact again changes nothing."""
+        with self._tx(write=True) as tx:
+            tx.exec("INSERT INTO tidegate_table_columns (pipeline, schema_name, table_name, position, "
+                    "columns, seen_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (pipeline, schema, table, pos_text(position), json.dumps(columns), now_iso()))
+
+    def table_columns(self, pipeline: str) -> list[TableColumns]:
+        """Every column set remembered for the pipeline's tables, oldest record first."""
+        with self._tx() as tx:
+            rows = tx.all("SELECT pipeline, schema_name, table_name, position, columns, seen_at FROM "
+                          "tidegate_table_columns WHERE pipeline = ? ORDER BY seen_at", (pipeline,))
+        return [TableColumns(r[0], r[1], r[2], pos_value(r[3]), json.loads(r[4]), ts_text(r[5]))
+                for r in rows]
 
     # ------------------------------------------------------------------ batch journal
 

@@ -53,7 +53,18 @@ MIGRATIONS.append(
         "ALTER TABLE tidegate_journal_sinks ADD COLUMN dlq {big} NOT NULL DEFAULT 0",
     ]))
 
-LATEST = MIGRATIONS[-1][0]
+# 4: what a source remembers of its log between runs: a table's column set as of a position
+# (PostgreSQL's wal2json carries no DDL; a column change is noticed by comparing a row's
+# columns with the last set seen, also when that set was seen by an earlier run).
+MIGRATIONS.append(
+    (4, "column sets of captured tables as of a log position", [
+        """CREATE TABLE tidegate_table_columns (
+            pipeline TEXT NOT NULL, schema_name TEXT NOT NULL, table_name TEXT NOT NULL,
+            position TEXT NOT NULL, columns TEXT NOT NULL, seen_at {ts} NOT NULL,
+            PRIMARY KEY (pipeline, schema_name, table_name, position))""",
+    ]))
+
+LATEST = max(version for version, _, _ in MIGRATIONS)
 
 
 def render(sql: str, dialect: str) -> str:

@@ -116,3 +116,16 @@ class JournalEntry:
     started_at: str
     finished_at: str | None
     sinks: dict[str, JournalSink] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TableColumns:
+    """A table's columns (``[{"name", "type"}]`` in order) as of ``position``, a transaction
+    boundary of the source log: a fact about the log a source keeps between runs."""
+
+    pipeline: str
+    schema: str
+    table: str
+    position: Position
+    columns: list[dict[str, str]]
+    seen_at: str

@@ -7,6 +7,8 @@
   default read path; ``library_reader.py`` reads through python-mysql-replication and is
   kept as the reference; both hand the transaction structure to ``transactions.py``;
 * ``values.py``: the column value conversions both readers share;
+* ``ddl.py`` and ``columns.py``: which tables a DDL statement changes, and their columns after
+  it as the binlog tells them (the schema_change control messages);
 * ``preflight.py``: binlog settings, privileges, retention headroom;
 * ``failover.py``: placing a checkpoint of another server by its GTID set;
 * ``source.py``: :class:`MySqlSource`, which composes them into the Source interface.
@@ -33,10 +35,22 @@ Positions, ids and boundaries (the contract other code relies on):
   event without them raises :class:`SourceSettingError` naming the setting and the table.
   Statement-logged DML (``binlog_format``) and partial row images (``binlog_row_image``) are
   detected in the stream and raise the same way.
-* DDL inside the range is recorded in :attr:`MySqlSource.schema_changes` (reset at the start
-  of every read) as :class:`SchemaChange` records with their positions, and passed to the
-  optional :attr:`MySqlSource.on_schema_change` callback as it is read. Rows before and after
-  the DDL carry the columns their own table map described.
+* Schema changes: a DDL statement that changes a captured table (``ddl.py``: ALTER, CREATE,
+  DROP, RENAME and TRUNCATE TABLE, CREATE/DROP INDEX, DROP DATABASE; with no table filter,
+  every table) becomes one ``schema_change`` :class:`~tidegate.events.ControlMessage` per
+  captured table it names, where the statement sits: in its transaction (its own, for a DDL
+  outside one), ``tx_id`` and ``end_position`` as for a row. Fields: ``change`` (the kind of
+  statement), ``ddl`` (the statement), ``db`` and ``schema`` (the database), ``table``, and
+  ``columns`` (``[{"name", "type"}]``): the table's columns after the change as the binlog
+  tells them (``columns.py``: the table's next TABLE_MAP), ``[]`` for a table the statement
+  drops or renames away, ``null`` where the binlog does not tell. ``event_id`` is
+  ``"{file}:{pos}:{db}.{table}"`` of the query event, ``ts_ms`` its time: the same on every
+  replay. The statements are also kept in :attr:`MySqlSource.schema_changes` (reset at the
+  start of every read) as :class:`SchemaChange` records. Rows before and after a DDL carry
+  the columns their own table map described.
+* Slices (``slicing.py``): ``slices()`` cuts a range at binlog files, and a file range larger
+  than ``slice_bytes`` (default 64 MiB, ``TIDEGATE_MYSQL_SLICE_BYTES``) at transaction
+  boundaries inside the file.
 
 Values (JSON-faithful, see ``events.encode_value``): integers of every width as numbers
 (unsigned included), DECIMAL as the string ``str(Decimal(...))`` gives, FLOAT as the shortest

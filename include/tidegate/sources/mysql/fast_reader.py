@@ -67,6 +67,7 @@ from .binlog_client import (
     XID_EVENT,
     BinlogStream,
 )
+from .columns import query_text
 from .row_plans import TablePlan, build_plan, parse_table_map, table_names
 from .transactions import GtidState, ReadHost, TransactionAssembler, file_seq
 from .values import python_codec
@@ -344,13 +345,8 @@ class FastReader:
     # ------------------------------------------------------------------ statements
 
     def _query(self, pkt: bytes, end: int, pos: int, end_pos: int, ts: int) -> Iterator[SourceItem]:
-        phl = self._post_header_len(QUERY_EVENT, 13)
-        schema_len = pkt[BODY + 8]
-        status_len = int.from_bytes(pkt[BODY + 11:BODY + 13], "little")
-        o = BODY + phl + status_len
-        schema = pkt[o:o + schema_len]
-        q = pkt[o + schema_len + 1:end].decode("utf-8", errors="backslashreplace").strip()
-        yield from self.tx.statement(schema.decode("utf-8", "replace"), q, pos, end_pos, ts)
+        schema, q = query_text(pkt, end, self._post_header_len(QUERY_EVENT, 13))
+        yield from self.tx.statement(schema, q, pos, end_pos, ts)
 
 
 def _lenenc(buf: bytes, o: int) -> tuple[int, int]:

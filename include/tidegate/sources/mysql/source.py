@@ -13,21 +13,24 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pymysql
 
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError
+from ...events import ControlMessage
 from ...positions import BinlogPosition, GtidSet, Position, check_comparable
 from ...spec import PipelineSpec
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
 from ..preflight import Problem
-from . import failover
+from . import failover, slicing
 from . import preflight as server_checks
 from .binlog_client import BinlogStream
+from .columns import columns_after
+from .ddl import tables_changed
 from .fast_reader import FastReader, collation_codecs
 from .library_reader import LibraryReader, library_stream
 from .server import MySqlServer
@@ -37,7 +40,11 @@ log = logging.getLogger(__name__)
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 _SLICE_ID_STRIDE = 7919  # server ids of parallel slice readers: base + k * stride (mod 2^32)
+# A read's look-ahead for a table's columns after a DDL (columns.py) runs beside the read, as
+# another replication client: its id is the read's plus this (no multiple of the stride).
+_LOOKAHEAD_ID_OFFSET = 1_000_003
 DECODERS = ("fast", "library")
+SLICE_BYTES = 64 * 1024 * 1024  # default size above which a binlog file is cut into slices
 
 
 class MySqlSource(Source):
@@ -48,7 +55,8 @@ class MySqlSource(Source):
     translates_positions = True
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, server_id: int | None = None,
-                 connect_timeout: float = 10.0, decoder: str | None = None):
+                 connect_timeout: float = 10.0, decoder: str | None = None,
+                 slice_bytes: int | None = None):
         self.spec = spec
         self.conn = conn
         self.server = MySqlServer(conn, connect_timeout=connect_timeout)
@@ -58,6 +66,12 @@ class MySqlSource(Source):
         if self.decoder not in DECODERS:
             raise ValueError(f"MySQL decoder {self.decoder!r} (decoder= or TIDEGATE_MYSQL_DECODER) "
                              f"is not one of {', '.join(DECODERS)}")
+        # A binlog file larger than this is cut into several slices (slices()).
+        # TIDEGATE_MYSQL_SLICE_BYTES sets the default.
+        self.slice_bytes = int(slice_bytes or os.environ.get("TIDEGATE_MYSQL_SLICE_BYTES") or SLICE_BYTES)
+        if self.slice_bytes < 1:
+            raise ValueError(f"MySQL slice size {self.slice_bytes} (slice_bytes= or "
+                             f"TIDEGATE_MYSQL_SLICE_BYTES) must be a positive number of bytes")
         sid = server_id or spec.source.server_id
         # A replication client id must be unique among the server's replicas: derive a stable
         # one from the pipeline name when the spec sets none.
@@ -66,7 +80,7 @@ class MySqlSource(Source):
         self.tables: frozenset[tuple[str, str]] = frozenset(tuple(t.split(".", 1)) for t in tables)
         self.dbs: frozenset[str] = frozenset(d for d, _ in self.tables)
         self.schema_changes: list[SchemaChange] = []
-        self.on_schema_change: Callable[[SchemaChange], None] | None = None
+        self._read_server_id = self.client_server_id
 
     def close(self) -> None:
         self.server.close()
@@ -162,10 +176,14 @@ class MySqlSource(Source):
 
     def slices(self, start: BinlogPosition | None,
                upto: BinlogPosition) -> list[tuple[BinlogPosition, BinlogPosition]]:
-        """(start, upto] cut into one range per binlog file, each starting at the file's start or
-        at ``start`` and ending at the file's end or at ``upto``. Reading each with
-        :meth:`read_slice` (in any order, in parallel) and concatenating the rows in slice order
-        equals :meth:`read` over the whole range."""
+        """(start, upto] cut into ranges that can be read independently: one per binlog file,
+        each starting at the file's start or at ``start`` and ending at the file's end or at
+        ``upto``, and a range larger than :attr:`slice_bytes` cut further at transaction
+        boundaries inside the file (:func:`.slicing.cut_points`), so that one large file is
+        decoded by several readers. Reading each with :meth:`read_slice` (in any order, in
+        parallel) and concatenating the items in slice order gives the items of :meth:`read`
+        over the whole range (a slice whose last transactions deliver nothing ends with a
+        :class:`PositionMark` of its end)."""
         if start is None:
             start = self.earliest()
         if start >= upto:
@@ -178,8 +196,12 @@ class MySqlSource(Source):
                 continue
             frm = start if name == start.file else self.position(name, 4, None)
             to = upto if name == upto.file else self.position(name, size, None)
-            if frm < to:
-                out.append((frm, to))
+            if not frm < to:
+                continue
+            cuts = slicing.cut_points(self.server.query, name, frm.pos, to.pos, self.slice_bytes) \
+                if to.pos - frm.pos > self.slice_bytes else []
+            bounds = [frm] + [self.position(name, c, None) for c in cuts] + [to]
+            out += list(zip(bounds, bounds[1:], strict=False))
         return out
 
     def read_slice(self, frm: BinlogPosition, to: BinlogPosition, reader: int = 0) -> Iterator[SourceItem]:
@@ -196,6 +218,7 @@ class MySqlSource(Source):
         if start is None:
             start = self.earliest()
         self.schema_changes = []
+        self._read_server_id = server_id
         if start >= upto:
             return
         self.server.check_available(start)
@@ -225,11 +248,43 @@ class MySqlSource(Source):
         finally:
             stream.close()
 
-    def record_schema_change(self, change: SchemaChange) -> None:
-        """A DDL statement the reader met (the readers' :class:`~.transactions.ReadHost`)."""
-        if self.dbs and change.db not in self.dbs and not any(d in change.query for d in self.dbs):
-            return
+    def record_schema_change(self, change: SchemaChange) -> list[ControlMessage]:
+        """A DDL statement the reader met (the readers' :class:`~.transactions.ReadHost`): one
+        ``schema_change`` control message per captured table it changes (see
+        ``sources/mysql/__init__.py``, "Schema changes"); none when it changes none."""
+        what = tables_changed(change.query, change.db)
+        if what is None:
+            return []
+        targets: list[tuple[str, str | None]] = []
+        for db, table in what.tables:
+            if not self.tables:
+                targets.append((db, table))
+            elif table is None:  # a dropped database: the captured tables it held
+                targets += sorted(t for t in self.tables if t[0] == db)
+            elif (db, table) in self.tables:
+                targets.append((db, table))
+        if not targets:
+            return []
         log.info("schema change at %s (%s): %s", change.position, change.tx_id, change.query)
         self.schema_changes.append(change)
-        if self.on_schema_change is not None:
-            self.on_schema_change(change)
+        spec = self.spec
+        where = change.position
+        messages = []
+        for db, table in dict.fromkeys(targets):
+            gone = (db, table) in what.gone or (db, None) in what.gone
+            fields = {"change": what.kind, "ddl": change.query, "db": db, "schema": db, "table": table,
+                      "columns": [] if gone else self._columns_after(change, db, table)}
+            messages.append(ControlMessage(
+                spec.tenant, spec.pipeline, "schema_change",
+                f"{where.file}:{where.pos}:{db}.{table if table is not None else '*'}",
+                {"file": where.file, "pos": where.pos, "gtid": change.gtid}, change.ts_ms, fields,
+                tx_id=change.tx_id))
+        return messages
+
+    def _columns_after(self, change: SchemaChange, db: str, table: str | None) -> list[dict[str, str]] | None:
+        if table is None:
+            return None
+        sid = (self._read_server_id + _LOOKAHEAD_ID_OFFSET) % (1 << 32) or 1
+        end = change.end_position
+        return columns_after(self.server.connection_settings(), sid, end.file, end.pos, db, table,
+                             mariadb=self.is_mariadb)

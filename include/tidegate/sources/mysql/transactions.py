@@ -11,8 +11,11 @@ boundaries" of ``sources/mysql/__init__.py``):
 * the reader hands over every row event as a built :class:`ChangeEvent`; the assembler holds
   the latest one back until it knows whether the next item closes the transaction, and then
   marks it as the transaction's last row with its ``end_position``;
-* statement-logged DML that may touch a captured table and XA transactions are refused, DDL
-  is recorded as a :class:`SchemaChange` through the read's host;
+* statement-logged DML that may touch a captured table and XA transactions are refused; a DDL
+  statement is recorded as a :class:`SchemaChange` through the read's host, which answers with
+  the ``schema_change`` control messages it makes (one per captured table the statement
+  changes); they take the statement's place in the stream, inside its transaction, and are
+  held back like rows, so the last item of a transaction carries its end whatever it is;
 * at the end of the read it checks that no transaction was cut and yields the final
   :class:`PositionMark`.
 
@@ -22,12 +25,13 @@ position carries the set a checkpoint needs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...errors import SourceError, SourceSettingError
-from ...events import ChangeEvent, PositionMark
+from ...events import ChangeEvent, ControlMessage, PositionMark
 from ...positions import BinlogPosition, GtidSet
 from ...spec import PipelineSpec
 from ..base import SourceItem
@@ -38,7 +42,9 @@ _DML_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD DATA")
 @dataclass(frozen=True)
 class SchemaChange:
     """A DDL statement read from the binlog, at ``position`` (the query event's start) and
-    ending at ``end_position`` (a transaction boundary)."""
+    ending at ``end_position`` (the end of the query event; a transaction boundary unless the
+    statement is part of a larger event group, as ``CREATE TABLE ... SELECT`` is). ``db`` is the
+    statement's default database, ``gtid`` its transaction's GTID (None without GTIDs)."""
 
     position: BinlogPosition
     end_position: BinlogPosition
@@ -46,10 +52,12 @@ class SchemaChange:
     db: str
     query: str
     ts_ms: int
+    gtid: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"position": self.position.to_json(), "end_position": self.end_position.to_json(),
-                "tx_id": self.tx_id, "db": self.db, "query": self.query, "ts_ms": self.ts_ms}
+                "tx_id": self.tx_id, "db": self.db, "query": self.query, "ts_ms": self.ts_ms,
+                "gtid": self.gtid}
 
 
 class ReadHost(Protocol):
@@ -66,7 +74,7 @@ class ReadHost(Protocol):
 
     def position(self, file: str, pos: int, gtid_set: GtidSet | None) -> BinlogPosition: ...
 
-    def record_schema_change(self, change: SchemaChange) -> None: ...
+    def record_schema_change(self, change: SchemaChange) -> list[ControlMessage]: ...
 
 
 def file_seq(name: str) -> int:
@@ -135,7 +143,7 @@ class TransactionAssembler:
         self.tx_gtid: str | None = None
         self.total = 0  # rows of the open transaction so far
         self.per_table: dict[tuple[str, str], int] = {}  # rows per table of the open transaction
-        self.pending: ChangeEvent | None = None  # the latest row, held back (see hold)
+        self.pending: ChangeEvent | ControlMessage | None = None  # the latest item, held back (see hold)
         self.last_end: BinlogPosition | None = None  # end of the last transaction yielded
 
     def begin(self, pos: int, gtid: str | None, standalone: bool) -> None:
@@ -150,8 +158,8 @@ class TransactionAssembler:
         self.per_table = {}
         self.pending = None
 
-    def hold(self, ev: ChangeEvent) -> ChangeEvent | None:
-        """Hold ``ev`` back; return the row held before it, which is now safe to yield (it is
+    def hold(self, ev: ChangeEvent | ControlMessage) -> ChangeEvent | ControlMessage | None:
+        """Hold ``ev`` back; return the item held before it, which is now safe to yield (it is
         not the transaction's last)."""
         prev, self.pending = self.pending, ev
         return prev
@@ -162,7 +170,10 @@ class TransactionAssembler:
         if self.pending is not None:  # a transaction with nothing to deliver yields nothing
             end = self.host.position(self.file, end_pos, self.gtids.current())
             ev, self.pending = self.pending, None
-            ev._mark_tx_end(end)
+            if type(ev) is ControlMessage:  # frozen and not serialized yet: a marked copy
+                ev = dataclasses.replace(ev, tx_end=True, end_position=end)
+            else:
+                ev._mark_tx_end(end)
             self.last_end = end
             yield ev
 
@@ -200,9 +211,13 @@ class TransactionAssembler:
             self.begin(pos, None, True)
         ends = self.standalone or self.tx_gtid is None or not self.mariadb
         end = self.host.position(self.file, end_pos, self.gtids.current())
-        self.host.record_schema_change(SchemaChange(
+        messages = self.host.record_schema_change(SchemaChange(
             position=self.host.position(self.file, pos, None), end_position=end,
-            tx_id=self.tx_id or "", db=db, query=q, ts_ms=ts * 1000))
+            tx_id=self.tx_id or "", db=db, query=q, ts_ms=ts * 1000, gtid=self.tx_gtid))
+        for message in messages:
+            ready = self.hold(message)
+            if ready is not None:
+                yield ready
         if ends:
             yield from self.end(end_pos)
 

@@ -6,6 +6,7 @@
 * ``reader.py``: the transport (one peek through a named cursor), the wal2json message
   format, the fast read path and the cheap ``has_changes`` look; ``reference_reader.py``
   keeps the read path it replaced, as the reference;
+* ``columns.py``: schema changes told from the rows' columns, remembered between runs;
 * ``values.py``: value conversions, one at a time and as generated per-table row plans;
 * ``preflight.py``: settings, the CDC role, slot health and WAL headroom, replica identity;
 * ``source.py``: :class:`PostgresSource`, which composes them into the Source interface.
@@ -39,7 +40,14 @@ Positions, ids and boundaries (the contract other code relies on):
 * Unchanged TOAST values (wal2json leaves them out of an UPDATE's new tuple) are taken from the
   old tuple when the table has REPLICA IDENTITY FULL, and are otherwise emitted as the
   Debezium placeholder ``"__debezium_unavailable_value"``: never as null.
-* ``TRUNCATE`` is not a row change: it is recorded in :attr:`PostgresSource.schema_changes`.
+* Schema changes (``columns.py``): a ``TRUNCATE`` of a captured table and a change of its column
+  set (noticed from the rows: wal2json carries no DDL) are ``schema_change`` control messages
+  in the stream, inside the transaction where they happen: a TRUNCATE where it sits
+  (``change: "truncate"``), a column change just before the first row with the new columns
+  (``change: "columns"``, with ``columns`` and ``previous_columns``: name and type, in order).
+  Their ``event_id`` is ``"{lsn}:truncate:{schema}.{table}"`` and ``"{lsn}:{n}:columns"`` (the
+  id of the row that shows the change, then ``:columns``). Column sets are remembered in the
+  checkpoint store between runs (:meth:`PostgresSource.use_store`).
 
 Values (JSON-faithful): integers as numbers, numeric as the string ``str(Decimal(...))``
 gives (exact, scale kept; wal2json turns numeric NaN/Infinity into null), real/double as
@@ -49,9 +57,8 @@ as ISO-8601 in UTC with ``+00:00``, uuid as string, json/jsonb as their JSON tex
 JSON arrays of the converted elements. Other types keep PostgreSQL's text output.
 """
 
-from .reader import PgSchemaChange
 from .slot import PLUGIN
 from .source import DECODERS, PostgresSource
 from .values import UNAVAILABLE
 
-__all__ = ["DECODERS", "PLUGIN", "UNAVAILABLE", "PgSchemaChange", "PostgresSource"]
+__all__ = ["DECODERS", "PLUGIN", "UNAVAILABLE", "PostgresSource"]

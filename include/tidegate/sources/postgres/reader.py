@@ -13,6 +13,8 @@
   ("Positions, ids and boundaries" in ``sources/postgres/__init__.py``): the bound, the skip of
   transactions that end at or before the start, empty transactions, a commit straddling the
   bound, unchanged TOAST values.
+* schema changes: a ``TRUNCATE`` and a change of a table's column set become ``schema_change``
+  control messages where they sit (``columns.py`` tells the column changes from the rows);
 * :func:`has_changes` is the cheap look a run takes before starting Spark.
 
 ``reference_reader.py`` keeps the read path this one replaced (stdlib ``json`` and one
@@ -22,19 +24,20 @@ with both and compares every item byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 import select
 from collections.abc import Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
 import msgspec
 import psycopg2
 
-from ...events import ChangeEvent, PositionMark
+from ...events import ChangeEvent, ControlMessage, PositionMark
 from ...positions import Lsn, PgPosition
 from ...spec import PipelineSpec
 from ..base import SourceItem
+from .columns import ColumnTracker
 from .connection import PgServer
 from .slot import Slot
 from .values import RowPlan, commit_ms, complete_after
@@ -49,22 +52,6 @@ _OPS = {"I": "c", "U": "u", "D": "d"}
 _PLAN_CACHE_MAX = 10_000
 
 
-@dataclass(frozen=True)
-class PgSchemaChange:
-    """A non-row change read in the range (TRUNCATE), at the change's LSN."""
-
-    lsn: Lsn
-    end_position: PgPosition
-    tx_id: str
-    schema: str
-    table: str
-    kind: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"lsn": str(self.lsn), "end_position": self.end_position.to_json(),
-                "tx_id": self.tx_id, "schema": self.schema, "table": self.table, "kind": self.kind}
-
-
 class ReadHost(Protocol):
     """What a reader asks of the source it reads for."""
 
@@ -74,7 +61,15 @@ class ReadHost(Protocol):
 
     def table_columns(self, schema: str, table: str) -> list[str]: ...
 
-    def record_schema_change(self, change: PgSchemaChange) -> None: ...
+    def column_tracker(self, start: PgPosition) -> ColumnTracker: ...
+
+
+def ended(item: ChangeEvent | ControlMessage, end: PgPosition) -> ChangeEvent | ControlMessage:
+    """``item`` as the last item of its transaction, which ends at ``end``."""
+    if type(item) is ControlMessage:  # frozen and not serialized yet: a marked copy
+        return dataclasses.replace(item, tx_end=True, end_position=end)
+    item._mark_tx_end(end)
+    return item
 
 
 # ---------------------------------------------------------------------- transports
@@ -250,11 +245,12 @@ class Wal2JsonReader:
         self.upto = upto
         self.flag = [False]  # set by a row plan that met a float orjson writes differently
         self.plans: dict[tuple[str, str, int], RowPlan] = {}
+        self.plan: RowPlan | None = None  # the plan of the last conversion
 
     def _convert(self, schema: str, table: str, cols: list[Column]) -> dict[str, Any]:
         """A row's final values: through the plan of its signature (made on first use)."""
         k = (schema, table, len(cols))
-        plan = self.plans.get(k)
+        plan = self.plan = self.plans.get(k)
         if plan is not None:
             row = plan.convert(cols)
             if row is not None:
@@ -263,7 +259,7 @@ class Wal2JsonReader:
         # per (table, column count), replaced when the signature changes.
         if len(self.plans) >= _PLAN_CACHE_MAX:
             self.plans.clear()
-        plan = self.plans[k] = RowPlan(tuple((c.name, c.type) for c in cols), self.flag)
+        plan = self.plan = self.plans[k] = RowPlan(tuple((c.name, c.type) for c in cols), self.flag)
         row = plan.convert(cols)
         assert row is not None  # the plan was made from these columns
         return row
@@ -275,13 +271,20 @@ class Wal2JsonReader:
         tables = host.tables
         sysid, tl = host.server.system_and_timeline()
         upto_lsn, start_lsn = self.upto.lsn, self.start_lsn
+        tracker = host.column_tracker(PgPosition(start_lsn, sysid, tl))
+
+        def columns_of(schema: str, table: str) -> list[str]:
+            """What an UPDATE that left out unchanged TOAST values really holds."""
+            return tracker.names(schema, table) or host.table_columns(schema, table)
+
+        seen: dict[tuple[str, str], tuple] = {}  # per table: the last new tuple's signature
         decode = MESSAGE.decode
         native = ChangeEvent.native
         convert = self._convert
         flag = self.flag
         ops = _OPS
         last_end: Lsn | None = None
-        pending: ChangeEvent | None = None
+        pending: ChangeEvent | ControlMessage | None = None
         skip = True
         tx_id = ""
         xid: int | None = None
@@ -312,8 +315,7 @@ class Wal2JsonReader:
             if a == "C":
                 if pending is not None:  # an empty transaction yields nothing
                     last_end = end
-                    pending._mark_tx_end(PgPosition(end, sysid, tl))
-                    ev, pending = pending, None
+                    ev, pending = ended(pending, PgPosition(end, sysid, tl)), None
                     yield ev
                 continue
             schema, table = m.schema, m.table
@@ -323,8 +325,11 @@ class Wal2JsonReader:
             op = ops.get(a)
             if op is None:
                 if a == "T":
-                    host.record_schema_change(PgSchemaChange(
-                        Lsn.parse(m.lsn), PgPosition(end, sysid, tl), tx_id, schema, table, "truncate"))
+                    if pending is not None:
+                        yield pending
+                    pending = tracker.truncate_message(
+                        schema, table, lsn=m.lsn, position={"lsn": m.lsn, "commit_lsn": commit, "xid": xid},
+                        ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl))
                 continue  # M (logical messages)
             lsn = m.lsn
             n = same_lsn.get(lsn, 0)
@@ -335,10 +340,24 @@ class Wal2JsonReader:
             if op == "d":
                 after = None
             else:
+                old_sig = self.plan.signature if before is not None else None
                 cols = m.columns
                 after = convert(schema, table, cols) if cols is not None else None
+                if after is not None:
+                    sig = self.plan.signature
+                    last = seen.get(tkey)
+                    if last is not sig and last != sig:  # a new shape of this table's rows
+                        seen[tkey] = sig
+                        change = tracker.observe(schema, table, op, sig, old_sig, PgPosition(end, sysid, tl))
+                        if change is not None:
+                            if pending is not None:
+                                yield pending
+                            pending = tracker.columns_message(
+                                schema, table, change, event_id=f"{lsn}:{n}:columns",
+                                position={"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms=ts_ms,
+                                tx_id=tx_id, end=PgPosition(end, sysid, tl))
                 if op == "u" and after is not None:
-                    after = complete_after(after, before, lambda s=schema, t=table: host.table_columns(s, t))
+                    after = complete_after(after, before, lambda s=schema, t=table: columns_of(s, t))
             image = after if after is not None else before
             pk = m.pk
             if pk and image:

@@ -16,10 +16,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ...events import ChangeEvent, PositionMark
+from ...events import ChangeEvent, ControlMessage, PositionMark
 from ...positions import Lsn, PgPosition
 from ..base import SourceItem
-from .reader import PgSchemaChange, ReadHost
+from .reader import ReadHost, ended
 from .values import commit_ms, complete_after, converter
 
 
@@ -27,6 +27,14 @@ def _row(cols: list[dict] | None) -> dict[str, Any] | None:
     if cols is None:
         return None
     return {c["name"]: converter(c["type"])(c["value"]) for c in cols}
+
+
+def _signature(cols: list[dict] | None) -> tuple[tuple[str, str], ...] | None:
+    return None if cols is None else tuple((c["name"], c["type"]) for c in cols)
+
+
+def _built(pending: dict[str, Any] | ControlMessage) -> ChangeEvent | ControlMessage:
+    return pending if type(pending) is ControlMessage else ChangeEvent.build(**pending)
 
 
 class ReferenceReader:
@@ -42,9 +50,16 @@ class ReferenceReader:
         spec = host.spec
         upto, start_lsn = self.upto, self.start_lsn
         sysid, tl = host.server.system_and_timeline()
+        tracker = host.column_tracker(PgPosition(start_lsn, sysid, tl))
+
+        def columns_of(schema: str, table: str) -> list[str]:
+            """What an UPDATE that left out unchanged TOAST values really holds."""
+            return tracker.names(schema, table) or host.table_columns(schema, table)
+
+        seen: dict[tuple[str, str], tuple] = {}  # per table: the last new tuple's signature
         loads = json.JSONDecoder(parse_float=decimal.Decimal).decode
         last_end: Lsn | None = None
-        pending: dict[str, Any] | None = None
+        pending: dict[str, Any] | ControlMessage | None = None
         skip = True
         tx_id = ""
         xid = commit = None
@@ -75,15 +90,19 @@ class ReferenceReader:
                 end_pos = PgPosition(end, sysid, tl)
                 if pending is not None:  # an empty transaction yields nothing
                     last_end = end
-                    kw, pending = pending, None
-                    yield ChangeEvent.build(**kw, tx_end=True, end_position=end_pos)
+                    item, pending = pending, None
+                    yield (ended(item, end_pos) if type(item) is ControlMessage
+                           else ChangeEvent.build(**item, tx_end=True, end_position=end_pos))
                 continue
             schema, table = d.get("schema"), d.get("table")
             if host.tables and (schema, table) not in host.tables:
                 continue
             if a == "T":
-                host.record_schema_change(PgSchemaChange(
-                    Lsn.parse(d["lsn"]), PgPosition(end, sysid, tl), tx_id, schema, table, "truncate"))
+                if pending is not None:
+                    yield _built(pending)
+                pending = tracker.truncate_message(
+                    schema, table, lsn=d["lsn"], position={"lsn": d["lsn"], "commit_lsn": commit, "xid": xid},
+                    ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl))
                 continue
             if a not in ("I", "U", "D"):
                 continue  # M (logical messages)
@@ -92,8 +111,20 @@ class ReferenceReader:
             same_lsn[lsn] = n + 1
             before = _row(d.get("identity"))
             after = _row(d.get("columns")) if a != "D" else None
+            sig = _signature(d.get("columns")) if a != "D" else None
+            if sig is not None and seen.get((schema, table)) != sig:
+                seen[(schema, table)] = sig
+                change = tracker.observe(schema, table, "c" if a == "I" else "u", sig,
+                                         _signature(d.get("identity")), PgPosition(end, sysid, tl))
+                if change is not None:
+                    if pending is not None:
+                        yield _built(pending)
+                    pending = tracker.columns_message(
+                        schema, table, change, event_id=f"{lsn}:{n}:columns",
+                        position={"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms=ts_ms, tx_id=tx_id,
+                        end=PgPosition(end, sysid, tl))
             if a == "U":
-                after = complete_after(after, before, lambda s=schema, t=table: host.table_columns(s, t))
+                after = complete_after(after, before, lambda s=schema, t=table: columns_of(s, t))
             image = after if after is not None else before
             pk = d.get("pk")
             key = {c["name"]: image.get(c["name"]) for c in pk} if pk and image else None
@@ -101,7 +132,7 @@ class ReferenceReader:
             k = per_table.get((schema, table), 0) + 1
             per_table[(schema, table)] = k
             if pending is not None:
-                yield ChangeEvent.build(**pending)
+                yield _built(pending)
             pending = dict(
                 tenant=spec.tenant, pipeline=spec.pipeline, connector="postgresql",
                 db=schema, schema=schema, table=table,

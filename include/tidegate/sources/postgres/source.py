@@ -18,13 +18,15 @@ from ...connections import Connection
 from ...errors import PositionPurgedError
 from ...positions import Lsn, PgPosition
 from ...spec import PipelineSpec
+from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
 from ..preflight import Problem
 from . import preflight as server_checks
 from . import reader
+from .columns import ColumnTracker, LocalMemory, Memory, StoreMemory
 from .connection import PgServer
-from .reader import PgSchemaChange, Wal2JsonReader, peek_messages, stream_messages
+from .reader import Wal2JsonReader, peek_messages, stream_messages
 from .reference_reader import ReferenceReader
 from .slot import Slot
 
@@ -53,8 +55,8 @@ class PostgresSource(Source):
                              f"is not one of {', '.join(DECODERS)}")
         self.tables: frozenset[tuple[str, str]] = frozenset(
             tuple(t.split(".", 1)) for t in (spec.source.tables or ()))
-        self.schema_changes: list[PgSchemaChange] = []
         self._columns: dict[tuple[str, str], list[str]] = {}
+        self._memory: Memory = LocalMemory()
 
     @property
     def slot(self) -> str:
@@ -126,7 +128,6 @@ class PostgresSource(Source):
         """Rows of the transactions whose commit ends in (start, upto], in commit order."""
         if upto is None:
             raise ValueError("read needs an upper bound (head() at the start of the run)")
-        self.schema_changes = []
         start_lsn = self._start_lsn(start)
         if upto.lsn <= start_lsn:
             return
@@ -172,9 +173,13 @@ class PostgresSource(Source):
             self._columns[key] = self.server.table_columns(schema, table)
         return self._columns[key]
 
-    def record_schema_change(self, change: PgSchemaChange) -> None:
-        """A TRUNCATE the reader met (readers' :class:`~.reader.ReadHost`)."""
-        self.schema_changes.append(change)
+    def use_store(self, store: CheckpointStore) -> None:
+        """Column sets are remembered in the checkpoint store between runs (``columns.py``)."""
+        self._memory = StoreMemory(store, self.spec.pipeline)
+
+    def column_tracker(self, start: PgPosition) -> ColumnTracker:
+        """The column sets of a read from ``start`` (readers' :class:`~.reader.ReadHost`)."""
+        return ColumnTracker(self._memory, start, self.spec.tenant, self.spec.pipeline)
 
     # ------------------------------------------------------------------ preflight
 

@@ -194,7 +194,8 @@ def complete_after(after: dict[str, Any] | None, before: dict[str, Any] | None,
                    table_columns: Callable[[], list[str]]) -> dict[str, Any] | None:
     """Fill the columns wal2json left out of an UPDATE's new tuple (unchanged TOAST values):
     from the old tuple when it has them (REPLICA IDENTITY FULL), else with
-    :data:`UNAVAILABLE`. ``table_columns()`` lists the table's columns (from the catalog)."""
+    :data:`UNAVAILABLE`. ``table_columns()`` lists the table's columns (the column set known at
+    that row, else the catalog's)."""
     if after is None:
         return None
     if before is not None and len(before) > len(after) and all(k in before for k in after):
