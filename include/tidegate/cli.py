@@ -163,8 +163,12 @@ def _print_pipeline(p: dict) -> None:
         dlq = f" ({s['dlq']} dead-lettered)" if s.get("dlq") else ""
         print(f"  sink {s['id']}: {where} {ver}{dlq}".rstrip())
     for i in open_incidents:
-        print(f"  incident {i['kind']} detected {i['detected_at']}: missing "
-              f"{json.dumps(i['from'], sort_keys=True)} .. {json.dumps(i['to'], sort_keys=True)}")
+        frm, to = json.dumps(i["from"], sort_keys=True), json.dumps(i["to"], sort_keys=True)
+        what = (f"stopped before it at {frm}: {i.get('detail')}" if i["kind"] == "schema_change"
+                else f"missing {frm} .. {to}")
+        fix = " ".join(f"{r['resolve']}" for r in i.get("resolve_with") or [])
+        print(f"  incident #{i.get('id')} {i['kind']} detected {i['detected_at']}: {what}"
+              + (f" (resolve with: {fix} and a reason)" if fix else ""))
 
 
 # --------------------------------------------------------------------------- checkpoints
