@@ -162,8 +162,9 @@ def _executor_note(pipeline: str, index: int, count: int, events: int, seconds: 
     import tidegate
 
     found = sorted(k for k in os.environ if k.startswith(("AIRFLOW_CONN_", "TIDEGATE_")))
+    code = os.path.abspath(os.path.dirname(tidegate.__file__))
     print(f"tidegate: pipeline {pipeline} slice {index + 1}/{count}: {events} events in {seconds:.2f}s "
-          f"(pid {os.getpid()}); tidegate imported from {os.path.abspath(os.path.dirname(tidegate.__file__))}; "
+          f"(pid {os.getpid()}); tidegate imported from {code}; "
           f"AIRFLOW_CONN_*/TIDEGATE_* in the environment: {', '.join(found) or 'none'}",
           file=sys.stderr, flush=True)
 
