@@ -120,6 +120,26 @@ def create_dag(spec: Any) -> Any:
 
 def build_dags(directory: str | Path | None = None) -> dict[str, Any]:
     """``{dag_id: DAG}`` for every valid spec (invalid ones are reported by
-    ``dags/tidegate_spec_errors.py``)."""
+    ``dags/tidegate_spec_errors.py``). In a task's process Airflow names the DAG it runs (the
+    parsing context): only that pipeline's spec is read and only its DAG is built."""
+    running = _pipeline_being_run()
+    if running is not None:
+        from tidegate.catalog import find
+        from tidegate.errors import TidegateError
+
+        try:
+            spec = find(running, directory)
+        except TidegateError:
+            pass  # renamed or broken since the run began: build them all, the task then says why
+        else:
+            return {spec.dag_id: create_dag(spec)}
     specs, _ = load_specs(directory)
     return {spec.dag_id: create_dag(spec) for spec in specs}
+
+
+def _pipeline_being_run() -> str | None:
+    """The pipeline whose task this process runs (None when Airflow parses the folder)."""
+    from airflow.sdk import get_parsing_context
+
+    dag_id = get_parsing_context().dag_id
+    return dag_id[len("cdc_"):] if dag_id and dag_id.startswith("cdc_") else None
