@@ -108,10 +108,13 @@ def create_dag(spec: Any) -> Any:
         p = spec.pipeline
         guard = TidegateGuardOperator(task_id="guard", pipeline=p)
         bounds = TidegateBoundsOperator(task_id="bounds", pipeline=p)
+        # One deliver per pipeline at a time, whatever started the run: max_active_runs does not
+        # hold back backfill runs, and two delivers would fence each other (the store lease, the
+        # Kafka transactional.id). A second one waits, scheduled, until the first ends.
         deliver = TidegateDeliverOperator(
             task_id="deliver", pipeline=p, spark_conn_id=spec.spark.conn_id,
             conf=dict(spec.spark.conf) or None, packages=",".join(spec.spark.packages) or None,
-            execution_timeout=DELIVER_TIMEOUT)
+            execution_timeout=DELIVER_TIMEOUT, max_active_tis_per_dag=1)
         release = TidegateReleaseOperator(task_id="release", pipeline=p, trigger_rule="none_failed")
         report = TidegateReportOperator(task_id="report", pipeline=p, trigger_rule="none_failed")
         guard >> bounds >> deliver >> release >> report

@@ -67,6 +67,9 @@ def test_tasks_are_wired_guard_bounds_deliver_release_report(dags):
         assert isinstance(deliver, SparkSubmitOperator)
         assert deliver._conn_id == "spark_default"
         assert os.path.isfile(deliver.application) and deliver.application.endswith("spark_jobs/deliver.py")
+        # One Spark job per pipeline at a time, backfill runs included (max_active_runs does not
+        # count them); the scheduler test shows a backfill's deliver waiting for a scheduled one.
+        assert deliver.max_active_tis_per_dag == 1
         assert dag.get_task("guard").checks == GUARD_ORDER  # one order for every source kind
 
 

@@ -213,6 +213,7 @@ def _bounds(cache=MYSQL_OLD):
 def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
     import tidegate.runner as runner
 
+    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: None)
     monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds(MYSQL_UPTO))
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
@@ -223,19 +224,46 @@ def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
     assert ctx["ti"].pushed["return_value"]["nothing_to_do"] is True  # XCom pushed before skipping
 
 
-def test_work_to_do_or_replay_does_not_short_circuit(dags, monkeypatch):
+def test_work_to_do_does_not_short_circuit(dags, monkeypatch):
     import tidegate.runner as runner
 
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
+    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: plan.replay_of)
     monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds())
     assert bounds.execute(make_context(dag, bounds))["upto"] == MYSQL_UPTO
     # Only the chosen sinks count: events is caught up, cache is not.
     with pytest.raises(DownstreamTasksSkipped):
         bounds.execute(make_context(dag, bounds, conf={"sinks": ["events"]}))
-    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds(MYSQL_UPTO))
+
+
+def test_replay_bounds_come_from_the_journal_and_skip_spark_when_it_delivered_nothing(dags, monkeypatch):
+    """A replay is judged by what the replayed run delivered, not by the head; a backfill over an
+    interval whose scheduled run had nothing to do succeeds without Spark."""
+    import dataclasses
+
+    import tidegate.runner as runner
+
+    dag = dags["cdc_shop_mysql"]
+    bounds = dag.get_task("bounds")
+    calls = []
+
+    def replay_bounds(spec, replay_of, *, sinks=None, missing_ok=False, resolve=None):
+        calls.append((replay_of, sinks, missing_ok))
+        ranges = {} if replay_of == "scheduled__idle" else {"cache": (None, _bounds().upto)}
+        return dataclasses.replace(_bounds(MYSQL_UPTO), replay_of=replay_of, ranges=ranges)
+
+    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: plan.replay_of)
+    monkeypatch.setattr(runner, "prepare_replay_bounds", replay_bounds)
+    monkeypatch.setattr(runner, "prepare_bounds", lambda *a, **kw: pytest.fail("a replay reads the journal"))
     out = bounds.execute(make_context(dag, bounds, conf={"mode": "replay", "replay_of": "scheduled__x"}))
-    assert out["nothing_to_do"] is True
+    assert (out["nothing_to_do"], out["replay_of"], list(out["ranges"])) == (False, "scheduled__x", ["cache"])
+    ctx = make_context(dag, bounds, run_id="scheduled__idle", run_type="backfill")
+    with pytest.raises(DownstreamTasksSkipped) as e:
+        bounds.execute(ctx)
+    assert [getattr(t, "task_id", t) for t in e.value.tasks] == ["deliver"]
+    assert ctx["ti"].pushed["return_value"]["nothing_to_do"] is True
+    assert calls == [("scheduled__x", None, False), ("scheduled__idle", None, True)]
 
 
 # --------------------------------------------------------------------------- deliver
