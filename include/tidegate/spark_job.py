@@ -258,13 +258,22 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
 
     report = run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader)
     report["driver_peak_rss_bytes"] = _peak_rss()
+    report["driver_jvm_peak_rss_bytes"] = _peak_rss(os.getppid())
     return report
 
 
-def _peak_rss() -> int | None:
+def _peak_rss(pid: int | None = None) -> int | None:
+    """Peak resident memory of this process (the Python driver), or of process ``pid`` (its
+    parent, the driver's JVM, in client mode) where /proc tells it."""
     try:
-        import resource
+        if pid is None:
+            import resource
 
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    except (ImportError, OSError):
-        return None
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (ImportError, OSError, ValueError):
+        pass
+    return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -370,6 +371,8 @@ def test_client_mode_passes_connections_in_spark_submits_environment_only(dags, 
     assert get_connection("cdc_mysql", seen["env"]).password == SECRETS[0]
     assert seen["env"]["AIRFLOW_CONN_CDC_MYSQL"].startswith("{")  # built from Airflow's connection
     assert os.environ["AIRFLOW_CONN_CDC_MYSQL"].startswith("mysql://")  # this process: as it was
+    # The driver runs here with this interpreter, even when the spec names the executors' one.
+    assert f"spark.pyspark.driver.python={sys.executable}" in line
 
 
 def test_deliver_refuses_to_put_secrets_on_a_cluster_mode_command_line(dags, connections, monkeypatch):

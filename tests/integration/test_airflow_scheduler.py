@@ -386,10 +386,18 @@ def ti(api, dag: str, run_id: str, task_id: str) -> dict:
 
 
 def backfill(d, dag: str, start: dict, end: dict) -> None:
-    r = services("airflow", "backfill", "create", "--dag-id", dag,
-                 "--from-date", start["logical_date"], "--to-date", end["logical_date"],
-                 "--reprocess-behavior", "completed", "--max-active-runs", "1",
-                 "--dag-run-conf", json.dumps({"sinks": ["cache"]}), env=d["env"])
+    """`airflow backfill create` (once the scheduler has closed the DAG's previous backfill:
+    Airflow allows one running backfill per DAG)."""
+    deadline = time.monotonic() + 120
+    while True:
+        r = services("airflow", "backfill", "create", "--dag-id", dag,
+                     "--from-date", start["logical_date"], "--to-date", end["logical_date"],
+                     "--reprocess-behavior", "completed", "--max-active-runs", "1",
+                     "--dag-run-conf", json.dumps({"sinks": ["cache"]}), env=d["env"], check=False)
+        if r.returncode == 0 or "AlreadyRunningBackfill" not in r.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert r.returncode == 0, r.stderr[-3000:]
     print(r.stdout[-1500:], file=sys.stderr)
 
 

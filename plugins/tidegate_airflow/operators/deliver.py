@@ -111,13 +111,16 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         # this task's environment, and the store URL may hold a password.
         env = dict(self.env_vars or {})
         master, deploy_mode = self._check_transport()
-        # In client mode the driver runs here: it uses this worker's interpreter (it has tidegate);
-        # so do local executors. A cluster's executors use spark.pyspark.python (spec spark.conf).
-        names = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON") if master.startswith("local") else (
-            ("PYSPARK_DRIVER_PYTHON",) if deploy_mode == "client" else ())
-        for k in names:
-            if not os.environ.get(k) and k not in env:
-                env[k] = sys.executable
+        # In client mode the driver runs here, with this worker's interpreter (it has tidegate and
+        # the clients); so do local executors. A cluster's executors use spark.pyspark.python of
+        # the spec's spark.conf, which would also name the driver's unless the driver's own
+        # setting (it takes precedence over any environment variable) says otherwise.
+        if master.startswith("local"):
+            for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+                if not os.environ.get(k) and k not in env:
+                    env[k] = sys.executable
+        elif deploy_mode == "client" and not os.environ.get("PYSPARK_DRIVER_PYTHON"):
+            self.conf.setdefault("spark.pyspark.driver.python", sys.executable)
         self.env_vars = env
         self._driver_secrets = {}
         if self.pass_connections:
