@@ -106,7 +106,8 @@ def run_report(log: str) -> dict:
     lines = [ln for ln in log.splitlines() if "TIDEGATE_RUN_REPORT " in ln]
     if not lines:
         raise SystemExit("the deliver task printed no run report")
-    return json.loads(lines[-1].split("TIDEGATE_RUN_REPORT ", 1)[1])
+    # The driver's line, as the task log shows it (Airflow may add fields after it).
+    return json.JSONDecoder().raw_decode(lines[-1].split("TIDEGATE_RUN_REPORT ", 1)[1])[0]
 
 
 # --------------------------------------------------------------------------- one backlog

@@ -56,6 +56,11 @@ ROW_FIELDS = ("value", "key_bytes", "idempotency_key", "op", "db", "schema", "ta
               "tx_end", "end_position")
 # Spark setting that overrides how many partitions are computed ahead of the one being delivered.
 IN_FLIGHT_CONF = "spark.tidegate.partitionsInFlight"
+# A Spark task's result reaches the driver whole (and must fit spark.driver.maxResultSize): a
+# slice of more source log bytes than this is read by the driver instead. Serialized envelopes
+# take several times the binlog bytes of their rows (about 6x for an 11-column table).
+MAX_TASK_SLICE_BYTES = 16 * 1024 * 1024
+MAX_SLICE_CONF = "spark.tidegate.maxTaskSliceBytes"
 
 
 # --------------------------------------------------------------------------- rows
@@ -182,11 +187,21 @@ def partitions_in_flight(spark: Any) -> int:
     return max(2, int(sc.defaultParallelism))
 
 
+def max_task_slice_bytes(spark: Any) -> int:
+    """The largest slice (in source log bytes) a Spark task decodes: the Spark setting
+    :data:`MAX_SLICE_CONF`, else :data:`MAX_TASK_SLICE_BYTES`."""
+    configured = spark.sparkContext.getConf().get(MAX_SLICE_CONF)
+    return int(configured) if configured else MAX_TASK_SLICE_BYTES
+
+
 def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | None, Position]],
-               connection: Connection | None = None, window: int | None = None
+               connection: Connection | None = None, window: int | None = None, *,
+               local: frozenset[int] = frozenset(),
+               read_local: Callable[[int], Iterator[ChangeEvent | PositionMark]] | None = None
                ) -> Iterator[ChangeEvent | PositionMark]:
     """The range's items in source order, each slice decoded by a Spark task, up to ``window``
-    slices at once (default :func:`partitions_in_flight`)."""
+    slices at once (default :func:`partitions_in_flight`). The slices whose index is in
+    ``local`` are read on the driver instead, with ``read_local(index)``, in their turn."""
     if not slices:  # nothing in range
         return
     if connection is None:
@@ -197,15 +212,22 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
     sc = spark.sparkContext
     rdd = sc.parallelize(range(len(slices)), len(slices)).mapPartitionsWithIndex(
         slice_reader(spec, connection, slices))
-    for rows in _in_order(sc, rdd, len(slices), window, f"tidegate-{spec.pipeline}"):
+    for index, rows in _in_order(sc, rdd, len(slices), window, f"tidegate-{spec.pipeline}", local):
+        if rows is None:
+            yield from read_local(index)
+            continue
         for row in rows:
             yield row_to_item(row)
+        del rows
 
 
-def _in_order(sc: Any, rdd: Any, count: int, window: int, name: str) -> Iterator[list]:
-    """Each partition's rows, in partition order, computing up to ``window`` partitions at once
-    (one Spark job each, so a finished partition is handed over while later ones still run).
-    Stopping early cancels the jobs still running."""
+def _in_order(sc: Any, rdd: Any, count: int, window: int, name: str,
+              local: frozenset[int] = frozenset()) -> Iterator[tuple[int, list | None]]:
+    """``(index, rows)`` of each partition, in partition order, computing up to ``window``
+    partitions at once (one Spark job each, so a finished partition is handed over while later
+    ones still run). A partition in ``local`` is not computed: it comes as ``(index, None)`` in
+    its turn, for the caller to read, while the window keeps working. Stopping early cancels
+    the jobs still running."""
     group = f"{name}-{uuid.uuid4().hex[:8]}"
     stopped = threading.Event()
 
@@ -216,25 +238,38 @@ def _in_order(sc: Any, rdd: Any, count: int, window: int, name: str) -> Iterator
         sc.setJobGroup(group, f"{name}: slice {index + 1} of {count}", interruptOnCancel=True)
         return sc.runJob(rdd, lambda rows: rows, [index])
 
-    pending: collections.deque[Future] = collections.deque()
+    queue: collections.deque[tuple[int, Future | None]] = collections.deque()
+    following = in_flight = 0
     with ThreadPoolExecutor(max_workers=window, thread_name_prefix="tidegate-slice") as pool:
+
+        def fill() -> None:
+            nonlocal following, in_flight
+            while following < count and in_flight < window:
+                if following in local:
+                    queue.append((following, None))
+                else:
+                    queue.append((following, pool.submit(job, following)))
+                    in_flight += 1
+                following += 1
+
         try:
-            for index in range(min(window, count)):
-                pending.append(pool.submit(job, index))
-            following = len(pending)
-            while pending:
-                rows = pending.popleft().result()
-                if following < count:
-                    pending.append(pool.submit(job, following))
-                    following += 1
-                yield rows
+            fill()
+            while queue:
+                index, fut = queue.popleft()
+                rows = None
+                if fut is not None:
+                    rows = fut.result()
+                    in_flight -= 1
+                fill()
+                yield index, rows
                 del rows
         finally:
-            if pending:
+            if any(fut is not None for _, fut in queue):
                 stopped.set()
                 sc.cancelJobGroup(group)
-                for fut in pending:
-                    fut.cancel()
+                for _, fut in queue:
+                    if fut is not None:
+                        fut.cancel()
 
 
 def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
@@ -247,14 +282,21 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
 
     def spark_reader(source: Any, start: Position | None, bound: Position):
         slices = source.slices(start, bound)
-        if len(slices) <= 1:
-            log.info("pipeline %s: (%s, %s] is one slice; the driver reads it, streaming", spec.pipeline,
-                     start, bound)
+        limit = max_task_slice_bytes(spark)
+        # A task's result reaches the driver in one piece: a slice too large for that is read
+        # by the driver, streaming (finer slices of a binlog file need the source's help).
+        local = frozenset(i for i, (a, b) in enumerate(slices)
+                          if a is not None and (a.bytes_to(b) or 0) > limit)
+        if len(slices) - len(local) <= 1:
+            log.info("pipeline %s: (%s, %s] is %d slice(s), %d of them over %d bytes; the driver reads "
+                     "the range, streaming", spec.pipeline, start, bound, len(slices), len(local), limit)
             return source.read(start, bound)
         window = partitions_in_flight(spark)
-        log.info("pipeline %s: reading (%s, %s] as %d Spark partitions, %d in flight", spec.pipeline,
-                 start, bound, len(slices), window)
-        return read_range(spark, spec, slices, connection, window)
+        log.info("pipeline %s: reading (%s, %s] as %d slices, %d in Spark tasks (%d in flight), %d over "
+                 "%d bytes on the driver", spec.pipeline, start, bound, len(slices), len(slices) - len(local),
+                 window, len(local), limit)
+        return read_range(spark, spec, slices, connection, window, local=local,
+                          read_local=lambda i: source.read_slice(slices[i][0], slices[i][1], i))
 
     report = run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader)
     report["driver_peak_rss_bytes"] = _peak_rss()

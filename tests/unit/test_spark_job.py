@@ -43,7 +43,7 @@ class FakeContext:
 
 def test_partitions_come_back_in_order_with_at_most_window_in_flight():
     sc = FakeContext()
-    out = [row for rows in _in_order(sc, None, 12, 3, "p") for row in rows]
+    out = [row for _, rows in _in_order(sc, None, 12, 3, "p") for row in rows]
     assert out == [(i, k) for i in range(12) for k in range(3)]
     assert 1 < sc.most <= 3
     assert sorted(sc.started) == list(range(12)) and len(sc.groups) == 1 and sc.cancelled == []
@@ -56,6 +56,20 @@ def test_the_window_bounds_what_runs_ahead_of_the_consumer():
     time.sleep(0.1)
     # Partition 0 is in the consumer's hands; at most two more were started meanwhile.
     assert sorted(sc.started) == [0, 1, 2]
+    parts.close()
+
+
+def test_local_partitions_come_in_their_turn_and_take_no_window_slot():
+    sc = FakeContext()
+    out = list(_in_order(sc, None, 8, 2, "p", local=frozenset({0, 3, 4})))
+    assert [i for i, _ in out] == list(range(8))
+    assert [i for i, rows in out if rows is None] == [0, 3, 4]
+    assert sorted(sc.started) == [1, 2, 5, 6, 7]  # never a Spark job for a local partition
+    parts = _in_order(FakeContext(), None, 8, 2, "p", local=frozenset({0, 3, 4}))
+    sc = parts.gi_frame.f_locals["sc"]
+    assert next(parts) == (0, None)  # the driver reads slice 0 while 1 and 2 decode
+    time.sleep(0.1)
+    assert sorted(sc.started) == [1, 2]
     parts.close()
 
 
