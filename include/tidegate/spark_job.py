@@ -288,8 +288,10 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
         local = frozenset(i for i, (a, b) in enumerate(slices)
                           if a is not None and (a.bytes_to(b) or 0) > limit)
         if len(slices) - len(local) <= 1:
-            log.info("pipeline %s: (%s, %s] is %d slice(s), %d of them over %d bytes; the driver reads "
-                     "the range, streaming", spec.pipeline, start, bound, len(slices), len(local), limit)
+            why = ("one slice" if len(slices) <= 1 else
+                   f"{len(slices)} slices, {len(local)} of them over {limit} bytes of log")
+            log.info("pipeline %s: (%s, %s] is %s: the driver reads it, streaming", spec.pipeline, start,
+                     bound, why)
             return source.read(start, bound)
         window = partitions_in_flight(spark)
         log.info("pipeline %s: reading (%s, %s] as %d slices, %d in Spark tasks (%d in flight), %d over "
