@@ -116,8 +116,9 @@ def run_report(log: str) -> dict:
 class Backlog:
     """The pipelines that consume one backlog, placed at the head before it is written."""
 
-    def __init__(self, base: Path, source: str, size: int, env: dict[str, str]):
+    def __init__(self, base: Path, source: str, size: int, env: dict[str, str], driver_memory: str | None):
         self.base, self.source, self.size, self.env = base, source, size, env
+        self.driver_memory = driver_memory
         self.tag = f"{source[:2]}{size // 1000}k_{uuid.uuid4().hex[:4]}"
         self.where = f"bench_{self.tag}"  # MariaDB database / Postgres schema
         self.pipelines = {k: f"b_{k}_{self.tag}" for k in ("alo", "eos", "dag")}
@@ -134,10 +135,11 @@ class Backlog:
                    f"start: head}}")
         spark = ""
         if key == "dag":
+            memory = f", spark.driver.memory: {self.driver_memory}" if self.driver_memory else ""
             spark = textwrap.dedent(f"""\
                 spark:
                   conf: {{spark.eventLog.enabled: "true", spark.eventLog.dir: "file://{self.events_log}",
-                         spark.eventLog.compress: "false", spark.ui.enabled: "false"}}
+                         spark.eventLog.compress: "false", spark.ui.enabled: "false"{memory}}}
                 """)
         return textwrap.dedent(f"""\
             pipeline: {name}
@@ -190,7 +192,8 @@ def drop_topics(b: Backlog) -> None:
             pass
 
 
-def mariadb(base: Path, size: int, rows_per_file: int, env: dict[str, str], rows: list) -> dict:
+def mariadb(base: Path, size: int, rows_per_file: int, env: dict[str, str], rows: list,
+            driver_memory: str | None) -> dict:
     import pymysql
     from tidegate.sources.mysql import MySqlSource
     from tidegate.spec import PipelineSpec, SourceSpec
@@ -199,7 +202,7 @@ def mariadb(base: Path, size: int, rows_per_file: int, env: dict[str, str], rows
     admin = pymysql.connect(host=a.host, port=a.port, user=a.login, password=a.password, database=a.schema,
                             autocommit=True, charset="utf8mb4")
     cur = admin.cursor()
-    b = Backlog(base, "mysql", size, env)
+    b = Backlog(base, "mysql", size, env, driver_memory)
     cur.execute(f"CREATE DATABASE {b.where}")
     try:
         cur.execute(f"CREATE TABLE {b.where}.bench ({COLUMNS_MYSQL})")
@@ -224,7 +227,7 @@ def mariadb(base: Path, size: int, rows_per_file: int, env: dict[str, str], rows
         drop_topics(b)
 
 
-def postgres(base: Path, size: int, env: dict[str, str], rows: list) -> dict:
+def postgres(base: Path, size: int, env: dict[str, str], rows: list, driver_memory: str | None) -> dict:
     import psycopg2
     from tidegate.sources.postgres import PostgresSource
     from tidegate.spec import PipelineSpec, SourceSpec
@@ -233,7 +236,7 @@ def postgres(base: Path, size: int, env: dict[str, str], rows: list) -> dict:
     admin = psycopg2.connect(host=a.host, port=a.port, dbname=a.schema, user=a.login, password=a.password)
     admin.autocommit = True
     cur = admin.cursor()
-    b = Backlog(base, "postgres", size, env)
+    b = Backlog(base, "postgres", size, env, driver_memory)
     slot = f"{b.where}_read"
     cur.execute(f"CREATE SCHEMA {b.where}")
     src = PostgresSource(PipelineSpec(pipeline="bench", sinks=(), source=SourceSpec(
@@ -308,6 +311,7 @@ def main() -> int:
     ap.add_argument("--rows-per-file", type=int, default=50_000)
     ap.add_argument("--only", choices=("mysql", "postgres"))
     ap.add_argument("--keep", action="store_true", help="keep the logs and the Airflow home")
+    ap.add_argument("--driver-memory", help="spark.driver.memory of the DAG path (default: Spark's, 1g)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -327,9 +331,10 @@ def main() -> int:
     try:
         for size in sizes:
             if args.only in (None, "mysql"):
-                results[("mysql", size)] = mariadb(base, size, args.rows_per_file, env, rows)
+                results[("mysql", size)] = mariadb(base, size, args.rows_per_file, env, rows,
+                                                   args.driver_memory)
             if args.only in (None, "postgres"):
-                results[("postgres", size)] = postgres(base, size, env, rows)
+                results[("postgres", size)] = postgres(base, size, env, rows, args.driver_memory)
     finally:
         load1 = os.getloadavg()
         print_table(rows, start_s, results, sizes, started, load0, load1)
