@@ -108,14 +108,20 @@ def opened(spec: PipelineSpec, resolve: Resolver | None, store: CheckpointStore 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
     """A run's range: ``upto`` (the source head when the run began, its upper bound) and each
-    sink's checkpoint (None: the sink has none yet)."""
+    sink's checkpoint (None: the sink has none yet). A replay's bounds also name the run it
+    replays and, per sink, the range that run delivered (``ranges``; empty: nothing)."""
 
     pipeline: str
     upto: Position
     checkpoints: Mapping[str, Position | None]
+    replay_of: str | None = None
+    ranges: Mapping[str, tuple[Position | None, Position]] = dataclasses.field(default_factory=dict)
 
     def nothing_to_do(self, sinks: Sequence[str] | None = None) -> bool:
-        """Whether every chosen sink (default: all) already has everything up to ``upto``."""
+        """Whether every chosen sink (default: all) already has everything up to ``upto``; for a
+        replay, whether the replayed run delivered nothing to the chosen sinks."""
+        if self.replay_of is not None:
+            return not any(sid in self.ranges for sid in (sinks or self.checkpoints))
         return all(p is not None and p >= self.upto for p in self._of(sinks))
 
     def lowest(self, sinks: Sequence[str] | None = None) -> Position | None:
@@ -133,14 +139,22 @@ class Bounds:
         return dataclasses.replace(self, checkpoints={**self.checkpoints, **moved})
 
     def to_json(self) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "upto": position_to_json(self.upto),
-                "checkpoints": {k: position_to_json(v) for k, v in self.checkpoints.items()},
-                "nothing_to_do": self.nothing_to_do()}
+        out = {"pipeline": self.pipeline, "upto": position_to_json(self.upto),
+               "checkpoints": {k: position_to_json(v) for k, v in self.checkpoints.items()},
+               "nothing_to_do": self.nothing_to_do()}
+        if self.replay_of is not None:
+            out["replay_of"] = self.replay_of
+            out["ranges"] = {k: [position_to_json(a), position_to_json(b)]
+                             for k, (a, b) in self.ranges.items()}
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Bounds:
         return cls(d["pipeline"], position_from_json(d["upto"]),
-                   {k: position_from_json(v) for k, v in (d.get("checkpoints") or {}).items()})
+                   {k: position_from_json(v) for k, v in (d.get("checkpoints") or {}).items()},
+                   d.get("replay_of"),
+                   {k: (position_from_json(a), position_from_json(b))
+                    for k, (a, b) in (d.get("ranges") or {}).items()})
 
 
 def capture_bounds(spec: PipelineSpec, source: Source, store: CheckpointStore) -> Bounds:
@@ -191,6 +205,46 @@ def prepare_bounds(spec: PipelineSpec, *, resolve: Resolver | None = None,
             bounds = skip_idle_range(spec, st, bounds, run_id=run_id,
                                      epoch=st.acquire_lease(spec.pipeline, run_id))
         return bounds
+
+
+def replay_target(spec: PipelineSpec, plan: RunPlan, run_id: str, *,
+                  store: CheckpointStore | None = None) -> str | None:
+    """The run a run replays: the plan's ``replay_of``, or the run itself when it is a cleared /
+    re-run Airflow run that already delivered (None: an incremental run)."""
+    if plan.mode == "dry_run":
+        return None
+    if plan.replay_of:
+        return plan.replay_of
+    own = store is None
+    store = store or open_store()
+    try:
+        return _rerun_of(spec, store, run_id, plan.mode)
+    finally:
+        if own:
+            store.close()
+
+
+def prepare_replay_bounds(spec: PipelineSpec, replay_of: str, *, sinks: Sequence[str] | None = None,
+                          missing_ok: bool = False, resolve: Resolver | None = None,
+                          store: CheckpointStore | None = None) -> Bounds:
+    """The bounds step of a replay: the head, the checkpoints and the range ``replay_of``
+    delivered to each chosen sink. Reads only: it takes no lease and moves no checkpoint, so a
+    replay (a backfill run) never fences a run in flight. ``missing_ok`` (backfills): a run the
+    journal does not know delivered nothing (a scheduled run that had nothing to do records no
+    range), so the replay has nothing to do; otherwise it is an error, raised before Spark."""
+    chosen = chosen_sinks(spec, sinks)
+    with opened(spec, resolve, store) as (source, st):
+        bounds = capture_bounds(spec, source, st)
+        try:
+            ranges = _delivered_ranges(st, spec.pipeline, replay_of)
+        except RunError:
+            if not missing_ok:
+                raise
+            ranges = {}
+        ranges = {sid: r for sid, r in ranges.items() if sid in chosen}
+        if ranges:
+            _check_replayable(spec, source, replay_of, ranges)
+        return dataclasses.replace(bounds, replay_of=replay_of, ranges=ranges)
 
 
 # --------------------------------------------------------------------------- the run

@@ -1,133 +1,328 @@
-"""The Spark side of a run: read the range as partitions, serialize in Spark, deliver in order.
+"""The Spark side of a run: decode the range's slices in parallel Spark tasks, deliver in order.
 
 The range (lowest sink checkpoint, upper bound] is cut into slices the source can read
-independently (``Source.slices``: MySQL one per binlog file; Postgres one, the slot is a
-single stream). A Python Data Source (``pyspark.sql.datasource``) exposes the slices as
-partitions, so Spark decodes and serializes them in parallel tasks. The driver then pulls the
-partitions back in source order with ``toLocalIterator`` (one partition at a time) and feeds
-the engine's coordinator, which cuts sub-batches at transaction boundaries, delivers them and
-commits checkpoints as it goes. Delivery stays on the driver: it is ordered and transactional.
+independently (``Source.slices``: MySQL/MariaDB one per binlog file; Postgres one, the slot is
+a single stream). Each slice is one partition of an RDD whose tasks read the slice, build every
+envelope and serialize it (``ChangeEvent.value``, ``key_bytes``) where they run. The driver keeps
+a window of partitions in flight, one Spark job per partition (``partitions_in_flight``, by
+default the executors' cores), and consumes the finished ones strictly in slice order, so every
+executor core decodes while the coordinator delivers, and the driver holds at most the window
+plus the partition it is delivering. Delivery stays on the driver: it is ordered and
+transactional.
 
-What the tasks need travels inside the job, never through a worker's disk or argv: the spec's
-YAML text is a data source option, and the source connection is resolved once where the
-reader is planned (from the driver's ``AIRFLOW_CONN_<ID>`` environment) and sent to the
-executors inside the pickled reader, over Spark's own channel (docs/operations.md, "Spark").
+Rows travel as flat tuples of the fields the coordinator and the sinks use (:data:`ROW_FIELDS`)
+through Spark's pickled Python RDD path: the JVM carries them as opaque bytes and nothing parses
+an envelope again; ``value`` is the bytes the task serialized. The driver rebuilds each row as a
+:class:`ShippedEvent`, which parses the envelope only if something asks for a field that did not
+travel (``before``, ``after``, ...).
+
+A range of one slice (Postgres, or a MySQL range inside one binlog file) has nothing to decode
+in parallel: the driver reads it itself, streaming, as ``tidegate run`` does, instead of
+waiting for one task to decode the whole range and ship it back in one piece.
+
+What the tasks need travels inside the job, never through a worker's disk or argv: the spec
+(parsed on the driver from the text spark-submit received) and the source connection (from the
+driver's ``AIRFLOW_CONN_<ID>`` environment) reach the executors inside the task's pickled
+closure, over Spark's own channel, and the code in the ``--py-files`` zip (docs/operations.md,
+"Spark"). Each task logs one line to the executor's stderr saying where it imported ``tidegate``
+from and which ``AIRFLOW_CONN_*``/``TIDEGATE_*`` variables its environment holds (none on a
+cluster).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import collections
 import logging
-from collections.abc import Iterator, Sequence
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from .connections import Connection
 from .events import ChangeEvent, ControlMessage, PositionMark, is_control
 from .plan import RunPlan
-from .positions import Position, position_from_json, position_to_json
+from .positions import Position
 from .spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 
-ROW_SCHEMA = "kind STRING, value BINARY, tx_end BOOLEAN, end_position STRING"
+# What one event carries from a task to the driver, in this order (a "mark" row carries only
+# its position). Everything the coordinator, the batching and the sinks read.
+ROW_FIELDS = ("value", "key_bytes", "idempotency_key", "op", "db", "schema", "table", "tx_id",
+              "tx_end", "end_position")
+# Spark setting that overrides how many partitions are computed ahead of the one being delivered.
+IN_FLIGHT_CONF = "spark.tidegate.partitionsInFlight"
+# A Spark task's result reaches the driver whole (and must fit spark.driver.maxResultSize): a
+# slice of more source log bytes than this is read by the driver instead. Serialized envelopes
+# take several times the binlog bytes of their rows (about 6x for an 11-column table).
+MAX_TASK_SLICE_BYTES = 16 * 1024 * 1024
+MAX_SLICE_CONF = "spark.tidegate.maxTaskSliceBytes"
+
+
+# --------------------------------------------------------------------------- rows
 
 
 def item_to_row(item: ChangeEvent | ControlMessage | PositionMark) -> tuple:
-    """A source item as a flat row: the serialized envelope travels, not Python objects."""
+    """A source item as a flat row: the serialized envelope and the fields read beside it (a
+    control message, rare and small, travels whole)."""
     if isinstance(item, PositionMark):
-        return ("mark", None, True, json.dumps(position_to_json(item.position)))
-    end = json.dumps(position_to_json(item.end_position)) if item.end_position is not None else None
-    if is_control(item):  # schema branch: a schema change a source yields travels like a row
-        control = {"record": item.record(), "tenant": item.tenant, "tx_id": item.tx_id}
-        return ("control", json.dumps(control).encode("utf-8"), item.tx_end, end)
-    return ("event", item.value, item.tx_end, end)
+        return ("mark", item.position)
+    if is_control(item):
+        return ("control", item)
+    return ("event", item.value, item.key_bytes, item.idempotency_key, item.op, item.db, item.schema,
+            item.table, item.tx_id, item.tx_end, item.end_position)
 
 
-def row_to_item(kind: str, value: bytes | None, tx_end: bool, end_position: str | None
-                ) -> ChangeEvent | ControlMessage | PositionMark:
-    if kind == "mark":
-        return PositionMark(position_from_json(end_position))
-    end = position_from_json(end_position) if end_position else None
-    if kind == "control":  # schema branch
-        control = json.loads(bytes(value))
-        message = ControlMessage.from_json(control["record"], tenant=control["tenant"])
-        return dataclasses.replace(message, tx_id=control["tx_id"], tx_end=bool(tx_end), end_position=end)
-    return ChangeEvent.from_value(bytes(value), tx_end=bool(tx_end), end_position=end)
+def row_to_item(row: tuple) -> ChangeEvent | ControlMessage | PositionMark:
+    if row[0] == "mark":
+        return PositionMark(row[1])
+    if row[0] == "control":
+        return row[1]
+    return ShippedEvent.from_row(row)
 
 
-def register_source(spark: Any) -> None:
-    """Register the ``tidegate`` Python Data Source with the session (idempotent)."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+class _FromEnvelope:
+    """A field of a :class:`ShippedEvent` that did not travel: read from the envelope on first use."""
 
-    class SliceReader(DataSourceReader):
-        def __init__(self, options: dict[str, str]):
-            from .connections import get_connection
-            from .spec import load_spec_text
+    def __init__(self, read: Callable[[dict], Any]):
+        self.read = read
 
-            # Planned where the driver's environment is: the spec and the source connection
-            # are resolved here and reach the executors inside this (pickled) reader.
-            self.spec = load_spec_text(options["spec_text"], origin=options.get("origin", "<spec>"))
-            self.connection = get_connection(self.spec.source.conn_id)
-            self.slices = json.loads(options["slices"])
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
 
-        def partitions(self) -> Sequence[InputPartition]:
-            # The partition's value is all a task gets besides the reader: the slice's bounds.
-            return [InputPartition((i, s, e)) for i, (s, e) in enumerate(self.slices)]
-
-        def read(self, partition: InputPartition) -> Iterator[tuple]:
-            # Runs in a Spark task: each slice is read with its own source connection.
-            from .runner import build_source
-
-            source = build_source(self.spec, lambda conn_id: self.connection)
-            try:
-                index, start_json, end_json = partition.value
-                start = position_from_json(start_json) if start_json else None
-                for item in source.read_slice(start, position_from_json(end_json), index):
-                    yield item_to_row(item)
-            finally:
-                source.close()
-
-    class TidegateSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "tidegate"
-
-        def schema(self) -> str:
-            return ROW_SCHEMA
-
-        def reader(self, schema: Any) -> SliceReader:
-            return SliceReader(self.options)
-
-    spark.dataSource.register(TidegateSource)
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.read(obj._envelope())
+        return value
 
 
-def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | None, Position]]
+class ShippedEvent(ChangeEvent):
+    """A :class:`ChangeEvent` rebuilt on the driver from a task's row: the fields of
+    :data:`ROW_FIELDS` are set, ``value`` is the task's bytes, and every other field is parsed
+    from ``value`` only when read (the sinks and the coordinator never read them)."""
+
+    tenant = _FromEnvelope(lambda env: env["idempotency_key"].partition("|")[0])
+    pipeline = _FromEnvelope(lambda env: env["source"]["pipeline"])
+    connector = _FromEnvelope(lambda env: env["source"]["connector"])
+    before = _FromEnvelope(lambda env: env["before"])
+    after = _FromEnvelope(lambda env: env["after"])
+    key = _FromEnvelope(lambda env: env["key"])
+    event_id = _FromEnvelope(lambda env: env["idempotency_key"].rsplit("|", 1)[1])
+    position = _FromEnvelope(lambda env: env["source"]["position"])
+    ts_ms = _FromEnvelope(lambda env: env["source"]["ts_ms"])
+    total_order = _FromEnvelope(lambda env: env["transaction"]["total_order"])
+    data_collection_order = _FromEnvelope(lambda env: env["transaction"]["data_collection_order"])
+    snapshot = _FromEnvelope(lambda env: env["source"]["snapshot"])
+    id = _FromEnvelope(lambda env: env["id"])
+
+    @classmethod
+    def from_row(cls, row: tuple) -> ShippedEvent:
+        ev = object.__new__(cls)
+        (_, value, key_bytes, ikey, op, db, schema, table, tx_id, tx_end, end_position) = row
+        ev.__dict__.update(value=value, key_bytes=key_bytes, idempotency_key=ikey, op=op, db=db,
+                           schema=schema, table=table, tx_id=tx_id, tx_end=tx_end,
+                           end_position=end_position)
+        return ev
+
+    def _envelope(self) -> dict:
+        import orjson
+
+        env = self.__dict__.get("_env")
+        if env is None:
+            env = self.__dict__["_env"] = orjson.loads(self.value)
+        return env
+
+
+# --------------------------------------------------------------------------- the tasks
+
+
+def slice_reader(spec: PipelineSpec, connection: Connection, slices: list[tuple[Position | None, Position]]
+                 ) -> Callable[[int, Iterator[Any]], Iterator[tuple]]:
+    """The function a Spark task runs for partition ``index``: read that slice and yield its rows.
+    Its closure (the parsed spec, the source connection, the slice bounds) is all the executors
+    receive; they read no file and no environment variable of their own."""
+
+    def read_partition(index: int, _ignored: Iterator[Any]) -> Iterator[tuple]:
+        from .runner import build_source
+
+        t0 = time.monotonic()
+        source = build_source(spec, lambda conn_id: connection)
+        events = 0
+        try:
+            start, end = slices[index]
+            for item in source.read_slice(start, end, index):
+                if not isinstance(item, PositionMark):
+                    events += 1
+                yield item_to_row(item)
+        finally:
+            source.close()
+        _executor_note(spec.pipeline, index, len(slices), events, time.monotonic() - t0)
+
+    return read_partition
+
+
+def _executor_note(pipeline: str, index: int, count: int, events: int, seconds: float) -> None:
+    """One line in the executor's log: what the task read, where its code came from, and that
+    its environment holds no connection and no tidegate setting (they travel inside the job)."""
+    import tidegate
+
+    found = sorted(k for k in os.environ if k.startswith(("AIRFLOW_CONN_", "TIDEGATE_")))
+    code = os.path.abspath(os.path.dirname(tidegate.__file__))
+    print(f"tidegate: pipeline {pipeline} slice {index + 1}/{count}: {events} events in {seconds:.2f}s "
+          f"(pid {os.getpid()}); tidegate imported from {code}; "
+          f"AIRFLOW_CONN_*/TIDEGATE_* in the environment: {', '.join(found) or 'none'}",
+          file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def partitions_in_flight(spark: Any) -> int:
+    """How many partitions are computed ahead of the one being delivered: the Spark setting
+    :data:`IN_FLIGHT_CONF`, else the executors' cores (at least 2)."""
+    sc = spark.sparkContext
+    configured = sc.getConf().get(IN_FLIGHT_CONF)
+    if configured:
+        return max(1, int(configured))
+    return max(2, int(sc.defaultParallelism))
+
+
+def max_task_slice_bytes(spark: Any) -> int:
+    """The largest slice (in source log bytes) a Spark task decodes: the Spark setting
+    :data:`MAX_SLICE_CONF`, else :data:`MAX_TASK_SLICE_BYTES`."""
+    configured = spark.sparkContext.getConf().get(MAX_SLICE_CONF)
+    return int(configured) if configured else MAX_TASK_SLICE_BYTES
+
+
+def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | None, Position]],
+               connection: Connection | None = None, window: int | None = None, *,
+               local: frozenset[int] = frozenset(),
+               read_local: Callable[[int], Iterator[ChangeEvent | PositionMark]] | None = None
                ) -> Iterator[ChangeEvent | PositionMark]:
-    """The range's items in source order, decoded in Spark tasks, one partition at a time."""
-    if not slices:  # nothing in range: Spark would run one partition with no slice
+    """The range's items in source order, each slice decoded by a Spark task, up to ``window``
+    slices at once (default :func:`partitions_in_flight`). The slices whose index is in
+    ``local`` are read on the driver instead, with ``read_local(index)``, in their turn."""
+    if not slices:  # nothing in range
         return
-    register_source(spark)
-    encoded = [(json.dumps(position_to_json(s)) if s is not None else None, json.dumps(position_to_json(e)))
-               for s, e in slices]
-    df = (spark.read.format("tidegate").option("spec_text", spec.text)
-          .option("origin", spec.path or spec.pipeline).option("slices", json.dumps(encoded)).load())
-    for row in df.toLocalIterator(prefetchPartitions=False):
-        yield row_to_item(row.kind, row.value, row.tx_end, row.end_position)
+    if connection is None:
+        from .connections import get_connection
+
+        connection = get_connection(spec.source.conn_id)
+    window = window or partitions_in_flight(spark)
+    sc = spark.sparkContext
+    rdd = sc.parallelize(range(len(slices)), len(slices)).mapPartitionsWithIndex(
+        slice_reader(spec, connection, slices))
+    for index, rows in _in_order(sc, rdd, len(slices), window, f"tidegate-{spec.pipeline}", local):
+        if rows is None:
+            yield from read_local(index)
+            continue
+        for row in rows:
+            yield row_to_item(row)
+        del rows
+
+
+def _in_order(sc: Any, rdd: Any, count: int, window: int, name: str,
+              local: frozenset[int] = frozenset()) -> Iterator[tuple[int, list | None]]:
+    """``(index, rows)`` of each partition, in partition order, computing up to ``window``
+    partitions at once (one Spark job each, so a finished partition is handed over while later
+    ones still run). A partition in ``local`` is not computed: it comes as ``(index, None)`` in
+    its turn, for the caller to read, while the window keeps working. Stopping early cancels
+    the jobs still running."""
+    group = f"{name}-{uuid.uuid4().hex[:8]}"
+    stopped = threading.Event()
+
+    def job(index: int) -> list:
+        if stopped.is_set():
+            return []
+        # Job properties are per thread: the group lets a stop cancel what is still running.
+        sc.setJobGroup(group, f"{name}: slice {index + 1} of {count}", interruptOnCancel=True)
+        return sc.runJob(rdd, lambda rows: rows, [index])
+
+    queue: collections.deque[tuple[int, Future | None]] = collections.deque()
+    following = in_flight = 0
+    with ThreadPoolExecutor(max_workers=window, thread_name_prefix="tidegate-slice") as pool:
+
+        def fill() -> None:
+            nonlocal following, in_flight
+            while following < count and in_flight < window:
+                if following in local:
+                    queue.append((following, None))
+                else:
+                    queue.append((following, pool.submit(job, following)))
+                    in_flight += 1
+                following += 1
+
+        try:
+            fill()
+            while queue:
+                index, fut = queue.popleft()
+                rows = None
+                if fut is not None:
+                    rows = fut.result()
+                    in_flight -= 1
+                fill()
+                yield index, rows
+                del rows
+        finally:
+            if any(fut is not None for _, fut in queue):
+                stopped.set()
+                sc.cancelJobGroup(group)
+                for _, fut in queue:
+                    if fut is not None:
+                        fut.cancel()
 
 
 def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
             upto: Position | None = None) -> dict[str, Any]:
-    """The Spark job's body: one bounded run whose range is read by Spark tasks."""
+    """The Spark job's body: one bounded run whose range is decoded by Spark tasks."""
+    from .connections import get_connection
     from .runner import run_pipeline
+
+    connection = get_connection(spec.source.conn_id)
 
     def spark_reader(source: Any, start: Position | None, bound: Position):
         slices = source.slices(start, bound)
-        if len(slices) <= 1:  # schema branch: nothing to decode in parallel; the driver reads it,
-            # with the source the run opened (which holds the checkpoint store: Source.use_store)
-            log.info("pipeline %s: reading (%s, %s] on the driver (one slice)", spec.pipeline, start, bound)
+        limit = max_task_slice_bytes(spark)
+        # A task's result reaches the driver in one piece: a slice too large for that is read
+        # by the driver, streaming (finer slices of a binlog file need the source's help).
+        local = frozenset(i for i, (a, b) in enumerate(slices)
+                          if a is not None and (a.bytes_to(b) or 0) > limit)
+        if len(slices) - len(local) <= 1:
+            why = ("one slice" if len(slices) <= 1 else
+                   f"{len(slices)} slices, {len(local)} of them over {limit} bytes of log")
+            log.info("pipeline %s: (%s, %s] is %s: the driver reads it, streaming", spec.pipeline, start,
+                     bound, why)
             return source.read(start, bound)
-        log.info("pipeline %s: reading (%s, %s] as %d Spark partition(s)", spec.pipeline, start, bound,
-                 len(slices))
-        return read_range(spark, spec, slices)
+        window = partitions_in_flight(spark)
+        log.info("pipeline %s: reading (%s, %s] as %d slices, %d in Spark tasks (%d in flight), %d over "
+                 "%d bytes on the driver", spec.pipeline, start, bound, len(slices), len(slices) - len(local),
+                 window, len(local), limit)
+        return read_range(spark, spec, slices, connection, window, local=local,
+                          read_local=lambda i: source.read_slice(slices[i][0], slices[i][1], i))
 
-    return run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader)
+    report = run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader)
+    report["driver_peak_rss_bytes"] = _peak_rss()
+    report["driver_jvm_peak_rss_bytes"] = _peak_rss(os.getppid())
+    return report
+
+
+def _peak_rss(pid: int | None = None) -> int | None:
+    """Peak resident memory of this process (the Python driver), or of process ``pid`` (its
+    parent, the driver's JVM, in client mode) where /proc tells it."""
+    try:
+        if pid is None:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (ImportError, OSError, ValueError):
+        pass
+    return None

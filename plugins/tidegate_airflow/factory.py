@@ -108,10 +108,13 @@ def create_dag(spec: Any) -> Any:
         p = spec.pipeline
         guard = TidegateGuardOperator(task_id="guard", pipeline=p)
         bounds = TidegateBoundsOperator(task_id="bounds", pipeline=p)
+        # One deliver per pipeline at a time, whatever started the run: max_active_runs does not
+        # hold back backfill runs, and two delivers would fence each other (the store lease, the
+        # Kafka transactional.id). A second one waits, scheduled, until the first ends.
         deliver = TidegateDeliverOperator(
             task_id="deliver", pipeline=p, spark_conn_id=spec.spark.conn_id,
             conf=dict(spec.spark.conf) or None, packages=",".join(spec.spark.packages) or None,
-            execution_timeout=DELIVER_TIMEOUT)
+            execution_timeout=DELIVER_TIMEOUT, max_active_tis_per_dag=1)
         release = TidegateReleaseOperator(task_id="release", pipeline=p, trigger_rule="none_failed")
         report = TidegateReportOperator(task_id="report", pipeline=p, trigger_rule="none_failed")
         guard >> bounds >> deliver >> release >> report
@@ -120,6 +123,26 @@ def create_dag(spec: Any) -> Any:
 
 def build_dags(directory: str | Path | None = None) -> dict[str, Any]:
     """``{dag_id: DAG}`` for every valid spec (invalid ones are reported by
-    ``dags/tidegate_spec_errors.py``)."""
+    ``dags/tidegate_spec_errors.py``). In a task's process Airflow names the DAG it runs (the
+    parsing context): only that pipeline's spec is read and only its DAG is built."""
+    running = _pipeline_being_run()
+    if running is not None:
+        from tidegate.catalog import find
+        from tidegate.errors import TidegateError
+
+        try:
+            spec = find(running, directory)
+        except TidegateError:
+            pass  # renamed or broken since the run began: build them all, the task then says why
+        else:
+            return {spec.dag_id: create_dag(spec)}
     specs, _ = load_specs(directory)
     return {spec.dag_id: create_dag(spec) for spec in specs}
+
+
+def _pipeline_being_run() -> str | None:
+    """The pipeline whose task this process runs (None when Airflow parses the folder)."""
+    from airflow.sdk import get_parsing_context
+
+    dag_id = get_parsing_context().dag_id
+    return dag_id[len("cdc_"):] if dag_id and dag_id.startswith("cdc_") else None

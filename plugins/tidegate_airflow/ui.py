@@ -1,5 +1,6 @@
 """The tidegate page of the Airflow UI: a FastAPI app mounted under the api-server at
-``/tidegate`` (registered by ``plugins/tidegate_plugin.py``, with a "tidegate" nav entry).
+``/tidegate`` (registered by ``plugins/tidegate_plugin.py``, which owns the prefix and builds this
+app on the first request, with a "tidegate" nav entry).
 
 Read-only. It uses Airflow's own auth: the session cookie the UI sets at login (or a bearer
 token); without one a browser is sent to Airflow's login page and an API client gets 401; a
@@ -15,8 +16,6 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-
-URL_PREFIX = "/tidegate"
 
 
 def _resolver(conn_id: str):

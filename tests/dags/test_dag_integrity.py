@@ -67,6 +67,9 @@ def test_tasks_are_wired_guard_bounds_deliver_release_report(dags):
         assert isinstance(deliver, SparkSubmitOperator)
         assert deliver._conn_id == "spark_default"
         assert os.path.isfile(deliver.application) and deliver.application.endswith("spark_jobs/deliver.py")
+        # One Spark job per pipeline at a time, backfill runs included (max_active_runs does not
+        # count them); the scheduler test shows a backfill's deliver waiting for a scheduled one.
+        assert deliver.max_active_tis_per_dag == 1
         assert dag.get_task("guard").checks == GUARD_ORDER  # one order for every source kind
 
 
@@ -148,3 +151,47 @@ def test_parsing_20_specs_takes_under_2s_cpu_and_imports_no_engine(tmp_path):
     assert result["dags"] == [f"cdc_load_{i:02d}" for i in range(20)]
     assert result["heavy"] == [], "DAG parsing must not import the engine or client libraries"
     assert result["cpu"] < 2.0, f"parsing 20 specs took {result['cpu']:.2f} s CPU"
+
+
+def test_a_tasks_parse_builds_only_the_dag_it_runs(tmp_path):
+    """In a task's process Airflow sets the parsing context to the DAG being run: only that spec is
+    read (a broken neighbour costs nothing) and only that DAG is built."""
+    pdir = tmp_path / "pipelines"
+    pdir.mkdir()
+    template = yaml.safe_load((EXAMPLES / "shop_mysql.yaml").read_text())
+    for i in range(20):
+        raw = dict(template, pipeline=f"load_{i:02d}")
+        (pdir / f"load_{i:02d}.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (pdir / "broken.yaml").write_text("pipeline: [unclosed\n")
+    env = {**os.environ, "TIDEGATE_PIPELINES_DIR": str(pdir), "PYTHONPATH": str(ROOT / "plugins"),
+           "_AIRFLOW_PARSING_CONTEXT_DAG_ID": "cdc_load_07", "_AIRFLOW_PARSING_CONTEXT_TASK_ID": "bounds"}
+    out = subprocess.run([sys.executable, "-c", PARSE_PROBE, str(DAGS / "tidegate_dags.py")],
+                         capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (result["dags"], result["errors"], result["heavy"]) == (["cdc_load_07"], {}, [])
+
+
+def test_loading_the_plugin_imports_neither_the_page_nor_fastapi():
+    """Every task's process loads Airflow plugins; the page's app is built on its first request."""
+    probe = textwrap.dedent("""\
+        import sys
+        import tidegate_plugin
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "fastapi" or m == "tidegate_airflow.ui"))
+        """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_lazy_page_app_serves_once_mounted():
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+    from tidegate_plugin import URL_PREFIX, TidegatePlugin
+
+    (entry,) = TidegatePlugin.fastapi_apps
+    client = TestClient(Starlette(routes=[Mount(URL_PREFIX, app=entry["app"])]))
+    r = client.get(URL_PREFIX + "/api/status")  # built now; no login: refused as the page refuses
+    assert r.status_code == 401

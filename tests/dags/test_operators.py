@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -212,6 +214,7 @@ def _bounds(cache=MYSQL_OLD):
 def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
     import tidegate.runner as runner
 
+    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: None)
     monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds(MYSQL_UPTO))
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
@@ -222,19 +225,46 @@ def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
     assert ctx["ti"].pushed["return_value"]["nothing_to_do"] is True  # XCom pushed before skipping
 
 
-def test_work_to_do_or_replay_does_not_short_circuit(dags, monkeypatch):
+def test_work_to_do_does_not_short_circuit(dags, monkeypatch):
     import tidegate.runner as runner
 
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
+    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: plan.replay_of)
     monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds())
     assert bounds.execute(make_context(dag, bounds))["upto"] == MYSQL_UPTO
     # Only the chosen sinks count: events is caught up, cache is not.
     with pytest.raises(DownstreamTasksSkipped):
         bounds.execute(make_context(dag, bounds, conf={"sinks": ["events"]}))
-    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds(MYSQL_UPTO))
+
+
+def test_replay_bounds_come_from_the_journal_and_skip_spark_when_it_delivered_nothing(dags, monkeypatch):
+    """A replay is judged by what the replayed run delivered, not by the head; a backfill over an
+    interval whose scheduled run had nothing to do succeeds without Spark."""
+    import dataclasses
+
+    import tidegate.runner as runner
+
+    dag = dags["cdc_shop_mysql"]
+    bounds = dag.get_task("bounds")
+    calls = []
+
+    def replay_bounds(spec, replay_of, *, sinks=None, missing_ok=False, resolve=None):
+        calls.append((replay_of, sinks, missing_ok))
+        ranges = {} if replay_of == "scheduled__idle" else {"cache": (None, _bounds().upto)}
+        return dataclasses.replace(_bounds(MYSQL_UPTO), replay_of=replay_of, ranges=ranges)
+
+    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: plan.replay_of)
+    monkeypatch.setattr(runner, "prepare_replay_bounds", replay_bounds)
+    monkeypatch.setattr(runner, "prepare_bounds", lambda *a, **kw: pytest.fail("a replay reads the journal"))
     out = bounds.execute(make_context(dag, bounds, conf={"mode": "replay", "replay_of": "scheduled__x"}))
-    assert out["nothing_to_do"] is True
+    assert (out["nothing_to_do"], out["replay_of"], list(out["ranges"])) == (False, "scheduled__x", ["cache"])
+    ctx = make_context(dag, bounds, run_id="scheduled__idle", run_type="backfill")
+    with pytest.raises(DownstreamTasksSkipped) as e:
+        bounds.execute(ctx)
+    assert [getattr(t, "task_id", t) for t in e.value.tasks] == ["deliver"]
+    assert ctx["ti"].pushed["return_value"]["nothing_to_do"] is True
+    assert calls == [("scheduled__x", None, False), ("scheduled__idle", None, True)]
 
 
 # --------------------------------------------------------------------------- deliver
@@ -279,16 +309,17 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connection
     line = " ".join(cmd)
     assert not any(s in line for s in SECRETS), line
     assert "AIRFLOW_CONN" not in line
-    env = hook._env
-    assert {"AIRFLOW_CONN_CDC_MYSQL", "AIRFLOW_CONN_CDC_KAFKA", "AIRFLOW_CONN_CDC_NATS",
-            "AIRFLOW_CONN_CDC_REDIS"} <= set(env)
+    assert not any(k.startswith("AIRFLOW_CONN_") for k in hook._env or {})
+    env = deliver._driver_secrets  # spark-submit's own environment (see the next test)
+    assert set(env) == {"AIRFLOW_CONN_CDC_MYSQL", "AIRFLOW_CONN_CDC_KAFKA", "AIRFLOW_CONN_CDC_NATS",
+                        "AIRFLOW_CONN_CDC_REDIS"}
     from tidegate.connections import get_connection
 
     mysql = get_connection("cdc_mysql", env)  # what the engine in the driver reads
     assert (mysql.host, mysql.port, mysql.login, mysql.password, mysql.schema) == (
         "127.0.0.1", 3306, "cdc", SECRETS[0], "shop")
     assert get_connection("cdc_kafka", env).extra["bootstrap.servers"] == "127.0.0.1:9092"
-    assert env["PYSPARK_PYTHON"]  # local master: the driver uses this interpreter
+    assert deliver.env_vars["PYSPARK_PYTHON"]  # local master: the driver uses this interpreter
 
 
 def test_deliver_takes_spark_settings_from_the_spec(pipelines_dir, connections, monkeypatch):
@@ -310,17 +341,53 @@ def test_deliver_takes_spark_settings_from_the_spec(pipelines_dir, connections, 
     assert "spark.driver.memory=2g" in cmd and "pw-pg-123" not in cmd
 
 
-def test_deliver_refuses_to_put_secrets_on_a_yarn_command_line(dags, connections, monkeypatch):
+@pytest.mark.parametrize("master", ["yarn", "spark://127.0.0.1:7077"])
+def test_client_mode_passes_connections_in_spark_submits_environment_only(dags, connections, monkeypatch,
+                                                                          master):
+    """Whatever the master, in client mode the secrets reach spark-submit's environment and never
+    its command line (the provider turns env_vars into --conf on YARN and Kubernetes; a Kubernetes
+    master needs the kubernetes client, not installed here, to build the hook)."""
+    import airflow.providers.apache.spark.hooks.spark_submit as hook_module
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": master}))
+    seen = {}
+
+    class Popen:
+        def __init__(self, cmd, **kw):
+            seen["cmd"], seen["env"] = list(cmd), dict(kw.get("env") or os.environ)
+            self.stdout, self.returncode = iter(()), 0
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(hook_module.subprocess, "Popen", Popen)
+    dag = dags["cdc_shop_mysql"]
+    deliver = dag.get_task("deliver")
+    assert deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()})) is None
+    line = " ".join(seen["cmd"])
+    assert not any(s in line for s in SECRETS) and "AIRFLOW_CONN" not in line, line
+    from tidegate.connections import get_connection
+
+    assert get_connection("cdc_mysql", seen["env"]).password == SECRETS[0]
+    assert seen["env"]["AIRFLOW_CONN_CDC_MYSQL"].startswith("{")  # built from Airflow's connection
+    assert os.environ["AIRFLOW_CONN_CDC_MYSQL"].startswith("mysql://")  # this process: as it was
+    # The driver runs here with this interpreter, even when the spec names the executors' one.
+    assert f"spark.pyspark.driver.python={sys.executable}" in line
+
+
+def test_deliver_refuses_to_put_secrets_on_a_cluster_mode_command_line(dags, connections, monkeypatch):
     from tidegate_airflow.exceptions import UnsafeConnectionTransportError
 
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "yarn"}')
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
     with pytest.raises(UnsafeConnectionTransportError, match="pass_connections=False"):
         deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}), None)
     deliver.pass_connections = False
     deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}), None)
-    assert not any(k.startswith("AIRFLOW_CONN_") for k in deliver.env_vars)
+    assert deliver._driver_secrets == {}
+    assert not any(k.startswith(("AIRFLOW_CONN_", "TIDEGATE_")) for k in deliver.env_vars)
 
 
 def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monkeypatch):

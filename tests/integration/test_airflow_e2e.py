@@ -2,20 +2,30 @@
 real servers, Spark and all. Three runs with a workload in between deliver every change exactly
 once (Kafka read_committed; NATS and Redis counted by idempotency_key), in order per key; a run
 with nothing new does not start Spark; a purged binlog halts the DAG at its guard until a run
-triggered with resolve=accept_gap and a reason resumes it."""
+triggered with resolve=accept_gap and a reason resumes it.
+
+The MariaDB pipeline runs on the standalone cluster of the `spark` service (its Spark connection
+is the cluster's master), with ranges over several binlog files, so executors decode slices: they
+run the tidegate of the shipped zip, with the spec and the source connection from the job and no
+AIRFLOW_CONN_*/TIDEGATE_* variable of their own (each task says so in its executor log)."""
 
 from __future__ import annotations
 
 import collections
 import json
+import re
+import subprocess
+import sys
 import textwrap
 import uuid
+from pathlib import Path
 
 import psycopg2
 import pymysql
 import pytest
 from tidegate.store import open_store
 
+from tests.conftest import SERVICES, services_env
 from tests.integration.airflow_support import dags_test, make_airflow_env, per_key, task_ended
 from tests.integration.sink_readers import kafka_changes, nats_ids, redis_events, redis_ids
 
@@ -33,8 +43,25 @@ def airflow_env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_ser
 # --------------------------------------------------------------------------- MariaDB
 
 
+@pytest.fixture(scope="module")
+def spark_cluster(service_env) -> Path:
+    """The `spark` service (standalone master + worker); returns the worker's work folder, where
+    each executor keeps its log and the files the job shipped."""
+    r = subprocess.run([sys.executable, str(SERVICES), "up", "spark"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"service 'spark' is not available:\n{r.stderr[-2000:]}", pytrace=False)
+    return Path(services_env()["TIDEGATE_SERVICES_DIR"]) / "spark" / "work"
+
+
+def executor_notes(work: Path, pipeline: str) -> list[str]:
+    """The lines the pipeline's Spark tasks wrote to their executors' logs."""
+    return [line for path in work.glob("app-*/*/stderr")
+            for line in path.read_text(errors="replace").splitlines()
+            if line.startswith(f"tidegate: pipeline {pipeline} slice ")]
+
+
 def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, mysql, kafka_bootstrap,
-                                                                nats_service, redis_service):
+                                                                nats_service, redis_service, spark_cluster):
     env, base = airflow_env
     tag = uuid.uuid4().hex[:6]
     db, pipeline, stream = f"e2e_{tag}", f"e2e_my_{tag}", f"E2E_MY_{tag.upper()}"
@@ -48,6 +75,7 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
               exactly_once: true}}
           - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {stream}, subject: "{{pipeline}}.{{table}}"}}
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}", required: false}}
+        spark: {{conn_id: spark_cluster}}
     """))
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     with admin.cursor() as c:
@@ -64,13 +92,17 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
     assert rc == 0, log[-3000:]
     assert not task_ended(log, "deliver") and "spark-submit" not in log
 
-    sql(f"INSERT INTO {db}.orders VALUES (1, 'new'), (2, 'new'), (3, 'new')",
+    # Each workload spans two binlog files: two slices, decoded by the cluster's executors.
+    sql(f"INSERT INTO {db}.orders VALUES (1, 'new'), (2, 'new'), (3, 'new')", "FLUSH BINARY LOGS",
         "BEGIN", f"UPDATE {db}.orders SET status = 'paid' WHERE id = 1",
         f"INSERT INTO {db}.orders VALUES (4, 'new')", "COMMIT")
     rc, log = dags_test(env, dag)
     assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+    master = services_env()["TIDEGATE_SPARK_MASTER"]
+    assert f"--master {master}" in log and "--py-files" in log, log[-3000:]
 
-    sql(f"DELETE FROM {db}.orders WHERE id = 2", f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1",
+    sql(f"DELETE FROM {db}.orders WHERE id = 2", "FLUSH BINARY LOGS",
+        f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1",
         f"INSERT INTO {db}.orders VALUES (5, 'new')")
     rc, log = dags_test(env, dag)
     assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
@@ -99,6 +131,17 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
         assert [sum(s.events for s in e.sinks.values()) for e in entries] == [3 * 5, 3 * 3]
     finally:
         store.close()
+
+    # The executors decoded the slices with the shipped package (a copy of the zip in their work
+    # folder, not the checkout's include/), and had no connection or tidegate setting of their own.
+    notes = executor_notes(spark_cluster, pipeline)
+    assert len(notes) >= 4, notes  # two runs, two slices each
+    events = [int(re.search(r": (\d+) events in", n).group(1)) for n in notes]
+    assert sum(events) == 5 + 3
+    for note in notes:
+        source = re.search(r"tidegate imported from (\S+);", note).group(1)
+        assert source.startswith(str(spark_cluster)) and ".zip/" in source, note
+        assert note.endswith("AIRFLOW_CONN_*/TIDEGATE_* in the environment: none"), note
 
 
 def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_bootstrap, redis_service):

@@ -9,8 +9,11 @@ store and StatsD listener; stopped at the end). In file order:
   in sub-batches of that size.
 - A `*/1 * * * *` pipeline, unpaused: workloads written between scheduled runs are delivered
   exactly once (Kafka read_committed per key in order; NATS and Redis by idempotency_key).
-- `airflow backfill create` over two of those scheduled intervals replays exactly their
-  journaled ranges to the chosen sink; no checkpoint moves back.
+- `airflow backfill create` over two of those scheduled intervals, created while a scheduled
+  run's deliver is running: the backfill's deliver waits for it (one deliver per pipeline at a
+  time), both succeed, the replays carry exactly the journaled ranges to the chosen sink and no
+  checkpoint moves back. A backfill over an interval whose scheduled run had nothing to do
+  succeeds without starting Spark.
 - A purged binlog halts a pipeline: the failed run still sends `tidegate.incidents_open` and
   `tidegate.checkpoint_age_seconds` to a real UDP StatsD listener; the tidegate page in headless
   Chromium shows the incident's range after login and nothing without; `resolve=accept_gap`
@@ -374,20 +377,47 @@ def test_scheduled_runs_deliver_the_workload_between_them_exactly_once(deploymen
     assert redis_ids(redis_service.cdc, f"{p}:orders") == keys
     journal = {e.run_id: e for e in d["store"].journal(p)}
     assert [journal[r["dag_run_id"]].sinks["events"].events for r in (second, third)] == [4, 2]
-    d["scheduled"] = (second, third, keys)
+    assert api.tasks(dag, first["dag_run_id"])["deliver"] == "skipped"  # nothing was written before it
+    d["scheduled"] = (first, second, third, keys)
 
 
-def test_backfill_replays_exactly_the_journaled_ranges(deployment, kafka_bootstrap, redis_service):
-    d, api = deployment, deployment["api"]
-    dag, p = d["dags"]["sched"], d["names"]["sched"]
-    second, third, keys = d["scheduled"]
-    before = ckpts(d, "sched")
-    originals = {r["dag_run_id"]: d["store"].journal(p, r["dag_run_id"])[0] for r in (second, third)}
-    r = services("airflow", "backfill", "create", "--dag-id", dag,
-                 "--from-date", second["logical_date"], "--to-date", third["logical_date"],
-                 "--reprocess-behavior", "completed", "--max-active-runs", "1",
-                 "--dag-run-conf", json.dumps({"sinks": ["cache"]}), env=d["env"])
+def ti(api, dag: str, run_id: str, task_id: str) -> dict:
+    return api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{api.q(run_id)}/taskInstances/{task_id}")
+
+
+def backfill(d, dag: str, start: dict, end: dict) -> None:
+    """`airflow backfill create` (once the scheduler has closed the DAG's previous backfill:
+    Airflow allows one running backfill per DAG)."""
+    deadline = time.monotonic() + 120
+    while True:
+        r = services("airflow", "backfill", "create", "--dag-id", dag,
+                     "--from-date", start["logical_date"], "--to-date", end["logical_date"],
+                     "--reprocess-behavior", "completed", "--max-active-runs", "1",
+                     "--dag-run-conf", json.dumps({"sinks": ["cache"]}), env=d["env"], check=False)
+        if r.returncode == 0 or "AlreadyRunningBackfill" not in r.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert r.returncode == 0, r.stderr[-3000:]
     print(r.stdout[-1500:], file=sys.stderr)
+
+
+def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(deployment, kafka_bootstrap,
+                                                                              redis_service):
+    d, api = deployment, deployment["api"]
+    dag, p, db = d["dags"]["sched"], d["names"]["sched"], d["db"]
+    first, second, third, keys = d["scheduled"]
+    originals = {r["dag_run_id"]: d["store"].journal(p, r["dag_run_id"])[0] for r in (second, third)}
+
+    # A scheduled run with something to deliver; the backfill is created while its deliver runs.
+    last = quiet_point(api, dag)
+    sql(d, f"INSERT INTO {db}.orders VALUES (10, 'late')")
+    late = wait_scheduled(api, dag, lambda r: r["run_after"] > last["run_after"], "after the late row")
+    deadline = time.monotonic() + 240
+    while api.tasks(dag, late["dag_run_id"]).get("deliver") != "running":
+        assert time.monotonic() < deadline, api.tasks(dag, late["dag_run_id"])
+        time.sleep(0.5)
+    before = ckpts(d, "sched")
+    backfill(d, dag, second, third)
 
     def replays() -> dict:
         return {rid: [e for e in d["store"].journal(p, rid) if e.mode == "replay"] for rid in originals}
@@ -396,6 +426,7 @@ def test_backfill_replays_exactly_the_journaled_ranges(deployment, kafka_bootstr
     while not all(e and e[-1].status in ("success", "failed") for e in replays().values()):
         assert time.monotonic() < deadline, (replays(), [api.tasks(dag, rid) for rid in originals])
         time.sleep(3)
+    assert api.wait_run(dag, late["dag_run_id"]) == "success", api.tasks(dag, late["dag_run_id"])
     for rid in originals:
         assert api.wait_run(dag, rid) == "success", api.tasks(dag, rid)
         replay = replays()[rid][-1]
@@ -403,13 +434,48 @@ def test_backfill_replays_exactly_the_journaled_ranges(deployment, kafka_bootstr
         orig = originals[rid].sinks["cache"]
         got = replay.sinks["cache"]
         assert (got.start, got.end, got.events) == (orig.start, orig.end, orig.events)
-    # Redis got exactly those two ranges again, in order; Kafka (not chosen) nothing new.
-    assert redis_ids(redis_service.cdc, f"{p}:orders") == keys + keys
-    assert [c["idempotency_key"] for c in kafka_changes(kafka_bootstrap, f"{p}.orders")] == keys
+
+    # The backfill's first deliver was scheduled while the scheduled run's deliver ran, and
+    # waited for it to end (no two Spark jobs of the pipeline at once: no fencing).
+    held = ti(api, dag, late["dag_run_id"], "deliver")
+    waiting = ti(api, dag, second["dag_run_id"], "deliver")
+    assert waiting["scheduled_when"] < held["end_date"] <= waiting["start_date"], (held, waiting)
+    spans = sorted((t["start_date"], t["end_date"]) for t in
+                   (held, waiting, ti(api, dag, third["dag_run_id"], "deliver")))
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+
+    # Redis got the late row, then exactly those two ranges again, in order; Kafka (not chosen)
+    # only the late row.
+    late_key = [c["idempotency_key"] for c in kafka_changes(kafka_bootstrap, f"{p}.orders")][len(keys):]
+    assert len(late_key) == 1
+    assert redis_ids(redis_service.cdc, f"{p}:orders") == keys + late_key + keys
+    # Checkpoints only moved forward, and only by the scheduled run (a replay moves none).
     after = ckpts(d, "sched")
-    for sid, (_version, position) in before.items():
+    for sid, (version, position) in before.items():
         assert after[sid][1] >= position, f"{sid} moved back from {position} to {after[sid][1]}"
-    assert after == before
+        movers = {h.run_id for h in d["store"].checkpoint_history(p, sid) if h.version > version}
+        assert movers <= {late["dag_run_id"]}, (sid, movers)
+    d["scheduled_after"] = after
+
+
+def test_backfill_over_an_interval_that_had_nothing_to_do_skips_spark(deployment):
+    d, api = deployment, deployment["api"]
+    dag, p = d["dags"]["sched"], d["names"]["sched"]
+    first = d["scheduled"][0]
+    before = ckpts(d, "sched")
+    backfill(d, dag, first, first)
+    deadline = time.monotonic() + 240
+    while api.run(dag, first["dag_run_id"]).get("run_type") != "backfill" or \
+            api.run(dag, first["dag_run_id"])["state"] not in ("success", "failed"):
+        assert time.monotonic() < deadline, api.tasks(dag, first["dag_run_id"])
+        time.sleep(2)
+    assert api.run(dag, first["dag_run_id"])["state"] == "success", api.tasks(dag, first["dag_run_id"])
+    tasks = api.tasks(dag, first["dag_run_id"])
+    assert tasks["deliver"] == "skipped" and tasks["bounds"] == "success", tasks
+    assert api.xcom(dag, first["dag_run_id"], "bounds")["replay_of"] == first["dag_run_id"]
+    assert [e for e in d["store"].journal(p, first["dag_run_id"])] == []  # nothing ran, nothing recorded
+    after = ckpts(d, "sched")
+    assert all(after[sid][1] >= pos for sid, (_, pos) in before.items())
 
 
 # --------------------------------------------------------------------------- halt, metrics, page

@@ -161,3 +161,40 @@ def test_a_range_with_nothing_to_deliver_moves_checkpoints_without_a_run(env):
     assert {sid: r.position for sid, r in store.checkpoints("p").items()} == {"a": pos(5), "b": pos(5)}
     source.sizes += [1]
     assert not runner.prepare_bounds(spec, store=store).nothing_to_do()
+
+
+def test_replay_bounds_name_the_replayed_range_and_move_nothing(env):
+    spec, source, sinks, store = env
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    source.sizes += [2]
+    lease = store.lease("p")
+    history = {s: len(store.checkpoint_history("p", s)) for s in ("a", "b")}
+    bounds = runner.prepare_replay_bounds(spec, "r1", sinks=["a"], store=store)
+    assert (bounds.replay_of, bounds.ranges) == ("r1", {"a": (None, pos(3))})
+    assert not bounds.nothing_to_do(["a"])
+    assert runner.Bounds.from_json(bounds.to_json()) == bounds
+    # Reads only: no lease taken (a run in flight is not fenced), no checkpoint version written.
+    assert store.lease("p") == lease
+    assert {s: len(store.checkpoint_history("p", s)) for s in ("a", "b")} == history
+
+
+def test_replaying_a_run_that_delivered_nothing(env):
+    """A backfill over an interval whose scheduled run had nothing to do: the journal has no
+    range for it, so the replay has nothing to do (and never starts Spark); an explicit replay of
+    a run the journal does not know is an error, raised at bounds."""
+    spec, source, sinks, store = env
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    bounds = runner.prepare_replay_bounds(spec, "scheduled__idle", missing_ok=True, store=store)
+    assert bounds.nothing_to_do() and bounds.ranges == {}
+    assert bounds.to_json()["nothing_to_do"] is True
+    with pytest.raises(runner.RunError, match="no journal entry for run 'scheduled__idle'"):
+        runner.prepare_replay_bounds(spec, "scheduled__idle", store=store)
+
+
+def test_replay_target(env):
+    spec, source, sinks, store = env
+    assert runner.replay_target(spec, RunPlan(), "r1", store=store) is None
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    assert runner.replay_target(spec, RunPlan(), "r1", store=store) == "r1"  # a cleared run replays
+    assert runner.replay_target(spec, RunPlan(mode="replay", replay_of="r0"), "x", store=store) == "r0"
+    assert runner.replay_target(spec, RunPlan(mode="dry_run"), "r1", store=store) is None

@@ -18,8 +18,14 @@ class TidegateBoundsOperator(TidegateBaseOperator, SkipMixin):
     None}, "nothing_to_do"}``. When every chosen sink already has everything up to ``upto``, the
     operator short-circuits like ``ShortCircuitOperator``: the tasks directly downstream (the
     Spark deliver task) are skipped and the run still succeeds; tasks further down follow their
-    trigger rules (``none_failed`` release/report tasks still run). A replay never
-    short-circuits.
+    trigger rules (``none_failed`` release/report tasks still run).
+
+    A replay (``mode=replay``, a backfill run, or a cleared run that already delivered) reads
+    the range the replayed run delivered from the journal instead, adds ``replay_of`` and
+    ``ranges`` to the XCom and moves nothing (it takes no lease, so it never fences a run in
+    flight). When that run delivered nothing to the chosen sinks (a backfill over an interval
+    whose scheduled run had nothing to do) it short-circuits the same way; an explicit
+    ``replay_of`` that the journal does not know fails here, before Spark.
 
     :param pipeline: the pipeline name.
     :param short_circuit: skip downstream tasks when there is nothing to do.
@@ -38,16 +44,26 @@ class TidegateBoundsOperator(TidegateBaseOperator, SkipMixin):
     def run(self, task: TaskRun, context: Context) -> dict[str, Any]:
         from tidegate import runner
 
-        bounds = runner.prepare_bounds(task.spec, resolve=task.resolve)
+        spec, plan = task.spec, task.plan
+        replay_of = runner.replay_target(spec, plan, task.run_id)
+        if replay_of is not None:
+            bounds = runner.prepare_replay_bounds(spec, replay_of, sinks=plan.sinks, resolve=task.resolve,
+                                                  missing_ok=_is_backfill(context))
+            for sink_id, (start, end) in bounds.ranges.items():
+                self.log.info("pipeline %s: replaying run %s to sink %s: (%s, %s]", spec.pipeline, replay_of,
+                              sink_id, start, end)
+        else:
+            bounds = runner.prepare_bounds(spec, resolve=task.resolve)
+            self.log.info("pipeline %s: upper bound %s", spec.pipeline, bounds.upto)
+            for sink_id, pos in bounds.checkpoints.items():
+                self.log.info("pipeline %s: sink %s checkpoint %s", spec.pipeline, sink_id, pos)
         out = bounds.to_json()
-        self.log.info("pipeline %s: upper bound %s", task.spec.pipeline, bounds.upto)
-        for sink_id, pos in bounds.checkpoints.items():
-            self.log.info("pipeline %s: sink %s checkpoint %s", task.spec.pipeline, sink_id, pos)
-        idle = bounds.nothing_to_do(task.plan.sinks)
-        if not (idle and self.short_circuit and task.plan.mode != "replay"):
+        if not (bounds.nothing_to_do(plan.sinks) and self.short_circuit):
             return out
         to_skip = [t for t in self._downstream(context) if not getattr(t, "is_teardown", False)]
-        self.log.info("pipeline %s: nothing new up to %s; skipping %s", task.spec.pipeline, bounds.upto,
+        why = (f"run {replay_of} delivered nothing to replay" if replay_of is not None
+               else f"nothing new up to {bounds.upto}")
+        self.log.info("pipeline %s: %s; skipping %s", spec.pipeline, why,
                       ", ".join(t.task_id for t in to_skip) or "nothing")
         if to_skip:
             # Skipping ends execute() with an exception, so the bounds are pushed first.
@@ -60,3 +76,9 @@ class TidegateBoundsOperator(TidegateBaseOperator, SkipMixin):
         if self.ignore_downstream_trigger_rules:
             return list(task.get_flat_relatives(upstream=False))
         return list(task.get_direct_relatives(upstream=False))
+
+
+def _is_backfill(context: Context) -> bool:
+    dag_run = context.get("dag_run")
+    run_type = getattr(dag_run, "run_type", None) if dag_run is not None else None
+    return str(getattr(run_type, "value", run_type) or "") == "backfill"

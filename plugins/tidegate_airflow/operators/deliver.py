@@ -7,7 +7,8 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ from ..package import package_zip
 from .base import TaskRun, TidegateTaskMixin
 
 DEFAULT_APPLICATION = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "deliver.py")
-PASSED_ENV = ("TIDEGATE_PIPELINES_DIR", "TIDEGATE_CHECKPOINT_STORE")
 
 
 class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
@@ -31,13 +31,16 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     sub-batch under the commit policy and commits checkpoints as it goes. What it needs travels
     with it: the spec's content (``--spec-b64``; a driver on a cluster never reads the Airflow
     worker's disk) and the ``tidegate`` package as a zip in ``--py-files`` (``ship_package``).
-    Its argv holds positions, names and ids only; the connections the spec uses reach the driver
-    as ``AIRFLOW_CONN_<ID>`` environment variables built from Airflow's connections, added at
-    execute time (so they are in no rendered template field, no argv and no log), and the
-    executors receive the source connection from the driver inside the job. On YARN,
-    Kubernetes or in cluster deploy mode spark-submit would put environment variables on its
-    command line: the operator refuses (``UnsafeConnectionTransportError``) unless
-    ``pass_connections=False`` and the cluster gives the driver the connections itself.
+    Its argv holds positions, names and ids only. In client deploy mode (the driver runs in this
+    task: ``local[N]``, a standalone master, YARN or Kubernetes in client mode) the connections
+    the spec uses reach the driver as ``AIRFLOW_CONN_<ID>`` variables of the spark-submit
+    process's own environment, built from Airflow's connections at execute time: they are in no
+    rendered template field, no ``env_vars`` (which the Spark provider turns into ``--conf`` on
+    YARN and Kubernetes), no argv and no log. The executors receive the source connection from
+    the driver inside the job. In cluster deploy mode the driver runs elsewhere and only a
+    command line could carry them: the operator refuses (``UnsafeConnectionTransportError``)
+    unless ``pass_connections=False`` and the cluster gives the driver ``AIRFLOW_CONN_*`` and
+    ``TIDEGATE_CHECKPOINT_STORE`` itself (docs/operations.md, "Spark").
 
     :param pipeline: the pipeline name.
     :param mode, sinks, max_events, replay_of: override the run's params (None: from the params /
@@ -49,7 +52,8 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     :param conf: Spark settings, merged over ``spark.conf`` of the spec.
     :param packages: Maven coordinates (comma-separated); None: ``spark.packages`` of the spec.
     :param source_conn_id: override the spec's source connection.
-    :param pass_connections: pass the spec's connections to the driver as environment variables.
+    :param pass_connections: pass the spec's connections to the driver in spark-submit's environment
+        (client deploy mode only).
     :param ship_package: add a zip of the ``tidegate`` package to ``--py-files``.
     :param application: the entry point (default: this project's ``spark_jobs/deliver.py``).
     :return: (XCom) the run report ``{"pipeline", "run_id", "sub_batches", "events", "bytes",
@@ -79,6 +83,8 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self.spark_conn_id = spark_conn_id
         self.pass_connections = pass_connections
         self.ship_package = ship_package
+        # AIRFLOW_CONN_* for the driver: only ever in the spark-submit process's environment.
+        self._driver_secrets: dict[str, str] = {}
 
     def plan_overrides(self) -> Mapping[str, Any]:
         return {"mode": self.mode, "sinks": self.sinks, "max_events": self.max_events,
@@ -100,21 +106,29 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
             self.py_files = ",".join(p for p in (self.py_files, str(package_zip())) if p)
         self.application_args = build_args(spec=spec, run_id=task.run_id, plan=plan, upto=self._upto(context),
                                            report_file=report_file)
+        # Settings for the driver that are no secret (the provider may put them on a command line).
+        # TIDEGATE_CHECKPOINT_STORE and TIDEGATE_PIPELINES_DIR need no copy: spark-submit inherits
+        # this task's environment, and the store URL may hold a password.
         env = dict(self.env_vars or {})
-        env.update({k: os.environ[k] for k in PASSED_ENV if os.environ.get(k) and k not in env})
-        master = self._check_transport()
+        master, deploy_mode = self._check_transport()
+        # In client mode the driver runs here, with this worker's interpreter (it has tidegate and
+        # the clients); so do local executors. A cluster's executors use spark.pyspark.python of
+        # the spec's spark.conf, which would also name the driver's unless the driver's own
+        # setting (it takes precedence over any environment variable) says otherwise.
         if master.startswith("local"):
-            # The driver and local executors run the same interpreter as this worker (with tidegate).
             for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
                 if not os.environ.get(k) and k not in env:
                     env[k] = sys.executable
+        elif deploy_mode == "client" and not os.environ.get("PYSPARK_DRIVER_PYTHON"):
+            self.conf.setdefault("spark.pyspark.driver.python", sys.executable)
+        self.env_vars = env
+        self._driver_secrets = {}
         if self.pass_connections:
             conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks)]
-            env.update(connection_env(conn_ids, task.resolve))
-        self.env_vars = env
-        self.log.info("pipeline %s: spark-submit %s on %s, run %s (%s), connections passed: %s",
-                      spec.pipeline, self.application, master, task.run_id, plan.mode,
-                      ", ".join(sorted(k for k in env if k.startswith("AIRFLOW_CONN_"))) or "none")
+            self._driver_secrets = connection_env(conn_ids, task.resolve)
+        self.log.info("pipeline %s: spark-submit %s on %s (%s deploy mode), run %s (%s), connections "
+                      "passed in its environment: %s", spec.pipeline, self.application, master, deploy_mode,
+                      task.run_id, plan.mode, ", ".join(sorted(self._driver_secrets)) or "none")
         return task
 
     def _upto(self, context: Context) -> dict[str, Any] | None:
@@ -126,28 +140,31 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
             upto = json.loads(upto) if upto.strip() else None
         return upto
 
-    def _check_transport(self) -> str:
-        """The Spark master; raises when connections would travel on a command line."""
+    def _check_transport(self) -> tuple[str, str]:
+        """The Spark master and deploy mode, as spark-submit will get them; raises when the
+        connections could only reach the driver on a command line (cluster deploy mode)."""
         from airflow.sdk import BaseHook
 
         try:
-            c = BaseHook.get_connection(self._conn_id)
+            BaseHook.get_connection(self._conn_id)
         except AirflowException:
             raise UnsafeConnectionTransportError(
                 f"Spark connection {self._conn_id!r} is not defined; define it, e.g. "
                 f"AIRFLOW_CONN_{self._conn_id.upper()}='{{\"conn_type\":\"spark\",\"host\":\"local[2]\"}}'"
             ) from None
-        master = f"{c.host}:{c.port}" if c.port else str(c.host or "yarn")
-        deploy_mode = (c.extra_dejson or {}).get("deploy-mode") or ""
-        unsafe = master.startswith(("yarn", "k8s://")) or deploy_mode == "cluster"
-        if unsafe and self.pass_connections:
+        resolved = self._get_hook()._connection
+        master = str(resolved["master"])
+        deploy_mode = (resolved.get("deploy_mode") or (self.conf or {}).get("spark.submit.deployMode")
+                       or ("cluster" if master == "yarn-cluster" else "client"))
+        if deploy_mode == "cluster" and self.pass_connections:
             raise UnsafeConnectionTransportError(
-                f"Spark connection {self._conn_id!r} ({master}, deploy-mode {deploy_mode or 'client'}): "
-                f"spark-submit would put the environment on its command line, so tidegate will not "
-                f"pass connection secrets this way. Give the driver AIRFLOW_CONN_* through the "
-                f"cluster's secrets (e.g. spark.kubernetes.driver.secretKeyRef.*) and set "
-                f"pass_connections=False.")
-        return master
+                f"Spark connection {self._conn_id!r} ({master}, cluster deploy mode): the driver runs "
+                f"on the cluster, and only spark-submit's command line could carry the connections to "
+                f"it, so tidegate will not pass them. Give the driver AIRFLOW_CONN_* and "
+                f"TIDEGATE_CHECKPOINT_STORE through the cluster's secrets (e.g. "
+                f"spark.kubernetes.driver.secretKeyRef.*) and set pass_connections=False, or use "
+                f"client deploy mode.")
+        return master, deploy_mode
 
     # ------------------------------------------------------------------ running
 
@@ -157,7 +174,8 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         try:
             self.prepare(context, report_file, task)
             try:
-                SparkSubmitOperator.execute(self, context)
+                with _process_environment(self._driver_secrets):
+                    SparkSubmitOperator.execute(self, context)
             except AirflowException as exc:
                 from tidegate.plan import EXIT_FATAL
 
@@ -178,6 +196,22 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
                           task.spec.pipeline, report.get("events"), report.get("bytes"),
                           report.get("sub_batches"))
         return report
+
+
+@contextmanager
+def _process_environment(extra: Mapping[str, str]) -> Iterator[None]:
+    """``extra`` in this process's environment while spark-submit starts (it inherits it), and
+    gone afterwards. The task process runs this one task."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def build_args(*, spec: Any, run_id: str, plan: Any, upto: dict[str, Any] | None = None,
