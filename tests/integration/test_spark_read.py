@@ -80,7 +80,7 @@ def backlog(mysql, tmp_path_factory):
         for chunk in range(3):  # three binlog files with rows in each
             c.execute("BEGIN")
             for i in range(chunk * 1000, chunk * 1000 + 1000):
-                c.execute(f"INSERT INTO {db}.t VALUES (%s, %s, %s, '2026-01-02 03:04:05')",
+                c.execute(f"INSERT INTO {db}.t (id, v, d, at) VALUES (%s, %s, %s, '2026-01-02 03:04:05')",
                           (i, f"v{i}", i / 4))
             c.execute("COMMIT")
             c.execute(f"UPDATE {db}.t SET v = 'u' WHERE id = %s", (chunk * 1000,))
