@@ -24,13 +24,13 @@ def store(url):
 def test_sqlite_settings_and_migrations(store, url):
     from tidegate.store.migrations import LATEST
 
-    assert store.schema_version() == LATEST == 2
+    assert store.schema_version() == LATEST == 3
     conn = store._conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     assert store.migrate() == LATEST  # idempotent
     rows = conn.execute("SELECT version, description FROM tidegate_schema_version").fetchall()
-    assert [r[0] for r in rows] == [1, 2]
+    assert [r[0] for r in rows] == [1, 2, 3]
 
 
 def test_a_store_of_schema_1_is_migrated_with_its_checkpoints(tmp_path):
@@ -55,7 +55,7 @@ def test_a_store_of_schema_1_is_migrated_with_its_checkpoints(tmp_path):
     store = open_store(f"sqlite:///{path}")
     try:
         rec = store.get_checkpoint("p", "s")
-        assert (store.schema_version(), rec.position, rec.control) == (2, pos(3), None)
+        assert (store.schema_version(), rec.position, rec.control) == (3, pos(3), None)
     finally:
         store.close()
 
