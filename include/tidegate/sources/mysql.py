@@ -70,6 +70,7 @@ from ..spec import PipelineSpec
 from ..store.records import CheckpointRecord
 from .base import Source, SourceItem
 from .preflight import ERROR, WARNING, Problem, human_seconds, setting_problem
+from .snapshot_mysql import MySqlSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ def _utc(v: Any) -> Any:
     return v.replace(tzinfo=dt.UTC) if isinstance(v, dt.datetime) else v
 
 
-class MySqlSource(Source):
+class MySqlSource(MySqlSnapshot, Source):  # snapshots: snapshot_mysql.py
     """Bounded reads of a MySQL/MariaDB binlog. See the module docstring for the contract."""
 
     kind = "mysql"

@@ -63,6 +63,7 @@ from ..spec import PipelineSpec
 from ..store.records import CheckpointRecord
 from .base import Source, SourceItem
 from .preflight import ERROR, WARNING, Problem, human_bytes, setting_problem
+from .snapshot_postgres import PostgresSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,7 @@ def _commit_ms(ts: str | None) -> int:
 # ---------------------------------------------------------------------- the source
 
 
-class PostgresSource(Source):
+class PostgresSource(PostgresSnapshot, Source):  # snapshots: snapshot_postgres.py
     """Bounded reads of a logical replication slot (wal2json). See the module docstring."""
 
     kind = "postgres"
