@@ -118,4 +118,7 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
                  len(slices))
         return read_range(spark, spec, slices)
 
-    return run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader)
+    from .spark_snapshot import chunk_reader  # snapshots: one Spark task per chunk
+
+    return run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader,
+                        chunk_reader=chunk_reader(spark))
