@@ -15,7 +15,7 @@ from typing import Any
 from . import catalog
 from . import spec as specmod
 from .errors import TidegateError
-from .plan import MODES, RunPlan
+from .plan import MODES, RESOLUTIONS, RunPlan
 from .positions import position_to_json
 from .store import CheckpointStore, open_store
 
@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--replay-of", help="mode replay: the run id whose range to deliver again")
     r.add_argument("--run-id", help="default: manual__<UTC time>")
     r.add_argument("--no-guards", action="store_true", help="skip the continuity guards (debugging)")
+    r.add_argument("--resolve", choices=RESOLUTIONS,
+                   help="resolve the open incidents first (needs --reason); resnapshot re-loads the "
+                        "tables, also on a healthy pipeline")
+    r.add_argument("--reason", help="why (kept with the incident and the checkpoints)")
+    r.add_argument("--tables", help="with --resolve resnapshot: comma-separated tables to re-load")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("status", help="checkpoints and incidents per pipeline")
@@ -102,7 +107,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
     spec = catalog.find(args.pipeline)
     plan = RunPlan.from_values({"mode": args.mode, "sinks": args.sinks, "max_events": args.max_events,
-                                "replay_of": args.replay_of}, sink_ids=[s.id for s in spec.sinks],
+                                "replay_of": args.replay_of, "resolve": args.resolve, "reason": args.reason,
+                                "tables": args.tables}, sink_ids=[s.id for s in spec.sinks],
                                who=_os_user())
     if not args.no_guards:
         guards.run_guards(spec, plan, run_id=run_id)
