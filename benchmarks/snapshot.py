@@ -17,7 +17,8 @@ envelope in chunk order, as a run's coordinator does:
   chunks read at once by Spark tasks that also build the envelopes; the driver gets the bytes.
 
 Each reports rows/s over the read (the Spark session's start-up, about 15 s here, is reported
-apart and not in rows/s), CPU seconds of the child and its descendants, and peak RSS: the
+apart and not in rows/s), CPU seconds of the child and its descendants (for Spark: the driver,
+the JVM and its Python workers; not the database server's), and peak RSS: the
 reading process (for Spark the Python driver) and, for Spark, the driver JVM, sampled every
 0.2 s. The speed-up is spark rows/s over sequential rows/s of this one run. The workload uses
 the admin connection, the reads the CDC one; the table is dropped at the end.
@@ -144,6 +145,22 @@ def plan(spec) -> tuple[str, float]:
 # --------------------------------------------------------------------------- measuring child
 
 
+def tree_cpu() -> float:
+    """CPU seconds of this process and every live descendant (the Spark JVM, its Python
+    workers), with what their finished children used."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return total
+
+
 class PeakRss:
     """Peak RSS (MB) of this process and of its JVM child, sampled every 0.2 s."""
 
@@ -203,7 +220,7 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
             reader = chunk_reader(spark)
         else:
             reader = read_chunks_in_process
-        cpu0 = os.times()
+        cpu0 = tree_cpu()
         t0 = time.perf_counter()
         rows = size = 0
         for _chunk, events in reader(spec, source, rec, list(range(1, len(rec.chunks) + 1))):
@@ -211,11 +228,10 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
                 rows += 1
                 size += len(ev.value)
         wall = time.perf_counter() - t0
-        cpu1 = os.times()
+        cpu = tree_cpu() - cpu0
     if spark is not None:
         spark.stop()
     source.close()
-    cpu = sum(b - a for a, b in zip(cpu0[:4], cpu1[:4], strict=True))
     peak = max(rss.peak["reader_mb"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out.update(rows=rows, bytes=size, wall_s=round(wall, 2), rows_per_s=round(rows / wall),
                cpu_s=round(cpu, 1), peak_rss_mb=round(peak),

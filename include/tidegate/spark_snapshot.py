@@ -11,8 +11,8 @@ The driver reads the chunks through a bounded window: ``snapshot.parallelism`` c
 at once, each as a one-partition DataFrame collected with ``toArrow()`` (Arrow moves the rows'
 bytes from the JVM to the driver without pickling a Python object per row), and the coordinator
 takes them in chunk order; when it takes chunk ``i``, chunk ``i + parallelism`` starts. The
-driver holds at most ``parallelism`` chunks, so its memory is bounded by ``parallelism x
-chunk_rows`` rows, not by the table. (One DataFrame's ``toLocalIterator`` would compute its
+driver holds at most ``parallelism + 1`` chunks (those being read and the one being delivered),
+so its memory is bounded by chunks, not by the table. (One DataFrame's ``toLocalIterator`` would compute its
 partitions one after the other, or two at a time with prefetching, and unpickle a Row per row.)
 
 Why a Python Data Source and not Spark's JDBC source: a row's values must have exactly the JSON

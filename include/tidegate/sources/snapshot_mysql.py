@@ -177,7 +177,10 @@ class MySqlSnapshot:
         try:
             conn = pymysql.connect(host=c.host or "127.0.0.1", port=int(c.port or 3306), user=c.login or "",
                                    password=c.password or "", charset="utf8mb4", autocommit=True,
-                                   connect_timeout=10, init_command="SET time_zone = '+00:00'",
+                                   connect_timeout=10,
+                                   # UTC for TIMESTAMP; a chunk is streamed to a consumer that may
+                                   # pause (a sink retrying), so the server waits longer than 60 s
+                                   init_command="SET time_zone = '+00:00', net_write_timeout = 900",
                                    cursorclass=(pymysql.cursors.SSCursor if unbuffered
                                                 else pymysql.cursors.Cursor))
         except pymysql.err.OperationalError as exc:
