@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
                         "continue (past a schema change that halted it); needs --reason")
     r.add_argument("--reason", help="why the incidents are resolved this way (kept with them)")
     r.add_argument("--no-guards", action="store_true", help="skip the continuity guards (debugging)")
+    r.add_argument("--resolve", choices=RESOLUTIONS,
+                   help="resolve the open incidents first (needs --reason); resnapshot re-loads the "
+                        "tables, also on a healthy pipeline")
+    r.add_argument("--reason", help="why (kept with the incident and the checkpoints)")
+    r.add_argument("--tables", help="with --resolve resnapshot: comma-separated tables to re-load")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("status", help="checkpoints and incidents per pipeline")
@@ -107,8 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
     spec = catalog.find(args.pipeline)
     plan = RunPlan.from_values({"mode": args.mode, "sinks": args.sinks, "max_events": args.max_events,
-                                "replay_of": args.replay_of, "resolve": args.resolve,
-                                "reason": args.reason}, sink_ids=[s.id for s in spec.sinks],
+                                "replay_of": args.replay_of, "resolve": args.resolve, "reason": args.reason,
+                                "tables": args.tables}, sink_ids=[s.id for s in spec.sinks],
                                who=_os_user())
     if args.no_guards and plan.resolve:
         raise RunParamsError(["--resolve resolves incidents in the guards step: drop --no-guards"])

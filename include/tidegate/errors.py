@@ -138,6 +138,13 @@ class CannotTranslateError(SourceError):
     fatal = True
 
 
+class SnapshotError(SourceError):
+    """A snapshot cannot be taken as asked (a table without a primary key, a table the pipeline
+    does not capture, a source that cannot snapshot); the message names the table and the fix."""
+
+    fatal = True
+
+
 class StaleEpochError(TidegateError):
     """A checkpoint write came from a run whose lease epoch is no longer current (a zombie)."""
 
@@ -166,7 +173,7 @@ def halt_message(inc: Any) -> str:
     return (f"pipeline {inc.pipeline!r} is halted by incident #{inc.id} ({inc.kind}, detected "
             f"{inc.detected_at}): changes from {at(inc.from_position)} to {at(inc.to_position)} "
             f"may be missing{': ' + inc.detail if inc.detail else ''}. Resolve it by triggering "
-            f"the DAG with resolve=accept_gap and a reason.")
+            f"the DAG with resolve=resnapshot (re-load the tables) or resolve=accept_gap, and a reason.")
 
 
 class CommitPolicyError(TidegateError):

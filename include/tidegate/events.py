@@ -39,6 +39,19 @@ from .positions import Position
 EVENT_ID_NAMESPACE = uuid.UUID("6f1c2a9e-5b0d-4c1e-9d3a-7a2e8b4c0d11")
 
 OPS = ("c", "u", "d", "r")
+# source.snapshot, as Debezium writes it: "true" for snapshot rows, "last" for the last row of a
+# table's snapshot, "false" for log events.
+SNAPSHOT_MARKS = ("true", "last", "false")
+
+
+def snapshot_mark(v: Any) -> str:
+    """``source.snapshot`` as a string; a bool (what callers passed before the strings) maps to
+    "true"/"false"."""
+    if v is True or v is False:
+        return "true" if v else "false"
+    if v not in SNAPSHOT_MARKS:
+        raise ValueError(f"source.snapshot {v!r} is not one of {SNAPSHOT_MARKS}")
+    return v
 
 
 _NATIVE_SCALARS = (str, int, bool, type(None))
@@ -180,7 +193,7 @@ class ChangeEvent:
     ts_ms: int  # source commit time, ms since epoch
     total_order: int  # 1-based index of the row within its transaction
     data_collection_order: int  # 1-based index of the row among its table's rows in the tx
-    snapshot: bool = False
+    snapshot: str = "false"  # "true" | "last" (snapshot rows) | "false" (log events)
     tx_end: bool = False
     end_position: Position | None = field(default=None, compare=False)
 
@@ -188,6 +201,7 @@ class ChangeEvent:
     def build(cls, **kw: Any) -> ChangeEvent:
         for name in ("before", "after", "key"):
             kw[name] = encode_row(kw.get(name))
+        kw["snapshot"] = snapshot_mark(kw.get("snapshot", "false"))
         ev = cls(**kw)
         ev.validate()
         return ev
@@ -196,7 +210,7 @@ class ChangeEvent:
     def native(cls, tenant: str, pipeline: str, connector: str, db: str, schema: str, table: str,
                op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
                key: dict[str, Any] | None, tx_id: str, event_id: str, position: dict[str, Any],
-               ts_ms: int, total_order: int, data_collection_order: int, snapshot: bool = False,
+               ts_ms: int, total_order: int, data_collection_order: int, snapshot: str | bool = "false",
                tx_end: bool = False, end_position: Position | None = None,
                floats_checked: bool = False) -> ChangeEvent:
         """An event from values that are already JSON-native (what :func:`encode_row` returns)
@@ -213,7 +227,8 @@ class ChangeEvent:
             tenant=tenant, pipeline=pipeline, connector=connector, db=db, schema=schema,
             table=table, op=op, before=before, after=after, key=key, tx_id=tx_id,
             event_id=event_id, position=position, ts_ms=ts_ms, total_order=total_order,
-            data_collection_order=data_collection_order, snapshot=snapshot, tx_end=tx_end,
+            data_collection_order=data_collection_order,
+            snapshot=snapshot if snapshot.__class__ is str else snapshot_mark(snapshot), tx_end=tx_end,
             end_position=end_position)
         if floats_checked:
             ev.__dict__["_floats_checked"] = True  # otherwise value searches the floats itself
@@ -237,7 +252,8 @@ class ChangeEvent:
                  schema=src["schema"], table=src["table"], op=env["op"], before=env["before"],
                  after=env["after"], key=env["key"], tx_id=src["tx_id"], event_id=rest.rsplit("|", 1)[1],
                  position=src["position"], ts_ms=src["ts_ms"], total_order=tx["total_order"],
-                 data_collection_order=tx["data_collection_order"], snapshot=src["snapshot"],
+                 data_collection_order=tx["data_collection_order"],
+                 snapshot=snapshot_mark(src["snapshot"]),
                  tx_end=tx_end, end_position=end_position)
         ev.__dict__["value"] = bytes(value)  # prime the cached value with the original bytes
         return ev

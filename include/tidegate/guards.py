@@ -18,6 +18,7 @@ goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,7 +27,7 @@ from .checkpoints import adopt
 from .errors import ChangesLostError, ContinuityHalt, SourceError, TidegateError, halt_message
 from .events import ControlMessage
 from .plan import GUARD_ORDER, RESOLUTIONS, RunPlan
-from .positions import Position, later, oldest, position_to_json
+from .positions import Position, SnapshotPosition, later, log_position, oldest, position_to_json
 from .runner import Resolver, build_sinks, opened
 from .sinks.base import Sink
 from .sources.base import Source
@@ -57,7 +58,8 @@ def run_guards(spec: PipelineSpec, plan: RunPlan, *, run_id: str, checks: Sequen
         out: dict[str, Any] = {"resolved": [], "checks": {}, "warnings": []}
         if plan.resolve:
             out["resolved"] = resolve_incidents(spec, resolution=plan.resolve, reason=plan.reason or "",
-                                                who=plan.who, run_id=run_id, resolve=resolve, store=store)
+                                                who=plan.who, run_id=run_id, resolve=resolve, store=store,
+                                                tables=plan.tables)
         for check in (c for c in GUARD_ORDER if c in checks):
             out["checks"][check] = _run_check(check, spec, run_id, resolve, store, out)
         return out
@@ -146,8 +148,9 @@ def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, o
     for sid, pos in sorted(effective.items()):
         if pos is None:
             continue  # no checkpoint yet: nothing to translate
-        try:
-            moved[sid] = source.translate(pos)
+        try:  # a sink inside a snapshot keeps its chunks; its handoff moves (snapshots)
+            moved[sid] = (pos.with_handoff(source.translate(pos.handoff)) if isinstance(pos, SnapshotPosition)
+                          else source.translate(pos))
         except SourceError as exc:  # no GTIDs, GTIDs missing on the new server, or purged there
             _halt(store, spec, "failover", lowest_old, source.head(),
                   f"{change}; the checkpoints cannot be placed on the new server without loss: "
@@ -217,7 +220,8 @@ def guard_retention(spec: PipelineSpec, *, run_id: str, resolve: Resolver | None
     with opened(spec, resolve, store) as (source, st):
         lowest = _lowest_checkpoint(st, spec)
         try:
-            return source.check_retention(lowest, first_run=not st.checkpoints(spec.pipeline))
+            return source.check_retention(None if lowest is None else log_position(lowest),
+                                          first_run=not st.checkpoints(spec.pipeline))
         except ChangesLostError as exc:
             to = exc.earliest_available if exc.earliest_available is not None else source.head()
             _halt(st, spec, exc.kind, lowest, to, str(exc), run_id)
@@ -233,7 +237,10 @@ def preflight(spec: PipelineSpec, *, resolve: Resolver | None = None,
     with opened(spec, resolve, store) as (source, st):
         sink_ids = {s.id for s in spec.sinks}
         stored = [r for sid, r in st.checkpoints(spec.pipeline).items() if sid in sink_ids]
-        problems = source.preflight(min(stored, key=lambda r: r.position) if stored else None)
+        oldest_rec = min(stored, key=lambda r: r.position) if stored else None
+        if oldest_rec is not None:  # a snapshot holds the log from its handoff
+            oldest_rec = dataclasses.replace(oldest_rec, position=log_position(oldest_rec.position))
+        problems = source.preflight(oldest_rec)
     raise_for_problems(problems)
     warnings = [p.message for p in problems if p.severity != "error"]
     for w in warnings:
@@ -246,11 +253,14 @@ def preflight(spec: PipelineSpec, *, resolve: Resolver | None = None,
 
 def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: str,
                       run_id: str, resolve: Resolver | None = None,
-                      store: CheckpointStore | None = None) -> list[dict[str, Any]]:
+                      store: CheckpointStore | None = None,
+                      tables: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Resolve every open incident of the pipeline. ``accept_gap`` moves the checkpoints past
     the missing range (on a new server or a lost slot: to where streaming can resume) as new
     store versions, so no older sink-side record pulls a sink back; the range and the reason
-    stay on record."""
+    stay on record. ``resnapshot`` plans a snapshot of every table (or of ``tables``, on a
+    healthy pipeline) that hands off to the log where it restarts (snapshots.py), also when
+    no incident is open."""
     if resolution not in RESOLUTIONS:
         raise TidegateError(f"resolve must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
     if not (reason or "").strip():
@@ -261,6 +271,8 @@ def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: 
         incidents = st.incidents(spec.pipeline, unresolved_only=True)
         for inc in incidents:  # check them all before resolving any
             _check_resolution(inc, resolution)
+        if resolution == "resnapshot":  # --- snapshots
+            _resnapshot(spec, st, source, incidents, run_id=run_id, who=who, reason=reason, tables=tables)
         for inc in incidents:
             if resolution == "accept_gap":
                 _accept_gap(spec, st, source, inc, run_id, who, reason)
@@ -268,10 +280,23 @@ def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: 
         return done
 
 
+def _resnapshot(spec: PipelineSpec, store: CheckpointStore, source: Any, incidents: Sequence[Incident], *,
+                run_id: str, who: str, reason: str, tables: Sequence[str] | None) -> None:
+    """Plan the resnapshot once per run id (a retried guard task does not plan a second one)."""
+    from . import snapshots
+
+    if any(r.kind == "resnapshot" and r.run_id == run_id for r in store.snapshots(spec.pipeline)):
+        log.info("pipeline %s: run %s already planned its resnapshot", spec.pipeline, run_id)
+        return
+    snapshots.resnapshot(spec, source, store, incidents=incidents, tables=tables, run_id=run_id, who=who,
+                         reason=reason)
+
+
 def _check_resolution(inc: Incident, resolution: str) -> None:
-    """``continue`` goes on past a schema change; ``accept_gap`` accepts lost changes."""
+    """``continue`` goes on past a schema change; ``accept_gap`` accepts lost changes,
+    ``resnapshot`` re-loads the tables over them."""
     if (inc.kind == "schema_change") != (resolution == "continue"):
-        fit = "continue" if inc.kind == "schema_change" else "accept_gap"
+        fit = "continue" if inc.kind == "schema_change" else "resnapshot or resolve=accept_gap"
         raise TidegateError(f"incident #{inc.id} is a {inc.kind}: resolve it with resolve={fit}, "
                             f"not resolve={resolution}")
 

@@ -15,16 +15,17 @@ from typing import Any
 from .errors import TidegateError
 
 MODES = ("incremental", "replay", "dry_run")
-# accept_gap moves the checkpoints past a recorded loss; continue goes on past a schema change
-# that halted the pipeline (on_schema_change: halt).
-RESOLUTIONS = ("accept_gap", "continue")
+# accept_gap moves the checkpoints past a recorded loss; resnapshot re-loads the tables (all,
+# or the `tables` param) and hands off to the log, also on a healthy pipeline; continue goes on
+# past a schema change that halted the pipeline (on_schema_change: halt).
+RESOLUTIONS = ("accept_gap", "resnapshot", "continue")
 # The guards of a run, in the order they run: an open incident first (nothing else matters
 # while halted), then the server behind the connection, then whether its log still holds the
 # checkpoints, then settings and headroom.
 GUARD_ORDER = ("halted", "failover", "retention", "preflight")
 # spark_jobs/deliver.py exits with this code on an error that a retry cannot fix.
 EXIT_FATAL = 3
-PARAM_KEYS = ("mode", "sinks", "max_events", "replay_of", "resolve", "reason")
+PARAM_KEYS = ("mode", "sinks", "max_events", "replay_of", "resolve", "reason", "tables")
 
 
 class RunParamsError(TidegateError):
@@ -48,6 +49,7 @@ class RunPlan:
     resolve: str | None = None
     reason: str | None = None
     who: str = "airflow"
+    tables: list[str] | None = None  # resolve=resnapshot: the tables to re-load (None: all)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,9 +78,10 @@ class RunPlan:
         if resolve is not None and reason is None:
             problems.append(f"reason is required when resolve is set (resolve={resolve!r}): say why "
                             f"the incident is resolved this way; it is kept with the incident")
+        tables = _tables(values.get("tables"), resolve, problems)
         if problems:
             raise RunParamsError(problems)
-        return cls(mode, sinks, max_events, replay_of, resolve, reason, who)
+        return cls(mode, sinks, max_events, replay_of, resolve, reason, who, tables)
 
 
 def _text(v: Any) -> str | None:
@@ -107,6 +110,29 @@ def _sinks(v: Any, known: Sequence[str] | None, problems: list[str]) -> list[str
                         f"{', '.join(known)}")
         return None
     return None if set(chosen) == set(known) else chosen
+
+
+def _tables(v: Any, resolve: str | None, problems: list[str]) -> list[str] | None:
+    """``tables`` (resnapshot only): a list of ``db.table`` / ``schema.table`` names, or a
+    comma-separated string of them; empty means every captured table."""
+    from .spec import TABLE_RE
+
+    if v is None or (isinstance(v, (str, list, tuple)) and not v) or (isinstance(v, str) and not v.strip()):
+        return None
+    if isinstance(v, str):
+        v = [t.strip() for t in v.split(",") if t.strip()]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(t, str) for t in v):
+        problems.append(f"tables must be a list of schema.table names, got {v!r}")
+        return None
+    bad = [t for t in v if not TABLE_RE.match(t)]
+    if bad:
+        problems.append(f"tables: malformed table name(s) {', '.join(map(repr, bad))}; expected "
+                        f"schema.table (db.table for MySQL/MariaDB)")
+        return None
+    if resolve != "resnapshot":
+        problems.append(f"tables={list(v)!r} only goes with resolve=resnapshot (resolve is {resolve!r})")
+        return None
+    return list(dict.fromkeys(v))
 
 
 def _max_events(v: Any, problems: list[str]) -> int | None:

@@ -16,6 +16,7 @@ has no lineage and orders against any position.
 JSON forms (docs/architecture.md, "Positions and checkpoints"):
   MySQL/MariaDB: {"file", "pos", "gtid_set", "server_id", "server_uuid"}
   Postgres:      {"lsn", "system_id", "timeline"}
+  Snapshot:      {"snapshot", "chunk", "handoff"} (a snapshot's progress, before its handoff)
 """
 
 from __future__ import annotations
@@ -289,15 +290,114 @@ class PgPosition:
         return str(self.lsn)
 
 
-Position = Union[BinlogPosition, PgPosition]
+# --------------------------------------------------------------------------- snapshots
+# (snapshots: docs/architecture.md, "Snapshots")
+
+
+@dataclass(frozen=True)
+class SnapshotPosition:
+    """Progress of a snapshot: chunks 1..``chunk`` of snapshot ``snapshot_id`` are delivered
+    (``chunk`` 0: none yet); the log takes over at ``handoff`` once every chunk is delivered.
+
+    Every position of a snapshot lies just before its handoff: it is lower than the handoff
+    and every later log position, higher than every log position before the handoff. Within
+    one snapshot positions are ordered by chunk; two snapshots by handoff, then by id (ids are
+    time-ordered). The lineage is the handoff's.
+    JSON: ``{"snapshot": id, "chunk": n, "handoff": {...}}``.
+    """
+
+    snapshot_id: str
+    chunk: int
+    handoff: BinlogPosition | PgPosition
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chunk, int) or self.chunk < 0:
+            raise ValueError(f"snapshot chunk {self.chunk!r} must be a non-negative integer")
+        if not isinstance(self.handoff, (BinlogPosition, PgPosition)):
+            raise ValueError(f"a snapshot's handoff must be a log position, got {self.handoff!r}")
+
+    @property
+    def lineage(self) -> tuple[Any, ...] | None:
+        return self.handoff.lineage
+
+    def _cmp(self, other: object) -> int | None:
+        """-1/0/1 against ``other`` (None: not a position)."""
+        if isinstance(other, SnapshotPosition):
+            if self.snapshot_id == other.snapshot_id:
+                return (self.chunk > other.chunk) - (self.chunk < other.chunk)
+            if self.handoff != other.handoff:
+                return 1 if self.handoff > other.handoff else -1
+            return 1 if self.snapshot_id > other.snapshot_id else -1
+        if isinstance(other, (BinlogPosition, PgPosition)):
+            return 1 if self.handoff > other else -1  # just before the handoff
+        return None
+
+    def __lt__(self, other: object) -> bool:
+        c = self._cmp(other)
+        return NotImplemented if c is None else c < 0
+
+    def __le__(self, other: object) -> bool:
+        c = self._cmp(other)
+        return NotImplemented if c is None else c <= 0
+
+    def __gt__(self, other: object) -> bool:
+        c = self._cmp(other)
+        return NotImplemented if c is None else c > 0
+
+    def __ge__(self, other: object) -> bool:
+        c = self._cmp(other)
+        return NotImplemented if c is None else c >= 0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SnapshotPosition):
+            return False if isinstance(other, (BinlogPosition, PgPosition)) else NotImplemented
+        return (self.snapshot_id, self.chunk) == (other.snapshot_id, other.chunk) and \
+            self.handoff == other.handoff
+
+    def __hash__(self) -> int:
+        return hash((self.snapshot_id, self.chunk))
+
+    def at_chunk(self, chunk: int) -> SnapshotPosition:
+        return SnapshotPosition(self.snapshot_id, chunk, self.handoff)
+
+    def with_handoff(self, handoff: BinlogPosition | PgPosition) -> SnapshotPosition:
+        return SnapshotPosition(self.snapshot_id, self.chunk, handoff)
+
+    def bytes_to(self, other: Position, file_sizes: dict[str, int] | None = None) -> int | None:
+        """Log bytes from the handoff to ``other`` (the log still to read after the snapshot)."""
+        return self.handoff.bytes_to(log_position(other), file_sizes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"snapshot": self.snapshot_id, "chunk": self.chunk, "handoff": self.handoff.to_json()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SnapshotPosition:
+        handoff = position_from_json(d["handoff"])
+        if isinstance(handoff, SnapshotPosition):
+            raise ValueError(f"a snapshot's handoff must be a log position: {d!r}")
+        return cls(str(d["snapshot"]), int(d["chunk"]), handoff)
+
+    def __str__(self) -> str:
+        return f"snapshot {self.snapshot_id} chunk {self.chunk} (handoff {self.handoff})"
+
+
+def log_position(p: Position) -> BinlogPosition | PgPosition:
+    """The log position a position stands for at the source: a snapshot's handoff (the log the
+    source must keep and read after it), any other position itself."""
+    return p.handoff if isinstance(p, SnapshotPosition) else p
+
+
+Position = Union[BinlogPosition, PgPosition, SnapshotPosition]
 
 
 def position_from_json(d: dict[str, Any] | str | None) -> Position | None:
-    """Parse either position kind from its JSON form (a dict or a JSON string)."""
+    """Parse a position of any kind from its JSON form (a dict or a JSON string)."""
     if d is None:
         return None
     if isinstance(d, str):
         d = json.loads(d)
+    if "snapshot" in d:
+        return SnapshotPosition.from_json(d)
     if "lsn" in d:
         return PgPosition.from_json(d)
     if "file" in d:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from . import snapshots
 from .connections import Connection, get_connection
 from .coordinator import Coordinator, RunReport
 from .errors import ContinuityHalt, TidegateError
@@ -30,6 +31,7 @@ from .positions import (
     Position,
     describe_lineage,
     lineage_of_identity,
+    log_position,
     lowest_start,
     position_from_json,
     position_to_json,
@@ -201,6 +203,12 @@ def prepare_bounds(spec: PipelineSpec, *, resolve: Resolver | None = None,
         if spec.source.start == "head" and None in bounds.checkpoints.values():
             bounds = place_new_sinks(spec, st, bounds, run_id=run_id,
                                      epoch=st.acquire_lease(spec.pipeline, run_id))
+        # --- snapshots (docs/architecture.md, "Snapshots"): start: snapshot plans one; a sink
+        # inside a snapshot has its chunks to read whatever the log holds.
+        bounds = _place_snapshot_sinks(spec, source, st, bounds, run_id)
+        if snapshots.in_snapshot(bounds.checkpoints):
+            return bounds
+        # --- end snapshots
         if not bounds.nothing_to_do() and not source.has_changes(bounds.lowest(), bounds.upto):
             bounds = skip_idle_range(spec, st, bounds, run_id=run_id,
                                      epoch=st.acquire_lease(spec.pipeline, run_id))
@@ -247,20 +255,34 @@ def prepare_replay_bounds(spec: PipelineSpec, replay_of: str, *, sinks: Sequence
         return dataclasses.replace(bounds, replay_of=replay_of, ranges=ranges)
 
 
+def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore, bounds: Bounds,
+                          run_id: str, epoch: int | None = None) -> Bounds:
+    """``start: snapshot``: sinks without a checkpoint start with a snapshot (snapshots.py),
+    written under ``epoch`` (None: take the lease)."""
+    if spec.source.start != "snapshot" or None not in bounds.checkpoints.values():
+        return bounds
+    return bounds.with_checkpoints(snapshots.place_new_sinks(
+        spec, source, store, bounds.checkpoints, upto=bounds.upto, run_id=run_id,
+        epoch_for=lambda: epoch if epoch is not None else store.acquire_lease(spec.pipeline, run_id)))
+
+
 # --------------------------------------------------------------------------- the run
 
 
 def run_pipeline(spec: PipelineSpec, plan: RunPlan | None = None, *, run_id: str,
                  upto: Position | None = None, resolve: Resolver | None = None,
                  store: CheckpointStore | None = None, data_interval: tuple[Any, Any] | None = None,
-                 reader: Reader = read_in_process) -> dict[str, Any]:
+                 reader: Reader = read_in_process,
+                 chunk_reader: snapshots.ChunkReader | None = None) -> dict[str, Any]:
     """One bounded run as ``plan`` says (default: incremental to every sink); returns the run
     report as JSON. Raises on failure (no checkpoint of a failed sub-batch moves):
-    CommitPolicyError, FatalRunError, StaleEpochError, SourceError."""
+    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. ``chunk_reader``: how a
+    snapshot's chunks are read (default: in-process, one after the other)."""
     plan = plan or RunPlan()
     if plan.max_events:
         spec = dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, max_events=plan.max_events))
     with opened(spec, resolve, store) as (source, st):
+        reader = snapshots.snapshot_reader(spec, st, reader, chunk_reader)  # snapshot positions
         upto = upto or source.head()
         if plan.mode == "dry_run":
             return _dry_run(spec, source, st, upto, reader)
@@ -326,6 +348,9 @@ def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run
     epoch = store.acquire_lease(spec.pipeline, run_id)
     if spec.source.start == "head":
         place_new_sinks(spec, store, capture_bounds(spec, source, store), run_id=run_id, epoch=epoch)
+    if spec.source.start == "snapshot":  # snapshots: a run without a bounds step plans it here
+        _place_snapshot_sinks(spec, source, store, dataclasses.replace(
+            capture_bounds(spec, source, store), upto=upto), run_id, epoch)
     start, end = data_interval or (None, None)
     journal_id = store.journal_begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
                                      mode="incremental")
@@ -336,6 +361,7 @@ def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run
                  lowest, upto, len(sinks))
         gate = SchemaGate(spec, store)
         report = co.run(gate.filter(reader(source, lowest, upto), lowest))
+    snapshots.settle(store, spec)  # snapshots every sink is past are completed
     gate.halt(run_id)
     return report
 
@@ -420,5 +446,5 @@ def release(spec: PipelineSpec, *, resolve: Resolver | None = None,
         bounds = capture_bounds(spec, source, st)
         low = bounds.lowest()
         if low is not None:
-            source.release(low)
+            source.release(log_position(low))  # a snapshot holds the log from its handoff
         return low

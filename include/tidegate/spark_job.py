@@ -305,7 +305,10 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
         return read_range(spark, spec, slices, connection, window, local=local,
                           read_local=lambda i: source.read_slice(slices[i][0], slices[i][1], i))
 
-    report = run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader)
+    from .spark_snapshot import chunk_reader  # snapshots: one Spark task per chunk
+
+    report = run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader,
+                          chunk_reader=chunk_reader(spark))
     report["driver_peak_rss_bytes"] = _peak_rss()
     report["driver_jvm_peak_rss_bytes"] = _peak_rss(os.getppid())
     return report

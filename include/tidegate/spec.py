@@ -21,7 +21,7 @@ from .errors import SpecError
 SOURCE_KINDS = ("mysql", "postgres")
 SINK_KINDS = ("kafka", "nats", "redis")
 COMMIT_POLICIES = ("required", "all", "quorum")
-START_MODES = ("head", "earliest")
+START_MODES = ("head", "earliest", "snapshot")
 SCHEMA_CHANGE_POLICIES = ("continue", "halt")
 POISON_POLICIES = ("halt", "dlq")
 PLACEHOLDERS = ("pipeline", "db", "schema", "table")
@@ -85,6 +85,15 @@ class RedisSinkSpec(SinkSpec):
 
 
 @dataclass(frozen=True)
+class SnapshotSpec:
+    """How snapshots read the tables (docs/architecture.md, "Snapshots"): primary-key chunks of
+    at most ``chunk_rows`` rows, ``parallelism`` chunks read at once by Spark tasks."""
+
+    chunk_rows: int = 50_000
+    parallelism: int = 4
+
+
+@dataclass(frozen=True)
 class SparkSpec:
     conn_id: str = "spark_default"
     conf: dict[str, str] = field(default_factory=dict)
@@ -100,6 +109,7 @@ class PipelineSpec:
     tenant: str = "default"
     schedule: str | None = None
     spark: SparkSpec = SparkSpec()
+    snapshot: SnapshotSpec = SnapshotSpec()
     path: str | None = None  # the file it came from
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     text: str = field(default="", compare=False, repr=False)  # the YAML as written (Spark jobs get it)
@@ -136,10 +146,11 @@ CRON_FIELD = re.compile(r"^[A-Za-z0-9*/,?#LW-]+$")
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
                     "@quarterly", "@yearly", "@annually")
 
-TOP_FIELDS = ("pipeline", "tenant", "schedule", "source", "batch", "sinks", "spark")
+TOP_FIELDS = ("pipeline", "tenant", "schedule", "source", "batch", "sinks", "spark", "snapshot")
 SOURCE_FIELDS = ("kind", "conn_id", "tables", "server_id", "slot", "start", "on_schema_change")
 BATCH_FIELDS = ("max_events", "max_bytes", "respect_source_tx", "commit_policy", "quorum")
 SPARK_FIELDS = ("conn_id", "conf", "packages")
+SNAPSHOT_FIELDS = ("chunk_rows", "parallelism")
 SINK_COMMON = ("id", "kind", "conn_id", "required", "on_poison", "dlq", "control")
 SINK_FIELDS = {
     "kafka": SINK_COMMON + ("topic", "exactly_once", "partitions", "replication_factor",
@@ -535,6 +546,16 @@ def _spark(raw: Any, probs: _Problems) -> SparkSpec:
     return SparkSpec(conn_id, {k: str(v) for k, v in conf.items()}, tuple(packages))
 
 
+def _snapshot(raw: Any, probs: _Problems) -> SnapshotSpec:
+    d = _mapping(raw, "snapshot", probs) or {}
+    _unknown(d, SNAPSHOT_FIELDS, "snapshot.", probs)
+    dflt = SnapshotSpec()
+    return SnapshotSpec(
+        chunk_rows=_int(d, "chunk_rows", "snapshot.chunk_rows", probs, lo=1, default=dflt.chunk_rows),
+        parallelism=_int(d, "parallelism", "snapshot.parallelism", probs, lo=1, hi=1024,
+                         default=dflt.parallelism))
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -551,13 +572,14 @@ def _parse(raw: Any, path: str | None, text: str, probs: _Problems) -> PipelineS
     sinks, n_listed = _sinks(raw.get("sinks"), probs)
     batch = _batch(raw.get("batch"), n_listed, _any_required(raw.get("sinks")), probs)
     spark = _spark(raw.get("spark"), probs)
+    snapshot = _snapshot(raw.get("snapshot"), probs)
     if probs.lines or name is None or source is None:
         return None
     if source.kind == "postgres" and source.slot is None:
         source = SourceSpec(**{**source.__dict__, "slot": f"tidegate_{name}"})
     return PipelineSpec(pipeline=name, source=source, sinks=sinks, batch=batch,
                         tenant=tenant or "default", schedule=schedule, spark=spark,
-                        path=path, raw=raw, text=text)
+                        snapshot=snapshot, path=path, raw=raw, text=text)
 
 
 def _check(path: str | os.PathLike) -> tuple[PipelineSpec | None, list[str]]:

@@ -44,7 +44,8 @@ def resolve_params(incident_kind: str) -> list[dict[str, Any]]:
     """The trigger params (``dag_run.conf``) that resolve an open incident, one dict per way."""
     if incident_kind == "schema_change":
         return [{"resolve": "continue", "reason": "<why consumers can take the new schema>"}]
-    return [{"resolve": "accept_gap", "reason": "<why losing the changes in this range is acceptable>"}]
+    return [{"resolve": "accept_gap", "reason": "<why losing the changes in this range is acceptable>"},
+            {"resolve": "resnapshot", "reason": "<why the tables are re-loaded over the lost range>"}]
 
 
 def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterable[str] | None = None,
@@ -114,6 +115,7 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
         "incidents_open": len(open_incidents),
         "sinks": sinks,
         "runs": recent_runs(store, name, runs),
+        "snapshots": [s.to_json() for s in store.snapshots(name)[-runs:]],  # snapshots (newest last)
     }
 
 

@@ -64,7 +64,8 @@ Sub-batches: at most {spec.batch.max_events} events / {spec.batch.max_bytes} byt
 {sinks}
 
 **Trigger params**: `mode` (incremental, replay with `replay_of`, dry_run), `sinks`, `max_events`,
-`resolve` (accept_gap) with a `reason` to resolve a continuity incident.
+`resolve` (accept_gap, resnapshot with optional `tables`, continue) with a `reason` to resolve
+a continuity incident.
 A halted run fails at `guard` without retries; the message names the missing range.
 
 Spec file: `{spec.path}`

@@ -42,11 +42,19 @@ def run_params(sink_ids: Sequence[str]) -> dict[str, Any]:
         "resolve": Param(
             None, type=["null", "string"], enum=[None, *RESOLUTIONS], title="Resolve incident",
             description="Resolve the pipeline's open continuity incidents before running: "
-                        "accept_gap moves the checkpoints past the missing range. Needs a reason."),
+                        "accept_gap moves the checkpoints past the missing range; resnapshot re-loads "
+                        "the tables (also on a healthy pipeline, e.g. for a consumer that rebuilds) and "
+                        "hands off to the log; continue goes on past a schema change. Needs a reason."),
         "reason": Param(
             None, type=["null", "string"], title="Reason",
             description="Why the incident is resolved this way (kept with the incident). "
                         "Required when resolve is set."),
+        # snapshots: which tables a resnapshot re-loads
+        "tables": Param(
+            None, type=["null", "array"], uniqueItems=True, title="Tables to re-load",
+            items={"type": "string", "pattern": r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$"},
+            description="With resolve=resnapshot: only these tables (schema.table; db.table for MySQL); "
+                        "empty: every captured table. After a loss every table is re-loaded."),
     }
 
 

@@ -16,7 +16,7 @@ import yaml
 from tests.dags.conftest import DAGS, EXAMPLES, ROOT, dagbag
 
 TASKS = ["guard", "bounds", "deliver", "release", "report"]
-PARAM_KEYS = {"mode", "sinks", "max_events", "replay_of", "resolve", "reason"}
+PARAM_KEYS = {"mode", "sinks", "max_events", "replay_of", "resolve", "reason", "tables"}
 
 
 def _specs() -> dict[str, dict]:
@@ -83,10 +83,13 @@ def test_trigger_form_validates_values(dags):
     assert defaults["max_events"] is None and defaults["resolve"] is None
     for key, bad in (("mode", "snapshot_everything"), ("sinks", ["nope"]), ("sinks", []),
                      ("sinks", ["events", "events"]), ("max_events", 0), ("max_events", "ten"),
-                     ("resolve", "ignore"), ("replay_of", 7)):
+                     ("resolve", "ignore"), ("replay_of", 7), ("tables", ["no_schema"]),
+                     ("tables", "shop.orders")):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
     assert dag.params.get_param("resolve").resolve("accept_gap") == "accept_gap"
+    assert dag.params.get_param("resolve").resolve("resnapshot") == "resnapshot"
+    assert dag.params.get_param("tables").resolve(["shop.orders"]) == ["shop.orders"]
     assert dag.params.get_param("sinks").resolve(["cache"]) == ["cache"]
     assert dag.params.get_param("max_events").resolve(500) == 500
 

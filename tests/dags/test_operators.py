@@ -154,6 +154,14 @@ def test_guard_resolves_first_when_resolve_and_reason_are_given(dags, fake_guard
     assert [c[0] for c in calls[1:]] == ["halted", "failover", "retention", "preflight"]
 
 
+def test_guard_passes_a_resnapshot_with_its_tables(dags, fake_guards, calls):
+    guard = dags["cdc_shop_mysql"].get_task("guard")
+    conf = {"resolve": "resnapshot", "reason": "search index rebuilt", "tables": ["shop.orders"]}
+    guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="ann", run_id="manual__re"))
+    name, _, kw = calls[0]
+    assert name == "resolve" and kw["resolution"] == "resnapshot" and kw["tables"] == ["shop.orders"]
+
+
 def test_guard_refuses_resolve_without_reason(dags, fake_guards, calls):
     from tidegate_airflow.exceptions import InvalidRunParamsError
 

@@ -49,5 +49,23 @@ def test_postgres_store_end_to_end(pg_scratch_dsn):
     b.record_table_columns("pg", "public", "t", p(5), cols)  # the same fact again: kept once
     [tc] = b.table_columns("pg")
     assert (tc.schema, tc.table, tc.position, tc.columns) == ("public", "t", p(5), cols)
+
+    # snapshots: the record, per-chunk rows, completion (TIMESTAMPTZ columns come back as text)
+    from tidegate.positions import SnapshotPosition
+    from tidegate.store import SnapshotRecord
+
+    ec = b.acquire_lease("pg", "r3")
+    rec = SnapshotRecord("pg", "s1", "resnapshot", p(9),
+                         [{"db": "d", "schema": "d", "table": "t", "key": ["id"]}],
+                         [{"table": 0, "lo": None, "hi": ["5"]}, {"table": 0, "lo": ["5"], "hi": None}], 42,
+                         reason="gap")
+    written = b.begin_snapshot(rec, {"s": SnapshotPosition("s1", 0, p(9))}, epoch=ec)
+    assert a.get_checkpoint("pg", "s").position == SnapshotPosition("s1", 0, p(9)) == written["s"].position
+    a.record_chunk_rows("pg", "s1", 1, 5)
+    a.record_chunk_rows("pg", "s1", 2, 2)
+    done = a.finish_snapshot("pg", "s1")
+    assert (done.status, done.rows, done.handoff) == ("completed", 7, p(9))
+    assert (done.chunks, done.ts_ms) == (rec.chunks, 42)
+    assert done.started_at.endswith("+00:00") and done.finished_at
     a.close()
     b.close()

@@ -67,7 +67,7 @@ def test_pipeline_status_checkpoints_lag_incidents_and_runs(store):
     assert (i["id"], i["kind"], i["from"]["file"], i["to"]["file"]) == (inc.id, "binlog_purged",
                                                                        "mysql-bin.000001", "mysql-bin.000002")
     assert {"resolve": "accept_gap", "reason": i["resolve_with"][0]["reason"]} == i["resolve_with"][0]
-    assert [r["resolve"] for r in i["resolve_with"]] == ["accept_gap"]
+    assert [r["resolve"] for r in i["resolve_with"]] == ["accept_gap", "resnapshot"]
     sinks = {s["id"]: s for s in doc["sinks"]}
     assert (sinks["events"]["version"], sinks["events"]["at_head"], sinks["events"]["lag_bytes"],
             sinks["events"]["lag_seconds"]) == (1, True, 0, 0.0)

@@ -17,15 +17,21 @@ Continuity (docs/architecture.md, "Continuity"): :meth:`Source.check_retention` 
 needs; :meth:`Source.restart_stream` makes the log readable again after an operator accepted
 such a loss; :meth:`Source.translate` places a checkpoint of another server of
 the same replication topology on this one (only where :attr:`Source.translates_positions`).
+
+Snapshots (docs/architecture.md, "Snapshots"): :meth:`Source.snapshot_tables` names the tables
+and their primary keys, :meth:`Source.chunk_plan` cuts a table into primary-key chunks and
+:meth:`Source.read_chunk` reads one chunk, each in its own short transaction and without
+locking the table, as rows whose values have the JSON form of the same columns in log events.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CannotTranslateError
+from ..errors import CannotTranslateError, SnapshotError
 from ..events import ChangeEvent, ControlMessage, PositionMark
 from ..positions import Position
 from ..store.base import CheckpointStore
@@ -33,10 +39,48 @@ from ..store.records import CheckpointRecord
 from .preflight import Problem
 
 SourceItem = ChangeEvent | ControlMessage | PositionMark
+# A chunk bound: the primary key's values in key order, JSON-safe (None: unbounded).
+ChunkBound = list | None
+
+
+@dataclass(frozen=True)
+class SnapshotTable:
+    """A table a snapshot reads: where it lives and its primary key columns, in key order."""
+
+    db: str
+    schema: str
+    table: str
+    key: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"db": self.db, "schema": self.schema, "table": self.table, "key": list(self.key)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SnapshotTable:
+        return cls(d["db"], d["schema"], d["table"], tuple(d["key"]))
+
+
+def choose_tables(pipeline: str, captured: Sequence[str], existing: Sequence[str],
+            tables: Sequence[str] | None) -> list[str]:
+    """The tables to snapshot: ``tables`` (each captured), else the captured ones (spec order),
+    else every existing table."""
+    if not tables:
+        return list(captured) if captured else list(existing)
+    if captured:
+        foreign = [t for t in tables if t not in captured]
+        if foreign:
+            raise SnapshotError(f"pipeline {pipeline!r} does not capture {', '.join(foreign)}: the tables "
+                                f"param names tables of source.tables ({', '.join(captured)})")
+    return list(tables)
 
 
 class Source(abc.ABC):
     kind: str = ""
+    connector: str = ""  # the envelope's source.connector ("mysql", "postgresql")
     # Whether a checkpoint taken on another server can be placed on this one by its GTID set
     # (MySQL/MariaDB with GTIDs); Postgres positions never survive a change of cluster/timeline.
     translates_positions: bool = False
@@ -108,6 +152,26 @@ class Source(abc.ABC):
         """What changed behind the connection since ``old_identity``, in words an operator can
         act on."""
         return f"the source identity changed from {old_identity} to {self.identity()}"
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot_tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
+        """The tables a snapshot reads, in a stable order: ``tables`` (names as in the spec's
+        ``source.tables``; each must be captured), or every captured table. Raises
+        :class:`~tidegate.errors.SnapshotError` naming a table that has no primary key or does
+        not exist."""
+        raise SnapshotError(f"a {self.kind or type(self).__name__} source cannot take snapshots")
+
+    def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
+        """The table cut into primary-key ranges ``(lo, hi]`` of at most ``chunk_rows`` rows (as
+        the table is now), in key order; the first ``lo`` and the last ``hi`` are None, so the
+        ranges cover every key, also keys inserted later."""
+        raise SnapshotError(f"a {self.kind or type(self).__name__} source cannot take snapshots")
+
+    def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
+        """The rows whose key lies in ``(lo, hi]``, in key order, read in one short transaction
+        without locks; values have the JSON form log events give the same columns."""
+        raise SnapshotError(f"a {self.kind or type(self).__name__} source cannot take snapshots")
 
     def release(self, position: Position) -> None:  # noqa: B027 - optional hook
         """Tell the server it may recycle the log up to ``position`` (Postgres slot advance)."""

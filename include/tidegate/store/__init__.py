@@ -15,12 +15,12 @@ import os
 
 from ..spec import repo_dir
 from .base import CheckpointStore, StoreError
-from .records import CheckpointRecord, Incident, JournalEntry, JournalSink, checkpoint_key
+from .records import CheckpointRecord, Incident, JournalEntry, JournalSink, SnapshotRecord, checkpoint_key
 
 ENV_VAR = "TIDEGATE_CHECKPOINT_STORE"
 
 __all__ = ["CheckpointStore", "StoreError", "CheckpointRecord", "Incident", "JournalEntry",
-           "JournalSink", "checkpoint_key", "open_store", "default_url", "ENV_VAR"]
+           "JournalSink", "SnapshotRecord", "checkpoint_key", "open_store", "default_url", "ENV_VAR"]
 
 
 def default_url() -> str:

@@ -23,6 +23,7 @@ from .records import (
     Incident,
     JournalEntry,
     JournalSink,
+    SnapshotRecord,
     TableColumns,
     checkpoint_key,
     now_iso,
@@ -33,6 +34,8 @@ from .records import (
 
 CKPT_COLS = ("pipeline, sink_id, version, position, run_id, epoch, written_at, kind, reason, who, "
              "source_version, control")
+SNAPSHOT_COLS = ("pipeline, snapshot_id, kind, handoff, tables, chunks, ts_ms, status, rows, reason, who, "
+                 "run_id, started_at, finished_at")
 INCIDENT_COLS = ("id, pipeline, kind, from_position, to_position, detected_at, detail, run_id, "
                  "resolved, resolution, resolved_by, reason, resolved_at")
 
@@ -110,12 +113,14 @@ class CheckpointStore(abc.ABC):
         with self._tx(write=True) as tx:
             self._lock_migrations(tx)
             tx.exec(migrations.render(migrations.VERSION_TABLE, self.dialect))
-            current = tx.one("SELECT COALESCE(MAX(version), 0) FROM tidegate_schema_version")[0]
-            if current > migrations.LATEST:
-                raise StoreError(f"checkpoint store schema version {current} is newer than this "
+            applied = {r[0] for r in tx.all("SELECT version FROM tidegate_schema_version")}
+            if applied and max(applied) > migrations.LATEST:
+                raise StoreError(f"checkpoint store schema version {max(applied)} is newer than this "
                                  f"tidegate understands ({migrations.LATEST}): upgrade tidegate")
+            # By membership, not "above the highest": migrations written on branches at the same
+            # time may land in a store in either order.
             for version, description, statements in migrations.MIGRATIONS:
-                if version > current:
+                if version not in applied:
                     for sql in statements:
                         tx.exec(migrations.render(sql, self.dialect))
                     tx.exec("INSERT INTO tidegate_schema_version VALUES (?, ?, ?)",
@@ -347,6 +352,65 @@ class CheckpointStore(abc.ABC):
         return [TableColumns(r[0], r[1], r[2], pos_value(r[3]), json.loads(r[4]), ts_text(r[5]))
                 for r in rows]
 
+    # ------------------------------------------------------------------ snapshots
+    # (docs/architecture.md, "Snapshots")
+
+    def begin_snapshot(self, snap: SnapshotRecord, positions: Mapping[str, Position], *, epoch: int,
+                       reason: str | None = None, who: str | None = None,
+                       control: Mapping[str, Any] | None = None) -> dict[str, CheckpointRecord]:
+        """Record a planned snapshot and move the sinks of ``positions`` to it (new checkpoint
+        versions of kind ``snap.kind``, owing ``control``), in one transaction under ``epoch``.
+        A snapshot of the pipeline still running is marked ``superseded``."""
+        with self._tx(write=True) as tx:
+            self._check_epoch(tx, snap.pipeline, epoch)
+            tx.exec("UPDATE tidegate_snapshots SET status = ?, finished_at = ? WHERE pipeline = ? AND "
+                    "status = ?", ("superseded", now_iso(), snap.pipeline, "running"))
+            tx.exec(f"INSERT INTO tidegate_snapshots ({SNAPSHOT_COLS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (snap.pipeline, snap.snapshot_id, snap.kind, pos_text(snap.handoff),
+                     json.dumps(snap.tables, sort_keys=True), json.dumps(snap.chunks, sort_keys=True),
+                     snap.ts_ms, "running", None, snap.reason, snap.who, snap.run_id, now_iso(), None))
+            return {sid: self._append(tx, snap.pipeline, sid, pos, run_id=snap.run_id, epoch=epoch,
+                                      kind=snap.kind, reason=reason, who=who, control=control)
+                    for sid, pos in positions.items()}
+
+    def snapshot(self, pipeline: str, snapshot_id: str) -> SnapshotRecord | None:
+        with self._tx() as tx:
+            row = tx.one(f"SELECT {SNAPSHOT_COLS} FROM tidegate_snapshots WHERE pipeline = ? AND "
+                         "snapshot_id = ?", (pipeline, snapshot_id))
+        return None if row is None else _snapshot(row)
+
+    def snapshots(self, pipeline: str) -> list[SnapshotRecord]:
+        """Every snapshot of a pipeline, oldest first."""
+        with self._tx() as tx:
+            rows = tx.all(f"SELECT {SNAPSHOT_COLS} FROM tidegate_snapshots WHERE pipeline = ? "
+                          "ORDER BY started_at, snapshot_id", (pipeline,))
+        return [_snapshot(r) for r in rows]
+
+    def record_chunk_rows(self, pipeline: str, snapshot_id: str, chunk: int, rows: int) -> None:
+        """How many rows the last read of a chunk gave (a resumed snapshot re-reads a chunk)."""
+        with self._tx(write=True) as tx:
+            tx.exec("INSERT INTO tidegate_snapshot_chunks (pipeline, snapshot_id, chunk, rows, read_at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (pipeline, snapshot_id, chunk) DO UPDATE SET "
+                    "rows = excluded.rows, read_at = excluded.read_at",
+                    (pipeline, snapshot_id, chunk, rows, now_iso()))
+
+    def chunk_rows(self, pipeline: str, snapshot_id: str) -> dict[int, int]:
+        with self._tx() as tx:
+            rows = tx.all("SELECT chunk, rows FROM tidegate_snapshot_chunks WHERE pipeline = ? AND "
+                          "snapshot_id = ?", (pipeline, snapshot_id))
+        return {int(c): int(n) for c, n in rows}
+
+    def finish_snapshot(self, pipeline: str, snapshot_id: str) -> SnapshotRecord | None:
+        """Mark a running snapshot completed (every sink is past its handoff), with its rows."""
+        with self._tx(write=True) as tx:
+            total = tx.one("SELECT COALESCE(SUM(rows), 0) FROM tidegate_snapshot_chunks WHERE "
+                           "pipeline = ? AND snapshot_id = ?", (pipeline, snapshot_id))[0]
+            tx.exec("UPDATE tidegate_snapshots SET status = ?, rows = ?, finished_at = ? WHERE "
+                    "pipeline = ? AND snapshot_id = ? AND status = ?",
+                    ("completed", int(total), now_iso(), pipeline, snapshot_id, "running"))
+        return self.snapshot(pipeline, snapshot_id)
+
     # ------------------------------------------------------------------ batch journal
 
     def journal_begin(self, pipeline: str, run_id: str, *, interval_start: Any = None,
@@ -399,6 +463,12 @@ class CheckpointStore(abc.ABC):
 def _ckpt(r: tuple) -> CheckpointRecord:
     return CheckpointRecord(r[0], r[1], r[2], pos_value(r[3]), r[4], r[5], ts_text(r[6]), r[7], r[8], r[9],
                             r[10], json.loads(r[11]) if r[11] else None)
+
+
+def _snapshot(r: tuple) -> SnapshotRecord:
+    return SnapshotRecord(r[0], r[1], r[2], pos_value(r[3]), json.loads(r[4]), json.loads(r[5]), int(r[6]),
+                          r[7], None if r[8] is None else int(r[8]), r[9], r[10], r[11], ts_text(r[12]),
+                          ts_text(r[13]))
 
 
 def _incident(r: tuple) -> Incident:

@@ -53,6 +53,18 @@ MIGRATIONS.append(
         "ALTER TABLE tidegate_journal_sinks ADD COLUMN dlq {big} NOT NULL DEFAULT 0",
     ]))
 
+MIGRATIONS.append(
+    (3, "snapshots: the handoff, tables and chunk plan of each snapshot, rows read per chunk", [
+        """CREATE TABLE tidegate_snapshots (
+            pipeline TEXT NOT NULL, snapshot_id TEXT NOT NULL, kind TEXT NOT NULL,
+            handoff TEXT NOT NULL, tables TEXT NOT NULL, chunks TEXT NOT NULL, ts_ms {big} NOT NULL,
+            status TEXT NOT NULL, rows {big}, reason TEXT, who TEXT, run_id TEXT,
+            started_at {ts} NOT NULL, finished_at {ts}, PRIMARY KEY (pipeline, snapshot_id))""",
+        """CREATE TABLE tidegate_snapshot_chunks (
+            pipeline TEXT NOT NULL, snapshot_id TEXT NOT NULL, chunk INTEGER NOT NULL,
+            rows {big} NOT NULL, read_at {ts} NOT NULL, PRIMARY KEY (pipeline, snapshot_id, chunk))""",
+    ]))
+
 # 4: what a source remembers of its log between runs: a table's column set as of a position
 # (PostgreSQL's wal2json carries no DDL; a column change is noticed by comparing a row's
 # columns with the last set seen, also when that set was seen by an earlier run).

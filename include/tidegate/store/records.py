@@ -119,6 +119,39 @@ class JournalEntry:
 
 
 @dataclass(frozen=True)
+class SnapshotRecord:
+    """One snapshot of a pipeline (docs/architecture.md, "Snapshots"): the log takes over at
+    ``handoff``; ``tables`` (``SnapshotTable`` JSON) are read as ``chunks``, chunk ``n`` (from 1)
+    being ``chunks[n - 1]`` = ``{"table": index into tables, "lo": bound, "hi": bound}``.
+    ``ts_ms`` (when it was planned) is the ``ts_ms`` of its rows, the same on every re-read.
+    ``kind``: ``start`` (``source.start: snapshot``) or ``resnapshot``; ``status``: ``running``,
+    ``completed`` or ``superseded`` (a newer snapshot replaced it before it completed)."""
+
+    pipeline: str
+    snapshot_id: str
+    kind: str
+    handoff: Position
+    tables: list[dict[str, Any]]
+    chunks: list[dict[str, Any]]
+    ts_ms: int
+    status: str = "running"
+    rows: int | None = None
+    reason: str | None = None
+    who: str | None = None
+    run_id: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "snapshot": self.snapshot_id, "kind": self.kind,
+                "handoff": position_to_json(self.handoff),
+                "tables": [f"{t['schema']}.{t['table']}" for t in self.tables],
+                "chunks": len(self.chunks), "status": self.status, "rows": self.rows,
+                "reason": self.reason, "who": self.who, "run_id": self.run_id,
+                "started_at": self.started_at, "finished_at": self.finished_at}
+
+
+@dataclass(frozen=True)
 class TableColumns:
     """A table's columns (``[{"name", "type"}]`` in order) as of ``position``, a transaction
     boundary of the source log: a fact about the log a source keeps between runs."""

@@ -34,6 +34,7 @@ from .ddl import tables_changed
 from .fast_reader import FastReader, collation_codecs
 from .library_reader import LibraryReader, library_stream
 from .server import MySqlServer
+from .snapshot import MySqlSnapshot
 from .transactions import GtidState, SchemaChange, file_seq
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ DECODERS = ("fast", "library")
 SLICE_BYTES = 64 * 1024 * 1024  # default size above which a binlog file is cut into slices
 
 
-class MySqlSource(Source):
+class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
     """Bounded reads of a MySQL/MariaDB binlog. See ``sources/mysql/__init__.py`` for the
     contract."""
 

@@ -29,11 +29,12 @@ from .connection import PgServer
 from .reader import Wal2JsonReader, peek_messages, stream_messages
 from .reference_reader import ReferenceReader
 from .slot import Slot
+from .snapshot import PostgresSnapshot
 
 DECODERS = ("fast", "reference")
 
 
-class PostgresSource(Source):
+class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
     """Bounded reads of a logical replication slot (wal2json). See
     ``sources/postgres/__init__.py`` for the contract."""
 

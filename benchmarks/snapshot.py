@@ -1,0 +1,294 @@
+"""Snapshot read throughput: rows/s of Spark tasks reading primary-key chunks in parallel,
+against one sequential reader, in the same run.
+
+    eval "$(scripts/services env)"
+    PATH="$PWD/.venv/bin:$PATH" SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python benchmarks/snapshot.py \\
+        [--rows 1000000] [--chunk-rows 50000] [--parallelism 2] [--master local[2]] [--source mysql|postgres]
+
+Table: ``--rows`` rows of an 11-column table (BIGINT key, INT, VARCHAR, DECIMAL, SMALLINT,
+DOUBLE, VARCHAR(100), DATETIME(6), TIMESTAMP(3), TINYINT, CHAR(8)), filled by the server
+itself. Its snapshot is planned once (``snapshot_tables`` + ``chunk_plan``, timed apart) and
+then read twice, each time in a fresh child process that consumes every row's serialized
+envelope in chunk order, as a run's coordinator does:
+
+* ``sequential``: ``snapshots.read_chunks_in_process``, one chunk after the other with one
+  connection, rows turned into envelopes in that process (``tidegate run`` reads this way);
+* ``spark``: ``spark_snapshot.chunk_reader`` on a ``--master`` session, ``--parallelism``
+  chunks read at once by Spark tasks that also build the envelopes; the driver gets the bytes.
+
+Each reports rows/s over the read (the Spark session's start-up, about 15 s here, is reported
+apart and not in rows/s), CPU seconds of the child and its descendants (for Spark: the driver,
+the JVM and its Python workers; not the database server's), and peak RSS: the
+reading process (for Spark the Python driver) and, for Spark, the driver JVM, sampled every
+0.2 s. The speed-up is spark rows/s over sequential rows/s of this one run. The workload uses
+the admin connection, the reads the CDC one; the table is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "include"))
+
+COLUMNS_MYSQL = ("id BIGINT PRIMARY KEY, customer INT NOT NULL, status VARCHAR(20), total DECIMAL(12,2), "
+                 "qty SMALLINT, price DOUBLE, note VARCHAR(100), created DATETIME(6), "
+                 "updated TIMESTAMP(3) NULL, flag TINYINT, code CHAR(8)")
+FILL_MYSQL = ("INSERT INTO {t} SELECT seq, seq % 1000, ELT(1 + seq % 3, 'new', 'paid', 'shipped'), "
+              "seq / 7, seq % 100, seq / 3, CONCAT('note ', seq), '2024-01-02 03:04:05.123456' + "
+              "INTERVAL seq SECOND, '2024-01-02 03:04:05.678' + INTERVAL seq SECOND, seq % 2, "
+              "LPAD(seq, 8, '0') FROM {db}.seq_{lo}_to_{hi}")
+COLUMNS_PG = ("id bigint PRIMARY KEY, customer int NOT NULL, status varchar(20), total numeric(12,2), "
+              "qty smallint, price double precision, note varchar(100), created timestamp(6), "
+              "updated timestamptz(3), flag smallint, code char(8)")
+FILL_PG = ("INSERT INTO {t} SELECT g, g % 1000, (ARRAY['new','paid','shipped'])[1 + g % 3], g / 7.0, "
+           "g % 100, g / 3.0, 'note ' || g, "
+           "'2024-01-02 03:04:05.123456'::timestamp + g * interval '1 second', "
+           "'2024-01-02 03:04:05.678+00'::timestamptz + g * interval '1 second', g % 2, "
+           "lpad(g::text, 8, '0') FROM generate_series({lo}, {hi}) g")
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def spec_for(source: str, table: str, chunk_rows: int, parallelism: int):
+    from tidegate.spec import load_spec_text
+
+    kind = "mysql" if source == "mysql" else "postgres"
+    text = (f"pipeline: bench_snapshot\nsource: {{kind: {kind}, conn_id: cdc_{source}, tables: [{table}]}}\n"
+            f"snapshot: {{chunk_rows: {chunk_rows}, parallelism: {parallelism}}}\n"
+            f"sinks: [{{id: k, kind: kafka, conn_id: cdc_kafka, topic: t}}]\n")
+    return load_spec_text(text, origin="<benchmark>")
+
+
+def create_table(source: str, name: str, rows: int) -> str:
+    from tidegate.connections import get_connection
+
+    admin = get_connection(f"cdc_{source}_admin")
+    step = 250_000
+    if source == "mysql":
+        import pymysql
+
+        conn = pymysql.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
+                               autocommit=True)
+        with conn.cursor() as c:
+            c.execute(f"CREATE DATABASE {name}")
+            c.execute(f"CREATE TABLE {name}.bench ({COLUMNS_MYSQL})")
+            for lo in range(1, rows + 1, step):
+                c.execute(FILL_MYSQL.format(t=f"{name}.bench", db=name, lo=lo, hi=min(rows, lo + step - 1)))
+        conn.close()
+        return f"{name}.bench"
+    import psycopg2
+
+    conn = psycopg2.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
+                            dbname=admin.schema)
+    conn.autocommit = True
+    with conn.cursor() as c:
+        c.execute(f"CREATE SCHEMA {name}")
+        c.execute(f"CREATE TABLE {name}.bench ({COLUMNS_PG})")
+        for lo in range(1, rows + 1, step):
+            c.execute(FILL_PG.format(t=f"{name}.bench", lo=lo, hi=min(rows, lo + step - 1)))
+        c.execute(f"GRANT USAGE ON SCHEMA {name} TO PUBLIC")
+        c.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {name} TO PUBLIC")
+        c.execute(f"ANALYZE {name}.bench")
+    conn.close()
+    return f"{name}.bench"
+
+
+def drop_table(source: str, name: str) -> None:
+    from tidegate.connections import get_connection
+
+    admin = get_connection(f"cdc_{source}_admin")
+    if source == "mysql":
+        import pymysql
+
+        conn = pymysql.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
+                               autocommit=True)
+        with conn.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.close()
+        return
+    import psycopg2
+
+    conn = psycopg2.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
+                            dbname=admin.schema)
+    conn.autocommit = True
+    with conn.cursor() as c:
+        c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+    conn.close()
+
+
+def plan(spec) -> tuple[str, float]:
+    """The snapshot record (JSON, as the Spark reader ships it) and the planning seconds."""
+    from tidegate.connections import get_connection
+    from tidegate.snapshots import plan_snapshot
+    from tidegate.sources import make_source
+    from tidegate.spark_snapshot import record_to_json
+
+    source = make_source(spec, get_connection(spec.source.conn_id))
+    try:
+        t0 = time.perf_counter()
+        rec = plan_snapshot(spec, source, handoff=source.head(), kind="start")
+        return record_to_json(rec), time.perf_counter() - t0
+    finally:
+        source.close()
+
+
+# --------------------------------------------------------------------------- measuring child
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process and every live descendant (the Spark JVM, its Python
+    workers), with what their finished children used."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return total
+
+
+class PeakRss:
+    """Peak RSS (MB) of this process and of its JVM child, sampled every 0.2 s."""
+
+    def __init__(self):
+        import psutil
+
+        self.me = psutil.Process()
+        self.peak = {"reader_mb": 0.0, "jvm_mb": 0.0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(0.2)
+
+    def sample(self) -> None:
+        try:
+            self.peak["reader_mb"] = max(self.peak["reader_mb"], self.me.memory_info().rss / 2**20)
+            jvm = [p for p in self.me.children(recursive=True) if "java" in p.name()]
+            if jvm:
+                self.peak["jvm_mb"] = max(self.peak["jvm_mb"], sum(p.memory_info().rss for p in jvm) / 2**20)
+        except Exception:  # noqa: BLE001, S110 - a process that just ended
+            pass
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sample()
+        self._stop.set()
+        self._thread.join()
+
+
+def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
+    import resource
+
+    from tidegate.connections import get_connection
+    from tidegate.snapshots import read_chunks_in_process
+    from tidegate.sources import make_source
+    from tidegate.spark_snapshot import chunk_reader, record_from_json
+
+    spec = spec_for(*spec_args)
+    rec = record_from_json(record_json)
+    source = make_source(spec, get_connection(spec.source.conn_id))
+    out: dict = {"mode": mode}
+    spark = None
+    with PeakRss() as rss:
+        if mode == "spark":
+            from pyspark.sql import SparkSession
+
+            t0 = time.perf_counter()
+            spark = (SparkSession.builder.master(master).appName("tidegate-bench-snapshot")
+                     .config("spark.ui.enabled", "false").getOrCreate())
+            out["session_start_s"] = round(time.perf_counter() - t0, 1)
+            reader = chunk_reader(spark)
+        else:
+            reader = read_chunks_in_process
+        cpu0 = tree_cpu()
+        t0 = time.perf_counter()
+        rows = size = 0
+        for _chunk, events in reader(spec, source, rec, list(range(1, len(rec.chunks) + 1))):
+            for ev in events:
+                rows += 1
+                size += len(ev.value)
+        wall = time.perf_counter() - t0
+        cpu = tree_cpu() - cpu0
+    if spark is not None:
+        spark.stop()
+    source.close()
+    peak = max(rss.peak["reader_mb"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    out.update(rows=rows, bytes=size, wall_s=round(wall, 2), rows_per_s=round(rows / wall),
+               cpu_s=round(cpu, 1), peak_rss_mb=round(peak),
+               peak_jvm_rss_mb=round(rss.peak["jvm_mb"]) if mode == "spark" else None)
+    return out
+
+
+def run_child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
+    r = subprocess.run([sys.executable, __file__, "--child", mode, "--child-args",
+                        json.dumps([spec_args, record_json, master])],
+                       capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "include")})
+    if r.returncode != 0:
+        raise SystemExit(f"{mode} child failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--chunk-rows", type=int, default=50_000)
+    p.add_argument("--parallelism", type=int, default=2, help="chunks read at once by Spark tasks")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--source", choices=("mysql", "postgres"), default="mysql")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--child-args", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        spec_args, record_json, master = json.loads(args.child_args)
+        print(json.dumps(child(args.child, spec_args, record_json, master)))
+        return 0
+    name = "bench_snap_" + uuid.uuid4().hex[:8]
+    t0 = time.perf_counter()
+    table = create_table(args.source, name, args.rows)
+    print(f"{args.source}: {args.rows} rows in {table} filled in {time.perf_counter() - t0:.1f}s", flush=True)
+    try:
+        spec_args = [args.source, table, args.chunk_rows, args.parallelism]
+        record_json, plan_s = plan(spec_for(*spec_args))
+        chunks = len(json.loads(record_json)["chunks"])
+        print(f"plan: {chunks} chunks of at most {args.chunk_rows} rows in {plan_s:.2f}s", flush=True)
+        results = {}
+        for mode in ("sequential", "spark"):
+            results[mode] = run_child(mode, spec_args, record_json, args.master)
+            print(json.dumps(results[mode]), flush=True)
+        seq, spk = results["sequential"], results["spark"]
+        assert seq["rows"] == spk["rows"] == args.rows, (seq["rows"], spk["rows"])
+        print(f"\nsnapshot of {args.rows} rows ({args.source}, {chunks} chunks of {args.chunk_rows}):")
+        print(f"  sequential reader      {seq['rows_per_s']:>9,} rows/s  {seq['wall_s']:>7.1f} s  "
+              f"cpu {seq['cpu_s']:>6.1f} s  peak RSS {seq['peak_rss_mb']} MB")
+        print(f"  spark {args.master:<8} x{args.parallelism:<3} {spk['rows_per_s']:>9,} rows/s  "
+              f"{spk['wall_s']:>7.1f} s  cpu {spk['cpu_s']:>6.1f} s  peak RSS driver {spk['peak_rss_mb']} MB "
+              f"(python) + {spk['peak_jvm_rss_mb']} MB (JVM); session start {spk['session_start_s']} s")
+        print(f"  speed-up (spark / sequential): {spk['rows_per_s'] / seq['rows_per_s']:.2f}x")
+    finally:
+        drop_table(args.source, name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

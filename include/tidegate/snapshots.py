@@ -1,0 +1,340 @@
+"""Snapshots: the tables' current rows as ``op: "r"`` events, then the log from the handoff.
+
+The method (docs/architecture.md, "Snapshots", has the argument in full):
+
+1. Capture the handoff ``H`` before any chunk is read: the source head (``start: snapshot``),
+   where streaming restarts after a loss (``resolve=resnapshot``), or the lowest sink checkpoint
+   (a resnapshot of a healthy pipeline, so nothing after it is lost for other tables).
+2. Cut each table into primary-key chunks and read them, each in its own short transaction,
+   without locks (in parallel Spark tasks, or in-process for ``tidegate run``).
+3. Deliver every chunk's rows, then the log from ``H``.
+
+Every row is read after ``H``, so it already holds every change committed before ``H`` (and
+maybe some after); the log from ``H`` then brings every change after ``H``, each after its key's
+snapshot row. Replaying a sink's events per key therefore ends in the table's current content.
+
+Progress is a position: :class:`~tidegate.positions.SnapshotPosition` ``(snapshot, chunk, H)``
+means "chunks 1..chunk delivered". The snapshot's item stream is, per chunk, its rows as one
+"transaction" whose last row ends at ``SnapshotPosition(chunk)``, then the
+``snapshot_completed`` control message ending at ``H``, then the log. Checkpoints, sink-side
+records, adoption and the coordinator treat it like any other stream: a killed run resumes at
+the next chunk; a sink that is behind gets the chunks it lacks. ``snapshot_started`` is owed by
+the checkpoint versions that start the snapshot (delivered before the first chunk).
+
+Envelopes: ``op: "r"``, ``before: null``, ``after`` = the row, ``key`` = the primary key,
+``tx_id`` = ``snapshot:{id}``, ``event_id`` = the primary key's JSON (so a resumed snapshot
+re-sends the same idempotency keys), ``source.snapshot`` ``"true"`` (``"last"`` for the last
+row of a table), ``ts_ms`` = when the snapshot was planned, ``source.position`` =
+``{"snapshot", "chunk"}``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from .errors import SnapshotError
+from .events import ChangeEvent, ControlMessage, PositionMark, encode_row, orjson_formats_like_stdlib
+from .positions import Position, SnapshotPosition, log_position, oldest
+from .sources.base import SnapshotTable, Source, SourceItem
+from .spec import PipelineSpec
+from .store.base import CheckpointStore
+from .store.records import CheckpointRecord, SnapshotRecord
+
+log = logging.getLogger(__name__)
+
+LogReader = Callable[[Source, "Position | None", Position], Iterable[SourceItem]]
+# How chunks are read: (spec, source, snapshot, chunk numbers) -> (chunk, its row events), in
+# chunk order. In-process: read_chunks_in_process; in Spark: spark_snapshot.chunk_reader.
+ChunkReader = Callable[[PipelineSpec, Source, SnapshotRecord, Sequence[int]],
+                       Iterator[tuple[int, Iterable[ChangeEvent]]]]
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def new_snapshot_id() -> str:
+    """Time-ordered and unique: ``20261125T101502123-9f3a``."""
+    now = dt.datetime.now(dt.UTC)
+    return now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}-" + secrets.token_hex(2)
+
+
+def plan_snapshot(spec: PipelineSpec, source: Source, *, handoff: Position, kind: str,
+                  tables: Sequence[str] | None = None, run_id: str | None = None, who: str | None = None,
+                  reason: str | None = None) -> SnapshotRecord:
+    """Name the tables, cut each into primary-key chunks (``snapshot.chunk_rows``)."""
+    handoff = log_position(handoff)
+    chosen = source.snapshot_tables(tables)
+    if not chosen:
+        raise SnapshotError(f"pipeline {spec.pipeline!r}: no table to snapshot (source.tables "
+                            f"{list(spec.source.tables) or 'all'}; tables param "
+                            f"{list(tables or []) or 'none'})")
+    chunks: list[dict[str, Any]] = []
+    for i, table in enumerate(chosen):
+        for lo, hi in source.chunk_plan(table, spec.snapshot.chunk_rows):
+            chunks.append({"table": i, "lo": lo, "hi": hi})
+    now = dt.datetime.now(dt.UTC)
+    rec = SnapshotRecord(spec.pipeline, new_snapshot_id(), kind, handoff, [t.to_json() for t in chosen],
+                         chunks, int(now.timestamp() * 1000), reason=reason, who=who, run_id=run_id)
+    log.info("pipeline %s: snapshot %s of %s planned as %d chunk(s) of at most %d rows; the log takes "
+             "over at %s", spec.pipeline, rec.snapshot_id, ", ".join(t.name for t in chosen), len(chunks),
+             spec.snapshot.chunk_rows, handoff)
+    return rec
+
+
+def started_message(spec: PipelineSpec, rec: SnapshotRecord) -> ControlMessage:
+    return ControlMessage(spec.tenant, spec.pipeline, "snapshot_started", rec.snapshot_id,
+                          position_json(rec), rec.ts_ms, {
+                              "snapshot": rec.snapshot_id, "tables": table_names(rec),
+                              "chunks": len(rec.chunks), "handoff": rec.handoff.to_json(),
+                              "kind": rec.kind, "reason": rec.reason})
+
+
+def completed_message(spec: PipelineSpec, rec: SnapshotRecord, rows: int) -> ControlMessage:
+    return ControlMessage(spec.tenant, spec.pipeline, "snapshot_completed", rec.snapshot_id,
+                          rec.handoff.to_json(), rec.ts_ms,
+                          {"snapshot": rec.snapshot_id, "tables": table_names(rec), "rows": rows},
+                          tx_id=f"snapshot:{rec.snapshot_id}", tx_end=True, end_position=rec.handoff)
+
+
+def position_json(rec: SnapshotRecord) -> dict[str, Any]:
+    return SnapshotPosition(rec.snapshot_id, 0, rec.handoff).to_json()
+
+
+def table_names(rec: SnapshotRecord) -> list[str]:
+    return [f"{t['schema']}.{t['table']}" for t in rec.tables]
+
+
+def begin(spec: PipelineSpec, source: Source, store: CheckpointStore, *, sinks: Sequence[str],
+          handoff: Position, kind: str, epoch: int, run_id: str, tables: Sequence[str] | None = None,
+          who: str | None = None, reason: str | None = None
+          ) -> tuple[SnapshotRecord, dict[str, CheckpointRecord]]:
+    """Plan a snapshot and move ``sinks`` to its start (chunk 0), owing ``snapshot_started``."""
+    rec = plan_snapshot(spec, source, handoff=handoff, kind=kind, tables=tables, run_id=run_id, who=who,
+                        reason=reason)
+    start = SnapshotPosition(rec.snapshot_id, 0, rec.handoff)
+    written = store.begin_snapshot(rec, {sid: start for sid in sinks}, epoch=epoch,
+                                   reason=reason or f"snapshot {rec.snapshot_id} ({kind})", who=who,
+                                   control=started_message(spec, rec).record())
+    return store.snapshot(spec.pipeline, rec.snapshot_id) or rec, written
+
+
+def running(store: CheckpointStore, pipeline: str, checkpoints: Mapping[str, Position | None]
+            ) -> SnapshotRecord | None:
+    """The snapshot some sink is in (its checkpoint is a position of it), if any."""
+    ids = [p.snapshot_id for p in checkpoints.values() if isinstance(p, SnapshotPosition)]
+    for sid in sorted(set(ids), reverse=True):  # the newest first
+        rec = store.snapshot(pipeline, sid)
+        if rec is not None:
+            return rec
+    return None
+
+
+# --------------------------------------------------------------------------- start: snapshot
+
+
+def place_new_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore,
+                    checkpoints: Mapping[str, Position | None], *, upto: Position, run_id: str,
+                    epoch_for: Callable[[], int]) -> dict[str, Position]:
+    """``start: snapshot``: the sinks without a checkpoint start with a snapshot. On the
+    pipeline's first run every sink starts a new snapshot handing off at ``upto`` (the head
+    now). A sink added later joins the snapshot others are in, or starts a new one handing off
+    at the lowest checkpoint (the log after it is there). Returns the sinks' new positions."""
+    new = sorted(sid for sid, p in checkpoints.items() if p is None)
+    if spec.source.start != "snapshot" or not new:
+        return {}
+    current = running(store, spec.pipeline, checkpoints)
+    epoch = epoch_for()
+    if current is not None and current.status == "running":
+        at = SnapshotPosition(current.snapshot_id, 0, current.handoff)
+        store.write_checkpoints(spec.pipeline, {sid: at for sid in new}, run_id=run_id, epoch=epoch,
+                                kind="snapshot",
+                                reason=f"start: snapshot; joins snapshot {current.snapshot_id}",
+                                control=started_message(spec, current).record())
+        log.info("pipeline %s: sinks %s join snapshot %s", spec.pipeline, ", ".join(new), current.snapshot_id)
+        return {sid: at for sid in new}
+    lowest = oldest(checkpoints.values())
+    handoff = upto if lowest is None else log_position(lowest)
+    rec, written = begin(spec, source, store, sinks=new, handoff=handoff, kind="start", epoch=epoch,
+                         run_id=run_id, reason="start: snapshot")
+    return {sid: w.position for sid, w in written.items()}
+
+
+# --------------------------------------------------------------------------- resnapshot
+
+
+def resnapshot(spec: PipelineSpec, source: Source, store: CheckpointStore, *, incidents: Sequence[Any],
+               tables: Sequence[str] | None, run_id: str, who: str, reason: str) -> SnapshotRecord:
+    """``resolve=resnapshot``: re-load the tables and hand off to the log.
+
+    After a loss (the open ``incidents``: a purged binlog, a lost slot, a failover without GTID
+    translation) the handoff is where streaming restarts (:meth:`Source.restart_stream`) and
+    every table is re-loaded: the snapshot covers the lost range. On a healthy pipeline the
+    handoff is the lowest checkpoint, so the log after it still reaches every sink (a sink ahead
+    of it receives the stretch between them again, with the same idempotency keys). Every sink
+    moves to the snapshot's start as a new checkpoint version, so no older sink-side record
+    pulls a sink back."""
+    losses = [i for i in incidents if i.kind != "schema_change"]
+    if losses and tables:
+        raise SnapshotError(
+            f"pipeline {spec.pipeline!r}: incident(s) {', '.join('#' + str(i.id) for i in losses)} lost "
+            f"changes of every captured table; a resnapshot of only {', '.join(tables)} would leave a "
+            f"silent gap in the others: trigger resolve=resnapshot without tables (or accept_gap)")
+    epoch = store.acquire_lease(spec.pipeline, run_id)
+    stored = store.checkpoints(spec.pipeline)
+    if losses:
+        if any(i.kind == "failover" for i in losses):  # the new server is the pipeline's from now on
+            store.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)
+        handoff = source.restart_stream()
+    else:
+        lowest = oldest(stored[s.id].position for s in spec.sinks if s.id in stored)
+        handoff = source.head() if lowest is None else log_position(lowest)
+    what = ", ".join(f"#{i.id} ({i.kind})" for i in losses) or "none open"
+    rec, _ = begin(spec, source, store, sinks=[s.id for s in spec.sinks], handoff=handoff, kind="resnapshot",
+                   epoch=epoch, run_id=run_id, tables=tables, who=who,
+                   reason=f"resnapshot (incidents {what}): {reason}")
+    log.warning("pipeline %s: resnapshot %s of %s planned by %s (incidents %s): %s", spec.pipeline,
+                rec.snapshot_id, ", ".join(table_names(rec)), who, what, reason)
+    return rec
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def snapshot_reader(spec: PipelineSpec, store: CheckpointStore, log_reader: LogReader,
+                    chunk_reader: ChunkReader | None = None) -> LogReader:
+    """A run's reader: from a snapshot position, the snapshot's remaining chunks, its
+    ``snapshot_completed`` and the log from its handoff; from a log position, ``log_reader``."""
+    chunks = chunk_reader or read_chunks_in_process
+
+    def read(source: Source, start: Position | None, upto: Position) -> Iterable[SourceItem]:
+        if not isinstance(start, SnapshotPosition):
+            return log_reader(source, start, upto)
+        return snapshot_stream(spec, store, source, start, upto, log_reader, chunks)
+
+    return read
+
+
+def snapshot_stream(spec: PipelineSpec, store: CheckpointStore, source: Source, start: SnapshotPosition,
+                    upto: Position, log_reader: LogReader, chunk_reader: ChunkReader) -> Iterator[SourceItem]:
+    rec = store.snapshot(spec.pipeline, start.snapshot_id)
+    if rec is None:
+        raise SnapshotError(f"pipeline {spec.pipeline!r}: a checkpoint is in snapshot {start.snapshot_id}, "
+                            f"which the checkpoint store does not know (another store?): rewind the "
+                            f"checkpoints or trigger resolve=resnapshot")
+    todo = list(range(start.chunk + 1, len(rec.chunks) + 1))
+    log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", spec.pipeline,
+             rec.snapshot_id, f"{todo[0]}..{todo[-1]}" if todo else "none", len(rec.chunks), rec.handoff)
+    for chunk, events in chunk_reader(spec, source, rec, todo):
+        yield from end_chunk(events, start.at_chunk(chunk), store, rec, chunk)
+    rows = sum(store.chunk_rows(spec.pipeline, rec.snapshot_id).values())
+    yield completed_message(spec, rec, rows)
+    if upto > rec.handoff:
+        yield from log_reader(source, rec.handoff, upto)
+
+
+def end_chunk(events: Iterable[ChangeEvent], end: SnapshotPosition, store: CheckpointStore,
+              rec: SnapshotRecord, chunk: int) -> Iterator[SourceItem]:
+    """A chunk's rows as one transaction ending at ``end`` (an empty chunk: a position mark)."""
+    held: ChangeEvent | None = None
+    n = 0
+    for ev in events:
+        if held is not None:
+            yield held
+        held, n = ev, n + 1
+    store.record_chunk_rows(rec.pipeline, rec.snapshot_id, chunk, n)
+    if held is None:
+        yield PositionMark(end)
+    else:
+        held._mark_tx_end(end)
+        yield held
+
+
+def read_chunks_in_process(spec: PipelineSpec, source: Source, rec: SnapshotRecord,
+                           chunks: Sequence[int]) -> Iterator[tuple[int, Iterable[ChangeEvent]]]:
+    """One chunk after the other, with the run's own source connection."""
+    for chunk in chunks:
+        yield chunk, chunk_events(spec, source, rec, chunk)
+
+
+def chunk_events(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: int,
+                 connector: str | None = None) -> Iterator[ChangeEvent]:
+    """The row events of one chunk (1-based), in key order; the last row of a table's last
+    chunk is marked ``"last"``."""
+    c = rec.chunks[chunk - 1]
+    table = SnapshotTable.from_json(rec.tables[c["table"]])
+    final = c["hi"] is None
+    build = RowEvents(spec, rec, table, chunk, connector or source.connector)
+    held: dict[str, Any] | None = None
+    for row in source.read_chunk(table, c["lo"], c["hi"]):
+        if held is not None:
+            yield build(held, "true")
+        held = row
+    if held is not None:
+        yield build(held, "last" if final else "true")
+
+
+class RowEvents:
+    """Builds the ``op: r`` event of a row of one chunk (see the module docstring)."""
+
+    def __init__(self, spec: PipelineSpec, rec: SnapshotRecord, table: SnapshotTable, chunk: int,
+                 connector: str):
+        self.spec, self.table, self.connector = spec, table, connector
+        self.tx_id = f"snapshot:{rec.snapshot_id}"
+        self.position = {"snapshot": rec.snapshot_id, "chunk": chunk}
+        self.ts_ms = rec.ts_ms
+        self.n = 0
+
+    def __call__(self, row: Mapping[str, Any], mark: str) -> ChangeEvent:
+        after = encode_row(row)
+        key = {c: after[c] for c in self.table.key}
+        self.n += 1
+        t, spec = self.table, self.spec
+        return ChangeEvent.native(spec.tenant, spec.pipeline, self.connector, t.db, t.schema, t.table, "r",
+                                  None, after, key, self.tx_id, key_json(key), self.position, self.ts_ms,
+                                  self.n, self.n, mark)
+
+
+def key_json(key: Mapping[str, Any]) -> str:
+    """The primary key's JSON (key column order), the same bytes the stdlib would write."""
+    if orjson_formats_like_stdlib(key):
+        try:
+            return orjson.dumps(key).decode("utf-8")
+        except TypeError:
+            pass
+    return json.dumps(key, ensure_ascii=False, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------- housekeeping
+
+
+def settle(store: CheckpointStore, spec: PipelineSpec) -> list[SnapshotRecord]:
+    """Mark the running snapshots completed that no sink is in any more (every sink passed the
+    handoff); returns them."""
+    stored = store.checkpoints(spec.pipeline)
+    inside = {r.position.snapshot_id for sid, r in stored.items()
+              if isinstance(r.position, SnapshotPosition) and sid in {s.id for s in spec.sinks}}
+    done = []
+    for rec in store.snapshots(spec.pipeline):
+        if rec.status == "running" and rec.snapshot_id not in inside and stored:
+            done.append(store.finish_snapshot(spec.pipeline, rec.snapshot_id))
+            log.info("pipeline %s: snapshot %s completed (%s rows); the pipeline streams from its handoff",
+                     spec.pipeline, rec.snapshot_id, done[-1].rows if done[-1] else "?")
+    return done
+
+
+def in_snapshot(checkpoints: Mapping[str, Position | None], sinks: Sequence[str] | None = None) -> bool:
+    """Whether a chosen sink (default: all) is inside a snapshot."""
+    chosen = sinks or list(checkpoints)
+    return any(isinstance(checkpoints.get(s), SnapshotPosition) for s in chosen)
+
+
+__all__ = ["ChunkReader", "RowEvents", "begin", "chunk_events", "in_snapshot", "place_new_sinks",
+           "plan_snapshot", "read_chunks_in_process", "resnapshot", "running", "settle", "snapshot_reader",
+           "snapshot_stream"]

@@ -1,0 +1,290 @@
+"""Snapshot reads of MySQL/MariaDB tables (docs/architecture.md, "Snapshots").
+
+:class:`MySqlSnapshot` is a mixin of :class:`~tidegate.sources.mysql.source.MySqlSource`; it needs only
+the source's ``spec`` and ``conn``. Every query runs on a connection of its own in autocommit
+mode: one statement is one short transaction, an InnoDB consistent read that takes no lock.
+
+Chunks are primary-key ranges ``(lo, hi]``. :meth:`chunk_plan` walks the primary key index
+(``ORDER BY key LIMIT 1 OFFSET chunk_rows - 1``, one index range per chunk) and keeps every
+``chunk_rows``-th key as a bound; composite keys compare lexicographically, written as
+``a > x OR (a = x AND b > y)`` so that MySQL and MariaDB both use the index range.
+
+Values get the JSON form the binlog reader gives the same columns (sources/mysql/values.py).
+The text protocol needs help for a few types: FLOAT is read as a DOUBLE
+(``col + 0e0``, the exact 32-bit value) and written as the shortest decimal that round-trips
+it; TIMESTAMP is read in a ``+00:00`` session and written in UTC; BIT(n) as n ``0``/``1``
+characters; SET as the sorted list of its members; zero and impossible dates, and YEAR 0000, as
+null; MySQL's JSON type re-serialized compactly (MariaDB keeps JSON as text).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+
+from ...errors import SnapshotError, SourceError
+from ..base import ChunkBound, SnapshotTable, choose_tables
+from .values import bits_text, float32_shortest
+
+SYSTEM_DBS = ("mysql", "information_schema", "performance_schema", "sys")
+FETCH_ROWS = 2000
+_BIT = re.compile(r"^bit\((\d+)\)", re.I)
+_DATE_TYPES = ("date", "datetime", "timestamp")
+
+
+def _ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _qualified(table: SnapshotTable) -> str:
+    return f"{_ident(table.db)}.{_ident(table.table)}"
+
+
+# --------------------------------------------------------------------------- key predicates
+
+
+def after_key(cols: Sequence[str], values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """SQL for "the key (cols) is above values", lexicographically, and its parameters."""
+    ors, params = [], []
+    for i, c in enumerate(cols):
+        terms = [f"{_ident(p)} = %s" for p in cols[:i]] + [f"{_ident(c)} > %s"]
+        ors.append("(" + " AND ".join(terms) + ")")
+        params += [*values[:i], values[i]]
+    return "(" + " OR ".join(ors) + ")", params
+
+
+def up_to_key(cols: Sequence[str], values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """SQL for "the key (cols) is at or below values"."""
+    ors, params = [], []
+    for i, c in enumerate(cols):
+        terms = [f"{_ident(p)} = %s" for p in cols[:i]] + [f"{_ident(c)} < %s"]
+        ors.append("(" + " AND ".join(terms) + ")")
+        params += [*values[:i], values[i]]
+    ors.append("(" + " AND ".join(f"{_ident(c)} = %s" for c in cols) + ")")
+    params += list(values)
+    return "(" + " OR ".join(ors) + ")", params
+
+
+# --------------------------------------------------------------------------- bound values
+
+
+def bound_to_json(v: Any) -> Any:
+    """A key value as JSON that :func:`bound_from_json` turns back into a query parameter of
+    the same type (DECIMAL must stay exact: MySQL compares a DECIMAL with a string as a double)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, decimal.Decimal):
+        return {"decimal": str(v)}
+    if isinstance(v, float):
+        return {"float": repr(v)}
+    if isinstance(v, (bytes, bytearray)):
+        return {"hex": bytes(v).hex()}
+    if isinstance(v, dt.datetime):
+        return {"datetime": v.isoformat()}
+    if isinstance(v, dt.date):
+        return {"date": v.isoformat()}
+    if isinstance(v, dt.timedelta):
+        return {"seconds": v.total_seconds()}
+    raise SnapshotError(f"a primary key value of type {type(v).__name__} cannot bound a snapshot chunk")
+
+
+def bound_from_json(v: Any) -> Any:
+    if not isinstance(v, dict):
+        return v
+    (kind, x), = v.items()
+    return {"decimal": decimal.Decimal, "float": float, "hex": bytes.fromhex,
+            "datetime": dt.datetime.fromisoformat, "date": dt.date.fromisoformat,
+            "seconds": lambda s: dt.timedelta(seconds=s)}[kind](x)
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _zero_to_none(v: Any) -> Any:
+    # pymysql hands back the text of a date it cannot parse: a zero or impossible date.
+    return None if isinstance(v, str) else v
+
+
+def _timestamp(v: Any) -> Any:
+    if isinstance(v, dt.datetime):
+        return v.replace(tzinfo=dt.UTC)
+    return None if isinstance(v, str) else v
+
+
+def _set(v: Any) -> Any:
+    if isinstance(v, (set, frozenset)):
+        return sorted(v)
+    return sorted(x for x in v.split(",") if x) if isinstance(v, str) else v
+
+
+def _float32(v: Any) -> Any:
+    return float32_shortest(v) if isinstance(v, float) else v
+
+
+def _year(v: Any) -> Any:
+    return v if v else None
+
+
+def _json_compact(v: Any) -> Any:
+    if not isinstance(v, str):
+        return v
+    return json.dumps(json.loads(v), ensure_ascii=False, separators=(",", ":"))
+
+
+def column_reader(data_type: str, column_type: str, mysql_json: bool
+                  ) -> tuple[str, Callable[[Any], Any] | None]:
+    """(select expression with ``{}`` for the column, value converter or None) for a column of
+    information_schema's DATA_TYPE/COLUMN_TYPE."""
+    t = data_type.lower()
+    if t == "float":
+        return "({} + 0e0)", _float32
+    if t == "bit":
+        m = _BIT.match(column_type)
+        n = int(m.group(1)) if m else 1
+        return "{}", lambda v, n=n: bits_text(v, n) if isinstance(v, (bytes, bytearray)) else v
+    if t == "set":
+        return "{}", _set
+    if t == "year":
+        return "{}", _year
+    if t == "timestamp":
+        return "{}", _timestamp
+    if t in ("date", "datetime"):
+        return "{}", _zero_to_none
+    if t == "json" and mysql_json:
+        return "{}", _json_compact
+    return "{}", None
+
+
+# --------------------------------------------------------------------------- the mixin
+
+
+class MySqlSnapshot:
+    """Snapshot reads for :class:`~tidegate.sources.mysql.source.MySqlSource` (see the module docstring)."""
+
+    connector = "mysql"
+    spec: Any
+    conn: Any
+
+    def _snap_connection(self, unbuffered: bool = False) -> pymysql.connections.Connection:
+        c = self.conn
+        try:
+            conn = pymysql.connect(host=c.host or "127.0.0.1", port=int(c.port or 3306), user=c.login or "",
+                                   password=c.password or "", charset="utf8mb4", autocommit=True,
+                                   connect_timeout=10,
+                                   # UTC for TIMESTAMP; a chunk is streamed to a consumer that may
+                                   # pause (a sink retrying), so the server waits longer than 60 s
+                                   init_command="SET time_zone = '+00:00', net_write_timeout = 900",
+                                   cursorclass=(pymysql.cursors.SSCursor if unbuffered
+                                                else pymysql.cursors.Cursor))
+        except pymysql.err.OperationalError as exc:
+            raise SourceError(f"cannot connect to {c} for a snapshot: {exc.args[-1]}") from None
+        return conn
+
+    @staticmethod
+    def _snap_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+
+    def snapshot_tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
+        captured = list(self.spec.source.tables)
+        conn = self._snap_connection()
+        try:
+            existing = {f"{d}.{t}" for d, t in self._snap_all(
+                conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
+                      "'BASE TABLE' AND TABLE_SCHEMA NOT IN %s", (SYSTEM_DBS,))}
+            names = choose_tables(self.spec.pipeline, captured, sorted(existing), tables)
+            missing = [n for n in names if n not in existing]
+            if missing:
+                raise SnapshotError(f"pipeline {self.spec.pipeline!r}: cannot snapshot "
+                                    f"{', '.join(missing)}: no such table on {self.conn} (or the CDC "
+                                    f"user cannot see it; it needs SELECT on the table)")
+            out = []
+            for name in names:
+                db, table = name.split(".", 1)
+                key = [r[0] for r in self._snap_all(
+                    conn, "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND "
+                          "TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX", (db, table))]
+                if not key:
+                    raise SnapshotError(
+                        f"pipeline {self.spec.pipeline!r}: table {name} has no primary key, and a snapshot "
+                        f"reads tables in primary-key chunks: add one (ALTER TABLE {name} ADD PRIMARY KEY "
+                        f"(...)), or leave {name} out of source.tables / the tables param")
+                out.append(SnapshotTable(db, db, table, tuple(key)))
+            return out
+        finally:
+            conn.close()
+
+    def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
+        cols = ", ".join(_ident(c) for c in table.key)
+        bounds: list[list[Any]] = []
+        conn = self._snap_connection()
+        try:
+            while True:
+                where, params = after_key(table.key, [bound_from_json(v) for v in bounds[-1]]) if bounds \
+                    else ("1 = 1", [])
+                rows = self._snap_all(conn, f"SELECT {cols} FROM {_qualified(table)} WHERE {where} "
+                                            f"ORDER BY {cols} LIMIT 1 OFFSET %s", (*params, chunk_rows - 1))
+                if not rows:
+                    break
+                bounds.append([bound_to_json(v) for v in rows[0]])
+        finally:
+            conn.close()
+        edges: list[ChunkBound] = [None, *bounds, None]
+        return list(zip(edges[:-1], edges[1:], strict=True))
+
+    def _snap_columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, str, Callable | None]]:
+        (version,) = self._snap_all(conn, "SELECT VERSION()")[0]
+        mysql_json = "mariadb" not in version.lower()
+        rows = self._snap_all(conn, "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM "
+                                    "information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+                                    "ORDER BY ORDINAL_POSITION", (table.db, table.table))
+        out = []
+        for name, data_type, column_type in rows:
+            expr, conv = column_reader(data_type, column_type, mysql_json)
+            out.append((name, expr.format(_ident(name)), conv))
+        return out
+
+    def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
+        conn = self._snap_connection(unbuffered=True)
+        try:
+            cols = self._snap_columns(conn, table)
+            where, params = ["1 = 1"], []
+            if lo is not None:
+                sql, p = after_key(table.key, [bound_from_json(v) for v in lo])
+                where.append(sql)
+                params += p
+            if hi is not None:
+                sql, p = up_to_key(table.key, [bound_from_json(v) for v in hi])
+                where.append(sql)
+                params += p
+            order = ", ".join(_ident(c) for c in table.key)
+            select = ", ".join(expr for _, expr, _ in cols)
+            names = [n for n, _, _ in cols]
+            convs = [(i, conv) for i, (_, _, conv) in enumerate(cols) if conv is not None]
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT {select} FROM {_qualified(table)} WHERE {' AND '.join(where)} "
+                            f"ORDER BY {order}", params)
+                while True:
+                    batch = cur.fetchmany(FETCH_ROWS)
+                    if not batch:
+                        break
+                    for row in batch:
+                        if convs:
+                            row = list(row)
+                            for i, conv in convs:
+                                if row[i] is not None:
+                                    row[i] = conv(row[i])
+                        yield dict(zip(names, row, strict=True))
+        finally:
+            conn.close()
+
+
+__all__ = ["MySqlSnapshot", "after_key", "bound_from_json", "bound_to_json", "column_reader", "up_to_key"]

@@ -1,0 +1,204 @@
+"""Snapshot reads of PostgreSQL tables (docs/architecture.md, "Snapshots").
+
+:class:`PostgresSnapshot` is a mixin of :class:`~tidegate.sources.postgres.source.PostgresSource`; it
+needs only the source's ``spec`` and ``conn``. Every chunk is one read-only transaction of a
+connection of its own: one SELECT through a server-side cursor (client memory bounded by
+``FETCH_ROWS``), which takes only the ACCESS SHARE lock every SELECT takes (it blocks DDL on
+the table for the chunk's few seconds, never writes).
+
+Chunks are primary-key ranges ``(lo, hi]``: PostgreSQL compares row values
+(``(a, b) > (x, y)``) lexicographically through the primary key's index, so :meth:`chunk_plan`
+walks the index (``ORDER BY key LIMIT 1 OFFSET chunk_rows - 1``) and keeps every
+``chunk_rows``-th key, as text, as a bound.
+
+Values get the JSON form of log events (sources/postgres/values.py): the reader takes every column's
+text output from the server, in a session set up as the log reader's (UTC, ISO dates,
+``extra_float_digits``), does what wal2json does with it (numbers of the integer types as
+integers, real/double/numeric as exact decimals and their NaN/Infinity as null, booleans as
+true/false, everything else as text) and then applies the log path's converter for the type.
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ...errors import SnapshotError, SourceError
+from ..base import ChunkBound, SnapshotTable, choose_tables
+from .connection import SESSION_OPTIONS
+from .values import converter
+
+FETCH_ROWS = 5000
+SYSTEM_SCHEMAS_SQL = ("n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE "
+                      "'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp%%'")
+# Type OIDs that wal2json writes as JSON numbers or booleans (by the column's own type, so a
+# domain over integer is text there, and here).
+INT_OIDS = frozenset({20, 21, 23, 26})  # int8, int2, int4, oid
+DECIMAL_OIDS = frozenset({700, 701, 1700})  # float4, float8, numeric
+BOOL_OID = 16
+_NOT_NUMBERS = ("nan", "infinity", "-infinity")
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _qualified(table: SnapshotTable) -> str:
+    return f"{_ident(table.schema)}.{_ident(table.table)}"
+
+
+def wal2json_value(oid: int) -> Callable[[str], Any]:
+    """What wal2json makes of a column's text output (before the log path's converter)."""
+    if oid in INT_OIDS:
+        return int
+    if oid in DECIMAL_OIDS:
+        return lambda t: None if t.lower() in _NOT_NUMBERS else decimal.Decimal(t)
+    if oid == BOOL_OID:
+        return lambda t: t == "t"
+    return lambda t: t
+
+
+class PostgresSnapshot:
+    """Snapshot reads for :class:`~tidegate.sources.postgres.source.PostgresSource` (module docstring)."""
+
+    connector = "postgresql"
+    spec: Any
+    conn: Any
+
+    def _snap_connection(self) -> Any:
+        import psycopg2
+
+        c = self.conn
+        try:
+            conn = psycopg2.connect(host=c.host or "127.0.0.1", port=int(c.port or 5432),
+                                    dbname=c.schema or "postgres", user=c.login, password=c.password,
+                                    connect_timeout=10, application_name="tidegate-snapshot",
+                                    options=SESSION_OPTIONS)
+        except psycopg2.OperationalError as exc:
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SourceError(f"cannot connect to {c} for a snapshot: {msg}") from None
+        conn.set_session(readonly=True, autocommit=False)
+        return conn
+
+    @staticmethod
+    def _snap_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+
+    def snapshot_tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
+        captured = list(self.spec.source.tables)
+        conn = self._snap_connection()
+        try:
+            # Leaf tables only: a partitioned table's rows are its partitions' (so are its changes).
+            existing = {f"{s}.{t}" for s, t in self._snap_all(
+                conn, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                      f"c.relnamespace WHERE c.relkind = 'r' AND {SYSTEM_SCHEMAS_SQL}")}
+            names = choose_tables(self.spec.pipeline, captured, sorted(existing), tables)
+            missing = [n for n in names if n not in existing]
+            if missing:
+                raise SnapshotError(f"pipeline {self.spec.pipeline!r}: cannot snapshot "
+                                    f"{', '.join(missing)}: no such table on {self.conn} (or the CDC "
+                                    f"role cannot see it)")
+            out = []
+            for name in names:
+                schema, table = name.split(".", 1)
+                key = [r[0] for r in self._snap_all(
+                    conn, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
+                          "i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = "
+                          "format('%%I.%%I', %s, %s)::regclass AND i.indisprimary "
+                          "ORDER BY array_position(i.indkey::int2[], a.attnum)",
+                    (schema, table))]
+                if not key:
+                    raise SnapshotError(
+                        f"pipeline {self.spec.pipeline!r}: table {name} has no primary key, and a snapshot "
+                        f"reads tables in primary-key chunks: add one (ALTER TABLE {name} ADD PRIMARY KEY "
+                        f"(...)), or leave {name} out of source.tables / the tables param")
+                out.append(SnapshotTable(schema, schema, table, tuple(key)))
+            return out
+        finally:
+            conn.close()
+
+    def _snap_columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, int, str, str]]:
+        """(name, type oid, type with modifiers as wal2json names it, type without them)."""
+        return self._snap_all(conn, "SELECT attname, atttypid::int, format_type(atttypid, atttypmod), "
+                               "format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = "
+                               "format('%%I.%%I', %s, %s)::regclass AND attnum > 0 AND NOT attisdropped "
+                               "ORDER BY attnum", (table.schema, table.table))
+
+    def _snap_key_predicate(self, table: SnapshotTable, types: dict[str, str], op: str, values: Sequence[Any]
+                       ) -> tuple[str, list[Any]]:
+        cols = ", ".join(_ident(c) for c in table.key)
+        params = ", ".join(f"%s::{types[c]}" for c in table.key)
+        return f"({cols}) {op} ({params})", list(values)
+
+    @staticmethod
+    def _snap_raw_text(conn: Any, cur_sql: str, params: Sequence[Any]) -> None:
+        """Let this connection return the server's text output of every column of ``cur_sql``
+        as is (psycopg2 would parse dates, numbers and arrays into Python objects)."""
+        import psycopg2.extensions as ext
+
+        with conn.cursor() as cur:
+            cur.execute(cur_sql + " LIMIT 0", params)
+            oids = tuple({d.type_code for d in cur.description})
+        ext.register_type(ext.new_type(oids, "TIDEGATE_RAW_TEXT", lambda v, _cur: v), conn)
+
+    def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
+        conn = self._snap_connection()
+        bounds: list[list[str]] = []
+        try:
+            types = {name: bare for name, _, _, bare in self._snap_columns(conn, table)}
+            cols = ", ".join(_ident(c) for c in table.key)
+            base = f"SELECT {cols} FROM {_qualified(table)}"
+            self._snap_raw_text(conn, base, ())
+            while True:
+                where, params = (self._snap_key_predicate(table, types, ">", bounds[-1]) if bounds
+                                 else ("true", []))
+                rows = self._snap_all(conn, f"{base} WHERE {where} ORDER BY {cols} LIMIT 1 OFFSET %s",
+                                 (*params, chunk_rows - 1))
+                if not rows:
+                    break
+                bounds.append(list(rows[0]))
+            conn.rollback()
+        finally:
+            conn.close()
+        edges: list[ChunkBound] = [None, *bounds, None]
+        return list(zip(edges[:-1], edges[1:], strict=True))
+
+    def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
+        conn = self._snap_connection()
+        try:
+            columns = self._snap_columns(conn, table)
+            types = {name: bare for name, _, _, bare in columns}
+            names = [c[0] for c in columns]
+            convert = [_compose(wal2json_value(oid), converter(typ)) for _, oid, typ, _ in columns]
+            where, params = ["true"], []
+            for bound, op in ((lo, ">"), (hi, "<=")):
+                if bound is not None:
+                    sql, p = self._snap_key_predicate(table, types, op, bound)
+                    where.append(sql)
+                    params += p
+            sql = (f"SELECT {', '.join(_ident(n) for n in names)} FROM {_qualified(table)} "
+                   f"WHERE {' AND '.join(where)}")
+            self._snap_raw_text(conn, sql, params)
+            cur = conn.cursor(name="tidegate_snapshot_chunk")
+            cur.itersize = FETCH_ROWS
+            cur.execute(sql + " ORDER BY " + ", ".join(_ident(c) for c in table.key), params)
+            for row in cur:
+                yield {n: (None if v is None else f(v)) for n, v, f in zip(names, row, convert, strict=True)}
+            cur.close()
+            conn.rollback()
+        finally:
+            conn.close()
+
+
+def _compose(first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def both(v: Any) -> Any:
+        x = first(v)
+        return None if x is None else then(x)
+
+    return both
+
+
+__all__ = ["PostgresSnapshot", "wal2json_value"]

@@ -1,0 +1,448 @@
+"""Snapshots as users meet them, through `airflow dags test` against the real servers.
+
+Two tables of 100k rows in all (``orders``, key ``id``; ``lines``, composite key
+``(order_id, line)``), a pipeline with ``start: snapshot`` delivering to Kafka (exactly-once),
+NATS and Redis, and a writer that inserts, updates and deletes rows of both tables while the
+snapshot is read. Then:
+
+- MariaDB: the deliver task of the snapshot run is SIGKILLed mid-snapshot; the rerun resumes at
+  the next chunk; two more runs (`tidegate run`) stream what the writer did. A binlog purge past
+  the checkpoint then halts the pipeline, and a run triggered with ``resolve=resnapshot`` and a
+  reason re-loads the tables and resolves the incident.
+- PostgreSQL: the snapshot run, then two more runs.
+
+Each time every sink is checked: replaying its events per key (``r``, ``c``, ``u``, ``d`` in
+order) gives exactly the tables' content; every change the writer committed after the handoff
+arrives once, in order per key; Kafka (read_committed) holds no duplicate ``idempotency_key``
+and NATS and Redis hold the same keys, each once; the control channels carry
+``snapshot_started`` and ``snapshot_completed`` with the rows delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import random
+import re
+import subprocess
+import textwrap
+import threading
+import time
+import uuid
+
+import psycopg2
+import pymysql
+import pytest
+from tidegate.positions import SnapshotPosition
+from tidegate.store import open_store
+
+from tests.integration.airflow_support import (
+    VENV_BIN,
+    dags_test,
+    dags_test_killed_when,
+    make_airflow_env,
+    task_ended,
+)
+from tests.integration.sink_readers import kafka_changes, redis_events
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+ORDERS, LINES = 60_000, 40_000  # 100k rows; lines: 8 per order of the first 5000 orders
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_service, nats_service):
+    base = tmp_path_factory.mktemp("snapshots")
+    return make_airflow_env(base, service_env), base
+
+
+def spec_text(pipeline: str, kind: str, conn_id: str, tables: list[str], extra: str) -> str:
+    return textwrap.dedent(f"""
+        pipeline: {pipeline}
+        source: {{kind: {kind}, conn_id: {conn_id}, tables: [{', '.join(tables)}], {extra} start: snapshot}}
+        batch: {{max_events: 4000}}
+        snapshot: {{chunk_rows: 10000, parallelism: 2}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+              exactly_once: true, partitions: 3}}
+          - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {pipeline.upper()},
+              subject: "{{pipeline}}.{{table}}"}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+    """)
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+class Writer(threading.Thread):
+    """Single-row transactions on both tables (inserts of new keys, updates that change a value,
+    deletes of live keys), remembering each key's ops in commit order."""
+
+    def __init__(self, execute, orders: str, lines: str):
+        super().__init__(daemon=True)
+        self.execute, self.orders, self.lines = execute, orders, lines
+        self.rng = random.Random(7)
+        # the keys it works on: the first rows of each table (spread over the first chunks) and
+        # those it inserts (beyond the last chunk bound)
+        self.hot_orders = list(range(1, 401))
+        self.hot_lines = [(o, n) for o in range(1, 51) for n in range(1, 9)]
+        self.dead: set[tuple] = set()
+        self.next_order, self.next_line = ORDERS + 1, 9
+        self.ops: dict[tuple, list[str]] = collections.defaultdict(list)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def _live(self, keys: list) -> tuple | int:
+        while True:
+            k = self.rng.choice(keys)
+            if k not in self.dead:
+                return k
+
+    def one(self) -> None:
+        r = self.rng.random()
+        if r < 0.15:
+            k = self.next_order
+            self.next_order += 1
+            self.execute(f"INSERT INTO {self.orders} VALUES ({k}, 'new', 1)")
+            self.hot_orders.append(k)
+            self.ops[("orders", k)].append("c")
+        elif r < 0.4:
+            k = self._live(self.hot_orders)
+            self.execute(f"UPDATE {self.orders} SET qty = qty + 1, status = 'paid' WHERE id = {k}")
+            self.ops[("orders", k)].append("u")
+        elif r < 0.5:
+            k = self._live(self.hot_orders)
+            self.execute(f"DELETE FROM {self.orders} WHERE id = {k}")
+            self.dead.add(k)
+            self.ops[("orders", k)].append("d")
+        elif r < 0.65:
+            k = (self.rng.randint(1, 60), self.next_line)
+            self.next_line += 1
+            self.execute(f"INSERT INTO {self.lines} VALUES ({k[0]}, {k[1]}, 'sku-new', 1)")
+            self.hot_lines.append(k)
+            self.ops[("lines", *k)].append("c")
+        elif r < 0.9:
+            k = self._live(self.hot_lines)
+            self.execute(f"UPDATE {self.lines} SET qty = qty + 1 WHERE order_id = {k[0]} AND line = {k[1]}")
+            self.ops[("lines", *k)].append("u")
+        else:
+            k = self._live(self.hot_lines)
+            self.execute(f"DELETE FROM {self.lines} WHERE order_id = {k[0]} AND line = {k[1]}")
+            self.dead.add(k)
+            self.ops[("lines", *k)].append("d")
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.one()
+                time.sleep(0.004)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(30)
+        assert self.error is None, self.error
+
+
+def start_writer_at_handoff(store, pipeline: str, writer: Writer) -> threading.Thread:
+    """Start ``writer`` once the snapshot is planned (its handoff captured): every change it
+    makes is then after the handoff."""
+
+    def wait_then_start() -> None:
+        deadline = time.monotonic() + 300
+        while not store.snapshots(pipeline) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        writer.start()
+
+    t = threading.Thread(target=wait_then_start, daemon=True)
+    t.start()
+    return t
+
+
+# --------------------------------------------------------------------------- reading the sinks
+
+
+def nats_messages(conn, stream: str, subject: str) -> list[tuple[str, str, dict]]:
+    """(subject, Nats-Msg-Id, payload) of every message of ``subject`` in the stream, in stream
+    order (a pull consumer without acks: fast for 100k messages)."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    async def go():
+        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
+        try:
+            js = nc.jetstream()
+            sub = await js.pull_subscribe(subject, stream=stream, config=ConsumerConfig(
+                ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL))
+            total = (await sub.consumer_info()).num_pending
+            out = []
+            deadline = time.monotonic() + 120
+            while len(out) < total:
+                assert time.monotonic() < deadline, f"read {len(out)} of {total} messages of {stream}"
+                try:
+                    msgs = await sub.fetch(min(1000, total - len(out)), timeout=5)
+                except nats.errors.TimeoutError:
+                    continue
+                out += [(m.subject, m.headers["Nats-Msg-Id"], json.loads(m.data)) for m in msgs]
+            return out
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def key_of(table: str, ev: dict) -> tuple:
+    k = ev["key"]
+    return ("orders", k["id"]) if table == "orders" else ("lines", k["order_id"], k["line"])
+
+
+def replay(events: list[tuple[str, dict]]) -> dict[tuple, tuple]:
+    """Each key's final (status|sku, qty) after applying the events in order."""
+    state: dict[tuple, tuple] = {}
+    for table, ev in events:
+        k = key_of(table, ev)
+        if ev["op"] == "d":
+            state.pop(k, None)
+        else:
+            a = ev["after"]
+            state[k] = (a.get("status", a.get("sku")), a["qty"])
+    return state
+
+
+def log_ops(events: list[tuple[str, dict]]) -> dict[tuple, list[str]]:
+    out: dict[tuple, list[str]] = collections.defaultdict(list)
+    for table, ev in events:
+        if ev["op"] != "r":
+            out[key_of(table, ev)].append(ev["op"])
+    return dict(out)
+
+
+def sink_events(pipeline: str, bootstrap: str, nats_conn, redis_conn) -> dict[str, list[tuple[str, dict]]]:
+    """Per sink, its (table, envelope) data events in delivery order per key."""
+    out = {"events": [], "bus": [], "cache": []}
+    for table in ("orders", "lines"):
+        out["events"] += [(table, e) for e in kafka_changes(bootstrap, f"{pipeline}.{table}")]
+        out["cache"] += [(table, json.loads(e)) for e in redis_events(redis_conn, f"{pipeline}:{table}")]
+    for subject, _, payload in nats_messages(nats_conn, pipeline.upper(), f"{pipeline}.>"):
+        table = subject.rsplit(".", 1)[1]
+        if table != "__control":
+            out["bus"].append((table, payload))
+    return out
+
+
+def controls(pipeline: str, bootstrap: str, nats_conn, redis_conn) -> dict[str, list[dict]]:
+    return {"events": kafka_changes(bootstrap, f"{pipeline}.__control"),
+            "bus": [p for s, _, p in nats_messages(nats_conn, pipeline.upper(), f"{pipeline}.__control")],
+            "cache": [json.loads(e) for e in redis_events(redis_conn, f"{pipeline}:__control")]}
+
+
+def check_sinks(pipeline: str, bootstrap: str, nats_conn, redis_conn, content: dict, writer: Writer,
+                since_snapshot: str | None = None) -> dict[str, list[tuple[str, dict]]]:
+    """The checks of the module docstring, for every sink."""
+    got = sink_events(pipeline, bootstrap, nats_conn, redis_conn)
+    kafka_keys = [e["idempotency_key"] for _, e in got["events"]]
+    assert len(kafka_keys) == len(set(kafka_keys)), "a duplicate in Kafka (exactly-once)"
+    for sid, events in got.items():
+        keys = [e["idempotency_key"] for _, e in events]
+        assert collections.Counter(keys) == collections.Counter(kafka_keys), sid
+        if since_snapshot is None:
+            assert replay(events) == content, sid
+            assert log_ops(events) == {k: v for k, v in writer.ops.items()}, sid
+        else:  # nothing changed after the resnapshot's handoff: its rows are exactly the tables
+            rows = [(t, e) for t, e in events if e["transaction"]["id"] == since_snapshot]
+            assert replay(rows) == content, sid
+    return got
+
+
+# --------------------------------------------------------------------------- MariaDB
+
+
+def purge_to(execute, query, file: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        execute(f"PURGE BINARY LOGS TO '{file}'")
+        if query("SHOW BINARY LOGS")[0][0] >= file:
+            return
+        assert time.monotonic() < deadline, "binlogs not purged"
+        execute("FLUSH ENGINE LOGS")
+        time.sleep(0.2)
+
+
+def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
+        airflow_env, mysql, kafka_bootstrap, nats_service, redis_service):
+    env, base = airflow_env
+    tag = uuid.uuid4().hex[:6]
+    db = pipeline = f"snapm_{tag}"
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(
+        pipeline, "mysql", "cdc_mysql", [f"{db}.orders", f"{db}.lines"],
+        f"server_id: {48400 + random.randint(0, 99)},"))
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    writer_conn = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+
+    def on(conn):
+        def execute(stmt: str) -> None:
+            with conn.cursor() as c:
+                c.execute(stmt)
+        return execute
+
+    def query(stmt: str) -> list:
+        with admin.cursor() as c:
+            c.execute(stmt)
+            return list(c.fetchall())
+
+    sql = on(admin)
+    sql(f"CREATE DATABASE {db}")
+    sql(f"CREATE TABLE {db}.orders (id INT PRIMARY KEY, status VARCHAR(20), qty INT)")
+    sql(f"CREATE TABLE {db}.lines (order_id INT, line INT, sku VARCHAR(20), qty INT, "
+        f"PRIMARY KEY (order_id, line))")
+    sql(f"INSERT INTO {db}.orders SELECT seq, 'new', seq % 10 FROM {db}.seq_1_to_{ORDERS}")
+    sql(f"INSERT INTO {db}.lines SELECT 1 + (seq - 1) DIV 8, 1 + (seq - 1) % 8, CONCAT('sku-', seq), 1 "
+        f"FROM {db}.seq_1_to_{LINES}")
+
+    def content() -> dict:
+        rows = {("orders", i): (s, q) for i, s, q in query(f"SELECT id, status, qty FROM {db}.orders")}
+        rows.update({("lines", o, n): (s, q) for o, n, s, q in
+                     query(f"SELECT order_id, line, sku, qty FROM {db}.lines")})
+        return rows
+
+    dag = f"cdc_{pipeline}"
+    store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
+    writer = Writer(on(writer_conn), f"{db}.orders", f"{db}.lines")
+    try:
+        # the snapshot run, killed once two chunks are committed
+        start_writer_at_handoff(store, pipeline, writer)
+
+        def two_chunks_in() -> bool:
+            rec = store.get_checkpoint(pipeline, "events")
+            return rec is not None and isinstance(rec.position, SnapshotPosition) and rec.position.chunk >= 2
+
+        dags_test_killed_when(env, dag, two_chunks_in)
+        [snap] = store.snapshots(pipeline)
+        assert len(snap.chunks) == 6 + 4 + 2  # 10k-row chunks, each table's last open-ended
+        killed_at = min(r.position.chunk for r in store.checkpoints(pipeline).values())
+        assert killed_at >= 1
+        assert store.checkpoints(pipeline)["events"].position.snapshot_id == snap.snapshot_id
+
+        rc, log = dags_test(env, dag)  # resumes at the next chunk
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        first = int(re.search(rf"snapshot {snap.snapshot_id}: reading chunks (\d+)\.\.", log).group(1))
+        assert 2 <= first <= killed_at + 2, (first, killed_at)  # not from chunk 1 again
+        writer.finish()
+        for i in (1, 2):  # two more runs stream what the writer did after the handoff
+            r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", f"more_{i}"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stderr[-3000:]
+        assert store.snapshot(pipeline, snap.snapshot_id).status == "completed"
+        assert sum(len(v) for v in writer.ops.values()) > 100, "the writer made too few changes"
+        got = check_sinks(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, content(), writer)
+        rows = sum(1 for _, e in got["events"] if e["op"] == "r")
+        assert rows == store.snapshot(pipeline, snap.snapshot_id).rows >= ORDERS + LINES - 1000
+        lasts = [e["source"]["snapshot"] for _, e in got["events"] if e["op"] == "r"]
+        assert lasts.count("last") <= 2 and set(lasts) <= {"true", "last"}
+        assert {e["source"]["snapshot"] for _, e in got["events"] if e["op"] != "r"} == {"false"}
+        for sid, msgs in controls(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc).items():
+            assert [m["type"] for m in msgs] == ["snapshot_started", "snapshot_completed"], sid
+            assert msgs[1]["tables"] == [f"{db}.orders", f"{db}.lines"] and msgs[1]["rows"] == rows, sid
+
+        # a purge past the checkpoint halts the pipeline; resolve=resnapshot re-loads the tables
+        for _ in range(50):  # changes the purge loses (the resnapshot covers them)
+            writer.one()
+        sql("FLUSH BINARY LOGS")
+        purge_to(sql, query, query("SHOW MASTER STATUS")[0][0])
+        rc, log = dags_test(env, dag)
+        assert rc != 0 and "binlog_purged" in log, log[-3000:]
+        [inc] = store.incidents(pipeline, unresolved_only=True)
+        rc, log = dags_test(env, dag, {"resolve": "resnapshot", "reason": "binlog purged before delivery"})
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        done = store.incident(inc.id)
+        assert done.resolved and done.resolution == "resnapshot"
+        assert done.reason == "binlog purged before delivery"
+        resnap = store.snapshots(pipeline)[-1]
+        assert resnap.kind == "resnapshot" and resnap.status == "completed"
+        check_sinks(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, content(), writer,
+                    since_snapshot=f"snapshot:{resnap.snapshot_id}")
+        out = subprocess.run([str(VENV_BIN / "tidegate"), "status", pipeline, "--json"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        status = json.loads(out)["pipelines"][0]
+        assert status["halted"] is False
+    finally:
+        writer.stop.set()
+        store.close()
+        sql(f"DROP DATABASE IF EXISTS {db}")
+        admin.close()
+        writer_conn.close()
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
+        airflow_env, postgres, kafka_bootstrap, nats_service, redis_service):
+    env, base = airflow_env
+    tag = uuid.uuid4().hex[:6]
+    schema = pipeline = f"snapp_{tag}"
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(
+        pipeline, "postgres", "cdc_postgres", [f"{schema}.orders", f"{schema}.lines"], f"slot: {pipeline},"))
+    admin = psycopg2.connect(postgres.admin_dsn)
+    admin.autocommit = True
+    writer_conn = psycopg2.connect(postgres.admin_dsn)
+    writer_conn.autocommit = True
+
+    def on(conn):
+        def execute(stmt: str) -> None:
+            with conn.cursor() as c:
+                c.execute(stmt)
+        return execute
+
+    def query(stmt: str) -> list:
+        with admin.cursor() as c:
+            c.execute(stmt)
+            return c.fetchall()
+
+    sql = on(admin)
+    sql(f"CREATE SCHEMA {schema}")
+    sql(f"CREATE TABLE {schema}.orders (id int PRIMARY KEY, status text, qty int)")
+    sql(f"CREATE TABLE {schema}.lines (order_id int, line int, sku text, qty int, "
+        f"PRIMARY KEY (order_id, line))")
+    sql(f"INSERT INTO {schema}.orders SELECT g, 'new', g % 10 FROM generate_series(1, {ORDERS}) g")
+    sql(f"INSERT INTO {schema}.lines SELECT 1 + (g - 1) / 8, 1 + (g - 1) % 8, 'sku-' || g, 1 "
+        f"FROM generate_series(1, {LINES}) g")
+
+    def content() -> dict:
+        rows = {("orders", i): (s, q) for i, s, q in query(f"SELECT id, status, qty FROM {schema}.orders")}
+        rows.update({("lines", o, n): (s, q) for o, n, s, q in
+                     query(f"SELECT order_id, line, sku, qty FROM {schema}.lines")})
+        return rows
+
+    dag = f"cdc_{pipeline}"
+    store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
+    writer = Writer(on(writer_conn), f"{schema}.orders", f"{schema}.lines")
+    try:
+        start_writer_at_handoff(store, pipeline, writer)
+        rc, log = dags_test(env, dag)
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        writer.finish()
+        for i in (1, 2):  # two more runs stream what the writer did after the handoff
+            r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", f"more_{i}"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stderr[-3000:]
+        [snap] = store.snapshots(pipeline)
+        assert snap.status == "completed" and len(snap.chunks) == 12
+        assert sum(len(v) for v in writer.ops.values()) > 100, "the writer made too few changes"
+        got = check_sinks(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, content(), writer)
+        rows = sum(1 for _, e in got["events"] if e["op"] == "r")
+        assert rows == snap.rows >= ORDERS + LINES - 1000
+        for sid, msgs in controls(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc).items():
+            assert [m["type"] for m in msgs] == ["snapshot_started", "snapshot_completed"], sid
+            assert msgs[1]["rows"] == rows, sid
+    finally:
+        writer.stop.set()
+        store.close()
+        with admin.cursor() as c:
+            c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                      "WHERE slot_name = %s", (pipeline,))
+        sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.close()
+        writer_conn.close()

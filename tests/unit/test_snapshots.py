@@ -1,0 +1,341 @@
+"""Snapshots with a scripted source and recording sinks: the item stream, the handoff to the log,
+resuming at the next chunk, resnapshot, and the positions, spec, plan and store parts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+
+import pytest
+from _tidegate_fakes import FakeSink, QuietSource, pos, stream
+from tidegate import guards, runner, snapshots
+from tidegate.errors import CommitPolicyError, SnapshotError
+from tidegate.events import ChangeEvent, ControlMessage, PositionMark, snapshot_mark
+from tidegate.plan import RunParamsError, RunPlan
+from tidegate.positions import (
+    BinlogPosition,
+    Lsn,
+    PgPosition,
+    SnapshotPosition,
+    log_position,
+    position_from_json,
+)
+from tidegate.sources.base import SnapshotTable
+from tidegate.spec import load_spec, load_spec_text
+from tidegate.store import open_store
+from tidegate.store.records import SnapshotRecord
+
+# --------------------------------------------------------------------------- positions
+
+
+def test_a_snapshot_position_lies_just_before_its_handoff():
+    h = pos(5)
+    s0, s3 = SnapshotPosition("a", 0, h), SnapshotPosition("a", 3, h)
+    assert s0 < s3 < h < pos(6) and pos(4) < s0 and s3 <= h and not s3 >= h
+    assert h > s3 and pos(4) < s3 and min([pos(7), s3, pos(6)]) == s3
+    assert s3 != h and h != s3 and s3 == SnapshotPosition("a", 3, pos(5))
+    assert max(s0, s3) == s3
+    # two snapshots: by handoff, then by (time-ordered) id
+    assert SnapshotPosition("b", 0, pos(4)) < s0 < SnapshotPosition("b", 0, h)
+
+
+def test_snapshot_position_json_lineage_and_log_position():
+    h = BinlogPosition("mysql-bin.000003", 77, server_id=1)
+    s = SnapshotPosition("20261125T101500123-ab12", 4, h)
+    back = position_from_json(json.loads(json.dumps(s.to_json())))
+    assert back == s and back.handoff == h and s.to_json()["snapshot"] == "20261125T101500123-ab12"
+    assert s.lineage == h.lineage and log_position(s) == h and log_position(h) is h
+    pg = SnapshotPosition("x", 1, PgPosition(Lsn.parse("0/10"), "7", 1))
+    assert position_from_json(pg.to_json()) == pg
+    assert s.bytes_to(BinlogPosition("mysql-bin.000003", 100, server_id=1)) == 23
+    with pytest.raises(ValueError):
+        SnapshotPosition("x", -1, h)
+
+
+# --------------------------------------------------------------------------- events, spec, plan
+
+
+def test_source_snapshot_is_a_string():
+    assert [snapshot_mark(v) for v in (False, True, "last")] == ["false", "true", "last"]
+    with pytest.raises(ValueError):
+        snapshot_mark("yes")
+    log_event = stream([1])[0]
+    assert json.loads(log_event.value)["source"]["snapshot"] == "false"
+    # a caller passing the former bool still gets the string
+    ev = ChangeEvent.native("t", "p", "mysql", "d", "d", "x", "c", None, {"id": 1}, {"id": 1}, "tx", "e",
+                            {}, 0, 1, 1, False)
+    assert json.loads(ev.value)["source"]["snapshot"] == "false"
+
+
+def test_spec_snapshot_settings():
+    base = "pipeline: p\nsource: {kind: mysql, conn_id: c, start: snapshot}\nsinks: [{id: k, kind: kafka, " \
+           "conn_id: k, topic: t}]\n"
+    spec = load_spec_text(base)
+    assert spec.source.start == "snapshot" and spec.snapshot.chunk_rows == 50_000
+    assert spec.snapshot.parallelism == 4
+    spec = load_spec_text(base + "snapshot: {chunk_rows: 10, parallelism: 2}\n")
+    assert (spec.snapshot.chunk_rows, spec.snapshot.parallelism) == (10, 2)
+    with pytest.raises(Exception) as e:
+        load_spec_text(base + "snapshot: {chunk_rows: 0, rows: 3}\n")
+    assert "snapshot.chunk_rows" in str(e.value) and "snapshot.rows: unknown field" in str(e.value)
+
+
+def test_plan_resnapshot_and_tables():
+    plan = RunPlan.from_values({"resolve": "resnapshot", "reason": "gap", "tables": "shop.a, shop.b"})
+    assert plan.resolve == "resnapshot" and plan.tables == ["shop.a", "shop.b"]
+    assert RunPlan.from_values({"resolve": "resnapshot", "reason": "r", "tables": []}).tables is None
+    with pytest.raises(RunParamsError) as e:
+        RunPlan.from_values({"resolve": "accept_gap", "reason": "r", "tables": ["shop.a"]})
+    assert "only goes with resolve=resnapshot" in str(e.value)
+    with pytest.raises(RunParamsError) as e:
+        RunPlan.from_values({"resolve": "resnapshot", "reason": "r", "tables": ["a b"]})
+    assert "malformed table name" in str(e.value)
+
+
+# --------------------------------------------------------------------------- a scripted source
+
+
+class SnapSource(QuietSource):
+    """A log of transactions (positions 1000·n) over two tables whose current rows the test
+    sets: ``orders`` (key id) and ``lines`` (composite key order_id, line)."""
+
+    connector = "mysql"
+
+    def __init__(self, sizes):
+        self.sizes = list(sizes)
+        self.tables = {"shop.orders": {(i,): {"id": i, "status": "new"} for i in range(1, 8)},
+                       "shop.lines": {(o, n): {"order_id": o, "line": n, "sku": f"s{o}{n}"}
+                                      for o in (1, 2) for n in (1, 2)}}
+        self.chunk_reads: list[tuple] = []
+        self.released = []
+
+    def head(self):
+        return pos(len(self.sizes))
+
+    def identity(self):
+        return {"kind": "mysql", "server_id": 1}
+
+    def read(self, start, upto):
+        for item in stream(self.sizes):
+            end = item.position if isinstance(item, PositionMark) else item.end_position
+            if end is None:
+                end = pos(int(item.tx_id.split("-")[-1]))
+            if (start is None or end > start) and end <= upto:
+                yield item
+
+    def release(self, position):
+        self.released.append(position)
+
+    def snapshot_tables(self, tables=None):
+        names = tables or ["shop.orders", "shop.lines"]
+        return [SnapshotTable("shop", "shop", n.split(".")[1], ("id",) if n == "shop.orders" else
+                              ("order_id", "line")) for n in names]
+
+    def chunk_plan(self, table, chunk_rows):
+        keys = sorted(self.tables[table.name])
+        bounds = [list(k) for k in keys[chunk_rows - 1::chunk_rows]]
+        edges = [None, *bounds, None]
+        return list(zip(edges[:-1], edges[1:], strict=True))
+
+    def read_chunk(self, table, lo, hi):
+        self.chunk_reads.append((table.name, lo, hi))
+        for k in sorted(self.tables[table.name]):
+            if (lo is None or k > tuple(lo)) and (hi is None or k <= tuple(hi)):
+                yield dict(self.tables[table.name][k])
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    spec_file = tmp_path / "p.yaml"
+    spec_file.write_text(textwrap.dedent("""
+        pipeline: p
+        tenant: t
+        source: {kind: mysql, conn_id: src, server_id: 5001, start: snapshot}
+        batch: {max_events: 3}
+        snapshot: {chunk_rows: 3}
+        sinks:
+          - {id: a, kind: redis, conn_id: r, stream: "{pipeline}:{table}"}
+          - {id: b, kind: redis, conn_id: r, stream: "{pipeline}:{table}", required: false}
+    """))
+    spec = load_spec(str(spec_file))
+    source = SnapSource([1, 2])
+    sinks = {"a": FakeSink("a"), "b": FakeSink("b", required=False)}
+    monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: source)
+    monkeypatch.setattr(runner, "build_sinks", lambda spec, only=None, resolve=None: [
+        sinks[s.id] for s in spec.sinks if not only or s.id in only])
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    yield spec, source, sinks, store
+    store.close()
+
+
+def envelopes(sink):
+    return [json.loads(e.value) for b in sink.batches for tx in b.transactions for e in tx.events]
+
+
+def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
+    spec, source, sinks, store = env
+    bounds = runner.prepare_bounds(spec, store=store)
+    [rec] = store.snapshots("p")
+    start = SnapshotPosition(rec.snapshot_id, 0, pos(2))
+    assert bounds.checkpoints == {"a": start, "b": start} and not bounds.nothing_to_do()
+    assert len(rec.chunks) == 3 + 2  # orders: 7 rows by 3 (the last chunk open-ended); lines: 4 by 3
+    source.sizes += [1]  # a change after the handoff
+    runner.run_pipeline(spec, run_id="r1", store=store, upto=bounds.upto)
+    got = envelopes(sinks["a"])
+    kinds = [m.get("type") or m["op"] for m in got]
+    assert kinds == ["snapshot_started"] + ["r"] * 11 + ["snapshot_completed"]
+    rows = got[1:-1]
+    assert [r["key"] for r in rows[:7]] == [{"id": i} for i in range(1, 8)]
+    assert [r["key"] for r in rows[7:]] == [{"order_id": o, "line": n} for o in (1, 2) for n in (1, 2)]
+    assert [r["source"]["snapshot"] for r in rows] == ["true"] * 6 + ["last"] + ["true"] * 3 + ["last"]
+    assert rows[0]["idempotency_key"] == f't|shop.orders|snapshot:{rec.snapshot_id}|{{"id":1}}'
+    assert rows[7]["event_id"] if "event_id" in rows[7] else True
+    assert all(r["before"] is None and r["transaction"]["id"] == f"snapshot:{rec.snapshot_id}" for r in rows)
+    assert got[-1]["tables"] == ["shop.orders", "shop.lines"] and got[-1]["rows"] == 11
+    assert got[0]["tables"] == ["shop.orders", "shop.lines"] and got[0]["chunks"] == 5
+    # the log from the handoff was not in this run (upto = the handoff); the next run has it
+    assert store.get_checkpoint("p", "a").position == pos(2)
+    assert store.snapshot("p", rec.snapshot_id).status == "completed"
+    assert store.snapshot("p", rec.snapshot_id).rows == 11
+    runner.run_pipeline(spec, run_id="r2", store=store)
+    assert [m["op"] for m in envelopes(sinks["a"])[13:]] == ["c"]
+    assert envelopes(sinks["b"]) == envelopes(sinks["a"])
+    assert store.get_checkpoint("p", "a").position == pos(3)
+
+
+def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
+    spec, source, sinks, store = env
+    sinks["a"].fail_from_call = 3  # the 3rd sub-batch fails: chunks 1-2 are in
+    with pytest.raises(CommitPolicyError):
+        runner.run_pipeline(spec, run_id="r1", store=store)
+    [rec] = store.snapshots("p")
+    at = store.get_checkpoint("p", "a").position
+    assert at == SnapshotPosition(rec.snapshot_id, 2, pos(2))
+    delivered = list(sinks["a"].delivered)
+    sinks["a"].fail_from_call = None
+    source.chunk_reads.clear()
+    runner.run_pipeline(spec, run_id="r2", store=store)
+    assert source.chunk_reads[0] == ("shop.orders", [6], None)  # chunk 3 first: nothing re-read
+    keys = sinks["a"].delivered
+    assert len(keys) == len(set(keys)) == 1 + 11 + 1  # started, rows, completed (the log is before H)
+    assert keys[:len(delivered)] == delivered
+    assert store.get_checkpoint("p", "a").position == pos(2)
+    # the optional sink has it all too (chunk 3 twice: no checkpoint moved when a failed it)
+    assert set(sinks["b"].delivered) == set(keys)
+
+
+def test_an_empty_chunk_moves_the_checkpoint(env):
+    spec, source, sinks, store = env
+    runner.prepare_bounds(spec, store=store)
+    source.tables["shop.orders"] = {k: v for k, v in source.tables["shop.orders"].items() if k[0] > 3}
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    rows = [m for m in envelopes(sinks["a"]) if m.get("op") == "r"]
+    assert len(rows) == 4 + 4 and store.get_checkpoint("p", "a").position == pos(2)
+
+
+def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
+    spec, source, sinks, store = env
+    only_a = RunPlan(sinks=["a"])
+    sinks["a"].fail_from_call = 2
+    with pytest.raises(CommitPolicyError):
+        runner.run_pipeline(spec, only_a, run_id="r1", store=store)
+    [rec] = store.snapshots("p")
+    # b has no checkpoint yet: it joins the snapshot a is in, from chunk 0
+    bounds = runner.prepare_bounds(spec, store=store)
+    assert bounds.checkpoints["b"] == SnapshotPosition(rec.snapshot_id, 0, pos(2))
+    sinks["a"].fail_from_call = None
+    runner.run_pipeline(spec, run_id="r2", store=store)
+    assert sorted(sinks["b"].delivered) == sorted(set(sinks["a"].delivered))
+    assert len(sinks["a"].delivered) == len(set(sinks["a"].delivered))
+
+
+def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env):
+    spec, source, sinks, store = env
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    source.sizes += [2]
+    runner.run_pipeline(spec, RunPlan(sinks=["a"]), run_id="r2", store=store)  # b stays at pos(2)
+    plan = RunPlan.from_values({"resolve": "resnapshot", "reason": "consumer rebuilt",
+                                "tables": ["shop.lines"]}, who="ops")
+    out = guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store)
+    assert out["resolved"] == []  # nothing was open; the snapshot is planned anyway
+    rec = store.snapshots("p")[-1]
+    assert rec.kind == "resnapshot" and rec.handoff == pos(2)
+    assert [t["table"] for t in rec.tables] == ["lines"]
+    assert {sid: r.position for sid, r in store.checkpoints("p").items()} == {
+        "a": SnapshotPosition(rec.snapshot_id, 0, pos(2)), "b": SnapshotPosition(rec.snapshot_id, 0, pos(2))}
+    assert store.get_checkpoint("p", "a").kind == "resnapshot" and "consumer rebuilt" in store.get_checkpoint(
+        "p", "a").reason
+    # a retried guard task of the same run plans nothing new
+    guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store)
+    assert len(store.snapshots("p")) == 2
+    before = len(sinks["a"].delivered)
+    runner.run_pipeline(spec, run_id="r4", store=store)
+    new = envelopes(sinks["a"])[-(len(sinks["a"].delivered) - before):]
+    assert [m.get("type") or m["op"] for m in new] == ["snapshot_started"] + ["r"] * 4 + \
+        ["snapshot_completed"] + ["c", "c"]  # a gets transaction 3 again (b needed it)
+    assert store.get_checkpoint("p", "b").position == pos(3)
+
+
+def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
+    spec, source, sinks, store = env
+    runner.run_pipeline(spec, run_id="r1", store=store)
+    inc = store.record_incident("p", "binlog_purged", pos(2), pos(9), detail="purged")
+    with pytest.raises(SnapshotError) as e:
+        guards.resolve_incidents(spec, resolution="resnapshot", reason="r", who="ops", run_id="r2",
+                                 store=store, tables=["shop.orders"])
+    assert "silent gap" in str(e.value) and not store.incident(inc.id).resolved
+    source.sizes += [1, 1]
+    done = guards.resolve_incidents(spec, resolution="resnapshot", reason="binlog purged by hand", who="ops",
+                                    run_id="r2", store=store)
+    assert done[0]["resolution"] == "resnapshot" and done[0]["reason"] == "binlog purged by hand"
+    rec = store.snapshots("p")[-1]
+    assert rec.handoff == pos(4)  # restart_stream(): the head
+    runner.run_pipeline(spec, run_id="r3", store=store)
+    assert store.get_checkpoint("p", "a").position == pos(4)
+    store.record_incident("p", "schema_change", pos(4), pos(4))
+    with pytest.raises(Exception) as e:
+        guards.resolve_incidents(spec, resolution="resnapshot", reason="r", who="ops", run_id="r4",
+                                 store=store)
+    assert "resolve=continue" in str(e.value)
+
+
+def test_release_during_a_snapshot_keeps_the_log_from_the_handoff(env):
+    spec, source, sinks, store = env
+    runner.prepare_bounds(spec, store=store)
+    runner.release(spec, store=store)
+    assert source.released == [pos(2)]
+
+
+def test_the_store_keeps_snapshots_supersedes_and_completes(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    epoch = store.acquire_lease("p", "r")
+    tables = [SnapshotTable("d", "d", "t", ("id",)).to_json()]
+    one = SnapshotRecord("p", "1", "start", pos(3), tables, [{"table": 0, "lo": None, "hi": None}], 5)
+    written = store.begin_snapshot(one, {"a": SnapshotPosition("1", 0, pos(3))}, epoch=epoch,
+                                   control={"type": "snapshot_started"})
+    assert written["a"].kind == "start" and written["a"].control == {"type": "snapshot_started"}
+    two = dataclasses.replace(one, snapshot_id="2", kind="resnapshot", reason="why")
+    store.begin_snapshot(two, {"a": SnapshotPosition("2", 0, pos(3))}, epoch=epoch)
+    assert [(s.snapshot_id, s.status) for s in store.snapshots("p")] == [("1", "superseded"),
+                                                                        ("2", "running")]
+    store.record_chunk_rows("p", "2", 1, 10)
+    store.record_chunk_rows("p", "2", 1, 12)  # re-read after a resume: the last read counts
+    store.record_chunk_rows("p", "2", 2, 3)
+    assert store.chunk_rows("p", "2") == {1: 12, 2: 3}
+    done = store.finish_snapshot("p", "2")
+    assert done.status == "completed" and done.rows == 15 and done.finished_at
+    assert store.snapshot("p", "2").handoff == pos(3) and store.snapshot("p", "2").reason == "why"
+    store.close()
+
+
+def test_messages_are_identical_on_every_read(env):
+    spec, source, sinks, store = env
+    runner.prepare_bounds(spec, store=store)
+    [rec] = store.snapshots("p")
+    a = list(snapshots.chunk_events(spec, source, rec, 1))
+    b = list(snapshots.chunk_events(spec, source, rec, 1))
+    assert [e.value for e in a] == [e.value for e in b] and len(a) == 3
+    m = snapshots.completed_message(spec, rec, 11)
+    assert isinstance(m, ControlMessage) and m.end_position == pos(2) and m.tx_end
+    assert m.idempotency_key == f"t|__control|snapshot_completed|{rec.snapshot_id}"
