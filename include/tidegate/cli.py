@@ -46,14 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--replay-of", help="mode replay: the run id whose range to deliver again")
     r.add_argument("--run-id", help="default: manual__<UTC time>")
     r.add_argument("--resolve", choices=RESOLUTIONS,
-                   help="resolve the pipeline's open incidents first: accept_gap (lost changes) or "
-                        "continue (past a schema change that halted it); needs --reason")
+                   help="resolve the pipeline's open incidents first (needs --reason): accept_gap (lost "
+                        "changes), resnapshot (re-load the tables; also on a healthy pipeline) or "
+                        "continue (past a schema change that halted it)")
     r.add_argument("--reason", help="why the incidents are resolved this way (kept with them)")
     r.add_argument("--no-guards", action="store_true", help="skip the continuity guards (debugging)")
-    r.add_argument("--resolve", choices=RESOLUTIONS,
-                   help="resolve the open incidents first (needs --reason); resnapshot re-loads the "
-                        "tables, also on a healthy pipeline")
-    r.add_argument("--reason", help="why (kept with the incident and the checkpoints)")
     r.add_argument("--tables", help="with --resolve resnapshot: comma-separated tables to re-load")
     r.set_defaults(func=cmd_run)
 
@@ -107,6 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import logging
 
     from . import guards, runner
+    from .child_reader import child_reader
+    from .store import default_url
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
@@ -128,7 +127,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(json.dumps({**report, "nothing_to_do": True}, indent=2, default=str))
             return 0
         upto = bounds.upto
-    report.update(runner.run_pipeline(spec, plan, run_id=run_id, upto=upto))
+    # The range is decoded in a reader process while this one delivers (child_reader.py).
+    reader = child_reader(default_url())
+    report.update(runner.run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=reader))
     if plan.mode == "incremental":
         report["released_to"] = position_to_json(runner.release(spec))
     print(json.dumps(report, indent=2, default=str))

@@ -24,6 +24,12 @@ class TidegateError(Exception):
 
     fatal: bool = False
 
+    def __reduce__(self):
+        # Rebuilt as the same class with the same attributes (subclasses take keyword-only
+        # arguments, which the default reduction loses): errors cross process boundaries (a
+        # reader process, child_reader.py) and must still be themselves on the other side.
+        return (_rebuild_error, (type(self), self.args, self.__dict__))
+
 
 class IncomparablePositionsError(TidegateError, TypeError):
     """Two positions of different source identities (servers, clusters, timelines) were
@@ -184,3 +190,10 @@ class FatalRunError(TidegateError):
     """A fatal sink error stopped the run; Airflow must not retry it."""
 
     fatal = True
+
+
+def _rebuild_error(cls: type, args: tuple, attrs: dict) -> TidegateError:
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(attrs)
+    return exc

@@ -10,15 +10,14 @@ executor core decodes while the coordinator delivers, and the driver holds at mo
 plus the partition it is delivering. Delivery stays on the driver: it is ordered and
 transactional.
 
-Rows travel as flat tuples of the fields the coordinator and the sinks use (:data:`ROW_FIELDS`)
-through Spark's pickled Python RDD path: the JVM carries them as opaque bytes and nothing parses
-an envelope again; ``value`` is the bytes the task serialized. The driver rebuilds each row as a
-:class:`ShippedEvent`, which parses the envelope only if something asks for a field that did not
-travel (``before``, ``after``, ...).
+Rows travel as flat tuples (shipped.py) through Spark's pickled Python RDD path: the JVM
+carries them as opaque bytes and nothing parses an envelope again; ``value`` is the bytes the
+task serialized, rebuilt on the driver as a :class:`~tidegate.shipped.ShippedEvent`.
 
 A range of one slice (Postgres, or a MySQL range inside one binlog file) has nothing to decode
-in parallel: the driver reads it itself, streaming, as ``tidegate run`` does, instead of
-waiting for one task to decode the whole range and ship it back in one piece.
+in parallel: the driver reads it, streaming, as ``tidegate run`` does (in a reader process of
+its own, child_reader.py), instead of waiting for one task to decode the whole range and ship
+it back in one piece.
 
 What the tasks need travels inside the job, never through a worker's disk or argv: the spec
 (parsed on the driver from the text spark-submit received) and the source connection (from the
@@ -43,17 +42,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .connections import Connection
-from .events import ChangeEvent, ControlMessage, PositionMark, is_control
+from .events import ChangeEvent, PositionMark
 from .plan import RunPlan
 from .positions import Position
+from .shipped import item_to_row, row_to_item
 from .spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 
-# What one event carries from a task to the driver, in this order (a "mark" row carries only
-# its position). Everything the coordinator, the batching and the sinks read.
-ROW_FIELDS = ("value", "key_bytes", "idempotency_key", "op", "db", "schema", "table", "tx_id",
-              "tx_end", "end_position")
 # Spark setting that overrides how many partitions are computed ahead of the one being delivered.
 IN_FLIGHT_CONF = "spark.tidegate.partitionsInFlight"
 # A Spark task's result reaches the driver whole (and must fit spark.driver.maxResultSize): a
@@ -61,81 +57,6 @@ IN_FLIGHT_CONF = "spark.tidegate.partitionsInFlight"
 # take several times the binlog bytes of their rows (about 6x for an 11-column table).
 MAX_TASK_SLICE_BYTES = 16 * 1024 * 1024
 MAX_SLICE_CONF = "spark.tidegate.maxTaskSliceBytes"
-
-
-# --------------------------------------------------------------------------- rows
-
-
-def item_to_row(item: ChangeEvent | ControlMessage | PositionMark) -> tuple:
-    """A source item as a flat row: the serialized envelope and the fields read beside it (a
-    control message, rare and small, travels whole)."""
-    if isinstance(item, PositionMark):
-        return ("mark", item.position)
-    if is_control(item):
-        return ("control", item)
-    return ("event", item.value, item.key_bytes, item.idempotency_key, item.op, item.db, item.schema,
-            item.table, item.tx_id, item.tx_end, item.end_position)
-
-
-def row_to_item(row: tuple) -> ChangeEvent | ControlMessage | PositionMark:
-    if row[0] == "mark":
-        return PositionMark(row[1])
-    if row[0] == "control":
-        return row[1]
-    return ShippedEvent.from_row(row)
-
-
-class _FromEnvelope:
-    """A field of a :class:`ShippedEvent` that did not travel: read from the envelope on first use."""
-
-    def __init__(self, read: Callable[[dict], Any]):
-        self.read = read
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        if obj is None:
-            return self
-        value = obj.__dict__[self.name] = self.read(obj._envelope())
-        return value
-
-
-class ShippedEvent(ChangeEvent):
-    """A :class:`ChangeEvent` rebuilt on the driver from a task's row: the fields of
-    :data:`ROW_FIELDS` are set, ``value`` is the task's bytes, and every other field is parsed
-    from ``value`` only when read (the sinks and the coordinator never read them)."""
-
-    tenant = _FromEnvelope(lambda env: env["idempotency_key"].partition("|")[0])
-    pipeline = _FromEnvelope(lambda env: env["source"]["pipeline"])
-    connector = _FromEnvelope(lambda env: env["source"]["connector"])
-    before = _FromEnvelope(lambda env: env["before"])
-    after = _FromEnvelope(lambda env: env["after"])
-    key = _FromEnvelope(lambda env: env["key"])
-    event_id = _FromEnvelope(lambda env: env["idempotency_key"].rsplit("|", 1)[1])
-    position = _FromEnvelope(lambda env: env["source"]["position"])
-    ts_ms = _FromEnvelope(lambda env: env["source"]["ts_ms"])
-    total_order = _FromEnvelope(lambda env: env["transaction"]["total_order"])
-    data_collection_order = _FromEnvelope(lambda env: env["transaction"]["data_collection_order"])
-    snapshot = _FromEnvelope(lambda env: env["source"]["snapshot"])
-    id = _FromEnvelope(lambda env: env["id"])
-
-    @classmethod
-    def from_row(cls, row: tuple) -> ShippedEvent:
-        ev = object.__new__(cls)
-        (_, value, key_bytes, ikey, op, db, schema, table, tx_id, tx_end, end_position) = row
-        ev.__dict__.update(value=value, key_bytes=key_bytes, idempotency_key=ikey, op=op, db=db,
-                           schema=schema, table=table, tx_id=tx_id, tx_end=tx_end,
-                           end_position=end_position)
-        return ev
-
-    def _envelope(self) -> dict:
-        import orjson
-
-        env = self.__dict__.get("_env")
-        if env is None:
-            env = self.__dict__["_env"] = orjson.loads(self.value)
-        return env
 
 
 # --------------------------------------------------------------------------- the tasks
@@ -280,8 +201,10 @@ def _in_order(sc: Any, rdd: Any, count: int, window: int, name: str,
 def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
             upto: Position | None = None) -> dict[str, Any]:
     """The Spark job's body: one bounded run whose range is decoded by Spark tasks."""
+    from .child_reader import child_reader
     from .connections import get_connection
     from .runner import run_pipeline
+    from .store import default_url
 
     connection = get_connection(spec.source.conn_id)
 
@@ -297,7 +220,7 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
                    f"{len(slices)} slices, {len(local)} of them over {limit} bytes of log")
             log.info("pipeline %s: (%s, %s] is %s: the driver reads it, streaming", spec.pipeline, start,
                      bound, why)
-            return source.read(start, bound)
+            return child_reader(default_url())(source, start, bound)
         window = partitions_in_flight(spark)
         log.info("pipeline %s: reading (%s, %s] as %d slices, %d in Spark tasks (%d in flight), %d over "
                  "%d bytes on the driver", spec.pipeline, start, bound, len(slices), len(slices) - len(local),

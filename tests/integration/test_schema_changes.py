@@ -8,6 +8,8 @@ by the positions the messages carry, NATS by the one stream's order). With
 ``schema_change`` incident; `tidegate run --resolve continue --reason ...` goes on past it (to
 the next DDL, which halts again).
 
+Every range is read in a reader process, as large ranges of `tidegate run` are.
+
 PostgreSQL: the same for ``ADD COLUMN`` and ``TRUNCATE``, with the ALTER in a run of its own
 and the first row with the new column in the next one: the column set remembered by the store
 tells the change.
@@ -37,6 +39,9 @@ def pipelines(tmp_path, monkeypatch, service_env, kafka, nats_service, redis_ser
     folder.mkdir()
     monkeypatch.setenv("TIDEGATE_PIPELINES_DIR", str(folder))
     monkeypatch.setenv("TIDEGATE_CHECKPOINT_STORE", f"sqlite:///{tmp_path / 'ckpt.sqlite'}")
+    # `tidegate run` reads every range in a reader process here, however small (child_reader.py):
+    # the schema changes, the Postgres column memory and the halts cross the process boundary.
+    monkeypatch.setattr("tidegate.child_reader.MIN_BYTES", 0)
     return folder
 
 

@@ -254,10 +254,39 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     assert fingerprint(fine_items) == fingerprint(whole)
     fine_src.close()
 
+    # read in a child process (tidegate run), the items are the same, rebuilt from their bytes
+    from tidegate.child_reader import read_in_child
+
+    shipped = list(read_in_child(src, h[0], h[3]))
+    assert fingerprint(shipped) == fingerprint(whole)
+    assert [i.position for i in shipped if isinstance(i, PositionMark)] == \
+        [i.position for i in whole if isinstance(i, PositionMark)]
+    assert [(e.idempotency_key, e.op, e.db, e.table, e.tx_id, e.key_bytes) for e in rows(shipped)] == \
+        [(e.idempotency_key, e.op, e.db, e.table, e.tx_id, e.key_bytes) for e in rows(whole)]
+    assert [e.after for e in rows(shipped)[:50]] == [e.after for e in rows(whole)[:50]]  # parsed on use
+
     # the stream cuts into sub-batches without ever splitting a transaction
     batches = list(cut_sub_batches(iter(whole), max_events=10_000, max_bytes=1 << 30))
     assert sum(b.event_count for b in batches) == expected + 1  # the rows and the control message
     assert batches[-1].end_position == h[3]
+    src.close()
+
+
+def test_a_child_reader_that_is_not_read_to_the_end_is_stopped(mysql, admin, db):
+    import multiprocessing
+
+    from tidegate.child_reader import read_in_child
+
+    create_workload_tables(admin, db)
+    src = source(mysql, [f"{db}.orders"])
+    h0 = src.head()
+    for k in range(3000):
+        ex(admin, f"INSERT INTO {db}.orders VALUES ({k}, 'x', 1)")
+    it = read_in_child(src, h0, src.head())
+    assert [next(it).after["id"] for _ in range(5)] == [0, 1, 2, 3, 4]
+    assert len(multiprocessing.active_children()) == 1
+    it.close()  # the run stopped reading (a failed sink, a halt)
+    assert multiprocessing.active_children() == []
     src.close()
 
 
@@ -342,6 +371,12 @@ def test_reading_a_purged_position_raises_with_requested_and_earliest(mysql, adm
     ex(admin, "FLUSH BINARY LOGS")
     mine = src.head().file
     purge_to(admin, mine)
+    # read in a child process, the source's error comes back as itself, with its facts
+    from tidegate.child_reader import read_in_child
+
+    with pytest.raises(PositionPurgedError) as err:
+        list(read_in_child(src, start, src.head()))
+    assert (err.value.requested, err.value.earliest_available) == (start, src.earliest())
     with pytest.raises(PositionPurgedError) as err:
         list(src.read(start, src.head()))
     assert err.value.requested == start

@@ -229,6 +229,15 @@ def test_three_bounded_runs_equal_one_read(admin, schema, make):
     batches = list(cut_sub_batches(iter(whole), max_events=10_000, max_bytes=1 << 30))
     assert sum(b.event_count for b in batches) == expected
     assert batches[-1].end_position == h[3]
+    # read in a child process (tidegate run), the items are the same, rebuilt from their bytes
+    from tidegate.child_reader import read_in_child
+
+    shipped = list(read_in_child(src, h[0], h[3]))
+    assert fingerprint(shipped) == fingerprint(whole)
+    assert [(e.idempotency_key, e.op, e.schema, e.table, e.tx_id) for e in rows(shipped)] == \
+        [(e.idempotency_key, e.op, e.schema, e.table, e.tx_id) for e in rows(whole)]
+    assert [i.position for i in shipped if isinstance(i, PositionMark)] == \
+        [i.position for i in whole if isinstance(i, PositionMark)]
     # the read does not consume: the slot has not moved
     assert Lsn.parse(src.slot_info()["confirmed_flush_lsn"]) <= h[0].lsn
 

@@ -16,7 +16,8 @@ import pymysql
 import pytest
 from tidegate.events import ChangeEvent, PositionMark, is_control
 from tidegate.runner import build_source
-from tidegate.spark_job import ROW_FIELDS, ShippedEvent, read_range
+from tidegate.shipped import ROW_FIELDS, ShippedEvent
+from tidegate.spark_job import read_range
 from tidegate.spec import load_spec
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,8 @@ import time
 
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.positions import BinlogPosition
-from tidegate.spark_job import ShippedEvent, _in_order, item_to_row, row_to_item
+from tidegate.shipped import ShippedEvent, item_to_row, row_to_item
+from tidegate.spark_job import _in_order
 
 
 class FakeContext:

@@ -705,6 +705,9 @@ class KafkaSink(Sink):
         cfg.update({"group.id": f"tidegate-ckpt-{uuid.uuid4().hex}", "enable.auto.commit": False,
                     "isolation.level": "read_committed", "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
+                    # The end of the partition shows as an empty fetch, which the broker holds
+                    # for fetch.wait.max.ms (500 ms by default) per window read.
+                    "fetch.wait.max.ms": 10,
                     "logger": logging.getLogger(__name__ + ".librdkafka")})
         try:
             c = Consumer(cfg)

@@ -1,0 +1,154 @@
+"""Reading a run's range in a process of its own, so decoding and delivery use two cores.
+
+A run is CPU-bound Python on both sides of the read-ahead queue (coordinator.py): decoding the
+log and building each envelope on one side, batching and handing bytes to the sink clients on
+the other. Threads share one interpreter lock, so overlapping them in one process gains little.
+:func:`child_reader` returns a :data:`~tidegate.runner.Reader` that reads in a spawned child
+process instead: the child builds the source from the spec and the connection it was sent
+(never argv or a file), calls the same ``source.read``, serializes every envelope where it is
+built and ships the items as rows (shipped.py) in batches through a pipe. The run's process
+rebuilds them as :class:`~tidegate.shipped.ShippedEvent` without parsing anything again.
+
+What the run sees does not change: the same items in the same order, the source's errors raised
+again as themselves (a purged position is still a ``PositionPurgedError``). Memory stays
+bounded: the child blocks once the pipe is full, so it is at most one batch ahead of what the
+run has taken. A run that stops early (a failed sink, a schema-change halt) stops the child.
+Small ranges are read in-process: a child costs a Python start-up (about 0.3 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pickle
+import sys
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import SourceError, TidegateError
+from .positions import Position
+from .shipped import item_to_row, row_to_item
+from .sources.base import Source, SourceItem
+
+log = logging.getLogger(__name__)
+
+MIN_BYTES = 4 * 1024 * 1024  # ranges of fewer log bytes are read in-process
+BATCH_ROWS = 1000  # items per message through the pipe
+STOP_TIMEOUT_S = 5.0
+
+
+def child_reader(store_url: str | None = None, *, min_bytes: int | None = None):
+    """A reader (``(source, start, upto) -> items``) that reads ranges of at least ``min_bytes``
+    (default :data:`MIN_BYTES`) of log, or of unknown size, in a child process. ``store_url``:
+    the checkpoint store the child's source keeps its facts in (``Source.use_store``), the
+    run's own store."""
+
+    def read(source: Source, start: Position | None, upto: Position) -> Iterator[SourceItem]:
+        size = _log_bytes(source, start, upto)
+        if size is not None and size < (MIN_BYTES if min_bytes is None else min_bytes):
+            return source.read(start, upto)
+        return read_in_child(source, start, upto, store_url)
+
+    return read
+
+
+def _log_bytes(source: Source, start: Position | None, upto: Position) -> int | None:
+    if start is None:
+        return None
+    try:
+        return start.bytes_to(upto, source.log_sizes())
+    except (TypeError, AttributeError):  # positions of another kind (a snapshot's): unknown
+        return None
+
+
+def read_in_child(source: Source, start: Position | None, upto: Position,
+                  store_url: str | None = None) -> Iterator[SourceItem]:
+    """``source.read(start, upto)``, read by a spawned child process."""
+    ctx = multiprocessing.get_context("spawn")  # a fork would copy the sink clients' threads
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_main, name=f"tidegate-read-{source.spec.pipeline}", daemon=True,
+                        args=(source.spec, source.conn, start, upto, store_url, send))
+    child.start()
+    send.close()  # the child holds the only writing end: its exit shows as EOF here
+    log.info("pipeline %s: reading (%s, %s] in process %d", source.spec.pipeline, start, upto, child.pid)
+    finished = False
+    try:
+        while True:
+            try:
+                kind, payload = pickle.loads(receive.recv_bytes())
+            except EOFError:
+                child.join(STOP_TIMEOUT_S)
+                raise SourceError(f"the reader process of pipeline {source.spec.pipeline!r} ended "
+                                  f"(exit code {child.exitcode}) before the end of ({start}, {upto}]; "
+                                  "its log says why (killed for memory?)") from None
+            if kind == "rows":
+                for row in payload:
+                    yield row_to_item(row)
+            elif kind == "error":
+                raise payload
+            else:  # "end"
+                finished = True
+                return
+    finally:
+        receive.close()
+        _stop(child, finished)
+
+
+def _stop(child: Any, finished: bool) -> None:
+    if not finished and child.is_alive():
+        child.terminate()  # the run stopped reading: the rest of the range is not needed
+    child.join(STOP_TIMEOUT_S)
+    if child.is_alive():
+        child.kill()
+        child.join()
+
+
+def _child_main(spec: Any, connection: Any, start: Position | None, upto: Position,
+                store_url: str | None, send: Any) -> None:
+    """The child's body: read the range, ship it in batches, then ``end`` (or the error)."""
+    from .runner import build_source
+
+    store = None
+    try:
+        source = build_source(spec, lambda conn_id: connection)
+        try:
+            if store_url:
+                from .store import open_store
+
+                store = open_store(store_url)
+                source.use_store(store)
+            batch: list[tuple] = []
+            for item in source.read(start, upto):
+                batch.append(item_to_row(item))
+                if len(batch) >= BATCH_ROWS:
+                    send.send_bytes(pickle.dumps(("rows", batch), pickle.HIGHEST_PROTOCOL))
+                    batch = []
+            if batch:
+                send.send_bytes(pickle.dumps(("rows", batch), pickle.HIGHEST_PROTOCOL))
+        finally:
+            source.close()
+            if store is not None:
+                store.close()
+        send.send_bytes(pickle.dumps(("end", None)))
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass  # the run stopped reading
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the run, as itself
+        send.send_bytes(_error_message(exc))
+    finally:
+        send.close()
+
+
+def _error_message(exc: BaseException) -> bytes:
+    if not isinstance(exc, TidegateError):  # unexpected: its traceback goes to the task's log
+        traceback.print_exception(exc, file=sys.stderr)
+    try:
+        data = pickle.dumps(("error", exc))
+        pickle.loads(data)  # an exception whose class cannot be rebuilt travels as text
+        return data
+    except Exception:  # noqa: BLE001
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return pickle.dumps(("error", SourceError(f"reading in a child process failed: {text}")))
+
+
+__all__ = ["MIN_BYTES", "child_reader", "read_in_child"]

@@ -1,0 +1,93 @@
+"""Source items carried between processes as flat rows (a Spark task to the driver, a reader
+process to the run's process), and rebuilt without parsing the envelope again.
+
+A change event travels as the bytes a run sends (``ChangeEvent.value``, ``key_bytes``) and the
+few fields the coordinator, the batching and the sinks read beside them (:data:`ROW_FIELDS`);
+the receiving side rebuilds it as a :class:`ShippedEvent`, which parses the envelope only if
+something asks for a field that did not travel (``before``, ``after``, ...). Position marks
+travel as their position; control messages, rare and small, travel whole (pickled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .events import ChangeEvent, ControlMessage, PositionMark, is_control
+
+# What one event carries to the run's process, in this order (a "mark" row carries only
+# its position). Everything the coordinator, the batching and the sinks read.
+ROW_FIELDS = ("value", "key_bytes", "idempotency_key", "op", "db", "schema", "table", "tx_id",
+              "tx_end", "end_position")
+
+
+def item_to_row(item: ChangeEvent | ControlMessage | PositionMark) -> tuple:
+    """A source item as a flat row: the serialized envelope and the fields read beside it (a
+    control message, rare and small, travels whole)."""
+    if isinstance(item, PositionMark):
+        return ("mark", item.position)
+    if is_control(item):
+        return ("control", item)
+    return ("event", item.value, item.key_bytes, item.idempotency_key, item.op, item.db, item.schema,
+            item.table, item.tx_id, item.tx_end, item.end_position)
+
+
+def row_to_item(row: tuple) -> ChangeEvent | ControlMessage | PositionMark:
+    if row[0] == "mark":
+        return PositionMark(row[1])
+    if row[0] == "control":
+        return row[1]
+    return ShippedEvent.from_row(row)
+
+
+class _FromEnvelope:
+    """A field of a :class:`ShippedEvent` that did not travel: read from the envelope on first use."""
+
+    def __init__(self, read: Callable[[dict], Any]):
+        self.read = read
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.read(obj._envelope())
+        return value
+
+
+class ShippedEvent(ChangeEvent):
+    """A :class:`ChangeEvent` rebuilt on the driver from a task's row: the fields of
+    :data:`ROW_FIELDS` are set, ``value`` is the task's bytes, and every other field is parsed
+    from ``value`` only when read (the sinks and the coordinator never read them)."""
+
+    tenant = _FromEnvelope(lambda env: env["idempotency_key"].partition("|")[0])
+    pipeline = _FromEnvelope(lambda env: env["source"]["pipeline"])
+    connector = _FromEnvelope(lambda env: env["source"]["connector"])
+    before = _FromEnvelope(lambda env: env["before"])
+    after = _FromEnvelope(lambda env: env["after"])
+    key = _FromEnvelope(lambda env: env["key"])
+    event_id = _FromEnvelope(lambda env: env["idempotency_key"].rsplit("|", 1)[1])
+    position = _FromEnvelope(lambda env: env["source"]["position"])
+    ts_ms = _FromEnvelope(lambda env: env["source"]["ts_ms"])
+    total_order = _FromEnvelope(lambda env: env["transaction"]["total_order"])
+    data_collection_order = _FromEnvelope(lambda env: env["transaction"]["data_collection_order"])
+    snapshot = _FromEnvelope(lambda env: env["source"]["snapshot"])
+    id = _FromEnvelope(lambda env: env["id"])
+
+    @classmethod
+    def from_row(cls, row: tuple) -> ShippedEvent:
+        ev = object.__new__(cls)
+        (_, value, key_bytes, ikey, op, db, schema, table, tx_id, tx_end, end_position) = row
+        ev.__dict__.update(value=value, key_bytes=key_bytes, idempotency_key=ikey, op=op, db=db,
+                           schema=schema, table=table, tx_id=tx_id, tx_end=tx_end,
+                           end_position=end_position)
+        return ev
+
+    def _envelope(self) -> dict:
+        import orjson
+
+        env = self.__dict__.get("_env")
+        if env is None:
+            env = self.__dict__["_env"] = orjson.loads(self.value)
+        return env
