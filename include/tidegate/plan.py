@@ -90,13 +90,21 @@ def _text(v: Any) -> str | None:
     return str(v).strip()
 
 
+def _names(v: Any, param: str, what: str, problems: list[str]) -> list[str] | None:
+    """A list of names given as a list or as one comma-separated string (a CLI flag)."""
+    if isinstance(v, str):
+        v = [n.strip() for n in v.split(",") if n.strip()]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(n, str) for n in v):
+        problems.append(f"{param} must be a list of {what}, got {v!r}")
+        return None
+    return list(v)
+
+
 def _sinks(v: Any, known: Sequence[str] | None, problems: list[str]) -> list[str] | None:
     if v is None or v == "all":
         return None
-    if isinstance(v, str):
-        v = [s.strip() for s in v.split(",") if s.strip()]
-    if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) for s in v):
-        problems.append(f"sinks must be a list of sink ids, got {v!r}")
+    v = _names(v, "sinks", "sink ids", problems)
+    if v is None:
         return None
     chosen = list(dict.fromkeys(v))
     if not chosen:
@@ -119,10 +127,8 @@ def _tables(v: Any, resolve: str | None, problems: list[str]) -> list[str] | Non
 
     if v is None or (isinstance(v, (str, list, tuple)) and not v) or (isinstance(v, str) and not v.strip()):
         return None
-    if isinstance(v, str):
-        v = [t.strip() for t in v.split(",") if t.strip()]
-    if not isinstance(v, (list, tuple)) or not all(isinstance(t, str) for t in v):
-        problems.append(f"tables must be a list of schema.table names, got {v!r}")
+    v = _names(v, "tables", "schema.table names", problems)
+    if v is None:
         return None
     bad = [t for t in v if not TABLE_RE.match(t)]
     if bad:

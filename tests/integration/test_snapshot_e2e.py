@@ -270,6 +270,14 @@ def purge_to(execute, query, file: str, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def table_content(query, where: str) -> dict:
+    """The two tables' rows by key: what replaying every sink must give."""
+    rows = {("orders", i): (s, q) for i, s, q in query(f"SELECT id, status, qty FROM {where}.orders")}
+    rows.update({("lines", o, n): (s, q) for o, n, s, q in
+                 query(f"SELECT order_id, line, sku, qty FROM {where}.lines")})
+    return rows
+
+
 def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         airflow_env, mysql, kafka_bootstrap, nats_service, redis_service):
     env, base = airflow_env
@@ -302,10 +310,7 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         f"FROM {db}.seq_1_to_{LINES}")
 
     def content() -> dict:
-        rows = {("orders", i): (s, q) for i, s, q in query(f"SELECT id, status, qty FROM {db}.orders")}
-        rows.update({("lines", o, n): (s, q) for o, n, s, q in
-                     query(f"SELECT order_id, line, sku, qty FROM {db}.lines")})
-        return rows
+        return table_content(query, db)
 
     dag = f"cdc_{pipeline}"
     store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
@@ -411,10 +416,7 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         f"FROM generate_series(1, {LINES}) g")
 
     def content() -> dict:
-        rows = {("orders", i): (s, q) for i, s, q in query(f"SELECT id, status, qty FROM {schema}.orders")}
-        rows.update({("lines", o, n): (s, q) for o, n, s, q in
-                     query(f"SELECT order_id, line, sku, qty FROM {schema}.lines")})
-        return rows
+        return table_content(query, schema)
 
     dag = f"cdc_{pipeline}"
     store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])

@@ -107,3 +107,30 @@ class QuietSource(Source):
 
     def preflight(self, checkpoint=None):
         return []
+
+
+TWO_SINKS = """
+sinks:
+  - {id: a, kind: redis, conn_id: r, stream: "{pipeline}:{table}"}
+  - {id: b, kind: redis, conn_id: r, stream: "{pipeline}:{table}", required: false}
+"""
+
+
+def wire_fakes(tmp_path, monkeypatch, spec_head: str, source):
+    """A spec (``spec_head`` plus sinks a, required, and b, optional) whose runs read ``source``
+    and deliver to two :class:`FakeSink`, with a SQLite store: (spec, sinks by id, store)."""
+    import textwrap
+
+    from tidegate import runner
+    from tidegate.spec import load_spec
+    from tidegate.store import open_store
+
+    spec_file = tmp_path / "p.yaml"
+    spec_file.write_text(textwrap.dedent(spec_head) + TWO_SINKS)
+    spec = load_spec(str(spec_file))
+    sinks = {"a": FakeSink("a"), "b": FakeSink("b", required=False)}
+    monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: source)
+    monkeypatch.setattr(runner, "build_sinks", lambda spec, only=None, resolve=None: [
+        sinks[s.id] for s in spec.sinks if not only or s.id in only])
+    return spec, sinks, open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-from _tidegate_fakes import FakeSink, QuietSource, pos, stream
+from _tidegate_fakes import QuietSource, pos, stream, wire_fakes
 from tidegate import runner
 from tidegate.events import PositionMark
 from tidegate.plan import RunPlan
-from tidegate.spec import load_spec
-from tidegate.store import open_store
 
 
 class FakeSource(QuietSource):
@@ -43,23 +39,13 @@ class FakeSource(QuietSource):
 
 @pytest.fixture()
 def env(tmp_path, monkeypatch):
-    spec_file = tmp_path / "p.yaml"
-    spec_file.write_text(textwrap.dedent("""
+    source = FakeSource([2, 1, 3])
+    spec, sinks, store = wire_fakes(tmp_path, monkeypatch, """
         pipeline: p
         tenant: t
         source: {kind: mysql, conn_id: src, server_id: 5001, start: earliest}
         batch: {max_events: 3}
-        sinks:
-          - {id: a, kind: redis, conn_id: r, stream: "{pipeline}:{table}"}
-          - {id: b, kind: redis, conn_id: r, stream: "{pipeline}:{table}", required: false}
-    """))
-    spec = load_spec(str(spec_file))
-    source = FakeSource([2, 1, 3])
-    sinks = {"a": FakeSink("a"), "b": FakeSink("b", required=False)}
-    monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: source)
-    monkeypatch.setattr(runner, "build_sinks", lambda spec, only=None, resolve=None: [
-        sinks[s.id] for s in spec.sinks if not only or s.id in only])
-    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    """, source)
     yield spec, source, sinks, store
     store.close()
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import textwrap
 
 import pytest
-from _tidegate_fakes import FakeSink, QuietSource, pos, stream
+from _tidegate_fakes import QuietSource, pos, stream, wire_fakes
 from tidegate import guards, runner, snapshots
 from tidegate.errors import CommitPolicyError, SnapshotError
 from tidegate.events import ChangeEvent, ControlMessage, PositionMark, snapshot_mark
@@ -22,7 +21,7 @@ from tidegate.positions import (
     position_from_json,
 )
 from tidegate.sources.base import SnapshotTable
-from tidegate.spec import load_spec, load_spec_text
+from tidegate.spec import load_spec_text
 from tidegate.store import open_store
 from tidegate.store.records import SnapshotRecord
 
@@ -147,24 +146,14 @@ class SnapSource(QuietSource):
 
 @pytest.fixture()
 def env(tmp_path, monkeypatch):
-    spec_file = tmp_path / "p.yaml"
-    spec_file.write_text(textwrap.dedent("""
+    source = SnapSource([1, 2])
+    spec, sinks, store = wire_fakes(tmp_path, monkeypatch, """
         pipeline: p
         tenant: t
         source: {kind: mysql, conn_id: src, server_id: 5001, start: snapshot}
         batch: {max_events: 3}
         snapshot: {chunk_rows: 3}
-        sinks:
-          - {id: a, kind: redis, conn_id: r, stream: "{pipeline}:{table}"}
-          - {id: b, kind: redis, conn_id: r, stream: "{pipeline}:{table}", required: false}
-    """))
-    spec = load_spec(str(spec_file))
-    source = SnapSource([1, 2])
-    sinks = {"a": FakeSink("a"), "b": FakeSink("b", required=False)}
-    monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: source)
-    monkeypatch.setattr(runner, "build_sinks", lambda spec, only=None, resolve=None: [
-        sinks[s.id] for s in spec.sinks if not only or s.id in only])
-    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    """, source)
     yield spec, source, sinks, store
     store.close()
 

@@ -27,7 +27,7 @@ locking the table, as rows whose values have the JSON form of the same columns i
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,29 @@ class SnapshotTable:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SnapshotTable:
         return cls(d["db"], d["schema"], d["table"], tuple(d["key"]))
+
+
+def snapshot_tables_of(pipeline: str, captured: Sequence[str], existing: set[str],
+                       tables: Sequence[str] | None, primary_key: Callable[[str, str], list[str]],
+                       missing_hint: str) -> list[SnapshotTable]:
+    """The :class:`SnapshotTable` of each table a snapshot reads (:func:`choose_tables`), given
+    the tables that exist and how to look up a table's primary key columns (in key order).
+    A table that does not exist, or has no primary key, is refused by name."""
+    names = choose_tables(pipeline, captured, sorted(existing), tables)
+    missing = [n for n in names if n not in existing]
+    if missing:
+        raise SnapshotError(f"pipeline {pipeline!r}: cannot snapshot {', '.join(missing)}: {missing_hint}")
+    out = []
+    for name in names:
+        db, table = name.split(".", 1)
+        key = primary_key(db, table)
+        if not key:
+            raise SnapshotError(
+                f"pipeline {pipeline!r}: table {name} has no primary key, and a snapshot reads tables in "
+                f"primary-key chunks: add one (ALTER TABLE {name} ADD PRIMARY KEY (...)), or leave {name} "
+                f"out of source.tables / the tables param")
+        out.append(SnapshotTable(db, db, table, tuple(key)))
+    return out
 
 
 def choose_tables(pipeline: str, captured: Sequence[str], existing: Sequence[str],

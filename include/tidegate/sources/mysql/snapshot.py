@@ -30,7 +30,7 @@ import pymysql
 import pymysql.cursors
 
 from ...errors import SnapshotError, SourceError
-from ..base import ChunkBound, SnapshotTable, choose_tables
+from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
 from .values import bits_text, float32_shortest
 
 SYSTEM_DBS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -200,25 +200,15 @@ class MySqlSnapshot:
             existing = {f"{d}.{t}" for d, t in self._snap_all(
                 conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
                       "'BASE TABLE' AND TABLE_SCHEMA NOT IN %s", (SYSTEM_DBS,))}
-            names = choose_tables(self.spec.pipeline, captured, sorted(existing), tables)
-            missing = [n for n in names if n not in existing]
-            if missing:
-                raise SnapshotError(f"pipeline {self.spec.pipeline!r}: cannot snapshot "
-                                    f"{', '.join(missing)}: no such table on {self.conn} (or the CDC "
-                                    f"user cannot see it; it needs SELECT on the table)")
-            out = []
-            for name in names:
-                db, table = name.split(".", 1)
-                key = [r[0] for r in self._snap_all(
+
+            def primary_key(db: str, table: str) -> list[str]:
+                return [r[0] for r in self._snap_all(
                     conn, "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND "
                           "TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX", (db, table))]
-                if not key:
-                    raise SnapshotError(
-                        f"pipeline {self.spec.pipeline!r}: table {name} has no primary key, and a snapshot "
-                        f"reads tables in primary-key chunks: add one (ALTER TABLE {name} ADD PRIMARY KEY "
-                        f"(...)), or leave {name} out of source.tables / the tables param")
-                out.append(SnapshotTable(db, db, table, tuple(key)))
-            return out
+
+            return snapshot_tables_of(self.spec.pipeline, captured, existing, tables, primary_key,
+                                      f"no such table on {self.conn} (or the CDC user cannot see it; it "
+                                      f"needs SELECT on the table)")
         finally:
             conn.close()
 

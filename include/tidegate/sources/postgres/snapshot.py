@@ -24,8 +24,8 @@ import decimal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ...errors import SnapshotError, SourceError
-from ..base import ChunkBound, SnapshotTable, choose_tables
+from ...errors import SourceError
+from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
 from .connection import SESSION_OPTIONS
 from .values import converter
 
@@ -95,28 +95,16 @@ class PostgresSnapshot:
             existing = {f"{s}.{t}" for s, t in self._snap_all(
                 conn, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
                       f"c.relnamespace WHERE c.relkind = 'r' AND {SYSTEM_SCHEMAS_SQL}")}
-            names = choose_tables(self.spec.pipeline, captured, sorted(existing), tables)
-            missing = [n for n in names if n not in existing]
-            if missing:
-                raise SnapshotError(f"pipeline {self.spec.pipeline!r}: cannot snapshot "
-                                    f"{', '.join(missing)}: no such table on {self.conn} (or the CDC "
-                                    f"role cannot see it)")
-            out = []
-            for name in names:
-                schema, table = name.split(".", 1)
-                key = [r[0] for r in self._snap_all(
+
+            def primary_key(schema: str, table: str) -> list[str]:
+                return [r[0] for r in self._snap_all(
                     conn, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
                           "i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = "
                           "format('%%I.%%I', %s, %s)::regclass AND i.indisprimary "
-                          "ORDER BY array_position(i.indkey::int2[], a.attnum)",
-                    (schema, table))]
-                if not key:
-                    raise SnapshotError(
-                        f"pipeline {self.spec.pipeline!r}: table {name} has no primary key, and a snapshot "
-                        f"reads tables in primary-key chunks: add one (ALTER TABLE {name} ADD PRIMARY KEY "
-                        f"(...)), or leave {name} out of source.tables / the tables param")
-                out.append(SnapshotTable(schema, schema, table, tuple(key)))
-            return out
+                          "ORDER BY array_position(i.indkey::int2[], a.attnum)", (schema, table))]
+
+            return snapshot_tables_of(self.spec.pipeline, captured, existing, tables, primary_key,
+                                      f"no such table on {self.conn} (or the CDC role cannot see it)")
         finally:
             conn.close()
 
