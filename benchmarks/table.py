@@ -253,8 +253,8 @@ def postgres(base: Path, size: int, env: dict[str, str], rows: list, driver_memo
         upto = src.head()
         print(f"postgres {size}: wrote in {time.perf_counter() - t0:.0f}s", flush=True)
         return measure_all(b, rows, lambda: run_child(
-            {"source": "postgres", "schema": b.where, "slot": slot, "start": start.to_json(),
-             "upto": upto.to_json()}, size), "PostgreSQL")
+            {"source": "postgres", "schema": b.where, "slot": slot, "decoder": "fast",
+             "start": start.to_json(), "upto": upto.to_json()}, size), "PostgreSQL")
     finally:
         try:
             src.drop_slot()
