@@ -271,7 +271,7 @@ def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: 
         incidents = st.incidents(spec.pipeline, unresolved_only=True)
         for inc in incidents:  # check them all before resolving any
             _check_resolution(inc, resolution)
-        if resolution == "resnapshot":  # --- snapshots
+        if resolution == "resnapshot":  # plans the snapshot that re-loads what was lost
             _resnapshot(spec, st, source, incidents, run_id=run_id, who=who, reason=reason, tables=tables)
         for inc in incidents:
             if resolution == "accept_gap":

@@ -203,12 +203,11 @@ def prepare_bounds(spec: PipelineSpec, *, resolve: Resolver | None = None,
         if spec.source.start == "head" and None in bounds.checkpoints.values():
             bounds = place_new_sinks(spec, st, bounds, run_id=run_id,
                                      epoch=st.acquire_lease(spec.pipeline, run_id))
-        # --- snapshots (docs/architecture.md, "Snapshots"): start: snapshot plans one; a sink
-        # inside a snapshot has its chunks to read whatever the log holds.
+        # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
+        # snapshot has chunks to read whatever the log holds, so the range is never idle.
         bounds = _place_snapshot_sinks(spec, source, st, bounds, run_id)
         if snapshots.in_snapshot(bounds.checkpoints):
             return bounds
-        # --- end snapshots
         if not bounds.nothing_to_do() and not source.has_changes(bounds.lowest(), bounds.upto):
             bounds = skip_idle_range(spec, st, bounds, run_id=run_id,
                                      epoch=st.acquire_lease(spec.pipeline, run_id))
