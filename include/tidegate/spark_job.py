@@ -209,8 +209,10 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
     connection = get_connection(spec.source.conn_id)
 
     def spark_reader(source: Any, start: Position | None, bound: Position):
-        slices = source.slices(start, bound)
         limit = max_task_slice_bytes(spark)
+        # Slices a little under the limit: the source cuts at transaction boundaries at or
+        # past its target, so a slice holds the target plus at most one transaction.
+        slices = source.slices(start, bound, max_bytes=limit * 3 // 4)
         # A task's result reaches the driver in one piece: a slice too large for that is read
         # by the driver, streaming (finer slices of a binlog file need the source's help).
         local = frozenset(i for i, (a, b) in enumerate(slices)

@@ -250,6 +250,7 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     assert all(a1 == b0 or (a1.file_seq < b0.file_seq and b0.pos == 4) for (_, a1), (b0, _) in pairs)
     cuts = [a1 for (_, a1), (b0, _) in pairs if a1 == b0]  # inside a file
     assert len(cuts) >= 3
+    assert src.slices(h[0], h[3], max_bytes=4096) == fine  # a reader's limit cuts the same way
     fine_items = [x for k, (a, b) in enumerate(fine) for x in fine_src.read_slice(a, b, reader=k)]
     assert fingerprint(fine_items) == fingerprint(whole)
     fine_src.close()

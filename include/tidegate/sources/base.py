@@ -141,9 +141,12 @@ class Source(abc.ABC):
         until the first such item."""
         return any(not isinstance(item, PositionMark) for item in self.read(start, upto))
 
-    def slices(self, start: Position | None, upto: Position) -> list[tuple[Position | None, Position]]:
+    def slices(self, start: Position | None, upto: Position,
+               max_bytes: int | None = None) -> list[tuple[Position | None, Position]]:
         """(start, upto] cut into ranges :meth:`read_slice` can read independently (in parallel
-        Spark tasks); concatenated in order they equal :meth:`read`. Default: one slice."""
+        Spark tasks); concatenated in order they equal :meth:`read`. ``max_bytes``: cut where
+        the log allows so that slices hold about that many bytes of log at most (a reader
+        that takes a slice whole, a Spark task, asks for it). Default: one slice."""
         return [(start, upto)]
 
     def read_slice(self, start: Position | None, end: Position, reader: int = 0) -> Iterator[SourceItem]:

@@ -175,21 +175,22 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         """Rows of the transactions committed in (start, upto], in binlog order."""
         return self._read(start, upto, self.client_server_id)
 
-    def slices(self, start: BinlogPosition | None,
-               upto: BinlogPosition) -> list[tuple[BinlogPosition, BinlogPosition]]:
+    def slices(self, start: BinlogPosition | None, upto: BinlogPosition,
+               max_bytes: int | None = None) -> list[tuple[BinlogPosition, BinlogPosition]]:
         """(start, upto] cut into ranges that can be read independently: one per binlog file,
         each starting at the file's start or at ``start`` and ending at the file's end or at
-        ``upto``, and a range larger than :attr:`slice_bytes` cut further at transaction
-        boundaries inside the file (:func:`.slicing.cut_points`), so that one large file is
-        decoded by several readers. Reading each with :meth:`read_slice` (in any order, in
-        parallel) and concatenating the items in slice order gives the items of :meth:`read`
-        over the whole range (a slice whose last transactions deliver nothing ends with a
-        :class:`PositionMark` of its end)."""
+        ``upto``, and a range larger than :attr:`slice_bytes` (or ``max_bytes``, if lower) cut
+        further at transaction boundaries inside the file (:func:`.slicing.cut_points`), so
+        that one large file is decoded by several readers. Reading each with
+        :meth:`read_slice` (in any order, in parallel) and concatenating the items in slice
+        order gives the items of :meth:`read` over the whole range (a slice whose last
+        transactions deliver nothing ends with a :class:`PositionMark` of its end)."""
         if start is None:
             start = self.earliest()
         if start >= upto:
             return []
         self.server.check_available(start)
+        target = min(self.slice_bytes, max_bytes) if max_bytes else self.slice_bytes
         out = []
         for name, size in self.binlog_files():
             seq = file_seq(name)
@@ -199,8 +200,8 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
             to = upto if name == upto.file else self.position(name, size, None)
             if not frm < to:
                 continue
-            cuts = slicing.cut_points(self.server.query, name, frm.pos, to.pos, self.slice_bytes) \
-                if to.pos - frm.pos > self.slice_bytes else []
+            cuts = slicing.cut_points(self.server.query, name, frm.pos, to.pos, target) \
+                if to.pos - frm.pos > target else []
             bounds = [frm] + [self.position(name, c, None) for c in cuts] + [to]
             out += list(zip(bounds, bounds[1:], strict=False))
         return out
