@@ -138,7 +138,7 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
     sc = spark.sparkContext
     rdd = sc.parallelize(range(len(slices)), len(slices)).mapPartitionsWithIndex(
         slice_reader(spec, connection, slices))
-    for index, rows in _in_order(sc, rdd, len(slices), window, f"tidegate-{spec.pipeline}", local):
+    for index, rows in partitions_in_order(sc, rdd, len(slices), window, f"tidegate-{spec.pipeline}", local):
         if rows is None:
             yield from read_local(index)
             continue
@@ -147,7 +147,7 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
         del rows
 
 
-def _in_order(sc: Any, rdd: Any, count: int, window: int, name: str,
+def partitions_in_order(sc: Any, rdd: Any, count: int, window: int, name: str,
               local: frozenset[int] = frozenset()) -> Iterator[tuple[int, list | None]]:
     """``(index, rows)`` of each partition, in partition order, computing up to ``window``
     partitions at once (one Spark job each, so a finished partition is handed over while later

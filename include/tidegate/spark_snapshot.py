@@ -4,16 +4,17 @@ A Python Data Source (``tidegate_snapshot``) has one partition per chunk. Its ta
 source connection of its own, reads the chunk (one short transaction, no lock:
 ``Source.read_chunk``) and turns every row into its serialized envelope right there
 (``snapshots.chunk_events``), so the executors do the data work: reading, converting and
-serializing. The task hands Spark Arrow record batches, and a row reaches the driver as its
-envelope bytes, its message key and its ``event_id``; the driver never parses it again.
+serializing. The task hands Spark Arrow record batches of one binary column, each value a
+pickled batch of rows (envelope bytes, message key, ``event_id``, snapshot mark): Spark moves a
+few large values per chunk instead of converting every row between Arrow and its own format
+twice, and the driver never parses an envelope again.
 
-The driver reads the chunks through a bounded window: ``snapshot.parallelism`` chunks are read
-at once, each as a one-partition DataFrame collected with ``toArrow()`` (Arrow moves the rows'
-bytes from the JVM to the driver without pickling a Python object per row), and the coordinator
+The remaining chunks are one DataFrame, planned once, with one partition per chunk. The driver
+runs one Spark job per partition through a bounded window, as for the log's slices
+(``spark_job.partitions_in_order``): ``snapshot.parallelism`` chunks are read at once and the coordinator
 takes them in chunk order; when it takes chunk ``i``, chunk ``i + parallelism`` starts. The
 driver holds at most ``parallelism + 1`` chunks (those being read and the one being delivered),
-so its memory is bounded by chunks, not by the table. (One DataFrame's ``toLocalIterator`` would compute its
-partitions one after the other, or two at a time with prefetching, and unpickle a Row per row.)
+so its memory is bounded by chunks, not by the table.
 
 Why a Python Data Source and not Spark's JDBC source: a row's values must have exactly the JSON
 form the log path gives the same column (DECIMAL(65,30), unsigned BIGINT, BIT, SET, TIME beyond
@@ -23,14 +24,14 @@ unsigned and BIT types are widened or lost); JDBC partitions split one numeric c
 composite key; and it would need the JDBC driver jars on every cluster. The data source reuses
 the source's own reads, with one connection per task, and needs nothing beyond ``tidegate``.
 
-Measured (benchmarks/snapshot.py, a 1M-row MariaDB table in 50k-row chunks, on 2 cores shared
-with other work): one in-process reader spends about 28 CPU-us a row; the Spark path about 65,
-of which the JVM takes about 45 (Arrow from the Python task into Spark rows and back to Arrow
-for the driver) and a chunk's planning about a second. Two chunks at once on ``local[2]`` were
-therefore slower than one in-process reader here (0.4-0.66x); the parallel read pays off when
-executors have cores of their own. A plain RDD of chunk numbers (the task's pickled bytes
-passed through) cost about 20 % less CPU in the same measurements, at the price of leaving
-Spark's data source API.
+Measured (benchmarks/snapshot.py, a 1M-row MariaDB table in 50k-row chunks, on this project's
+2-vCPU machine shared with the database): one in-process reader 35-37k rows/s at about 28
+CPU-us a row; two Spark tasks at once on ``local[2]`` 28-31k rows/s (0.79-0.88x) at 57-64
+CPU-us a row. Neither the JVM's JIT nor the per-chunk planning nor the per-row Arrow
+conversion explains the gap (each was removed in turn and the figures moved within the noise):
+the two tasks run the same Python code as the one reader, each at about half its speed, beside
+the database server on two vCPUs. The parallel read pays off where executors have cores of
+their own.
 
 What the tasks need travels as for the log read (spark_job.py): the spec's YAML as an option,
 and the source connection resolved where the reader is planned (the driver's
@@ -41,10 +42,8 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
-from collections import deque
+import pickle
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .events import ChangeEvent
@@ -56,7 +55,10 @@ from .store.records import SnapshotRecord
 log = logging.getLogger(__name__)
 
 FORMAT = "tidegate_snapshot"
-ROW_SCHEMA = "value BINARY, key BINARY, event_id STRING, mark STRING"
+# One Spark row per batch of events: a pickled list of (value, key, event_id, mark). Spark
+# converts every row between Arrow and its own format twice on the way to the driver; with one
+# row per event that conversion cost more CPU than reading the rows from the database.
+ROW_SCHEMA = "batch BINARY"
 BATCH_ROWS = 2000
 
 
@@ -118,66 +120,56 @@ def register_source(spark: Any) -> None:
 
 
 def arrow_batches(events: Iterable[ChangeEvent], rows: int = BATCH_ROWS) -> Iterator[Any]:
-    """Events as Arrow record batches of :data:`ROW_SCHEMA`: Spark takes them as they are (a
-    task yielding tuples would have Spark convert every value in Python)."""
+    """Events as Arrow record batches of :data:`ROW_SCHEMA`, ``rows`` events to a Spark row
+    (a task yielding Arrow is taken as it is; yielding tuples would convert every value)."""
     import pyarrow as pa
 
-    schema = pa.schema([("value", pa.binary()), ("key", pa.binary()), ("event_id", pa.string()),
-                        ("mark", pa.string())])
-    cols: tuple[list, list, list, list] = ([], [], [], [])
+    schema = pa.schema([("batch", pa.binary())])
+    batch: list[tuple] = []
     for ev in events:
-        cols[0].append(ev.value)
-        cols[1].append(ev.key_bytes)
-        cols[2].append(ev.event_id)
-        cols[3].append(ev.snapshot)
-        if len(cols[0]) >= rows:
-            yield pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(cols, schema, strict=True)],
-                                             schema=schema)
-            cols = ([], [], [], [])
-    if cols[0]:
-        yield pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(cols, schema, strict=True)],
-                                         schema=schema)
+        batch.append((ev.value, ev.key_bytes, ev.event_id, ev.snapshot))
+        if len(batch) >= rows:
+            yield pa.RecordBatch.from_arrays([pa.array([_pack(batch)], pa.binary())], schema=schema)
+            batch = []
+    if batch:
+        yield pa.RecordBatch.from_arrays([pa.array([_pack(batch)], pa.binary())], schema=schema)
+
+
+def _pack(batch: list[tuple]) -> bytes:
+    return pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_rows(blobs: Iterable[bytes]) -> list[tuple]:
+    """The (value, key, event_id, mark) rows of a chunk, from its batches in order."""
+    rows: list[tuple] = []
+    for blob in blobs:
+        rows += pickle.loads(blob)
+    return rows
 
 
 def chunk_reader(spark: Any):
     """A :data:`tidegate.snapshots.ChunkReader` whose chunks are read by Spark tasks, at most
-    ``snapshot.parallelism`` at once, handed over in chunk order."""
+    ``snapshot.parallelism`` at once, handed over in chunk order. The chunks are one data
+    frame, planned once (one partition per chunk); the driver runs one Spark job per partition
+    in a window, as for the log's slices (spark_job.partitions_in_order)."""
 
     def read(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunks: Sequence[int]
              ) -> Iterator[tuple[int, Iterable[ChangeEvent]]]:
+        from .spark_job import partitions_in_order
+
         if not chunks:
             return
         register_source(spark)
-        sc = spark.sparkContext
-        group = f"tidegate-snapshot-{rec.snapshot_id}-{uuid.uuid4().hex[:6]}"
         window = max(1, min(spec.snapshot.parallelism, len(chunks)))
-        record = record_to_json(rec)
         log.info("pipeline %s: snapshot %s: %d chunk(s) as Spark tasks, %d at a time", spec.pipeline,
                  rec.snapshot_id, len(chunks), window)
-
-        def fetch(chunk: int) -> list[tuple]:
-            sc.setJobGroup(group, f"tidegate snapshot {rec.snapshot_id} chunk {chunk}",
-                           interruptOnCancel=True)
-            table = (spark.read.format(FORMAT).option("spec_text", spec.text)
-                     .option("origin", spec.path or spec.pipeline).option("record", record)
-                     .option("chunks", json.dumps([chunk])).load().toArrow())
-            cols = [table.column(name).to_pylist() for name in ("value", "key", "event_id", "mark")]
-            return list(zip(*cols, strict=True))
-
-        pool = ThreadPoolExecutor(max_workers=window, thread_name_prefix="snapshot-chunk")
-        pending: deque[Future] = deque(pool.submit(fetch, c) for c in chunks[:window])
-        done = False
-        try:
-            for i, chunk in enumerate(chunks):
-                rows = pending.popleft().result()
-                if i + window < len(chunks):
-                    pending.append(pool.submit(fetch, chunks[i + window]))
-                yield chunk, driver_events(spec, source, rec, chunk, rows)
-            done = True
-        finally:
-            if not done:  # the run stopped early: stop the chunks still being read
-                sc.cancelJobGroup(group)
-            pool.shutdown(wait=True, cancel_futures=True)
+        frame = (spark.read.format(FORMAT).option("spec_text", spec.text)
+                 .option("origin", spec.path or spec.pipeline).option("record", record_to_json(rec))
+                 .option("chunks", json.dumps(list(chunks))).load())
+        name = f"tidegate-snapshot-{rec.snapshot_id}"
+        for index, rows in partitions_in_order(spark.sparkContext, frame.rdd, len(chunks), window, name):
+            chunk = chunks[index]
+            yield chunk, driver_events(spec, source, rec, chunk, unpack_rows(r[0] for r in rows))
 
     return read
 
@@ -199,4 +191,5 @@ def driver_events(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk
         yield ev
 
 
-__all__ = ["chunk_reader", "driver_events", "record_from_json", "record_to_json", "register_source"]
+__all__ = ["arrow_batches", "chunk_reader", "driver_events", "record_from_json", "record_to_json",
+           "register_source", "unpack_rows"]

@@ -10,7 +10,7 @@ import time
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.positions import BinlogPosition
 from tidegate.shipped import ShippedEvent, item_to_row, row_to_item
-from tidegate.spark_job import _in_order
+from tidegate.spark_job import partitions_in_order
 
 
 class FakeContext:
@@ -44,7 +44,7 @@ class FakeContext:
 
 def test_partitions_come_back_in_order_with_at_most_window_in_flight():
     sc = FakeContext()
-    out = [row for _, rows in _in_order(sc, None, 12, 3, "p") for row in rows]
+    out = [row for _, rows in partitions_in_order(sc, None, 12, 3, "p") for row in rows]
     assert out == [(i, k) for i in range(12) for k in range(3)]
     assert 1 < sc.most <= 3
     assert sorted(sc.started) == list(range(12)) and len(sc.groups) == 1 and sc.cancelled == []
@@ -52,7 +52,7 @@ def test_partitions_come_back_in_order_with_at_most_window_in_flight():
 
 def test_the_window_bounds_what_runs_ahead_of_the_consumer():
     sc = FakeContext()
-    parts = _in_order(sc, None, 10, 2, "p")
+    parts = partitions_in_order(sc, None, 10, 2, "p")
     next(parts)
     time.sleep(0.1)
     # Partition 0 is in the consumer's hands; at most two more were started meanwhile.
@@ -62,11 +62,11 @@ def test_the_window_bounds_what_runs_ahead_of_the_consumer():
 
 def test_local_partitions_come_in_their_turn_and_take_no_window_slot():
     sc = FakeContext()
-    out = list(_in_order(sc, None, 8, 2, "p", local=frozenset({0, 3, 4})))
+    out = list(partitions_in_order(sc, None, 8, 2, "p", local=frozenset({0, 3, 4})))
     assert [i for i, _ in out] == list(range(8))
     assert [i for i, rows in out if rows is None] == [0, 3, 4]
     assert sorted(sc.started) == [1, 2, 5, 6, 7]  # never a Spark job for a local partition
-    parts = _in_order(FakeContext(), None, 8, 2, "p", local=frozenset({0, 3, 4}))
+    parts = partitions_in_order(FakeContext(), None, 8, 2, "p", local=frozenset({0, 3, 4}))
     sc = parts.gi_frame.f_locals["sc"]
     assert next(parts) == (0, None)  # the driver reads slice 0 while 1 and 2 decode
     time.sleep(0.1)
@@ -76,7 +76,7 @@ def test_local_partitions_come_in_their_turn_and_take_no_window_slot():
 
 def test_stopping_early_cancels_the_jobs_still_running():
     sc = FakeContext()
-    parts = _in_order(sc, None, 10, 3, "p")
+    parts = partitions_in_order(sc, None, 10, 3, "p")
     next(parts)
     parts.close()
     assert len(sc.cancelled) == 1 and sc.cancelled[0] in sc.groups
