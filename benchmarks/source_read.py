@@ -233,6 +233,30 @@ def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], slice_
         admin.close()
 
 
+def postgres_workload(cur, schema: str, rows: int, tx_rows: int = 10) -> None:
+    """``rows`` row changes of {schema}.bench in transactions of ``tx_rows`` rows (the mix of
+    :func:`_mix`: inserts, updates of live rows, deletes of the oldest)."""
+    next_id, live, done, k = 0, [], 0, 0
+    while done < rows:
+        n = min(tx_rows, rows - done)
+        op = _mix(k) if live else "c"
+        if op == "c" or n < tx_rows:
+            cur.execute(f"INSERT INTO {schema}.bench SELECT {next_id} + g, g % 1000, 'new', g / 100.0, "
+                        f"g % 7, g * 1.25, 'row note ' || g, now(), now(), g % 2, 'ABCD' "
+                        f"FROM generate_series(1, {n}) g")
+            live.append(next_id)
+            next_id += n
+        elif op == "u":
+            first = live[(k * 7919) % len(live)]
+            cur.execute(f"UPDATE {schema}.bench SET status = 'paid', total = total + 1, qty = qty + 1, "
+                        f"updated = now() WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
+        else:
+            first = live.pop(0)
+            cur.execute(f"DELETE FROM {schema}.bench WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
+        done += n
+        k += 1
+
+
 def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
     import psycopg2
     from tidegate.sources.postgres import PostgresSource
@@ -254,25 +278,7 @@ def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
         src.ensure_slot()
         start = src.head()
         t0 = time.perf_counter()
-        next_id, live, done, k = 0, [], 0, 0
-        while done < rows:
-            n = min(tx_rows, rows - done)
-            op = _mix(k) if live else "c"
-            if op == "c" or n < tx_rows:
-                cur.execute(f"INSERT INTO {schema}.bench SELECT {next_id} + g, g % 1000, 'new', g / 100.0, "
-                            f"g % 7, g * 1.25, 'row note ' || g, now(), now(), g % 2, 'ABCD' "
-                            f"FROM generate_series(1, {n}) g")
-                live.append(next_id)
-                next_id += n
-            elif op == "u":
-                first = live[(k * 7919) % len(live)]
-                cur.execute(f"UPDATE {schema}.bench SET status = 'paid', total = total + 1, qty = qty + 1, "
-                            f"updated = now() WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
-            else:
-                first = live.pop(0)
-                cur.execute(f"DELETE FROM {schema}.bench WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
-            done += n
-            k += 1
+        postgres_workload(cur, schema, rows, tx_rows)
         upto = src.head()
         print(f"postgres: wrote {rows} row changes in {time.perf_counter() - t0:.1f}s", flush=True)
         base = {"source": "postgres", "schema": schema, "slot": slot, "start": start.to_json(),

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "include"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dag_run import airflow_env, task_times  # noqa: E402
-from source_read import COLUMNS_MYSQL, COLUMNS_PG, _mix, mysql_workload, run_child  # noqa: E402
+from source_read import COLUMNS_MYSQL, COLUMNS_PG, mysql_workload, postgres_workload, run_child  # noqa: E402
 from tidegate.connections import get_connection  # noqa: E402
 
 MB = 1024 * 1024
@@ -265,28 +265,6 @@ def postgres(base: Path, size: int, env: dict[str, str], rows: list, driver_memo
             cur.execute(f"DROP SCHEMA IF EXISTS {b.where} CASCADE")
             admin.close()
             drop_topics(b)
-
-
-def postgres_workload(cur, schema: str, rows: int, tx_rows: int = 10) -> None:
-    next_id, live, done, k = 0, [], 0, 0
-    while done < rows:
-        n = min(tx_rows, rows - done)
-        op = _mix(k) if live else "c"
-        if op == "c" or n < tx_rows:
-            cur.execute(f"INSERT INTO {schema}.bench SELECT {next_id} + g, g % 1000, 'new', g / 100.0, "
-                        f"g % 7, g * 1.25, 'row note ' || g, now(), now(), g % 2, 'ABCD' "
-                        f"FROM generate_series(1, {n}) g")
-            live.append(next_id)
-            next_id += n
-        elif op == "u":
-            first = live[(k * 7919) % len(live)]
-            cur.execute(f"UPDATE {schema}.bench SET status = 'paid', total = total + 1, qty = qty + 1, "
-                        f"updated = now() WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
-        else:
-            first = live.pop(0)
-            cur.execute(f"DELETE FROM {schema}.bench WHERE id BETWEEN {first + 1} AND {first + tx_rows}")
-        done += n
-        k += 1
 
 
 def measure_all(b: Backlog, rows: list, read, label: str) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import pickle
 import sys
 import traceback
@@ -34,19 +35,22 @@ from .sources.base import Source, SourceItem
 log = logging.getLogger(__name__)
 
 MIN_BYTES = 4 * 1024 * 1024  # ranges of fewer log bytes are read in-process
+MIN_BYTES_ENV = "TIDEGATE_READER_PROCESS_MIN_BYTES"  # overrides MIN_BYTES (0: every range)
 BATCH_ROWS = 1000  # items per message through the pipe
 STOP_TIMEOUT_S = 5.0
 
 
 def child_reader(store_url: str | None = None, *, min_bytes: int | None = None):
     """A reader (``(source, start, upto) -> items``) that reads ranges of at least ``min_bytes``
-    (default :data:`MIN_BYTES`) of log, or of unknown size, in a child process. ``store_url``:
-    the checkpoint store the child's source keeps its facts in (``Source.use_store``), the
-    run's own store."""
+    of log (default: ``$TIDEGATE_READER_PROCESS_MIN_BYTES``, else :data:`MIN_BYTES`), or of
+    unknown size, in a child process. ``store_url``: the checkpoint store the child's source
+    keeps its facts in (``Source.use_store``), the run's own store."""
+    if min_bytes is None:
+        min_bytes = int(os.environ.get(MIN_BYTES_ENV) or MIN_BYTES)
 
     def read(source: Source, start: Position | None, upto: Position) -> Iterator[SourceItem]:
         size = _log_bytes(source, start, upto)
-        if size is not None and size < (MIN_BYTES if min_bytes is None else min_bytes):
+        if size is not None and size < min_bytes:
             return source.read(start, upto)
         return read_in_child(source, start, upto, store_url)
 
@@ -151,4 +155,4 @@ def _error_message(exc: BaseException) -> bytes:
         return pickle.dumps(("error", SourceError(f"reading in a child process failed: {text}")))
 
 
-__all__ = ["MIN_BYTES", "child_reader", "read_in_child"]
+__all__ = ["MIN_BYTES", "MIN_BYTES_ENV", "child_reader", "read_in_child"]

@@ -177,17 +177,14 @@ def restricted_redis(redis_service):
 @pytest.mark.parametrize("policy", ["halt", "dlq"])
 def test_redis_stream_the_acl_forbids_is_poison(redis_service, restricted_redis, tmp_path, monkeypatch,
                                                 policy):
-    import tidegate.connections as connections
-
     name = f"pz_{uuid.uuid4().hex[:8]}"
     spec = RedisSinkSpec(id="cache", kind="redis", conn_id="restricted", stream="{schema}:{table}",
                          on_poison=policy)
     ok = [make_tx(name, n, 10, keys=1000, schema="pz", table=name) for n in range(1, 100) if n != 50]
     bad = make_tx(name, 50, 1, schema="forbidden", table="secret")
     batch = SubBatch(1, (*ok[:49], bad, *ok[49:]))
-    real = connections.get_connection
-    monkeypatch.setattr(connections, "get_connection", lambda cid, env=None: restricted_redis
-                        if cid == "restricted" else real(cid, env))
+    # the sink's connection "restricted" is the ACL user, defined as any connection is
+    monkeypatch.setenv("AIRFLOW_CONN_RESTRICTED", json.dumps(dataclasses.asdict(restricted_redis)))
     r = redis.Redis(host="127.0.0.1", port=restricted_redis.port, username=redis_service.cdc.login,
                     password=redis_service.cdc.password)
     bad_key = list(bad.events)[0].idempotency_key

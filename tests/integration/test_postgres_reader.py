@@ -26,6 +26,8 @@ from tidegate.positions import Lsn
 from tidegate.sources.postgres import UNAVAILABLE, PostgresSource
 from tidegate.spec import PipelineSpec, SourceSpec
 
+from tests.integration.source_items import assert_same
+
 pytestmark = pytest.mark.integration
 
 
@@ -88,22 +90,6 @@ def read_both(postgres, schema, slot, tables, start, upto):
         src.close()
     (ref, ref_ddl), (fast, fast_ddl) = out
     return ref, fast, ref_ddl, fast_ddl
-
-
-def assert_same(ref, fast):
-    assert len(fast) == len(ref)
-    for k, (a, b) in enumerate(zip(ref, fast, strict=True)):
-        assert type(a) is type(b), k
-        if isinstance(a, PositionMark):
-            assert b.position.to_json() == a.position.to_json(), k
-            continue
-        assert b.value == a.value, (k, a.value, b.value)
-        assert b.key_bytes == a.key_bytes, k
-        assert (b.tx_id, b.event_id, b.tx_end) == (a.tx_id, a.event_id, a.tx_end), k
-        assert (b.end_position.to_json() if b.end_position else None) == \
-            (a.end_position.to_json() if a.end_position else None), k
-        if not is_control(a):
-            assert (b.before, b.after, b.key) == (a.before, a.after, a.key), k
 
 
 # --------------------------------------------------------------------------- the WAL range

@@ -1,0 +1,23 @@
+"""Comparing two reads of the same range item by item (two decoders of one source)."""
+
+from __future__ import annotations
+
+from tidegate.events import PositionMark, is_control
+
+
+def assert_same(expected: list, got: list) -> None:
+    """The same items in the same order: envelope and key bytes, transaction fields, end
+    positions, position marks, and the parsed row images of change events."""
+    assert len(got) == len(expected)
+    for k, (a, b) in enumerate(zip(expected, got, strict=True)):
+        assert type(a) is type(b), k
+        if isinstance(a, PositionMark):
+            assert b.position.to_json() == a.position.to_json(), k
+            continue
+        assert b.value == a.value, (k, a.value, b.value)
+        assert b.key_bytes == a.key_bytes, k
+        assert (b.tx_id, b.event_id, b.tx_end) == (a.tx_id, a.event_id, a.tx_end), k
+        assert (b.end_position.to_json() if b.end_position else None) == \
+            (a.end_position.to_json() if a.end_position else None), k
+        if not is_control(a):
+            assert (b.before, b.after, b.key) == (a.before, a.after, a.key), k
