@@ -29,7 +29,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CannotTranslateError, SnapshotError
 from ..events import ChangeEvent, ControlMessage, PositionMark
@@ -37,6 +37,10 @@ from ..positions import Position
 from ..store.base import CheckpointStore
 from ..store.records import CheckpointRecord
 from .preflight import Problem
+
+if TYPE_CHECKING:
+    from ..connections import Connection
+    from ..spec import PipelineSpec
 
 SourceItem = ChangeEvent | ControlMessage | PositionMark
 # A chunk bound: the primary key's values in key order, JSON-safe (None: unbounded).
@@ -107,6 +111,10 @@ class Source(abc.ABC):
     # Whether a checkpoint taken on another server can be placed on this one by its GTID set
     # (MySQL/MariaDB with GTIDs); Postgres positions never survive a change of cluster/timeline.
     translates_positions: bool = False
+    # Every source is built from these two (sources.make_source): a reader process or a Spark
+    # task rebuilds its own source from them, and the snapshot reads use them.
+    spec: PipelineSpec
+    conn: Connection
 
     # ------------------------------------------------------------------ identity and positions
 
