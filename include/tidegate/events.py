@@ -168,6 +168,16 @@ def _stdlib_dumps(obj: Any, **kw: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), **kw).encode("utf-8")
 
 
+def key_json_bytes(key: dict[str, Any] | None) -> bytes:
+    """The bytes :attr:`ChangeEvent.key_bytes` gives an event whose ``key`` is ``key``."""
+    if orjson_formats_like_stdlib(key):
+        try:
+            return orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            pass
+    return _stdlib_dumps(key, sort_keys=True)
+
+
 @dataclass(frozen=True)
 class ChangeEvent:
     """One row change. ``before``/``after``/``key`` hold JSON-native values (see
@@ -329,7 +339,7 @@ class ChangeEvent:
                 return orjson.dumps(self.key, option=orjson.OPT_SORT_KEYS)
             except TypeError:
                 pass
-        return _stdlib_dumps(self.key, sort_keys=True)
+        return _stdlib_dumps(self.key, sort_keys=True)  # what key_json_bytes gives
 
 
 CONTROL_TYPES = ("schema_change", "gap", "failover", "snapshot_started", "snapshot_completed")

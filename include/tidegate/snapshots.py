@@ -35,12 +35,20 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from .errors import SnapshotError
-from .events import ChangeEvent, ControlMessage, PositionMark, encode_row, orjson_formats_like_stdlib
+from .events import (
+    ChangeEvent,
+    ControlMessage,
+    PositionMark,
+    encode_row,
+    key_json_bytes,
+    orjson_formats_like_stdlib,
+)
 from .positions import Position, SnapshotPosition, log_position, oldest
 from .sources.base import SnapshotTable, Source, SourceItem
 from .spec import PipelineSpec
@@ -50,10 +58,20 @@ from .store.records import CheckpointRecord, SnapshotRecord
 log = logging.getLogger(__name__)
 
 LogReader = Callable[[Source, "Position | None", Position], Iterable[SourceItem]]
-# How chunks are read: (spec, source, snapshot, chunk numbers) -> (chunk, its row events), in
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    """A chunk as read: its row events, and ``upper``, a log position at or after every change
+    the rows show (the log head read just after the read's view was taken)."""
+
+    upper: Position
+    events: Iterable[ChangeEvent]
+
+
+# How chunks are read: (spec, source, snapshot, chunk numbers) -> (chunk, ChunkRead), in
 # chunk order. In-process: read_chunks_in_process; in Spark: spark_snapshot.chunk_reader.
-ChunkReader = Callable[[PipelineSpec, Source, SnapshotRecord, Sequence[int]],
-                       Iterator[tuple[int, Iterable[ChangeEvent]]]]
+ChunkReader = Callable[[PipelineSpec, Source, SnapshotRecord, Sequence[int]], Iterator[tuple[int, ChunkRead]]]
 
 
 # --------------------------------------------------------------------------- the plan
@@ -160,7 +178,7 @@ def place_new_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore,
         log.info("pipeline %s: sinks %s join snapshot %s", spec.pipeline, ", ".join(new), current.snapshot_id)
         return {sid: at for sid in new}
     lowest = oldest(checkpoints.values())
-    handoff = upto if lowest is None else log_position(lowest)
+    handoff = source.snapshot_handoff(upto if lowest is None else log_position(lowest))
     rec, written = begin(spec, source, store, sinks=new, handoff=handoff, kind="start", epoch=epoch,
                          run_id=run_id, reason="start: snapshot")
     return {sid: w.position for sid, w in written.items()}
@@ -195,6 +213,7 @@ def resnapshot(spec: PipelineSpec, source: Source, store: CheckpointStore, *, in
     else:
         lowest = oldest(stored[s.id].position for s in spec.sinks if s.id in stored)
         handoff = source.head() if lowest is None else log_position(lowest)
+    handoff = source.snapshot_handoff(handoff)
     what = ", ".join(f"#{i.id} ({i.kind})" for i in losses) or "none open"
     rec, _ = begin(spec, source, store, sinks=[s.id for s in spec.sinks], handoff=handoff, kind="resnapshot",
                    epoch=epoch, run_id=run_id, tables=tables, who=who,
@@ -231,12 +250,87 @@ def snapshot_stream(spec: PipelineSpec, store: CheckpointStore, source: Source, 
     todo = list(range(start.chunk + 1, len(rec.chunks) + 1))
     log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", spec.pipeline,
              rec.snapshot_id, f"{todo[0]}..{todo[-1]}" if todo else "none", len(rec.chunks), rec.handoff)
-    for chunk, events in chunk_reader(spec, source, rec, todo):
+    changed = ChangedKeys(rec, source)
+    for chunk, read in chunk_reader(spec, source, rec, todo):
+        changed.scan_to(read.upper)
+        events = changed.drop_changed(chunk_table(rec, chunk), read.events)
         yield from end_chunk(events, start.at_chunk(chunk), store, rec, chunk)
+    if changed.dropped:
+        log.info("pipeline %s: snapshot %s: %d row(s) left to the log (their keys changed after the "
+                 "handoff)", spec.pipeline, rec.snapshot_id, changed.dropped)
     rows = sum(store.chunk_rows(spec.pipeline, rec.snapshot_id).values())
     yield completed_message(spec, rec, rows)
     if upto > rec.handoff:
         yield from log_reader(source, rec.handoff, upto)
+
+
+def chunk_table(rec: SnapshotRecord, chunk: int) -> SnapshotTable:
+    return SnapshotTable.from_json(rec.tables[rec.chunks[chunk - 1]["table"]])
+
+
+class ChangedKeys:
+    """The keys of a snapshot's tables that the log changes after the handoff, scanned up to
+    the upper bound of the chunks read so far, and the chunk rows of those keys dropped.
+
+    Why (docs/architecture.md, "Snapshots"): a chunk row shows its key as of the chunk's read,
+    somewhere between the handoff and the chunk's upper bound. If the log changes the key in that
+    stretch, the row may be newer than some of the log events that follow it, and a consumer
+    would see the key go back in time; the log alone then carries the key (every change after
+    the handoff is in it, each with the full row). A key the log does not change up to the upper
+    bound is exactly the row, and every later change of it follows the row."""
+
+    def __init__(self, rec: SnapshotRecord, source: Source):
+        self.source = source
+        self.key_columns = {(t["schema"], t["table"]): list(t["key"]) for t in rec.tables}
+        self.keys: dict[tuple[str, str], set[bytes]] = {}
+        self.scanned: Position = rec.handoff
+        self.dropped = 0
+
+    def scan_to(self, upper: Position) -> None:
+        if not upper > self.scanned:
+            return
+        for item in self.source.read(self.scanned, upper):
+            if not isinstance(item, ChangeEvent):
+                continue
+            name = (item.schema, item.table)
+            cols = self.key_columns.get(name)
+            if cols is None:
+                continue
+            keys = self.keys.setdefault(name, set())
+            keys.add(bytes(item.key_bytes))
+            if item.op == "u" and item.before:  # a key change: the old key changed too
+                keys.add(key_json_bytes({c: item.before.get(c) for c in cols}))
+        self.scanned = upper
+
+    def drop_changed(self, table: SnapshotTable, events: Iterable[ChangeEvent]) -> Iterator[ChangeEvent]:
+        changed = self.keys.get((table.schema, table.table))
+        if not changed:
+            yield from events
+            return
+        held: ChangeEvent | None = None
+        for ev in events:
+            if bytes(ev.key_bytes) in changed:
+                self.dropped += 1
+                if ev.snapshot == "last" and held is not None:
+                    held = marked(held, "last")  # the table's last row moves to the row before
+                continue
+            if held is not None:
+                yield held
+            held = ev
+        if held is not None:
+            yield held
+
+
+def marked(ev: ChangeEvent, mark: str) -> ChangeEvent:
+    """``ev`` with another ``source.snapshot`` mark (its envelope serialized anew)."""
+    fields = {k: v for k, v in ev.__dict__.items() if k not in ("value", "key_bytes")}
+    if fields.get("after") is None:  # a row serialized in a Spark task: take it from its bytes
+        env = orjson.loads(ev.value)
+        fields["after"], fields["key"] = env["after"], env["key"]
+    fields["snapshot"] = mark
+    new = object.__new__(type(ev))
+    new.__dict__.update(fields)
+    return new
 
 
 def end_chunk(events: Iterable[ChangeEvent], end: SnapshotPosition, store: CheckpointStore,
@@ -257,22 +351,32 @@ def end_chunk(events: Iterable[ChangeEvent], end: SnapshotPosition, store: Check
 
 
 def read_chunks_in_process(spec: PipelineSpec, source: Source, rec: SnapshotRecord,
-                           chunks: Sequence[int]) -> Iterator[tuple[int, Iterable[ChangeEvent]]]:
+                           chunks: Sequence[int]) -> Iterator[tuple[int, ChunkRead]]:
     """One chunk after the other, with the run's own source connection."""
     for chunk in chunks:
-        yield chunk, chunk_events(spec, source, rec, chunk)
+        yield chunk, read_chunk(spec, source, rec, chunk)
+
+
+def read_chunk(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: int,
+               connector: str | None = None) -> ChunkRead:
+    """One chunk (1-based): its upper bound and its row events, in key order; the last row of
+    a table's last chunk is marked ``"last"``."""
+    c = rec.chunks[chunk - 1]
+    table = chunk_table(rec, chunk)
+    upper, rows = source.open_chunk(table, c["lo"], c["hi"])
+    build = RowEvents(spec, rec, table, chunk, connector or source.connector)
+    return ChunkRead(upper, _marked_rows(rows, build, final=c["hi"] is None))
 
 
 def chunk_events(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: int,
                  connector: str | None = None) -> Iterator[ChangeEvent]:
-    """The row events of one chunk (1-based), in key order; the last row of a table's last
-    chunk is marked ``"last"``."""
-    c = rec.chunks[chunk - 1]
-    table = SnapshotTable.from_json(rec.tables[c["table"]])
-    final = c["hi"] is None
-    build = RowEvents(spec, rec, table, chunk, connector or source.connector)
-    held: dict[str, Any] | None = None
-    for row in source.read_chunk(table, c["lo"], c["hi"]):
+    """The row events of one chunk (:func:`read_chunk` without its upper bound)."""
+    return iter(read_chunk(spec, source, rec, chunk, connector).events)
+
+
+def _marked_rows(rows: Iterable[Mapping[str, Any]], build: RowEvents, final: bool) -> Iterator[ChangeEvent]:
+    held: Mapping[str, Any] | None = None
+    for row in rows:
         if held is not None:
             yield build(held, "true")
         held = row
@@ -335,6 +439,7 @@ def in_snapshot(checkpoints: Mapping[str, Position | None], sinks: Sequence[str]
     return any(isinstance(checkpoints.get(s), SnapshotPosition) for s in chosen)
 
 
-__all__ = ["ChunkReader", "RowEvents", "begin", "chunk_events", "in_snapshot", "place_new_sinks",
+__all__ = ["ChangedKeys", "ChunkRead", "ChunkReader", "RowEvents", "begin", "chunk_events", "read_chunk",
+           "in_snapshot", "place_new_sinks",
            "plan_snapshot", "read_chunks_in_process", "resnapshot", "running", "settle", "snapshot_reader",
            "snapshot_stream"]

@@ -2,9 +2,10 @@
 
 A Python Data Source (``tidegate_snapshot``) has one partition per chunk. Its task opens a
 source connection of its own, reads the chunk (one short transaction, no lock:
-``Source.read_chunk``) and turns every row into its serialized envelope right there
-(``snapshots.chunk_events``), so the executors do the data work: reading, converting and
-serializing. The task hands Spark Arrow record batches of one binary column, each value a
+``Source.open_chunk``) and turns every row into its serialized envelope right there
+(``snapshots.read_chunk``), so the executors do the data work: reading, converting and
+serializing; the chunk's upper bound travels as the first row. The task hands Spark Arrow
+record batches of one binary column, each value a
 pickled batch of rows (envelope bytes, message key, ``event_id``, snapshot mark): Spark moves a
 few large values per chunk instead of converting every row between Arrow and its own format
 twice, and the driver never parses an envelope again.
@@ -44,13 +45,16 @@ import json
 import logging
 import pickle
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .events import ChangeEvent
 from .positions import position_from_json
 from .sources.base import SnapshotTable, Source
 from .spec import PipelineSpec
 from .store.records import SnapshotRecord
+
+if TYPE_CHECKING:
+    from .snapshots import ChunkRead
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +100,12 @@ def register_source(spark: Any) -> None:
         def read(self, partition: InputPartition) -> Iterator[tuple]:
             # Runs in a Spark task: one chunk, read with a connection of its own.
             from .runner import build_source
-            from .snapshots import chunk_events
+            from .snapshots import read_chunk
 
             source = build_source(self.spec, lambda conn_id: self.connection)
             try:
-                events = chunk_events(self.spec, source, record_from_json(self.record), partition.value)
-                yield from arrow_batches(events)
+                read = read_chunk(self.spec, source, record_from_json(self.record), partition.value)
+                yield from arrow_batches(read.events, header=("upper", read.upper.to_json()))
             finally:
                 source.close()
 
@@ -119,13 +123,15 @@ def register_source(spark: Any) -> None:
     spark.dataSource.register(SnapshotSource)
 
 
-def arrow_batches(events: Iterable[ChangeEvent], rows: int = BATCH_ROWS) -> Iterator[Any]:
+def arrow_batches(events: Iterable[ChangeEvent], rows: int = BATCH_ROWS, header: tuple | None = None
+                  ) -> Iterator[Any]:
     """Events as Arrow record batches of :data:`ROW_SCHEMA`, ``rows`` events to a Spark row
-    (a task yielding Arrow is taken as it is; yielding tuples would convert every value)."""
+    (a task yielding Arrow is taken as it is; yielding tuples would convert every value).
+    ``header``, if given, is the first row of the first batch (a chunk's upper bound)."""
     import pyarrow as pa
 
     schema = pa.schema([("batch", pa.binary())])
-    batch: list[tuple] = []
+    batch: list[tuple] = [header] if header is not None else []
     for ev in events:
         batch.append((ev.value, ev.key_bytes, ev.event_id, ev.snapshot))
         if len(batch) >= rows:
@@ -154,7 +160,8 @@ def chunk_reader(spark: Any):
     in a window, as for the log's slices (spark_job.partitions_in_order)."""
 
     def read(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunks: Sequence[int]
-             ) -> Iterator[tuple[int, Iterable[ChangeEvent]]]:
+             ) -> Iterator[tuple[int, ChunkRead]]:
+        from .snapshots import ChunkRead
         from .spark_job import partitions_in_order
 
         if not chunks:
@@ -169,7 +176,8 @@ def chunk_reader(spark: Any):
         name = f"tidegate-snapshot-{rec.snapshot_id}"
         for index, rows in partitions_in_order(spark.sparkContext, frame.rdd, len(chunks), window, name):
             chunk = chunks[index]
-            yield chunk, driver_events(spec, source, rec, chunk, unpack_rows(r[0] for r in rows))
+            (_, upper), *events = unpack_rows(r[0] for r in rows)  # the task's header comes first
+            yield chunk, ChunkRead(position_from_json(upper), driver_events(spec, source, rec, chunk, events))
 
     return read
 

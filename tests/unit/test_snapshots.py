@@ -328,3 +328,59 @@ def test_messages_are_identical_on_every_read(env):
     m = snapshots.completed_message(spec, rec, 11)
     assert isinstance(m, ControlMessage) and m.end_position == pos(2) and m.tx_end
     assert m.idempotency_key == f"t|__control|snapshot_completed|{rec.snapshot_id}"
+
+
+# --------------------------------------------------------------------------- no time travel
+
+
+class ChangingLog:
+    """A log of single-row changes of ``shop.orders`` (key id) at positions 1000·n: what
+    :class:`snapshots.ChangedKeys` scans."""
+
+    def __init__(self, changes):  # [(op, before_id, after_id), ...]
+        self.changes = changes
+        self.scans = []
+
+    def read(self, start, upto):
+        self.scans.append((start, upto))
+        for n, (op, old, new) in enumerate(self.changes, start=1):
+            if start < pos(n) <= upto:
+                before = None if old is None else {"id": old, "v": n - 1}
+                after = None if new is None else {"id": new, "v": n}
+                key = {"id": new if new is not None else old}
+                yield ChangeEvent.native("t", "p", "mysql", "shop", "shop", "orders", op, before, after, key,
+                                         f"0-1-{n}", f"e{n}", {}, 0, 1, 1, tx_end=True, end_position=pos(n))
+
+
+def rows_of(rec, ids, final):
+    table = SnapshotTable("shop", "shop", "orders", ("id",))
+    build = snapshots.RowEvents(load_spec_text("pipeline: p\ntenant: t\nsource: {kind: mysql, conn_id: c}\n"
+                                               "sinks: [{id: k, kind: kafka, conn_id: k, topic: t}]\n"),
+                                rec, table, 1, "mysql")
+    return table, list(snapshots._marked_rows(({"id": i, "v": 0} for i in ids), build, final))
+
+
+def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_log():
+    rec = SnapshotRecord("p", "s1", "start", pos(1), [{"db": "shop", "schema": "shop", "table": "orders",
+                                                       "key": ["id"]}], [{"table": 0, "lo": None, "hi": None}], 0)
+    # after the handoff (pos 1): 2 updates key 3; 3 changes key 5 into key 9; 4 deletes key 6 (after
+    # the chunk's upper bound 3: the row is kept, the delete follows it)
+    log = ChangingLog([("c", None, 1), ("u", 3, 3), ("u", 5, 9), ("d", 6, None)])
+    changed = snapshots.ChangedKeys(rec, log)
+    changed.scan_to(pos(3))
+    changed.scan_to(pos(2))  # never backwards, never twice
+    assert log.scans == [(pos(1), pos(3))]
+    table, rows = rows_of(rec, [2, 3, 5, 6, 9], final=True)
+    kept = list(changed.drop_changed(table, rows))
+    assert [e.key for e in kept] == [{"id": 2}, {"id": 6}]
+    assert [json.loads(e.value)["source"]["snapshot"] for e in kept] == ["true", "last"]
+    assert json.loads(kept[-1].value)["after"] == {"id": 6, "v": 0} and changed.dropped == 3
+    # a row serialized elsewhere (after/key not filled in) is re-marked from its bytes
+    shipped = dataclasses.replace(rows[0])
+    shipped.__dict__.update(value=rows[0].value, after=None, key=None)
+    again = snapshots.marked(shipped, "last")
+    assert json.loads(again.value) == {**json.loads(rows[0].value),
+                                       "source": {**json.loads(rows[0].value)["source"], "snapshot": "last"}}
+    # another table's rows pass untouched
+    other = SnapshotTable("shop", "shop", "lines", ("id",))
+    assert list(changed.drop_changed(other, rows)) == rows

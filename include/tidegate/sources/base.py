@@ -207,6 +207,23 @@ class Source(abc.ABC):
         without locks; values have the JSON form log events give the same columns."""
         raise SnapshotError(f"a {self.kind or type(self).__name__} source cannot take snapshots")
 
+    def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
+                   ) -> tuple[Position, Iterator[dict[str, Any]]]:
+        """:meth:`read_chunk` with its upper bound: ``(upper, rows)`` where every change the rows
+        show is at or before ``upper`` in the log (docs/architecture.md, "Snapshots"). Sources
+        read the log head just after the read's view is taken and stream the rows; this
+        default reads the rows first and the head after them."""
+        rows = list(self.read_chunk(table, lo, hi))
+        return self.head(), iter(rows)
+
+    def snapshot_handoff(self, at: Position) -> Position:
+        """Where the log takes over from a snapshot planned at ``at``: a position at or before
+        ``at`` such that every change logged at or before it is visible to every chunk read
+        from now on. A change can be in the log before it is visible (a commit waiting for a
+        semi-synchronous or synchronous replica); such a change must come from the log.
+        Default: ``at`` (a source whose commits are visible when logged)."""
+        return at
+
     def release(self, position: Position) -> None:  # noqa: B027 - optional hook
         """Tell the server it may recycle the log up to ``position`` (Postgres slot advance)."""
 

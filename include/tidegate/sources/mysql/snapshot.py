@@ -2,7 +2,9 @@
 
 :class:`MySqlSnapshot` is a mixin of :class:`~tidegate.sources.mysql.source.MySqlSource`; it needs only
 the source's ``spec`` and ``conn``. Every query runs on a connection of its own in autocommit
-mode: one statement is one short transaction, an InnoDB consistent read that takes no lock.
+mode: one statement is one short transaction, an InnoDB consistent read that takes no lock. A
+chunk is one transaction ``WITH CONSISTENT SNAPSHOT`` whose upper bound (the binlog head read
+just after its view was taken) travels with its rows (:meth:`MySqlSnapshot.open_chunk`).
 
 Chunks are primary-key ranges ``(lo, hi]``. :meth:`chunk_plan` walks the primary key index
 (``ORDER BY key LIMIT 1 OFFSET chunk_rows - 1``, one index range per chunk) and keeps every
@@ -242,10 +244,47 @@ class MySqlSnapshot:
             out.append((name, expr.format(_ident(name)), conv))
         return out
 
+    def snapshot_handoff(self, at: Any) -> Any:
+        """MariaDB: the binlog position of a consistent snapshot taken now
+        (``binlog_snapshot_file``/``_position`` of ``START TRANSACTION WITH CONSISTENT
+        SNAPSHOT``), if it lies before ``at``. The two differ when a transaction is written to the
+        binlog but not yet visible (semi-synchronous replication waiting for its ack): the
+        snapshot's position lies before it, so the log from there delivers it. MySQL has no such
+        status; there the handoff stays ``at`` (docs/architecture.md, "Snapshots")."""
+        conn = self._snap_connection()
+        try:
+            self._snap_all(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            status = {k.lower(): v for k, v in self._snap_all(conn, "SHOW STATUS LIKE 'binlog_snapshot_%'")}
+            self._snap_all(conn, "COMMIT")
+        finally:
+            conn.close()
+        file, pos = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
+        if not file or pos is None:
+            return at
+        point = self.position(file, int(pos), self.gtid_at(file, int(pos)))  # type: ignore[attr-defined]
+        return point if point < at else at
+
     def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
+        return self.open_chunk(table, lo, hi)[1]
+
+    def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
+                   ) -> tuple[Any, Iterator[dict[str, Any]]]:
+        """One transaction ``WITH CONSISTENT SNAPSHOT`` (InnoDB's read view taken at once, no
+        lock), then the binlog head (every change the view shows is logged before it), then the
+        rows, streamed."""
         conn = self._snap_connection(unbuffered=True)
         try:
+            self._snap_all(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
             cols = self._snap_columns(conn, table)
+            upper = self.head()  # type: ignore[attr-defined]
+        except BaseException:
+            conn.close()
+            raise
+        return upper, self._chunk_rows(conn, table, lo, hi, cols)
+
+    def _chunk_rows(self, conn: Any, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound,
+                    cols: list[tuple[str, str, Callable | None]]) -> Iterator[dict[str, Any]]:
+        try:
             where, params = ["1 = 1"], []
             if lo is not None:
                 sql, p = after_key(table.key, [bound_from_json(v) for v in lo])

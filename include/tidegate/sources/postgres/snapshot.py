@@ -4,7 +4,9 @@
 needs only the source's ``spec`` and ``conn``. Every chunk is one read-only transaction of a
 connection of its own: one SELECT through a server-side cursor (client memory bounded by
 ``FETCH_ROWS``), which takes only the ACCESS SHARE lock every SELECT takes (it blocks DDL on
-the table for the chunk's few seconds, never writes).
+the table for the chunk's few seconds, never writes). The transaction is REPEATABLE READ, so the
+rows are those of the snapshot taken by its first statement; the WAL head read just after it is
+the chunk's upper bound (:meth:`PostgresSnapshot.open_chunk`).
 
 Chunks are primary-key ranges ``(lo, hi]``: PostgreSQL compares row values
 (``(a, b) > (x, y)``) lexicographically through the primary key's index, so :meth:`chunk_plan`
@@ -21,10 +23,11 @@ true/false, everything else as text) and then applies the log path's converter f
 from __future__ import annotations
 
 import decimal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ...errors import SourceError
+from ...errors import SnapshotError, SourceError
 from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
 from .connection import SESSION_OPTIONS
 from .values import converter
@@ -155,9 +158,28 @@ class PostgresSnapshot:
         return list(zip(edges[:-1], edges[1:], strict=True))
 
     def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
+        return self.open_chunk(table, lo, hi)[1]
+
+    def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
+                   ) -> tuple[Any, Iterator[dict[str, Any]]]:
+        """One REPEATABLE READ transaction: its first statement takes the snapshot, then the
+        WAL head is read (every commit the snapshot sees is flushed before it), then the rows
+        stream through a server-side cursor."""
+        import psycopg2.extensions as ext
+
         conn = self._snap_connection()
         try:
-            columns = self._snap_columns(conn, table)
+            conn.set_session(isolation_level=ext.ISOLATION_LEVEL_REPEATABLE_READ)
+            columns = self._snap_columns(conn, table)  # the transaction's snapshot is taken here
+            upper = self.head()  # type: ignore[attr-defined]
+        except BaseException:
+            conn.close()
+            raise
+        return upper, self._chunk_rows(conn, table, lo, hi, columns)
+
+    def _chunk_rows(self, conn: Any, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound,
+                    columns: list[tuple[str, int, str, str]]) -> Iterator[dict[str, Any]]:
+        try:
             types = {name: bare for name, _, _, bare in columns}
             names = [c[0] for c in columns]
             convert = [_compose(wal2json_value(oid), converter(typ)) for _, oid, typ, _ in columns]
@@ -179,6 +201,55 @@ class PostgresSnapshot:
             conn.rollback()
         finally:
             conn.close()
+
+    def snapshot_handoff(self, at: Any) -> Any:
+        """``at``, once every transaction that had committed when it was chosen is visible.
+
+        A commit waiting for a synchronous standby is flushed to WAL (so it can lie before
+        ``at``) and invisible to new snapshots until the standby answers. Such transactions are
+        the ones that still hold their transaction id lock while ``pg_xact_status`` already says
+        ``committed``: wait until those that exist now have ended (a transaction committing
+        later has its commit record after ``at``, and the log delivers it)."""
+        time.sleep(CLOG_SETTLE_S)  # a commit flushed at ``at`` marks itself committed right after
+        conn = self._snap_connection()
+        try:
+            conn.autocommit = True
+            waiting = [r[0] for r in self._snap_all(conn, COMMITTED_RUNNING_SQL)]
+            deadline = time.monotonic() + HANDOFF_WAIT_S
+            while waiting:
+                still = [r[0] for r in self._snap_all(conn, RUNNING_XIDS_SQL, (waiting,))]
+                if not still:
+                    break
+                if time.monotonic() > deadline:
+                    raise SnapshotError(
+                        f"transaction(s) {', '.join(still)} on {self.conn} committed before the snapshot's "
+                        f"handoff but are still not visible after {HANDOFF_WAIT_S:.0f}s (waiting for a "
+                        f"synchronous standby, synchronous_standby_names?): the snapshot would miss them; "
+                        f"the run is retried")
+                time.sleep(0.2)
+        finally:
+            conn.close()
+        return at
+
+
+# Transactions that are committed (clog) but still running (they hold their transaction id
+# lock): commits waiting for a synchronous standby. pg_locks has 32-bit ids; pg_xact_status
+# takes the 64-bit form, rebuilt from the current snapshot's xmax (running ids lie within
+# 2^31 of it).
+COMMITTED_RUNNING_SQL = """
+WITH s AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax),
+x AS (SELECT l.transactionid::text AS xid,
+             ((s.xmax & 4294967295) - l.transactionid::text::bigint + 4294967296) % 4294967296 AS d, s.xmax
+      FROM pg_locks l, s
+      WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted)
+SELECT xid FROM x
+WHERE pg_xact_status((xmax - CASE WHEN d >= 2147483648 THEN d - 4294967296 ELSE d END)::text::xid8)
+      = 'committed'
+"""
+RUNNING_XIDS_SQL = ("SELECT transactionid::text FROM pg_locks WHERE locktype = 'transactionid' AND "
+                    "mode = 'ExclusiveLock' AND granted AND transactionid::text = ANY(%s)")
+CLOG_SETTLE_S = 0.05
+HANDOFF_WAIT_S = 600.0
 
 
 def _compose(first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callable[[Any], Any]:
