@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 
 import psycopg2
@@ -235,3 +236,100 @@ def test_postgres_table_without_primary_key_is_refused_by_name(pg):
     ex(f"CREATE TABLE {s}.heap (v int)")
     with pytest.raises(SnapshotError, match=rf"table {s}\.heap has no primary key"):
         source("heap").snapshot_tables()
+
+
+# --------------------------------------------------------------------- commits logged before they are visible
+
+
+def test_mariadb_semisync_commit_waiting_for_its_ack_is_after_the_handoff(my, mysql):
+    """Semi-sync AFTER_SYNC with no replica: an UPDATE is in the binlog (the head is past it) and
+    invisible. The handoff lies before it, so the log from the handoff delivers it; a chunk read
+    meanwhile does not show it, and its upper bound covers it."""
+    import threading
+
+    ex, db, source = my
+    ex(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT)")
+    ex(f"INSERT INTO {db}.t VALUES (1, 0), (2, 0)")
+    src = source("t")
+    [table] = src.snapshot_tables()
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    waiter = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    a = admin.cursor().execute
+    try:
+        a("SET GLOBAL rpl_semi_sync_master_wait_point = 'AFTER_SYNC'")
+        a("SET GLOBAL rpl_semi_sync_master_timeout = 600000")
+        a("SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON")
+        a("SET GLOBAL rpl_semi_sync_master_enabled = ON")
+        t = threading.Thread(target=lambda: waiter.cursor().execute(f"UPDATE {db}.t SET v = 1 WHERE id = 1"))
+        t.start()
+        deadline = time.monotonic() + 10
+        head = src.head()
+        while not list(src.read(src.snapshot_handoff(head), head))[:-1] and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the UPDATE is in the binlog
+            head = src.head()
+        handoff = src.snapshot_handoff(head)
+        assert handoff < head, "the waiting commit is in the binlog before the head"
+        upper, rows = src.open_chunk(table, None, None)
+        assert [r["v"] for r in rows] == [0, 0], "the waiting commit is not visible yet"
+        changes = [e for e in src.read(handoff, upper) if isinstance(e, ChangeEvent)]
+        assert [(e.key, e.after["v"]) for e in changes] == [({"id": 1}, 1)]
+        assert t.is_alive()
+    finally:
+        a("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+        t.join(10)
+        admin.close()
+        waiter.close()
+    assert not t.is_alive()
+
+
+def test_postgres_handoff_waits_for_a_commit_held_by_a_synchronous_standby(pg, postgres):
+    """A commit waiting for a synchronous standby that never answers (only the writer's session
+    waits: synchronous_commit=local elsewhere) is flushed before the head and invisible; the
+    handoff waits until it is visible, so every chunk read after it shows it."""
+    import threading
+
+    ex, schema, source = pg
+    ex(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, v int)")
+    ex(f"INSERT INTO {schema}.t VALUES (1, 0), (2, 0)")
+    src = source("t")
+    src.ensure_slot()
+    [table] = src.snapshot_tables()
+    admin = psycopg2.connect(postgres.admin_dsn)
+    admin.autocommit = True
+    waiter = psycopg2.connect(postgres.admin_dsn)
+    waiter.autocommit = True
+    a = admin.cursor().execute
+    a("SET synchronous_commit = local")
+    released: list[float] = []
+    try:
+        a("ALTER SYSTEM SET synchronous_standby_names = 'tidegate_nobody'")
+        a("SELECT pg_reload_conf()")
+        time.sleep(0.5)
+        t = threading.Thread(target=lambda: waiter.cursor().execute(
+            f"UPDATE {schema}.t SET v = 1 WHERE id = 1"))
+        t.start()
+        time.sleep(1.0)
+        head = src.head()
+        assert [r["v"] for r in src.read_chunk(table, None, None)] == [0, 0], "flushed, not visible"
+        assert t.is_alive()
+
+        def release_later() -> None:
+            time.sleep(2.0)
+            released.append(time.monotonic())
+            a("ALTER SYSTEM RESET synchronous_standby_names")
+            a("SELECT pg_reload_conf()")
+
+        r = threading.Thread(target=release_later)
+        r.start()
+        assert src.snapshot_handoff(head) == head
+        done = time.monotonic()
+        r.join()
+        assert released and done >= released[0], "the handoff waited for the standby's answer"
+        assert [r["v"] for r in src.read_chunk(table, None, None)] == [1, 0]
+    finally:
+        a("ALTER SYSTEM RESET synchronous_standby_names")
+        a("SELECT pg_reload_conf()")
+        t.join(10)
+        admin.close()
+        waiter.close()
+    assert not t.is_alive()

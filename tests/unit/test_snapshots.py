@@ -361,8 +361,8 @@ def rows_of(rec, ids, final):
 
 
 def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_log():
-    rec = SnapshotRecord("p", "s1", "start", pos(1), [{"db": "shop", "schema": "shop", "table": "orders",
-                                                       "key": ["id"]}], [{"table": 0, "lo": None, "hi": None}], 0)
+    tables = [{"db": "shop", "schema": "shop", "table": "orders", "key": ["id"]}]
+    rec = SnapshotRecord("p", "s1", "start", pos(1), tables, [{"table": 0, "lo": None, "hi": None}], 0)
     # after the handoff (pos 1): 2 updates key 3; 3 changes key 5 into key 9; 4 deletes key 6 (after
     # the chunk's upper bound 3: the row is kept, the delete follows it)
     log = ChangingLog([("c", None, 1), ("u", 3, 3), ("u", 5, 9), ("d", 6, None)])

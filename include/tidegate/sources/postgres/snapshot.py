@@ -206,15 +206,14 @@ class PostgresSnapshot:
         """``at``, once every transaction that had committed when it was chosen is visible.
 
         A commit waiting for a synchronous standby is flushed to WAL (so it can lie before
-        ``at``) and invisible to new snapshots until the standby answers. Such transactions are
-        the ones that still hold their transaction id lock while ``pg_xact_status`` already says
-        ``committed``: wait until those that exist now have ended (a transaction committing
-        later has its commit record after ``at``, and the log delivers it)."""
-        time.sleep(CLOG_SETTLE_S)  # a commit flushed at ``at`` marks itself committed right after
+        ``at``) and invisible to new snapshots until the standby answers (its backend waits on
+        ``SyncRep``): wait until those waiting now have ended (a transaction committing later has
+        its commit record after ``at``, and the log delivers it)."""
+        time.sleep(SYNC_SETTLE_S)  # a commit flushed at ``at`` starts its wait right after
         conn = self._snap_connection()
         try:
             conn.autocommit = True
-            waiting = [r[0] for r in self._snap_all(conn, COMMITTED_RUNNING_SQL)]
+            waiting = [r[0] for r in self._snap_all(conn, SYNC_WAITERS_SQL)]
             deadline = time.monotonic() + HANDOFF_WAIT_S
             while waiting:
                 still = [r[0] for r in self._snap_all(conn, RUNNING_XIDS_SQL, (waiting,))]
@@ -232,23 +231,15 @@ class PostgresSnapshot:
         return at
 
 
-# Transactions that are committed (clog) but still running (they hold their transaction id
-# lock): commits waiting for a synchronous standby. pg_locks has 32-bit ids; pg_xact_status
-# takes the 64-bit form, rebuilt from the current snapshot's xmax (running ids lie within
-# 2^31 of it).
-COMMITTED_RUNNING_SQL = """
-WITH s AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax),
-x AS (SELECT l.transactionid::text AS xid,
-             ((s.xmax & 4294967295) - l.transactionid::text::bigint + 4294967296) % 4294967296 AS d, s.xmax
-      FROM pg_locks l, s
-      WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted)
-SELECT xid FROM x
-WHERE pg_xact_status((xmax - CASE WHEN d >= 2147483648 THEN d - 4294967296 ELSE d END)::text::xid8)
-      = 'committed'
-"""
+# Commits waiting for a synchronous standby: their backends wait on SyncRep, and their
+# transaction id is still running (pg_xact_status says "in progress" for them, so only the wait
+# tells them apart). Other roles' sessions show their wait events to a role with pg_monitor
+# (or pg_read_all_stats), which the CDC role needs for this.
+SYNC_WAITERS_SQL = ("SELECT backend_xid::text FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND "
+                    "backend_xid IS NOT NULL")
 RUNNING_XIDS_SQL = ("SELECT transactionid::text FROM pg_locks WHERE locktype = 'transactionid' AND "
                     "mode = 'ExclusiveLock' AND granted AND transactionid::text = ANY(%s)")
-CLOG_SETTLE_S = 0.05
+SYNC_SETTLE_S = 0.05
 HANDOFF_WAIT_S = 600.0
 
 
