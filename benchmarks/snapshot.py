@@ -200,7 +200,7 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
     import resource
 
     from tidegate.connections import get_connection
-    from tidegate.snapshots import read_chunks_in_process
+    from tidegate.snapshots import ChangedKeys, chunk_table, read_chunks_in_process
     from tidegate.sources import make_source
     from tidegate.spark_snapshot import chunk_reader, record_from_json
 
@@ -223,8 +223,10 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
         cpu0 = tree_cpu()
         t0 = time.perf_counter()
         rows = size = 0
-        for _chunk, events in reader(spec, source, rec, list(range(1, len(rec.chunks) + 1))):
-            for ev in events:
+        changed = ChangedKeys(rec, source)  # the consistent handoff's scan of the log, as a run does
+        for chunk, read in reader(spec, source, rec, list(range(1, len(rec.chunks) + 1))):
+            changed.scan_to(read.upper)
+            for ev in changed.drop_changed(chunk_table(rec, chunk), read.events):
                 rows += 1
                 size += len(ev.value)
         wall = time.perf_counter() - t0
