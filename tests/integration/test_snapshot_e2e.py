@@ -5,9 +5,7 @@ Two tables of 100k rows in all (``orders``, key ``id``; ``lines``, composite key
 NATS and Redis, and a writer that inserts, updates and deletes rows of both tables while the
 snapshot is read. Then:
 
-- MariaDB: an UPDATE of a row of the first chunk waits for its semi-synchronous ack (in the binlog,
-  not visible) while the snapshot is planned and its first chunk read; the deliver task of the
-  snapshot run is SIGKILLed mid-snapshot; the rerun resumes at
+- MariaDB: the deliver task of the snapshot run is SIGKILLed mid-snapshot; the rerun resumes at
   the next chunk; two more runs (`tidegate run`) stream what the writer did. A binlog purge past
   the checkpoint then halts the pipeline, and a run triggered with ``resolve=resnapshot`` and a
   reason re-loads the tables and resolves the incident.
@@ -15,7 +13,7 @@ snapshot is read. Then:
 
 Each time every sink is checked: replaying its events per key (``r``, ``c``, ``u``, ``d`` in
 order) gives exactly the tables' content; every change the writer committed after the handoff
-(and the waiting UPDATE) arrives once, in order per key; no key's delivered state goes back in
+arrives once, in order per key; no key's delivered state goes back in
 time (``qty`` only grows: snapshot rows and log events together); Kafka (read_committed) holds
 no duplicate ``idempotency_key`` and NATS and Redis hold the same keys, each once; the control channels carry
 ``snapshot_started`` and ``snapshot_completed`` with the rows delivered.
@@ -344,39 +342,15 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
     dag = f"cdc_{pipeline}"
     store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
     writer = Writer(on(writer_conn), f"{db}.orders", f"{db}.lines")
-    waiter_conn = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     try:
-        # Semi-sync AFTER_SYNC with no replica: an UPDATE of a row of the first chunk is in the
-        # binlog and invisible while the snapshot is planned and its first chunk read; it becomes
-        # visible after that. It must arrive in every sink (from the log).
-        for setting in ("rpl_semi_sync_master_wait_point = 'AFTER_SYNC'",
-                        "rpl_semi_sync_master_timeout = 300000", "rpl_semi_sync_master_wait_no_slave = ON",
-                        "rpl_semi_sync_master_enabled = ON"):
-            sql(f"SET GLOBAL {setting}")
-        head = query("SHOW MASTER STATUS")[0][:2]
-        update = f"UPDATE {db}.orders SET qty = qty + 100, status = 'semisync' WHERE id = 5000"
-        waiting = threading.Thread(target=on(waiter_conn), args=(update,), daemon=True)
-        waiting.start()
-        deadline = time.monotonic() + 10
-        while query("SHOW MASTER STATUS")[0][:2] == head:
-            assert time.monotonic() < deadline, "the waiting UPDATE never reached the binlog"
-            time.sleep(0.05)
-        assert query(f"SELECT qty FROM {db}.orders WHERE id = 5000") == [(0,)], "visible already"
-        writer.ops[("orders", 5000)].append("u")
-
         # the snapshot run, killed once two chunks are committed
         start_writer_at_handoff(store, pipeline, writer)
 
         def two_chunks_in() -> bool:
             rec = store.get_checkpoint(pipeline, "events")
-            at = rec.position.chunk if rec is not None and isinstance(rec.position, SnapshotPosition) else 0
-            if at >= 1 and waiting.is_alive():  # the first chunk is read without it: let it commit
-                sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
-                waiting.join(10)
-            return at >= 2
+            return rec is not None and isinstance(rec.position, SnapshotPosition) and rec.position.chunk >= 2
 
         dags_test_killed_when(env, dag, two_chunks_in)
-        assert not waiting.is_alive()
         [snap] = store.snapshots(pipeline)
         assert len(snap.chunks) == 6 + 4 + 2  # 10k-row chunks, each table's last open-ended
         killed_at = min(r.position.chunk for r in store.checkpoints(pipeline).values())
@@ -426,13 +400,11 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         status = json.loads(out)["pipelines"][0]
         assert status["halted"] is False
     finally:
-        sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
         writer.stop.set()
         store.close()
         sql(f"DROP DATABASE IF EXISTS {db}")
         admin.close()
         writer_conn.close()
-        waiter_conn.close()
 
 
 # --------------------------------------------------------------------------- PostgreSQL
