@@ -168,9 +168,11 @@ def _stdlib_dumps(obj: Any, **kw: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), **kw).encode("utf-8")
 
 
-def key_json_bytes(key: dict[str, Any] | None) -> bytes:
-    """The bytes :attr:`ChangeEvent.key_bytes` gives an event whose ``key`` is ``key``."""
-    if orjson_formats_like_stdlib(key):
+def key_json_bytes(key: dict[str, Any] | None, floats_ok: bool | None = None) -> bytes:
+    """A primary key as a message key: its JSON with sorted names, as the stdlib writes it
+    (:attr:`ChangeEvent.key_bytes`). ``floats_ok``: the caller already knows whether orjson
+    writes its floats as the stdlib does (:func:`orjson_formats_like_stdlib`)."""
+    if floats_ok if floats_ok is not None else orjson_formats_like_stdlib(key):
         try:
             return orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
         except TypeError:
@@ -334,12 +336,7 @@ class ChangeEvent:
     @_cached
     def key_bytes(self) -> bytes:
         """The message key: the JSON of the primary key (same row → same partition)."""
-        if self._orjson_safe():
-            try:
-                return orjson.dumps(self.key, option=orjson.OPT_SORT_KEYS)
-            except TypeError:
-                pass
-        return _stdlib_dumps(self.key, sort_keys=True)  # what key_json_bytes gives
+        return key_json_bytes(self.key, self._orjson_safe())
 
 
 CONTROL_TYPES = ("schema_change", "gap", "failover", "snapshot_started", "snapshot_completed")

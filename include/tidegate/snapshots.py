@@ -30,12 +30,12 @@ row of a table), ``ts_ms`` = when the snapshot was planned, ``source.position`` 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 LogReader = Callable[[Source, "Position | None", Position], Iterable[SourceItem]]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ChunkRead:
     """A chunk as read: its row events, and ``upper``, a log position at or after every change
     the rows show (the log head read just after the read's view was taken)."""
@@ -322,15 +322,10 @@ class ChangedKeys:
 
 
 def marked(ev: ChangeEvent, mark: str) -> ChangeEvent:
-    """``ev`` with another ``source.snapshot`` mark (its envelope serialized anew)."""
-    fields = {k: v for k, v in ev.__dict__.items() if k not in ("value", "key_bytes")}
-    if fields.get("after") is None:  # a row serialized in a Spark task: take it from its bytes
-        env = orjson.loads(ev.value)
-        fields["after"], fields["key"] = env["after"], env["key"]
-    fields["snapshot"] = mark
-    new = object.__new__(type(ev))
-    new.__dict__.update(fields)
-    return new
+    """``ev`` with another ``source.snapshot`` mark (a new event: its envelope serialized anew).
+    A row serialized in a Spark task travels without ``after``/``key``: they come from its bytes."""
+    env = orjson.loads(ev.value) if ev.after is None else {"after": ev.after, "key": ev.key}
+    return dataclasses.replace(ev, snapshot=mark, after=env["after"], key=env["key"])
 
 
 def end_chunk(events: Iterable[ChangeEvent], end: SnapshotPosition, store: CheckpointStore,
@@ -366,12 +361,6 @@ def read_chunk(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: i
     upper, rows = source.open_chunk(table, c["lo"], c["hi"])
     build = RowEvents(spec, rec, table, chunk, connector or source.connector)
     return ChunkRead(upper, _marked_rows(rows, build, final=c["hi"] is None))
-
-
-def chunk_events(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: int,
-                 connector: str | None = None) -> Iterator[ChangeEvent]:
-    """The row events of one chunk (:func:`read_chunk` without its upper bound)."""
-    return iter(read_chunk(spec, source, rec, chunk, connector).events)
 
 
 def _marked_rows(rows: Iterable[Mapping[str, Any]], build: RowEvents, final: bool) -> Iterator[ChangeEvent]:
@@ -439,7 +428,6 @@ def in_snapshot(checkpoints: Mapping[str, Position | None], sinks: Sequence[str]
     return any(isinstance(checkpoints.get(s), SnapshotPosition) for s in chosen)
 
 
-__all__ = ["ChangedKeys", "ChunkRead", "ChunkReader", "RowEvents", "begin", "chunk_events", "read_chunk",
-           "in_snapshot", "place_new_sinks",
-           "plan_snapshot", "read_chunks_in_process", "resnapshot", "running", "settle", "snapshot_reader",
-           "snapshot_stream"]
+__all__ = ["ChangedKeys", "ChunkRead", "ChunkReader", "RowEvents", "begin", "in_snapshot", "place_new_sinks",
+           "plan_snapshot", "read_chunk", "read_chunks_in_process", "resnapshot", "running", "settle",
+           "snapshot_reader", "snapshot_stream"]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from _tidegate_fakes import QuietSource, pos, stream, wire_fakes
-from tidegate import guards, runner, snapshots
+from tidegate import guards, runner, snapshots, spark_snapshot
 from tidegate.errors import CommitPolicyError, SnapshotError
 from tidegate.events import ChangeEvent, ControlMessage, PositionMark, snapshot_mark
 from tidegate.plan import RunParamsError, RunPlan
@@ -322,8 +322,8 @@ def test_messages_are_identical_on_every_read(env):
     spec, source, sinks, store = env
     runner.prepare_bounds(spec, store=store)
     [rec] = store.snapshots("p")
-    a = list(snapshots.chunk_events(spec, source, rec, 1))
-    b = list(snapshots.chunk_events(spec, source, rec, 1))
+    a = list(snapshots.read_chunk(spec, source, rec, 1).events)
+    b = list(snapshots.read_chunk(spec, source, rec, 1).events)
     assert [e.value for e in a] == [e.value for e in b] and len(a) == 3
     m = snapshots.completed_message(spec, rec, 11)
     assert isinstance(m, ControlMessage) and m.end_position == pos(2) and m.tx_end
@@ -352,11 +352,14 @@ class ChangingLog:
                                          f"0-1-{n}", f"e{n}", {}, 0, 1, 1, tx_end=True, end_position=pos(n))
 
 
+def tiny_spec():
+    return load_spec_text("pipeline: p\ntenant: t\nsource: {kind: mysql, conn_id: c}\n"
+                          "sinks: [{id: k, kind: kafka, conn_id: k, topic: t}]\n")
+
+
 def rows_of(rec, ids, final):
     table = SnapshotTable("shop", "shop", "orders", ("id",))
-    build = snapshots.RowEvents(load_spec_text("pipeline: p\ntenant: t\nsource: {kind: mysql, conn_id: c}\n"
-                                               "sinks: [{id: k, kind: kafka, conn_id: k, topic: t}]\n"),
-                                rec, table, 1, "mysql")
+    build = snapshots.RowEvents(tiny_spec(), rec, table, 1, "mysql")
     return table, list(snapshots._marked_rows(({"id": i, "v": 0} for i in ids), build, final))
 
 
@@ -375,9 +378,12 @@ def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_lo
     assert [e.key for e in kept] == [{"id": 2}, {"id": 6}]
     assert [json.loads(e.value)["source"]["snapshot"] for e in kept] == ["true", "last"]
     assert json.loads(kept[-1].value)["after"] == {"id": 6, "v": 0} and changed.dropped == 3
-    # a row serialized elsewhere (after/key not filled in) is re-marked from its bytes
-    shipped = dataclasses.replace(rows[0])
-    shipped.__dict__.update(value=rows[0].value, after=None, key=None)
+    # a row serialized in a Spark task (rebuilt on the driver without after/key) is re-marked
+    # from its bytes
+    log.connector = "mysql"
+    [shipped] = spark_snapshot.driver_events(tiny_spec(), log, rec, 1,
+                                             [(rows[0].value, rows[0].key_bytes, rows[0].event_id, "true")])
+    assert shipped.after is None
     again = snapshots.marked(shipped, "last")
     assert json.loads(again.value) == {**json.loads(rows[0].value),
                                        "source": {**json.loads(rows[0].value)["source"], "snapshot": "last"}}
