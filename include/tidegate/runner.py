@@ -256,13 +256,20 @@ def prepare_replay_bounds(spec: PipelineSpec, replay_of: str, *, sinks: Sequence
 
 def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore, bounds: Bounds,
                           run_id: str, epoch: int | None = None) -> Bounds:
-    """``start: snapshot``: sinks without a checkpoint start with a snapshot (snapshots.py),
-    written under ``epoch`` (None: take the lease)."""
-    if spec.source.start != "snapshot" or None not in bounds.checkpoints.values():
+    """``start: snapshot``: sinks without a checkpoint start with a snapshot, and tables added to
+    ``source.tables`` get one of their own (snapshots.py), written under ``epoch`` (None: take
+    the lease)."""
+    if spec.source.start != "snapshot":
         return bounds
-    return bounds.with_checkpoints(snapshots.place_new_sinks(
-        spec, source, store, bounds.checkpoints, upto=bounds.upto, run_id=run_id,
-        epoch_for=lambda: epoch if epoch is not None else store.acquire_lease(spec.pipeline, run_id)))
+
+    def epoch_for() -> int:
+        return epoch if epoch is not None else store.acquire_lease(spec.pipeline, run_id)
+
+    if None in bounds.checkpoints.values():
+        bounds = bounds.with_checkpoints(snapshots.place_new_sinks(
+            spec, source, store, bounds.checkpoints, upto=bounds.upto, run_id=run_id, epoch_for=epoch_for))
+    return bounds.with_checkpoints(snapshots.snapshot_added_tables(
+        spec, source, store, bounds.checkpoints, run_id=run_id, epoch_for=epoch_for))
 
 
 # --------------------------------------------------------------------------- the run

@@ -184,6 +184,31 @@ def place_new_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore,
     return {sid: w.position for sid, w in written.items()}
 
 
+def snapshot_added_tables(spec: PipelineSpec, source: Source, store: CheckpointStore,
+                          checkpoints: Mapping[str, Position | None], *, run_id: str,
+                          epoch_for: Callable[[], int]) -> dict[str, Position]:
+    """``start: snapshot``: a table added to ``source.tables`` of a running pipeline (named by no
+    snapshot of the pipeline yet) is snapshotted by itself, handing off at the lowest checkpoint,
+    so the other tables lose nothing and keep streaming in the same run (after its chunks).
+    Every sink moves to the snapshot's start. Returns the sinks' new positions."""
+    if not spec.source.tables or None in checkpoints.values() or in_snapshot(checkpoints):
+        return {}
+    history = store.snapshots(spec.pipeline)
+    if not history:  # a pipeline that began before it said start: snapshot: nothing is "added"
+        return {}
+    known = {name for rec in history for name in table_names(rec)}
+    added = [t for t in spec.source.tables if t not in known]
+    if not added:
+        return {}
+    handoff = source.snapshot_handoff(log_position(oldest(checkpoints.values())))
+    rec, written = begin(spec, source, store, sinks=list(checkpoints), handoff=handoff, kind="added",
+                         epoch=epoch_for(), run_id=run_id, tables=added,
+                         reason=f"tables added to source.tables: {', '.join(added)}")
+    log.warning("pipeline %s: %s added to source.tables: snapshot %s, the log takes over at %s",
+                spec.pipeline, ", ".join(added), rec.snapshot_id, rec.handoff)
+    return {sid: w.position for sid, w in written.items()}
+
+
 # --------------------------------------------------------------------------- resnapshot
 
 
@@ -430,4 +455,4 @@ def in_snapshot(checkpoints: Mapping[str, Position | None], sinks: Sequence[str]
 
 __all__ = ["ChangedKeys", "ChunkRead", "ChunkReader", "RowEvents", "begin", "in_snapshot", "place_new_sinks",
            "plan_snapshot", "read_chunk", "read_chunks_in_process", "resnapshot", "running", "settle",
-           "snapshot_reader", "snapshot_stream"]
+           "snapshot_added_tables", "snapshot_reader", "snapshot_stream"]

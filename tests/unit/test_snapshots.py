@@ -108,6 +108,7 @@ class SnapSource(QuietSource):
                                       for o in (1, 2) for n in (1, 2)}}
         self.chunk_reads: list[tuple] = []
         self.released = []
+        self.captured = ["shop.orders", "shop.lines"]  # the spec's source.tables
 
     def head(self):
         return pos(len(self.sizes))
@@ -127,7 +128,7 @@ class SnapSource(QuietSource):
         self.released.append(position)
 
     def snapshot_tables(self, tables=None):
-        names = tables or ["shop.orders", "shop.lines"]
+        names = tables or self.captured
         return [SnapshotTable("shop", "shop", n.split(".")[1], ("id",) if n == "shop.orders" else
                               ("order_id", "line")) for n in names]
 
@@ -390,3 +391,40 @@ def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_lo
     # another table's rows pass untouched
     other = SnapshotTable("shop", "shop", "lines", ("id",))
     assert list(changed.drop_changed(other, rows)) == rows
+
+
+def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path, monkeypatch):
+    source = SnapSource([1, 2])
+    source.captured = ["shop.orders"]
+    head = """
+        pipeline: p
+        tenant: t
+        source: {kind: mysql, conn_id: src, server_id: 5001, start: snapshot, tables: [shop.orders]}
+        batch: {max_events: 3}
+        snapshot: {chunk_rows: 3}
+    """
+    spec, sinks, store = wire_fakes(tmp_path, monkeypatch, head, source)
+    try:
+        runner.run_pipeline(spec, run_id="r1", store=store)
+        [first] = store.snapshots("p")
+        assert snapshots.table_names(first) == ["shop.orders"]
+        assert runner.prepare_bounds(spec, store=store).nothing_to_do()  # nothing added: streams on
+        source.sizes += [1]  # a change after the handoff, in the run that snapshots the new table
+        grown = head.replace("[shop.orders]", "[shop.orders, shop.lines]")
+        spec, sinks, again = wire_fakes(tmp_path, monkeypatch, grown, source)  # fresh recording sinks
+        source.captured = ["shop.orders", "shop.lines"]
+        again.close()
+        bounds = runner.prepare_bounds(spec, store=store)
+        added = store.snapshots("p")[-1]
+        assert added.kind == "added" and snapshots.table_names(added) == ["shop.lines"]
+        assert added.handoff == pos(2)  # the checkpoint: the other tables lose nothing
+        assert bounds.checkpoints == {s: SnapshotPosition(added.snapshot_id, 0, pos(2)) for s in ("a", "b")}
+        runner.run_pipeline(spec, run_id="r2", store=store, upto=bounds.upto)
+        got = envelopes(sinks["a"])
+        assert [m.get("type") or m["op"] for m in got] == (["snapshot_started"] + ["r"] * 4 +
+                                                          ["snapshot_completed", "c"])
+        assert got[0]["tables"] == ["shop.lines"] and got[-2]["rows"] == 4
+        assert store.get_checkpoint("p", "a").position == pos(3)
+        assert runner.prepare_bounds(spec, store=store).checkpoints == {"a": pos(3), "b": pos(3)}
+    finally:
+        store.close()
