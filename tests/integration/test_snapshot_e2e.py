@@ -9,7 +9,9 @@ snapshot is read. Then:
   the next chunk; two more runs (`tidegate run`) stream what the writer did. A binlog purge past
   the checkpoint then halts the pipeline, and a run triggered with ``resolve=resnapshot`` and a
   reason re-loads the tables and resolves the incident.
-- PostgreSQL: the snapshot run, then two more runs.
+- PostgreSQL: the snapshot run, then two more runs; then a third table is added to
+  ``source.tables`` and gets a snapshot of its own while a writer updates its first rows and the
+  orders, then two more runs.
 
 Each time every sink is checked: replaying its events per key (``r``, ``c``, ``u``, ``d`` in
 order) gives exactly the tables' content; every change the writer committed after the handoff
@@ -50,6 +52,7 @@ from tests.integration.sink_readers import kafka_changes, redis_events
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 ORDERS, LINES = 60_000, 40_000  # 100k rows; lines: 8 per order of the first 5000 orders
+EXTRA = 30_000  # the table added to a running pipeline
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +165,45 @@ def start_writer_at_handoff(store, pipeline: str, writer: Writer) -> threading.T
     return t
 
 
+class HotWriter(threading.Thread):
+    """Updates (``qty = qty + 1``) of a few rows of some tables, round and round."""
+
+    def __init__(self, execute, keys: list[tuple[str, range]]):
+        super().__init__(daemon=True)
+        self.execute, self.keys = execute, keys
+        self.stop = threading.Event()
+        self.updates = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        rng = random.Random(11)
+        try:
+            while not self.stop.is_set():
+                table, ids = rng.choice(self.keys)
+                self.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id = {rng.choice(ids)}")
+                self.updates += 1
+                time.sleep(0.004)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(30)
+        assert self.error is None, self.error
+
+
+def start_when(ready, writer: threading.Thread) -> None:
+    """Start ``writer`` once ``ready()`` holds (a snapshot is planned: its handoff captured)."""
+
+    def wait_then_start() -> None:
+        deadline = time.monotonic() + 300
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        writer.start()
+
+    threading.Thread(target=wait_then_start, daemon=True).start()
+
+
 # --------------------------------------------------------------------------- reading the sinks
 
 
@@ -196,7 +238,7 @@ def nats_messages(conn, stream: str, subject: str) -> list[tuple[str, str, dict]
 
 def key_of(table: str, ev: dict) -> tuple:
     k = ev["key"]
-    return ("orders", k["id"]) if table == "orders" else ("lines", k["order_id"], k["line"])
+    return ("lines", k["order_id"], k["line"]) if table == "lines" else (table, k["id"])
 
 
 def replay(events: list[tuple[str, dict]]) -> dict[tuple, tuple]:
@@ -245,10 +287,11 @@ def assert_no_time_travel(sid: str, events: list[tuple[str, dict]], since_tx: st
             qty = q
 
 
-def sink_events(pipeline: str, bootstrap: str, nats_conn, redis_conn) -> dict[str, list[tuple[str, dict]]]:
+def sink_events(pipeline: str, bootstrap: str, nats_conn, redis_conn,
+                tables: tuple[str, ...] = ("orders", "lines")) -> dict[str, list[tuple[str, dict]]]:
     """Per sink, its (table, envelope) data events in delivery order per key."""
     out = {"events": [], "bus": [], "cache": []}
-    for table in ("orders", "lines"):
+    for table in tables:
         out["events"] += [(table, e) for e in kafka_changes(bootstrap, f"{pipeline}.{table}")]
         out["cache"] += [(table, json.loads(e)) for e in redis_events(redis_conn, f"{pipeline}:{table}")]
     for subject, _, payload in nats_messages(nats_conn, pipeline.upper(), f"{pipeline}.>"):
@@ -448,11 +491,16 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
     dag = f"cdc_{pipeline}"
     store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
     writer = Writer(on(writer_conn), f"{schema}.orders", f"{schema}.lines")
+    hot = HotWriter(on(writer_conn), [(f"{schema}.extra", range(1, 301)),
+                                      (f"{schema}.orders", range(1, 401))])
     try:
         start_writer_at_handoff(store, pipeline, writer)
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
         writer.finish()
+        # a table the pipeline does not capture yet, filled before the next checkpoints
+        sql(f"CREATE TABLE {schema}.extra (id int PRIMARY KEY, status text, qty int)")
+        sql(f"INSERT INTO {schema}.extra SELECT g, 'new', 0 FROM generate_series(1, {EXTRA}) g")
         for i in (1, 2):  # two more runs stream what the writer did after the handoff
             r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", f"more_{i}"],
                                env=env, capture_output=True, text=True, timeout=300)
@@ -466,7 +514,41 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         for sid, msgs in controls(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc).items():
             assert [m["type"] for m in msgs] == ["snapshot_started", "snapshot_completed"], sid
             assert msgs[1]["rows"] == rows, sid
+
+        # a table added to source.tables of the running pipeline gets a snapshot of its own, while
+        # a writer keeps changing its first rows and the orders (which go on streaming)
+        (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(
+            pipeline, "postgres", "cdc_postgres", [f"{schema}.orders", f"{schema}.lines", f"{schema}.extra"],
+            f"slot: {pipeline},"))
+        start_when(lambda: len(store.snapshots(pipeline)) == 2, hot)
+        rc, log = dags_test(env, dag)
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        hot.finish()
+        assert hot.updates > 50, "the writer made too few changes"
+        for i in (3, 4):
+            r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", f"more_{i}"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stderr[-3000:]
+        added = store.snapshots(pipeline)[-1]
+        assert added.kind == "added" and added.status == "completed"
+        assert EXTRA - 300 <= added.rows <= EXTRA, added.rows  # rows the writer changed come from the log
+        assert [f"{t['schema']}.{t['table']}" for t in added.tables] == [f"{schema}.extra"]
+        got = sink_events(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc,
+                          ("orders", "lines", "extra"))
+        everything = {**content(), **{("extra", i): (st, q) for i, st, q in
+                                      query(f"SELECT id, status, qty FROM {schema}.extra")}}
+        kafka_keys = [e["idempotency_key"] for _, e in got["events"]]
+        assert len(kafka_keys) == len(set(kafka_keys)), "a duplicate in Kafka (exactly-once)"
+        for sid, events in got.items():
+            keys = collections.Counter(e["idempotency_key"] for _, e in events)
+            assert keys == collections.Counter(kafka_keys), sid
+            assert_no_time_travel(sid, events)
+            assert replay(events) == everything, sid
+        for sid, msgs in controls(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc).items():
+            assert [m["type"] for m in msgs] == ["snapshot_started", "snapshot_completed"] * 2, sid
+            assert msgs[2]["tables"] == [f"{schema}.extra"] and msgs[2]["kind"] == "added", sid
     finally:
+        hot.stop.set()
         writer.stop.set()
         store.close()
         with admin.cursor() as c:
