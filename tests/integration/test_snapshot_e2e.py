@@ -79,13 +79,39 @@ def spec_text(pipeline: str, kind: str, conn_id: str, tables: list[str], extra: 
 # --------------------------------------------------------------------------- the writer
 
 
-class Writer(threading.Thread):
+class LoopWriter(threading.Thread):
+    """Calls ``one()`` (one single-row transaction) every few ms until ``finish()``."""
+
+    def __init__(self, execute):
+        super().__init__(daemon=True)
+        self.execute = execute
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def one(self) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.one()
+                time.sleep(0.004)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(30)
+        assert self.error is None, self.error
+
+
+class Writer(LoopWriter):
     """Single-row transactions on both tables (inserts of new keys, updates that change a value,
     deletes of live keys), remembering each key's ops in commit order."""
 
     def __init__(self, execute, orders: str, lines: str):
-        super().__init__(daemon=True)
-        self.execute, self.orders, self.lines = execute, orders, lines
+        super().__init__(execute)
+        self.orders, self.lines = orders, lines
         self.rng = random.Random(7)
         # the keys it works on: the first rows of each table (spread over the first chunks) and
         # those it inserts (beyond the last chunk bound)
@@ -94,8 +120,6 @@ class Writer(threading.Thread):
         self.dead: set[tuple] = set()
         self.next_order, self.next_line = ORDERS + 1, 9
         self.ops: dict[tuple, list[str]] = collections.defaultdict(list)
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
 
     def _live(self, keys: list) -> tuple | int:
         while True:
@@ -136,60 +160,26 @@ class Writer(threading.Thread):
             self.dead.add(k)
             self.ops[("lines", *k)].append("d")
 
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                self.one()
-                time.sleep(0.004)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
 
-    def finish(self) -> None:
-        self.stop.set()
-        self.join(30)
-        assert self.error is None, self.error
-
-
-def start_writer_at_handoff(store, pipeline: str, writer: Writer) -> threading.Thread:
+def start_writer_at_handoff(store, pipeline: str, writer: Writer) -> None:
     """Start ``writer`` once the snapshot is planned (its handoff captured): every change it
     makes is then after the handoff."""
-
-    def wait_then_start() -> None:
-        deadline = time.monotonic() + 300
-        while not store.snapshots(pipeline) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        writer.start()
-
-    t = threading.Thread(target=wait_then_start, daemon=True)
-    t.start()
-    return t
+    start_when(lambda: bool(store.snapshots(pipeline)), writer)
 
 
-class HotWriter(threading.Thread):
+class HotWriter(LoopWriter):
     """Updates (``qty = qty + 1``) of a few rows of some tables, round and round."""
 
     def __init__(self, execute, keys: list[tuple[str, range]]):
-        super().__init__(daemon=True)
-        self.execute, self.keys = execute, keys
-        self.stop = threading.Event()
+        super().__init__(execute)
+        self.keys = keys
+        self.rng = random.Random(11)
         self.updates = 0
-        self.error: BaseException | None = None
 
-    def run(self) -> None:
-        rng = random.Random(11)
-        try:
-            while not self.stop.is_set():
-                table, ids = rng.choice(self.keys)
-                self.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id = {rng.choice(ids)}")
-                self.updates += 1
-                time.sleep(0.004)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.join(30)
-        assert self.error is None, self.error
+    def one(self) -> None:
+        table, ids = self.rng.choice(self.keys)
+        self.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id = {self.rng.choice(ids)}")
+        self.updates += 1
 
 
 def start_when(ready, writer: threading.Thread) -> None:
