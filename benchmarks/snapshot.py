@@ -7,7 +7,8 @@ against one sequential reader, in the same run.
 
 Table: ``--rows`` rows of an 11-column table (BIGINT key, INT, VARCHAR, DECIMAL, SMALLINT,
 DOUBLE, VARCHAR(100), DATETIME(6), TIMESTAMP(3), TINYINT, CHAR(8)), filled by the server
-itself. Its snapshot is planned once (``snapshot_tables`` + ``chunk_plan``, timed apart) and
+itself. Its snapshot is planned once (``snapshot_tables`` + ``chunk_plan`` and the handoff, timed
+apart; PostgreSQL: after the pipeline's slot is created, as a first run does) and
 then read twice, each time in a fresh child process that consumes every row's serialized
 envelope in chunk order, as a run's coordinator does:
 
@@ -15,6 +16,9 @@ envelope in chunk order, as a run's coordinator does:
   connection, rows turned into envelopes in that process (``tidegate run`` reads this way);
 * ``spark``: ``spark_snapshot.chunk_reader`` on a ``--master`` session, ``--parallelism``
   chunks read at once by Spark tasks that also build the envelopes; the driver gets the bytes.
+
+Both hand the chunks over as a run does: each chunk's upper bound extends the scan of the log
+from the handoff, and rows of keys the log changes are left to it (``snapshots.ChangedKeys``).
 
 Each reports rows/s over the read (the Spark session's start-up, about 15 s here, is reported
 apart and not in rows/s), CPU seconds of the child and its descendants (for Spark: the driver,
@@ -135,11 +139,25 @@ def plan(spec) -> tuple[str, float]:
 
     source = make_source(spec, get_connection(spec.source.conn_id))
     try:
+        if spec.source.kind == "postgres":  # as a pipeline's first run: the slot holds the log from here
+            source.ensure_slot()
         t0 = time.perf_counter()
-        rec = plan_snapshot(spec, source, handoff=source.head(), kind="start")
+        rec = plan_snapshot(spec, source, handoff=source.snapshot_handoff(source.head()), kind="start")
         return record_to_json(rec), time.perf_counter() - t0
     finally:
         source.close()
+
+
+def drop_slot(spec) -> None:
+    from tidegate.connections import get_connection
+    from tidegate.sources import make_source
+
+    if spec.source.kind == "postgres":
+        source = make_source(spec, get_connection(spec.source.conn_id))
+        try:
+            source.drop_slot()
+        finally:
+            source.close()
 
 
 # --------------------------------------------------------------------------- measuring child
@@ -288,6 +306,7 @@ def main() -> int:
               f"(python) + {spk['peak_jvm_rss_mb']} MB (JVM); session start {spk['session_start_s']} s")
         print(f"  speed-up (spark / sequential): {spk['rows_per_s'] / seq['rows_per_s']:.2f}x")
     finally:
+        drop_slot(spec_for(args.source, table, args.chunk_rows, args.parallelism))
         drop_table(args.source, name)
     return 0
 
