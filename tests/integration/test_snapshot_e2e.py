@@ -5,7 +5,9 @@ Two tables of 100k rows in all (``orders``, key ``id``; ``lines``, composite key
 NATS and Redis, and a writer that inserts, updates and deletes rows of both tables while the
 snapshot is read. Then:
 
-- MariaDB: the deliver task of the snapshot run is SIGKILLed mid-snapshot; the rerun resumes at
+- MariaDB: an UPDATE of a row of the first chunk waits for its semi-synchronous ack (in the binlog,
+  not visible) while the snapshot's handoff is chosen; the deliver task of the
+  snapshot run is SIGKILLed mid-snapshot; the rerun resumes at
   the next chunk; two more runs (`tidegate run`) stream what the writer did. A binlog purge past
   the checkpoint then halts the pipeline, and a run triggered with ``resolve=resnapshot`` and a
   reason re-loads the tables and resolves the incident.
@@ -15,7 +17,7 @@ snapshot is read. Then:
 
 Each time every sink is checked: replaying its events per key (``r``, ``c``, ``u``, ``d`` in
 order) gives exactly the tables' content; every change the writer committed after the handoff
-arrives once, in order per key; no key's delivered state goes back in
+(and the waiting UPDATE) arrives once, in order per key; no key's delivered state goes back in
 time (``qty`` only grows: snapshot rows and log events together); Kafka (read_committed) holds
 no duplicate ``idempotency_key`` and NATS and Redis hold the same keys, each once; the control channels carry
 ``snapshot_started`` and ``snapshot_completed`` with the rows delivered.
@@ -375,15 +377,45 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
     dag = f"cdc_{pipeline}"
     store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
     writer = Writer(on(writer_conn), f"{db}.orders", f"{db}.lines")
+    waiter_conn = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     try:
+        # Semi-sync AFTER_SYNC with no replica: an UPDATE of a row of the first chunk is in the
+        # binlog and invisible while the snapshot's handoff is chosen. The handoff must lie before
+        # it, so it arrives in every sink from the log. (It is released once the snapshot is
+        # planned: while one commit waits for its ack, a second one queued behind it makes SHOW
+        # MASTER STATUS wait too, and every head read with it.)
+        for setting in ("rpl_semi_sync_master_wait_point = 'AFTER_SYNC'",
+                        "rpl_semi_sync_master_timeout = 300000", "rpl_semi_sync_master_wait_no_slave = ON",
+                        "rpl_semi_sync_master_enabled = ON"):
+            sql(f"SET GLOBAL {setting}")
+        head = query("SHOW MASTER STATUS")[0][:2]
+        update = f"UPDATE {db}.orders SET qty = qty + 100, status = 'semisync' WHERE id = 5000"
+        waiting = threading.Thread(target=on(waiter_conn), args=(update,), daemon=True)
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while (logged := query("SHOW MASTER STATUS")[0][:2]) == head:
+            assert time.monotonic() < deadline, "the waiting UPDATE never reached the binlog"
+            time.sleep(0.05)
+        assert query(f"SELECT qty FROM {db}.orders WHERE id = 5000") == [(0,)], "visible already"
+        writer.ops[("orders", 5000)].append("u")
+
+        def release_then_write() -> None:
+            sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+            waiting.join(10)
+            writer.start()
+
         # the snapshot run, killed once two chunks are committed
-        start_writer_at_handoff(store, pipeline, writer)
+        start_when(lambda: bool(store.snapshots(pipeline)), threading.Thread(target=release_then_write,
+                                                                             daemon=True))
 
         def two_chunks_in() -> bool:
             rec = store.get_checkpoint(pipeline, "events")
             return rec is not None and isinstance(rec.position, SnapshotPosition) and rec.position.chunk >= 2
 
         dags_test_killed_when(env, dag, two_chunks_in)
+        assert not waiting.is_alive()
+        handoff = store.snapshots(pipeline)[0].handoff  # before the UPDATE, so the log carries it
+        assert (handoff.file, handoff.pos) < (logged[0], int(logged[1])), (handoff, logged)
         [snap] = store.snapshots(pipeline)
         assert len(snap.chunks) == 6 + 4 + 2  # 10k-row chunks, each table's last open-ended
         killed_at = min(r.position.chunk for r in store.checkpoints(pipeline).values())
@@ -433,11 +465,13 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         status = json.loads(out)["pipelines"][0]
         assert status["halted"] is False
     finally:
+        sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
         writer.stop.set()
         store.close()
         sql(f"DROP DATABASE IF EXISTS {db}")
         admin.close()
         writer_conn.close()
+        waiter_conn.close()
 
 
 # --------------------------------------------------------------------------- PostgreSQL
