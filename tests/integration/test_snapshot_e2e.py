@@ -13,7 +13,8 @@ snapshot is read. Then:
   reason re-loads the tables and resolves the incident.
 - PostgreSQL: the snapshot run, then two more runs; then a third table is added to
   ``source.tables`` and gets a snapshot of its own while a writer updates its first rows and the
-  orders, then two more runs.
+  orders, then two more runs; then a resnapshot of that table (``tables`` param) while a commit
+  of one of its rows waits for a synchronous standby that never answers.
 
 Each time every sink is checked: replaying its events per key (``r``, ``c``, ``u``, ``d`` in
 order) gives exactly the tables' content; every change the writer committed after the handoff
@@ -488,6 +489,8 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
     admin.autocommit = True
     writer_conn = psycopg2.connect(postgres.admin_dsn)
     writer_conn.autocommit = True
+    waiter_conn = psycopg2.connect(postgres.admin_dsn)
+    waiter_conn.autocommit = True
 
     def on(conn):
         def execute(stmt: str) -> None:
@@ -571,7 +574,50 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         for sid, msgs in controls(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc).items():
             assert [m["type"] for m in msgs] == ["snapshot_started", "snapshot_completed"] * 2, sid
             assert msgs[2]["tables"] == [f"{schema}.extra"] and msgs[2]["kind"] == "added", sid
+
+        # a resnapshot of one table of the live pipeline while a commit of one of its rows waits
+        # for a synchronous standby that never answers (only that session waits: the others
+        # commit locally): the handoff waits until the commit is visible, then it arrives once
+        for conn in (admin, writer_conn):
+            on(conn)("SET synchronous_commit = local")
+        sql("ALTER SYSTEM SET synchronous_standby_names = 'tidegate_nobody'")
+        sql("SELECT pg_reload_conf()")
+        time.sleep(0.5)
+        update = f"UPDATE {schema}.extra SET qty = qty + 100, status = 'sync' WHERE id = 20000"
+        waiting = threading.Thread(target=on(waiter_conn), args=(update,), daemon=True)
+        waiting.start()
+        time.sleep(1.0)
+        assert query(f"SELECT qty FROM {schema}.extra WHERE id = 20000") == [(0,)] and waiting.is_alive()
+        released: list[float] = []
+
+        def release_later() -> None:
+            time.sleep(40)
+            released.append(time.time())
+            sql("ALTER SYSTEM RESET synchronous_standby_names")
+            sql("SELECT pg_reload_conf()")
+
+        threading.Thread(target=release_later, daemon=True).start()
+        rc, log = dags_test(env, dag, {"resolve": "resnapshot", "reason": "rebuild extra",
+                                       "tables": [f"{schema}.extra"]})
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        waiting.join(30)
+        assert not waiting.is_alive()
+        resnap = store.snapshots(pipeline)[-1]
+        assert resnap.kind == "resnapshot" and resnap.ts_ms >= released[0] * 1000, "the handoff did not wait"
+        r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", "more_5"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = sink_events(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc,
+                          ("orders", "lines", "extra"))
+        everything = {**content(), **{("extra", i): (st, q) for i, st, q in
+                                      query(f"SELECT id, status, qty FROM {schema}.extra")}}
+        assert everything[("extra", 20000)] == ("sync", 100)
+        for sid, events in got.items():
+            assert_no_time_travel(sid, events, f"snapshot:{resnap.snapshot_id}")
+            assert replay(events) == everything, sid
     finally:
+        sql("ALTER SYSTEM RESET synchronous_standby_names")
+        sql("SELECT pg_reload_conf()")
         hot.stop.set()
         writer.stop.set()
         store.close()
@@ -581,3 +627,4 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         admin.close()
         writer_conn.close()
+        waiter_conn.close()
