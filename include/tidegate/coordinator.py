@@ -162,6 +162,7 @@ class Coordinator:
 
     def _open_one(self, sink: Sink) -> SinkCheckpoint | None:
         def go() -> SinkCheckpoint | None:
+            sink.epoch = self.epoch  # the sink claims it on open (fencing older runs' writers)
             sink.open()
             return sink.committed_checkpoint()
 

@@ -1,5 +1,7 @@
 """Read back what the sinks hold, for tests: Kafka as a read_committed consumer sees it, the
-Nats-Msg-Id of every message of a JetStream stream, the idempotency keys of a Redis stream."""
+Nats-Msg-Id of every message of a JetStream stream, the idempotency keys of a Redis stream.
+The NATS readers leave out the sinks' commit markers (``{pipeline}.__checkpoint.{sink}``):
+bookkeeping, as the checkpoint topic is on Kafka."""
 
 from __future__ import annotations
 
@@ -39,6 +41,10 @@ def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
     return out
 
 
+def is_marker(subject: str) -> bool:
+    return ".__checkpoint." in subject
+
+
 def nats_ids(conn, stream: str) -> list[str]:
     import nats
 
@@ -47,8 +53,9 @@ def nats_ids(conn, stream: str) -> list[str]:
         try:
             js = nc.jetstream()
             info = await js.stream_info(stream)
-            return [(await js.get_msg(stream, seq)).headers["Nats-Msg-Id"]
-                    for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+            seqs = range(info.state.first_seq, info.state.last_seq + 1)
+            msgs = [await js.get_msg(stream, seq) for seq in seqs]
+            return [m.headers["Nats-Msg-Id"] for m in msgs if not is_marker(m.subject)]
         finally:
             await nc.close()
 
@@ -106,7 +113,7 @@ def nats_stream(conn, stream: str) -> list[tuple[str, dict]]:
                 return []
             seqs = range(info.state.first_seq, info.state.last_seq + 1)
             msgs = [await js.get_msg(stream, seq) for seq in seqs]
-            return [(m.subject, json.loads(m.data)) for m in msgs]
+            return [(m.subject, json.loads(m.data)) for m in msgs if not is_marker(m.subject)]
         finally:
             await nc.close()
 

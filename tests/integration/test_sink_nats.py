@@ -11,7 +11,7 @@ import nats
 import pytest
 from test_sink_support import all_events, make_batches, pipeline_spec, unique
 from tidegate.connections import Connection
-from tidegate.errors import ErrorClass, NonRetryableSinkError, RetryableSinkError
+from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
 from tidegate.sinks import make_sink
 from tidegate.sinks.nats import NatsSink, check_duplicate_window
 from tidegate.spec import NatsSinkSpec
@@ -51,8 +51,9 @@ def stream(nats_service):
     js_call(nats_service.cdc, drop)
 
 
-def stored(conn: Connection, stream: str) -> list | None:
-    """Every message of the stream in order; None when the stream does not exist."""
+def stored(conn: Connection, stream: str, markers: bool = False) -> list | None:
+    """Every message of the stream in order (the sinks' commit markers only when ``markers``);
+    None when the stream does not exist."""
     async def fetch(js):
         try:
             info = await js.stream_info(stream)
@@ -61,7 +62,10 @@ def stored(conn: Connection, stream: str) -> list | None:
         return [await js.get_msg(stream, seq) for seq in range(info.state.first_seq, info.state.last_seq + 1)
                 if info.state.messages]
 
-    return js_call(conn, fetch)
+    msgs = js_call(conn, fetch)
+    if msgs is None:
+        return None
+    return [m for m in msgs if (".__checkpoint." in m.subject) == markers]
 
 
 def test_same_sub_batch_twice_is_stored_once_and_duplicates_are_counted(nats_service, stream, caplog):
@@ -134,8 +138,11 @@ def test_committed_position_ignores_other_pipelines_on_the_same_stream(nats_serv
             sb.open()
     finally:
         sb.close()
+    # the operator widens the stream to tg.> (keeping the pipeline channels a created)
+    kept = [s for s in js_call(nats_service.cdc, lambda js: js.stream_info(stream)).config.subjects
+            if s.startswith(a + ".")]
     js_call(nats_service.cdc, lambda js: js.update_stream(
-        nats.js.api.StreamConfig(name=stream, subjects=["tg.>"], duplicate_window=120.0)))
+        nats.js.api.StreamConfig(name=stream, subjects=["tg.>", *kept], duplicate_window=120.0)))
     sb = make_sink(pipeline_spec(b, spec), spec, nats_service.cdc)
     try:
         sb.deliver(bb[0])
@@ -192,3 +199,35 @@ def test_server_unreachable_is_retryable():
         sink.close()
     assert sink.classify(err.value) is ErrorClass.RETRYABLE
     assert "pw-secret-1" not in str(err.value)
+
+
+def test_a_writer_of_an_older_epoch_is_fenced_and_writes_nothing(nats_service, stream):
+    """Two writers of one sink, as a zombie run and the run that took its lease: once the newer
+    epoch has claimed the checkpoint subject, the older one's delivery is refused (fatal,
+    "fenced") before it publishes anything; the committed position stays the newer run's."""
+    name = unique("nfence")
+    spec = nspec(stream)
+    batches = make_batches(name, 3, 4, 1)
+    old, new, older = (make_sink(pipeline_spec(name, spec), spec, nats_service.cdc) for _ in range(3))
+    old.epoch, new.epoch, older.epoch = 4, 5, 3
+    try:
+        old.deliver(batches[0], 0)
+        new.open()
+        assert new.committed_checkpoint() == old.committed_checkpoint()  # the claim carries it forward
+        with pytest.raises(FatalSinkError, match="fenced: a newer run \\(lease epoch 5\\)") as err:
+            old.deliver(batches[1], 1)
+        assert old.classify(err.value) is ErrorClass.FATAL
+        assert [m.headers["Nats-Msg-Id"] for m in stored(nats_service.cdc, stream)] == [
+            e.idempotency_key for e in batches[0].events]
+        new.deliver(batches[1], 1)
+        new.deliver(batches[2], 2)
+        with pytest.raises(FatalSinkError, match="fenced"):
+            older.open()
+        assert new.committed_checkpoint().position == batches[2].end_position
+    finally:
+        for s in (old, new, older):
+            s.close()
+    assert [m.headers["Nats-Msg-Id"] for m in stored(nats_service.cdc, stream)] == [
+        e.idempotency_key for e in all_events(batches)]
+    markers = stored(nats_service.cdc, stream, markers=True)
+    assert [m.headers["Tidegate-Epoch"] for m in markers] == ["4", "4", "5", "5", "5"]  # claim, commit...

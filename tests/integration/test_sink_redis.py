@@ -18,7 +18,7 @@ import redis
 from test_sink_support import all_events, make_batches, pipeline_spec, seq_of, source_items, unique
 from tidegate.connections import Connection
 from tidegate.coordinator import run_once
-from tidegate.errors import ErrorClass, NonRetryableSinkError, RetryableSinkError
+from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
 from tidegate.sinks import make_sink
 from tidegate.sinks.redis import RedisSink
 from tidegate.spec import BatchSpec, RedisSinkSpec
@@ -138,7 +138,7 @@ def test_kill_inside_multi_leaves_no_half_sub_batch_and_rerun_writes_each_key_on
     try:
         line = proc.stdout.readline().split()
         assert line[:1] == ["KILLME"], f"child did not reach the kill point (rc={proc.poll()})"
-        assert int(line[1]) == MAX_EVENTS + 1  # the sub-batch's XADDs and the SET were queued in Redis
+        assert int(line[1]) == MAX_EVENTS + 2  # the XADDs, the checkpoint and fence SETs: queued
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(30) == -signal.SIGKILL
     finally:
@@ -236,4 +236,34 @@ def test_a_key_of_another_type_is_refused_before_anything_is_written(redis_servi
         sink.close()
     assert "not a stream" in str(err.value)
     assert r.get(f"tidegate:checkpoint:{name}::sink::cache") is None
+    r.close()
+
+
+def test_a_writer_of_an_older_epoch_is_fenced_and_writes_nothing(redis_service):
+    """Two writers of one sink, as a zombie run and the run that took its lease: once the newer
+    epoch has claimed the sink, the older one's delivery is refused whole (fatal, "fenced") and
+    neither its entries nor its checkpoint reach Redis; an even older writer cannot open."""
+    name = unique("rfence")
+    batches = make_batches(name, 3, 4, 1)
+    old, new, older = (new_sink(redis_service.cdc, name) for _ in range(3))
+    old.epoch, new.epoch, older.epoch = 4, 5, 3
+    r = client(redis_service.cdc)
+    try:
+        old.open()
+        old.deliver(batches[0], 0)
+        new.open()  # the newer run claims the sink
+        with pytest.raises(FatalSinkError, match="fenced: a newer run \\(lease epoch 5\\)") as err:
+            old.deliver(batches[1], 1)
+        assert old.classify(err.value) is ErrorClass.FATAL
+        assert stream_keys(r, name) == [e.idempotency_key for e in batches[0].events]
+        assert old.committed_checkpoint().position == batches[0].end_position
+        new.deliver(batches[1], 1)
+        new.deliver(batches[2], 2)
+        with pytest.raises(FatalSinkError, match="fenced"):
+            older.open()
+    finally:
+        for s in (old, new, older):
+            s.close()
+    assert stream_keys(r, name) == [e.idempotency_key for e in all_events(batches)]
+    assert r.get(f"tidegate:fence:{name}::sink::cache") == b"5"
     r.close()

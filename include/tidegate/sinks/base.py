@@ -68,6 +68,10 @@ class Sink(abc.ABC):
                              else "{pipeline}" + sep + "__control").format(pipeline=pipeline)
         self.dlq_name = (spec.dlq if spec is not None and spec.dlq
                          else "{pipeline}" + sep + "__dlq").format(pipeline=pipeline)
+        # The run's lease epoch, set by the coordinator before open(). Sinks that fence zombie
+        # writers themselves (Redis, NATS) claim it on open and write only while no newer epoch
+        # has claimed the sink; Kafka is fenced by its transactional.id instead. None: unfenced.
+        self.epoch: int | None = None
         self.dlq_count = 0  # events dead-lettered by committed deliveries (this sink's life)
         self.duplicates = 0  # messages the server reported as already stored (NATS)
 
@@ -90,6 +94,14 @@ class Sink(abc.ABC):
 
     def sink_record(self, batch: SubBatch, extends: int | None) -> SinkCheckpoint:
         return SinkCheckpoint(batch.end_position, extends)
+
+    def fenced_error(self, newer: int | None) -> FatalSinkError:
+        """The error of a zombie writer: a run with a newer lease epoch has claimed this sink."""
+        by = f"a newer run (lease epoch {newer})" if newer is not None else "a newer run"
+        return FatalSinkError(
+            f"{self.where}: fenced: {by} has taken over this sink, so this run (lease epoch "
+            f"{self.epoch}) lost its lease; it wrote nothing of the refused sub-batch, stops now and "
+            f"must not be retried")
 
     # ------------------------------------------------------------------ poison events
 

@@ -13,13 +13,23 @@ stream created before them). An event the server cannot take whatever is retried
 before anything is published; ``dlq`` publishes its dead-letter record to ``{pipeline}.__dlq``
 (or the sink's ``dlq``) in its place, with ``Nats-Msg-Id`` ``dlq|<idempotency_key>``.
 
-The sub-batch's last message is published only after every other one was acknowledged, and it
-carries ``Tidegate-Position`` (the sub-batch's end position, JSON), ``Tidegate-Extends`` (the
-store version this delivery extends, see :mod:`tidegate.checkpoints`) and
-``Tidegate-Checkpoint-Key``. So the last message on the pipeline's subjects names a position
-whose every event is stored; :meth:`NatsSink.committed_checkpoint` reads it (where the stream
-allows reading messages), so a crash between the publish and the checkpoint-store write needs
-no re-publish.
+Each sink has a checkpoint subject, ``{pipeline}.__checkpoint.{sink_id}``, in the same stream.
+Once every message of a sub-batch is acknowledged, a commit marker is published there carrying
+``Tidegate-Position`` (the sub-batch's end position, JSON), ``Tidegate-Extends`` (the store
+version this delivery extends, see :mod:`tidegate.checkpoints`), ``Tidegate-Checkpoint-Key``
+and ``Tidegate-Epoch`` (the run's lease epoch). So the last marker names a position whose every
+event is stored; :meth:`NatsSink.committed_checkpoint` reads it, and a crash between the
+publish and the checkpoint-store write needs no re-publish.
+
+Zombie writers are fenced with JetStream's per-subject optimistic concurrency. On open the
+sink claims the checkpoint subject: it reads the last marker (refusing when a newer epoch
+wrote it) and publishes a claim (the last record carried forward, with its own epoch) with
+``Nats-Expected-Last-Subject-Sequence`` set to the marker it read. Every commit marker then
+expects the subject's last sequence to be this sink's own previous marker: once a newer run has
+claimed the subject, the old run's marker is refused by the server and the old run stops with a
+fatal "fenced" error. Its data messages, published before the marker, carry the same
+``Nats-Msg-Id`` as the newer run's copies (ids are replay-stable), so within the duplicate
+window the stream stores none of them twice.
 
 The stream is created when missing (subjects derived from the template: ``{pipeline}`` filled
 in, other placeholders as wildcards; ``duplicate_window`` from the spec). An existing stream must
@@ -72,6 +82,9 @@ log = logging.getLogger(__name__)
 POSITION_HEADER = "Tidegate-Position"
 EXTENDS_HEADER = "Tidegate-Extends"
 CHECKPOINT_KEY_HEADER = "Tidegate-Checkpoint-Key"
+EPOCH_HEADER = "Tidegate-Epoch"
+EXPECT_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
 HEADER_OVERHEAD = 512  # NATS/1.0 line, Nats-Msg-Id, expected-stream and position headers, roughly
 
 _PRESETS = {"@continuous": 0.0, "@hourly": 3600.0, "@daily": 86400.0, "@weekly": 7 * 86400.0,
@@ -209,6 +222,8 @@ class NatsSink(Sink):
         self.duplicates = 0  # messages the server reported as already stored (this sink's life)
         self.published = 0
         self._subject_of = TemplateNames(sink.subject, self.pipeline)
+        self.checkpoint_subject = f"{self.pipeline}.__checkpoint.{self.sink_id}"
+        self._marker_seq: int | None = None  # the stream sequence of this sink's last marker/claim
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._nc: Any = None
@@ -314,12 +329,14 @@ class NatsSink(Sink):
             self._max_payload = self._nc.max_payload
         if self.stream_duplicate_window_s is None:
             self._ensure_stream()
+        if self.epoch is not None and self._marker_seq is None:
+            self._claim()
         interval = schedule_interval_s(self.schedule)
         if interval is not None:
             self.preflight(interval)
 
     def close(self) -> None:
-        nc, self._nc, self._js = self._nc, None, None
+        nc, self._nc, self._js, self._marker_seq = self._nc, None, None, None
         loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None:
             return
@@ -352,7 +369,7 @@ class NatsSink(Sink):
             if interval is not None:  # never create a stream the preflight would refuse
                 self.preflight(interval)
             try:
-                subjects = [self.subjects] + [c for c in (self.control_name, self.dlq_name)
+                subjects = [self.subjects] + [c for c in self._channels()
                                               if not subject_covers(self.subjects, c)]
                 info = await js.add_stream(StreamConfig(name=self.stream, subjects=subjects,
                                                         duplicate_window=self.duplicate_window_s))
@@ -366,13 +383,16 @@ class NatsSink(Sink):
                 f"NATS sink {self.sink_id!r}: stream {self.stream!r} does not capture the sink's subjects "
                 f"{self.subjects!r} (its subjects: {have}); add them to the stream or change the sink's "
                 f"subject template")
-        missing = [c for c in (self.control_name, self.dlq_name)
-                   if not any(subject_covers(p, c) for p in have)]
+        missing = [c for c in self._channels() if not any(subject_covers(p, c) for p in have)]
         if missing:  # a stream made before the control channel existed: add the pipeline's channels
             info.config.subjects = have + missing
             info = await js.update_stream(info.config)
             log.info("NATS sink %r: stream %r now also captures %s", self.sink_id, self.stream, missing)
         return float(info.config.duplicate_window or 0.0)
+
+    def _channels(self) -> tuple[str, ...]:
+        """The pipeline's own subjects the stream must capture besides the data subjects."""
+        return (self.control_name, self.dlq_name, self.checkpoint_subject)
 
     def retry_budget_s(self) -> float:
         from ..retry import policy_for  # late: tidegate.retry imports the sink base
@@ -435,17 +455,17 @@ class NatsSink(Sink):
         return bad
 
     async def _publish(self, messages: list[tuple[str, bytes, str]], record: SinkCheckpoint) -> int:
-        """Publish (subject, payload, Nats-Msg-Id) in order; the last one only after every other
-        was acknowledged, carrying the sink's record: its presence proves the whole sub-batch."""
-        js = self._js
+        """Publish (subject, payload, Nats-Msg-Id) in order, then, once every one was
+        acknowledged, the commit marker: its presence proves the whole sub-batch."""
         timeout = self.publish_timeout_s
+        await self._check_claim()
         futs: list[asyncio.Future] = []
         try:
-            for subj, payload, msg_id in messages[:-1]:
+            for subj, payload, msg_id in messages:
                 # No wait_stall: it wraps every publish in a timed task (7x slower); the whole
                 # sub-batch is bounded by the caller's timeout instead.
-                futs.append(await js.publish_async(subj, payload, stream=self.stream,
-                                                   headers={"Nats-Msg-Id": msg_id}))
+                futs.append(await self._js.publish_async(subj, payload, stream=self.stream,
+                                                         headers={"Nats-Msg-Id": msg_id}))
             acks = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True),
                                           timeout * (1 + len(futs) / self.max_in_flight))
         except BaseException:
@@ -456,53 +476,130 @@ class NatsSink(Sink):
         if errors:
             worst = min(errors, key=lambda e: 0 if classify_nats_error(e) is ErrorClass.NON_RETRYABLE else 1)
             raise worst
-        subj, payload, msg_id = messages[-1]
-        headers = {"Nats-Msg-Id": msg_id, CHECKPOINT_KEY_HEADER: self.checkpoint_key,
-                   POSITION_HEADER: json.dumps(record.position.to_json(), sort_keys=True,
-                                               separators=(",", ":"))}
-        if record.extends is not None:
-            headers[EXTENDS_HEADER] = str(record.extends)
-        ack = await js.publish(subj, payload, timeout=timeout, stream=self.stream, headers=headers)
-        return sum(1 for a in (*acks, ack) if a.duplicate)
+        await self._publish_marker(record)
+        return sum(1 for a in acks if a.duplicate)
+
+    # ------------------------------------------------------------------ markers and fencing
+
+    def _marker_headers(self, record: SinkCheckpoint | None, epoch: int | None) -> dict[str, str]:
+        headers = {CHECKPOINT_KEY_HEADER: self.checkpoint_key}
+        if record is not None:
+            headers[POSITION_HEADER] = json.dumps(record.position.to_json(), sort_keys=True,
+                                                  separators=(",", ":"))
+            if record.extends is not None:
+                headers[EXTENDS_HEADER] = str(record.extends)
+        if epoch is not None:
+            headers[EPOCH_HEADER] = str(epoch)
+        return headers
+
+    async def _check_claim(self) -> None:
+        """Before publishing anything: is this sink's last marker still the subject's last? A
+        zombie learns it was fenced here, before any data goes out (the marker's expected
+        sequence is what makes it certain)."""
+        if self._marker_seq is None:
+            return
+        last = await self._last_marker()
+        if last is not None and last.seq != self._marker_seq:
+            held = (last.headers or {}).get(EPOCH_HEADER)
+            if held and held.isdigit() and int(held) > (self.epoch or 0):
+                raise self.fenced_error(int(held))
+
+    async def _publish_marker(self, record: SinkCheckpoint) -> None:
+        """The commit marker of a sub-batch, refused by the server if another writer has
+        written the checkpoint subject since this sink's previous marker (fencing)."""
+        headers = self._marker_headers(record, self.epoch)
+        # Replay-stable: a retry of the same sub-batch by the same run is a duplicate.
+        headers["Nats-Msg-Id"] = "|".join((self.checkpoint_key, f"e{self.epoch}", headers[POSITION_HEADER],
+                                           f"x{record.extends}"))
+        if self._marker_seq is not None:
+            headers[EXPECT_LAST_SUBJECT_SEQ] = str(self._marker_seq)
+        try:
+            ack = await self._js.publish(self.checkpoint_subject, self._marker_body(headers),
+                                         timeout=self.publish_timeout_s, stream=self.stream, headers=headers)
+        except jerr.APIError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            ack = await self._after_refused_marker(headers["Nats-Msg-Id"])
+        self._marker_seq = ack.seq
+
+    async def _after_refused_marker(self, msg_id: str) -> Any:
+        """The marker was refused: the subject's last message is not our previous marker. It is
+        this very marker when an earlier attempt was stored but its ack lost; anything else was
+        written by another run."""
+        last = await self._last_marker()
+        h = (last.headers or {}) if last is not None else {}
+        if last is not None and h.get("Nats-Msg-Id") == msg_id:
+            return last
+        held = h.get(EPOCH_HEADER)
+        raise self.fenced_error(int(held) if held and held.isdigit() else None)
+
+    @staticmethod
+    def _marker_body(headers: dict[str, str]) -> bytes:
+        """A marker's payload says what it is, for whoever reads ``{pipeline}.>``."""
+        return json.dumps({"type": "checkpoint", "checkpoint_key": headers[CHECKPOINT_KEY_HEADER],
+                           "epoch": headers.get(EPOCH_HEADER)}, separators=(",", ":")).encode()
+
+    def _claim(self) -> None:
+        try:
+            self._run(self._claim_async(), self.publish_timeout_s * 3 + 5)
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+            raise self.error(exc, f"claiming {self.checkpoint_subject!r}") from None
+
+    async def _claim_async(self) -> None:
+        """Publish this run's claim on the checkpoint subject, the last record carried forward,
+        expecting the subject's last message to be the one read (a concurrent claim: read again)."""
+        while True:
+            last = await self._last_marker()
+            h = (last.headers or {}) if last is not None else {}
+            held = h.get(EPOCH_HEADER)
+            if held and held.isdigit() and int(held) > (self.epoch or 0):
+                raise self.fenced_error(int(held))
+            headers = {**{k: v for k, v in h.items() if k in (POSITION_HEADER, EXTENDS_HEADER)},
+                       **self._marker_headers(None, self.epoch),
+                       EXPECT_LAST_SUBJECT_SEQ: str(last.seq if last is not None else 0)}
+            try:
+                ack = await self._js.publish(self.checkpoint_subject, self._marker_body(headers),
+                                             timeout=self.publish_timeout_s, stream=self.stream,
+                                             headers=headers)
+            except jerr.APIError as exc:
+                if exc.err_code == WRONG_LAST_SEQUENCE:
+                    continue
+                raise
+            self._marker_seq = ack.seq
+            return
+
+    async def _last_marker(self) -> Any:
+        try:
+            return await self._js.get_last_msg(self.stream, self.checkpoint_subject)
+        except jerr.NotFoundError:
+            return None
 
     # ------------------------------------------------------------------ sink-side checkpoint
 
     def committed_checkpoint(self) -> SinkCheckpoint | None:
-        """The position and version headers of the last message on the pipeline's subjects, when
-        that message is this sink's sub-batch end; None when there is none or the stream cannot
-        be read."""
+        """The position and version headers of the last marker on the sink's checkpoint subject;
+        None when there is none or the stream cannot be read."""
         if self._nc is None:
             self.open()
         try:
-            msg = self._run(self._last_msg(), self.publish_timeout_s + 5)
+            msg = self._run(self._last_marker(), self.publish_timeout_s + 5)
         except Exception as exc:  # noqa: BLE001
-            err = self.error(exc, f"reading the last message of {self.subjects!r}")
+            err = self.error(exc, f"reading the last message of {self.checkpoint_subject!r}")
             if err.error_class is ErrorClass.RETRYABLE:
                 raise err from None
             log.warning("NATS sink %r: cannot read the sink-side position (%s); using the checkpoint store",
                         self.sink_id, err)
             return None
-        if msg is None or not msg.headers:
-            return None
-        h = msg.headers
-        if h.get(CHECKPOINT_KEY_HEADER) != self.checkpoint_key or POSITION_HEADER not in h:
+        h = msg.headers if msg is not None else None
+        if not h or h.get(CHECKPOINT_KEY_HEADER) != self.checkpoint_key or POSITION_HEADER not in h:
             return None
         extends = h.get(EXTENDS_HEADER)
         return SinkCheckpoint(position_from_json(h[POSITION_HEADER]),
                               int(extends) if extends is not None and extends.isdigit() else None)
 
-    async def _last_msg(self) -> Any:
-        """The newest message on the sink's subjects: its data, its control and its DLQ channel
-        (a sub-batch may end on either)."""
-        found = []
-        for subjects in (self.subjects, self.control_name, self.dlq_name):
-            try:
-                found.append(await self._js.get_last_msg(self.stream, subjects))
-            except jerr.NotFoundError:
-                continue
-        return max(found, key=lambda m: m.seq, default=None)
-
 
 __all__ = ["NatsSink", "check_duplicate_window", "classify_nats_error", "retry_budget_s",
            "schedule_interval_s", "subject_covers", "subject_filter", "POSITION_HEADER",
-           "EXTENDS_HEADER", "CHECKPOINT_KEY_HEADER"]
+           "EXTENDS_HEADER", "CHECKPOINT_KEY_HEADER", "EPOCH_HEADER"]

@@ -8,6 +8,12 @@ go in one MULTI/EXEC, so data and checkpoint commit together or not at all: a cr
 leaves nothing of the sub-batch, and a crash after EXEC but before the checkpoint-store write
 is covered by :meth:`RedisSink.committed_checkpoint` (exactly-once per stream).
 
+Zombie writers are fenced. On open the sink claims the run's lease epoch in the key
+``tidegate:fence:{pipeline}::sink::{sink_id}`` (refused when a newer epoch holds it), and every
+delivery WATCHes that key, checks that no newer epoch has claimed it, and sets it again inside
+its MULTI/EXEC: a run that lost its lease (a Spark driver stopped and resumed after a newer run
+took over) gets a fatal "fenced" error and its EXEC writes nothing, neither data nor checkpoint.
+
 Streams are never trimmed unless ``maxlen`` is set; then ``MAXLEN ~ maxlen`` (Redis keeps at
 least ``maxlen`` entries, trimming whole radix-tree nodes).
 
@@ -41,7 +47,7 @@ import redis.exceptions as rex
 from ..batching import SubBatch
 from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
-from ..errors import ErrorClass, NonRetryableSinkError, SinkError
+from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
 from ..positions import Position
 from ..spec import PipelineSpec, RedisSinkSpec
 from ._common import TemplateNames
@@ -50,6 +56,7 @@ from .base import Sink, is_control
 log = logging.getLogger(__name__)
 
 CHECKPOINT_PREFIX = "tidegate:checkpoint:"
+FENCE_PREFIX = "tidegate:fence:"
 _RETRYABLE_REPLIES = ("LOADING", "READONLY", "OOM", "TRYAGAIN", "MASTERDOWN", "BUSY ", "CLUSTERDOWN")
 _AUTH_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "ERR AUTH", "INVALID PASSWORD", "INVALID USERNAME")
 
@@ -88,6 +95,7 @@ class RedisSink(Sink):
         self.spec = sink
         self.maxlen = sink.maxlen
         self.checkpoint_redis_key = CHECKPOINT_PREFIX + self.checkpoint_key
+        self.fence_redis_key = FENCE_PREFIX + self.checkpoint_key
         self._stream_of = TemplateNames(sink.stream, self.pipeline)
         self._client: redis.Redis | None = None
         self._checked_streams: dict[str, str | None] = {}  # key -> why it cannot be written, or None
@@ -127,8 +135,8 @@ class RedisSink(Sink):
                     f"password of connection {self.conn.conn_id!r}")
         if "NOPERM" in up or isinstance(exc, rex.NoPermissionError):
             return (f"{self.where}: the ACL user {self.conn.login or 'default'!r} lacks a permission while "
-                    f"{doing} ({text}); it needs XADD, SET, GET, TYPE, MULTI/EXEC on the stream and "
-                    f"checkpoint keys")
+                    f"{doing} ({text}); it needs XADD, XTRIM, SET, GET, TYPE, WATCH, MULTI/EXEC on the "
+                    f"stream keys and the tidegate:* keys")
         return None
 
     def open(self) -> None:
@@ -137,10 +145,37 @@ class RedisSink(Sink):
         client = redis.Redis(**self.client_kwargs())
         try:
             client.ping()
+            self._claim(client)
+        except SinkError:
+            client.close()
+            raise
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
             client.close()
             raise self.error(exc, "connecting") from None
         self._client = client
+
+    def _claim(self, client: redis.Redis) -> None:
+        """Write this run's epoch into the fence key unless a newer one is there (WATCH: a
+        concurrent claim between the read and the write makes EXEC fail, and it is read again)."""
+        if self.epoch is None:
+            return
+        with client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    self._check_fence(pipe)
+                    pipe.multi()
+                    pipe.set(self.fence_redis_key, self.epoch)
+                    pipe.execute()
+                    return
+                except rex.WatchError:
+                    continue
+
+    def _check_fence(self, pipe: Any) -> None:
+        """WATCH the fence key and raise the fenced error when a newer epoch holds it."""
+        pipe.watch(self.fence_redis_key)
+        held = pipe.get(self.fence_redis_key)
+        if held is not None and int(held) > (self.epoch or 0):
+            raise self.fenced_error(int(held))
 
     def close(self) -> None:
         c, self._client = self._client, None
@@ -202,25 +237,42 @@ class RedisSink(Sink):
             if poison and self._unwritable([self.dlq_name]):
                 raise NonRetryableSinkError(f"{self.where}: the dead-letter stream cannot be written: "
                                             f"{self._checked_streams[self.dlq_name]}")
-            pipe = self._client.pipeline(transaction=True)
-            trim = {"maxlen": self.maxlen, "approximate": True} if self.maxlen else {}
-            for ev, key in zip(events, keys, strict=True):
-                if key in bad:
-                    pipe.xadd(self.dlq_name, {"record": self.dlq_record(ev, bad[key]),
-                                              "idempotency_key": ev.idempotency_key}, **trim)
-                else:
-                    pipe.xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key}, **trim)
-            pipe.set(self.checkpoint_redis_key, record.dumps())
-            self._execute(pipe)
+            with self._client.pipeline(transaction=True) as pipe:
+                if self.epoch is not None:
+                    self._check_fence(pipe)
+                pipe.multi()
+                trim = {"maxlen": self.maxlen, "approximate": True} if self.maxlen else {}
+                for ev, key in zip(events, keys, strict=True):
+                    if key in bad:
+                        pipe.xadd(self.dlq_name, {"record": self.dlq_record(ev, bad[key]),
+                                                  "idempotency_key": ev.idempotency_key}, **trim)
+                    else:
+                        pipe.xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key}, **trim)
+                pipe.set(self.checkpoint_redis_key, record.dumps())
+                if self.epoch is not None:  # kept present even if the server lost it
+                    pipe.set(self.fence_redis_key, self.epoch)
+                self._execute(pipe)
             self.dlq_count += len(poison)
         except SinkError:
             raise
+        except rex.WatchError:  # the fence key moved between WATCH and EXEC: nothing was written
+            raise self._fence_moved() from None
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
             err = self.error(exc, f"delivering sub-batch {batch.seq}")
             if err.error_class is ErrorClass.RETRYABLE:
                 self._uncertain = True  # the EXEC may have run before the connection broke
             raise err from None
         return batch.end_position
+
+    def _fence_moved(self) -> SinkError:
+        """EXEC was refused because the fence key changed after WATCH: fenced if a newer epoch
+        holds it now, else (the key was rewritten by the server, say) retryable."""
+        assert self._client is not None
+        held = self._client.get(self.fence_redis_key)
+        if held is not None and int(held) > (self.epoch or 0):
+            return self.fenced_error(int(held))
+        return RetryableSinkError(f"{self.where}: the fence key changed during a delivery; nothing was "
+                                  f"written, retrying")
 
     def _execute(self, pipe: Any) -> list:
         """Send MULTI, the queued commands and EXEC; raise on any error."""
@@ -239,4 +291,4 @@ class RedisSink(Sink):
         return SinkCheckpoint.loads(raw) if raw else None
 
 
-__all__ = ["RedisSink", "classify_redis_error", "CHECKPOINT_PREFIX"]
+__all__ = ["RedisSink", "classify_redis_error", "CHECKPOINT_PREFIX", "FENCE_PREFIX"]
