@@ -110,20 +110,28 @@ def opened(spec: PipelineSpec, resolve: Resolver | None, store: CheckpointStore 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
     """A run's range: ``upto`` (the source head when the run began, its upper bound) and each
-    sink's checkpoint (None: the sink has none yet). A replay's bounds also name the run it
-    replays and, per sink, the range that run delivered (``ranges``; empty: nothing)."""
+    sink's checkpoint (None: the sink has none yet). ``owed``: the sinks whose checkpoint
+    version owes them a control message (an accepted gap, a failover, a snapshot's start). A
+    replay's bounds also name the run it replays and, per sink, the range that run delivered
+    (``ranges``; empty: nothing)."""
 
     pipeline: str
     upto: Position
     checkpoints: Mapping[str, Position | None]
     replay_of: str | None = None
     ranges: Mapping[str, tuple[Position | None, Position]] = dataclasses.field(default_factory=dict)
+    owed: tuple[str, ...] = ()
 
     def nothing_to_do(self, sinks: Sequence[str] | None = None) -> bool:
-        """Whether every chosen sink (default: all) already has everything up to ``upto``; for a
-        replay, whether the replayed run delivered nothing to the chosen sinks."""
+        """Whether every chosen sink (default: all) already has everything up to ``upto`` and is
+        owed no control message; for a replay, whether the replayed run delivered nothing to the
+        chosen sinks."""
         if self.replay_of is not None:
             return not any(sid in self.ranges for sid in (sinks or self.checkpoints))
+        # Consumers learn of an accepted loss (or a failover) in the run that accepts it, even
+        # when the log has nothing new: the run delivers the message alone.
+        if any(sid in self.owed for sid in (sinks or self.checkpoints)):
+            return False
         return all(p is not None and p >= self.upto for p in self._of(sinks))
 
     def lowest(self, sinks: Sequence[str] | None = None) -> Position | None:
@@ -143,7 +151,7 @@ class Bounds:
     def to_json(self) -> dict[str, Any]:
         out = {"pipeline": self.pipeline, "upto": position_to_json(self.upto),
                "checkpoints": {k: position_to_json(v) for k, v in self.checkpoints.items()},
-               "nothing_to_do": self.nothing_to_do()}
+               "owed": list(self.owed), "nothing_to_do": self.nothing_to_do()}
         if self.replay_of is not None:
             out["replay_of"] = self.replay_of
             out["ranges"] = {k: [position_to_json(a), position_to_json(b)]
@@ -156,15 +164,18 @@ class Bounds:
                    {k: position_from_json(v) for k, v in (d.get("checkpoints") or {}).items()},
                    d.get("replay_of"),
                    {k: (position_from_json(a), position_from_json(b))
-                    for k, (a, b) in (d.get("ranges") or {}).items()})
+                    for k, (a, b) in (d.get("ranges") or {}).items()},
+                   tuple(d.get("owed") or ()))
 
 
 def capture_bounds(spec: PipelineSpec, source: Source, store: CheckpointStore) -> Bounds:
-    """The source head now and each sink's stored checkpoint; reads only."""
+    """The source head now, each sink's stored checkpoint and the sinks it owes a control
+    message; reads only."""
     upto = source.head()
     stored = store.checkpoints(spec.pipeline)
     return Bounds(spec.pipeline, upto,
-                  {s.id: (stored[s.id].position if s.id in stored else None) for s in spec.sinks})
+                  {s.id: (stored[s.id].position if s.id in stored else None) for s in spec.sinks},
+                  owed=tuple(s.id for s in spec.sinks if s.id in stored and stored[s.id].control))
 
 
 def place_new_sinks(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, *, run_id: str,
@@ -184,13 +195,20 @@ def skip_idle_range(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, 
                     epoch: int) -> Bounds:
     """The range holds nothing this pipeline delivers (the head moved for other tables, empty
     transactions or WAL housekeeping): move every sink to ``upto`` without a delivery, so the
-    run skips Spark and the next one does not look at this range again."""
-    moved = {sid: bounds.upto for sid in bounds.behind()}
+    run skips Spark and the next one does not look at this range again. A sink owed a control
+    message stays where it is: a version written here would owe nothing, and the message would
+    be lost; the run delivers it there and then moves the sink as a delivery does."""
+    moved = idle_moves(bounds)
     store.write_checkpoints(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="skip",
                             reason="nothing this pipeline delivers in the range")
     log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", spec.pipeline,
              bounds.lowest(), bounds.upto, ", ".join(sorted(moved)), bounds.upto)
     return bounds.with_checkpoints(moved)
+
+
+def idle_moves(bounds: Bounds) -> dict[str, Position]:
+    """The sinks an idle range moves to ``upto``: those behind it that are owed nothing."""
+    return {sid: bounds.upto for sid in bounds.behind() if sid not in bounds.owed}
 
 
 def prepare_bounds(spec: PipelineSpec, *, resolve: Resolver | None = None,
@@ -208,7 +226,7 @@ def prepare_bounds(spec: PipelineSpec, *, resolve: Resolver | None = None,
         bounds = _place_snapshot_sinks(spec, source, st, bounds, run_id)
         if snapshots.in_snapshot(bounds.checkpoints):
             return bounds
-        if not bounds.nothing_to_do() and not source.has_changes(bounds.lowest(), bounds.upto):
+        if idle_moves(bounds) and not source.has_changes(bounds.lowest(), bounds.upto):
             bounds = skip_idle_range(spec, st, bounds, run_id=run_id,
                                      epoch=st.acquire_lease(spec.pipeline, run_id))
         return bounds
