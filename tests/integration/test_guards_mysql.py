@@ -10,6 +10,7 @@ import uuid
 import pymysql
 import pytest
 from tidegate import guards
+from tidegate.errors import SourceSettingError
 from tidegate.events import ChangeEvent
 from tidegate.runner import build_source
 from tidegate.spec import load_spec
@@ -143,3 +144,26 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     guards.check_halted(spec, store=store)
     assert guards.guard_failover(spec, run_id="r3", resolve=replica, store=store)["status"] == "ok"
     new.close()
+
+
+def test_preflight_refuses_mariadb_without_gtid_strict_mode(setup, mysql):
+    """A failover places checkpoints by GTID containment, sound only with gtid_strict_mode=ON:
+    the preflight refuses a MariaDB server without it, naming the setting and the fix. The
+    setting is turned off on the shared server for the one check and restored at once."""
+    spec, store, admin, _ = setup
+    resolve = {"src": mysql.cdc}.__getitem__
+    passed = guards.preflight(spec, resolve=resolve, store=store)  # strict mode is on: no error
+    assert not any("gtid_strict_mode" in w for w in passed)
+    with admin.cursor() as c:
+        c.execute("SELECT @@GLOBAL.gtid_strict_mode")
+        (was,) = c.fetchone()
+        try:
+            c.execute("SET GLOBAL gtid_strict_mode = OFF")
+            with pytest.raises(SourceSettingError) as refused:
+                guards.preflight(spec, resolve=resolve, store=store)
+        finally:
+            c.execute("SET GLOBAL gtid_strict_mode = %s", (was,))
+    message = str(refused.value)
+    assert "gtid_strict_mode is 'OFF', CDC needs ON" in message
+    assert "SET GLOBAL gtid_strict_mode=ON" in message and "my.cnf" in message
+    guards.preflight(spec, resolve=resolve, store=store)  # on again: passes

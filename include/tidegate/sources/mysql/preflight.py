@@ -2,9 +2,9 @@
 
 What the guard checks before a run reads the binlog (see ``sources/preflight.py`` for the
 :class:`Problem` form): ``log_bin`` on and ``binlog_format``/``binlog_row_image``/
-``binlog_row_metadata`` as CDC needs them, the replication privileges, the oldest checkpoint's
-binlog file still on the server, and how much of the binlog expiry the oldest checkpoint has
-left.
+``binlog_row_metadata`` as CDC needs them, on MariaDB ``gtid_strict_mode`` on, the replication
+privileges, the oldest checkpoint's binlog file still on the server, and how much of the binlog
+expiry the oldest checkpoint has left.
 """
 
 from __future__ import annotations
@@ -30,13 +30,27 @@ REQUIRED_SETTINGS = (
 )
 
 
-def settings_problems(values: dict[str, Any]) -> list[Problem]:
-    """One problem per binlog setting CDC needs that is wrong (values from SHOW VARIABLES)."""
+# MariaDB checkpoints carry the GTID position (the last GTID of each domain). A failover places
+# them on the new server by containment (failover.py: the new server's position holds every
+# domain's seq_no), which is sound only if a domain's seq_nos grow in one history on every server
+# of the topology. gtid_strict_mode=ON makes a server refuse a GTID out of order or from another
+# history; without it a server can hold a higher seq_no yet lack earlier transactions, and a
+# failover would resume past changes it never saw. Every MariaDB pipeline relies on it: the
+# failover guard translates whenever the server behind the connection changes.
+STRICT_GTID_FIX = ("SET GLOBAL gtid_strict_mode=ON, and gtid_strict_mode=ON in the [mariadb] section of "
+                   "my.cnf, on the primary and every replica a failover may promote (a failover places "
+                   "checkpoints by GTID containment, which is only sound in strict mode)")
+
+
+def settings_problems(values: dict[str, Any], *, mariadb: bool = False) -> list[Problem]:
+    """One problem per binlog setting CDC needs that is wrong (values from SHOW VARIABLES);
+    ``mariadb``: also ``gtid_strict_mode``."""
     out = []
     if str(values.get("log_bin", "ON")).upper() not in ("ON", "1"):
         out.append(setting_problem("log_bin", values.get("log_bin"), "ON",
                                    "enable binary logging (log-bin=<basename>) and restart"))
-    for name, wanted, fix in REQUIRED_SETTINGS:
+    required = REQUIRED_SETTINGS + ((("gtid_strict_mode", "ON", STRICT_GTID_FIX),) if mariadb else ())
+    for name, wanted, fix in required:
         actual = values.get(name)
         if actual is None or str(actual).upper() != wanted:
             out.append(setting_problem(name, actual, wanted, fix))
@@ -45,7 +59,7 @@ def settings_problems(values: dict[str, Any]) -> list[Problem]:
 
 def check_settings(server: MySqlServer) -> None:
     """Raise :class:`SourceSettingError` naming every wrong binlog setting."""
-    probs = settings_problems(server.settings())
+    probs = settings_problems(server.settings(), mariadb=server.is_mariadb)
     if probs:
         raise SourceSettingError("\n".join(p.message for p in probs))
 
@@ -71,7 +85,7 @@ def check_server(server: MySqlServer, checkpoint: BinlogPosition | None = None,
         values = server.settings()
     except (SourceError, pymysql.err.MySQLError) as exc:
         return [Problem("connection", str(server.conn), f"cannot query {server.conn}: {exc}")]
-    probs = settings_problems(values)
+    probs = settings_problems(values, mariadb=server.is_mariadb)
     probs += privilege_problems(server)
     if checkpoint is not None:
         try:
