@@ -47,9 +47,27 @@ def scan(directory: str | os.PathLike | None = None) -> Catalog:
             problems.append(f"{path}: pipeline: {spec.pipeline!r} is already defined in "
                             f"{seen[spec.pipeline]}; allowed: one file per pipeline")
             continue
+        if clash := _shared_replication_client(spec, specs):
+            problems.append(f"{path}: {clash}")
+            continue
         seen[spec.pipeline] = str(path)
         specs.append(spec)
     return Catalog(folder, specs, problems)
+
+
+def _shared_replication_client(spec: PipelineSpec, earlier: list[PipelineSpec]) -> str | None:
+    """Why ``spec`` may not run beside the ``earlier`` specs: it would read the same server
+    (the same connection) as one of them with the same MySQL server_id (the server drops one of
+    two replicas with one id, so each run cuts the other off) or the same Postgres slot (each
+    pipeline would release, and so lose, the changes the other has not read yet)."""
+    what, mine = spec.replication_client()
+    for other in earlier:
+        if other.source.conn_id == spec.source.conn_id and other.replication_client() == (what, mine):
+            how = ("the server drops one of two replication clients with one server_id"
+                   if what == "server_id" else "each pipeline would release changes the other has not read")
+            return (f"source.{what}: {mine!r} on connection {spec.source.conn_id!r} is already used by "
+                    f"pipeline {other.pipeline!r} ({other.path}); {how}. Set a distinct source.{what}")
+    return None
 
 
 def find(pipeline: str, directory: str | os.PathLike | None = None) -> PipelineSpec:

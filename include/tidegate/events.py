@@ -111,8 +111,12 @@ def encode_row(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def idempotency_key(tenant: str, db: str, table: str, tx_id: str, event_id: str) -> str:
-    return f"{tenant}|{db}.{table}|{tx_id}|{event_id}"
+def idempotency_key(tenant: str, pipeline: str, db: str, table: str, tx_id: str, event_id: str) -> str:
+    """``{tenant}|{pipeline}|{db}.{table}|{tx_id}|{event_id}``. The pipeline is in it because log
+    coordinates are not unique across servers: two shards provisioned alike (same server_id and
+    GTID domain, same schema) log different changes at equal coordinates, and two pipelines
+    capturing them into one NATS stream must not dedup each other's messages."""
+    return f"{tenant}|{pipeline}|{db}.{table}|{tx_id}|{event_id}"
 
 
 # uuid5 is SHA-1 over namespace bytes + name: hash the namespace once and copy the state.
@@ -280,7 +284,7 @@ class ChangeEvent:
 
     @_cached
     def idempotency_key(self) -> str:
-        return idempotency_key(self.tenant, self.db, self.table, self.tx_id, self.event_id)
+        return idempotency_key(self.tenant, self.pipeline, self.db, self.table, self.tx_id, self.event_id)
 
     @_cached
     def id(self) -> str:
@@ -348,7 +352,7 @@ class ControlMessage:
     ``{"type", "pipeline", "position", "ts_ms", "idempotency_key", ...fields}``. It travels in
     the stream like a row (in a sub-batch, under the sink's guarantee), goes to the sink's
     control destination instead of a table's, and is identical on every replay:
-    ``idempotency_key`` is ``{tenant}|__control|{type}|{event_id}`` and ``ts_ms`` comes from the
+    ``idempotency_key`` is ``{tenant}|{pipeline}|__control|{type}|{event_id}`` and ``ts_ms`` comes from the
     source or the store, never the clock. A schema change sits where the DDL sits (``tx_id``,
     ``tx_end`` and ``end_position`` as for a row); a gap or failover message is owed by a
     checkpoint version and delivered before anything after it."""
@@ -370,7 +374,7 @@ class ControlMessage:
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.tenant}|__control|{self.type}|{self.event_id}"
+        return f"{self.tenant}|{self.pipeline}|__control|{self.type}|{self.event_id}"
 
     @property
     def table(self) -> str | None:

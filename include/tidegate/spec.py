@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import string
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,15 @@ class PipelineSpec:
     @property
     def dag_id(self) -> str:
         return f"cdc_{self.pipeline}"
+
+    def replication_client(self) -> tuple[str, int | str | None]:
+        """What this pipeline holds on its source server that no other reader may share: the
+        MySQL replication client id (``server_id``, derived from the pipeline name when unset),
+        or the PostgreSQL replication slot."""
+        if self.source.kind == "mysql":
+            derived = 40000 + zlib.crc32(self.pipeline.encode()) % 1_000_000
+            return "server_id", self.source.server_id or derived
+        return "slot", self.source.slot
 
     def sink(self, sink_id: str) -> SinkSpec:
         for s in self.sinks:

@@ -148,7 +148,7 @@ def test_exactly_once_writes_checkpoint_record_in_the_same_transaction(kafka, ka
         fresh.close()
     assert_exactly_once_in_order(read_topic(kafka_bootstrap, f"t_{name}.shop.orders"), all_events(batches))
     ck = read_topic(kafka_bootstrap, f"_tidegate_ckpt_{name}")
-    assert [m.key() for m in ck] == [f"{name}::sink::events".encode()] * 3
+    assert [m.key() for m in ck] == [f"acme/{name}::sink::events".encode()] * 3
     assert SinkCheckpoint.loads(ck[-1].value()).position == batches[-1].end_position
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     res = ConfigResource(ConfigResource.Type.TOPIC, f"_tidegate_ckpt_{name}")
@@ -312,7 +312,7 @@ def test_zombie_producer_is_fenced_fatally_and_none_of_its_data_is_visible(kafka
         with pytest.raises(FatalSinkError) as err:
             zombie.deliver(batches[0])
         assert zombie.classify(err.value) is ErrorClass.FATAL
-        assert "fenced" in str(err.value) and f"tidegate-{name}-events" in str(err.value)
+        assert "fenced" in str(err.value) and f"tidegate-acme.{name}.events" in str(err.value)
         with pytest.raises(FatalSinkError):  # stays dead; never re-initialises (would fence the successor)
             zombie.deliver(batches[1])
         for b in batches:

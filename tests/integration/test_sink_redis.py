@@ -68,7 +68,7 @@ def test_xadd_fields_checkpoint_in_same_multi_exec_and_no_trimming(redis_service
     for (_, fields), ev in zip(entries, events, strict=True):
         assert set(fields) == {b"event", b"idempotency_key"}
         assert fields[b"event"] == ev.value and fields[b"idempotency_key"] == ev.idempotency_key.encode()
-    assert json.loads(r.get(f"tidegate:checkpoint:{name}::sink::cache")) == {
+    assert json.loads(r.get(f"tidegate:checkpoint:acme/{name}::sink::cache")) == {
         "position": batches[-1].end_position.to_json(), "extends": len(batches) - 1}
     r.close()
 
@@ -207,7 +207,7 @@ def test_noperm_is_non_retryable_and_nothing_is_written(redis_service):
         assert "lacks a permission" in str(err.value) and "NOPERM" in str(err.value).upper()
         assert pw not in str(err.value)
         assert r.xlen(f"s:{name}:shop.orders") == 0
-        assert r.get(f"tidegate:checkpoint:{name}::sink::cache") is None  # the SET was discarded too
+        assert r.get(f"tidegate:checkpoint:acme/{name}::sink::cache") is None  # the SET was discarded too
     finally:
         r.acl_deluser(user)
         r.close()
@@ -235,7 +235,7 @@ def test_a_key_of_another_type_is_refused_before_anything_is_written(redis_servi
     finally:
         sink.close()
     assert "not a stream" in str(err.value)
-    assert r.get(f"tidegate:checkpoint:{name}::sink::cache") is None
+    assert r.get(f"tidegate:checkpoint:acme/{name}::sink::cache") is None
     r.close()
 
 
@@ -265,5 +265,5 @@ def test_a_writer_of_an_older_epoch_is_fenced_and_writes_nothing(redis_service):
         for s in (old, new, older):
             s.close()
     assert stream_keys(r, name) == [e.idempotency_key for e in all_events(batches)]
-    assert r.get(f"tidegate:fence:{name}::sink::cache") == b"5"
+    assert r.get(f"tidegate:fence:acme/{name}::sink::cache") == b"5"
     r.close()

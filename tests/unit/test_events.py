@@ -63,7 +63,7 @@ def test_byte_identical_across_processes_and_hash_seeds():
 def test_envelope_fields_and_encoding():
     e = build_events()[3]
     env = json.loads(e.value)
-    assert env["idempotency_key"] == "acme|shop.orders|0-1-0|mysql-bin.000001:103:0"
+    assert env["idempotency_key"] == "acme|orders|shop.orders|0-1-0|mysql-bin.000001:103:0"
     assert env["id"] == str(uuid.uuid5(uuid.UUID("6f1c2a9e-5b0d-4c1e-9d3a-7a2e8b4c0d11"),
                                        env["idempotency_key"])) == event_uuid(env["idempotency_key"])
     a = env["after"]

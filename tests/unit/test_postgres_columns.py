@@ -103,7 +103,7 @@ def test_messages_carry_the_change_and_sit_in_the_row_transaction():
     m = t.columns_message("s", "x", change, event_id="0/C:0:columns", position={"lsn": "0/C"}, ts_ms=5,
                           tx_id="9:0/D")
     assert (m.type, m.tx_id) == ("schema_change", "9:0/D")
-    assert m.idempotency_key == "t|__control|schema_change|0/C:0:columns"
+    assert m.idempotency_key == f"t|{m.pipeline}|__control|schema_change|0/C:0:columns"
     id_a = [{"name": "id", "type": "integer"}, {"name": "a", "type": "text"}]
     assert m.fields == {"change": "columns", "db": "s", "schema": "s", "table": "x",
                         "columns": id_a + [{"name": "b", "type": "integer"}], "previous_columns": id_a}

@@ -51,7 +51,7 @@ def env(tmp_path, monkeypatch):
 
 
 def keys(sink):
-    return [k.split("|")[2:] for k in sink.delivered]
+    return [k.split("|")[3:] for k in sink.delivered]
 
 
 def test_runs_deliver_each_change_once_and_a_caught_up_pipeline_has_nothing_to_do(env):

@@ -69,7 +69,7 @@ def test_kafka_fenced_message_names_transactional_id():
     sink = KafkaSink(spec_for(KAFKA), KAFKA, Connection("k", "kafka", extra={"bootstrap.servers": "h:1"}))
     err = KafkaError(KafkaError._FENCED, "Producer fenced by newer instance", fatal=True)
     e = sink._error(err, "committing")
-    assert "tidegate-orders-events" in str(e) and "fenced" in str(e)
+    assert f"tidegate-{sink.tenant}.orders.events" in str(e) and "fenced" in str(e)
 
 
 def test_kafka_client_config_from_connection_maps_sasl_and_keeps_extras():
@@ -83,7 +83,7 @@ def test_kafka_client_config_from_connection_maps_sasl_and_keeps_extras():
     assert cfg["ssl.ca.location"] == "/ca.pem" and cfg["enable.ssl.certificate.verification"] == "true"
     sink = KafkaSink(spec_for(KAFKA), KAFKA, c)
     p = sink.producer_config()
-    assert p["transactional.id"] == "tidegate-orders-events" and p["partitioner"] == "murmur2_random"
+    assert p["transactional.id"] == "tidegate-default.orders.events" and p["partitioner"] == "murmur2_random"
     assert p["acks"] == "all" and p["enable.idempotence"] is True and p["linger.ms"] == 20
     # secrets are redacted from anything the sink says
     assert sink.redact("auth failed for svc with p4ss-word") == "auth failed for svc with ***"
@@ -195,4 +195,4 @@ def test_make_sink_builds_each_kind_and_refuses_unknown():
         make_sink(spec_for(odd), odd, conn)
     s = make_sink(spec_for(REDIS), REDIS, conn)
     got = (s.kind, s.sink_id, s.pipeline, s.checkpoint_key)
-    assert got == ("redis", "cache", "orders", "orders::sink::cache")
+    assert got == ("redis", "cache", "orders", f"{s.tenant}/orders::sink::cache")

@@ -179,7 +179,7 @@ def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     assert [r["key"] for r in rows[:7]] == [{"id": i} for i in range(1, 8)]
     assert [r["key"] for r in rows[7:]] == [{"order_id": o, "line": n} for o in (1, 2) for n in (1, 2)]
     assert [r["source"]["snapshot"] for r in rows] == ["true"] * 6 + ["last"] + ["true"] * 3 + ["last"]
-    assert rows[0]["idempotency_key"] == f't|shop.orders|snapshot:{rec.snapshot_id}|{{"id":1}}'
+    assert rows[0]["idempotency_key"] == f't|p|shop.orders|snapshot:{rec.snapshot_id}|{{"id":1}}'
     assert rows[7]["event_id"] if "event_id" in rows[7] else True
     assert all(r["before"] is None and r["transaction"]["id"] == f"snapshot:{rec.snapshot_id}" for r in rows)
     assert got[-1]["tables"] == ["shop.orders", "shop.lines"] and got[-1]["rows"] == 11
@@ -328,7 +328,7 @@ def test_messages_are_identical_on_every_read(env):
     assert [e.value for e in a] == [e.value for e in b] and len(a) == 3
     m = snapshots.completed_message(spec, rec, 11)
     assert isinstance(m, ControlMessage) and m.end_position == pos(2) and m.tx_end
-    assert m.idempotency_key == f"t|__control|snapshot_completed|{rec.snapshot_id}"
+    assert m.idempotency_key == f"t|{m.pipeline}|__control|snapshot_completed|{rec.snapshot_id}"
 
 
 # --------------------------------------------------------------------------- no time travel

@@ -1,5 +1,6 @@
 """Spec validation: every broken spec gives one clear line naming file, field and what is allowed."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -165,3 +166,35 @@ def test_yaml_keys_and_defaults(tmp_path):
     spec = load_spec(_write(tmp_path, "orders", text))
     assert spec.sink("bus").duplicate_window_s == 30.0 and spec.sink("cache").maxlen == 1000
     assert spec.spark.conf == {"spark.executor.memory": "1g"}
+
+
+def _replication_spec(name: str, source: str) -> str:
+    return textwrap.dedent(f"""
+        pipeline: {name}
+        source: {source}
+        sinks:
+          - {{id: bus, kind: nats, conn_id: cdc_nats, stream: S, subject: "{{pipeline}}.{{table}}"}}
+    """)
+
+
+def test_validate_refuses_two_pipelines_sharing_a_server_id_or_a_slot_on_one_connection(tmp_path):
+    """Two readers with one MySQL server_id cut each other off; two pipelines on one slot lose
+    each other's changes: the later file is refused, naming the field, the other pipeline and
+    the fix; the same id on another connection is fine."""
+    mysql = "{kind: mysql, conn_id: shard_a, server_id: 48001}"
+    _write(tmp_path, "a1", _replication_spec("a1", mysql))
+    _write(tmp_path, "a2", _replication_spec("a2", mysql))
+    _write(tmp_path, "a3", _replication_spec("a3", "{kind: mysql, conn_id: shard_b, server_id: 48001}"))
+    _write(tmp_path, "p1", _replication_spec("p1", "{kind: postgres, conn_id: pg, slot: shared}"))
+    _write(tmp_path, "p2", _replication_spec("p2", "{kind: postgres, conn_id: pg, slot: shared}"))
+    _write(tmp_path, "p3", _replication_spec("p3", "{kind: postgres, conn_id: pg}"))  # tidegate_p3
+    cat = scan(tmp_path)
+    assert sorted(s.pipeline for s in cat.specs) == ["a1", "a3", "p1", "p3"]
+    [mine, slot] = cat.problems
+    assert mine.startswith(f"{tmp_path / 'a2.yaml'}: source.server_id: 48001 on connection 'shard_a' is "
+                           f"already used by pipeline 'a1'")
+    assert mine.endswith("Set a distinct source.server_id")
+    assert slot.startswith(f"{tmp_path / 'p2.yaml'}: source.slot: 'shared' on connection 'pg'")
+    env = {**os.environ, "TIDEGATE_PIPELINES_DIR": str(tmp_path)}
+    r = subprocess.run([*TIDEGATE, "validate"], capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and r.stdout.splitlines() == cat.problems

@@ -55,9 +55,10 @@ class Sink(abc.ABC):
 
     def __init__(self, *, sink_id: str, pipeline: str, required: bool = True,
                  conn: Connection | None = None, secrets: list[str] | None = None,
-                 spec: SinkSpec | None = None):
+                 spec: SinkSpec | None = None, tenant: str = "default"):
         self.sink_id = sink_id
         self.pipeline = pipeline
+        self.tenant = tenant
         self.required = required
         self.conn = conn
         # Every secret the connection holds: replaced by *** in any text this sink lets out.
@@ -77,7 +78,9 @@ class Sink(abc.ABC):
 
     @property
     def checkpoint_key(self) -> str:
-        return f"{self.pipeline}::sink::{self.sink_id}"
+        """The key of this sink's own records (Kafka checkpoint topic, Redis keys, NATS headers):
+        with the tenant, so deployments of two tenants sharing a broker never read each other's."""
+        return f"{self.tenant}/{self.pipeline}::sink::{self.sink_id}"
 
     def open(self) -> None:  # noqa: B027 - optional hook
         """Connect, create what is missing (topics, streams), fence older producers."""

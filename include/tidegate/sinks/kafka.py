@@ -3,7 +3,7 @@
 Modes (docs/architecture.md, "Guarantees and what they rest on"):
 
 * ``exactly_once: true``: one Kafka transaction per sub-batch, ``transactional.id``
-  ``tidegate-{pipeline}-{sink_id}`` (stable, so opening a new run fences a zombie). The
+  ``tidegate-{tenant}.{pipeline}.{sink_id}`` (stable, so opening a new run fences a zombie). The
   sub-batch's end position is written in the same transaction as a record in the compacted
   checkpoint topic (``checkpoint_topic``, default ``_tidegate_checkpoints``, key
   ``{pipeline}::sink::{sink_id}``, value a :class:`~tidegate.checkpoints.SinkCheckpoint`: the
@@ -180,14 +180,16 @@ class KafkaSink(Sink):
 
     def __init__(self, pipeline: PipelineSpec, sink: KafkaSinkSpec, conn: Connection):
         base = client_config(conn)
-        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn,
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, tenant=pipeline.tenant,
+                         required=sink.required, conn=conn,
                          secrets=secrets_of(conn, base), spec=sink)
         if not sink.topic:
             raise NonRetryableSinkError(f"Kafka sink {sink.id!r} of pipeline {pipeline.pipeline!r} "
                                         f"has no topic template")
         self.spec = sink
         self.exactly_once = sink.exactly_once
-        self.transactional_id = f"tidegate-{self.pipeline}-{self.sink_id}"
+        # '.' appears in no tenant, pipeline or sink id: two tenants' ids can never coincide.
+        self.transactional_id = f"tidegate-{self.tenant}.{self.pipeline}.{self.sink_id}"
         self.checkpoint_topic = sink.checkpoint_topic or DEFAULT_CHECKPOINT_TOPIC
         self._base = base
         self._topic_of = TemplateNames(sink.topic, self.pipeline)

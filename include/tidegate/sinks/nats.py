@@ -207,7 +207,8 @@ class NatsSink(Sink):
     publish_timeout_s: float = 10.0  # per ack (and for the whole sub-batch's acks, scaled)
 
     def __init__(self, pipeline: PipelineSpec, sink: NatsSinkSpec, conn: Connection):
-        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn,
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, tenant=pipeline.tenant,
+                         required=sink.required, conn=conn,
                          spec=sink)
         if not sink.stream or not sink.subject:
             raise NonRetryableSinkError(f"NATS sink {sink.id!r} of pipeline {pipeline.pipeline!r} needs "

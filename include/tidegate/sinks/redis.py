@@ -87,7 +87,8 @@ class RedisSink(Sink):
     channel_separator = ":"
 
     def __init__(self, pipeline: PipelineSpec, sink: RedisSinkSpec, conn: Connection):
-        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, required=sink.required, conn=conn,
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, tenant=pipeline.tenant,
+                         required=sink.required, conn=conn,
                          spec=sink)
         if not sink.stream:
             raise NonRetryableSinkError(f"Redis sink {sink.id!r} of pipeline {pipeline.pipeline!r} has no "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,10 +72,9 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         if self.slice_bytes < 1:
             raise ValueError(f"MySQL slice size {self.slice_bytes} (slice_bytes= or "
                              f"TIDEGATE_MYSQL_SLICE_BYTES) must be a positive number of bytes")
-        sid = server_id or spec.source.server_id
-        # A replication client id must be unique among the server's replicas: derive a stable
-        # one from the pipeline name when the spec sets none.
-        self.client_server_id = int(sid) if sid else 40000 + zlib.crc32(spec.pipeline.encode()) % 1_000_000
+        # A replication client id must be unique among the server's replicas: the spec's, or a
+        # stable one derived from the pipeline name (`tidegate validate` refuses two alike).
+        self.client_server_id = int(server_id or spec.replication_client()[1])
         tables = tuple(spec.source.tables or ())
         self.tables: frozenset[tuple[str, str]] = frozenset(tuple(t.split(".", 1)) for t in tables)
         self.dbs: frozenset[str] = frozenset(d for d, _ in self.tables)
