@@ -16,6 +16,11 @@ Lag is measured against the source head read now (one cheap query per pipeline, 
   oldest change it misses is.
 * ``checkpoint_age_seconds``: seconds since the checkpoint's current version was written.
 
+With the head, the pipeline's ``log_held`` says what the server keeps of its log for the
+pipeline (PostgreSQL: the slot, its ``restart_lsn`` and the WAL ``bytes`` from there to the
+current WAL LSN, the cost of ``source.replay_retention``; None for a binlog, kept for the
+server's own expiry).
+
 No Airflow import here: callers pass a connection resolver (default: ``AIRFLOW_CONN_*``).
 """
 
@@ -72,12 +77,13 @@ def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterabl
 
 
 def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None,
-                    head: tuple[Any, Any, str | None] | None = None, *, runs: int = RUNS_SHOWN,
+                    head: tuple[Any, ...] | None = None, *, runs: int = RUNS_SHOWN,
                     now: dt.datetime | None = None) -> dict[str, Any]:
-    """One pipeline's entry. ``head`` is ``(position, log_files, error)`` from the source, or None
-    when the lag is not wanted."""
+    """One pipeline's entry. ``head`` is ``(position, log_files, error)`` from the source, and
+    optionally the log it holds for the pipeline (``Source.log_held``), or None when the lag is
+    not wanted."""
     now = now or dt.datetime.now(dt.UTC)
-    head_pos, files, head_error = head or (None, None, None)
+    head_pos, files, head_error, log_held = (*(head or (None, None, None)), None)[:4]
     incidents = store.incidents(name)
     ckpts = store.checkpoints(name)
     sink_specs = {s.id: s for s in spec.sinks} if spec else {}
@@ -99,6 +105,7 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
     open_incidents = [i for i in incidents if not i.resolved]
     return {
         "pipeline": name,
+        "tenant": spec.tenant if spec else None,
         "identity": store.get_source_identity(name),
         "failovers": [{"incident": i.id, "detected_at": i.detected_at, "detail": i.detail,
                        "from": position_to_json(i.from_position), "to": position_to_json(i.to_position),
@@ -110,6 +117,7 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
         "halted": bool(open_incidents),
         "head": position_to_json(head_pos) if head_pos is not None else None,
         "head_error": head_error,
+        "log_held": log_held,
         "incidents": [{**i.to_json(), "resolve_with": [] if i.resolved else resolve_params(i.kind)}
                       for i in incidents],
         "incidents_open": len(open_incidents),
@@ -135,10 +143,11 @@ def recent_runs(store: CheckpointStore, pipeline: str, limit: int = RUNS_SHOWN) 
 
 
 def _heads(specs: list[PipelineSpec], resolve: Resolver | None, timeout_s: float
-           ) -> dict[str, tuple[Any, Any, str | None]]:
-    """Each source's head, read in parallel threads; a source slower than ``timeout_s`` is
-    reported as such and left behind (daemon thread), so a page never hangs on a dead server."""
-    out: dict[str, tuple[Any, Any, str | None]] = {}
+           ) -> dict[str, tuple[Any, ...]]:
+    """Each source's head (and the log it holds), read in parallel threads; a source slower than
+    ``timeout_s`` is reported as such and left behind (daemon thread), so a page never hangs on a
+    dead server."""
+    out: dict[str, tuple[Any, ...]] = {}
     threads = []
     for spec in specs:
         t = threading.Thread(target=_read_head, args=(spec, resolve, out), daemon=True,
@@ -165,10 +174,10 @@ def _read_head(spec: PipelineSpec, resolve: Resolver | None, out: dict) -> None:
     try:
         source = build_source(spec, resolve)
         try:
-            head, sizes = source.head(), source.log_sizes()
+            head, sizes, held = source.head(), source.log_sizes(), source.log_held()
         finally:
             source.close()
-        out[spec.pipeline] = (head, sizes, None)
+        out[spec.pipeline] = (head, sizes, None, held)
     except (TidegateError, OSError, ValueError) as exc:
         out[spec.pipeline] = (None, None, f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # noqa: BLE001 - a driver's own error class: report it, never raise

@@ -131,7 +131,8 @@ def _pipeline(p: dict[str, Any]) -> str:
     name, dag_id = _e(p["pipeline"]), _e(p["dag_id"])
     out = [f"<section class=pipeline id='pipeline-{name}' data-halted='{str(p['halted']).lower()}'>"
            f"<h2>{name} {state}</h2>"
-           f"<p class=muted>DAG <a target=_top href='../dags/{dag_id}'>{dag_id}</a>; source "
+           f"<p class=muted>tenant {_e(p.get('tenant') or '-')}; DAG <a target=_top "
+           f"href='../dags/{dag_id}'>{dag_id}</a>; source "
            f"{_e(p['source_kind'])}; schedule {_e(p['schedule'] or 'manual')}; source head {head}</p>"]
     out.append(_incidents(p))
     out.append(_sinks(p))

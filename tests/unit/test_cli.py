@@ -38,7 +38,7 @@ def test_status_json_shape(env):
     by = {p["pipeline"]: p for p in doc["pipelines"]}
     p = by["shop_mysql"]
     assert {"pipeline", "halted", "incidents", "sinks"} <= set(p)  # the documented keys, and more
-    assert p["halted"] is True and p["failovers"] == []
+    assert p["halted"] is True and p["failovers"] == [] and p["tenant"] == "demo"
     [inc] = p["incidents"]
     assert {"kind", "from", "to", "detected_at", "resolved"} <= set(inc)
     assert inc["kind"] == "binlog_purged" and inc["from"] == pos(2).to_json() and inc["resolved"] is False
@@ -58,8 +58,12 @@ def test_status_json_shape(env):
 def test_history_and_rewind(env):
     r = tg(env, "checkpoints", "history", "shop_mysql", "events")
     assert r.returncode == 0 and len(r.stdout.strip().splitlines()) == 2
+    # No source here to ask whether it still holds the log after version 1: refused, unless told.
+    r = tg({**env, "AIRFLOW_CONN_CDC_MYSQL": ""}, "checkpoints", "rewind", "shop_mysql", "events",
+           "--to-version", "1", "--reason", "consumer lost data")
+    assert r.returncode == 1 and "--no-source-check" in r.stderr, r.stderr
     r = tg(env, "checkpoints", "rewind", "shop_mysql", "events", "--to-version", "1",
-           "--reason", "consumer lost data", "--who", "ann")
+           "--reason", "consumer lost data", "--who", "ann", "--no-source-check")
     assert r.returncode == 0, r.stderr
     assert "delivers again to sink events every change committed after" in r.stdout
     hist = json.loads(tg(env, "checkpoints", "history", "shop_mysql", "events", "--json").stdout)
