@@ -19,6 +19,7 @@ as a coordinate of the new one.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,11 +94,14 @@ def adopt(stored: CheckpointRecord | None, side: SinkCheckpoint | None) -> Adopt
 
 
 def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: str,
-           who: str | None) -> tuple[CheckpointRecord, CheckpointRecord]:
+           who: str | None, check_held: Callable[[Position], None] | None = None
+           ) -> tuple[CheckpointRecord, CheckpointRecord]:
     """Restore the position of an earlier version as a new version; returns (the version that
     was current, the new one). The new version extends nothing any sink recorded, so the next
     run delivers everything after the restored position again, to every sink kind. A version
-    from before a failover is refused: its position belongs to the old server."""
+    from before a failover is refused: its position belongs to the old server. ``check_held``
+    raises when the source no longer holds the log after the restored position (asked last,
+    before the version is written)."""
     current = store.get_checkpoint(pipeline, sink_id)
     target = store.checkpoint_version(pipeline, sink_id, to_version)
     if current is None or target is None:
@@ -110,6 +114,8 @@ def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: 
             f"version {to_version} of {pipeline}::sink::{sink_id} is a position on "
             f"{describe_lineage(was)}, but the pipeline now reads {describe_lineage(now)} (a "
             f"failover happened since): rewind to a version written after the failover")
+    if check_held is not None:
+        check_held(target.position)
     return current, store.rewind_checkpoint(pipeline, sink_id, to_version, reason=reason, who=who)
 
 

@@ -17,6 +17,7 @@ from . import spec as specmod
 from .errors import TidegateError
 from .plan import MODES, RESOLUTIONS, RunParamsError, RunPlan
 from .positions import position_to_json
+from .sources.preflight import human_bytes, human_seconds
 from .store import CheckpointStore, open_store
 
 
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--tables", help="with --resolve resnapshot: comma-separated tables to re-load")
     r.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("status", help="checkpoints and incidents per pipeline")
+    s = sub.add_parser("status", help="checkpoints, lag, the log held and incidents per pipeline")
     s.add_argument("pipeline", nargs="?")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_status)
@@ -72,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--to-version", type=int, required=True)
     w.add_argument("--reason", required=True)
     w.add_argument("--who", default=None, help="who rewinds (default: the OS user)")
+    w.add_argument("--no-source-check", action="store_true",
+                   help="rewind without asking the source whether it still holds the log after the "
+                        "version (when the source cannot be reached; a run fails if it does not)")
     w.set_defaults(func=cmd_rewind)
     return p
 
@@ -140,10 +144,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def status_json(store: CheckpointStore, pipeline: str | None = None) -> dict[str, Any]:
-    """The ``status --json`` document (docs/operations.md), without contacting any source."""
+    """The ``status --json`` document (docs/operations.md). Each source is asked for its head
+    and the log it holds for the pipeline (a few seconds at most; one that does not answer is
+    named in ``head_error``)."""
     from .status import pipelines_status
 
-    doc = pipelines_status(store=store, pipelines=[pipeline] if pipeline else None, with_lag=False)
+    doc = pipelines_status(store=store, pipelines=[pipeline] if pipeline else None)
     return {"pipelines": doc["pipelines"]}
 
 
@@ -168,6 +174,11 @@ def _print_pipeline(p: dict) -> None:
         ver = f"v{s['version']} at {s['updated_at']}" if s["version"] else ""
         dlq = f" ({s['dlq']} dead-lettered)" if s.get("dlq") else ""
         print(f"  sink {s['id']}: {where} {ver}{dlq}".rstrip())
+    held = p.get("log_held")
+    if held and held.get("bytes") is not None:
+        window = held.get("replay_retention_s") or 0
+        print(f"  slot {held['slot']}: holds {human_bytes(held['bytes'])} of WAL (restart_lsn "
+              f"{held['restart_lsn']}; replay_retention {human_seconds(window) if window else '0'})")
     for i in open_incidents:
         frm, to = json.dumps(i["from"], sort_keys=True), json.dumps(i["to"], sort_keys=True)
         what = (f"stopped before it at {frm}: {i.get('detail')}" if i["kind"] == "schema_change"
@@ -200,14 +211,32 @@ def cmd_rewind(args: argparse.Namespace) -> int:
     from .checkpoints import rewind
 
     who = args.who or _os_user()
+    check = None if args.no_source_check else (lambda position: _check_log_held_for_rewind(args, position))
     with open_store() as store:
-        was, rec = rewind(store, args.pipeline, args.sink, args.to_version, reason=args.reason, who=who)
+        was, rec = rewind(store, args.pipeline, args.sink, args.to_version, reason=args.reason, who=who,
+                          check_held=check)
     print(f"{rec.key}: version {rec.version} restores version {args.to_version} at {rec.position} "
           f"(it was at {was.position}, version {was.version}).\n"
           f"The next run of {args.pipeline} delivers again to sink {args.sink} every change committed "
           f"after {rec.position}, up to the source head at that run; records the sink kept of "
           f"earlier versions are ignored, and running writers are fenced.")
     return 0
+
+
+def _check_log_held_for_rewind(args: argparse.Namespace, position: Any) -> None:
+    """A rewind past the log the source still holds would fail every later run until the
+    checkpoint moves forward again: refuse it now, before a version is written."""
+    from . import runner
+
+    spec = catalog.find(args.pipeline)
+    try:
+        runner.check_rewind(spec, args.sink, args.to_version, position)
+    except runner.LogNotHeldError:
+        raise
+    except (TidegateError, OSError) as exc:
+        raise TidegateError(f"cannot ask the source of {args.pipeline} whether it still holds the log "
+                            f"after {position} ({exc}); rewind when it answers, or pass "
+                            f"--no-source-check to rewind without asking") from None
 
 
 def _os_user() -> str:

@@ -231,8 +231,9 @@ def guard_retention(spec: PipelineSpec, *, run_id: str, resolve: Resolver | None
 def preflight(spec: PipelineSpec, *, resolve: Resolver | None = None,
               store: CheckpointStore | None = None) -> list[str]:
     """Source settings and privileges (raises SourceSettingError on a hard problem) and
-    retention headroom warnings against the oldest sink checkpoint."""
-    from .sources.preflight import raise_for_problems
+    retention headroom warnings against the oldest sink checkpoint; figures worth knowing (the
+    WAL a slot holds) are logged."""
+    from .sources.preflight import INFO, WARNING, raise_for_problems
 
     with opened(spec, resolve, store) as (source, st):
         sink_ids = {s.id for s in spec.sinks}
@@ -242,7 +243,10 @@ def preflight(spec: PipelineSpec, *, resolve: Resolver | None = None,
             oldest_rec = dataclasses.replace(oldest_rec, position=log_position(oldest_rec.position))
         problems = source.preflight(oldest_rec)
     raise_for_problems(problems)
-    warnings = [p.message for p in problems if p.severity != "error"]
+    for p in problems:
+        if p.severity == INFO:
+            log.info("pipeline %s: preflight: %s", spec.pipeline, p.message)
+    warnings = [p.message for p in problems if p.severity == WARNING]
     for w in warnings:
         log.warning("pipeline %s: %s", spec.pipeline, w)
     return warnings

@@ -16,6 +16,7 @@ environment variables. Airflow operators pass one built on Airflow's own connect
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ from .positions import (
     lowest_start,
     position_from_json,
     position_to_json,
+    same_lineage,
 )
 from .sinks.base import Sink
 from .sources.base import Source, SourceItem
@@ -415,14 +417,51 @@ def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: 
 def _check_replayable(spec: PipelineSpec, source: Source, replay_of: str,
                       ranges: dict[str, tuple[Position | None, Position]]) -> None:
     """A past run's range is a range of the server it was read from: after a failover it
-    cannot be read again from the new one."""
+    cannot be read again from the new one; and the server must still hold its log."""
     now = lineage_of_identity(source.identity())
-    for sid, (_, end) in ranges.items():
+    for sid, (start, end) in ranges.items():
         if end.lineage is not None and now is not None and end.lineage != now:
             raise RunError(f"pipeline {spec.pipeline!r}: run {replay_of!r} delivered to sink {sid} a "
                            f"range of {describe_lineage(end.lineage)}, but the source is now "
                            f"{describe_lineage(now)} (a failover happened since): that range cannot "
                            f"be replayed from the new server")
+        check_log_held(spec, source, start, f"the replay of run {replay_of!r} to sink {sid}, range "
+                                            f"({start}, {end}],")
+
+
+class LogNotHeldError(RunError):
+    """A replay, backfill or rewind asks for log the source no longer holds. It is refused
+    before anything is read or moved, and opens no incident: nothing new is lost (the range was
+    delivered once) and the pipeline runs on."""
+
+
+def check_log_held(spec: PipelineSpec, source: Source, start: Position | None, asked: str) -> None:
+    """Refuse ``asked`` (what needs the log after ``start``, in words) up front when the source
+    no longer holds that log (a released Postgres slot, a purged binlog), naming where the log
+    stands and the setting that keeps more of it. A position of another server is left to the
+    lineage checks."""
+    if start is None:
+        return
+    at = log_position(start)
+    now = lineage_of_identity(source.identity())
+    if at.lineage is not None and now is not None and at.lineage != now:
+        return
+    gone = source.log_gone_before(at)
+    if gone:
+        raise LogNotHeldError(f"pipeline {spec.pipeline!r}: {asked} needs the source log after {at}, but "
+                              f"{gone}. Refused before anything was read: nothing was delivered, no "
+                              f"checkpoint moved, no incident was opened.")
+
+
+def check_rewind(spec: PipelineSpec, sink_id: str, version: int, position: Position, *,
+                 resolve: Resolver | None = None) -> None:
+    """Before a rewind is written: the source still holds the log after the restored position
+    (otherwise every later run would fail until the checkpoint moves forward again)."""
+    source = build_source(spec, resolve)
+    try:
+        check_log_held(spec, source, position, f"a rewind of sink {sink_id} to version {version}")
+    finally:
+        source.close()
 
 
 def _delivered_ranges(store: CheckpointStore, pipeline: str, run_id: str
@@ -465,10 +504,30 @@ def _dry_run(spec: PipelineSpec, source: Source, store: CheckpointStore, upto: P
 def release(spec: PipelineSpec, *, resolve: Resolver | None = None,
             store: CheckpointStore | None = None) -> Position | None:
     """Let the source recycle its log up to the lowest sink checkpoint (a sink that is behind
-    holds the log it still needs); returns that position (None: some sink has none yet)."""
+    holds the log it still needs), or less far with ``source.replay_retention``
+    (:func:`replay_hold`); returns the position released to (None: some sink has no checkpoint
+    yet). The source never moves its log back (a Postgres slot only advances)."""
     with opened(spec, resolve, store) as (source, st):
-        bounds = capture_bounds(spec, source, st)
-        low = bounds.lowest()
-        if low is not None:
-            source.release(log_position(low))  # a snapshot holds the log from its handoff
+        low = capture_bounds(spec, source, st).lowest()
+        if low is None:
+            return None
+        target = replay_hold(spec, st, log_position(low))  # a snapshot holds the log from its handoff
+        source.release(target)
+        return target
+
+
+def replay_hold(spec: PipelineSpec, store: CheckpointStore, low: Position,
+                now: dt.datetime | None = None) -> Position:
+    """How far release may let the log go: ``low`` (the lowest checkpoint), or, with
+    ``source.replay_retention``, the lowest position any sink's checkpoint had within that
+    window, so that a replay or backfill of a run in the window, or a rewind to a version of it,
+    still finds its log. Positions of another lineage (before a failover) are another server's
+    log and hold nothing here."""
+    window = spec.source.replay_retention_s
+    if not window:
         return low
+    since = ((now or dt.datetime.now(dt.UTC)) - dt.timedelta(seconds=window)).isoformat(
+        timespec="microseconds")
+    held = [log_position(rec.position) for s in spec.sinks
+            for rec in store.checkpoint_history(spec.pipeline, s.id, since=since)]
+    return min([low, *(p for p in held if same_lineage(p, low))])

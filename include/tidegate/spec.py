@@ -37,6 +37,8 @@ class SourceSpec:
     slot: str | None = None  # postgres: logical replication slot (wal2json)
     start: str = "head"
     on_schema_change: str = "continue"  # continue | halt (a DDL on a captured table)
+    # postgres: seconds release keeps the slot behind the checkpoints (replays, backfills, rewinds)
+    replay_retention_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,10 @@ SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@mo
                     "@quarterly", "@yearly", "@annually")
 
 TOP_FIELDS = ("pipeline", "tenant", "schedule", "source", "batch", "sinks", "spark", "snapshot")
-SOURCE_FIELDS = ("kind", "conn_id", "tables", "server_id", "slot", "start", "on_schema_change")
+SOURCE_FIELDS = ("kind", "conn_id", "tables", "server_id", "slot", "start", "on_schema_change",
+                 "replay_retention")
+DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 BATCH_FIELDS = ("max_events", "max_bytes", "respect_source_tx", "commit_policy", "quorum")
 SPARK_FIELDS = ("conn_id", "conf", "packages")
 SNAPSHOT_FIELDS = ("chunk_rows", "parallelism")
@@ -387,7 +392,31 @@ def _source(raw: Any, probs: _Problems) -> SourceSpec | None:
         return None
     on_ddl = _choice(d, "on_schema_change", "source.on_schema_change", probs, SCHEMA_CHANGE_POLICIES,
                      default="continue")
-    return SourceSpec(kind, conn_id, tables, server_id, slot, start or "head", on_ddl or "continue")
+    retention = _replay_retention(d, kind, probs)
+    return SourceSpec(kind, conn_id, tables, server_id, slot, start or "head", on_ddl or "continue",
+                      retention)
+
+
+def _replay_retention(d: dict, kind: str | None, probs: _Problems) -> int:
+    """``source.replay_retention``: how long release keeps the Postgres slot behind the
+    checkpoints, as a duration (``24h``, ``90m``, ``3600s``, ``7d``; ``0``: not at all)."""
+    fp, v = "source.replay_retention", d.get("replay_retention")
+    if v is None or (v == 0 and not isinstance(v, bool)):
+        return 0
+    if kind == "mysql":
+        probs.add(fp, "only for postgres sources: a MySQL/MariaDB server keeps its binlogs for "
+                      "binlog_expire_logs_seconds (expire_logs_days), whatever tidegate releases",
+                  "omit it, and raise the server's binlog expiry to replay further back")
+        return 0
+    if isinstance(v, str) and v.strip() == "0":
+        return 0
+    m = DURATION_RE.match(v.strip()) if isinstance(v, str) else None
+    if m is None:
+        hint = " (a number needs a unit)" if type(v) in (int, float) else ""
+        probs.add(fp, f"bad value {v!r}{hint}", "a duration such as 24h, 90m, 3600s or 7d, or 0 (no "
+                                                 "replay window: release moves the slot to the checkpoints)")
+        return 0
+    return int(m.group(1)) * DURATION_UNITS[m.group(2)]
 
 
 def _tables(v: Any, probs: _Problems) -> tuple[str, ...]:

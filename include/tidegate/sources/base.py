@@ -227,6 +227,21 @@ class Source(abc.ABC):
     def release(self, position: Position) -> None:  # noqa: B027 - optional hook
         """Tell the server it may recycle the log up to ``position`` (Postgres slot advance)."""
 
+    def log_held(self) -> dict[str, Any] | None:
+        """What the server keeps of its log for this pipeline (Postgres: the slot's
+        ``restart_lsn`` and the WAL ``bytes`` from there to the current WAL LSN), for ``tidegate
+        status``; None where the log's retention is the server's own (a binlog expiry)."""
+        return None
+
+    def log_gone_before(self, start: Position) -> str | None:
+        """None when the log after ``start`` (a position of this server) can still be read;
+        otherwise where the log now starts and which setting keeps more of it, in words an
+        operator can act on. Asked before a replay, a backfill or a rewind reads an old range."""
+        earliest = self.earliest()
+        if start < earliest:
+            return f"the {self.kind} source's log now starts at {earliest}"
+        return None
+
     # ------------------------------------------------------------------ settings
 
     @abc.abstractmethod

@@ -2,9 +2,10 @@
 
 Each source's ``preflight(...)`` returns a list of :class:`Problem`, one per problem, each with
 one clear message naming the server setting, privilege or figure involved and how to fix it.
-``severity`` is ``"error"`` (a run must not start: it would fail or lose data) or ``"warning"``
+``severity`` is ``"error"`` (a run must not start: it would fail or lose data), ``"warning"``
 (the run works, but something needs attention, e.g. shrinking retention headroom or tables
-without REPLICA IDENTITY FULL). :func:`raise_for_problems` turns the errors into one
+without REPLICA IDENTITY FULL) or ``"info"`` (a figure worth knowing, e.g. the WAL a slot
+holds). :func:`raise_for_problems` turns the errors into one
 :class:`~tidegate.errors.SourceSettingError`.
 """
 
@@ -18,6 +19,7 @@ from ..errors import SourceSettingError
 
 ERROR = "error"
 WARNING = "warning"
+INFO = "info"
 
 
 @dataclass(frozen=True)

@@ -224,11 +224,20 @@ class CheckpointStore(abc.ABC):
                 "ORDER BY sink_id", (pipeline,))
         return {r[1]: _ckpt(r) for r in rows}
 
-    def checkpoint_history(self, pipeline: str, sink_id: str) -> list[CheckpointRecord]:
-        """Every version of a sink's checkpoint, oldest first."""
+    def checkpoint_history(self, pipeline: str, sink_id: str, *, since: str | None = None
+                           ) -> list[CheckpointRecord]:
+        """Every version of a sink's checkpoint, oldest first; with ``since`` (an ISO-8601 UTC
+        time as :func:`now_iso` writes it) only the versions the checkpoint had from then on:
+        the one current at ``since`` and every later one."""
+        key = checkpoint_key(pipeline, sink_id)
+        sql = f"SELECT {CKPT_COLS} FROM tidegate_checkpoints WHERE ckpt_key = ?"
+        params: tuple = (key,)
+        if since is not None:
+            sql += (" AND version >= COALESCE((SELECT MAX(version) FROM tidegate_checkpoints WHERE "
+                    "ckpt_key = ? AND written_at <= ?), 0)")
+            params = (key, key, since)
         with self._tx() as tx:
-            rows = tx.all(f"SELECT {CKPT_COLS} FROM tidegate_checkpoints WHERE ckpt_key = ? "
-                          "ORDER BY version", (checkpoint_key(pipeline, sink_id),))
+            rows = tx.all(sql + " ORDER BY version", params)
         return [_ckpt(r) for r in rows]
 
     def checkpoint_version(self, pipeline: str, sink_id: str, version: int) -> CheckpointRecord | None:

@@ -156,6 +156,16 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         """A binlog needs nothing re-created: changes are delivered from the head on."""
         return self.head()
 
+    def log_gone_before(self, start: BinlogPosition) -> str | None:
+        """The binlog file of ``start`` was purged: the server keeps binlogs for its own expiry,
+        whatever tidegate releases."""
+        earliest = self.earliest()
+        if not start < earliest:
+            return None
+        return (f"the earliest binlog still on {self.conn} is {earliest.file} (older ones were purged). "
+                f"The server keeps binlogs for binlog_expire_logs_seconds (or expire_logs_days): raise "
+                f"it to replay or rewind further back")
+
     def translate(self, checkpoint: Position) -> BinlogPosition:
         """A checkpoint of another server of the topology, placed here by its GTID set."""
         return failover.translate(self.server, self.client_server_id, checkpoint)

@@ -5,7 +5,8 @@ What the guard checks before a run reads the slot (see ``sources/preflight.py`` 
 streams the slot through a WAL sender), the REPLICATION attribute,
 the slot there, on wal2json and not invalidated, the oldest checkpoint not before the slot's
 start, how much WAL the server keeps for the slot before invalidating it
-(``safe_wal_size``), and tables whose updates and deletes cannot be captured whole.
+(``safe_wal_size``), how much WAL the slot holds now (reported, not a problem), and tables
+whose updates and deletes cannot be captured whole.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import psycopg2
 
 from ...errors import SourceError
 from ...positions import Lsn, PgPosition
-from ..preflight import ERROR, WARNING, Problem, human_bytes, setting_problem
+from ..preflight import ERROR, INFO, WARNING, Problem, human_bytes, human_seconds, setting_problem
 from .connection import PgServer
 from .slot import PLUGIN, Slot
 from .values import UNAVAILABLE
@@ -24,9 +25,10 @@ DEFAULT_HEADROOM_WARN_BYTES = 1 << 30
 
 def check_server(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]],
                  checkpoint: PgPosition | None = None,
-                 headroom_warn_bytes: int = DEFAULT_HEADROOM_WARN_BYTES) -> list[Problem]:
+                 headroom_warn_bytes: int = DEFAULT_HEADROOM_WARN_BYTES,
+                 replay_retention_s: int = 0) -> list[Problem]:
     """Settings, privileges, slot health and retention headroom (the slot's safe_wal_size),
-    replica identity; one :class:`Problem` per problem."""
+    the WAL the slot holds, replica identity; one :class:`Problem` per problem."""
     try:
         settings = dict(server.query("SELECT name, setting FROM pg_settings WHERE name IN "
                                      "('wal_level', 'max_replication_slots', 'max_wal_senders', "
@@ -75,7 +77,9 @@ def check_server(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]
                 checkpoint.lsn < Lsn.parse(info["confirmed_flush_lsn"]):
             probs.append(Problem("retention", slot.name,
                                  f"checkpoint {checkpoint} is before slot {slot.name!r}'s start "
-                                 f"{info['confirmed_flush_lsn']}: the changes in between are gone"))
+                                 f"{info['confirmed_flush_lsn']}: the changes in between are gone "
+                                 f"(a rewind past the slot? rewind to a later version; "
+                                 f"source.replay_retention keeps a window for rewinds)"))
         safe = info["safe_wal_size"]
         detail = {"safe_wal_size": safe, "lag_bytes": info["lag_bytes"], "wal_status": info["wal_status"]}
         if safe is not None and info["wal_status"] != "lost":
@@ -91,8 +95,21 @@ def check_server(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]
                                      f"(safe_wal_size) before the server invalidates it; it is "
                                      f"{human_bytes(info['lag_bytes'])} behind",
                                      WARNING, detail))
+        if info["held_bytes"] is not None:
+            probs.append(held_report(slot.name, info, replay_retention_s))
     probs += replica_identity_problems(server, tables)
     return probs
+
+
+def held_report(name: str, info: dict, replay_retention_s: int) -> Problem:
+    """The WAL the slot holds (the server cannot recycle it): what a replay window costs."""
+    window = (f"; source.replay_retention keeps the slot up to {human_seconds(replay_retention_s)} "
+              f"behind the checkpoints" if replay_retention_s else "")
+    return Problem("wal_held", name,
+                   f"replication slot {name!r} holds {human_bytes(info['held_bytes'])} of WAL (from its "
+                   f"restart_lsn {info['restart_lsn']} to the current WAL LSN){window}", INFO,
+                   {"held_bytes": info["held_bytes"], "restart_lsn": info["restart_lsn"],
+                    "replay_retention_s": replay_retention_s})
 
 def replica_identity_problems(server: PgServer, tables: frozenset[tuple[str, str]]) -> list[Problem]:
     sql = ("SELECT n.nspname, c.relname, c.relreplident, "

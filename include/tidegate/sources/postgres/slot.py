@@ -40,7 +40,8 @@ class Slot:
         rows = self.server.query(
             "SELECT slot_name, plugin, slot_type, database, wal_status, safe_wal_size, "
             "restart_lsn::text, confirmed_flush_lsn::text, active_pid, "
-            "pg_current_wal_lsn() - confirmed_flush_lsn "
+            "pg_current_wal_lsn() - confirmed_flush_lsn, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) "
             "FROM pg_replication_slots WHERE slot_name = %s", (self.name,))
         if not rows:
             return None
@@ -48,7 +49,9 @@ class Slot:
         return {"slot": r[0], "plugin": r[1], "slot_type": r[2], "database": r[3],
                 "wal_status": r[4], "safe_wal_size": None if r[5] is None else int(r[5]),
                 "restart_lsn": r[6], "confirmed_flush_lsn": r[7], "active_pid": r[8],
-                "lag_bytes": None if r[9] is None else int(r[9])}
+                "lag_bytes": None if r[9] is None else int(r[9]),
+                # the WAL the server keeps for the slot: from its restart_lsn to the current LSN
+                "held_bytes": None if r[10] is None else int(r[10])}
 
     def ensure(self) -> PgPosition | None:
         """Create the slot if it does not exist (logged). Returns the position it was created

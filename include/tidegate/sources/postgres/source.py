@@ -21,7 +21,7 @@ from ...spec import PipelineSpec
 from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
-from ..preflight import Problem
+from ..preflight import Problem, human_seconds
 from . import preflight as server_checks
 from . import reader
 from .columns import ColumnTracker, LocalMemory, Memory, StoreMemory
@@ -123,6 +123,32 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         can recycle the WAL before it."""
         self.replication_slot.release(position)
 
+    def log_held(self) -> dict[str, Any] | None:
+        """The slot, where it restarts and the WAL it holds (pg_wal_lsn_diff of the current WAL
+        LSN and its restart_lsn); None without a slot."""
+        info = self.replication_slot.info()
+        if info is None:
+            return None
+        return {"slot": self.slot, "restart_lsn": info["restart_lsn"],
+                "confirmed_flush_lsn": info["confirmed_flush_lsn"], "bytes": info["held_bytes"],
+                "replay_retention_s": self.spec.source.replay_retention_s}
+
+    def log_gone_before(self, start: PgPosition) -> str | None:
+        """A slot decodes only what commits after its confirmed_flush_lsn: a range starting
+        before it is gone (a missing slot is the retention guard's business)."""
+        info = self.replication_slot.info()
+        confirmed = info["confirmed_flush_lsn"] if info is not None else None
+        if not confirmed or start.lsn >= Lsn.parse(confirmed):
+            return None
+        window = self.spec.source.replay_retention_s
+        return (f"replication slot {self.slot!r} now starts at {confirmed} (its confirmed_flush_lsn; "
+                f"it no longer holds the WAL from {start.lsn}; source.replay_retention is "
+                f"{human_seconds(window) if window else '0'}). To keep a window for replays, backfills "
+                f"and rewinds, set source.replay_retention in {self.spec.path or 'the pipeline spec'} "
+                f"(e.g. 24h, longer than the oldest run you may replay): release then keeps the slot "
+                f"where the checkpoints were that long ago, at the cost of the WAL it holds (`tidegate "
+                f"status`)")
+
     # ------------------------------------------------------------------ reading
 
     def read(self, start: PgPosition | None, upto: PgPosition) -> Iterator[SourceItem]:
@@ -193,4 +219,4 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
                      headroom_warn_bytes: int = server_checks.DEFAULT_HEADROOM_WARN_BYTES) -> list[Problem]:
         """:meth:`preflight` for a checkpoint position."""
         return server_checks.check_server(self.server, self.replication_slot, self.tables, checkpoint,
-                                      headroom_warn_bytes)
+                                          headroom_warn_bytes, self.spec.source.replay_retention_s)
