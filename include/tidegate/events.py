@@ -28,7 +28,7 @@ import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -212,6 +212,9 @@ class ChangeEvent:
     snapshot: str = "false"  # "true" | "last" (snapshot rows) | "false" (log events)
     tx_end: bool = False
     end_position: Position | None = field(default=None, compare=False)
+    # Message headers beyond the standard ones (the two events of a primary-key change name
+    # each other's key: split_key_change); set in the instance's __dict__ when there are any.
+    headers: ClassVar[dict[str, bytes] | None] = None
 
     @classmethod
     def build(cls, **kw: Any) -> ChangeEvent:
@@ -341,6 +344,36 @@ class ChangeEvent:
     def key_bytes(self) -> bytes:
         """The message key: the JSON of the primary key (same row → same partition)."""
         return key_json_bytes(self.key, self._orjson_safe())
+
+
+# Headers of the two events of a primary-key change, as Debezium names them: the delete names
+# the new key, the create the old one (JSON of the key, as the message key is).
+NEW_KEY_HEADER = "__debezium.newkey"
+OLD_KEY_HEADER = "__debezium.oldkey"
+
+
+def split_key_change(update: ChangeEvent, old_key: dict[str, Any]) -> tuple[ChangeEvent, ChangeEvent]:
+    """An UPDATE that changed the primary key, as Debezium emits it: a delete of the old key
+    (the old row as ``before``), then a create of the new key (the new row as ``after``), each
+    keyed (and so partitioned) by its own key and carrying a header that names the other. A
+    consumer keyed by primary key (a compacted topic, a hash per row, a lake table) then drops
+    the old row. The two take the update's place in the transaction (``total_order`` and
+    ``data_collection_order`` of the create are one more: the caller counts two events) and
+    its event id with ``:d`` / ``:c``, so both are replay-stable."""
+    d = update.__dict__
+
+    def event(op: str, before: Any, after: Any, key: Any, shift: int) -> ChangeEvent:
+        return ChangeEvent.native(d["tenant"], d["pipeline"], d["connector"], d["db"], d["schema"],
+                                  d["table"], op, before, after, key, d["tx_id"], f"{d['event_id']}:{op}",
+                                  d["position"], d["ts_ms"], d["total_order"] + shift,
+                                  d["data_collection_order"] + shift,
+                                  d["snapshot"], False, None, d.get("_floats_checked", False))
+
+    delete = event("d", update.before, None, old_key, 0)
+    create = event("c", None, update.after, update.key, 1)
+    delete.__dict__["headers"] = {NEW_KEY_HEADER: create.key_bytes}
+    create.__dict__["headers"] = {OLD_KEY_HEADER: delete.key_bytes}
+    return delete, create
 
 
 CONTROL_TYPES = ("schema_change", "gap", "failover", "snapshot_started", "snapshot_completed")

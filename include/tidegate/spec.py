@@ -71,6 +71,7 @@ class KafkaSinkSpec(SinkSpec):
     replication_factor: int = 1
     create_topics: bool = True
     checkpoint_topic: str = "_tidegate_checkpoints"
+    tombstones_on_delete: bool = False  # a null-valued record after each delete (log compaction)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ SNAPSHOT_FIELDS = ("chunk_rows", "parallelism")
 SINK_COMMON = ("id", "kind", "conn_id", "required", "on_poison", "dlq", "control")
 SINK_FIELDS = {
     "kafka": SINK_COMMON + ("topic", "exactly_once", "partitions", "replication_factor",
-                            "create_topics", "checkpoint_topic"),
+                            "create_topics", "checkpoint_topic", "tombstones_on_delete"),
     "nats": SINK_COMMON + ("stream", "subject", "duplicate_window", "max_in_flight"),
     "redis": SINK_COMMON + ("stream", "maxlen"),
 }
@@ -529,6 +530,8 @@ def _kafka_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
         checkpoint_topic=_str(d, "checkpoint_topic", f"{fp}.checkpoint_topic", probs,
                               pattern=re.compile(r"^[A-Za-z0-9._-]+$"),
                               allowed="letters, digits, '.', '_', '-'") or dflt.checkpoint_topic,
+        tombstones_on_delete=_bool(d, "tombstones_on_delete", f"{fp}.tombstones_on_delete", probs,
+                                   default=False),
     )
 
 

@@ -21,3 +21,4 @@ def assert_same(expected: list, got: list) -> None:
             (a.end_position.to_json() if a.end_position else None), k
         if not is_control(a):
             assert (b.before, b.after, b.key) == (a.before, a.after, a.key), k
+            assert b.headers == a.headers, k

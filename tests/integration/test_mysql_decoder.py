@@ -119,6 +119,7 @@ def write_binlog(admin, db) -> None:
        f"UPDATE {db}.orders SET status = 'paid' WHERE id = 1",
        "COMMIT")
     ex(admin, f"INSERT INTO {db}.items VALUES (4, 2, 'only-items')")  # a tx with only filtered rows
+    ex(admin, f"UPDATE {db}.items SET id = 40 WHERE id = 4")  # the key changes: a delete, then a create
     ex(admin, f"INSERT INTO {db}_other.t VALUES (1, 'another database')", "FLUSH BINARY LOGS")
     ex(admin, f"ALTER TABLE {db}.orders ADD COLUMN note VARCHAR(20) DEFAULT 'n/a'")  # DDL between rows
     ex(admin, f"INSERT INTO {db}.orders VALUES (3, 'new', 1.00, 'with note')")
@@ -127,7 +128,8 @@ def write_binlog(admin, db) -> None:
     ex(admin, f"DELETE FROM {db}.types WHERE id = 1")
     ex(admin, "BEGIN", f"INSERT INTO {db}.orders VALUES (9, 'rolled back', 0, 'x')", "ROLLBACK")
     ex(admin, f"CREATE TABLE {db}.ckey (a INT, b VARCHAR(10), c INT, PRIMARY KEY (b, a))",
-       f"INSERT INTO {db}.ckey VALUES (1, 'x', 2), (2, 'y', 3)")
+       f"INSERT INTO {db}.ckey VALUES (1, 'x', 2), (2, 'y', 3)",
+       f"UPDATE {db}.ckey SET a = 5, c = 4 WHERE b = 'x'")  # a composite key changes
 
 
 def test_fast_and_library_decoders_give_identical_items(mysql, admin, db):
@@ -176,8 +178,9 @@ def _compare_everything(mysql, admin, db):
             by_table.setdefault(e.table, []).append(e.op)
         assert by_table["types"] == ["c", "c", "c", "u", "u", "d"]
         assert by_table["orders"] == ["c", "c", "u", "c", "u", "u", "u"]
-        assert by_table.get("items", []) == (["c", "c", "c", "c", "d", "d"] if len(tables) == 4 else [])
-        assert by_table["ckey"] == ["c", "c"]
+        assert by_table.get("items", []) == (["c", "c", "c", "c", "d", "c", "d", "d"] if len(tables) == 4
+                                             else [])
+        assert by_table["ckey"] == ["c", "c", "d", "c"]
         all_events = all_events or events
     events = all_events
     # the content is what the columns hold (spot checks; the rest is equal to the library)
@@ -188,7 +191,19 @@ def _compare_everything(mysql, admin, db):
     assert row_a["t1"] == "-00:00:01.500000" and row_a["t5"] == "-00:00:00.000010"
     assert row_a["e"] == "ümlaut" and row_a["s"] == ["a", "c", "d"] and row_a["s0"] == []
     assert events[2].after == {k: (3 if k == "id" else None) for k in row_a}
-    assert [e.key for e in events if e.table == "ckey"] == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
+    ckey = [e for e in events if e.table == "ckey"]
+    assert [e.key for e in ckey] == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"},
+                                     {"a": 1, "b": "x"}, {"a": 5, "b": "x"}]
+    # the key change: the old row deleted under its key, the new one created under its own, in
+    # one transaction, each naming the other key
+    gone, made = ckey[2:]
+    assert (gone.before, gone.after, made.before, made.after) == (
+        {"a": 1, "b": "x", "c": 2}, None, None, {"a": 5, "b": "x", "c": 4})
+    assert gone.headers == {"__debezium.newkey": b'{"a":5,"b":"x"}'}
+    assert made.headers == {"__debezium.oldkey": b'{"a":1,"b":"x"}'}
+    assert gone.tx_id == made.tx_id and made.tx_end and not gone.tx_end
+    assert (gone.total_order, made.total_order) == (1, 2)
+    assert gone.event_id.endswith(":d") and made.event_id == gone.event_id[:-1] + "c"
     # a run cut at a transaction boundary in the middle gives the same items on both paths
     items_tx = next(e.tx_id for e in events if e.table == "items")
     mid = next(e.end_position for e in events if e.tx_id == items_tx and e.tx_end)

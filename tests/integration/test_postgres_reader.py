@@ -205,7 +205,7 @@ def test_fast_and_reference_readers_give_identical_items(postgres, admin, schema
             by_table.setdefault(e.table, []).append(e.op)
         assert by_table["types"] == ["c", "c", "c", "u", "u"]
         assert by_table["full_t"] == ["c"] * 6 + ["u", "d", "d", "d"]
-        assert by_table["dflt_t"] == ["c", "u", "u", "d"]
+        assert by_table["dflt_t"] == ["c", "u", "d", "c", "d"]  # the key change: a delete, then a create
         assert by_table["nopk"] == ["c", "c", "u", "d", "d"]
         assert by_table["ckey"] == ["c", "c", "u"] + ["c"] * 3000
         assert by_table["ddl"] == ["c", "c", "c", "u", "u", "u", "d"]
@@ -220,7 +220,11 @@ def test_fast_and_reference_readers_give_identical_items(postgres, admin, schema
         toast = [e for e in events if e.table in ("full_t", "dflt_t") and e.op == "u"]
         assert toast[0].after["big"] == toast[0].before["big"] and len(toast[0].after["big"]) == 12800
         assert toast[1].after == {"id": 1, "v": 2, "big": UNAVAILABLE} and toast[1].before == {"id": 1}
-        assert toast[2].key == {"id": 5} and toast[2].before == {"id": 1}
+        gone, made = [e for e in events if e.table == "dflt_t"][2:4]
+        assert (gone.key, gone.before, gone.after) == ({"id": 1}, {"id": 1}, None)
+        assert (made.key, made.before, made.after["id"]) == ({"id": 5}, None, 5)
+        assert gone.headers == {"__debezium.newkey": b'{"id":5}'}
+        assert made.headers == {"__debezium.oldkey": b'{"id":1}'}
         copied = [e for e in events if e.table == "full_t" and e.op == "c"][:5]
         assert len({e.position["lsn"] for e in copied}) == 1  # one multi-insert record
         assert [e.event_id.rsplit(":", 1)[1] for e in copied] == ["0", "1", "2", "3", "4"]

@@ -10,8 +10,9 @@ import sys
 import uuid
 from pathlib import Path
 
-from tidegate.events import ChangeEvent, encode_value, event_uuid
+from tidegate.events import ChangeEvent, encode_value, event_uuid, split_key_change
 from tidegate.positions import BinlogPosition
+from tidegate.shipped import item_to_row, row_to_item
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +76,26 @@ def test_envelope_fields_and_encoding():
     assert env["transaction"] == {"id": "0-1-0", "total_order": 4, "data_collection_order": 4}
     assert e.key_bytes == b'{"id":3}'
     assert encode_value(dt.timedelta(hours=25, seconds=1)) == "25:00:01"
+
+
+def test_a_primary_key_change_splits_into_a_delete_and_a_create_that_travel_with_their_headers():
+    update = ChangeEvent.build(
+        tenant="acme", pipeline="orders", connector="mysql", db="shop", schema="shop", table="orders",
+        op="u", before={"id": 1, "v": "a"}, after={"id": 9, "v": "b"}, key={"id": 9}, tx_id="0-1-7",
+        event_id="mysql-bin.000001:300:0", position={"file": "mysql-bin.000001", "pos": 300},
+        ts_ms=1_764_000_000_000, total_order=3, data_collection_order=2)
+    gone, made = split_key_change(update, {"id": 1})
+    assert [(e.op, e.key, e.before, e.after) for e in (gone, made)] == [
+        ("d", {"id": 1}, {"id": 1, "v": "a"}, None), ("c", {"id": 9}, None, {"id": 9, "v": "b"})]
+    assert (gone.key_bytes, made.key_bytes) == (b'{"id":1}', b'{"id":9}')
+    assert gone.headers == {"__debezium.newkey": b'{"id":9}'}
+    assert made.headers == {"__debezium.oldkey": b'{"id":1}'}
+    assert [(e.total_order, e.data_collection_order) for e in (gone, made)] == [(3, 2), (4, 3)]
+    assert [e.idempotency_key for e in (gone, made)] == [
+        "acme|orders|shop.orders|0-1-7|mysql-bin.000001:300:0:d",
+        "acme|orders|shop.orders|0-1-7|mysql-bin.000001:300:0:c"]
+    assert update.headers is None
+    # through a Spark task or a reader process, as a flat row
+    shipped = [row_to_item(item_to_row(e)) for e in (gone, made, update)]
+    assert [e.headers for e in shipped] == [gone.headers, made.headers, None]
+    assert [e.value for e in shipped] == [gone.value, made.value, update.value]

@@ -188,6 +188,7 @@ class KafkaSink(Sink):
                                         f"has no topic template")
         self.spec = sink
         self.exactly_once = sink.exactly_once
+        self.tombstones = sink.tombstones_on_delete
         # '.' appears in no tenant, pipeline or sink id: two tenants' ids can never coincide.
         self.transactional_id = f"tidegate-{self.tenant}.{self.pipeline}.{self.sink_id}"
         self.checkpoint_topic = sink.checkpoint_topic or DEFAULT_CHECKPOINT_TOPIC
@@ -533,20 +534,36 @@ class KafkaSink(Sink):
                     th = table_hdr[tk] = f"{ev.schema}.{ev.table}".encode()
                 value, headers = ev.value, [("idempotency_key", ev.idempotency_key.encode()),
                                             ("op", ev.op.encode()), ("table", th)]
-            while True:
-                try:
-                    produce(topic, value, ev.key_bytes, headers=headers)
-                    break
-                except BufferError:
-                    poll(0.05)  # local queue full: wait for deliveries, bounded by the deadline
-                    self._raise_client_failure()
-                    if time.monotonic() > deadline:
-                        raise RetryableSinkError(
-                            f"Kafka sink {self.sink_id!r}: the local producer queue stayed full for "
-                            f"{self._timeout_s:.0f}s (brokers slow or down)") from None
+                if ev.headers:  # a primary-key change: each event names the other's key
+                    headers += ev.headers.items()
+            try:
+                produce(topic, value, ev.key_bytes, headers=headers)
+            except BufferError:  # local queue full: the slow path waits for deliveries
+                self._produce(topic, value, ev.key_bytes, headers, deadline)
+            if self.tombstones and ev.op == "d" and not is_control(ev) and topic != self.dlq_name:
+                # same key, null value, right after the delete: compaction may drop the key
+                self._produce(topic, None, ev.key_bytes,
+                              [("idempotency_key", ev.idempotency_key.encode() + b"|tombstone")], deadline)
             if i % POLL_EVERY == 0:
                 poll(0)
                 self._raise_client_failure()
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes, headers: list, deadline: float) -> None:
+        """Queue one record; while the local queue is full, serve delivery reports up to the
+        deadline."""
+        p = self._producer
+        assert p is not None
+        while True:
+            try:
+                p.produce(topic, value, key, headers=headers)
+                return
+            except BufferError:
+                p.poll(0.05)
+                self._raise_client_failure()
+                if time.monotonic() > deadline:
+                    raise RetryableSinkError(
+                        f"Kafka sink {self.sink_id!r}: the local producer queue stayed full for "
+                        f"{self._timeout_s:.0f}s (brokers slow or down)") from None
 
     def _serve_callbacks(self) -> None:
         try:

@@ -421,9 +421,10 @@ class NatsSink(Sink):
         if poison and self.on_poison != "dlq":
             raise self.poison_error([ev for ev, _ in poison.values()],
                                     "; ".join(dict.fromkeys(why for _, why in poison.values())))
-        messages = [(subj, ev.value, ev.idempotency_key) if ev.idempotency_key not in poison
+        messages = [(subj, ev.value, ev.idempotency_key, None if is_control(ev) else ev.headers)
+                    if ev.idempotency_key not in poison
                     else (self.dlq_name, self.dlq_record(ev, poison[ev.idempotency_key][1]),
-                          "dlq|" + ev.idempotency_key) for ev, subj in out]
+                          "dlq|" + ev.idempotency_key, None) for ev, subj in out]
         timeout = self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
         try:
             dups = self._run(self._publish(messages, self.sink_record(batch, extends)), timeout + 5)
@@ -455,18 +456,21 @@ class NatsSink(Sink):
                 bad[ev.idempotency_key] = (ev, f"{subj!r} is not a valid NATS subject to publish to")
         return bad
 
-    async def _publish(self, messages: list[tuple[str, bytes, str]], record: SinkCheckpoint) -> int:
-        """Publish (subject, payload, Nats-Msg-Id) in order, then, once every one was
-        acknowledged, the commit marker: its presence proves the whole sub-batch."""
+    async def _publish(self, messages: list[tuple[str, bytes, str, dict | None]],
+                       record: SinkCheckpoint) -> int:
+        """Publish (subject, payload, Nats-Msg-Id, extra headers) in order, then, once every one
+        was acknowledged, the commit marker: its presence proves the whole sub-batch."""
         timeout = self.publish_timeout_s
         await self._check_claim()
         futs: list[asyncio.Future] = []
         try:
-            for subj, payload, msg_id in messages:
+            for subj, payload, msg_id, extra in messages:
+                headers = {"Nats-Msg-Id": msg_id}
+                if extra:  # a primary-key change: each event names the other's key
+                    headers.update((k, v.decode()) for k, v in extra.items())
                 # No wait_stall: it wraps every publish in a timed task (7x slower); the whole
                 # sub-batch is bounded by the caller's timeout instead.
-                futs.append(await self._js.publish_async(subj, payload, stream=self.stream,
-                                                         headers={"Nats-Msg-Id": msg_id}))
+                futs.append(await self._js.publish_async(subj, payload, stream=self.stream, headers=headers))
             acks = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True),
                                           timeout * (1 + len(futs) / self.max_in_flight))
         except BaseException:

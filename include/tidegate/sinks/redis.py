@@ -248,7 +248,10 @@ class RedisSink(Sink):
                         pipe.xadd(self.dlq_name, {"record": self.dlq_record(ev, bad[key]),
                                                   "idempotency_key": ev.idempotency_key}, **trim)
                     else:
-                        pipe.xadd(key, {"event": ev.value, "idempotency_key": ev.idempotency_key}, **trim)
+                        fields = {"event": ev.value, "idempotency_key": ev.idempotency_key}
+                        if not is_control(ev) and ev.headers:  # a primary-key change: the other key
+                            fields.update(ev.headers)
+                        pipe.xadd(key, fields, **trim)
                 pipe.set(self.checkpoint_redis_key, record.dumps())
                 if self.epoch is not None:  # kept present even if the server lost it
                     pipe.set(self.fence_redis_key, self.epoch)

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...errors import SourceError, SourceSettingError
-from ...events import ChangeEvent
+from ...events import ChangeEvent, split_key_change
 from ...positions import BinlogPosition
 from ..base import SourceItem
 from .binlog_client import (
@@ -326,6 +326,15 @@ class FastReader:
                         tx_id, f"{file}:{pos}:{i}",
                         {"file": file, "pos": pos, "row": i, "gtid": tx_gtid}, ts_ms, total, n,
                         False, False, None, checked)
+            if op == "u" and key is not None:
+                old = {pk0: before[pk0]} if pk0 is not None else {c: before[c] for c in pk}
+                if old != key:  # the primary key changed: a delete, then a create
+                    gone, ev = split_key_change(ev, old)
+                    total += 1
+                    n += 1
+                    if pending is not None:
+                        yield pending
+                    pending = gone
             if pending is not None:
                 yield pending
             pending = ev

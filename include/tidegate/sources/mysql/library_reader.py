@@ -30,7 +30,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ...errors import SourceError, SourceSettingError
-from ...events import ChangeEvent
+from ...events import ChangeEvent, split_key_change
 from ...positions import BinlogPosition
 from ..base import SourceItem
 from .transactions import GtidState, ReadHost, TransactionAssembler, file_seq
@@ -209,11 +209,19 @@ class LibraryReader:
             tx.total += 1
             n = tx.per_table.get(tkey, 0) + 1
             tx.per_table[tkey] = n
-            ready = tx.hold(ChangeEvent.build(
+            change = ChangeEvent.build(
                 tenant=spec.tenant, pipeline=spec.pipeline, connector="mysql", db=ev.schema,
                 schema=ev.schema, table=ev.table, op=op, before=before, after=after, key=key,
                 tx_id=tx.tx_id, event_id=f"{tx.file}:{pos}:{i}",
                 position={"file": tx.file, "pos": pos, "row": i, "gtid": tx.tx_gtid},
-                ts_ms=ts_ms, total_order=tx.total, data_collection_order=n))
-            if ready is not None:
-                yield ready
+                ts_ms=ts_ms, total_order=tx.total, data_collection_order=n)
+            changes = [change]
+            if op == "u" and key is not None and {c: before[c] for c in pk_cols} != key:
+                # the primary key changed: a delete of the old key, then a create of the new one
+                changes = list(split_key_change(change, {c: change.before[c] for c in pk_cols}))
+                tx.total += 1
+                tx.per_table[tkey] = n + 1
+            for c in changes:
+                ready = tx.hold(c)
+                if ready is not None:
+                    yield ready

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import msgspec
 import psycopg2
 
-from ...events import ChangeEvent, ControlMessage, PositionMark
+from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
 from ...positions import Lsn, PgPosition
 from ...spec import PipelineSpec
 from ..base import SourceItem
@@ -62,6 +62,15 @@ class ReadHost(Protocol):
     def table_columns(self, schema: str, table: str) -> list[str]: ...
 
     def column_tracker(self, start: PgPosition) -> ColumnTracker: ...
+
+
+def old_key(before: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | None:
+    """The old primary key of an UPDATE when it differs from the new one; None when it is the
+    same or the old row does not hold every key column (REPLICA IDENTITY without the key)."""
+    if not all(c in before for c in key):
+        return None
+    old = {c: before[c] for c in key}
+    return old if old != key else None
 
 
 def ended(item: ChangeEvent | ControlMessage, end: PgPosition) -> ChangeEvent | ControlMessage:
@@ -374,6 +383,13 @@ class Wal2JsonReader:
             ev = native(tenant, pipeline, "postgresql", schema, schema, table, op, before, after, key,
                         tx_id, f"{lsn}:{n}", {"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms,
                         total, k, False, False, None, not flag[0])
+            if op == "u" and key is not None and before and (old := old_key(before, key)) is not None:
+                gone, ev = split_key_change(ev, old)  # the primary key changed: delete, then create
+                total += 1
+                per_table[tkey] = k + 1
+                if pending is not None:
+                    yield pending
+                pending = gone
             if pending is not None:
                 yield pending
             pending = ev

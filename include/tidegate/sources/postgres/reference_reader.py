@@ -16,10 +16,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ...events import ChangeEvent, ControlMessage, PositionMark
+from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
 from ...positions import Lsn, PgPosition
 from ..base import SourceItem
-from .reader import ReadHost, ended
+from .reader import ReadHost, ended, old_key
 from .values import commit_ms, complete_after, converter
 
 
@@ -33,8 +33,8 @@ def _signature(cols: list[dict] | None) -> tuple[tuple[str, str], ...] | None:
     return None if cols is None else tuple((c["name"], c["type"]) for c in cols)
 
 
-def _built(pending: dict[str, Any] | ControlMessage) -> ChangeEvent | ControlMessage:
-    return pending if type(pending) is ControlMessage else ChangeEvent.build(**pending)
+def _built(pending: dict[str, Any] | ChangeEvent | ControlMessage) -> ChangeEvent | ControlMessage:
+    return ChangeEvent.build(**pending) if type(pending) is dict else pending
 
 
 class ReferenceReader:
@@ -59,7 +59,7 @@ class ReferenceReader:
         seen: dict[tuple[str, str], tuple] = {}  # per table: the last new tuple's signature
         loads = json.JSONDecoder(parse_float=decimal.Decimal).decode
         last_end: Lsn | None = None
-        pending: dict[str, Any] | ControlMessage | None = None
+        pending: dict[str, Any] | ChangeEvent | ControlMessage | None = None
         skip = True
         tx_id = ""
         xid = commit = None
@@ -91,8 +91,8 @@ class ReferenceReader:
                 if pending is not None:  # an empty transaction yields nothing
                     last_end = end
                     item, pending = pending, None
-                    yield (ended(item, end_pos) if type(item) is ControlMessage
-                           else ChangeEvent.build(**item, tx_end=True, end_position=end_pos))
+                    yield (ChangeEvent.build(**item, tx_end=True, end_position=end_pos) if type(item) is dict
+                           else ended(item, end_pos))
                 continue
             schema, table = d.get("schema"), d.get("table")
             if host.tables and (schema, table) not in host.tables:
@@ -141,5 +141,12 @@ class ReferenceReader:
                 position={"lsn": lsn, "commit_lsn": commit, "xid": xid},
                 ts_ms=ts_ms, total_order=total, data_collection_order=k,
             )
+            if a == "U" and key is not None and before:
+                update = ChangeEvent.build(**pending)
+                if (old := old_key(update.before, update.key)) is not None:  # delete, then create
+                    gone, pending = split_key_change(update, old)
+                    total += 1
+                    per_table[(schema, table)] = k + 1
+                    yield gone
         if last_end is None or last_end < upto.lsn:
             yield PositionMark(upto)
