@@ -143,7 +143,8 @@ def test_parsing_20_specs_takes_under_2s_cpu_and_imports_no_engine(tmp_path):
     pdir.mkdir()
     template = yaml.safe_load((EXAMPLES / "shop_mysql.yaml").read_text())
     for i in range(20):
-        raw = dict(template, pipeline=f"load_{i:02d}")
+        # one replication client id each: validate refuses two readers of one server with one
+        raw = dict(template, pipeline=f"load_{i:02d}", source=dict(template["source"], server_id=48200 + i))
         (pdir / f"load_{i:02d}.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     env = {**os.environ, "TIDEGATE_PIPELINES_DIR": str(pdir), "PYTHONPATH": str(ROOT / "plugins")}
     out = subprocess.run([sys.executable, "-c", PARSE_PROBE, str(DAGS)], capture_output=True, text=True,
@@ -163,7 +164,8 @@ def test_a_tasks_parse_builds_only_the_dag_it_runs(tmp_path):
     pdir.mkdir()
     template = yaml.safe_load((EXAMPLES / "shop_mysql.yaml").read_text())
     for i in range(20):
-        raw = dict(template, pipeline=f"load_{i:02d}")
+        # one replication client id each: validate refuses two readers of one server with one
+        raw = dict(template, pipeline=f"load_{i:02d}", source=dict(template["source"], server_id=48200 + i))
         (pdir / f"load_{i:02d}.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     (pdir / "broken.yaml").write_text("pipeline: [unclosed\n")
     env = {**os.environ, "TIDEGATE_PIPELINES_DIR": str(pdir), "PYTHONPATH": str(ROOT / "plugins"),
