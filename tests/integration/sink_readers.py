@@ -45,7 +45,8 @@ def is_marker(subject: str) -> bool:
     return ".__checkpoint." in subject
 
 
-def nats_ids(conn, stream: str) -> list[str]:
+def stored_messages(conn, stream: str) -> list:
+    """Every message of a JetStream stream in stream order, the sinks' commit markers left out."""
     import nats
 
     async def go():
@@ -53,13 +54,24 @@ def nats_ids(conn, stream: str) -> list[str]:
         try:
             js = nc.jetstream()
             info = await js.stream_info(stream)
+            if not info.state.messages:
+                return []
             seqs = range(info.state.first_seq, info.state.last_seq + 1)
-            msgs = [await js.get_msg(stream, seq) for seq in seqs]
-            return [m.headers["Nats-Msg-Id"] for m in msgs if not is_marker(m.subject)]
+            return [await js.get_msg(stream, seq) for seq in seqs]
         finally:
             await nc.close()
 
-    return asyncio.run(go())
+    return [m for m in asyncio.run(go()) if not is_marker(m.subject)]
+
+
+def nats_ids(conn, stream: str) -> list[str]:
+    return [m.headers["Nats-Msg-Id"] for m in stored_messages(conn, stream)]
+
+
+def nats_messages(conn, stream: str, subject: str) -> list[tuple[dict, dict]]:
+    """(JSON payload, headers) of every message of ``subject``, in stream order."""
+    msgs = stored_messages(conn, stream)
+    return [(json.loads(m.data), m.headers or {}) for m in msgs if m.subject == subject]
 
 
 def redis_ids(conn, key: str) -> list[str]:
@@ -81,40 +93,10 @@ def redis_events(conn, key: str) -> list[bytes]:
 
 def nats_payloads(conn, stream: str, subject: str) -> list[dict]:
     """The JSON payload of every message of ``subject`` in a JetStream stream, in stream order."""
-    import nats
-
-    async def go():
-        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
-        try:
-            js = nc.jetstream()
-            info = await js.stream_info(stream)
-            if not info.state.messages:
-                return []
-            seqs = range(info.state.first_seq, info.state.last_seq + 1)
-            msgs = [await js.get_msg(stream, seq) for seq in seqs]
-            return [json.loads(m.data) for m in msgs if m.subject == subject]
-        finally:
-            await nc.close()
-
-    return asyncio.run(go())
+    return [payload for payload, _ in nats_messages(conn, stream, subject)]
 
 
 def nats_stream(conn, stream: str) -> list[tuple[str, dict]]:
     """(subject, JSON payload) of every message of a JetStream stream, in stream order (the
     one order across the data subjects and the control subject)."""
-    import nats
-
-    async def go():
-        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
-        try:
-            js = nc.jetstream()
-            info = await js.stream_info(stream)
-            if not info.state.messages:
-                return []
-            seqs = range(info.state.first_seq, info.state.last_seq + 1)
-            msgs = [await js.get_msg(stream, seq) for seq in seqs]
-            return [(m.subject, json.loads(m.data)) for m in msgs if not is_marker(m.subject)]
-        finally:
-            await nc.close()
-
-    return asyncio.run(go())
+    return [(m.subject, json.loads(m.data)) for m in stored_messages(conn, stream)]

@@ -10,13 +10,11 @@ under the old key: folding the topic by key as a compacting consumer does gives 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import textwrap
 import time
 import uuid
 
-import nats
 import psycopg2
 import pymysql
 import pytest
@@ -26,6 +24,8 @@ from tidegate import runner
 from tidegate.sinks.kafka import murmur2_partition
 from tidegate.spec import load_spec
 from tidegate.store import open_store
+
+from tests.integration.sink_readers import nats_messages
 
 pytestmark = pytest.mark.integration
 
@@ -73,20 +73,6 @@ def kafka_records(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | 
     finally:
         c.close()
     return out
-
-
-def nats_messages(conn, stream: str, subject: str) -> list[tuple[dict, dict]]:
-    async def go():
-        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
-        try:
-            js = nc.jetstream()
-            info = await js.stream_info(stream)
-            msgs = [await js.get_msg(stream, s) for s in range(info.state.first_seq, info.state.last_seq + 1)]
-            return [(json.loads(m.data), m.headers) for m in msgs if m.subject == subject]
-        finally:
-            await nc.close()
-
-    return asyncio.run(go())
 
 
 def check_sinks(pipeline: str, table: str, kafka_bootstrap: str, nats_conn, redis_conn, final: dict) -> None:
