@@ -1,0 +1,643 @@
+"""The fault matrix: one real fault per scenario while `tidegate run` delivers a MariaDB or
+PostgreSQL (wal2json) pipeline to Kafka (exactly-once), NATS JetStream and Redis Streams.
+
+Each scenario writes a workload of single-row transactions, starts a run, injects the fault
+once the run has committed a few sub-batches, brings the server back, writes a second wave and
+runs until a run finds nothing to do. Then, per sink and per key: every change arrived once and
+in commit order (Kafka through a read_committed consumer, NATS by `Nats-Msg-Id`, Redis by
+`idempotency_key`), and every run that failed on the way said why in one line.
+
+1. Kafka broker SIGKILLed mid-transaction, restarted.
+2. Redis SIGKILLed and restarted (AOF, appendfsync always); and Redis restarted empty (its AOF
+   deleted): the checkpoint store stays the authority, so Redis holds exactly the changes after
+   the store's checkpoint, once each, and nothing before it is sent again.
+3. NATS server SIGKILLed and restarted (JetStream file storage).
+4. MariaDB SIGKILLed and restarted while a run reads its binlog; PostgreSQL stopped in
+   immediate mode (a crash: every backend killed, WAL recovery on start) while a run streams
+   its slot.
+5. A zombie: a run SIGSTOPped after it committed a sub-batch, a second run of the pipeline takes
+   the lease and finishes, then the first is SIGCONTed: it writes nothing anywhere (no record a
+   read_committed consumer sees, no NATS message, no Redis entry, no checkpoint version) and
+   exits non-zero naming that it was fenced.
+
+The scheduler-driven variant (the deliver task killed under a real Airflow scheduler, then
+retried by Airflow) is in test_airflow_scheduler.py, which owns the shared deployment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg2
+import pymysql
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from tidegate.positions import BinlogPosition
+from tidegate.store import CheckpointStore, open_store
+
+from tests.conftest import services_cmd
+from tests.integration.airflow_support import VENV_BIN, per_key
+from tests.integration.sink_readers import kafka_changes, redis_events
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+SINKS = ("events", "bus", "cache")  # Kafka exactly-once, NATS, Redis
+SUB_BATCH = 10  # max_events: every transaction is one change, so every sub-batch holds 10
+# A source that dies while a run reads must not have handed the kernel the rest of the range
+# already: each row carries 6 KB, so a run's range (~7 MB of log) is more than the server's
+# socket send buffer (4 MB) and the reader's receive buffer hold; and every run reads
+# in-process, one sub-batch ahead of delivery (TIDEGATE_READER_PROCESS_MIN_BYTES: a reader
+# process would take 1000 items at a time, a whole range here, before the fault).
+NOTE = "x" * 6000
+IN_PROCESS_READS = str(64 << 20)
+SERVER_IDS = itertools.count(48601)  # MariaDB replication client ids, one per pipeline
+
+
+# --------------------------------------------------------------------------- the workload
+
+
+class Workload:
+    """Single-row transactions on one table; remembers every key's (op, status) in commit
+    order (``expected``) and how many changes it made."""
+
+    def __init__(self, execute: Callable[[str], None], table: str):
+        self.execute, self.table = execute, table
+        self.next_id = 1
+        self.expected: dict[int, list[tuple]] = collections.defaultdict(list)
+        self.changes = 0
+
+    def _do(self, stmt: str, key: int, change: tuple) -> None:
+        self.execute(stmt)
+        self.expected[key].append(change)
+        self.changes += 1
+
+    def wave(self, n: int) -> None:
+        """n inserts, then an update of every 3rd and a delete of every 5th new row."""
+        ids = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        for i in ids:
+            self._do(f"INSERT INTO {self.table} (id, status) VALUES ({i}, 'new')", i, ("c", "new"))
+        for i in ids[::3]:
+            self._do(f"UPDATE {self.table} SET status = 'paid' WHERE id = {i}", i, ("u", "paid"))
+        for i in ids[::5]:
+            self._do(f"DELETE FROM {self.table} WHERE id = {i}", i, ("d", None))
+
+
+class Db:
+    """The workload's admin connection to the source server, reopened after a restart."""
+
+    def __init__(self, connect: Callable[[], object]):
+        self.connect = connect
+        self.conn = connect()
+
+    def execute(self, stmt: str) -> None:
+        with self.conn.cursor() as c:
+            c.execute(stmt)
+
+    def reconnect(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001, S110 - the server it talked to is gone
+            pass
+        self.conn = self.connect()
+
+
+# --------------------------------------------------------------------------- pipelines and runs
+
+
+@dataclass
+class Cdc:
+    """What every scenario shares: the CLI's environment (own pipelines folder and SQLite
+    checkpoint store), the store, and the sinks' connections."""
+
+    env: dict[str, str]
+    base: Path
+    store: CheckpointStore
+    kafka: str
+    nats: object
+    redis: object
+
+
+@dataclass
+class Run:
+    """A `tidegate run` started in a process group of its own, output to a file."""
+
+    run_id: str
+    proc: subprocess.Popen
+    out: Path
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def wait(self, timeout: float = 240) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(30)
+            raise AssertionError(f"run {self.run_id} still running after {timeout:.0f}s:\n"
+                                 + self.output()[-3000:]) from None
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+
+
+@dataclass
+class Pipeline:
+    name: str
+    table: str  # as the topic/stream templates name it (no schema)
+    cdc: Cdc
+    work: Workload
+    db: Db
+
+    @property
+    def topic(self) -> str:
+        return f"{self.name}.{self.table}"
+
+    @property
+    def stream(self) -> str:
+        return self.name.upper()
+
+    @property
+    def redis_key(self) -> str:
+        return f"{self.name}:{self.table}"
+
+    def cli(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+        return subprocess.run([str(VENV_BIN / "tidegate"), *args], env=self.cdc.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def run(self, run_id: str) -> subprocess.CompletedProcess:
+        return self.cli("run", self.name, "--run-id", run_id)
+
+    def run_ok(self, run_id: str) -> dict:
+        r = self.run(run_id)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout)
+
+    def start(self, run_id: str) -> Run:
+        out = self.cdc.base / f"{run_id}.log"
+        with open(out, "wb") as f:
+            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
+                                    env=self.cdc.env, stdout=f, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        return Run(run_id, proc, out)
+
+    def writes(self, run_id: str, sink: str = "events") -> int:
+        """Sub-batches the run has committed to the store for ``sink``."""
+        return sum(1 for h in self.cdc.store.checkpoint_history(self.name, sink)
+                   if h.kind == "write" and h.run_id == run_id)
+
+    def history(self) -> dict[str, list[tuple]]:
+        return {sid: [(h.version, h.kind, h.run_id, h.epoch, str(h.position))
+                      for h in self.cdc.store.checkpoint_history(self.name, sid)] for sid in SINKS}
+
+    def catch_up(self, tag: str, max_runs: int = 6) -> list[str]:
+        """Run until a run finds nothing to do; returns the one-line errors of the runs that
+        failed on the way (each must say why, and none may halt: nothing was lost)."""
+        failures = []
+        for i in range(max_runs):
+            r = self.run(f"{tag}_{i}")
+            if r.returncode == 0:
+                if json.loads(r.stdout).get("nothing_to_do"):
+                    return failures
+                continue
+            failures.append(explained_failure(r.stderr))
+            time.sleep(1)
+        raise AssertionError(f"{self.name}: not caught up after {max_runs} runs: {failures}")
+
+
+def explained_failure(stderr: str) -> str:
+    """What a failed run said last: the CLI's one-line error, or the last line of the traceback
+    of an error the engine does not wrap (e.g. a source connection lost mid-read). A failed run
+    is never silent; a halt here would claim a loss that did not happen, and must at least
+    name its range."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    said = [ln for ln in lines if ln.startswith("tidegate: ")]
+    if not said:
+        assert "Traceback (most recent call last)" in stderr, f"a run failed silently:\n{stderr[-3000:]}"
+        return lines[-1]
+    error = said[-1]
+    if "is halted by incident" in error:
+        assert re.search(r"changes from .+ to .+ may be missing", error), error
+        raise AssertionError(f"a fault that loses nothing halted the pipeline: {error}")
+    return error
+
+
+def spec_text(name: str, source: str, max_events: int) -> str:
+    return textwrap.dedent(f"""
+        pipeline: {name}
+        source: {source}
+        batch: {{max_events: {max_events}}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+              exactly_once: true, partitions: 3}}
+          - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {name.upper()},
+              subject: "{{pipeline}}.{{table}}"}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+    """)
+
+
+@pytest.fixture(scope="module")
+def cdc(tmp_path_factory, service_env, mysql, postgres, kafka, redis_service, nats_service) -> Iterator[Cdc]:
+    base = tmp_path_factory.mktemp("fault_matrix")
+    (base / "pipelines").mkdir()
+    url = f"sqlite:///{base / 'store.sqlite'}"
+    env = dict(os.environ, **service_env, TIDEGATE_PIPELINES_DIR=str(base / "pipelines"),
+               TIDEGATE_CHECKPOINT_STORE=url, TIDEGATE_READER_PROCESS_MIN_BYTES=IN_PROCESS_READS,
+               PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+    store = open_store(url)
+    yield Cdc(env, base, store, kafka.cdc.extra["bootstrap.servers"], nats_service.cdc, redis_service.cdc)
+    store.close()
+
+
+@pytest.fixture()
+def mysql_pipeline(cdc, mysql) -> Iterator[Pipeline]:
+    name = f"fm_{uuid.uuid4().hex[:6]}"
+    db = Db(lambda: pymysql.connect(**mysql.mysql_kwargs(autocommit=True)))
+    db.execute(f"CREATE DATABASE {name}")
+    db.execute(f"CREATE TABLE {name}.orders (id INT PRIMARY KEY, status VARCHAR(20), "
+               f"note VARCHAR(8000) NOT NULL DEFAULT '{NOTE}')")
+    source = (f"{{kind: mysql, conn_id: cdc_mysql, tables: [{name}.orders], server_id: {next(SERVER_IDS)}, "
+              f"start: head}}")
+    (cdc.base / "pipelines" / f"{name}.yaml").write_text(spec_text(name, source, max_events=SUB_BATCH))
+    try:
+        yield Pipeline(name, "orders", cdc, Workload(db.execute, f"{name}.orders"), db)
+    finally:
+        db.reconnect()
+        db.execute(f"DROP DATABASE IF EXISTS {name}")
+        db.conn.close()
+
+
+@pytest.fixture()
+def postgres_pipeline(cdc, postgres) -> Iterator[Pipeline]:
+    name = f"fm_{uuid.uuid4().hex[:6]}"
+
+    def connect():
+        conn = psycopg2.connect(postgres.admin_dsn)
+        conn.autocommit = True
+        return conn
+
+    db = Db(connect)
+    db.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, status text, note text NOT NULL DEFAULT '{NOTE}')")
+    db.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
+    source = f"{{kind: postgres, conn_id: cdc_postgres, tables: [public.{name}], slot: {name}}}"
+    (cdc.base / "pipelines" / f"{name}.yaml").write_text(spec_text(name, source, max_events=SUB_BATCH))
+    try:
+        yield Pipeline(name, name, cdc, Workload(db.execute, name), db)
+    finally:
+        db.reconnect()
+        db.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                   f"WHERE slot_name = '{name}'")
+        db.execute(f"DROP TABLE IF EXISTS {name}")
+        db.conn.close()
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def server_pid(name: str) -> int:
+    """The server's pid, as `scripts/services status` finds it."""
+    out = services_cmd("status", check=False).stdout
+    found = re.search(rf"^{name}\s+port \d+\s+pid (\d+)\s+healthy", out, re.M)
+    assert found, f"{name} is not up and healthy:\n{out}"
+    return int(found.group(1))
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] == "Z"  # a zombie is gone for our purpose
+    except FileNotFoundError:
+        return True
+
+
+def stop_server(name: str, sig: int = signal.SIGKILL, pid: int | None = None) -> None:
+    """Signal the server (``pid``: looked up beforehand, when the moment matters) and wait
+    until it is gone."""
+    pid = pid or server_pid(name)
+    os.kill(pid, sig)
+    wait_for(lambda: gone(pid), f"{name} (pid {pid}) to end after signal {sig}", timeout=60)
+
+
+@contextmanager
+def restarted(name: str) -> Iterator[None]:
+    """The body runs with the server down; it is started again (and waited for until
+    healthy) on the way out, whatever happened."""
+    try:
+        yield
+    finally:
+        services_cmd("up", name)
+
+
+def services_dir() -> Path:
+    return Path(os.environ["TIDEGATE_SERVICES_DIR"])  # set by the service_env fixture
+
+
+def wait_for(pred: Callable[[], object], what: str, timeout: float = 120, run: Run | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if run is not None and run.proc.poll() is not None:
+            raise AssertionError(f"run {run.run_id} ended (rc={run.proc.returncode}) before {what}:\n"
+                                 + run.output()[-3000:])
+        assert time.monotonic() < deadline, f"not within {timeout:.0f}s: {what}"
+        time.sleep(0.02)
+
+
+@dataclass
+class Faulted:
+    """How a faulted run went: its one-line error ("ok" when it succeeded), the sub-batches it
+    had committed when the fault hit and those it committed in all."""
+
+    ended: str
+    at_fault: int
+    committed: int
+
+
+def faulted_run(p: Pipeline, run_id: str, fault: Callable[[], None], writes: int = 2,
+                ready: Callable[[], bool] = lambda: True) -> Faulted:
+    """Start a run, inject ``fault`` once it has committed ``writes`` sub-batches and
+    ``ready()`` holds, wait for it."""
+    run = p.start(run_id)
+    try:
+        wait_for(lambda: p.writes(run_id) >= writes and ready(), f"{writes} sub-batches committed",
+                 run=run)
+        at_fault = p.writes(run_id)
+        fault()
+        rc = run.wait()
+    finally:
+        run.signal(signal.SIGKILL)
+    return Faulted("ok" if rc == 0 else explained_failure(run.output()), at_fault, p.writes(run_id))
+
+
+# --------------------------------------------------------------------------- reading the sinks
+
+
+def nats_data(conn, stream: str, subject: str) -> list[tuple[str, dict]]:
+    """(Nats-Msg-Id, payload) of every message of ``subject`` in the stream, in stream order."""
+    import nats
+
+    async def go():
+        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            if not info.state.messages:
+                return []
+            msgs = [await js.get_msg(stream, seq)
+                    for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+            return [(m.headers["Nats-Msg-Id"], json.loads(m.data)) for m in msgs if m.subject == subject]
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def sink_contents(p: Pipeline) -> dict[str, list[tuple[str, dict]]]:
+    """Per sink, (the id it dedups by, envelope) of every data message, in the sink's order."""
+    c = p.cdc
+    kafka = kafka_changes(c.kafka, p.topic)
+    redis = [json.loads(e) for e in redis_events(c.redis, p.redis_key)]
+    return {"kafka": [(e["idempotency_key"], e) for e in kafka],
+            "nats": nats_data(c.nats, p.stream, p.topic),
+            "redis": [(e["idempotency_key"], e) for e in redis]}
+
+
+def tally(scenario: str, sink: str, want: int, got: list[tuple[str, dict]]) -> tuple[int, int]:
+    """(duplicates, lost) of one sink, printed as a row of the scenario table."""
+    ids = [i for i, _ in got]
+    dups, lost = len(ids) - len(set(ids)), want - len(set(ids))
+    print(f"| {scenario} | {sink} | {want} | {dups} | {lost} |")
+    return dups, lost
+
+
+def assert_exactly_once(p: Pipeline, scenario: str) -> None:
+    """Every change of the workload once per sink, in commit order per key, and the same
+    events on every sink."""
+    got = sink_contents(p)
+    for sink, items in got.items():
+        assert tally(scenario, sink, p.work.changes, items) == (0, 0), sink
+        assert per_key([e for _, e in items]) == p.work.expected, sink
+    assert {i for i, _ in got["kafka"]} == {i for i, _ in got["nats"]} == {i for i, _ in got["redis"]}
+
+
+# --------------------------------------------------------------------------- 1-3: the sinks' servers
+
+
+def fault_then_catch_up(p: Pipeline, server: str, sig: int = signal.SIGKILL, *, source: bool = False,
+                        ready: Callable[[], bool] = lambda: True) -> Faulted:
+    """A first run (sinks placed at the head), a wave, a run faulted by stopping ``server``
+    with ``sig`` (once ``ready()`` holds) and restarting it, a second wave, and runs until
+    caught up. ``source``: the server is the pipeline's source, whose death cuts the run's read
+    short."""
+    p.run_ok("place")
+    p.work.wave(600)
+    wave = p.work.changes
+    pid = server_pid(server)
+
+    def fault() -> None:
+        with restarted(server):
+            stop_server(server, sig, pid)
+            time.sleep(1)  # the run meets the dead server
+
+    faulted = faulted_run(p, f"fault_{server}", fault, ready=ready)
+    # The fault met the run with most of the wave still to go.
+    assert faulted.at_fault * SUB_BATCH < wave / 2, (faulted, wave)
+    if source:  # the read broke off: the run failed short of its range
+        assert faulted.ended != "ok" and faulted.committed * SUB_BATCH < wave, (faulted, wave)
+    if server in ("mysql", "postgres"):
+        p.db.reconnect()
+    p.work.wave(60)
+    later = p.catch_up(f"after_{server}")
+    print(f"{server}: the faulted run {faulted}, {wave} changes in its range; the runs after it ended "
+          f"{later or 'ok'}")
+    return faulted
+
+
+class OpenTransaction:
+    """Whether a topic holds a transaction in progress: a read_uncommitted consumer's high
+    watermark is past the last stable offset a read_committed one gets. Closes its consumers
+    once it said yes (they would only complain about the broker being killed)."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.topic = topic
+        self.consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": "fm-" + uuid.uuid4().hex,
+                                    "isolation.level": level})
+                          for level in ("read_committed", "read_uncommitted")]
+
+    def __call__(self) -> bool:
+        topic = self.consumers[0].list_topics(self.topic, timeout=10).topics[self.topic]
+        for part in topic.partitions:
+            stable, high = (c.get_watermark_offsets(TopicPartition(self.topic, part), timeout=10,
+                                                    cached=False)[1] for c in self.consumers)
+            if high > stable:
+                self.close()
+                return True
+        return False
+
+    def close(self) -> None:
+        for c in self.consumers:
+            c.close()
+        self.consumers = []
+
+
+def test_kafka_broker_sigkilled_mid_transaction(mysql_pipeline):
+    p = mysql_pipeline
+    in_transaction = OpenTransaction(p.cdc.kafka, p.topic)
+    try:
+        fault_then_catch_up(p, "kafka", ready=in_transaction)
+    finally:
+        in_transaction.close()
+    assert_exactly_once(p, "Kafka SIGKILL + restart")
+
+
+def test_redis_sigkilled_and_restarted_from_its_aof(mysql_pipeline):
+    p = mysql_pipeline
+    fault_then_catch_up(p, "redis")
+    assert_exactly_once(p, "Redis SIGKILL + restart (AOF)")
+
+
+def test_nats_sigkilled_and_restarted_from_file_storage(mysql_pipeline):
+    p = mysql_pipeline
+    fault_then_catch_up(p, "nats")
+    assert_exactly_once(p, "NATS SIGKILL + restart")
+
+
+def after(event: dict, checkpoint: BinlogPosition) -> bool:
+    """Whether a MariaDB event lies after a checkpoint (a transaction boundary)."""
+    at = event["source"]["position"]
+    return not BinlogPosition(at["file"], at["pos"]) < checkpoint
+
+
+def test_redis_restarted_empty_the_store_stays_the_authority(mysql_pipeline):
+    """Redis loses everything it had (its AOF is deleted before the restart). The store still
+    says where the sink stands: the runs that follow deliver to Redis exactly the changes after
+    that checkpoint, once each, and send nothing before it again. Kafka and NATS lose nothing."""
+    p = mysql_pipeline
+    p.run_ok("place")
+    p.work.wave(300)
+    run = p.start("fault_redis_empty")
+    try:
+        wait_for(lambda: p.writes(run.run_id) >= 2, "2 sub-batches committed", run=run)
+        with restarted("redis"):
+            stop_server("redis")
+            # With Redis gone no checkpoint of the sink can move; the run fails on its own.
+            rc = run.wait()
+            assert rc != 0, run.output()[-3000:]
+            failed = explained_failure(run.output())
+            held = p.cdc.store.get_checkpoint(p.name, "cache").position
+            shutil.rmtree(services_dir() / "redis" / "appendonlydir")
+            (services_dir() / "redis" / "dump.rdb").unlink(missing_ok=True)
+    finally:
+        run.signal(signal.SIGKILL)
+    p.work.wave(60)
+    resumed = p.run("resumed")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert p.catch_up("after_redis_empty") == []
+    warnings = [ln for ln in resumed.stderr.splitlines() if " WARNING " in ln]
+    print(f"redis empty: the faulted run ended {failed!r}; the store held the cache sink at {held}; "
+          f"the next run succeeded, warning {warnings or 'nothing'}")
+
+    got = sink_contents(p)
+    for sink in ("kafka", "nats"):
+        assert tally("Redis restarted empty", sink, p.work.changes, got[sink]) == (0, 0), sink
+        assert per_key([e for _, e in got[sink]]) == p.work.expected, sink
+    # NATS holds every change in source order: Redis holds exactly those after the checkpoint.
+    owed = [i for i, e in got["nats"] if after(e, held)]
+    assert 0 < len(owed) < p.work.changes
+    assert tally("Redis restarted empty", "redis (after the store's checkpoint)", len(owed),
+                 got["redis"]) == (0, 0)
+    assert [i for i, _ in got["redis"]] == owed
+    # The run after the restart started the sink at the store's checkpoint and sent it just that.
+    [cache] = [r for r in json.loads(resumed.stdout)["sinks"] if r["id"] == "cache"]
+    assert (cache["start"]["file"], cache["start"]["pos"]) == (held.file, held.pos)
+    assert cache["events"] == len(owed)
+
+
+# --------------------------------------------------------------------------- 4: the sources
+
+
+def test_mariadb_sigkilled_and_restarted_while_a_run_reads(mysql_pipeline):
+    p = mysql_pipeline
+    fault_then_catch_up(p, "mysql", source=True)
+    assert_exactly_once(p, "MariaDB SIGKILL + restart")
+
+
+def test_postgres_crash_restart_while_a_run_streams_the_slot(postgres_pipeline):
+    p = postgres_pipeline
+    # SIGQUIT is PostgreSQL's immediate shutdown: every backend (the run's walsender too) is
+    # killed at once and the next start recovers from the WAL, as after a crash.
+    fault_then_catch_up(p, "postgres", signal.SIGQUIT, source=True)
+    assert_exactly_once(p, "PostgreSQL crash + restart")
+
+
+# --------------------------------------------------------------------------- 5: a zombie run
+
+
+def stop_outside_store_writes(run: Run, store_path: Path) -> None:
+    """SIGSTOP the run's process group at a moment it holds no SQLite write lock: a process
+    stopped inside a store transaction would block every writer (that is not the fault here,
+    a zombie is). Retries a few ms later when it does."""
+    for _ in range(200):
+        run.signal(signal.SIGSTOP)
+        probe = sqlite3.connect(store_path, timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except Exception:  # noqa: BLE001 - "database is locked": the run is mid-write
+            run.signal(signal.SIGCONT)
+            time.sleep(0.005)
+        finally:
+            probe.close()
+    raise AssertionError("the run held the store's write lock at every attempt")
+
+
+def test_zombie_run_resumed_after_a_newer_run_writes_nothing(mysql_pipeline):
+    p = mysql_pipeline
+    p.run_ok("place")
+    p.work.wave(300)
+    zombie = p.start("zombie")
+    try:
+        wait_for(lambda: p.writes("zombie") >= 1, "the zombie committed a sub-batch", run=zombie)
+        stop_outside_store_writes(zombie, p.cdc.base / "store.sqlite")
+        taken = p.run("takeover")  # takes the lease and delivers the rest
+        assert taken.returncode == 0, taken.stderr[-3000:]
+        assert p.catch_up("after_takeover") == []
+        before, history = sink_contents(p), p.history()
+
+        zombie.signal(signal.SIGCONT)
+        rc = zombie.wait(120)
+    finally:
+        zombie.signal(signal.SIGKILL)
+    out = zombie.output()
+    after_ = sink_contents(p)
+    extra = {sink: len(after_[sink]) - len(before[sink]) for sink in before}
+    print(f"zombie: rc={rc}, extra messages per sink {extra}; its last line: "
+          f"{[ln for ln in out.splitlines() if ln.startswith('tidegate: ')][-1:]}")
+    problems = {sink: f"{n} message(s) written by the zombie" for sink, n in extra.items() if n}
+    if p.history() != history:
+        problems["store"] = "a checkpoint moved after the takeover"
+    # Fenced by a sink (it checks the lease epoch with its write) or by the store (a checkpoint
+    # write under the stale epoch): either way the error says another run took over.
+    if rc == 0 or not re.search(r"^tidegate: .*(fenced|another run took the lease)", out, re.M):
+        problems["exit"] = f"rc={rc}, no error naming the fencing: {out.strip().splitlines()[-1:]}"
+    assert problems == {}, out[-4000:]
+    assert_exactly_once(p, "zombie run resumed after a takeover")
+
