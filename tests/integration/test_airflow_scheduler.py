@@ -18,6 +18,9 @@ store and StatsD listener; stopped at the end). In file order:
   `tidegate.checkpoint_age_seconds` to a real UDP StatsD listener; the tidegate page in headless
   Chromium shows the incident's range after login and nothing without; `resolve=accept_gap`
   with a reason through the REST API resumes the pipeline.
+- A deliver task whose process group (task process, spark-submit, Spark JVM and driver) is
+  SIGKILLed mid-delivery is retried by the scheduler; the retry adopts what the sinks committed
+  and every change arrives once on Kafka (read_committed), NATS and Redis, in order per key.
 
 The screenshot of the page is kept in .artifacts/ui/ (git-ignored).
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -45,7 +49,7 @@ import pytest
 from tidegate.store import open_store
 
 from tests.conftest import SERVICES, services_env
-from tests.integration.sink_readers import kafka_changes, nats_ids, redis_ids
+from tests.integration.sink_readers import kafka_changes, nats_ids, nats_payloads, redis_events, redis_ids
 
 pytestmark = [pytest.mark.integration]
 
@@ -586,3 +590,83 @@ def test_statsd_names_are_plain_metric_lines(deployment):
             "lag_seconds"} <= names
     assert all(ln.rsplit("|", 1)[1] in ("c", "g") for ln in lines), lines[:5]
 
+
+
+
+# --------------------------------------------------------------------------- a killed deliver, retried
+
+
+def deliver_process_group(pipeline: str) -> int | None:
+    """The process group of the deliver task running ``pipeline``, found by its Spark driver
+    (spark_jobs/deliver.py --pipeline NAME): the task supervisor gives each task process a group
+    of its own, which spark-submit, the Spark JVM and the driver inherit."""
+    wanted = b"--pipeline\0" + pipeline.encode() + b"\0"
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"spark_jobs/deliver.py" in cmdline and wanted in cmdline:
+                return os.getpgid(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+@pytest.mark.chaos
+def test_deliver_killed_under_the_scheduler_is_retried_and_delivers_exactly_once(
+        deployment, kafka_bootstrap, nats_service, redis_service):
+    """The deliver task's process group (task process, spark-submit, the Spark JVM and driver) is
+    SIGKILLed mid-delivery; the scheduler retries the task (the DAG's default args give it
+    retries), the retry adopts what the sinks had committed, and every change arrives once."""
+    from tests.integration.test_fault_matrix import Workload
+
+    d, api = deployment, deployment["api"]
+    tag = uuid.uuid4().hex[:6]
+    p, table, stream = f"af_kill_{tag}", f"kill_{tag}", f"AFK_{tag.upper()}"
+    sql(d, f"CREATE TABLE {d['db']}.{table} (id INT PRIMARY KEY, status VARCHAR(20))")
+    (d["base"] / "pipelines" / f"{p}.yaml").write_text(textwrap.dedent(f"""
+        pipeline: {p}
+        source: {{kind: mysql, conn_id: cdc_mysql, tables: [{d['db']}.{table}], server_id: 48404}}
+        batch: {{max_events: 10}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+              exactly_once: true, partitions: 3}}
+          - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {stream}, subject: "{{pipeline}}.{{table}}"}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+    """))
+    dag = f"cdc_{p}"
+    api.wait_dag(dag)
+    api.set_paused(dag, False)
+    run = api.trigger(dag)  # places the sinks at the binlog head
+    assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    work = Workload(lambda stmt: sql(d, stmt), f"{d['db']}.{table}")
+    work.wave(600)  # ~90 sub-batches: a few seconds of delivery to kill it in
+
+    run = api.trigger(dag)
+    history = d["store"].checkpoint_history
+
+    def writes() -> int:
+        return sum(1 for h in history(p, "events") if h.kind == "write" and h.run_id == run)
+
+    group = wait_for(lambda: deliver_process_group(p), 300, f"the deliver task of {dag} {run}")
+    scheduler = int((Path(d["senv"]["TIDEGATE_SERVICES_DIR"]) / "airflow" / "scheduler.pid").read_text())
+    assert group not in (os.getpgid(0), os.getpgid(scheduler))  # the task's own group, nothing more
+    wait_for(lambda: writes() >= 2, 300, "two sub-batches delivered")
+    os.killpg(group, signal.SIGKILL)
+    killed_at = writes()
+    assert api.wait_run(dag, run, timeout=420) == "success", api.tasks(dag, run)
+    tries = ti(api, dag, run, "deliver")["try_number"]
+    print(f"{dag}: deliver killed after {killed_at} sub-batches, try {tries} delivered up to {writes()}",
+          file=sys.stderr)
+    assert tries >= 2  # the scheduler ran it again
+    assert killed_at < writes(), (killed_at, writes())  # the retry delivered the rest
+
+    changes = kafka_changes(kafka_bootstrap, f"{p}.{table}")
+    keys = collections.Counter(ch["idempotency_key"] for ch in changes)
+    assert per_key(changes) == work.expected
+    assert set(keys.values()) == {1} and len(keys) == work.changes
+    data_ids = [i for i in nats_ids(nats_service.cdc, stream) if "|__control|" not in i]
+    assert collections.Counter(data_ids) == keys
+    assert per_key(nats_payloads(nats_service.cdc, stream, f"{p}.{table}")) == work.expected
+    cached = [json.loads(e) for e in redis_events(redis_service.cdc, f"{p}:{table}")]
+    assert per_key(cached) == work.expected
+    assert collections.Counter(e["idempotency_key"] for e in cached) == keys
