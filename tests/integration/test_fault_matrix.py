@@ -5,20 +5,24 @@ Each scenario writes a workload of single-row transactions, starts a run, inject
 once the run has committed a few sub-batches, brings the server back, writes a second wave and
 runs until a run finds nothing to do. Then, per sink and per key: every change arrived once and
 in commit order (Kafka through a read_committed consumer, NATS by `Nats-Msg-Id`, Redis by
-`idempotency_key`), and every run that failed on the way said why in one line.
+`idempotency_key`), and every run that failed on the way said why (none halted: nothing was
+lost).
 
-1. Kafka broker SIGKILLed mid-transaction, restarted.
+1. The Kafka broker SIGKILLed while the run's transaction is open (the topic's read_uncommitted
+   high watermark past its last stable offset), then restarted.
 2. Redis SIGKILLed and restarted (AOF, appendfsync always); and Redis restarted empty (its AOF
    deleted): the checkpoint store stays the authority, so Redis holds exactly the changes after
    the store's checkpoint, once each, and nothing before it is sent again.
-3. NATS server SIGKILLed and restarted (JetStream file storage).
+3. The NATS server SIGKILLed and restarted (JetStream file storage).
 4. MariaDB SIGKILLed and restarted while a run reads its binlog; PostgreSQL stopped in
    immediate mode (a crash: every backend killed, WAL recovery on start) while a run streams
-   its slot.
-5. A zombie: a run SIGSTOPped after it committed a sub-batch, a second run of the pipeline takes
-   the lease and finishes, then the first is SIGCONTed: it writes nothing anywhere (no record a
-   read_committed consumer sees, no NATS message, no Redis entry, no checkpoint version) and
-   exits non-zero naming that it was fenced.
+   its slot. Either way the read breaks off and the run fails short of its range.
+5. A zombie: a run SIGSTOPped mid-delivery, a second run of the pipeline takes the lease and
+   finishes, then the first is SIGCONTed: it writes nothing anywhere (no record a read_committed
+   consumer sees, no NATS message, no Redis entry, no checkpoint version) and exits non-zero
+   naming that it was fenced. Stopped right after a commit (whichever sink it meets first), and
+   stopped while its sub-batch waits on a stalled Redis that is then killed and restarted (so
+   the zombie certainly retries a Redis write when it wakes).
 
 The scheduler-driven variant (the deliver task killed under a real Airflow scheduler, then
 retried by Airflow) is in test_airflow_scheduler.py, which owns the shared deployment.
@@ -192,7 +196,7 @@ class Pipeline:
         return json.loads(r.stdout)
 
     def start(self, run_id: str) -> Run:
-        out = self.cdc.base / f"{run_id}.log"
+        out = self.cdc.base / f"{self.name}.{run_id}.log"
         with open(out, "wb") as f:
             proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
                                     env=self.cdc.env, stdout=f, stderr=subprocess.STDOUT,
@@ -590,33 +594,63 @@ def test_postgres_crash_restart_while_a_run_streams_the_slot(postgres_pipeline):
 # --------------------------------------------------------------------------- 5: a zombie run
 
 
-def stop_outside_store_writes(run: Run, store_path: Path) -> None:
-    """SIGSTOP the run's process group at a moment it holds no SQLite write lock: a process
-    stopped inside a store transaction would block every writer (that is not the fault here,
-    a zombie is). Retries a few ms later when it does."""
-    for _ in range(200):
+def store_writable(store_path: Path) -> bool:
+    probe = sqlite3.connect(store_path, timeout=0)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:  # "database is locked": a writer is inside a transaction
+        return False
+    finally:
+        probe.close()
+
+
+def stop_right_after_a_commit(p: Pipeline, run: Run) -> None:
+    """SIGSTOP the run's process group as soon as it has committed another sub-batch's
+    checkpoints: its next sub-batch is then usually on its way to the sinks, so once resumed
+    the zombie has writes to attempt (which sink meets the fence first is up to timing; the
+    waiting-on-redis variant makes one certain). It must hold no SQLite write lock when stopped
+    (a writer stopped inside a store transaction would block every other one: not the fault
+    under test); if it does, it is resumed and stopped after its next commit."""
+    for _ in range(20):
+        seen = p.writes(run.run_id)
+        while p.writes(run.run_id) == seen:  # no sleep: stop within a millisecond of the commit
+            assert run.proc.poll() is None, f"the run ended before it was stopped:\n{run.output()[-3000:]}"
         run.signal(signal.SIGSTOP)
-        probe = sqlite3.connect(store_path, timeout=0)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
+        if store_writable(p.cdc.base / "store.sqlite"):
             return
-        except Exception:  # noqa: BLE001 - "database is locked": the run is mid-write
-            run.signal(signal.SIGCONT)
-            time.sleep(0.005)
+        run.signal(signal.SIGCONT)
+    raise AssertionError("the run held the store's write lock whenever it was stopped")
+
+
+def stop_while_it_waits_on_redis(p: Pipeline, run: Run) -> None:
+    """Stall Redis (SIGSTOP) until the run's next sub-batch waits on it, stop the run there, then
+    SIGKILL Redis and restart it from its AOF: the run's pending MULTI/EXEC dies with the server
+    unexecuted, so once resumed the zombie still has that Redis write to attempt, whatever the
+    timing of its other sinks."""
+    pid = server_pid("redis")
+    with restarted("redis"):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.5)  # a sub-batch takes ~30 ms: by now the run waits on Redis
+            run.signal(signal.SIGSTOP)
         finally:
-            probe.close()
-    raise AssertionError("the run held the store's write lock at every attempt")
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: gone(pid), "Redis to end")
+    assert store_writable(p.cdc.base / "store.sqlite")
 
 
-def test_zombie_run_resumed_after_a_newer_run_writes_nothing(mysql_pipeline):
+@pytest.mark.parametrize("stop", [stop_right_after_a_commit, stop_while_it_waits_on_redis],
+                         ids=["after-a-commit", "waiting-on-redis"])
+def test_zombie_run_resumed_after_a_newer_run_writes_nothing(mysql_pipeline, stop):
     p = mysql_pipeline
     p.run_ok("place")
     p.work.wave(300)
     zombie = p.start("zombie")
     try:
         wait_for(lambda: p.writes("zombie") >= 1, "the zombie committed a sub-batch", run=zombie)
-        stop_outside_store_writes(zombie, p.cdc.base / "store.sqlite")
+        stop(p, zombie)
         taken = p.run("takeover")  # takes the lease and delivers the rest
         assert taken.returncode == 0, taken.stderr[-3000:]
         assert p.catch_up("after_takeover") == []
@@ -629,7 +663,7 @@ def test_zombie_run_resumed_after_a_newer_run_writes_nothing(mysql_pipeline):
     out = zombie.output()
     after_ = sink_contents(p)
     extra = {sink: len(after_[sink]) - len(before[sink]) for sink in before}
-    print(f"zombie: rc={rc}, extra messages per sink {extra}; its last line: "
+    print(f"zombie stopped {stop.__name__}: rc={rc}, extra messages per sink {extra}; its last line: "
           f"{[ln for ln in out.splitlines() if ln.startswith('tidegate: ')][-1:]}")
     problems = {sink: f"{n} message(s) written by the zombie" for sink, n in extra.items() if n}
     if p.history() != history:
