@@ -267,3 +267,91 @@ def test_a_writer_of_an_older_epoch_is_fenced_and_writes_nothing(redis_service):
     assert stream_keys(r, name) == [e.idempotency_key for e in all_events(batches)]
     assert r.get(f"tidegate:fence:acme/{name}::sink::cache") == b"5"
     r.close()
+
+
+class ReplyCuttingProxy:
+    """A TCP relay to Redis that, once armed, forwards the next MULTI...EXEC to the server and
+    then closes the client's connection without passing on any reply: the transaction ran, the
+    writer never hears so (a network cut at the worst moment)."""
+
+    def __init__(self, port: int):
+        import socket
+        import threading
+        self.target = port
+        self.armed = threading.Event()
+        self.cuts = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+        while True:
+            try:
+                client_sock, _ = self.listener.accept()
+            except OSError:
+                return
+            server_sock = socket.create_connection(("127.0.0.1", self.target))
+            cut = threading.Event()
+            threading.Thread(target=self._up, args=(client_sock, server_sock, cut), daemon=True).start()
+            threading.Thread(target=self._down, args=(server_sock, client_sock, cut), daemon=True).start()
+
+    def _up(self, src, dst, cut) -> None:
+        while data := self._recv(src):
+            if self.armed.is_set() and b"EXEC\r\n" in data:
+                self.armed.clear()
+                cut.set()  # from here on the replies are dropped
+                self.cuts += 1
+                dst.sendall(data)
+                time.sleep(0.5)  # the server runs the transaction and answers into the void
+                for s in (src, dst):
+                    s.close()
+                return
+            dst.sendall(data)
+
+    def _down(self, src, dst, cut) -> None:
+        while (data := self._recv(src)) and not cut.is_set():
+            dst.sendall(data)
+
+    @staticmethod
+    def _recv(sock) -> bytes:
+        try:
+            return sock.recv(65536)
+        except OSError:
+            return b""
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize("epoch", [None, 7], ids=["unfenced", "fenced"])
+def test_an_exec_whose_reply_is_lost_is_not_stored_twice(redis_service, epoch):
+    """The connection breaks after Redis ran a sub-batch's MULTI/EXEC and before the reply: the
+    delivery fails retryable, and its retry finds the sub-batch in the sink-side checkpoint and
+    writes nothing again (redis-py resends nothing by itself; under a fence, its WatchError for a
+    lost connection is not taken for a moved fence)."""
+    import dataclasses
+    proxy = ReplyCuttingProxy(redis_service.cdc.port)
+    name = unique("rcut")
+    spec = rspec(name)
+    sink = make_sink(pipeline_spec(name, spec), spec, dataclasses.replace(redis_service.cdc, port=proxy.port))
+    sink.epoch = epoch
+    batches = make_batches(name, 3, 4, 1)
+    r = client(redis_service.cdc)
+    try:
+        sink.open()
+        sink.deliver(batches[0], 0)
+        proxy.armed.set()
+        with pytest.raises(RetryableSinkError):
+            sink.deliver(batches[1], 1)
+        assert proxy.cuts == 1
+        # the transaction ran: its entries and checkpoint are in Redis
+        assert stream_keys(r, name) == [e.idempotency_key for e in all_events(batches[:2])]
+        assert sink.deliver(batches[1], 1) == batches[1].end_position  # the retry
+        sink.deliver(batches[2], 2)
+    finally:
+        sink.close()
+        proxy.close()
+    assert stream_keys(r, name) == [e.idempotency_key for e in all_events(batches)]
+    r.close()

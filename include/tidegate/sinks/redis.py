@@ -43,6 +43,8 @@ from typing import Any
 
 import redis
 import redis.exceptions as rex
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ..batching import SubBatch
 from ..checkpoints import SinkCheckpoint
@@ -75,6 +77,13 @@ def classify_redis_error(exc: BaseException) -> ErrorClass:
                                                   for r in _RETRYABLE_REPLIES):
         return ErrorClass.RETRYABLE
     return ErrorClass.NON_RETRYABLE
+
+
+def _connection_lost(exc: rex.WatchError) -> bool:
+    """redis-py turns a connection lost during a watched transaction into a WatchError whose
+    message names the error ("A ConnectionError occurred while watching one or more keys"): the
+    EXEC may have run. A plain WatchError means a watched key moved and nothing ran."""
+    return "occurred while watching" in str(exc)
 
 
 def _truthy(v: Any) -> bool:
@@ -113,6 +122,9 @@ class RedisSink(Sink):
             "socket_timeout": float(x.get("socket_timeout", 30)),
             "socket_connect_timeout": float(x.get("socket_connect_timeout", 10)),
             "client_name": f"tidegate-{self.pipeline}-{self.sink_id}",
+            # No resend inside redis-py: a MULTI/EXEC whose reply was lost may have run, and only
+            # deliver() knows to look at the sink-side checkpoint before sending it again.
+            "retry": Retry(NoBackoff(), 0),
         }
         if _truthy(x.get("ssl")) or c.conn_type in ("rediss",):
             kw["ssl"] = True
@@ -259,8 +271,12 @@ class RedisSink(Sink):
             self.dlq_count += len(poison)
         except SinkError:
             raise
-        except rex.WatchError:  # the fence key moved between WATCH and EXEC: nothing was written
-            raise self._fence_moved() from None
+        except rex.WatchError as exc:
+            if _connection_lost(exc):  # redis-py's name for a connection lost while watching
+                self._uncertain = True  # the EXEC may have run before the connection broke
+                raise RetryableSinkError(f"{self.where}: the connection was lost delivering sub-batch "
+                                         f"{batch.seq}; retrying") from None
+            raise self._fence_moved() from None  # the fence key moved between WATCH and EXEC
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
             err = self.error(exc, f"delivering sub-batch {batch.seq}")
             if err.error_class is ErrorClass.RETRYABLE:
