@@ -30,7 +30,6 @@ retried by Airflow) is in test_airflow_scheduler.py, which owns the shared deplo
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import itertools
 import json
@@ -57,7 +56,7 @@ from tidegate.store import CheckpointStore, open_store
 
 from tests.conftest import services_cmd
 from tests.integration.airflow_support import VENV_BIN, per_key
-from tests.integration.sink_readers import kafka_changes, redis_events
+from tests.integration.sink_readers import kafka_changes, nats_messages, redis_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -393,33 +392,13 @@ def faulted_run(p: Pipeline, run_id: str, fault: Callable[[], None], writes: int
 # --------------------------------------------------------------------------- reading the sinks
 
 
-def nats_data(conn, stream: str, subject: str) -> list[tuple[str, dict]]:
-    """(Nats-Msg-Id, payload) of every message of ``subject`` in the stream, in stream order."""
-    import nats
-
-    async def go():
-        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
-        try:
-            js = nc.jetstream()
-            info = await js.stream_info(stream)
-            if not info.state.messages:
-                return []
-            msgs = [await js.get_msg(stream, seq)
-                    for seq in range(info.state.first_seq, info.state.last_seq + 1)]
-            return [(m.headers["Nats-Msg-Id"], json.loads(m.data)) for m in msgs if m.subject == subject]
-        finally:
-            await nc.close()
-
-    return asyncio.run(go())
-
-
 def sink_contents(p: Pipeline) -> dict[str, list[tuple[str, dict]]]:
     """Per sink, (the id it dedups by, envelope) of every data message, in the sink's order."""
     c = p.cdc
     kafka = kafka_changes(c.kafka, p.topic)
     redis = [json.loads(e) for e in redis_events(c.redis, p.redis_key)]
     return {"kafka": [(e["idempotency_key"], e) for e in kafka],
-            "nats": nats_data(c.nats, p.stream, p.topic),
+            "nats": [(h["Nats-Msg-Id"], e) for e, h in nats_messages(c.nats, p.stream, p.topic)],
             "redis": [(e["idempotency_key"], e) for e in redis]}
 
 
