@@ -12,8 +12,9 @@ come from ``AIRFLOW_CONN_<ID>`` environment variables of the driver (see docs/op
 ``TIDEGATE_RUN_REPORT {...}`` line.
 
 Exit codes: 0 done; 3 (``tidegate.plan.EXIT_FATAL``) an error that a retry cannot fix (fenced
-producer, stale fencing epoch, halt, bad spec or connection, wrong source setting); anything
-else: retryable.
+producer, stale fencing epoch, halt, bad spec or connection, wrong source setting), also written
+to ``--report-file`` as ``{"fatal": true, "error": ...}`` (how the deliver operator tells it
+apart); anything else: retryable.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def main(argv: Sequence[str] | None = None, make_session: Any = spark_session) -
             raise
         log.error("pipeline %s run %s: fatal, not retried: %s: %s", args.pipeline, args.run_id,
                   type(exc).__name__, exc)
+        if args.report_file:  # how the operator tells a fatal end from a failure worth a retry
+            ended = {"fatal": True, "error": f"{type(exc).__name__}: {exc}"}
+            Path(args.report_file).write_text(json.dumps(ended), encoding="utf-8")
         return EXIT_FATAL
     finally:
         spark.stop()

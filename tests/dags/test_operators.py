@@ -327,7 +327,7 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connection
     assert (mysql.host, mysql.port, mysql.login, mysql.password, mysql.schema) == (
         "127.0.0.1", 3306, "cdc", SECRETS[0], "shop")
     assert get_connection("cdc_kafka", env).extra["bootstrap.servers"] == "127.0.0.1:9092"
-    assert deliver.env_vars["PYSPARK_PYTHON"]  # local master: the driver uses this interpreter
+    assert deliver._driver_env["PYSPARK_PYTHON"]  # local master: the driver uses this interpreter
 
 
 def test_deliver_takes_spark_settings_from_the_spec(pipelines_dir, connections, monkeypatch):
@@ -395,41 +395,47 @@ def test_deliver_refuses_to_put_secrets_on_a_cluster_mode_command_line(dags, con
     deliver.pass_connections = False
     deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}), None)
     assert deliver._driver_secrets == {}
-    assert not any(k.startswith(("AIRFLOW_CONN_", "TIDEGATE_")) for k in deliver.env_vars)
+    assert not any(k.startswith(("AIRFLOW_CONN_", "TIDEGATE_")) for k in deliver.env_vars or {})
 
 
 def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monkeypatch):
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    """spark-submit (a stand-in process object) ends three ways: done with a report; fatal (exit
+    3 and a fatal report: not retried); failed (retried). This process's environment is never
+    changed on the way."""
+    import airflow.providers.apache.spark.hooks.spark_submit as hook_module
     from tidegate_airflow.exceptions import DeliverFatalError
 
     report = {"pipeline": "shop_mysql", "events": 3, "bytes": 300, "sub_batches": 1, "sinks": []}
+    environ = dict(os.environ)
 
-    def ok(self, context):
-        path = self.application_args[self.application_args.index("--report-file") + 1]
-        with open(path, "w") as f:
-            json.dump(report, f)
+    def spark_submit(returncode: int, written: dict | None):
+        class Popen:
+            def __init__(self, cmd, **kw):
+                assert "AIRFLOW_CONN_CDC_MYSQL" in kw["env"] and os.environ == environ
+                if written is not None:
+                    with open(cmd[cmd.index("--report-file") + 1], "w") as f:
+                        json.dump(written, f)
+                self.stdout, self.returncode = iter(()), returncode
+
+            def wait(self):
+                return self.returncode
+
+        monkeypatch.setattr(hook_module.subprocess, "Popen", Popen)
 
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
-    monkeypatch.setattr(SparkSubmitOperator, "execute", ok)
+    spark_submit(0, report)
     assert deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()})) == report
 
-    def fatal(self, context):
-        self._hook = SimpleNamespace(_submit_sp=SimpleNamespace(returncode=3))
-        raise AirflowException("Cannot execute: spark-submit ... Error code is: 3.")
-
-    monkeypatch.setattr(SparkSubmitOperator, "execute", fatal)
-    with pytest.raises(DeliverFatalError):
+    spark_submit(3, {"fatal": True, "error": "FencedError: a newer run holds the lease"})
+    with pytest.raises(DeliverFatalError, match="FencedError: a newer run holds the lease"):
         deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}))
 
-    def retryable(self, context):
-        self._hook = SimpleNamespace(_submit_sp=SimpleNamespace(returncode=1))
-        raise AirflowException("Cannot execute: spark-submit ... Error code is: 1.")
-
-    monkeypatch.setattr(SparkSubmitOperator, "execute", retryable)
+    spark_submit(1, None)
     with pytest.raises(AirflowException) as e:
         deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}))
     assert not isinstance(e.value, AirflowFailException)
+    assert os.environ == environ
 
 
 # --------------------------------------------------------------------------- release and report

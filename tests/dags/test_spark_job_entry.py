@@ -91,7 +91,7 @@ def test_main_calls_the_engine_and_writes_the_report(job, monkeypatch, tmp_path,
     assert "TIDEGATE_RUN_REPORT " in capsys.readouterr().out
 
 
-def test_fatal_engine_errors_exit_3_others_raise(job, monkeypatch):
+def test_fatal_engine_errors_exit_3_others_raise(job, monkeypatch, tmp_path):
     import tidegate.spark_job as spark_job
     from tidegate.errors import CommitPolicyError, FatalRunError
 
@@ -100,9 +100,11 @@ def test_fatal_engine_errors_exit_3_others_raise(job, monkeypatch):
 
     monkeypatch.setattr(spark_job, "deliver", fatal)
     monkeypatch.setattr(job, "load_spec", lambda args: None)
-    spark = FakeSpark()
-    assert job.main(["--pipeline", "p", "--run-id", "r"], make_session=lambda n: spark) == job.EXIT_FATAL
+    spark, out = FakeSpark(), tmp_path / "report.json"
+    assert job.main(["--pipeline", "p", "--run-id", "r", "--report-file", str(out)],
+                    make_session=lambda n: spark) == job.EXIT_FATAL
     assert spark.stopped
+    assert json.loads(out.read_text()) == {"fatal": True, "error": "FatalRunError: producer fenced"}
 
     def retryable(spark, **kw):
         raise CommitPolicyError("required sink events failed")

@@ -7,8 +7,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +84,9 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self.ship_package = ship_package
         # AIRFLOW_CONN_* for the driver: only ever in the spark-submit process's environment.
         self._driver_secrets: dict[str, str] = {}
+        self._driver_env: dict[str, str] = {}  # the secrets and the settings spark-submit gets
+        self._client_mode = True
+        self._given_env_vars: dict[str, Any] | None = None
 
     def plan_overrides(self) -> Mapping[str, Any]:
         return {"mode": self.mode, "sinks": self.sinks, "max_events": self.max_events,
@@ -106,30 +108,45 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
             self.py_files = ",".join(p for p in (self.py_files, str(package_zip())) if p)
         self.application_args = build_args(spec=spec, run_id=task.run_id, plan=plan, upto=self._upto(context),
                                            report_file=report_file)
-        # Settings for the driver that are no secret (the provider may put them on a command line).
-        # TIDEGATE_CHECKPOINT_STORE and TIDEGATE_PIPELINES_DIR need no copy: spark-submit inherits
-        # this task's environment, and the store URL may hold a password.
-        env = dict(self.env_vars or {})
         master, deploy_mode = self._check_transport()
+        self._client_mode = deploy_mode == "client"
+        self._driver_env = self._driver_environment(spec, task, master) if self._client_mode else {}
+        self.log.info("pipeline %s: spark-submit %s on %s (%s deploy mode), run %s (%s), connections "
+                      "passed in its environment: %s", spec.pipeline, self.application, master, deploy_mode,
+                      task.run_id, plan.mode, ", ".join(sorted(self._driver_secrets)) or "none")
+        return task
+
+    def _driver_environment(self, spec: Any, task: TaskRun, master: str) -> dict[str, str]:
+        """Client deploy mode: what spark-submit's process (and so the driver) gets on top of
+        this task's environment, which it inherits (TIDEGATE_CHECKPOINT_STORE and
+        TIDEGATE_PIPELINES_DIR need no copy, and the store URL may hold a password). Sets
+        ``_driver_secrets``. ``env_vars`` keep the provider's meaning: the driver's environment."""
+        env: dict[str, str] = {}
         # In client mode the driver runs here, with this worker's interpreter (it has tidegate and
         # the clients); so do local executors. A cluster's executors use spark.pyspark.python of
         # the spec's spark.conf, which would also name the driver's unless the driver's own
         # setting (it takes precedence over any environment variable) says otherwise.
         if master.startswith("local"):
-            for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
-                if not os.environ.get(k) and k not in env:
-                    env[k] = sys.executable
-        elif deploy_mode == "client" and not os.environ.get("PYSPARK_DRIVER_PYTHON"):
+            env.update({k: sys.executable for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+                        if not os.environ.get(k)})
+        elif not os.environ.get("PYSPARK_DRIVER_PYTHON"):
             self.conf.setdefault("spark.pyspark.driver.python", sys.executable)
-        self.env_vars = env
         self._driver_secrets = {}
         if self.pass_connections:
             conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks)]
             self._driver_secrets = connection_env(conn_ids, task.resolve)
-        self.log.info("pipeline %s: spark-submit %s on %s (%s deploy mode), run %s (%s), connections "
-                      "passed in its environment: %s", spec.pipeline, self.application, master, deploy_mode,
-                      task.run_id, plan.mode, ", ".join(sorted(self._driver_secrets)) or "none")
-        return task
+        if self._given_env_vars is None:  # as rendered; prepare() may run again
+            self._given_env_vars = dict(self.env_vars or {})
+        user = self._given_env_vars
+        if user and (master.startswith("yarn") or master.startswith("k8s")):
+            # The provider turns env_vars into the driver's environment by --conf on YARN and
+            # Kubernetes; on YARN it would also replace the whole environment submit() is given.
+            prefix = ("spark.yarn.appMasterEnv." if master.startswith("yarn")
+                      else "spark.kubernetes.driverEnv.")
+            self.conf.update({prefix + k: str(v) for k, v in user.items()})
+        env.update({k: str(v) for k, v in user.items()})
+        self.env_vars = {}  # all of it travels in submit()'s environment (and conf), never twice
+        return {**env, **self._driver_secrets}
 
     def _upto(self, context: Context) -> dict[str, Any] | None:
         upto = self.upto
@@ -168,27 +185,34 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
 
     # ------------------------------------------------------------------ running
 
+    def _submit(self, context: Context) -> None:
+        """spark-submit with the driver's environment given to that process alone (this task's
+        own stays as it was). In cluster deploy mode nothing is passed and the provider submits
+        as it does (tracking a remote driver)."""
+        if not self._client_mode:
+            SparkSubmitOperator.execute(self, context)
+            return
+        self._hook = self._get_hook()
+        self._hook.submit(self.application, env={**os.environ, **self._driver_env})
+
     def run(self, task: TaskRun, context: Context) -> dict[str, Any] | None:
         fd, report_file = tempfile.mkstemp(prefix="tidegate-report-", suffix=".json")
         os.close(fd)
         try:
             self.prepare(context, report_file, task)
             try:
-                with _process_environment(self._driver_secrets):
-                    SparkSubmitOperator.execute(self, context)
+                self._submit(context)
             except AirflowException as exc:
-                from tidegate.plan import EXIT_FATAL
-
-                code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
-                if code == EXIT_FATAL:
+                ended = _read_report(report_file) or {}
+                if ended.get("fatal"):
                     raise DeliverFatalError(
-                        f"pipeline {task.spec.pipeline!r}: the Spark job stopped on a fatal error (exit "
-                        f"{EXIT_FATAL}); see the driver log above. Not retried.") from exc
+                        f"pipeline {task.spec.pipeline!r}: the Spark job stopped on a fatal error, not "
+                        f"retried: {ended.get('error')}") from exc
                 raise
             report = _read_report(report_file)
         finally:
             Path(report_file).unlink(missing_ok=True)
-        if report is None:
+        if report is None or report.get("fatal"):
             self.log.warning("pipeline %s: no run report from the driver (remote driver?)",
                              task.spec.pipeline)
         else:
@@ -196,22 +220,6 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
                           task.spec.pipeline, report.get("events"), report.get("bytes"),
                           report.get("sub_batches"))
         return report
-
-
-@contextmanager
-def _process_environment(extra: Mapping[str, str]) -> Iterator[None]:
-    """``extra`` in this process's environment while spark-submit starts (it inherits it), and
-    gone afterwards. The task process runs this one task."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def build_args(*, spec: Any, run_id: str, plan: Any, upto: dict[str, Any] | None = None,
