@@ -64,6 +64,7 @@ def fail_fast(exc: BaseException) -> None:
     (they propagate as they are, and Airflow's retries apply)."""
     if not getattr(exc, "fatal", False):
         return
+    from tidegate import catalog
     from tidegate.errors import SourceSettingError
     from tidegate.guards import ContinuityHalt
     from tidegate.plan import RunParamsError
@@ -74,7 +75,7 @@ def fail_fast(exc: BaseException) -> None:
         raise PreflightError(str(exc)) from None
     if isinstance(exc, RunParamsError):
         raise InvalidRunParamsError(exc.problems) from None
-    if type(exc).__name__ == "PipelineNotFoundError":
+    if isinstance(exc, catalog.PipelineNotFoundError):
         raise PipelineNotFoundError(str(exc)) from None
     raise FatalEngineError(f"{type(exc).__name__}: {exc}") from exc
 
