@@ -111,11 +111,11 @@ def _stop(child: Any, finished: bool) -> None:
 def _child_main(spec: Any, connection: Any, start: Position | None, upto: Position,
                 store_url: str | None, send: Any) -> None:
     """The child's body: read the range, ship it in batches, then ``end`` (or the error)."""
-    from .runner import build_source
+    from .parts import fixed_connection
 
     store = None
     try:
-        source = build_source(spec, lambda conn_id: connection)
+        source = fixed_connection(connection).source(spec)
         try:
             if store_url:
                 from .store import open_store

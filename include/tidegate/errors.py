@@ -186,6 +186,12 @@ class CommitPolicyError(TidegateError):
     """A sub-batch was not delivered to enough sinks; no checkpoint moved."""
 
 
+class RunError(TidegateError):
+    """A run was asked for something it cannot do (unknown sink, replay of an unknown run)."""
+
+    fatal = True
+
+
 class FatalRunError(TidegateError):
     """A fatal sink error stopped the run; Airflow must not retry it."""
 

@@ -26,9 +26,10 @@ from typing import Any
 from .checkpoints import adopt
 from .errors import ChangesLostError, ContinuityHalt, SourceError, TidegateError, halt_message
 from .events import ControlMessage
+from .parts import Parts
 from .plan import GUARD_ORDER, RESOLUTIONS, RunPlan
 from .positions import Position, SnapshotPosition, later, log_position, oldest, position_to_json
-from .runner import Resolver, build_sinks, opened
+from .runner import opened
 from .sinks.base import Sink
 from .sources.base import Source
 from .spec import PipelineSpec
@@ -45,7 +46,7 @@ IDENTITY_KEYS = ("kind", "server_id", "server_uuid", "system_id", "timeline")
 
 
 def run_guards(spec: PipelineSpec, plan: RunPlan, *, run_id: str, checks: Sequence[str] = GUARD_ORDER,
-               resolve: Resolver | None = None, store: CheckpointStore | None = None) -> dict[str, Any]:
+               parts: Parts | None = None, store: CheckpointStore | None = None) -> dict[str, Any]:
     """Resolve the open incidents when the plan says so, then run ``checks`` in
     :data:`GUARD_ORDER`. Raises :class:`ContinuityHalt` on a loss and SourceSettingError on a
     wrong setting; returns each check's result and the preflight warnings."""
@@ -58,27 +59,27 @@ def run_guards(spec: PipelineSpec, plan: RunPlan, *, run_id: str, checks: Sequen
         out: dict[str, Any] = {"resolved": [], "checks": {}, "warnings": []}
         if plan.resolve:
             out["resolved"] = resolve_incidents(spec, resolution=plan.resolve, reason=plan.reason or "",
-                                                who=plan.who, run_id=run_id, resolve=resolve, store=store,
+                                                who=plan.who, run_id=run_id, parts=parts, store=store,
                                                 tables=plan.tables)
         for check in (c for c in GUARD_ORDER if c in checks):
-            out["checks"][check] = _run_check(check, spec, run_id, resolve, store, out)
+            out["checks"][check] = _run_check(check, spec, run_id, parts, store, out)
         return out
     finally:
         if own:
             store.close()
 
 
-def _run_check(check: str, spec: PipelineSpec, run_id: str, resolve: Resolver | None,
+def _run_check(check: str, spec: PipelineSpec, run_id: str, parts: Parts | None,
                store: CheckpointStore, out: dict[str, Any]) -> Any:
     if check == "halted":
         check_halted(spec, store=store)
         return {"status": "ok"}
     if check == "preflight":
-        warnings = preflight(spec, resolve=resolve, store=store)
+        warnings = preflight(spec, parts=parts, store=store)
         out["warnings"] += warnings
         return {"status": "warnings" if warnings else "ok", "warnings": warnings}
     guard = guard_failover if check == "failover" else guard_retention
-    result = guard(spec, run_id=run_id, resolve=resolve, store=store)
+    result = guard(spec, run_id=run_id, parts=parts, store=store)
     log.info("pipeline %s: %s guard: %s", spec.pipeline, check, result)
     return result
 
@@ -116,14 +117,13 @@ def same_server(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in IDENTITY_KEYS)
 
 
-def guard_failover(spec: PipelineSpec, *, run_id: str, resolve: Resolver | None = None,
-                   store: CheckpointStore | None = None, sinks: Sequence[Sink] | None = None
-                   ) -> dict[str, Any]:
+def guard_failover(spec: PipelineSpec, *, run_id: str, parts: Parts | None = None,
+                   store: CheckpointStore | None = None) -> dict[str, Any]:
     """Compare the source identity with the one the checkpoints belong to. On a change: a
     MySQL/MariaDB failover whose checkpoints' GTID sets are all on the new server continues
     (each sink's checkpoint, or its adoptable sink-side record, is translated by GTID set);
-    anything else halts with the range. ``sinks`` (tests): the sinks whose records to read."""
-    with opened(spec, resolve, store) as (source, st):
+    anything else halts with the range."""
+    with opened(spec, parts, store) as (source, st):
         current = source.identity()
         stored = st.get_source_identity(spec.pipeline)
         if stored is None or not st.checkpoints(spec.pipeline):
@@ -136,7 +136,7 @@ def guard_failover(spec: PipelineSpec, *, run_id: str, resolve: Resolver | None 
             _halt(st, spec, "failover", _lowest_checkpoint(st, spec), source.head(),
                   change + ". Changes after the checkpoint may be missing.", run_id)
         return _gtid_failover(spec, st, source, stored, current, change, run_id,
-                              sinks if sinks is not None else build_sinks(spec, resolve=resolve))
+                              (parts or Parts()).sinks(spec))
 
 
 def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, old: Mapping[str, Any],
@@ -212,12 +212,12 @@ def _journal_failover(store: CheckpointStore, spec: PipelineSpec, run_id: str,
 # --------------------------------------------------------------------------- retention
 
 
-def guard_retention(spec: PipelineSpec, *, run_id: str, resolve: Resolver | None = None,
+def guard_retention(spec: PipelineSpec, *, run_id: str, parts: Parts | None = None,
                     store: CheckpointStore | None = None) -> dict[str, Any]:
     """The source's log still holds everything after the lowest checkpoint (MySQL/MariaDB: the
     binlog file was not purged; Postgres: the slot exists and lost no WAL, created on the
     pipeline's first run). Otherwise an incident of the loss's kind halts the pipeline."""
-    with opened(spec, resolve, store) as (source, st):
+    with opened(spec, parts, store) as (source, st):
         lowest = _lowest_checkpoint(st, spec)
         try:
             return source.check_retention(None if lowest is None else log_position(lowest),
@@ -228,14 +228,14 @@ def guard_retention(spec: PipelineSpec, *, run_id: str, resolve: Resolver | None
             raise  # not reached: _halt raises
 
 
-def preflight(spec: PipelineSpec, *, resolve: Resolver | None = None,
+def preflight(spec: PipelineSpec, *, parts: Parts | None = None,
               store: CheckpointStore | None = None) -> list[str]:
     """Source settings and privileges (raises SourceSettingError on a hard problem) and
     retention headroom warnings against the oldest sink checkpoint; figures worth knowing (the
     WAL a slot holds) are logged."""
     from .sources.preflight import INFO, WARNING, raise_for_problems
 
-    with opened(spec, resolve, store) as (source, st):
+    with opened(spec, parts, store) as (source, st):
         sink_ids = {s.id for s in spec.sinks}
         stored = [r for sid, r in st.checkpoints(spec.pipeline).items() if sid in sink_ids]
         oldest_rec = min(stored, key=lambda r: r.position) if stored else None
@@ -256,7 +256,7 @@ def preflight(spec: PipelineSpec, *, resolve: Resolver | None = None,
 
 
 def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: str,
-                      run_id: str, resolve: Resolver | None = None,
+                      run_id: str, parts: Parts | None = None,
                       store: CheckpointStore | None = None,
                       tables: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Resolve every open incident of the pipeline. ``accept_gap`` moves the checkpoints past
@@ -270,7 +270,7 @@ def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: 
     if not (reason or "").strip():
         raise TidegateError("resolve needs a reason (it is kept with the incident): set the "
                             "`reason` param when triggering the run")
-    with opened(spec, resolve, store) as (source, st):
+    with opened(spec, parts, store) as (source, st):
         done = []
         incidents = st.incidents(spec.pipeline, unresolved_only=True)
         for inc in incidents:  # check them all before resolving any

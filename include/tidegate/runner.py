@@ -9,8 +9,9 @@ the source and hands it to the coordinator, which delivers sub-batch by sub-batc
 checkpoints as it goes; :func:`release` then lets the source recycle its log up to the lowest
 checkpoint.
 
-Callers pass a connection resolver; by default connections come from ``AIRFLOW_CONN_<ID>``
-environment variables. Airflow operators pass one built on Airflow's own connections.
+Callers hand in the :class:`~tidegate.parts.Parts` the run's source and sinks are made by (by
+default from ``AIRFLOW_CONN_<ID>`` environment variables; the Airflow operators hand one built on
+Airflow's own connections).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import snapshots
-from .connections import Connection, get_connection
 from .coordinator import Coordinator, RunReport
-from .errors import ContinuityHalt, TidegateError
+from .errors import ContinuityHalt, RunError
 from .events import ControlMessage, PositionMark, is_control
+from .parts import Parts, chosen_sinks
 from .plan import RunPlan
 from .positions import (
     Position,
@@ -38,14 +39,12 @@ from .positions import (
     position_to_json,
     same_lineage,
 )
-from .sinks.base import Sink
 from .sources.base import Source, SourceItem
 from .spec import PipelineSpec
 from .store import CheckpointStore, open_store
 
 log = logging.getLogger(__name__)
 
-Resolver = Callable[[str], Connection]
 # How a run reads its range: (source, start, upto) -> items. The default reads in-process;
 # the Spark job passes one that reads slices in Spark tasks.
 Reader = Callable[[Source, "Position | None", Position], Iterable[SourceItem]]
@@ -55,48 +54,16 @@ def read_in_process(source: Source, start: Position | None, upto: Position) -> I
     return source.read(start, upto)
 
 
-class RunError(TidegateError):
-    """A run was asked for something it cannot do (unknown sink, replay of an unknown run)."""
-
-    fatal = True
-
-
 # --------------------------------------------------------------------------- building blocks
 
 
-def build_source(spec: PipelineSpec, resolve: Resolver | None = None) -> Source:
-    from .sources import make_source  # the source drivers pull in their client libraries
-
-    return make_source(spec, (resolve or get_connection)(spec.source.conn_id))
-
-
-def build_sinks(spec: PipelineSpec, only: Sequence[str] | None = None,
-                resolve: Resolver | None = None) -> list[Sink]:
-    from .sinks import make_sink
-
-    chosen = chosen_sinks(spec, only)
-    resolve = resolve or get_connection
-    return [make_sink(spec, s, resolve(s.conn_id)) for s in spec.sinks if s.id in chosen]
-
-
-def chosen_sinks(spec: PipelineSpec, only: Sequence[str] | None) -> set[str]:
-    known = [s.id for s in spec.sinks]
-    if not only:
-        return set(known)
-    unknown = sorted(set(only) - set(known))
-    if unknown:
-        raise RunError(f"pipeline {spec.pipeline!r} has no sink(s) {', '.join(unknown)}; "
-                       f"its sinks are: {', '.join(known)}")
-    return set(only)
-
-
 @contextmanager
-def opened(spec: PipelineSpec, resolve: Resolver | None, store: CheckpointStore | None
+def opened(spec: PipelineSpec, parts: Parts | None, store: CheckpointStore | None
            ) -> Iterator[tuple[Source, CheckpointStore]]:
     """The pipeline's source and the checkpoint store (opened here unless given)."""
     own_store = store is None
     store = store or open_store()
-    source = build_source(spec, resolve)
+    source = (parts or Parts()).source(spec)
     source.use_store(store)  # schema branch: facts a source keeps between runs (Postgres column sets)
     try:
         yield source, store
@@ -213,12 +180,12 @@ def idle_moves(bounds: Bounds) -> dict[str, Position]:
     return {sid: bounds.upto for sid in bounds.behind() if sid not in bounds.owed}
 
 
-def prepare_bounds(spec: PipelineSpec, *, resolve: Resolver | None = None,
+def prepare_bounds(spec: PipelineSpec, *, parts: Parts | None = None,
                    store: CheckpointStore | None = None) -> Bounds:
     """The bounds step of a run: capture, place new sinks (``start: head``), skip an idle
     range. Cheap: no sink is contacted; the lease is taken only when a checkpoint moves."""
     run_id = "bounds__" + spec.pipeline
-    with opened(spec, resolve, store) as (source, st):
+    with opened(spec, parts, store) as (source, st):
         bounds = capture_bounds(spec, source, st)
         if spec.source.start == "head" and None in bounds.checkpoints.values():
             bounds = place_new_sinks(spec, st, bounds, run_id=run_id,
@@ -252,7 +219,7 @@ def replay_target(spec: PipelineSpec, plan: RunPlan, run_id: str, *,
 
 
 def prepare_replay_bounds(spec: PipelineSpec, replay_of: str, *, sinks: Sequence[str] | None = None,
-                          missing_ok: bool = False, resolve: Resolver | None = None,
+                          missing_ok: bool = False, parts: Parts | None = None,
                           store: CheckpointStore | None = None) -> Bounds:
     """The bounds step of a replay: the head, the checkpoints and the range ``replay_of``
     delivered to each chosen sink. Reads only: it takes no lease and moves no checkpoint, so a
@@ -260,7 +227,7 @@ def prepare_replay_bounds(spec: PipelineSpec, replay_of: str, *, sinks: Sequence
     journal does not know delivered nothing (a scheduled run that had nothing to do records no
     range), so the replay has nothing to do; otherwise it is an error, raised before Spark."""
     chosen = chosen_sinks(spec, sinks)
-    with opened(spec, resolve, store) as (source, st):
+    with opened(spec, parts, store) as (source, st):
         bounds = capture_bounds(spec, source, st)
         try:
             ranges = _delivered_ranges(st, spec.pipeline, replay_of)
@@ -296,7 +263,7 @@ def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointS
 
 
 def run_pipeline(spec: PipelineSpec, plan: RunPlan | None = None, *, run_id: str,
-                 upto: Position | None = None, resolve: Resolver | None = None,
+                 upto: Position | None = None, parts: Parts | None = None,
                  store: CheckpointStore | None = None, data_interval: tuple[Any, Any] | None = None,
                  reader: Reader = read_in_process,
                  chunk_reader: snapshots.ChunkReader | None = None) -> dict[str, Any]:
@@ -307,15 +274,15 @@ def run_pipeline(spec: PipelineSpec, plan: RunPlan | None = None, *, run_id: str
     plan = plan or RunPlan()
     if plan.max_events:
         spec = dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, max_events=plan.max_events))
-    with opened(spec, resolve, store) as (source, st):
+    with opened(spec, parts, store) as (source, st):
         reader = snapshots.snapshot_reader(spec, st, reader, chunk_reader)  # snapshot positions
         upto = upto or source.head()
         if plan.mode == "dry_run":
             return _dry_run(spec, source, st, upto, reader)
         replay_of = plan.replay_of or _rerun_of(spec, st, run_id, plan.mode)
         if replay_of:
-            return _replay(spec, source, st, run_id, replay_of, plan.sinks, resolve, reader).to_json()
-        return _incremental(spec, source, st, run_id, upto, plan.sinks, resolve, data_interval,
+            return _replay(spec, source, st, run_id, replay_of, plan.sinks, parts, reader).to_json()
+        return _incremental(spec, source, st, run_id, upto, plan.sinks, parts, data_interval,
                             reader).to_json()
 
 
@@ -368,9 +335,9 @@ class SchemaGate:
 
 
 def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: str,
-                 upto: Position, only: Sequence[str] | None, resolve: Resolver | None,
+                 upto: Position, only: Sequence[str] | None, parts: Parts | None,
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
-    sinks = build_sinks(spec, only, resolve)
+    sinks = (parts or Parts()).sinks(spec, only)
     epoch = store.acquire_lease(spec.pipeline, run_id)
     if spec.source.start == "head":
         place_new_sinks(spec, store, capture_bounds(spec, source, store), run_id=run_id, epoch=epoch)
@@ -393,7 +360,7 @@ def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run
 
 
 def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: str,
-            replay_of: str, only: Sequence[str] | None, resolve: Resolver | None,
+            replay_of: str, only: Sequence[str] | None, parts: Parts | None,
             reader: Reader) -> RunReport:
     """Re-deliver exactly the ranges a past run delivered, to the chosen sinks. Checkpoints
     never move backwards: the coordinator only writes positions beyond the stored ones."""
@@ -402,7 +369,7 @@ def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: 
     if not chosen:
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
     _check_replayable(spec, source, replay_of, {sid: ranges[sid] for sid in chosen})
-    sinks = build_sinks(spec, sorted(chosen), resolve)
+    sinks = (parts or Parts()).sinks(spec, sorted(chosen))
     epoch = store.acquire_lease(spec.pipeline, run_id)
     starts = {sid: ranges[sid][0] for sid in chosen}
     upto = max(ranges[sid][1] for sid in chosen)
@@ -454,10 +421,10 @@ def check_log_held(spec: PipelineSpec, source: Source, start: Position | None, a
 
 
 def check_rewind(spec: PipelineSpec, sink_id: str, version: int, position: Position, *,
-                 resolve: Resolver | None = None) -> None:
+                 parts: Parts | None = None) -> None:
     """Before a rewind is written: the source still holds the log after the restored position
     (otherwise every later run would fail until the checkpoint moves forward again)."""
-    source = build_source(spec, resolve)
+    source = (parts or Parts()).source(spec)
     try:
         check_log_held(spec, source, position, f"a rewind of sink {sink_id} to version {version}")
     finally:
@@ -501,13 +468,13 @@ def _dry_run(spec: PipelineSpec, source: Source, store: CheckpointStore, upto: P
 # --------------------------------------------------------------------------- release
 
 
-def release(spec: PipelineSpec, *, resolve: Resolver | None = None,
+def release(spec: PipelineSpec, *, parts: Parts | None = None,
             store: CheckpointStore | None = None) -> Position | None:
     """Let the source recycle its log up to the lowest sink checkpoint (a sink that is behind
     holds the log it still needs), or less far with ``source.replay_retention``
     (:func:`replay_hold`); returns the position released to (None: some sink has no checkpoint
     yet). The source never moves its log back (a Postgres slot only advances)."""
-    with opened(spec, resolve, store) as (source, st):
+    with opened(spec, parts, store) as (source, st):
         low = capture_bounds(spec, source, st).lowest()
         if low is None:
             return None

@@ -69,10 +69,10 @@ def slice_reader(spec: PipelineSpec, connection: Connection, slices: list[tuple[
     receive; they read no file and no environment variable of their own."""
 
     def read_partition(index: int, _ignored: Iterator[Any]) -> Iterator[tuple]:
-        from .runner import build_source
+        from .parts import fixed_connection
 
         t0 = time.monotonic()
-        source = build_source(spec, lambda conn_id: connection)
+        source = fixed_connection(connection).source(spec)
         events = 0
         try:
             start, end = slices[index]

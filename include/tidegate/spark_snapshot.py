@@ -99,10 +99,10 @@ def register_source(spark: Any) -> None:
 
         def read(self, partition: InputPartition) -> Iterator[tuple]:
             # Runs in a Spark task: one chunk, read with a connection of its own.
-            from .runner import build_source
+            from .parts import fixed_connection
             from .snapshots import read_chunk
 
-            source = build_source(self.spec, lambda conn_id: self.connection)
+            source = fixed_connection(self.connection).source(self.spec)
             try:
                 read = read_chunk(self.spec, source, record_from_json(self.record), partition.value)
                 yield from arrow_batches(read.events, header=("upper", read.upper.to_json()))

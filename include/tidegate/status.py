@@ -21,7 +21,8 @@ pipeline (PostgreSQL: the slot, its ``restart_lsn`` and the WAL ``bytes`` from t
 current WAL LSN, the cost of ``source.replay_retention``; None for a binlog, kept for the
 server's own expiry).
 
-No Airflow import here: callers pass a connection resolver (default: ``AIRFLOW_CONN_*``).
+No Airflow import here: callers hand in the :class:`~tidegate.parts.Parts` sources are made by
+(default: connections from ``AIRFLOW_CONN_*``).
 """
 
 from __future__ import annotations
@@ -29,19 +30,18 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from .catalog import scan
-from .connections import Connection
 from .errors import TidegateError
+from .parts import Parts
 from .positions import Position, position_from_json, position_to_json, same_lineage
 from .spec import PipelineSpec
 from .store import CheckpointStore, open_store
 
 log = logging.getLogger(__name__)
 
-Resolver = Callable[[str], Connection]
 RUNS_SHOWN = 5
 
 
@@ -54,7 +54,7 @@ def resolve_params(incident_kind: str) -> list[dict[str, Any]]:
 
 
 def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterable[str] | None = None,
-                     resolve: Resolver | None = None, with_lag: bool = True, runs: int = RUNS_SHOWN,
+                     parts: Parts | None = None, with_lag: bool = True, runs: int = RUNS_SHOWN,
                      head_timeout_s: float = 5.0, now: dt.datetime | None = None) -> dict[str, Any]:
     """The status document of every pipeline (spec files and pipelines the store knows), or of
     the named ones. Never raises for one pipeline's trouble (a broken spec, an unreachable
@@ -66,7 +66,8 @@ def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterabl
         catalog = scan()
         specs, spec_errors = catalog.by_name(), catalog.problems
         names = sorted(set(specs) | set(store.pipelines())) if pipelines is None else list(pipelines)
-        heads = _heads([specs[n] for n in names if n in specs], resolve, head_timeout_s) if with_lag else {}
+        shown = [specs[n] for n in names if n in specs]
+        heads = _heads(shown, parts or Parts(), head_timeout_s) if with_lag else {}
         return {"generated_at": now.isoformat(timespec="seconds"), "store": store.url,
                 "spec_errors": spec_errors,
                 "pipelines": [pipeline_status(store, n, specs.get(n), heads.get(n), runs=runs, now=now)
@@ -142,7 +143,7 @@ def recent_runs(store: CheckpointStore, pipeline: str, limit: int = RUNS_SHOWN) 
 # --------------------------------------------------------------------------- helpers
 
 
-def _heads(specs: list[PipelineSpec], resolve: Resolver | None, timeout_s: float
+def _heads(specs: list[PipelineSpec], parts: Parts, timeout_s: float
            ) -> dict[str, tuple[Any, ...]]:
     """Each source's head (and the log it holds), read in parallel threads; a source slower than
     ``timeout_s`` is reported as such and left behind (daemon thread), so a page never hangs on a
@@ -150,7 +151,7 @@ def _heads(specs: list[PipelineSpec], resolve: Resolver | None, timeout_s: float
     out: dict[str, tuple[Any, ...]] = {}
     threads = []
     for spec in specs:
-        t = threading.Thread(target=_read_head, args=(spec, resolve, out), daemon=True,
+        t = threading.Thread(target=_read_head, args=(spec, parts, out), daemon=True,
                              name=f"tidegate-head-{spec.pipeline}")
         t.start()
         threads.append((spec, t))
@@ -168,11 +169,9 @@ def _monotonic() -> float:
     return time.monotonic()
 
 
-def _read_head(spec: PipelineSpec, resolve: Resolver | None, out: dict) -> None:
-    from .runner import build_source
-
+def _read_head(spec: PipelineSpec, parts: Parts, out: dict) -> None:
     try:
-        source = build_source(spec, resolve)
+        source = parts.source(spec)
         try:
             head, sizes, held = source.head(), source.log_sizes(), source.log_held()
         finally:

@@ -57,7 +57,7 @@ def emit_run(summary: Mapping[str, Any], stats: Any = None) -> None:
                 stats.incr(f"tidegate.{name}.{p}.{s['id']}", int(s[name]), tags=tags)
 
 
-def emit_state(pipeline: str, *, stats: Any = None, resolve: Any = None, status: Any = None) -> None:
+def emit_state(pipeline: str, *, stats: Any = None, parts: Any = None, status: Any = None) -> None:
     """Gauges of where the pipeline stands now (store + source head): open incidents, and per
     sink the checkpoint's age and the lag. Needs no XCom, so it works from a failure callback."""
     try:
@@ -65,7 +65,7 @@ def emit_state(pipeline: str, *, stats: Any = None, resolve: Any = None, status:
         if status is None:
             from tidegate.status import pipelines_status
 
-            status = pipelines_status(pipelines=[pipeline], resolve=resolve)["pipelines"][0]
+            status = pipelines_status(pipelines=[pipeline], parts=parts)["pipelines"][0]
         tags = {"pipeline": pipeline}
         stats.gauge(f"tidegate.incidents_open.{pipeline}", status["incidents_open"], tags=tags)
         for s in status["sinks"]:
@@ -94,6 +94,8 @@ def on_task_failure(context: Mapping[str, Any]) -> None:
     halted run still reports open incidents, checkpoint age and lag."""
     pipeline = pipeline_of(context)
     if pipeline:
+        from tidegate.parts import Parts
+
         from .connections import airflow_resolver
 
-        emit_state(pipeline, resolve=airflow_resolver)
+        emit_state(pipeline, parts=Parts(airflow_resolver))

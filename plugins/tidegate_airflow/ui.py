@@ -47,9 +47,10 @@ async def _reader(request: Request) -> Any:
 
 
 def status_document() -> dict[str, Any]:
+    from tidegate.parts import Parts
     from tidegate.status import pipelines_status
 
-    return pipelines_status(resolve=_resolver)
+    return pipelines_status(parts=Parts(_resolver))
 
 
 Reader = Annotated[Any, Depends(_reader)]

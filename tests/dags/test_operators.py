@@ -100,7 +100,7 @@ def test_guard_runs_checks_in_order_and_returns_warnings(dags, fake_guards, call
     guard = dags["cdc_shop_mysql"].get_task("guard")
     assert guard.execute(make_context(dags["cdc_shop_mysql"], guard)) is None  # no XCom nobody reads
     assert [c[0] for c in calls] == ["halted", "failover", "retention", "preflight"]
-    assert calls[1][2]["run_id"] == "manual__2026-01-01" and callable(calls[1][2]["resolve"])
+    assert calls[1][2]["run_id"] == "manual__2026-01-01" and callable(calls[1][2]["parts"].connection)
     pg = dags["cdc_shop_postgres"].get_task("guard")
     calls.clear()
     pg.execute(make_context(dags["cdc_shop_postgres"], pg))
@@ -223,7 +223,7 @@ def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
     import tidegate.runner as runner
 
     monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: None)
-    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds(MYSQL_UPTO))
+    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, parts=None: _bounds(MYSQL_UPTO))
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
     ctx = make_context(dag, bounds)
@@ -239,7 +239,7 @@ def test_work_to_do_does_not_short_circuit(dags, monkeypatch):
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
     monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: plan.replay_of)
-    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, resolve=None: _bounds())
+    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, parts=None: _bounds())
     assert bounds.execute(make_context(dag, bounds))["upto"] == MYSQL_UPTO
     # Only the chosen sinks count: events is caught up, cache is not.
     with pytest.raises(DownstreamTasksSkipped):
@@ -257,7 +257,7 @@ def test_replay_bounds_come_from_the_journal_and_skip_spark_when_it_delivered_no
     bounds = dag.get_task("bounds")
     calls = []
 
-    def replay_bounds(spec, replay_of, *, sinks=None, missing_ok=False, resolve=None):
+    def replay_bounds(spec, replay_of, *, sinks=None, missing_ok=False, parts=None):
         calls.append((replay_of, sinks, missing_ok))
         ranges = {} if replay_of == "scheduled__idle" else {"cache": (None, _bounds().upto)}
         return dataclasses.replace(_bounds(MYSQL_UPTO), replay_of=replay_of, ranges=ranges)
@@ -445,7 +445,7 @@ def test_release_only_in_incremental_mode(dags, monkeypatch, calls):
     import tidegate.runner as runner
     from tidegate.positions import Lsn, PgPosition
 
-    monkeypatch.setattr(runner, "release", lambda spec, resolve=None: calls.append(spec.pipeline) or
+    monkeypatch.setattr(runner, "release", lambda spec, parts=None: calls.append(spec.pipeline) or
                         PgPosition(Lsn.parse("0/16B3748")))
     dag = dags["cdc_shop_postgres"]
     release = dag.get_task("release")

@@ -19,6 +19,7 @@ import psycopg2
 import pytest
 from tidegate import cli, runner
 from tidegate.catalog import find
+from tidegate.parts import Parts
 from tidegate.positions import Lsn
 from tidegate.store import open_store
 
@@ -114,7 +115,7 @@ def test_with_a_replay_window_an_earlier_run_is_replayed_exactly(pipeline, capsy
     rc, doc, err = tidegate(capsys, "status", name, "--json")
     held = doc["pipelines"][0]["log_held"]
     assert rc == 0 and held["slot"] == name and held["bytes"] > 0 and held["replay_retention_s"] == 3600, err
-    source = runner.build_source(find(name))
+    source = Parts().source(find(name))
     try:
         (note,) = [p for p in source.preflight() if p.code == "wal_held"]
     finally:

@@ -15,7 +15,7 @@ import uuid
 import pymysql
 import pytest
 from tidegate.events import ChangeEvent, PositionMark, is_control
-from tidegate.runner import build_source
+from tidegate.parts import Parts
 from tidegate.shipped import ROW_FIELDS, ShippedEvent
 from tidegate.spark_job import read_range
 from tidegate.spec import load_spec
@@ -73,7 +73,7 @@ def backlog(mysql, tmp_path_factory):
     """))
     spec = load_spec(str(path))
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
-    source = build_source(spec)
+    source = Parts().source(spec)
     start = source.head()
     with admin.cursor() as c:
         c.execute(f"CREATE DATABASE {db}")
@@ -125,7 +125,7 @@ def test_parallel_slices_in_spark_equal_the_sequential_read(backlog, spark, even
 
     # Slices cut inside the files (forced small) read the same.
     monkeypatch.setenv("TIDEGATE_MYSQL_SLICE_BYTES", "4096")
-    fine_source = build_source(spec)
+    fine_source = Parts().source(spec)
     fine = fine_source.slices(start, upto)
     fine_source.close()
     assert len(fine) > len(slices) + 3

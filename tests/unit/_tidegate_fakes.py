@@ -7,6 +7,7 @@ import threading
 from tidegate.checkpoints import SinkCheckpoint
 from tidegate.errors import NonRetryableSinkError
 from tidegate.events import ChangeEvent, PositionMark
+from tidegate.parts import Parts, chosen_sinks
 from tidegate.positions import BinlogPosition
 from tidegate.sinks.base import RetryPolicy, Sink
 from tidegate.sources.base import Source
@@ -116,12 +117,27 @@ sinks:
 """
 
 
-def wire_fakes(tmp_path, monkeypatch, spec_head: str, source):
+class FakeParts(Parts):
+    """Parts that hand a run the test's source and sinks (by sink id) instead of building them."""
+
+    def __init__(self, source, sinks=()):
+        super().__init__()
+        self._source = source
+        self._sinks = sinks if isinstance(sinks, dict) else {s.sink_id: s for s in sinks}
+
+    def source(self, spec):
+        return self._source
+
+    def sinks(self, spec, only=None):
+        chosen = chosen_sinks(spec, only)
+        return [self._sinks[s.id] for s in spec.sinks if s.id in chosen]
+
+
+def wire_fakes(tmp_path, spec_head: str, source):
     """A spec (``spec_head`` plus sinks a, required, and b, optional) whose runs read ``source``
-    and deliver to two :class:`FakeSink`, with a SQLite store: (spec, sinks by id, store)."""
+    and deliver to two :class:`FakeSink`, with a SQLite store: (spec, sinks by id, store, parts)."""
     import textwrap
 
-    from tidegate import runner
     from tidegate.spec import load_spec
     from tidegate.store import open_store
 
@@ -129,8 +145,4 @@ def wire_fakes(tmp_path, monkeypatch, spec_head: str, source):
     spec_file.write_text(textwrap.dedent(spec_head) + TWO_SINKS)
     spec = load_spec(str(spec_file))
     sinks = {"a": FakeSink("a"), "b": FakeSink("b", required=False)}
-    monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: source)
-    monkeypatch.setattr(runner, "build_sinks", lambda spec, only=None, resolve=None: [
-        sinks[s.id] for s in spec.sinks if not only or s.id in only])
-    return spec, sinks, open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-
+    return spec, sinks, open_store(f"sqlite:///{tmp_path / 'store.sqlite'}"), FakeParts(source, sinks)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from _tidegate_fakes import FakeSink, QuietSource, pos, stream, tx_events
+from _tidegate_fakes import FakeParts, FakeSink, QuietSource, pos, stream, tx_events
 from tidegate import runner
 from tidegate.checkpoints import SinkCheckpoint
 from tidegate.coordinator import Coordinator, read_ahead
@@ -122,7 +122,7 @@ class DdlSource(QuietSource):
 
 
 @pytest.fixture()
-def gated(tmp_path, monkeypatch, store):
+def gated(tmp_path, store):
     def setup(policy: str):
         path = tmp_path / "p.yaml"
         path.write_text(textwrap.dedent(f"""
@@ -132,15 +132,13 @@ def gated(tmp_path, monkeypatch, store):
             sinks: [{{id: a, kind: redis, conn_id: r, stream: s}}]
         """))
         sink = FakeSink("a")
-        monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: DdlSource())
-        monkeypatch.setattr(runner, "build_sinks", lambda spec, only=None, resolve=None: [sink])
-        return load_spec(str(path)), sink
+        return load_spec(str(path)), sink, FakeParts(DdlSource(), [sink])
     return setup
 
 
 def test_continue_delivers_the_schema_change_in_order_with_the_rows(gated, store):
-    spec, sink = gated("continue")
-    runner.run_pipeline(spec, run_id="r1", store=store)
+    spec, sink, parts = gated("continue")
+    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
     keys = sink.delivered
     assert keys.index(ddl(3).idempotency_key) == 3  # after tx 1 and 2's three rows, before tx 4
     assert len(keys) == 6
@@ -149,9 +147,9 @@ def test_continue_delivers_the_schema_change_in_order_with_the_rows(gated, store
 def test_halt_delivers_the_rows_before_then_waits_for_resolve_continue(gated, store):
     from tidegate import guards
 
-    spec, sink = gated("halt")
+    spec, sink, parts = gated("halt")
     with pytest.raises(ContinuityHalt, match="resolve=continue") as halt:
-        runner.run_pipeline(spec, run_id="r1", store=store)
+        runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
     inc = halt.value.incident
     assert (inc.kind, inc.from_position, inc.to_position) == ("schema_change", pos(2), pos(3))
     assert "ALTER TABLE orders ADD COLUMN note TEXT" in inc.detail
@@ -160,10 +158,10 @@ def test_halt_delivers_the_rows_before_then_waits_for_resolve_continue(gated, st
         guards.check_halted(spec, store=store)
     with pytest.raises(Exception, match="resolve=continue"):
         guards.resolve_incidents(spec, resolution="accept_gap", reason="x", who="op", run_id="r2",
-                                 store=store)
+                                 store=store, parts=parts)
     guards.resolve_incidents(spec, resolution="continue", reason="consumers updated", who="op",
-                             run_id="r2", store=store)
-    runner.run_pipeline(spec, RunPlan(), run_id="r2", store=store)
+                             run_id="r2", store=store, parts=parts)
+    runner.run_pipeline(spec, RunPlan(), run_id="r2", store=store, parts=parts)
     assert sink.delivered[3] == ddl(3).idempotency_key and len(sink.delivered) == 6
     assert store.get_checkpoint("p", "a").position == pos(5)
 

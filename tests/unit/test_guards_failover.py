@@ -6,8 +6,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from _tidegate_fakes import FakeSink, QuietSource
-from tidegate import guards, runner
+from _tidegate_fakes import FakeParts, FakeSink, QuietSource
+from tidegate import guards
 from tidegate.checkpoints import SinkCheckpoint
 from tidegate.errors import CannotTranslateError, SourceError
 from tidegate.positions import BinlogPosition, GtidSet, Lsn, PgPosition
@@ -56,7 +56,7 @@ class NewServer(QuietSource):
 
 
 @pytest.fixture()
-def setup(tmp_path, monkeypatch):
+def setup(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(textwrap.dedent("""
         pipeline: p
@@ -71,20 +71,16 @@ def setup(tmp_path, monkeypatch):
     store.write_checkpoints("p", {"a": old_pos(10), "b": old_pos(12)}, run_id="r0", epoch=epoch)
     store.set_source_identity("p", OLD)
 
-    def use(source):
-        monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: source)
-        return source
-
-    yield spec, store, use
+    yield spec, store
     store.close()
 
 
 def test_gtid_failover_translates_each_sink_including_its_sink_side_record(setup):
-    spec, store, use = setup
-    source = use(NewServer())
+    spec, store = setup
+    source = NewServer()
     # b committed up to GTID 0-1-15 on the old primary; its store write was lost in a crash
     sinks = [FakeSink("a"), FakeSink("b", committed=SinkCheckpoint(old_pos(15), 1))]
-    out = guards.guard_failover(spec, run_id="r1", store=store, sinks=sinks)
+    out = guards.guard_failover(spec, run_id="r1", store=store, parts=FakeParts(source, sinks))
     assert out["status"] == "failover_continued"
     assert source.asked == ["0-1-10", "0-1-15"]
     now = store.checkpoints("p")
@@ -100,16 +96,17 @@ def test_gtid_failover_translates_each_sink_including_its_sink_side_record(setup
 
 @pytest.mark.parametrize("case", ["no_gtids", "gtids_missing"])
 def test_failover_that_cannot_be_translated_halts_with_the_range(setup, case):
-    spec, store, use = setup
+    spec, store = setup
     if case == "no_gtids":
         epoch = store.acquire_lease("p", "r0")
         store.write_checkpoint("p", "b", old_pos(12, gtid=False), run_id="r0", epoch=epoch)
-        source = use(NewServer())
+        source = NewServer()
     else:
-        source = use(NewServer(refuse=SourceError("the server has not executed 0-1-12")))
+        source = NewServer(refuse=SourceError("the server has not executed 0-1-12"))
     before = {sid: r.version for sid, r in store.checkpoints("p").items()}
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_failover(spec, run_id="r1", store=store, sinks=[FakeSink("a"), FakeSink("b")])
+        guards.guard_failover(spec, run_id="r1", store=store,
+                              parts=FakeParts(source, [FakeSink("a"), FakeSink("b")]))
     inc = halt.value.incident
     assert (inc.kind, inc.resolved) == ("failover", False)
     assert inc.from_position == old_pos(10) and inc.to_position == source.head()
@@ -120,19 +117,19 @@ def test_failover_that_cannot_be_translated_halts_with_the_range(setup, case):
 
 
 def test_required_sink_that_cannot_be_read_fails_the_guard_without_moving_anything(setup):
-    spec, store, use = setup
-    use(NewServer())
+    spec, store = setup
 
     class Down(FakeSink):
         def committed_checkpoint(self):
             raise ConnectionError("redis is down")
 
     with pytest.raises(ConnectionError):
-        guards.guard_failover(spec, run_id="r1", store=store, sinks=[FakeSink("a"), Down("b")])
+        guards.guard_failover(spec, run_id="r1", store=store,
+                              parts=FakeParts(NewServer(), [FakeSink("a"), Down("b")]))
     assert all(r.kind == "write" for r in store.checkpoints("p").values())
 
 
-def test_postgres_cluster_change_halts_and_says_what_changed(tmp_path, monkeypatch):
+def test_postgres_cluster_change_halts_and_says_what_changed(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("pipeline: p\nsource: {kind: postgres, conn_id: src}\n"
                     "sinks: [{id: a, kind: redis, conn_id: r, stream: s}]\n")
@@ -152,10 +149,9 @@ def test_postgres_cluster_change_halts_and_says_what_changed(tmp_path, monkeypat
         def head(self):
             return PgPosition(Lsn(50), "222", 1)
 
-    monkeypatch.setattr(runner, "build_source", lambda spec, resolve=None: OtherCluster(
-        {"kind": "postgres", "system_id": "222", "timeline": 1}))
+    other = OtherCluster({"kind": "postgres", "system_id": "222", "timeline": 1})
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_failover(spec, run_id="r1", store=store, sinks=[])
+        guards.guard_failover(spec, run_id="r1", store=store, parts=FakeParts(other))
     inc = halt.value.incident
     assert "another PostgreSQL cluster (system identifier 111 -> 222)" in inc.detail
     assert inc.from_position == PgPosition(Lsn(100), "111", 1)

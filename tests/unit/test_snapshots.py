@@ -146,16 +146,16 @@ class SnapSource(QuietSource):
 
 
 @pytest.fixture()
-def env(tmp_path, monkeypatch):
+def env(tmp_path):
     source = SnapSource([1, 2])
-    spec, sinks, store = wire_fakes(tmp_path, monkeypatch, """
+    spec, sinks, store, parts = wire_fakes(tmp_path, """
         pipeline: p
         tenant: t
         source: {kind: mysql, conn_id: src, server_id: 5001, start: snapshot}
         batch: {max_events: 3}
         snapshot: {chunk_rows: 3}
     """, source)
-    yield spec, source, sinks, store
+    yield spec, source, sinks, store, parts
     store.close()
 
 
@@ -164,14 +164,14 @@ def envelopes(sink):
 
 
 def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
-    spec, source, sinks, store = env
-    bounds = runner.prepare_bounds(spec, store=store)
+    spec, source, sinks, store, parts = env
+    bounds = runner.prepare_bounds(spec, store=store, parts=parts)
     [rec] = store.snapshots("p")
     start = SnapshotPosition(rec.snapshot_id, 0, pos(2))
     assert bounds.checkpoints == {"a": start, "b": start} and not bounds.nothing_to_do()
     assert len(rec.chunks) == 3 + 2  # orders: 7 rows by 3 (the last chunk open-ended); lines: 4 by 3
     source.sizes += [1]  # a change after the handoff
-    runner.run_pipeline(spec, run_id="r1", store=store, upto=bounds.upto)
+    runner.run_pipeline(spec, run_id="r1", store=store, upto=bounds.upto, parts=parts)
     got = envelopes(sinks["a"])
     kinds = [m.get("type") or m["op"] for m in got]
     assert kinds == ["snapshot_started"] + ["r"] * 11 + ["snapshot_completed"]
@@ -188,24 +188,24 @@ def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     assert store.get_checkpoint("p", "a").position == pos(2)
     assert store.snapshot("p", rec.snapshot_id).status == "completed"
     assert store.snapshot("p", rec.snapshot_id).rows == 11
-    runner.run_pipeline(spec, run_id="r2", store=store)
+    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
     assert [m["op"] for m in envelopes(sinks["a"])[13:]] == ["c"]
     assert envelopes(sinks["b"]) == envelopes(sinks["a"])
     assert store.get_checkpoint("p", "a").position == pos(3)
 
 
 def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
-    spec, source, sinks, store = env
+    spec, source, sinks, store, parts = env
     sinks["a"].fail_from_call = 3  # the 3rd sub-batch fails: chunks 1-2 are in
     with pytest.raises(CommitPolicyError):
-        runner.run_pipeline(spec, run_id="r1", store=store)
+        runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
     [rec] = store.snapshots("p")
     at = store.get_checkpoint("p", "a").position
     assert at == SnapshotPosition(rec.snapshot_id, 2, pos(2))
     delivered = list(sinks["a"].delivered)
     sinks["a"].fail_from_call = None
     source.chunk_reads.clear()
-    runner.run_pipeline(spec, run_id="r2", store=store)
+    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
     assert source.chunk_reads[0] == ("shop.orders", [6], None)  # chunk 3 first: nothing re-read
     keys = sinks["a"].delivered
     assert len(keys) == len(set(keys)) == 1 + 11 + 1  # started, rows, completed (the log is before H)
@@ -216,38 +216,39 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
 
 
 def test_an_empty_chunk_moves_the_checkpoint(env):
-    spec, source, sinks, store = env
-    runner.prepare_bounds(spec, store=store)
+    spec, source, sinks, store, parts = env
+    runner.prepare_bounds(spec, store=store, parts=parts)
     source.tables["shop.orders"] = {k: v for k, v in source.tables["shop.orders"].items() if k[0] > 3}
-    runner.run_pipeline(spec, run_id="r1", store=store)
+    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
     rows = [m for m in envelopes(sinks["a"]) if m.get("op") == "r"]
     assert len(rows) == 4 + 4 and store.get_checkpoint("p", "a").position == pos(2)
 
 
 def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
-    spec, source, sinks, store = env
+    spec, source, sinks, store, parts = env
     only_a = RunPlan(sinks=["a"])
     sinks["a"].fail_from_call = 2
     with pytest.raises(CommitPolicyError):
-        runner.run_pipeline(spec, only_a, run_id="r1", store=store)
+        runner.run_pipeline(spec, only_a, run_id="r1", store=store, parts=parts)
     [rec] = store.snapshots("p")
     # b has no checkpoint yet: it joins the snapshot a is in, from chunk 0
-    bounds = runner.prepare_bounds(spec, store=store)
+    bounds = runner.prepare_bounds(spec, store=store, parts=parts)
     assert bounds.checkpoints["b"] == SnapshotPosition(rec.snapshot_id, 0, pos(2))
     sinks["a"].fail_from_call = None
-    runner.run_pipeline(spec, run_id="r2", store=store)
+    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
     assert sorted(sinks["b"].delivered) == sorted(set(sinks["a"].delivered))
     assert len(sinks["a"].delivered) == len(set(sinks["a"].delivered))
 
 
 def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env):
-    spec, source, sinks, store = env
-    runner.run_pipeline(spec, run_id="r1", store=store)
+    spec, source, sinks, store, parts = env
+    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
     source.sizes += [2]
-    runner.run_pipeline(spec, RunPlan(sinks=["a"]), run_id="r2", store=store)  # b stays at pos(2)
+    # b stays at pos(2)
+    runner.run_pipeline(spec, RunPlan(sinks=["a"]), run_id="r2", store=store, parts=parts)
     plan = RunPlan.from_values({"resolve": "resnapshot", "reason": "consumer rebuilt",
                                 "tables": ["shop.lines"]}, who="ops")
-    out = guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store)
+    out = guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store, parts=parts)
     assert out["resolved"] == []  # nothing was open; the snapshot is planned anyway
     rec = store.snapshots("p")[-1]
     assert rec.kind == "resnapshot" and rec.handoff == pos(2)
@@ -257,10 +258,10 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
     assert store.get_checkpoint("p", "a").kind == "resnapshot" and "consumer rebuilt" in store.get_checkpoint(
         "p", "a").reason
     # a retried guard task of the same run plans nothing new
-    guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store)
+    guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store, parts=parts)
     assert len(store.snapshots("p")) == 2
     before = len(sinks["a"].delivered)
-    runner.run_pipeline(spec, run_id="r4", store=store)
+    runner.run_pipeline(spec, run_id="r4", store=store, parts=parts)
     new = envelopes(sinks["a"])[-(len(sinks["a"].delivered) - before):]
     assert [m.get("type") or m["op"] for m in new] == ["snapshot_started"] + ["r"] * 4 + \
         ["snapshot_completed"] + ["c", "c"]  # a gets transaction 3 again (b needed it)
@@ -268,32 +269,32 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
 
 
 def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
-    spec, source, sinks, store = env
-    runner.run_pipeline(spec, run_id="r1", store=store)
+    spec, source, sinks, store, parts = env
+    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
     inc = store.record_incident("p", "binlog_purged", pos(2), pos(9), detail="purged")
     with pytest.raises(SnapshotError) as e:
         guards.resolve_incidents(spec, resolution="resnapshot", reason="r", who="ops", run_id="r2",
-                                 store=store, tables=["shop.orders"])
+                                 store=store, tables=["shop.orders"], parts=parts)
     assert "silent gap" in str(e.value) and not store.incident(inc.id).resolved
     source.sizes += [1, 1]
     done = guards.resolve_incidents(spec, resolution="resnapshot", reason="binlog purged by hand", who="ops",
-                                    run_id="r2", store=store)
+                                    run_id="r2", store=store, parts=parts)
     assert done[0]["resolution"] == "resnapshot" and done[0]["reason"] == "binlog purged by hand"
     rec = store.snapshots("p")[-1]
     assert rec.handoff == pos(4)  # restart_stream(): the head
-    runner.run_pipeline(spec, run_id="r3", store=store)
+    runner.run_pipeline(spec, run_id="r3", store=store, parts=parts)
     assert store.get_checkpoint("p", "a").position == pos(4)
     store.record_incident("p", "schema_change", pos(4), pos(4))
     with pytest.raises(Exception) as e:
         guards.resolve_incidents(spec, resolution="resnapshot", reason="r", who="ops", run_id="r4",
-                                 store=store)
+                                 store=store, parts=parts)
     assert "resolve=continue" in str(e.value)
 
 
 def test_release_during_a_snapshot_keeps_the_log_from_the_handoff(env):
-    spec, source, sinks, store = env
-    runner.prepare_bounds(spec, store=store)
-    runner.release(spec, store=store)
+    spec, source, sinks, store, parts = env
+    runner.prepare_bounds(spec, store=store, parts=parts)
+    runner.release(spec, store=store, parts=parts)
     assert source.released == [pos(2)]
 
 
@@ -320,8 +321,8 @@ def test_the_store_keeps_snapshots_supersedes_and_completes(tmp_path):
 
 
 def test_messages_are_identical_on_every_read(env):
-    spec, source, sinks, store = env
-    runner.prepare_bounds(spec, store=store)
+    spec, source, sinks, store, parts = env
+    runner.prepare_bounds(spec, store=store, parts=parts)
     [rec] = store.snapshots("p")
     a = list(snapshots.read_chunk(spec, source, rec, 1).events)
     b = list(snapshots.read_chunk(spec, source, rec, 1).events)
@@ -393,7 +394,7 @@ def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_lo
     assert list(changed.drop_changed(other, rows)) == rows
 
 
-def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path, monkeypatch):
+def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path):
     source = SnapSource([1, 2])
     source.captured = ["shop.orders"]
     head = """
@@ -403,28 +404,29 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
         batch: {max_events: 3}
         snapshot: {chunk_rows: 3}
     """
-    spec, sinks, store = wire_fakes(tmp_path, monkeypatch, head, source)
+    spec, sinks, store, parts = wire_fakes(tmp_path, head, source)
     try:
-        runner.run_pipeline(spec, run_id="r1", store=store)
+        runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
         [first] = store.snapshots("p")
         assert snapshots.table_names(first) == ["shop.orders"]
-        assert runner.prepare_bounds(spec, store=store).nothing_to_do()  # nothing added: streams on
+        # nothing added: streams on
+        assert runner.prepare_bounds(spec, store=store, parts=parts).nothing_to_do()
         source.sizes += [1]  # a change after the handoff, in the run that snapshots the new table
         grown = head.replace("[shop.orders]", "[shop.orders, shop.lines]")
-        spec, sinks, again = wire_fakes(tmp_path, monkeypatch, grown, source)  # fresh recording sinks
+        spec, sinks, again, parts = wire_fakes(tmp_path, grown, source)  # fresh recording sinks
         source.captured = ["shop.orders", "shop.lines"]
         again.close()
-        bounds = runner.prepare_bounds(spec, store=store)
+        bounds = runner.prepare_bounds(spec, store=store, parts=parts)
         added = store.snapshots("p")[-1]
         assert added.kind == "added" and snapshots.table_names(added) == ["shop.lines"]
         assert added.handoff == pos(2)  # the checkpoint: the other tables lose nothing
         assert bounds.checkpoints == {s: SnapshotPosition(added.snapshot_id, 0, pos(2)) for s in ("a", "b")}
-        runner.run_pipeline(spec, run_id="r2", store=store, upto=bounds.upto)
+        runner.run_pipeline(spec, run_id="r2", store=store, upto=bounds.upto, parts=parts)
         got = envelopes(sinks["a"])
         assert [m.get("type") or m["op"] for m in got] == (["snapshot_started"] + ["r"] * 4 +
                                                           ["snapshot_completed", "c"])
         assert got[0]["tables"] == ["shop.lines"] and got[-2]["rows"] == 4
         assert store.get_checkpoint("p", "a").position == pos(3)
-        assert runner.prepare_bounds(spec, store=store).checkpoints == {"a": pos(3), "b": pos(3)}
+        assert runner.prepare_bounds(spec, store=store, parts=parts).checkpoints == {"a": pos(3), "b": pos(3)}
     finally:
         store.close()

@@ -1,5 +1,6 @@
 """What every tidegate task needs, resolved once per task: the spec, the run plan, the run id
-and the connection resolver; and one rule for engine errors (a fatal one is not retried)."""
+and the parts its source and sinks are made by (from Airflow's connections); and one rule for
+engine errors (a fatal one is not retried)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from ..connections import Resolver, airflow_resolver, aliased
+from ..connections import airflow_resolver, aliased
 from ..exceptions import TidegateFailure, fail_fast
 from ..params import plan_for_run, run_id_of
 
@@ -21,7 +22,7 @@ class TaskRun:
     spec: Any  # tidegate.spec.PipelineSpec
     plan: Any  # tidegate.plan.RunPlan
     run_id: str
-    resolve: Resolver
+    parts: Any  # tidegate.parts.Parts, on Airflow's connections
 
 
 class TidegateTaskMixin:
@@ -44,11 +45,12 @@ class TidegateTaskMixin:
 
     def task_run(self, context: Mapping[str, Any]) -> TaskRun:
         from tidegate import catalog  # the spec is read when the task runs, never at parse time
+        from tidegate.parts import Parts
 
         spec = catalog.find(self.pipeline)
         plan = plan_for_run(context, sink_ids=[s.id for s in spec.sinks], overrides=self.plan_overrides())
         aliases = {spec.source.conn_id: self.source_conn_id} if self.source_conn_id else None
-        return TaskRun(spec, plan, run_id_of(context), aliased(airflow_resolver, aliases))
+        return TaskRun(spec, plan, run_id_of(context), Parts(aliased(airflow_resolver, aliases)))
 
     def execute(self, context: Any) -> Any:
         from tidegate.errors import TidegateError

@@ -47,13 +47,13 @@ class TidegateBoundsOperator(TidegateBaseOperator, SkipMixin):
         spec, plan = task.spec, task.plan
         replay_of = runner.replay_target(spec, plan, task.run_id)
         if replay_of is not None:
-            bounds = runner.prepare_replay_bounds(spec, replay_of, sinks=plan.sinks, resolve=task.resolve,
+            bounds = runner.prepare_replay_bounds(spec, replay_of, sinks=plan.sinks, parts=task.parts,
                                                   missing_ok=_is_backfill(context))
             for sink_id, (start, end) in bounds.ranges.items():
                 self.log.info("pipeline %s: replaying run %s to sink %s: (%s, %s]", spec.pipeline, replay_of,
                               sink_id, start, end)
         else:
-            bounds = runner.prepare_bounds(spec, resolve=task.resolve)
+            bounds = runner.prepare_bounds(spec, parts=task.parts)
             self.log.info("pipeline %s: upper bound %s", spec.pipeline, bounds.upto)
             for sink_id, pos in bounds.checkpoints.items():
                 self.log.info("pipeline %s: sink %s checkpoint %s", spec.pipeline, sink_id, pos)

@@ -134,7 +134,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._driver_secrets = {}
         if self.pass_connections:
             conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks)]
-            self._driver_secrets = connection_env(conn_ids, task.resolve)
+            self._driver_secrets = connection_env(conn_ids, task.parts.connection)
         if self._given_env_vars is None:  # as rendered; prepare() may run again
             self._given_env_vars = dict(self.env_vars or {})
         user = self._given_env_vars

@@ -48,7 +48,7 @@ class TidegateGuardOperator(TidegateBaseOperator):
 
         plan = task.plan if self.resolve_incidents else dataclasses.replace(task.plan, resolve=None,
                                                                              reason=None)
-        out = guards.run_guards(task.spec, plan, run_id=task.run_id, checks=self.checks, resolve=task.resolve)
+        out = guards.run_guards(task.spec, plan, run_id=task.run_id, checks=self.checks, parts=task.parts)
         for inc in out["resolved"]:
             self.log.warning("pipeline %s: incident resolved by %s with %s (reason: %s): %s",
                              task.spec.pipeline, plan.who, plan.resolve, plan.reason, inc)

@@ -29,6 +29,6 @@ class TidegateReleaseOperator(TidegateBaseOperator):
             self.log.info("pipeline %s: mode=%s moves no checkpoint; nothing to release",
                           task.spec.pipeline, task.plan.mode)
             return {"pipeline": task.spec.pipeline, "released_to": None, "skipped": task.plan.mode}
-        low = runner.release(task.spec, resolve=task.resolve)
+        low = runner.release(task.spec, parts=task.parts)
         self.log.info("pipeline %s: source released up to %s", task.spec.pipeline, low)
         return {"pipeline": task.spec.pipeline, "released_to": position_to_json(low)}

@@ -54,7 +54,7 @@ class TidegateReportOperator(TidegateBaseOperator):
         if self.emit_metrics and task.plan.mode != "dry_run":
             emit_metrics(summary)
         if self.emit_metrics:
-            metrics.emit_state(task.spec.pipeline, resolve=task.resolve)
+            metrics.emit_state(task.spec.pipeline, parts=task.parts)
         return summary
 
 
