@@ -173,6 +173,10 @@ def package_edges(graph: dict[str, set[str]], top: str) -> dict[tuple[str, str],
     return dict(sorted(edges.items()))
 
 
+def is_engine(module: str) -> bool:
+    return module == "tidegate" or module.startswith("tidegate.")
+
+
 def patches_of_engine(tests: Path) -> list[str]:
     """``monkeypatch.setattr(x, ...)`` calls in tests whose target is a tidegate module."""
     found = []
@@ -180,16 +184,16 @@ def patches_of_engine(tests: Path) -> list[str]:
         tree = ast.parse(p.read_text(encoding="utf-8"))
         engine_names = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tidegate"):
+            if isinstance(node, ast.ImportFrom) and is_engine(node.module or ""):
                 engine_names |= {a.asname or a.name for a in node.names}
             elif isinstance(node, ast.Import):
                 engine_names |= {a.asname or a.name.split(".")[0] for a in node.names
-                                 if a.name.startswith("tidegate")}
+                                 if is_engine(a.name)}
         for node in ast.walk(tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr == "setattr" and node.args):
                 target = ast.unparse(node.args[0])
-                if target.split(".")[0] in engine_names or target.startswith("tidegate"):
+                if target.split(".")[0] in engine_names or is_engine(target):
                     found.append(f"{p.relative_to(tests.parent)}:{node.lineno} {ast.unparse(node)[:90]}")
     return found
 

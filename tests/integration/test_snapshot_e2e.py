@@ -10,7 +10,9 @@ snapshot is read. Then:
   snapshot run is SIGKILLed mid-snapshot; the rerun resumes at
   the next chunk; two more runs (`tidegate run`) stream what the writer did. A binlog purge past
   the checkpoint then halts the pipeline, and a run triggered with ``resolve=resnapshot`` and a
-  reason re-loads the tables and resolves the incident.
+  reason re-loads the tables and resolves the incident. Then a third table is added to
+  ``source.tables`` while an UPDATE of one of its rows waits for its semi-sync ack behind the
+  checkpoints (the run before read past it), and gets a snapshot of its own under a writer.
 - PostgreSQL: the snapshot run, then two more runs; then a third table is added to
   ``source.tables`` and gets a snapshot of its own while a writer updates its first rows and the
   orders, then two more runs; then a resnapshot of that table (``tables`` param) while a commit
@@ -467,6 +469,9 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
                              capture_output=True, text=True, check=True).stdout
         status = json.loads(out)["pipelines"][0]
         assert status["halted"] is False
+        add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, on(waiter_conn),
+                                         on(writer_conn), store, kafka_bootstrap, nats_service.cdc,
+                                         redis_service.cdc)
     finally:
         sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
         writer.stop.set()
@@ -475,6 +480,86 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         admin.close()
         writer_conn.close()
         waiter_conn.close()
+
+
+def tidegate_run(env: dict, pipeline: str, run_id: str) -> None:
+    r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", run_id],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, waiter, writer_sql, store,
+                                     bootstrap, nats_conn, redis_conn) -> None:
+    """A table added to the running MariaDB pipeline, with an UPDATE of one of its rows in the
+    binlog but still waiting for its semi-sync ack when a run moves every checkpoint past it (the
+    table is not captured yet, so that run skips it). The added table's snapshot hands off at
+    the lowest checkpoint, after the UPDATE, and its chunks cannot see it: the handoff must move
+    before it, so the log delivers it, once, with no state going back in time."""
+    sql(f"CREATE TABLE {db}.extra (id INT PRIMARY KEY, status VARCHAR(20), qty INT)")
+    sql(f"INSERT INTO {db}.extra SELECT seq, 'new', 0 FROM {db}.seq_1_to_{EXTRA}")
+    tidegate_run(env, pipeline, "more_3")  # the checkpoints pass the fill: extra is not captured
+    sql("SET GLOBAL rpl_semi_sync_master_enabled = ON")
+    head = query("SHOW MASTER STATUS")[0][:2]
+    update = f"UPDATE {db}.extra SET qty = qty + 100, status = 'semisync' WHERE id = 5"
+    waiting = threading.Thread(target=waiter, args=(update,), daemon=True)
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while (logged := query("SHOW MASTER STATUS")[0][:2]) == head:
+        assert time.monotonic() < deadline, "the waiting UPDATE never reached the binlog"
+        time.sleep(0.05)
+    logged = (logged[0], int(logged[1]))
+    tidegate_run(env, pipeline, "more_4")  # reads the binlog past the waiting UPDATE
+    assert query(f"SELECT qty FROM {db}.extra WHERE id = 5") == [(0,)] and waiting.is_alive()
+    lowest = min(r.position for r in store.checkpoints(pipeline).values())
+    assert (lowest.file, lowest.pos) >= logged, (lowest, logged)  # the race: checkpoints past it
+
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(
+        pipeline, "mysql", "cdc_mysql", [f"{db}.orders", f"{db}.lines", f"{db}.extra"],
+        _server_id_of(base, pipeline)))
+    hot = HotWriter(writer_sql, [(f"{db}.extra", range(1, 301)), (f"{db}.orders", range(1, 401))])
+
+    def release_then_write() -> None:
+        sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+        waiting.join(10)
+        hot.start()
+
+    snapshots_before = len(store.snapshots(pipeline))
+    start_when(lambda: len(store.snapshots(pipeline)) > snapshots_before,
+               threading.Thread(target=release_then_write, daemon=True))
+    try:
+        rc, log = dags_test(env, f"cdc_{pipeline}")
+        assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        assert not waiting.is_alive()
+        hot.finish()
+        assert hot.updates > 50, "the writer made too few changes"
+        for i in (5, 6):
+            tidegate_run(env, pipeline, f"more_{i}")
+    finally:
+        hot.stop.set()
+    added = store.snapshots(pipeline)[-1]
+    assert added.kind == "added" and added.status == "completed"
+    assert [f"{t['schema']}.{t['table']}" for t in added.tables] == [f"{db}.extra"]
+    assert (added.handoff.file, added.handoff.pos) < logged, (added.handoff, logged)
+    extra = {("extra", i): (st, q) for i, st, q in query(f"SELECT id, status, qty FROM {db}.extra")}
+    assert extra[("extra", 5)][0] == "semisync"
+    got = sink_events(pipeline, bootstrap, nats_conn, redis_conn, ("extra",))
+    kafka_keys = [e["idempotency_key"] for _, e in got["events"]]
+    assert len(kafka_keys) == len(set(kafka_keys)), "a duplicate in Kafka (exactly-once)"
+    for sid, events in got.items():
+        assert collections.Counter(e["idempotency_key"] for _, e in events) == collections.Counter(kafka_keys)
+        assert_no_time_travel(sid, events)
+        assert replay(events) == extra, sid
+        waited = [e for _, e in events if key_of("extra", e) == ("extra", 5) and e["after"]["qty"] == 100]
+        assert [(e["op"], e["after"]["status"]) for e in waited] == [("u", "semisync")], (sid, waited)
+    for sid, msgs in controls(pipeline, bootstrap, nats_conn, redis_conn).items():
+        assert msgs[-2]["type"] == "snapshot_started" and msgs[-2]["kind"] == "added", sid
+        assert msgs[-1]["type"] == "snapshot_completed" and msgs[-1]["tables"] == [f"{db}.extra"], sid
+
+
+def _server_id_of(base, pipeline: str) -> str:
+    """The ``server_id: N,`` of the pipeline's spec file as written (kept when tables change)."""
+    text = (base / "pipelines" / f"{pipeline}.yaml").read_text()
+    return re.search(r"server_id: \d+,", text).group(0)
 
 
 # --------------------------------------------------------------------------- PostgreSQL
