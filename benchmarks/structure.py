@@ -192,7 +192,9 @@ def patches_of_engine(tests: Path) -> list[str]:
         for node in ast.walk(tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr == "setattr" and node.args):
-                target = ast.unparse(node.args[0])
+                first = node.args[0]
+                target = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) \
+                    else ast.unparse(first)
                 if target.split(".")[0] in engine_names or is_engine(target):
                     found.append(f"{p.relative_to(tests.parent)}:{node.lineno} {ast.unparse(node)[:90]}")
     return found

@@ -79,12 +79,14 @@ def load_spec(args: argparse.Namespace) -> Any:
     return catalog.find(args.spec or args.pipeline)
 
 
-def run(args: argparse.Namespace, spark: Any) -> dict[str, Any]:
-    from tidegate import spark_job
+def run(args: argparse.Namespace, spark: Any, deliver: Any = None) -> dict[str, Any]:
+    """``deliver``: the engine's entry (default ``tidegate.spark_job.deliver``)."""
     from tidegate.positions import position_from_json
 
-    return spark_job.deliver(spark, spec=load_spec(args), plan=args.plan, run_id=args.run_id,
-                             upto=position_from_json(args.upto) if args.upto else None)
+    if deliver is None:
+        from tidegate.spark_job import deliver
+    return deliver(spark, spec=load_spec(args), plan=args.plan, run_id=args.run_id,
+                   upto=position_from_json(args.upto) if args.upto else None)
 
 
 def spark_session(app_name: str) -> Any:
@@ -93,7 +95,7 @@ def spark_session(app_name: str) -> Any:
     return SparkSession.builder.appName(app_name).getOrCreate()
 
 
-def main(argv: Sequence[str] | None = None, make_session: Any = spark_session) -> int:
+def main(argv: Sequence[str] | None = None, make_session: Any = spark_session, deliver: Any = None) -> int:
     from tidegate.errors import TidegateError
 
     args = parse_args(argv)
@@ -101,7 +103,7 @@ def main(argv: Sequence[str] | None = None, make_session: Any = spark_session) -
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spark = make_session(f"tidegate-{args.pipeline}")
     try:
-        report = run(args, spark)
+        report = run(args, spark, deliver)
     except TidegateError as exc:
         if not exc.fatal:
             raise

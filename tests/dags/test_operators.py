@@ -1,4 +1,5 @@
-"""The operators' own logic, with the engine's functions replaced (no servers, no Spark)."""
+"""The operators' own logic on the engine's real guards, bounds and release, with a scripted source
+(the task's ``parts``) and a SQLite store: no servers, no Spark, no engine function replaced."""
 
 from __future__ import annotations
 
@@ -11,35 +12,37 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, DownstreamTasksSkipped
 
 from tests.dags.conftest import make_context
-
-MYSQL_UPTO = {"file": "mysql-bin.000004", "pos": 900, "gtid_set": None, "server_id": 1, "server_uuid": None}
-MYSQL_OLD = {"file": "mysql-bin.000004", "pos": 400, "gtid_set": None, "server_id": 1, "server_uuid": None}
+from tests.dags.engine_fakes import MYSQL_OLD, MYSQL_UPTO, ScriptedSource, wire
 
 
-def _incident(**kw):
-    base = dict(id=7, kind="binlog_purged", pipeline="shop_mysql", detected_at="2026-11-25T10:00:00Z",
-                from_position="mysql-bin.000003:1234", to_position="mysql-bin.000005:4",
-                detail="binlog mysql-bin.000003 was purged")
-    return SimpleNamespace(**{**base, **kw})
+def store_of():
+    from tidegate.store import open_store
+
+    return open_store()  # TIDEGATE_CHECKPOINT_STORE of the pipelines_dir fixture
 
 
-@pytest.fixture()
-def fake_guards(monkeypatch, calls):
-    """Every guard passes and records its call."""
-    import tidegate.guards as guards
+def place(pipeline: str, positions: dict) -> None:
+    """Checkpoints for the pipeline's sinks, as a run that delivered would leave them."""
+    from tidegate.positions import position_from_json
 
-    def rec(name, result=None):
-        def fn(*args, **kwargs):
-            calls.append((name, args, kwargs))
-            return result
-        return fn
+    store = store_of()
+    try:
+        epoch = store.acquire_lease(pipeline, "r0")
+        store.write_checkpoints(pipeline, {k: position_from_json(v) for k, v in positions.items()},
+                                run_id="r0", epoch=epoch)
+    finally:
+        store.close()
 
-    monkeypatch.setattr(guards, "check_halted", rec("halted"))
-    monkeypatch.setattr(guards, "guard_failover", rec("failover", {"status": "same_server"}))
-    monkeypatch.setattr(guards, "guard_retention", rec("retention", {"status": "ok"}))
-    monkeypatch.setattr(guards, "preflight", rec("preflight", ["binlog retention: 5.0 h left"]))
-    monkeypatch.setattr(guards, "resolve_incidents", rec("resolve", [{"id": 7, "resolution": "accept_gap"}]))
-    return guards
+
+def purge_incident(pipeline: str, kind: str = "binlog_purged") -> int:
+    from tidegate.positions import position_from_json
+
+    store = store_of()
+    try:
+        return store.record_incident(pipeline, kind, position_from_json(MYSQL_OLD),
+                                     position_from_json(MYSQL_UPTO), detail=f"{kind} by hand").id
+    finally:
+        store.close()
 
 
 # --------------------------------------------------------------------------- run params
@@ -96,113 +99,124 @@ def test_plan_subset_replay_and_backfill(dags):
 # --------------------------------------------------------------------------- guards
 
 
-def test_guard_runs_checks_in_order_and_returns_warnings(dags, fake_guards, calls):
+def test_guard_runs_checks_in_order_and_returns_warnings(dags, caplog):
     guard = dags["cdc_shop_mysql"].get_task("guard")
+    source = wire(ScriptedSource(preflight=["binlog retention: 5.0 h left"]), guard)
     assert guard.execute(make_context(dags["cdc_shop_mysql"], guard)) is None  # no XCom nobody reads
-    assert [c[0] for c in calls] == ["halted", "failover", "retention", "preflight"]
-    assert calls[1][2]["run_id"] == "manual__2026-01-01" and callable(calls[1][2]["parts"].connection)
+    assert source.calls == ["identity", "retention", "preflight"]
+    assert "binlog retention: 5.0 h left" in caplog.text
     pg = dags["cdc_shop_postgres"].get_task("guard")
-    calls.clear()
+    source = wire(ScriptedSource(kind="postgres"), pg)
     pg.execute(make_context(dags["cdc_shop_postgres"], pg))
-    assert [c[0] for c in calls] == ["halted", "failover", "retention", "preflight"]  # one order
+    assert source.calls == ["identity", "retention", "preflight"]  # one order
 
 
-def test_continuity_halt_fails_without_retry_and_names_the_range(dags, fake_guards, monkeypatch, calls):
+def test_continuity_halt_fails_without_retry_and_names_the_range(dags):
+    from tidegate.errors import PositionPurgedError
+    from tidegate.positions import position_from_json
     from tidegate_airflow.exceptions import ContinuityHaltError
 
-    inc = _incident()
-
-    def purged(*a, **kw):
-        calls.append(("retention", a, kw))
-        raise fake_guards.ContinuityHalt(inc)
-
-    monkeypatch.setattr(fake_guards, "guard_retention", purged)
+    place("shop_mysql", {"events": MYSQL_OLD, "bus": MYSQL_OLD, "cache": MYSQL_OLD})
     guard = dags["cdc_shop_mysql"].get_task("guard")
+    lost = PositionPurgedError("binlog mysql-bin.000003 was purged",
+                               earliest_available=position_from_json(MYSQL_UPTO))
+    source = wire(ScriptedSource(retention=lost), guard)
     with pytest.raises(ContinuityHaltError) as e:
         guard.execute(make_context(dags["cdc_shop_mysql"], guard))
     assert isinstance(e.value, AirflowFailException)  # Airflow does not retry it
     msg = str(e.value)
-    assert "incident #7 (binlog_purged)" in msg
-    assert "from mysql-bin.000003:1234 to mysql-bin.000005:4" in msg
+    assert "incident #1 (binlog_purged)" in msg
+    assert "from mysql-bin.000004:400" in msg and "to mysql-bin.000004:900" in msg
     assert "resolve=accept_gap" in msg  # the engine's message says how to resume
-    assert e.value.incident is inc
-    assert "preflight" not in [c[0] for c in calls]  # stops at the first halt
+    assert e.value.incident.id == 1 and e.value.incident.kind == "binlog_purged"
+    assert source.calls == ["identity", "retention"]  # stops at the first halt
 
 
-def test_halted_pipeline_stops_at_the_first_check(dags, fake_guards, monkeypatch, calls):
+def test_halted_pipeline_stops_at_the_first_check(dags):
     from tidegate_airflow.exceptions import ContinuityHaltError
 
-    def halted(*a, **kw):
-        raise fake_guards.ContinuityHalt(_incident(kind="slot_dropped", id=3))
-
-    monkeypatch.setattr(fake_guards, "check_halted", halted)
+    n = purge_incident("shop_postgres", "slot_dropped")
     guard = dags["cdc_shop_postgres"].get_task("guard")
-    with pytest.raises(ContinuityHaltError, match=r"incident #3 \(slot_dropped\)"):
+    source = wire(ScriptedSource(kind="postgres"), guard)
+    with pytest.raises(ContinuityHaltError, match=rf"incident #{n} \(slot_dropped\)"):
         guard.execute(make_context(dags["cdc_shop_postgres"], guard))
-    assert calls == []
+    assert source.calls == []
 
 
-def test_guard_resolves_first_when_resolve_and_reason_are_given(dags, fake_guards, calls):
+def test_guard_resolves_first_when_resolve_and_reason_are_given(dags):
+    place("shop_mysql", {"events": MYSQL_OLD, "bus": MYSQL_OLD, "cache": MYSQL_OLD})
+    n = purge_incident("shop_mysql")
     guard = dags["cdc_shop_mysql"].get_task("guard")
+    source = wire(ScriptedSource(), guard)
     conf = {"resolve": "accept_gap", "reason": "binlog lost in restore; tables re-loaded"}
     guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="bob", run_id="manual__resume"))
-    name, args, kw = calls[0]
-    assert name == "resolve"
-    assert args[0].pipeline == "shop_mysql"
-    assert kw["resolution"] == "accept_gap" and kw["reason"] == conf["reason"]
-    assert kw["who"] == "bob" and kw["run_id"] == "manual__resume"
-    assert [c[0] for c in calls[1:]] == ["halted", "failover", "retention", "preflight"]
+    store = store_of()
+    try:
+        inc = store.incident(n)
+        assert (inc.resolved, inc.resolution, inc.reason) == (True, "accept_gap", conf["reason"])
+        assert inc.resolved_by == "bob"
+        moved = store.checkpoints("shop_mysql")
+        assert {r.kind for r in moved.values()} == {"accept_gap"}
+        assert {r.position.pos for r in moved.values()} == {900}  # past the missing range
+    finally:
+        store.close()
+    assert source.calls == ["identity", "retention", "preflight"]  # then every check
 
 
-def test_guard_passes_a_resnapshot_with_its_tables(dags, fake_guards, calls):
+def test_guard_passes_a_resnapshot_with_its_tables(dags):
+    """The tables param reaches the engine's resnapshot: one the pipeline does not capture is
+    refused there, by name, and nothing is planned."""
     guard = dags["cdc_shop_mysql"].get_task("guard")
-    conf = {"resolve": "resnapshot", "reason": "search index rebuilt", "tables": ["shop.orders"]}
-    guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="ann", run_id="manual__re"))
-    name, _, kw = calls[0]
-    assert name == "resolve" and kw["resolution"] == "resnapshot" and kw["tables"] == ["shop.orders"]
+    source = wire(ScriptedSource(), guard)
+    conf = {"resolve": "resnapshot", "reason": "search index rebuilt", "tables": ["shop.nope"]}
+    with pytest.raises(AirflowFailException, match="does not capture shop.nope"):
+        guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="ann", run_id="manual__re"))
+    store = store_of()
+    try:
+        assert store.snapshots("shop_mysql") == []
+    finally:
+        store.close()
+    assert source.calls == []
 
 
-def test_guard_refuses_resolve_without_reason(dags, fake_guards, calls):
+def test_guard_refuses_resolve_without_reason(dags):
     from tidegate_airflow.exceptions import InvalidRunParamsError
 
     guard = dags["cdc_shop_mysql"].get_task("guard")
+    source = wire(ScriptedSource(), guard)
     with pytest.raises(InvalidRunParamsError, match="reason is required"):
         guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf={"resolve": "accept_gap"}))
-    assert calls == []
+    assert source.calls == []
 
 
-def test_preflight_setting_error_fails_and_other_errors_are_retried(dags, fake_guards, monkeypatch):
-    from tidegate.errors import SourceError, SourceSettingError
+def test_preflight_setting_error_fails_and_other_errors_are_retried(pipelines_dir):
+    from tidegate.errors import SourceError
+    from tidegate.sources.preflight import Problem
     from tidegate_airflow.exceptions import PreflightError
     from tidegate_airflow.operators import PreflightOperator
 
-    def bad(*a, **kw):
-        raise SourceSettingError("binlog_row_image is MINIMAL; set binlog_row_image=FULL")
-
-    monkeypatch.setattr(fake_guards, "preflight", bad)
     op = PreflightOperator(task_id="pf", pipeline="shop_mysql")
     assert op.checks == ("preflight",)
+    wire(ScriptedSource(preflight=[Problem("setting", "binlog_row_image",
+                                           "binlog_row_image is MINIMAL; set binlog_row_image=FULL")]), op)
     with pytest.raises(PreflightError, match="binlog_row_image=FULL"):
         op.execute(make_context())
-
-    def down(*a, **kw):
-        raise SourceError("cannot connect to 127.0.0.1:3306")
-
-    monkeypatch.setattr(fake_guards, "preflight", down)
+    wire(ScriptedSource(preflight=SourceError("cannot connect to 127.0.0.1:3306")), op)
     with pytest.raises(SourceError) as e:
         op.execute(make_context())
     assert not isinstance(e.value, AirflowFailException)  # retried by Airflow
 
 
-def test_single_guard_operators(fake_guards, pipelines_dir, calls):
+def test_single_guard_operators(pipelines_dir):
     from tidegate_airflow.operators import BinlogPurgeGuardOperator, FailoverGuardOperator, SlotGuardOperator
 
-    for cls, expected in ((FailoverGuardOperator, ["halted", "failover"]),
-                          (SlotGuardOperator, ["halted", "retention"]),
-                          (BinlogPurgeGuardOperator, ["halted", "retention"])):
-        calls.clear()
-        cls(task_id="g", pipeline="shop_postgres").execute(make_context())
-        assert [c[0] for c in calls] == expected
+    for cls, expected in ((FailoverGuardOperator, ["identity"]),
+                          (SlotGuardOperator, ["retention"]),
+                          (BinlogPurgeGuardOperator, ["retention"])):
+        op = cls(task_id="g", pipeline="shop_postgres")
+        source = wire(ScriptedSource(kind="postgres"), op)
+        op.execute(make_context())
+        assert source.calls == expected
     with pytest.raises(ValueError, match="unknown guard check"):
         FailoverGuardOperator(task_id="g2", pipeline="x", checks=("failover", "vibes"))
 
@@ -219,13 +233,11 @@ def _bounds(cache=MYSQL_OLD):
         "cache": position_from_json(cache)})
 
 
-def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
-    import tidegate.runner as runner
-
-    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: None)
-    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, parts=None: _bounds(MYSQL_UPTO))
+def test_nothing_to_do_short_circuits_deliver_only(dags):
+    place("shop_mysql", {"events": MYSQL_UPTO, "bus": MYSQL_UPTO, "cache": MYSQL_UPTO})
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
+    wire(ScriptedSource(), bounds)
     ctx = make_context(dag, bounds)
     with pytest.raises(DownstreamTasksSkipped) as e:
         bounds.execute(ctx)
@@ -233,38 +245,34 @@ def test_nothing_to_do_short_circuits_deliver_only(dags, monkeypatch):
     assert ctx["ti"].pushed["return_value"]["nothing_to_do"] is True  # XCom pushed before skipping
 
 
-def test_work_to_do_does_not_short_circuit(dags, monkeypatch):
-    import tidegate.runner as runner
-
+def test_work_to_do_does_not_short_circuit(dags):
+    place("shop_mysql", {"events": MYSQL_UPTO, "bus": MYSQL_UPTO, "cache": MYSQL_OLD})
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
-    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: plan.replay_of)
-    monkeypatch.setattr(runner, "prepare_bounds", lambda spec, parts=None: _bounds())
+    wire(ScriptedSource(), bounds)
     assert bounds.execute(make_context(dag, bounds))["upto"] == MYSQL_UPTO
     # Only the chosen sinks count: events is caught up, cache is not.
     with pytest.raises(DownstreamTasksSkipped):
         bounds.execute(make_context(dag, bounds, conf={"sinks": ["events"]}))
 
 
-def test_replay_bounds_come_from_the_journal_and_skip_spark_when_it_delivered_nothing(dags, monkeypatch):
-    """A replay is judged by what the replayed run delivered, not by the head; a backfill over an
-    interval whose scheduled run had nothing to do succeeds without Spark."""
-    import dataclasses
+def test_replay_bounds_come_from_the_journal_and_skip_spark_when_it_delivered_nothing(dags):
+    """A replay is judged by what the replayed run delivered (the journal), not by the head; a
+    backfill over an interval whose scheduled run had nothing to do succeeds without Spark."""
+    from tidegate.positions import position_from_json
 
-    import tidegate.runner as runner
-
+    place("shop_mysql", {"events": MYSQL_UPTO, "bus": MYSQL_UPTO, "cache": MYSQL_UPTO})
+    store = store_of()
+    try:
+        jid = store.journal_begin("shop_mysql", "scheduled__x")
+        store.journal_sink(jid, "cache", start=position_from_json(MYSQL_OLD),
+                           end=position_from_json(MYSQL_UPTO), events=3, bytes=300, status="ok")
+        store.journal_finish(jid, "success")
+    finally:
+        store.close()
     dag = dags["cdc_shop_mysql"]
     bounds = dag.get_task("bounds")
-    calls = []
-
-    def replay_bounds(spec, replay_of, *, sinks=None, missing_ok=False, parts=None):
-        calls.append((replay_of, sinks, missing_ok))
-        ranges = {} if replay_of == "scheduled__idle" else {"cache": (None, _bounds().upto)}
-        return dataclasses.replace(_bounds(MYSQL_UPTO), replay_of=replay_of, ranges=ranges)
-
-    monkeypatch.setattr(runner, "replay_target", lambda spec, plan, run_id: plan.replay_of)
-    monkeypatch.setattr(runner, "prepare_replay_bounds", replay_bounds)
-    monkeypatch.setattr(runner, "prepare_bounds", lambda *a, **kw: pytest.fail("a replay reads the journal"))
+    wire(ScriptedSource(idle=True), bounds)  # the head says nothing new: a replay does not ask it
     out = bounds.execute(make_context(dag, bounds, conf={"mode": "replay", "replay_of": "scheduled__x"}))
     assert (out["nothing_to_do"], out["replay_of"], list(out["ranges"])) == (False, "scheduled__x", ["cache"])
     ctx = make_context(dag, bounds, run_id="scheduled__idle", run_type="backfill")
@@ -272,7 +280,6 @@ def test_replay_bounds_come_from_the_journal_and_skip_spark_when_it_delivered_no
         bounds.execute(ctx)
     assert [getattr(t, "task_id", t) for t in e.value.tasks] == ["deliver"]
     assert ctx["ti"].pushed["return_value"]["nothing_to_do"] is True
-    assert calls == [("scheduled__x", None, False), ("scheduled__idle", None, True)]
 
 
 # --------------------------------------------------------------------------- deliver
@@ -441,17 +448,14 @@ def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monke
 # --------------------------------------------------------------------------- release and report
 
 
-def test_release_only_in_incremental_mode(dags, monkeypatch, calls):
-    import tidegate.runner as runner
-    from tidegate.positions import Lsn, PgPosition
-
-    monkeypatch.setattr(runner, "release", lambda spec, parts=None: calls.append(spec.pipeline) or
-                        PgPosition(Lsn.parse("0/16B3748")))
-    dag = dags["cdc_shop_postgres"]
+def test_release_only_in_incremental_mode(dags):
+    place("shop_mysql", {"events": MYSQL_UPTO, "bus": MYSQL_UPTO, "cache": MYSQL_OLD})
+    dag = dags["cdc_shop_mysql"]
     release = dag.get_task("release")
-    assert release.execute(make_context(dag, release))["released_to"]["lsn"] == "0/16B3748"
+    source = wire(ScriptedSource(), release)
+    assert release.execute(make_context(dag, release))["released_to"] == MYSQL_OLD  # the lowest
     assert release.execute(make_context(dag, release, conf={"mode": "dry_run"}))["released_to"] is None
-    assert calls == ["shop_postgres"]
+    assert source.calls == ["release"]
 
 
 class FakeStats:

@@ -67,7 +67,6 @@ class FakeSpark:
 
 
 def test_main_calls_the_engine_and_writes_the_report(job, monkeypatch, tmp_path, capsys):
-    import tidegate.spark_job as spark_job
 
     seen = {}
     report = {"pipeline": "p", "events": 5, "sinks": []}
@@ -76,12 +75,12 @@ def test_main_calls_the_engine_and_writes_the_report(job, monkeypatch, tmp_path,
         seen.update(kw, spark=spark)
         return report
 
-    monkeypatch.setattr(spark_job, "deliver", deliver)
     spark, names = FakeSpark(), []
     out = tmp_path / "report.json"
     monkeypatch.setattr(job, "load_spec", lambda args: f"spec of {args.spec}")
     code = job.main(["--pipeline", "p", "--spec", "/x/p.yaml", "--run-id", "r1", "--sinks", "a,b",
-                     "--report-file", str(out)], make_session=lambda name: names.append(name) or spark)
+                     "--report-file", str(out)], make_session=lambda name: names.append(name) or spark,
+                    deliver=deliver)
     assert code == 0 and names == ["tidegate-p"] and spark.stopped
     from tidegate.plan import RunPlan
 
@@ -92,26 +91,23 @@ def test_main_calls_the_engine_and_writes_the_report(job, monkeypatch, tmp_path,
 
 
 def test_fatal_engine_errors_exit_3_others_raise(job, monkeypatch, tmp_path):
-    import tidegate.spark_job as spark_job
     from tidegate.errors import CommitPolicyError, FatalRunError
 
     def fatal(spark, **kw):
         raise FatalRunError("producer fenced")
 
-    monkeypatch.setattr(spark_job, "deliver", fatal)
     monkeypatch.setattr(job, "load_spec", lambda args: None)
     spark, out = FakeSpark(), tmp_path / "report.json"
     assert job.main(["--pipeline", "p", "--run-id", "r", "--report-file", str(out)],
-                    make_session=lambda n: spark) == job.EXIT_FATAL
+                    make_session=lambda n: spark, deliver=fatal) == job.EXIT_FATAL
     assert spark.stopped
     assert json.loads(out.read_text()) == {"fatal": True, "error": "FatalRunError: producer fenced"}
 
     def retryable(spark, **kw):
         raise CommitPolicyError("required sink events failed")
 
-    monkeypatch.setattr(spark_job, "deliver", retryable)
     with pytest.raises(CommitPolicyError):
-        job.main(["--pipeline", "p", "--run-id", "r"], make_session=lambda n: FakeSpark())
+        job.main(["--pipeline", "p", "--run-id", "r"], make_session=lambda n: FakeSpark(), deliver=retryable)
 
 
 def test_exit_code_is_the_engines(job):

@@ -38,6 +38,9 @@ class TidegateTaskMixin:
     template_fields: Sequence[str] = ("pipeline", "source_conn_id")
     pipeline: str
     source_conn_id: str | None
+    #: What the task's source and sinks are made by (a ``tidegate.parts.Parts``); None: from
+    #: Airflow's connections. Tests set one that hands out their fakes.
+    parts: Any = None
 
     def plan_overrides(self) -> Mapping[str, Any] | None:
         """Operator arguments that override the run's params (the deliver operator has some)."""
@@ -50,7 +53,8 @@ class TidegateTaskMixin:
         spec = catalog.find(self.pipeline)
         plan = plan_for_run(context, sink_ids=[s.id for s in spec.sinks], overrides=self.plan_overrides())
         aliases = {spec.source.conn_id: self.source_conn_id} if self.source_conn_id else None
-        return TaskRun(spec, plan, run_id_of(context), Parts(aliased(airflow_resolver, aliases)))
+        parts = self.parts or Parts(aliased(airflow_resolver, aliases))
+        return TaskRun(spec, plan, run_id_of(context), parts)
 
     def execute(self, context: Any) -> Any:
         from tidegate.errors import TidegateError

@@ -1,0 +1,95 @@
+"""A scripted source for the operator tests: the operators run the engine's real guards, bounds
+and release against it (through the ``parts`` of the task) and a SQLite store, so the tests
+replace no engine function."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidegate.parts import Parts, chosen_sinks
+from tidegate.positions import BinlogPosition, position_from_json
+from tidegate.sources.base import Source, snapshot_tables_of
+from tidegate.sources.preflight import WARNING, Problem
+
+MYSQL_UPTO = {"file": "mysql-bin.000004", "pos": 900, "gtid_set": None, "server_id": 1, "server_uuid": None}
+MYSQL_OLD = {"file": "mysql-bin.000004", "pos": 400, "gtid_set": None, "server_id": 1, "server_uuid": None}
+IDENTITY = {"kind": "mysql", "server_id": 1, "server_uuid": None}
+
+
+class ScriptedSource(Source):
+    """A MySQL-like source whose head is ``MYSQL_UPTO``, whose range always holds changes unless
+    ``idle``, and whose guard answers are scripted; every call a guard or a step makes is in
+    ``calls`` (``identity``, ``retention``, ``preflight``, ``earliest``, ``release``)."""
+
+    kind = connector = "mysql"
+
+    def __init__(self, *, idle: bool = False, retention: BaseException | None = None,
+                 preflight: Any = (), kind: str = "mysql"):
+        self.kind = kind
+        self.idle, self.retention, self.problems = idle, retention, preflight
+        self.calls: list[str] = []
+
+    def identity(self) -> dict[str, Any]:
+        self.calls.append("identity")
+        return {**IDENTITY, "kind": self.kind}
+
+    def head(self) -> BinlogPosition:
+        return position_from_json(MYSQL_UPTO)
+
+    def earliest(self) -> BinlogPosition:
+        self.calls.append("earliest")
+        return position_from_json(MYSQL_OLD)
+
+    def read(self, start, upto):
+        return iter(())
+
+    def has_changes(self, start, upto) -> bool:
+        return not self.idle
+
+    def check_retention(self, checkpoint, *, first_run):
+        self.calls.append("retention")
+        if self.retention is not None:
+            raise self.retention
+        return {"status": "ok"}
+
+    def restart_stream(self):
+        return self.head()
+
+    def preflight(self, checkpoint=None):
+        self.calls.append("preflight")
+        if isinstance(self.problems, BaseException):
+            raise self.problems
+        return [Problem("retention", "binlog_expire_logs_seconds", p, WARNING) if isinstance(p, str) else p
+                for p in self.problems]
+
+    def release(self, position) -> None:
+        self.calls.append("release")
+
+    def snapshot_tables(self, tables=None):
+        """The captured tables exist, each keyed by ``id`` (a test stops before any chunk)."""
+        captured = list(self.spec.source.tables)
+        return snapshot_tables_of(self.spec.pipeline, captured, set(captured), tables,
+                                  lambda schema, table: ["id"], "")
+
+
+class ScriptedParts(Parts):
+    """Hands every task its scripted source (and no sink: these tasks contact none)."""
+
+    def __init__(self, source: ScriptedSource):
+        super().__init__()
+        self._source = source
+
+    def source(self, spec):
+        self._source.spec = spec
+        return self._source
+
+    def sinks(self, spec, only=None):
+        chosen_sinks(spec, only)
+        return []
+
+
+def wire(source: ScriptedSource, *operators) -> ScriptedSource:
+    """Give ``operators`` the scripted source (the ``parts`` every tidegate task is built with)."""
+    for op in operators:
+        op.parts = ScriptedParts(source)
+    return source
