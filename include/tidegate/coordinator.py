@@ -113,6 +113,12 @@ def _describe(exc: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
 
 
+def keeps_records(sink: Sink) -> bool:
+    """Whether the sink writes a checkpoint record with its data (its kind overrides
+    ``committed_checkpoint``)."""
+    return type(sink).committed_checkpoint is not Sink.committed_checkpoint
+
+
 class Coordinator:
     def __init__(self, store: CheckpointStore, pipeline: str, run_id: str, epoch: int,
                  sinks: Sequence[Sink], policy: BatchSpec, *, journal_id: int | None = None,
@@ -176,6 +182,9 @@ class Coordinator:
             self._fail(sink, fut.exception())
             rep.start = rep.end = rep.checkpoint
             return
+        delivered = rec is not None and rec.kind in ("write", "adopt")
+        if fut.result() is None and delivered and keeps_records(sink):
+            self._warn_record_missing(sink, rec)
         adoption = adopt(rec, fut.result())
         if adoption.adopted:
             self._record_adoption(sink, adoption)
@@ -185,6 +194,17 @@ class Coordinator:
             rep.start = rep.end = self._starts[sink.sink_id]
         else:
             rep.start = rep.end = rep.checkpoint
+
+    def _warn_record_missing(self, sink: Sink, rec: Any) -> None:
+        """The store says the sink received deliveries, but the sink holds no record of its own:
+        its data may be gone (a Redis restarted without persistence, a deleted stream or topic).
+        The store stays the authority, so say what the sink will and will not get."""
+        log.warning("pipeline %s: sink %s keeps no checkpoint record of its own, yet the store says it "
+                    "received changes up to %s (version %d): the sink's data may have been lost (a "
+                    "server restarted empty, a stream deleted?). It gets what follows that checkpoint "
+                    "only; to deliver again from an earlier version: tidegate checkpoints rewind %s %s "
+                    "--to-version N --reason ...", self.pipeline, sink.sink_id, rec.position,
+                    rec.version, self.pipeline, sink.sink_id)
 
     def _record_adoption(self, sink: Sink, adoption: Adoption) -> None:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the

@@ -536,6 +536,9 @@ def test_redis_restarted_empty_the_store_stays_the_authority(mysql_pipeline):
     warnings = [ln for ln in resumed.stderr.splitlines() if " WARNING " in ln]
     print(f"redis empty: the faulted run ended {failed!r}; the store held the cache sink at {held}; "
           f"the next run succeeded, warning {warnings or 'nothing'}")
+    # the run that found the sink empty says so, naming the sink and the rewind
+    assert any("sink cache keeps no checkpoint record of its own" in ln and "rewind" in ln
+               for ln in warnings), warnings
 
     got = sink_contents(p)
     for sink in ("kafka", "nats"):

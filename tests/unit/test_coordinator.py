@@ -227,3 +227,16 @@ def test_record_from_another_server_is_never_adopted(store):
     co = _coordinator(store, [k])
     co.open()
     assert co.effective_positions() == {"k": pos(1, server_id=2)}
+
+
+def test_a_sink_that_lost_its_record_is_named_and_gets_what_follows_the_store(store, caplog):
+    """The store says sink k received up to pos(2), but k holds no record of its own (its server
+    restarted empty): a warning names it and the rewind, and k gets only what follows pos(2)."""
+    epoch = store.acquire_lease("p", "r0")
+    store.write_checkpoint("p", "k", pos(2), run_id="r0", epoch=epoch)
+    k = FakeSink("k")  # keeps records (it answers committed_checkpoint), has none now
+    items = stream([1] * 4)
+    _coordinator(store, [k]).run(iter(items))
+    assert k.delivered == [e.idempotency_key for e in items][2:]
+    assert "sink k keeps no checkpoint record of its own, yet the store says it received" in caplog.text
+    assert "tidegate checkpoints rewind p k --to-version N" in caplog.text
