@@ -293,7 +293,7 @@ def sink_events(pipeline: str, bootstrap: str, nats_conn, redis_conn,
         out["cache"] += [(table, json.loads(e)) for e in redis_events(redis_conn, f"{pipeline}:{table}")]
     for subject, _, payload in nats_messages(nats_conn, pipeline.upper(), f"{pipeline}.>"):
         table = subject.rsplit(".", 1)[1]
-        if table != "__control":
+        if table in tables:
             out["bus"].append((table, payload))
     return out
 
