@@ -10,12 +10,15 @@ tests one that returns their fakes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .connections import Connection, get_connection
 from .errors import RunError
-from .sinks.base import Sink
-from .sources.base import Source
 from .spec import PipelineSpec
+
+if TYPE_CHECKING:  # the DAG files import Resolver at parse time: no source or sink code then
+    from .sinks.base import Sink
+    from .sources.base import Source
 
 Resolver = Callable[[str], Connection]  # a connection id -> the connection
 

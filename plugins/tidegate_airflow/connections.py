@@ -10,12 +10,11 @@ environment of the spark-submit process and never in its argv.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from tidegate.connections import Connection, env_var
 from tidegate.errors import ConnectionConfigError
-
-Resolver = Callable[[str], Connection]
+from tidegate.parts import Resolver
 
 
 def airflow_resolver(conn_id: str) -> Connection:

@@ -196,3 +196,18 @@ def test_make_sink_builds_each_kind_and_refuses_unknown():
     s = make_sink(spec_for(REDIS), REDIS, conn)
     got = (s.kind, s.sink_id, s.pipeline, s.checkpoint_key)
     assert got == ("redis", "cache", "orders", f"{s.tenant}/orders::sink::cache")
+
+
+def test_a_watch_error_raised_for_a_lost_connection_is_told_from_a_moved_key():
+    """redis-py raises WatchError in both cases; only the one it raises while handling a
+    connection error may hide an EXEC that ran (the Redis sink then reads its record first)."""
+    from tidegate.sinks.redis import _connection_lost
+
+    try:
+        try:
+            raise rex.ConnectionError("Connection closed by server.")
+        except rex.ConnectionError:
+            raise rex.WatchError("A ConnectionError occurred while watching one or more keys") from None
+    except rex.WatchError as lost:
+        assert lost.__context__ is not None and _connection_lost(lost)
+    assert not _connection_lost(rex.WatchError("Watched variable changed."))

@@ -80,10 +80,10 @@ def classify_redis_error(exc: BaseException) -> ErrorClass:
 
 
 def _connection_lost(exc: rex.WatchError) -> bool:
-    """redis-py turns a connection lost during a watched transaction into a WatchError whose
-    message names the error ("A ConnectionError occurred while watching one or more keys"): the
-    EXEC may have run. A plain WatchError means a watched key moved and nothing ran."""
-    return "occurred while watching" in str(exc)
+    """redis-py turns a connection lost during a watched transaction into a WatchError raised
+    while it handles the connection error: the EXEC may have run. A WatchError of its own means
+    a watched key moved and nothing ran."""
+    return isinstance(exc.__context__, (rex.ConnectionError, rex.TimeoutError, OSError))
 
 
 def _truthy(v: Any) -> bool:
@@ -272,7 +272,7 @@ class RedisSink(Sink):
         except SinkError:
             raise
         except rex.WatchError as exc:
-            if _connection_lost(exc):  # redis-py's name for a connection lost while watching
+            if _connection_lost(exc):
                 self._uncertain = True  # the EXEC may have run before the connection broke
                 raise RetryableSinkError(f"{self.where}: the connection was lost delivering sub-batch "
                                          f"{batch.seq}; retrying") from None
