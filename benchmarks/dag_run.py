@@ -121,15 +121,17 @@ PHASES = textwrap.dedent("""\
         import tidegate.guards, tidegate.runner, tidegate.sources.mysql  # noqa: F401
     phase("import the engine", imports)
     from tidegate import catalog, guards, runner
+    from tidegate.run import RunContext
     from tidegate.store import open_store
     spec = phase("read the spec", lambda: catalog.find(sys.argv[1]))
     store = phase("open the checkpoint store", open_store)
-    phase("guard: halted (store)", lambda: guards.check_halted(spec, store=store))
-    phase("guard: failover (source identity)", lambda: guards.guard_failover(spec, run_id="b", store=store))
-    phase("guard: retention (binlog list)", lambda: guards.guard_retention(spec, run_id="b", store=store))
-    phase("guard: preflight (settings)", lambda: guards.preflight(spec, store=store))
-    bounds = phase("bounds (head, checkpoints, range)", lambda: runner.prepare_bounds(spec, store=store))
-    out["nothing to do"] = bounds.nothing_to_do()
+    run = RunContext(spec, run_id="b", store=store)
+    phase("guard: halted (store)", lambda: guards.check_halted(run))
+    phase("guard: failover (source identity)", lambda: guards.guard_failover(run))
+    phase("guard: retention (binlog list)", lambda: guards.guard_retention(run))
+    phase("guard: preflight (settings)", lambda: guards.preflight(run))
+    run = phase("bounds (head, checkpoints, range)", lambda: runner.prepare_bounds(run))
+    out["nothing to do"] = run.bounds.nothing_to_do()
     print(json.dumps(out))
     """)
 

@@ -1,14 +1,13 @@
 """spark-submit entry point: one bounded run of a tidegate pipeline, its range read by Spark.
 
-    spark-submit spark_jobs/deliver.py --pipeline NAME --run-id ID [--spec-b64 B64 | --spec FILE]
-        [--mode incremental|replay|dry_run] [--upto-json JSON] [--sinks a,b] [--max-events N]
-        [--replay-of RUN_ID] [--report-file PATH]
+    spark-submit spark_jobs/deliver.py --pipeline NAME --run-id ID [--report-file PATH]
 
-Thin: parse the arguments, build the SparkSession, call ``tidegate.spark_job.deliver``. The spec
-travels with the job (``--spec-b64``: the spec file's content), so a driver or executor on a
-cluster never reads it from the Airflow worker's disk. The argv holds no secret; connections
-come from ``AIRFLOW_CONN_<ID>`` environment variables of the driver (see docs/operations.md,
-"Spark"). The run report (JSON) is written to ``--report-file`` and printed as one
+Thin: parse the arguments, read the run's record from the checkpoint store
+(``TIDEGATE_CHECKPOINT_STORE``; the bounds task wrote it: the spec's text, the plan, the bounds),
+build the SparkSession, call ``tidegate.spark_job.deliver``. A driver on a cluster never reads
+the Airflow worker's disk. The argv holds no secret; connections come from
+``AIRFLOW_CONN_<ID>`` environment variables of the driver (see docs/operations.md, "Spark").
+The run report (JSON) is written to ``--report-file`` and printed as one
 ``TIDEGATE_RUN_REPORT {...}`` line.
 
 Exit codes: 0 done; 3 (``tidegate.plan.EXIT_FATAL``) an error that a retry cannot fix (fenced
@@ -20,7 +19,6 @@ apart); anything else: retryable.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import logging
 import sys
@@ -28,65 +26,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tidegate.plan import EXIT_FATAL, MODES, RunParamsError, RunPlan
+from tidegate.plan import EXIT_FATAL
 
 log = logging.getLogger("tidegate.spark_jobs.deliver")
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object (a source position)")
-    return value
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="deliver.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--pipeline", required=True, help="pipeline name")
-    p.add_argument("--spec-b64", help="the spec file's content, base64")
-    p.add_argument("--spec", help="a spec file (default: found by name in the pipelines folder)")
-    p.add_argument("--run-id", required=True, help="the Airflow run id (journal and fencing key)")
-    p.add_argument("--mode", choices=MODES, default="incremental")
-    p.add_argument("--upto-json", type=_json_object, default=None, dest="upto",
-                   help="the run's upper bound (position JSON from the bounds task)")
-    p.add_argument("--sinks", default=None, help="comma-separated sink ids (default all)")
-    p.add_argument("--max-events", default=None, help="sub-batch size override")
-    p.add_argument("--replay-of", default=None, help="with --mode replay: the run whose range is replayed")
+    p.add_argument("--run-id", required=True, help="the run id (its record, journal and fencing key)")
     p.add_argument("--report-file", default=None, help="write the run report (JSON) here")
     return p
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = parser()
-    args = p.parse_args(argv)
-    try:  # the same validation as the trigger form's
-        args.plan = RunPlan.from_values({"mode": args.mode, "sinks": args.sinks,
-                                         "max_events": args.max_events, "replay_of": args.replay_of})
-    except RunParamsError as exc:
-        p.error("; ".join(exc.problems))
-    return args
-
-
-def load_spec(args: argparse.Namespace) -> Any:
-    from tidegate import catalog
-    from tidegate.spec import load_spec_text
-
-    if args.spec_b64:
-        return load_spec_text(base64.b64decode(args.spec_b64).decode("utf-8"), origin=f"<{args.pipeline}>")
-    return catalog.find(args.spec or args.pipeline)
-
-
 def run(args: argparse.Namespace, spark: Any, deliver: Any = None) -> dict[str, Any]:
     """``deliver``: the engine's entry (default ``tidegate.spark_job.deliver``)."""
-    from tidegate.positions import position_from_json
+    from tidegate.run import from_record
+    from tidegate.store import open_store
 
     if deliver is None:
         from tidegate.spark_job import deliver
-    return deliver(spark, spec=load_spec(args), plan=args.plan, run_id=args.run_id,
-                   upto=position_from_json(args.upto) if args.upto else None)
+    with open_store() as store:
+        return deliver(spark, from_record(store, args.pipeline, args.run_id))
 
 
 def spark_session(app_name: str) -> Any:
@@ -98,7 +59,7 @@ def spark_session(app_name: str) -> Any:
 def main(argv: Sequence[str] | None = None, make_session: Any = spark_session, deliver: Any = None) -> int:
     from tidegate.errors import TidegateError
 
-    args = parse_args(argv)
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spark = make_session(f"tidegate-{args.pipeline}")

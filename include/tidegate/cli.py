@@ -109,7 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from . import guards, runner
     from .child_reader import child_reader
-    from .store import default_url
+    from .run import RunContext
+    from .store import default_url, open_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
@@ -120,22 +121,21 @@ def cmd_run(args: argparse.Namespace) -> int:
                                who=_os_user())
     if args.no_guards and plan.resolve:
         raise RunParamsError(["--resolve resolves incidents in the guards step: drop --no-guards"])
-    if not args.no_guards:
-        guards.run_guards(spec, plan, run_id=run_id)
-    report: dict[str, Any] = {}
-    upto = None
-    if plan.mode == "incremental":
-        bounds = runner.prepare_bounds(spec)
-        report["bounds"] = bounds.to_json()
-        if bounds.nothing_to_do(plan.sinks):
-            print(json.dumps({**report, "nothing_to_do": True}, indent=2, default=str))
-            return 0
-        upto = bounds.upto
-    # The range is decoded in a reader process while this one delivers (child_reader.py).
-    reader = child_reader(default_url())
-    report.update(runner.run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=reader))
-    if plan.mode == "incremental":
-        report["released_to"] = position_to_json(runner.release(spec))
+    with open_store() as store:
+        run = RunContext(spec, plan, run_id, store=store)
+        if not args.no_guards:
+            guards.run_guards(run)
+        report: dict[str, Any] = {}
+        if plan.mode != "dry_run":
+            run = runner.prepare_bounds(run)  # writes the run's record, which the delivery reads
+            report["bounds"] = run.bounds.to_json()
+            if run.bounds.nothing_to_do(plan.sinks):
+                print(json.dumps({**report, "nothing_to_do": True}, indent=2, default=str))
+                return 0
+        # The range is decoded in a reader process while this one delivers (child_reader.py).
+        report.update(runner.run_pipeline(run, reader=child_reader(default_url())))
+        if plan.mode == "incremental":
+            report["released_to"] = position_to_json(runner.release(run))
     print(json.dumps(report, indent=2, default=str))
     return 0
 

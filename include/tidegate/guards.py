@@ -26,14 +26,13 @@ from typing import Any
 from .checkpoints import adopt
 from .errors import ChangesLostError, ContinuityHalt, SourceError, TidegateError, halt_message
 from .events import ControlMessage
-from .parts import Parts
-from .plan import GUARD_ORDER, RESOLUTIONS, RunPlan
+from .plan import GUARD_ORDER, RESOLUTIONS
 from .positions import Position, SnapshotPosition, later, log_position, oldest, position_to_json
-from .runner import opened
+from .run import RunContext
 from .sinks.base import Sink
 from .sources.base import Source
 from .spec import PipelineSpec
-from .store import CheckpointStore, open_store
+from .store import CheckpointStore
 from .store.records import Incident
 
 log = logging.getLogger(__name__)
@@ -45,55 +44,45 @@ IDENTITY_KEYS = ("kind", "server_id", "server_uuid", "system_id", "timeline")
 # --------------------------------------------------------------------------- all guards
 
 
-def run_guards(spec: PipelineSpec, plan: RunPlan, *, run_id: str, checks: Sequence[str] = GUARD_ORDER,
-               parts: Parts | None = None, store: CheckpointStore | None = None) -> dict[str, Any]:
+def run_guards(run: RunContext, checks: Sequence[str] = GUARD_ORDER) -> dict[str, Any]:
     """Resolve the open incidents when the plan says so, then run ``checks`` in
     :data:`GUARD_ORDER`. Raises :class:`ContinuityHalt` on a loss and SourceSettingError on a
     wrong setting; returns each check's result and the preflight warnings."""
     unknown = [c for c in checks if c not in GUARD_ORDER]
     if unknown:
         raise ValueError(f"unknown guard check(s) {unknown}; allowed: {', '.join(GUARD_ORDER)}")
-    own = store is None
-    store = store or open_store()
-    try:
+    plan = run.plan
+    with run.opened_store() as store:
+        run = run.with_store(store)
         out: dict[str, Any] = {"resolved": [], "checks": {}, "warnings": []}
         if plan.resolve:
-            out["resolved"] = resolve_incidents(spec, resolution=plan.resolve, reason=plan.reason or "",
-                                                who=plan.who, run_id=run_id, parts=parts, store=store,
-                                                tables=plan.tables)
+            out["resolved"] = resolve_incidents(run, resolution=plan.resolve, reason=plan.reason or "",
+                                                who=plan.who, tables=plan.tables)
         for check in (c for c in GUARD_ORDER if c in checks):
-            out["checks"][check] = _run_check(check, spec, run_id, parts, store, out)
+            out["checks"][check] = _run_check(check, run, out)
         return out
-    finally:
-        if own:
-            store.close()
 
 
-def _run_check(check: str, spec: PipelineSpec, run_id: str, parts: Parts | None,
-               store: CheckpointStore, out: dict[str, Any]) -> Any:
+def _run_check(check: str, run: RunContext, out: dict[str, Any]) -> Any:
     if check == "halted":
-        check_halted(spec, store=store)
+        check_halted(run)
         return {"status": "ok"}
     if check == "preflight":
-        warnings = preflight(spec, parts=parts, store=store)
+        warnings = preflight(run)
         out["warnings"] += warnings
         return {"status": "warnings" if warnings else "ok", "warnings": warnings}
     guard = guard_failover if check == "failover" else guard_retention
-    result = guard(spec, run_id=run_id, parts=parts, store=store)
-    log.info("pipeline %s: %s guard: %s", spec.pipeline, check, result)
+    result = guard(run)
+    log.info("pipeline %s: %s guard: %s", run.pipeline, check, result)
     return result
 
 
 # --------------------------------------------------------------------------- halted
 
 
-def check_halted(spec: PipelineSpec, *, store: CheckpointStore | None = None) -> None:
-    st = store or open_store()
-    try:
-        open_incidents = st.incidents(spec.pipeline, unresolved_only=True)
-    finally:
-        if store is None:
-            st.close()
+def check_halted(run: RunContext) -> None:
+    with run.opened_store() as st:
+        open_incidents = st.incidents(run.pipeline, unresolved_only=True)
     if open_incidents:
         raise ContinuityHalt(open_incidents[0])
 
@@ -117,13 +106,13 @@ def same_server(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in IDENTITY_KEYS)
 
 
-def guard_failover(spec: PipelineSpec, *, run_id: str, parts: Parts | None = None,
-                   store: CheckpointStore | None = None) -> dict[str, Any]:
+def guard_failover(run: RunContext) -> dict[str, Any]:
     """Compare the source identity with the one the checkpoints belong to. On a change: a
     MySQL/MariaDB failover whose checkpoints' GTID sets are all on the new server continues
     (each sink's checkpoint, or its adoptable sink-side record, is translated by GTID set);
     anything else halts with the range."""
-    with opened(spec, parts, store) as (source, st):
+    spec, run_id = run.spec, run.run_id
+    with run.opened() as (source, st):
         current = source.identity()
         stored = st.get_source_identity(spec.pipeline)
         if stored is None or not st.checkpoints(spec.pipeline):
@@ -136,7 +125,7 @@ def guard_failover(spec: PipelineSpec, *, run_id: str, parts: Parts | None = Non
             _halt(st, spec, "failover", _lowest_checkpoint(st, spec), source.head(),
                   change + ". Changes after the checkpoint may be missing.", run_id)
         return _gtid_failover(spec, st, source, stored, current, change, run_id,
-                              (parts or Parts()).sinks(spec))
+                              run.parts.sinks(spec))
 
 
 def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, old: Mapping[str, Any],
@@ -212,30 +201,30 @@ def _journal_failover(store: CheckpointStore, spec: PipelineSpec, run_id: str,
 # --------------------------------------------------------------------------- retention
 
 
-def guard_retention(spec: PipelineSpec, *, run_id: str, parts: Parts | None = None,
-                    store: CheckpointStore | None = None) -> dict[str, Any]:
+def guard_retention(run: RunContext) -> dict[str, Any]:
     """The source's log still holds everything after the lowest checkpoint (MySQL/MariaDB: the
     binlog file was not purged; Postgres: the slot exists and lost no WAL, created on the
     pipeline's first run). Otherwise an incident of the loss's kind halts the pipeline."""
-    with opened(spec, parts, store) as (source, st):
+    spec = run.spec
+    with run.opened() as (source, st):
         lowest = _lowest_checkpoint(st, spec)
         try:
             return source.check_retention(None if lowest is None else log_position(lowest),
                                           first_run=not st.checkpoints(spec.pipeline))
         except ChangesLostError as exc:
             to = exc.earliest_available if exc.earliest_available is not None else source.head()
-            _halt(st, spec, exc.kind, lowest, to, str(exc), run_id)
+            _halt(st, spec, exc.kind, lowest, to, str(exc), run.run_id)
             raise  # not reached: _halt raises
 
 
-def preflight(spec: PipelineSpec, *, parts: Parts | None = None,
-              store: CheckpointStore | None = None) -> list[str]:
+def preflight(run: RunContext) -> list[str]:
     """Source settings and privileges (raises SourceSettingError on a hard problem) and
     retention headroom warnings against the oldest sink checkpoint; figures worth knowing (the
     WAL a slot holds) are logged."""
     from .sources.preflight import INFO, WARNING, raise_for_problems
 
-    with opened(spec, parts, store) as (source, st):
+    spec = run.spec
+    with run.opened() as (source, st):
         sink_ids = {s.id for s in spec.sinks}
         stored = [r for sid, r in st.checkpoints(spec.pipeline).items() if sid in sink_ids]
         oldest_rec = min(stored, key=lambda r: r.position) if stored else None
@@ -255,9 +244,7 @@ def preflight(spec: PipelineSpec, *, parts: Parts | None = None,
 # --------------------------------------------------------------------------- resolve
 
 
-def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: str,
-                      run_id: str, parts: Parts | None = None,
-                      store: CheckpointStore | None = None,
+def resolve_incidents(run: RunContext, *, resolution: str, reason: str, who: str,
                       tables: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Resolve every open incident of the pipeline. ``accept_gap`` moves the checkpoints past
     the missing range (on a new server or a lost slot: to where streaming can resume) as new
@@ -270,7 +257,8 @@ def resolve_incidents(spec: PipelineSpec, *, resolution: str, reason: str, who: 
     if not (reason or "").strip():
         raise TidegateError("resolve needs a reason (it is kept with the incident): set the "
                             "`reason` param when triggering the run")
-    with opened(spec, parts, store) as (source, st):
+    spec, run_id = run.spec, run.run_id
+    with run.opened() as (source, st):
         done = []
         incidents = st.incidents(spec.pipeline, unresolved_only=True)
         for inc in incidents:  # check them all before resolving any

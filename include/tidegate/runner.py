@@ -9,9 +9,9 @@ the source and hands it to the coordinator, which delivers sub-batch by sub-batc
 checkpoints as it goes; :func:`release` then lets the source recycle its log up to the lowest
 checkpoint.
 
-Callers hand in the :class:`~tidegate.parts.Parts` the run's source and sinks are made by (by
-default from ``AIRFLOW_CONN_<ID>`` environment variables; the Airflow operators hand one built on
-Airflow's own connections).
+Every step is handed the run's :class:`~tidegate.run.RunContext` (spec, plan, run id, store and
+the :class:`~tidegate.parts.Parts` its source and sinks are made by). The bounds step writes the
+run's record; the delivery reads its bounds from it instead of deciding them again.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import snapshots
@@ -28,20 +27,17 @@ from .coordinator import Coordinator, RunReport
 from .errors import ContinuityHalt, RunError
 from .events import ControlMessage, PositionMark, is_control
 from .parts import Parts, chosen_sinks
-from .plan import RunPlan
 from .positions import (
     Position,
     describe_lineage,
     lineage_of_identity,
     log_position,
-    lowest_start,
-    position_from_json,
-    position_to_json,
     same_lineage,
 )
+from .run import Bounds, RunContext
 from .sources.base import Source, SourceItem
 from .spec import PipelineSpec
-from .store import CheckpointStore, open_store
+from .store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -54,87 +50,7 @@ def read_in_process(source: Source, start: Position | None, upto: Position) -> I
     return source.read(start, upto)
 
 
-# --------------------------------------------------------------------------- building blocks
-
-
-@contextmanager
-def opened(spec: PipelineSpec, parts: Parts | None, store: CheckpointStore | None
-           ) -> Iterator[tuple[Source, CheckpointStore]]:
-    """The pipeline's source and the checkpoint store (opened here unless given)."""
-    own_store = store is None
-    store = store or open_store()
-    source = (parts or Parts()).source(spec)
-    source.use_store(store)  # schema branch: facts a source keeps between runs (Postgres column sets)
-    try:
-        yield source, store
-    finally:
-        source.close()
-        if own_store:
-            store.close()
-
-
 # --------------------------------------------------------------------------- bounds
-
-
-@dataclasses.dataclass(frozen=True)
-class Bounds:
-    """A run's range: ``upto`` (the source head when the run began, its upper bound) and each
-    sink's checkpoint (None: the sink has none yet). ``owed``: the sinks whose checkpoint
-    version owes them a control message (an accepted gap, a failover, a snapshot's start). A
-    replay's bounds also name the run it replays and, per sink, the range that run delivered
-    (``ranges``; empty: nothing)."""
-
-    pipeline: str
-    upto: Position
-    checkpoints: Mapping[str, Position | None]
-    replay_of: str | None = None
-    ranges: Mapping[str, tuple[Position | None, Position]] = dataclasses.field(default_factory=dict)
-    owed: tuple[str, ...] = ()
-
-    def nothing_to_do(self, sinks: Sequence[str] | None = None) -> bool:
-        """Whether every chosen sink (default: all) already has everything up to ``upto`` and is
-        owed no control message; for a replay, whether the replayed run delivered nothing to the
-        chosen sinks."""
-        if self.replay_of is not None:
-            return not any(sid in self.ranges for sid in (sinks or self.checkpoints))
-        # Consumers learn of an accepted loss (or a failover) in the run that accepts it, even
-        # when the log has nothing new: the run delivers the message alone.
-        if any(sid in self.owed for sid in (sinks or self.checkpoints)):
-            return False
-        return all(p is not None and p >= self.upto for p in self._of(sinks))
-
-    def lowest(self, sinks: Sequence[str] | None = None) -> Position | None:
-        """Where a read for the chosen sinks starts (None: from the beginning)."""
-        return lowest_start(self._of(sinks))
-
-    def behind(self, sinks: Sequence[str] | None = None) -> list[str]:
-        chosen = sinks or list(self.checkpoints)
-        return [sid for sid in chosen if self.checkpoints[sid] is None or self.checkpoints[sid] < self.upto]
-
-    def _of(self, sinks: Sequence[str] | None) -> list[Position | None]:
-        return [self.checkpoints[sid] for sid in (sinks or self.checkpoints)]
-
-    def with_checkpoints(self, moved: Mapping[str, Position]) -> Bounds:
-        return dataclasses.replace(self, checkpoints={**self.checkpoints, **moved})
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"pipeline": self.pipeline, "upto": position_to_json(self.upto),
-               "checkpoints": {k: position_to_json(v) for k, v in self.checkpoints.items()},
-               "owed": list(self.owed), "nothing_to_do": self.nothing_to_do()}
-        if self.replay_of is not None:
-            out["replay_of"] = self.replay_of
-            out["ranges"] = {k: [position_to_json(a), position_to_json(b)]
-                             for k, (a, b) in self.ranges.items()}
-        return out
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Bounds:
-        return cls(d["pipeline"], position_from_json(d["upto"]),
-                   {k: position_from_json(v) for k, v in (d.get("checkpoints") or {}).items()},
-                   d.get("replay_of"),
-                   {k: (position_from_json(a), position_from_json(b))
-                    for k, (a, b) in (d.get("ranges") or {}).items()},
-                   tuple(d.get("owed") or ()))
 
 
 def capture_bounds(spec: PipelineSpec, source: Source, store: CheckpointStore) -> Bounds:
@@ -180,65 +96,67 @@ def idle_moves(bounds: Bounds) -> dict[str, Position]:
     return {sid: bounds.upto for sid in bounds.behind() if sid not in bounds.owed}
 
 
-def prepare_bounds(spec: PipelineSpec, *, parts: Parts | None = None,
-                   store: CheckpointStore | None = None) -> Bounds:
-    """The bounds step of a run: capture, place new sinks (``start: head``), skip an idle
-    range. Cheap: no sink is contacted; the lease is taken only when a checkpoint moves."""
-    run_id = "bounds__" + spec.pipeline
-    with opened(spec, parts, store) as (source, st):
-        bounds = capture_bounds(spec, source, st)
-        if spec.source.start == "head" and None in bounds.checkpoints.values():
-            bounds = place_new_sinks(spec, st, bounds, run_id=run_id,
-                                     epoch=st.acquire_lease(spec.pipeline, run_id))
-        # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
-        # snapshot has chunks to read whatever the log holds, so the range is never idle.
-        bounds = _place_snapshot_sinks(spec, source, st, bounds, run_id)
-        if snapshots.in_snapshot(bounds.checkpoints):
-            return bounds
-        if idle_moves(bounds) and not source.has_changes(bounds.lowest(), bounds.upto):
-            bounds = skip_idle_range(spec, st, bounds, run_id=run_id,
-                                     epoch=st.acquire_lease(spec.pipeline, run_id))
-        return bounds
+def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
+    """The bounds step of a run; writes the run's record and returns the context holding it.
 
-
-def replay_target(spec: PipelineSpec, plan: RunPlan, run_id: str, *,
-                  store: CheckpointStore | None = None) -> str | None:
-    """The run a run replays: the plan's ``replay_of``, or the run itself when it is a cleared /
-    re-run Airflow run that already delivered (None: an incremental run)."""
-    if plan.mode == "dry_run":
-        return None
-    if plan.replay_of:
-        return plan.replay_of
-    own = store is None
-    store = store or open_store()
-    try:
-        return _rerun_of(spec, store, run_id, plan.mode)
-    finally:
-        if own:
-            store.close()
-
-
-def prepare_replay_bounds(spec: PipelineSpec, replay_of: str, *, sinks: Sequence[str] | None = None,
-                          missing_ok: bool = False, parts: Parts | None = None,
-                          store: CheckpointStore | None = None) -> Bounds:
-    """The bounds step of a replay: the head, the checkpoints and the range ``replay_of``
-    delivered to each chosen sink. Reads only: it takes no lease and moves no checkpoint, so a
-    replay (a backfill run) never fences a run in flight. ``missing_ok`` (backfills): a run the
+    Incremental: capture, place new sinks (``start: head`` / ``start: snapshot``), skip an idle
+    range. Cheap: no sink is contacted; the lease is taken only when a checkpoint moves.
+    A replay (the plan's ``replay_of``, or a cleared run that already delivered): the head, the
+    checkpoints and the range the replayed run delivered to each chosen sink; it takes no lease
+    and moves nothing, so it never fences a run in flight. ``missing_ok`` (backfills): a run the
     journal does not know delivered nothing (a scheduled run that had nothing to do records no
     range), so the replay has nothing to do; otherwise it is an error, raised before Spark."""
-    chosen = chosen_sinks(spec, sinks)
-    with opened(spec, parts, store) as (source, st):
-        bounds = capture_bounds(spec, source, st)
-        try:
-            ranges = _delivered_ranges(st, spec.pipeline, replay_of)
-        except RunError:
-            if not missing_ok:
-                raise
-            ranges = {}
-        ranges = {sid: r for sid, r in ranges.items() if sid in chosen}
-        if ranges:
-            _check_replayable(spec, source, replay_of, ranges)
-        return dataclasses.replace(bounds, replay_of=replay_of, ranges=ranges)
+    with run.opened() as (source, store):
+        replay_of = replay_target(run.with_store(store))
+        if replay_of is not None:
+            bounds = _replay_bounds(run, source, store, replay_of, missing_ok)
+        else:
+            bounds = _incremental_bounds(run, source, store)
+        return run.recorded(bounds, store)
+
+
+def _incremental_bounds(run: RunContext, source: Source, store: CheckpointStore) -> Bounds:
+    spec, holder = run.spec, "bounds__" + run.spec.pipeline  # the lease holder of a bounds step
+    bounds = capture_bounds(spec, source, store)
+    if spec.source.start == "head" and None in bounds.checkpoints.values():
+        bounds = place_new_sinks(spec, store, bounds, run_id=holder,
+                                 epoch=store.acquire_lease(spec.pipeline, holder))
+    # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
+    # snapshot has chunks to read whatever the log holds, so the range is never idle.
+    bounds = _place_snapshot_sinks(spec, source, store, bounds, holder)
+    if snapshots.in_snapshot(bounds.checkpoints):
+        return bounds
+    if idle_moves(bounds) and not source.has_changes(bounds.lowest(), bounds.upto):
+        bounds = skip_idle_range(spec, store, bounds, run_id=holder,
+                                 epoch=store.acquire_lease(spec.pipeline, holder))
+    return bounds
+
+
+def _replay_bounds(run: RunContext, source: Source, store: CheckpointStore, replay_of: str,
+                   missing_ok: bool) -> Bounds:
+    chosen = chosen_sinks(run.spec, run.plan.sinks)
+    bounds = capture_bounds(run.spec, source, store)
+    try:
+        ranges = _delivered_ranges(store, run.pipeline, replay_of)
+    except RunError:
+        if not missing_ok:
+            raise
+        ranges = {}
+    ranges = {sid: r for sid, r in ranges.items() if sid in chosen}
+    if ranges:
+        _check_replayable(run.spec, source, replay_of, ranges)
+    return dataclasses.replace(bounds, replay_of=replay_of, ranges=ranges)
+
+
+def replay_target(run: RunContext) -> str | None:
+    """The run a run replays: the plan's ``replay_of``, or the run itself when it is a cleared /
+    re-run Airflow run that already delivered (None: an incremental run)."""
+    if run.plan.mode == "dry_run":
+        return None
+    if run.plan.replay_of:
+        return run.plan.replay_of
+    with run.opened_store() as store:
+        return _rerun_of(run.spec, store, run.run_id, run.plan.mode)
 
 
 def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore, bounds: Bounds,
@@ -262,28 +180,33 @@ def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointS
 # --------------------------------------------------------------------------- the run
 
 
-def run_pipeline(spec: PipelineSpec, plan: RunPlan | None = None, *, run_id: str,
-                 upto: Position | None = None, parts: Parts | None = None,
-                 store: CheckpointStore | None = None, data_interval: tuple[Any, Any] | None = None,
-                 reader: Reader = read_in_process,
+def run_pipeline(run: RunContext, *, upto: Position | None = None,
+                 data_interval: tuple[Any, Any] | None = None, reader: Reader = read_in_process,
                  chunk_reader: snapshots.ChunkReader | None = None) -> dict[str, Any]:
-    """One bounded run as ``plan`` says (default: incremental to every sink); returns the run
+    """One bounded run as its plan says (default: incremental to every sink); returns the run
     report as JSON. Raises on failure (no checkpoint of a failed sub-batch moves):
-    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. ``chunk_reader``: how a
-    snapshot's chunks are read (default: in-process, one after the other)."""
-    plan = plan or RunPlan()
+    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. With the run's record (its
+    bounds step ran), the record's bounds are the run's: its upper bound, its replay ranges,
+    the sinks it placed. ``chunk_reader``: how a snapshot's chunks are read (default:
+    in-process, one after the other)."""
+    plan, spec = run.plan, run.spec
     if plan.max_events:
         spec = dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, max_events=plan.max_events))
-    with opened(spec, parts, store) as (source, st):
+        run = dataclasses.replace(run, spec=spec)
+    with run.opened() as (source, st):
+        run = run.with_store(st)
         reader = snapshots.snapshot_reader(spec, st, reader, chunk_reader)  # snapshot positions
-        upto = upto or source.head()
+        bounds = run.bounds
+        upto = upto or (bounds.upto if bounds is not None else None) or source.head()
         if plan.mode == "dry_run":
             return _dry_run(spec, source, st, upto, reader)
-        replay_of = plan.replay_of or _rerun_of(spec, st, run_id, plan.mode)
+        if bounds is not None:
+            replay_of = bounds.replay_of
+        else:
+            replay_of = plan.replay_of or _rerun_of(spec, st, run.run_id, plan.mode)
         if replay_of:
-            return _replay(spec, source, st, run_id, replay_of, plan.sinks, parts, reader).to_json()
-        return _incremental(spec, source, st, run_id, upto, plan.sinks, parts, data_interval,
-                            reader).to_json()
+            return _replay(run, source, replay_of, reader).to_json()
+        return _incremental(run, source, upto, data_interval, reader).to_json()
 
 
 def _rerun_of(spec: PipelineSpec, store: CheckpointStore, run_id: str, mode: str) -> str | None:
@@ -334,16 +257,13 @@ class SchemaGate:
         raise ContinuityHalt(inc)
 
 
-def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: str,
-                 upto: Position, only: Sequence[str] | None, parts: Parts | None,
+def _incremental(run: RunContext, source: Source, upto: Position,
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
-    sinks = (parts or Parts()).sinks(spec, only)
+    spec, store, run_id = run.spec, run.store, run.run_id
+    sinks = run.parts.sinks(spec, run.plan.sinks)
     epoch = store.acquire_lease(spec.pipeline, run_id)
-    if spec.source.start == "head":
-        place_new_sinks(spec, store, capture_bounds(spec, source, store), run_id=run_id, epoch=epoch)
-    if spec.source.start == "snapshot":  # snapshots: a run without a bounds step plans it here
-        _place_snapshot_sinks(spec, source, store, dataclasses.replace(
-            capture_bounds(spec, source, store), upto=upto), run_id, epoch)
+    if run.bounds is None:  # no bounds step: the run places new sinks itself
+        _place_sinks(run, source, upto, epoch)
     start, end = data_interval or (None, None)
     journal_id = store.journal_begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
                                      mode="incremental")
@@ -359,26 +279,39 @@ def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run
     return report
 
 
-def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: str,
-            replay_of: str, only: Sequence[str] | None, parts: Parts | None,
-            reader: Reader) -> RunReport:
-    """Re-deliver exactly the ranges a past run delivered, to the chosen sinks. Checkpoints
-    never move backwards: the coordinator only writes positions beyond the stored ones."""
-    ranges = _delivered_ranges(store, spec.pipeline, replay_of)
-    chosen = chosen_sinks(spec, only) & set(ranges)
-    if not chosen:
+def _place_sinks(run: RunContext, source: Source, upto: Position, epoch: int) -> None:
+    """What a bounds step does for sinks without a checkpoint, under the run's own lease."""
+    spec, store = run.spec, run.store
+    if spec.source.start == "head":
+        place_new_sinks(spec, store, capture_bounds(spec, source, store), run_id=run.run_id, epoch=epoch)
+    if spec.source.start == "snapshot":
+        _place_snapshot_sinks(spec, source, store, dataclasses.replace(
+            capture_bounds(spec, source, store), upto=upto), run.run_id, epoch)
+
+
+def _replay(run: RunContext, source: Source, replay_of: str, reader: Reader) -> RunReport:
+    """Re-deliver exactly the ranges a past run delivered, to the chosen sinks (the ranges its
+    record holds, else read from the journal). Checkpoints never move backwards: the coordinator
+    only writes positions beyond the stored ones."""
+    spec, store, run_id = run.spec, run.store, run.run_id
+    if run.bounds is not None:
+        ranges = dict(run.bounds.ranges)  # chosen and checked by the bounds step
+    else:
+        ranges = _delivered_ranges(store, spec.pipeline, replay_of)
+        ranges = {sid: r for sid, r in ranges.items() if sid in chosen_sinks(spec, run.plan.sinks)}
+        _check_replayable(spec, source, replay_of, ranges)
+    if not ranges:
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
-    _check_replayable(spec, source, replay_of, {sid: ranges[sid] for sid in chosen})
-    sinks = (parts or Parts()).sinks(spec, sorted(chosen))
+    sinks = run.parts.sinks(spec, sorted(ranges))
     epoch = store.acquire_lease(spec.pipeline, run_id)
-    starts = {sid: ranges[sid][0] for sid in chosen}
-    upto = max(ranges[sid][1] for sid in chosen)
+    starts = {sid: a for sid, (a, _) in ranges.items()}
+    ends = {sid: b for sid, (_, b) in ranges.items()}
     journal_id = store.journal_begin(spec.pipeline, run_id, mode="replay")
     log.info("pipeline %s run %s: replaying run %s to %s", spec.pipeline, run_id, replay_of,
-             ", ".join(f"{sid} ({a}, {b}]" for sid, (a, b) in sorted(ranges.items()) if sid in chosen))
+             ", ".join(f"{sid} ({a}, {b}]" for sid, (a, b) in sorted(ranges.items())))
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
-                     starts=starts, ends={sid: ranges[sid][1] for sid in chosen}, tenant=spec.tenant) as co:
-        return co.run(reader(source, co.lowest_start(), upto))
+                     starts=starts, ends=ends, tenant=spec.tenant) as co:
+        return co.run(reader(source, co.lowest_start(), max(ends.values())))
 
 
 def _check_replayable(spec: PipelineSpec, source: Source, replay_of: str,
@@ -468,17 +401,16 @@ def _dry_run(spec: PipelineSpec, source: Source, store: CheckpointStore, upto: P
 # --------------------------------------------------------------------------- release
 
 
-def release(spec: PipelineSpec, *, parts: Parts | None = None,
-            store: CheckpointStore | None = None) -> Position | None:
+def release(run: RunContext) -> Position | None:
     """Let the source recycle its log up to the lowest sink checkpoint (a sink that is behind
     holds the log it still needs), or less far with ``source.replay_retention``
     (:func:`replay_hold`); returns the position released to (None: some sink has no checkpoint
     yet). The source never moves its log back (a Postgres slot only advances)."""
-    with opened(spec, parts, store) as (source, st):
-        low = capture_bounds(spec, source, st).lowest()
+    with run.opened() as (source, st):
+        low = capture_bounds(run.spec, source, st).lowest()
         if low is None:
             return None
-        target = replay_hold(spec, st, log_position(low))  # a snapshot holds the log from its handoff
+        target = replay_hold(run.spec, st, log_position(low))  # a snapshot holds the log from its handoff
         source.release(target)
         return target
 

@@ -43,8 +43,8 @@ from typing import Any
 
 from .connections import Connection
 from .events import ChangeEvent, PositionMark
-from .plan import RunPlan
 from .positions import Position
+from .run import RunContext
 from .shipped import item_to_row, row_to_item
 from .spec import PipelineSpec
 
@@ -198,15 +198,14 @@ def partitions_in_order(sc: Any, rdd: Any, count: int, window: int, name: str,
                         fut.cancel()
 
 
-def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
-            upto: Position | None = None) -> dict[str, Any]:
+def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
     """The Spark job's body: one bounded run whose range is decoded by Spark tasks."""
     from .child_reader import child_reader
-    from .connections import get_connection
     from .runner import run_pipeline
     from .store import default_url
 
-    connection = get_connection(spec.source.conn_id)
+    spec = run.spec
+    connection = run.parts.connection(spec.source.conn_id)
 
     def spark_reader(source: Any, start: Position | None, bound: Position):
         limit = max_task_slice_bytes(spark)
@@ -232,8 +231,7 @@ def deliver(spark: Any, *, spec: PipelineSpec, plan: RunPlan, run_id: str,
 
     from .spark_snapshot import chunk_reader  # snapshots: one Spark task per chunk
 
-    report = run_pipeline(spec, plan, run_id=run_id, upto=upto, reader=spark_reader,
-                          chunk_reader=chunk_reader(spark))
+    report = run_pipeline(run, reader=spark_reader, chunk_reader=chunk_reader(spark))
     report["driver_peak_rss_bytes"] = _peak_rss()
     report["driver_jvm_peak_rss_bytes"] = _peak_rss(os.getppid())
     return report

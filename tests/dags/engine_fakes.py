@@ -8,6 +8,7 @@ from typing import Any
 
 from tidegate.parts import Parts, chosen_sinks
 from tidegate.positions import BinlogPosition, position_from_json
+from tidegate.sinks.base import Sink
 from tidegate.sources.base import Source, snapshot_tables_of
 from tidegate.sources.preflight import WARNING, Problem
 
@@ -72,8 +73,26 @@ class ScriptedSource(Source):
                                   lambda schema, table: ["id"], "")
 
 
+class ListSink(Sink):
+    """A sink that keeps what it is sent (the delivery of a run that reads the scripted source)."""
+
+    kind = "redis"
+
+    def __init__(self, sink_id: str, pipeline: str):
+        super().__init__(sink_id=sink_id, pipeline=pipeline, required=True)
+        self.delivered: list[str] = []
+
+    def committed_checkpoint(self):
+        return None
+
+    def deliver(self, batch, extends=None):
+        self.delivered += [e.idempotency_key for e in batch.events]
+        return batch.end_position
+
+
 class ScriptedParts(Parts):
-    """Hands every task its scripted source (and no sink: these tasks contact none)."""
+    """Hands every task its scripted source, and the run's sinks as :class:`ListSink` (the tasks
+    but deliver contact none)."""
 
     def __init__(self, source: ScriptedSource):
         super().__init__()
@@ -84,8 +103,7 @@ class ScriptedParts(Parts):
         return self._source
 
     def sinks(self, spec, only=None):
-        chosen_sinks(spec, only)
-        return []
+        return [ListSink(sid, spec.pipeline) for sid in sorted(chosen_sinks(spec, only))]
 
 
 def wire(source: ScriptedSource, *operators) -> ScriptedSource:

@@ -299,22 +299,22 @@ def connections(monkeypatch):
 
 
 def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connections, pipelines_dir):
+    """The argv names the run; the driver reads the rest from the run's record, which the bounds
+    task wrote (here, without a bounds task, the deliver task writes it: the spec and the plan)."""
+    from tidegate.run import read_record
+
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
-    ctx = make_context(dag, deliver, conf={"sinks": ["events", "cache"], "max_events": 500},
-                       run_id="scheduled__2026-01-01T00:01:00+00:00",
-                       xcoms={"bounds": _bounds().to_json()})
+    run_id = "scheduled__2026-01-01T00:01:00+00:00"
+    ctx = make_context(dag, deliver, conf={"sinks": ["events", "cache"], "max_events": 500}, run_id=run_id)
     deliver.prepare(ctx, "/tmp/report.json")
-    args = deliver.application_args
-    opts = dict(zip(args[::2], args[1::2], strict=True))
-    assert opts["--pipeline"] == "shop_mysql" and opts["--run-id"] == "scheduled__2026-01-01T00:01:00+00:00"
-    assert opts["--mode"] == "incremental" and opts["--sinks"] == "events,cache"
-    assert opts["--max-events"] == "500" and json.loads(opts["--upto-json"]) == MYSQL_UPTO
-    import base64
-
-    spec_text = (pipelines_dir / "shop_mysql.yaml").read_text()
-    assert base64.b64decode(opts["--spec-b64"]).decode() == spec_text  # the spec travels, not a path
-    assert opts["--report-file"] == "/tmp/report.json"
+    assert deliver.application_args == ["--pipeline", "shop_mysql", "--run-id", run_id,
+                                        "--report-file", "/tmp/report.json"]
+    with store_of() as store:
+        record = read_record(store, "shop_mysql", run_id)
+    assert record.spec_text == (pipelines_dir / "shop_mysql.yaml").read_text()  # the spec travels
+    assert (record.plan.mode, record.plan.sinks, record.plan.max_events, record.bounds) == (
+        "incremental", ["events", "cache"], 500, None)
     assert deliver.py_files.endswith(".zip")  # the tidegate package travels too
     # The real spark-submit command line, as the provider's hook builds it.
     hook = deliver._get_hook()
@@ -347,10 +347,9 @@ def test_deliver_takes_spark_settings_from_the_spec(pipelines_dir, connections, 
     monkeypatch.setenv("AIRFLOW_CONN_CDC_POSTGRES", "postgres://cdc:pw-pg-123@127.0.0.1:5432/shop")
     dag = build_dags()["cdc_shop_postgres"]
     deliver = dag.get_task("deliver")
-    deliver.prepare(make_context(dag, deliver, xcoms={"bounds": None}), None)
+    deliver.prepare(make_context(dag, deliver), None)
     assert deliver._conn_id == "my_spark" and deliver.conf == {"spark.driver.memory": "2g"}
     assert deliver.packages == "org.example:lib:1.0"
-    assert "--upto-json" not in deliver.application_args  # no bounds: the job captures the head
     cmd = " ".join(deliver._get_hook()._build_spark_submit_command(deliver.application))
     assert "--master local[1]" in cmd and "--packages org.example:lib:1.0" in cmd
     assert "spark.driver.memory=2g" in cmd and "pw-pg-123" not in cmd
@@ -378,7 +377,7 @@ def test_client_mode_passes_connections_in_spark_submits_environment_only(dags, 
     monkeypatch.setattr(hook_module.subprocess, "Popen", Popen)
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
-    assert deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()})) is None
+    assert deliver.execute(make_context(dag, deliver)) is None
     line = " ".join(seen["cmd"])
     assert not any(s in line for s in SECRETS) and "AIRFLOW_CONN" not in line, line
     from tidegate.connections import get_connection
@@ -398,9 +397,9 @@ def test_deliver_refuses_to_put_secrets_on_a_cluster_mode_command_line(dags, con
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
     with pytest.raises(UnsafeConnectionTransportError, match="pass_connections=False"):
-        deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}), None)
+        deliver.prepare(make_context(dag, deliver), None)
     deliver.pass_connections = False
-    deliver.prepare(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}), None)
+    deliver.prepare(make_context(dag, deliver), None)
     assert deliver._driver_secrets == {}
     assert not any(k.startswith(("AIRFLOW_CONN_", "TIDEGATE_")) for k in deliver.env_vars or {})
 
@@ -432,15 +431,15 @@ def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monke
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
     spark_submit(0, report)
-    assert deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()})) == report
+    assert deliver.execute(make_context(dag, deliver)) == report
 
     spark_submit(3, {"fatal": True, "error": "FencedError: a newer run holds the lease"})
     with pytest.raises(DeliverFatalError, match="FencedError: a newer run holds the lease"):
-        deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}))
+        deliver.execute(make_context(dag, deliver))
 
     spark_submit(1, None)
     with pytest.raises(AirflowException) as e:
-        deliver.execute(make_context(dag, deliver, xcoms={"bounds": _bounds().to_json()}))
+        deliver.execute(make_context(dag, deliver))
     assert not isinstance(e.value, AirflowFailException)
     assert os.environ == environ
 

@@ -19,44 +19,34 @@ def job():
 
 
 def test_parses_what_the_operator_passes(job):
-    import base64
-
-    from tidegate.plan import RunPlan
-    from tidegate.spec import load_spec
     from tidegate_airflow.operators.deliver import build_args
 
-    spec = load_spec(ROOT / "include" / "pipelines" / "shop_mysql.yaml")
-    upto = {"file": "mysql-bin.000002", "pos": 154, "gtid_set": "0-1-42"}
-    plan = RunPlan(sinks=["events", "cache"], max_events=1000)
-    argv = build_args(spec=spec, run_id="scheduled__2026", plan=plan, upto=upto, report_file="/tmp/r.json")
-    a = job.parse_args(argv)
-    assert (a.pipeline, a.run_id, a.upto, a.plan, a.report_file) == (
-        "shop_mysql", "scheduled__2026", upto, RunPlan(mode="incremental", sinks=["events", "cache"],
-                                                        max_events=1000), "/tmp/r.json")
-    assert base64.b64decode(a.spec_b64).decode() == spec.text
-    import dataclasses
-
-    rebuilt = job.load_spec(a)  # the spec the driver rebuilds from the argv is the file's
-    assert dataclasses.replace(rebuilt, path=spec.path) == spec and rebuilt.path is None
-    replay = RunPlan(mode="replay", replay_of="scheduled__1")
-    a = job.parse_args(build_args(spec=spec, run_id="r", plan=replay))
-    assert (a.plan.mode, a.plan.replay_of, a.upto, a.plan.sinks, a.plan.max_events) == (
-        "replay", "scheduled__1", None, None, None)
+    argv = build_args(pipeline="shop_mysql", run_id="scheduled__2026", report_file="/tmp/r.json")
+    a = job.parser().parse_args(argv)
+    assert (a.pipeline, a.run_id, a.report_file) == ("shop_mysql", "scheduled__2026", "/tmp/r.json")
 
 
 @pytest.mark.parametrize("argv", [
     ["--run-id", "r"],                                           # no pipeline
-    ["--pipeline", "p", "--run-id", "r", "--mode", "snapshot"],  # unknown mode
-    ["--pipeline", "p", "--run-id", "r", "--upto-json", "{not json"],
-    ["--pipeline", "p", "--run-id", "r", "--upto-json", "[1, 2]"],
-    ["--pipeline", "p", "--run-id", "r", "--max-events", "0"],
-    ["--pipeline", "p", "--run-id", "r", "--mode", "replay"],    # replay without --replay-of
-    ["--pipeline", "p", "--run-id", "r", "--replay-of", "x"],    # --replay-of without replay
+    ["--pipeline", "p"],                                         # no run id
+    ["--pipeline", "p", "--run-id", "r", "--mode", "replay"],    # the plan is the record's
 ])
 def test_rejects_bad_arguments(job, argv, capsys):
     with pytest.raises(SystemExit) as e:
-        job.parse_args(argv)
+        job.parser().parse_args(argv)
     assert e.value.code == 2
+
+
+def record_run(run_id: str, plan=None) -> None:
+    """What the bounds task leaves for the driver: the run's record (spec text, plan)."""
+    from tidegate.plan import RunPlan
+    from tidegate.run import RunContext
+    from tidegate.spec import load_spec
+    from tidegate.store import open_store
+
+    spec = load_spec(ROOT / "include" / "pipelines" / "shop_mysql.yaml")
+    with open_store() as store:
+        RunContext(spec, plan or RunPlan(), run_id).recorded(None, store)
 
 
 class FakeSpark:
@@ -66,48 +56,59 @@ class FakeSpark:
         self.stopped = True
 
 
-def test_main_calls_the_engine_and_writes_the_report(job, monkeypatch, tmp_path, capsys):
+def test_main_reads_the_run_record_calls_the_engine_and_writes_the_report(job, pipelines_dir, tmp_path,
+                                                                          capsys):
+    from tidegate.plan import RunPlan
 
+    record_run("r1", RunPlan(sinks=["events", "cache"], max_events=10))
     seen = {}
-    report = {"pipeline": "p", "events": 5, "sinks": []}
+    report = {"pipeline": "shop_mysql", "events": 5, "sinks": []}
 
-    def deliver(spark, **kw):
-        seen.update(kw, spark=spark)
+    def deliver(spark, run):
+        seen.update(spark=spark, run=run)
         return report
 
     spark, names = FakeSpark(), []
     out = tmp_path / "report.json"
-    monkeypatch.setattr(job, "load_spec", lambda args: f"spec of {args.spec}")
-    code = job.main(["--pipeline", "p", "--spec", "/x/p.yaml", "--run-id", "r1", "--sinks", "a,b",
-                     "--report-file", str(out)], make_session=lambda name: names.append(name) or spark,
-                    deliver=deliver)
-    assert code == 0 and names == ["tidegate-p"] and spark.stopped
-    from tidegate.plan import RunPlan
-
-    assert seen == {"spark": spark, "spec": "spec of /x/p.yaml", "run_id": "r1", "upto": None,
-                    "plan": RunPlan(sinks=["a", "b"])}
+    code = job.main(["--pipeline", "shop_mysql", "--run-id", "r1", "--report-file", str(out)],
+                    make_session=lambda name: names.append(name) or spark, deliver=deliver)
+    assert code == 0 and names == ["tidegate-shop_mysql"] and spark.stopped
+    run = seen["run"]
+    assert seen["spark"] is spark and run.run_id == "r1" and run.spec.pipeline == "shop_mysql"
+    assert run.plan == RunPlan(sinks=["events", "cache"], max_events=10) and run.bounds is None
+    assert run.spec.path.endswith("shop_mysql.yaml")  # named as the file it came from
     assert json.loads(out.read_text()) == report
     assert "TIDEGATE_RUN_REPORT " in capsys.readouterr().out
 
 
-def test_fatal_engine_errors_exit_3_others_raise(job, monkeypatch, tmp_path):
+def test_fatal_engine_errors_exit_3_others_raise(job, pipelines_dir, tmp_path):
     from tidegate.errors import CommitPolicyError, FatalRunError
 
-    def fatal(spark, **kw):
+    record_run("r")
+
+    def fatal(spark, run):
         raise FatalRunError("producer fenced")
 
-    monkeypatch.setattr(job, "load_spec", lambda args: None)
     spark, out = FakeSpark(), tmp_path / "report.json"
-    assert job.main(["--pipeline", "p", "--run-id", "r", "--report-file", str(out)],
+    assert job.main(["--pipeline", "shop_mysql", "--run-id", "r", "--report-file", str(out)],
                     make_session=lambda n: spark, deliver=fatal) == job.EXIT_FATAL
     assert spark.stopped
     assert json.loads(out.read_text()) == {"fatal": True, "error": "FatalRunError: producer fenced"}
 
-    def retryable(spark, **kw):
+    def retryable(spark, run):
         raise CommitPolicyError("required sink events failed")
 
     with pytest.raises(CommitPolicyError):
-        job.main(["--pipeline", "p", "--run-id", "r"], make_session=lambda n: FakeSpark(), deliver=retryable)
+        job.main(["--pipeline", "shop_mysql", "--run-id", "r"], make_session=lambda n: FakeSpark(),
+                 deliver=retryable)
+
+
+def test_a_run_without_a_record_is_fatal_and_says_why(job, pipelines_dir, tmp_path):
+    out = tmp_path / "report.json"
+    assert job.main(["--pipeline", "shop_mysql", "--run-id", "nobody_wrote_it", "--report-file", str(out)],
+                    make_session=lambda n: FakeSpark(), deliver=lambda spark, run: {}) == job.EXIT_FATAL
+    error = json.loads(out.read_text())["error"]
+    assert "no run record for run 'nobody_wrote_it'" in error and "bounds step" in error
 
 
 def test_exit_code_is_the_engines(job):

@@ -14,6 +14,7 @@ from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.spec import load_spec
 from tidegate.store import open_store
+from tidegate.run import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -41,17 +42,17 @@ def test_postgres_head_moved_by_other_tables_is_nothing_to_do(postgres, tmp_path
         c.execute(f"CREATE TABLE {other} (id int PRIMARY KEY)")
         c.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (f"b_{tag}",))
     try:
-        first = runner.prepare_bounds(spec, parts=Parts(resolve), store=store)
+        first = runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds
         assert first.nothing_to_do()
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {other} VALUES (1), (2)")
             c.execute("SELECT pg_switch_wal()")  # housekeeping WAL too
-        quiet = runner.prepare_bounds(spec, parts=Parts(resolve), store=store)
+        quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds
         assert quiet.nothing_to_do() and quiet.upto != first.upto
         assert store.get_checkpoint(spec.pipeline, "a").position == quiet.upto
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {mine} VALUES (1)")
-        assert not runner.prepare_bounds(spec, parts=Parts(resolve), store=store).nothing_to_do()
+        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds.nothing_to_do()
     finally:
         with admin.cursor() as c:
             c.execute("SELECT pg_drop_replication_slot(%s)", (f"b_{tag}",))
@@ -75,19 +76,19 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
             for d in (f"bm_{tag}", f"bo_{tag}"):
                 c.execute(f"CREATE DATABASE {d}")
                 c.execute(f"CREATE TABLE {d}.t (id INT PRIMARY KEY)")
-        assert runner.prepare_bounds(spec, parts=Parts(resolve), store=store).nothing_to_do()
+        assert runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds.nothing_to_do()
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bo_{tag}.t VALUES (1), (2)")
             # Statement-logged DML of a database the pipeline does not capture is not its concern.
             c.execute("SET SESSION binlog_format = 'STATEMENT'")
             c.execute(f"INSERT INTO bo_{tag}.t VALUES (3)")
             c.execute("SET SESSION binlog_format = 'ROW'")
-        quiet = runner.prepare_bounds(spec, parts=Parts(resolve), store=store)
+        quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds
         assert quiet.nothing_to_do()
         assert store.get_checkpoint(spec.pipeline, "a").position.pos == quiet.upto.pos
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bm_{tag}.t VALUES (1)")
-        assert not runner.prepare_bounds(spec, parts=Parts(resolve), store=store).nothing_to_do()
+        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds.nothing_to_do()
     finally:
         with admin.cursor() as c:
             c.execute(f"DROP DATABASE IF EXISTS bm_{tag}")

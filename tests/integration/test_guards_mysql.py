@@ -15,6 +15,7 @@ from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
 from tidegate.spec import load_spec
 from tidegate.store import open_store
+from tidegate.run import RunContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -69,7 +70,7 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     checkpoint = source.head()
     epoch = store.acquire_lease(spec.pipeline, "r0")
     store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r0", epoch=epoch)
-    assert guards.guard_retention(spec, run_id="r1", parts=Parts(resolve), store=store)["status"] == "ok"
+    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(resolve), store=store))["status"] == "ok"
 
     insert(admin, db, [1, 2])
     with admin.cursor() as c:
@@ -78,7 +79,7 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     purge_to(admin, new_head.file)
 
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_retention(spec, run_id="r2", parts=Parts(resolve), store=store)
+        guards.guard_retention(RunContext(spec, run_id="r2", parts=Parts(resolve), store=store))
     inc = halt.value.incident
     assert (inc.kind, inc.from_position, inc.to_position) == ("binlog_purged", checkpoint,
                                                              source.earliest())
@@ -86,20 +87,18 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     assert f"changes from {checkpoint}" in str(halt.value)
     # Every later run halts at the first guard, with the same incident.
     with pytest.raises(guards.ContinuityHalt) as again:
-        guards.check_halted(spec, store=store)
+        guards.check_halted(RunContext(spec, store=store))
     assert again.value.incident.id == inc.id
 
     with pytest.raises(Exception, match="needs a reason"):
-        guards.resolve_incidents(spec, resolution="accept_gap", reason=" ", who="op", run_id="r3",
-                                 parts=Parts(resolve), store=store)
-    done = guards.resolve_incidents(spec, resolution="accept_gap", reason="rows re-loaded by hand",
-                                    who="alice", run_id="r3", parts=Parts(resolve), store=store)
+        guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store), resolution="accept_gap", reason=" ", who="op")
+    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store), resolution="accept_gap", reason="rows re-loaded by hand", who="alice")
     assert [(d["id"], d["resolution"], d["reason"], d["resolved_by"]) for d in done] == [
         (inc.id, "accept_gap", "rows re-loaded by hand", "alice")]
-    guards.check_halted(spec, store=store)  # no longer halted
+    guards.check_halted(RunContext(spec, store=store))  # no longer halted
     assert {sid: r.position for sid, r in store.checkpoints(spec.pipeline).items()} == {
         "a": inc.to_position, "b": inc.to_position}
-    assert guards.guard_retention(spec, run_id="r4", parts=Parts(resolve), store=store)["status"] == "ok"
+    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(resolve), store=store))["status"] == "ok"
     source.close()
 
 
@@ -112,13 +111,13 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     spec, store, admin, db = setup
     primary = {"src": mysql.cdc, "r": redis_service.cdc}.__getitem__
     replica = {"src": mysql_replica.cdc, "r": redis_service.cdc}.__getitem__
-    assert guards.guard_failover(spec, run_id="r0", parts=Parts(primary), store=store)["status"] == "recorded"
+    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary), store=store))["status"] == "recorded"
     insert(admin, db, [1, 2])
     src = Parts(primary).source(spec)
     checkpoint = src.head()
     epoch = store.acquire_lease(spec.pipeline, "r1")
     store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r1", epoch=epoch)
-    assert guards.guard_failover(spec, run_id="r1", parts=Parts(primary), store=store)["status"] == "ok"
+    assert guards.guard_failover(RunContext(spec, run_id="r1", parts=Parts(primary), store=store))["status"] == "ok"
     insert(admin, db, [3, 4, 5])  # after the checkpoint: must arrive, once, after the failover
     target = src.head().gtid_set
     src.close()
@@ -129,7 +128,7 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
         assert time.monotonic() < deadline, "replica did not catch up"
         time.sleep(0.1)
 
-    result = guards.guard_failover(spec, run_id="r2", parts=Parts(replica), store=store)
+    result = guards.guard_failover(RunContext(spec, run_id="r2", parts=Parts(replica), store=store))
     assert result["status"] == "failover_continued"
     moved = store.get_checkpoint(spec.pipeline, "a").position
     assert moved.server_id == 2 and moved == store.get_checkpoint(spec.pipeline, "b").position
@@ -141,8 +140,8 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     [entry] = [e for e in store.journal(spec.pipeline) if e.mode == "failover"]
     assert {sid: (js.start, js.end) for sid, js in entry.sinks.items()} == {
         "a": (checkpoint, moved), "b": (checkpoint, moved)}
-    guards.check_halted(spec, store=store)
-    assert guards.guard_failover(spec, run_id="r3", parts=Parts(replica), store=store)["status"] == "ok"
+    guards.check_halted(RunContext(spec, store=store))
+    assert guards.guard_failover(RunContext(spec, run_id="r3", parts=Parts(replica), store=store))["status"] == "ok"
     new.close()
 
 
@@ -152,7 +151,7 @@ def test_preflight_refuses_mariadb_without_gtid_strict_mode(setup, mysql):
     setting is turned off on the shared server for the one check and restored at once."""
     spec, store, admin, _ = setup
     resolve = {"src": mysql.cdc}.__getitem__
-    passed = guards.preflight(spec, parts=Parts(resolve), store=store)  # strict mode is on: no error
+    passed = guards.preflight(RunContext(spec, parts=Parts(resolve), store=store))  # strict mode is on: no error
     assert not any("gtid_strict_mode" in w for w in passed)
     with admin.cursor() as c:
         c.execute("SELECT @@GLOBAL.gtid_strict_mode")
@@ -160,10 +159,10 @@ def test_preflight_refuses_mariadb_without_gtid_strict_mode(setup, mysql):
         try:
             c.execute("SET GLOBAL gtid_strict_mode = OFF")
             with pytest.raises(SourceSettingError) as refused:
-                guards.preflight(spec, parts=Parts(resolve), store=store)
+                guards.preflight(RunContext(spec, parts=Parts(resolve), store=store))
         finally:
             c.execute("SET GLOBAL gtid_strict_mode = %s", (was,))
     message = str(refused.value)
     assert "gtid_strict_mode is 'OFF', CDC needs ON" in message
     assert "SET GLOBAL gtid_strict_mode=ON" in message and "my.cnf" in message
-    guards.preflight(spec, parts=Parts(resolve), store=store)  # on again: passes
+    guards.preflight(RunContext(spec, parts=Parts(resolve), store=store))  # on again: passes

@@ -17,6 +17,7 @@ from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.conftest import SERVICES
+from tidegate.run import RunContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -60,32 +61,31 @@ def ids(source, start, upto):
 def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres):
     spec, store, admin, table = setup
     resolve = {"src": postgres.cdc}.__getitem__
-    assert guards.guard_retention(spec, run_id="r0", parts=Parts(resolve), store=store)["status"] == "created"
+    assert guards.guard_retention(RunContext(spec, run_id="r0", parts=Parts(resolve), store=store))["status"] == "created"
     source = Parts(resolve).source(spec)
     insert(admin, table, [1, 2])
     checkpoint = source.head()
     assert ids(source, None, checkpoint) == [1, 2]
     epoch = store.acquire_lease(spec.pipeline, "r1")
     store.write_checkpoints(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
-    assert guards.guard_retention(spec, run_id="r1", parts=Parts(resolve), store=store)["status"] == "ok"
+    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(resolve), store=store))["status"] == "ok"
 
     with admin.cursor() as c:
         c.execute("SELECT pg_drop_replication_slot(%s)", (table,))
     insert(admin, table, [3])  # written while no slot exists: lost for CDC
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_retention(spec, run_id="r2", parts=Parts(resolve), store=store)
+        guards.guard_retention(RunContext(spec, run_id="r2", parts=Parts(resolve), store=store))
     inc = halt.value.incident
     assert inc.kind == "slot_dropped" and inc.from_position == checkpoint
     assert inc.to_position > checkpoint and inc.to_position <= source.head()
     with pytest.raises(guards.ContinuityHalt):
-        guards.check_halted(spec, store=store)
+        guards.check_halted(RunContext(spec, store=store))
 
-    done = guards.resolve_incidents(spec, resolution="accept_gap", reason="row 3 re-sent by the app",
-                                    who="bob", run_id="r3", parts=Parts(resolve), store=store)
+    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store), resolution="accept_gap", reason="row 3 re-sent by the app", who="bob")
     assert [(d["kind"], d["resolution"], d["reason"]) for d in done] == [
         ("slot_dropped", "accept_gap", "row 3 re-sent by the app")]
-    guards.check_halted(spec, store=store)
-    assert guards.guard_retention(spec, run_id="r4", parts=Parts(resolve), store=store)["status"] == "ok"
+    guards.check_halted(RunContext(spec, store=store))
+    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(resolve), store=store))["status"] == "ok"
     moved = store.get_checkpoint(spec.pipeline, "a").position
     assert moved >= inc.to_position  # past the missing range, at the new slot's start
     insert(admin, table, [4])
@@ -97,14 +97,14 @@ def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standb
     spec, store, admin, table = setup
     primary = {"src": postgres.cdc}.__getitem__
     standby = {"src": postgres_standby.cdc}.__getitem__
-    guards.guard_retention(spec, run_id="r0", parts=Parts(primary), store=store)
-    assert guards.guard_failover(spec, run_id="r0", parts=Parts(primary), store=store)["status"] == "recorded"
+    guards.guard_retention(RunContext(spec, run_id="r0", parts=Parts(primary), store=store))
+    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary), store=store))["status"] == "recorded"
     source = Parts(primary).source(spec)
     checkpoint = source.head()
     source.close()
     epoch = store.acquire_lease(spec.pipeline, "r1")
     store.write_checkpoints(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
-    assert guards.guard_failover(spec, run_id="r1", parts=Parts(primary), store=store)["status"] == "ok"
+    assert guards.guard_failover(RunContext(spec, run_id="r1", parts=Parts(primary), store=store))["status"] == "ok"
 
     conn = psycopg2.connect(postgres_standby.admin_dsn)
     conn.autocommit = True
@@ -113,13 +113,13 @@ def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standb
             c.execute("SELECT pg_promote(true, 30)")
             c.execute("CHECKPOINT")
         with pytest.raises(guards.ContinuityHalt) as halt:
-            guards.guard_failover(spec, run_id="r2", parts=Parts(standby), store=store)
+            guards.guard_failover(RunContext(spec, run_id="r2", parts=Parts(standby), store=store))
         inc = halt.value.incident
         assert inc.kind == "failover" and inc.from_position == checkpoint
         assert "from timeline 1 to 2: a standby was promoted" in inc.detail
         assert inc.to_position.timeline == 2 and inc.to_position.system_id == checkpoint.system_id
         with pytest.raises(guards.ContinuityHalt):
-            guards.check_halted(spec, store=store)
+            guards.check_halted(RunContext(spec, store=store))
     finally:
         conn.close()
         subprocess.run([sys.executable, str(SERVICES), "reset", "postgres_standby"], check=True,

@@ -16,6 +16,7 @@ from tidegate.events import ControlMessage, PositionMark
 from tidegate.plan import RunPlan
 from tidegate.spec import BatchSpec, load_spec
 from tidegate.store import open_store
+from tidegate.run import RunContext
 
 
 @pytest.fixture()
@@ -138,7 +139,7 @@ def gated(tmp_path, store):
 
 def test_continue_delivers_the_schema_change_in_order_with_the_rows(gated, store):
     spec, sink, parts = gated("continue")
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     keys = sink.delivered
     assert keys.index(ddl(3).idempotency_key) == 3  # after tx 1 and 2's three rows, before tx 4
     assert len(keys) == 6
@@ -149,19 +150,17 @@ def test_halt_delivers_the_rows_before_then_waits_for_resolve_continue(gated, st
 
     spec, sink, parts = gated("halt")
     with pytest.raises(ContinuityHalt, match="resolve=continue") as halt:
-        runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     inc = halt.value.incident
     assert (inc.kind, inc.from_position, inc.to_position) == ("schema_change", pos(2), pos(3))
     assert "ALTER TABLE orders ADD COLUMN note TEXT" in inc.detail
     assert len(sink.delivered) == 3 and store.get_checkpoint("p", "a").position == pos(2)
     with pytest.raises(ContinuityHalt):
-        guards.check_halted(spec, store=store)
+        guards.check_halted(RunContext(spec, store=store))
     with pytest.raises(Exception, match="resolve=continue"):
-        guards.resolve_incidents(spec, resolution="accept_gap", reason="x", who="op", run_id="r2",
-                                 store=store, parts=parts)
-    guards.resolve_incidents(spec, resolution="continue", reason="consumers updated", who="op",
-                             run_id="r2", store=store, parts=parts)
-    runner.run_pipeline(spec, RunPlan(), run_id="r2", store=store, parts=parts)
+        guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="accept_gap", reason="x", who="op")
+    guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="continue", reason="consumers updated", who="op")
+    runner.run_pipeline(RunContext(spec, RunPlan(), run_id="r2", parts=parts, store=store))
     assert sink.delivered[3] == ddl(3).idempotency_key and len(sink.delivered) == 6
     assert store.get_checkpoint("p", "a").position == pos(5)
 

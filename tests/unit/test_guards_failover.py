@@ -13,6 +13,7 @@ from tidegate.errors import CannotTranslateError, SourceError
 from tidegate.positions import BinlogPosition, GtidSet, Lsn, PgPosition
 from tidegate.spec import load_spec
 from tidegate.store import open_store
+from tidegate.run import RunContext
 
 OLD, NEW = {"kind": "mysql", "server_id": 1}, {"kind": "mysql", "server_id": 2}
 
@@ -80,7 +81,7 @@ def test_gtid_failover_translates_each_sink_including_its_sink_side_record(setup
     source = NewServer()
     # b committed up to GTID 0-1-15 on the old primary; its store write was lost in a crash
     sinks = [FakeSink("a"), FakeSink("b", committed=SinkCheckpoint(old_pos(15), 1))]
-    out = guards.guard_failover(spec, run_id="r1", store=store, parts=FakeParts(source, sinks))
+    out = guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(source, sinks), store=store))
     assert out["status"] == "failover_continued"
     assert source.asked == ["0-1-10", "0-1-15"]
     now = store.checkpoints("p")
@@ -105,8 +106,7 @@ def test_failover_that_cannot_be_translated_halts_with_the_range(setup, case):
         source = NewServer(refuse=SourceError("the server has not executed 0-1-12"))
     before = {sid: r.version for sid, r in store.checkpoints("p").items()}
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_failover(spec, run_id="r1", store=store,
-                              parts=FakeParts(source, [FakeSink("a"), FakeSink("b")]))
+        guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(source, [FakeSink("a"), FakeSink("b")]), store=store))
     inc = halt.value.incident
     assert (inc.kind, inc.resolved) == ("failover", False)
     assert inc.from_position == old_pos(10) and inc.to_position == source.head()
@@ -124,8 +124,7 @@ def test_required_sink_that_cannot_be_read_fails_the_guard_without_moving_anythi
             raise ConnectionError("redis is down")
 
     with pytest.raises(ConnectionError):
-        guards.guard_failover(spec, run_id="r1", store=store,
-                              parts=FakeParts(NewServer(), [FakeSink("a"), Down("b")]))
+        guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(NewServer(), [FakeSink("a"), Down("b")]), store=store))
     assert all(r.kind == "write" for r in store.checkpoints("p").values())
 
 
@@ -151,7 +150,7 @@ def test_postgres_cluster_change_halts_and_says_what_changed(tmp_path):
 
     other = OtherCluster({"kind": "postgres", "system_id": "222", "timeline": 1})
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_failover(spec, run_id="r1", store=store, parts=FakeParts(other))
+        guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(other), store=store))
     inc = halt.value.incident
     assert "another PostgreSQL cluster (system identifier 111 -> 222)" in inc.detail
     assert inc.from_position == PgPosition(Lsn(100), "111", 1)

@@ -7,6 +7,7 @@ from _tidegate_fakes import QuietSource, pos, stream, wire_fakes
 from tidegate import runner
 from tidegate.events import PositionMark
 from tidegate.plan import RunPlan
+from tidegate.run import RunContext
 
 
 class FakeSource(QuietSource):
@@ -56,14 +57,14 @@ def keys(sink):
 
 def test_runs_deliver_each_change_once_and_a_caught_up_pipeline_has_nothing_to_do(env):
     spec, source, sinks, store, parts = env
-    first = runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    first = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert first["events"] == 6 and first["end_position"] == pos(3).to_json()
-    assert runner.prepare_bounds(spec, store=store, parts=parts).nothing_to_do()
+    assert runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
     source.sizes += [2]
-    bounds = runner.prepare_bounds(spec, store=store, parts=parts)
+    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert not bounds.nothing_to_do() and bounds.checkpoints["a"] == pos(3)
-    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert [k[0] for k in keys(sinks["a"])] == ["0-1-1"] * 2 + ["0-1-2"] + ["0-1-3"] * 3 + ["0-1-4"] * 2
     assert sinks["b"].delivered == sinks["a"].delivered
     assert store.get_checkpoint("p", "a").position == pos(4)
@@ -74,24 +75,23 @@ def test_start_head_places_new_sinks_at_the_head(env, tmp_path):
     import dataclasses
 
     spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
-    report = runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert report["events"] == 0 and sinks["a"].delivered == []
     assert store.get_checkpoint("p", "a").position == pos(3)
     source.sizes += [1]
-    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert keys(sinks["a"]) == [["0-1-4", "mysql-bin.000001:3100:0"]]
 
 
 def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints_back(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [2, 1]
-    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     versions = {s: store.get_checkpoint("p", s).version for s in ("a", "b")}
     before = list(sinks["a"].delivered)
 
-    runner.run_pipeline(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]), run_id="manual-1",
-                        store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]), run_id="manual-1", parts=parts, store=store))
     replayed = sinks["a"].delivered[len(before):]
     assert replayed == before[:6]  # exactly r1's range (tx 1..3), nothing of r2
     assert len(sinks["b"].delivered) == len(before)  # not chosen
@@ -101,10 +101,10 @@ def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints
 
 def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [1]
     # Airflow "clear" keeps the run id
-    again = runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    again = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert again["events"] == 6  # r1's range again, not the new transaction 4
     assert keys(sinks["a"])[6:] == keys(sinks["a"])[:6]
     assert store.get_checkpoint("p", "a").position == pos(3)
@@ -112,7 +112,7 @@ def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
 
 def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
     spec, source, sinks, store, parts = env
-    report = runner.run_pipeline(spec, RunPlan(mode="dry_run"), run_id="d1", store=store, parts=parts)
+    report = runner.run_pipeline(RunContext(spec, RunPlan(mode="dry_run"), run_id="d1", parts=parts, store=store))
     assert (report["events"], report["sub_batches"]) == (6, 2)
     assert sinks["a"].delivered == [] and store.checkpoints("p") == {}
 
@@ -120,8 +120,7 @@ def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
 def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
     spec, source, sinks, store, parts = env
     with pytest.raises(runner.RunError, match="no journal entry for run 'nope'"):
-        runner.run_pipeline(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x", store=store,
-                            parts=parts)
+        runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x", parts=parts, store=store))
     with pytest.raises(runner.RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
         runner.chosen_sinks(spec, ["zzz"])
 
@@ -131,33 +130,33 @@ def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
 
     spec, source, sinks, store, parts = env
     spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
-    bounds = runner.prepare_bounds(spec, store=store, parts=parts)
+    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.nothing_to_do()  # a first run has nothing to read: no Spark
     assert bounds.checkpoints == {"a": pos(3), "b": pos(3)}
     assert [h.kind for h in store.checkpoint_history("p", "a")] == ["head"]
     source.sizes += [1]
-    assert not runner.prepare_bounds(spec, store=store, parts=parts).nothing_to_do()
+    assert not runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
 
 def test_a_range_with_nothing_to_deliver_moves_checkpoints_without_a_run(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [0, 0]  # the head moved, but only past transactions this pipeline skips
-    bounds = runner.prepare_bounds(spec, store=store, parts=parts)
+    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.nothing_to_do()
     assert [h.kind for h in store.checkpoint_history("p", "a")][-1] == "skip"
     assert {sid: r.position for sid, r in store.checkpoints("p").items()} == {"a": pos(5), "b": pos(5)}
     source.sizes += [1]
-    assert not runner.prepare_bounds(spec, store=store, parts=parts).nothing_to_do()
+    assert not runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
 
 def test_replay_bounds_name_the_replayed_range_and_move_nothing(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [2]
     lease = store.lease("p")
     history = {s: len(store.checkpoint_history("p", s)) for s in ("a", "b")}
-    bounds = runner.prepare_replay_bounds(spec, "r1", sinks=["a"], store=store, parts=parts)
+    bounds = runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]), parts=parts, store=store)).bounds
     assert (bounds.replay_of, bounds.ranges) == ("r1", {"a": (None, pos(3))})
     assert not bounds.nothing_to_do(["a"])
     assert runner.Bounds.from_json(bounds.to_json()) == bounds
@@ -171,18 +170,18 @@ def test_replaying_a_run_that_delivered_nothing(env):
     range for it, so the replay has nothing to do (and never starts Spark); an explicit replay of
     a run the journal does not know is an error, raised at bounds."""
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
-    bounds = runner.prepare_replay_bounds(spec, "scheduled__idle", missing_ok=True, store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    bounds = runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"), parts=parts, store=store), missing_ok=True).bounds
     assert bounds.nothing_to_do() and bounds.ranges == {}
     assert bounds.to_json()["nothing_to_do"] is True
     with pytest.raises(runner.RunError, match="no journal entry for run 'scheduled__idle'"):
-        runner.prepare_replay_bounds(spec, "scheduled__idle", store=store, parts=parts)
+        runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"), parts=parts, store=store)).bounds
 
 
 def test_replay_target(env):
     spec, source, sinks, store, parts = env
-    assert runner.replay_target(spec, RunPlan(), "r1", store=store) is None
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
-    assert runner.replay_target(spec, RunPlan(), "r1", store=store) == "r1"  # a cleared run replays
-    assert runner.replay_target(spec, RunPlan(mode="replay", replay_of="r0"), "x", store=store) == "r0"
-    assert runner.replay_target(spec, RunPlan(mode="dry_run"), "r1", store=store) is None
+    assert runner.replay_target(RunContext(spec, RunPlan(), run_id="r1", store=store)) is None
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    assert runner.replay_target(RunContext(spec, RunPlan(), run_id="r1", store=store)) == "r1"  # a cleared run replays
+    assert runner.replay_target(RunContext(spec, RunPlan(mode="replay", replay_of="r0"), run_id="x", store=store)) == "r0"
+    assert runner.replay_target(RunContext(spec, RunPlan(mode="dry_run"), run_id="r1", store=store)) is None

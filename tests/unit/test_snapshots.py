@@ -24,6 +24,7 @@ from tidegate.sources.base import SnapshotTable
 from tidegate.spec import load_spec_text
 from tidegate.store import open_store
 from tidegate.store.records import SnapshotRecord
+from tidegate.run import RunContext
 
 # --------------------------------------------------------------------------- positions
 
@@ -165,13 +166,13 @@ def envelopes(sink):
 
 def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     spec, source, sinks, store, parts = env
-    bounds = runner.prepare_bounds(spec, store=store, parts=parts)
+    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     [rec] = store.snapshots("p")
     start = SnapshotPosition(rec.snapshot_id, 0, pos(2))
     assert bounds.checkpoints == {"a": start, "b": start} and not bounds.nothing_to_do()
     assert len(rec.chunks) == 3 + 2  # orders: 7 rows by 3 (the last chunk open-ended); lines: 4 by 3
     source.sizes += [1]  # a change after the handoff
-    runner.run_pipeline(spec, run_id="r1", store=store, upto=bounds.upto, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store), upto=bounds.upto)
     got = envelopes(sinks["a"])
     kinds = [m.get("type") or m["op"] for m in got]
     assert kinds == ["snapshot_started"] + ["r"] * 11 + ["snapshot_completed"]
@@ -188,7 +189,7 @@ def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     assert store.get_checkpoint("p", "a").position == pos(2)
     assert store.snapshot("p", rec.snapshot_id).status == "completed"
     assert store.snapshot("p", rec.snapshot_id).rows == 11
-    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert [m["op"] for m in envelopes(sinks["a"])[13:]] == ["c"]
     assert envelopes(sinks["b"]) == envelopes(sinks["a"])
     assert store.get_checkpoint("p", "a").position == pos(3)
@@ -198,14 +199,14 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
     spec, source, sinks, store, parts = env
     sinks["a"].fail_from_call = 3  # the 3rd sub-batch fails: chunks 1-2 are in
     with pytest.raises(CommitPolicyError):
-        runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     [rec] = store.snapshots("p")
     at = store.get_checkpoint("p", "a").position
     assert at == SnapshotPosition(rec.snapshot_id, 2, pos(2))
     delivered = list(sinks["a"].delivered)
     sinks["a"].fail_from_call = None
     source.chunk_reads.clear()
-    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert source.chunk_reads[0] == ("shop.orders", [6], None)  # chunk 3 first: nothing re-read
     keys = sinks["a"].delivered
     assert len(keys) == len(set(keys)) == 1 + 11 + 1  # started, rows, completed (the log is before H)
@@ -217,9 +218,9 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
 
 def test_an_empty_chunk_moves_the_checkpoint(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(spec, store=store, parts=parts)
+    runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     source.tables["shop.orders"] = {k: v for k, v in source.tables["shop.orders"].items() if k[0] > 3}
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     rows = [m for m in envelopes(sinks["a"]) if m.get("op") == "r"]
     assert len(rows) == 4 + 4 and store.get_checkpoint("p", "a").position == pos(2)
 
@@ -229,26 +230,26 @@ def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
     only_a = RunPlan(sinks=["a"])
     sinks["a"].fail_from_call = 2
     with pytest.raises(CommitPolicyError):
-        runner.run_pipeline(spec, only_a, run_id="r1", store=store, parts=parts)
+        runner.run_pipeline(RunContext(spec, only_a, run_id="r1", parts=parts, store=store))
     [rec] = store.snapshots("p")
     # b has no checkpoint yet: it joins the snapshot a is in, from chunk 0
-    bounds = runner.prepare_bounds(spec, store=store, parts=parts)
+    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.checkpoints["b"] == SnapshotPosition(rec.snapshot_id, 0, pos(2))
     sinks["a"].fail_from_call = None
-    runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert sorted(sinks["b"].delivered) == sorted(set(sinks["a"].delivered))
     assert len(sinks["a"].delivered) == len(set(sinks["a"].delivered))
 
 
 def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [2]
     # b stays at pos(2)
-    runner.run_pipeline(spec, RunPlan(sinks=["a"]), run_id="r2", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, RunPlan(sinks=["a"]), run_id="r2", parts=parts, store=store))
     plan = RunPlan.from_values({"resolve": "resnapshot", "reason": "consumer rebuilt",
                                 "tables": ["shop.lines"]}, who="ops")
-    out = guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store, parts=parts)
+    out = guards.run_guards(RunContext(spec, plan, run_id="r3", parts=parts, store=store), checks=("halted",))
     assert out["resolved"] == []  # nothing was open; the snapshot is planned anyway
     rec = store.snapshots("p")[-1]
     assert rec.kind == "resnapshot" and rec.handoff == pos(2)
@@ -258,10 +259,10 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
     assert store.get_checkpoint("p", "a").kind == "resnapshot" and "consumer rebuilt" in store.get_checkpoint(
         "p", "a").reason
     # a retried guard task of the same run plans nothing new
-    guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store, parts=parts)
+    guards.run_guards(RunContext(spec, plan, run_id="r3", parts=parts, store=store), checks=("halted",))
     assert len(store.snapshots("p")) == 2
     before = len(sinks["a"].delivered)
-    runner.run_pipeline(spec, run_id="r4", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r4", parts=parts, store=store))
     new = envelopes(sinks["a"])[-(len(sinks["a"].delivered) - before):]
     assert [m.get("type") or m["op"] for m in new] == ["snapshot_started"] + ["r"] * 4 + \
         ["snapshot_completed"] + ["c", "c"]  # a gets transaction 3 again (b needed it)
@@ -270,31 +271,28 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
 
 def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     inc = store.record_incident("p", "binlog_purged", pos(2), pos(9), detail="purged")
     with pytest.raises(SnapshotError) as e:
-        guards.resolve_incidents(spec, resolution="resnapshot", reason="r", who="ops", run_id="r2",
-                                 store=store, tables=["shop.orders"], parts=parts)
+        guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="resnapshot", reason="r", who="ops", tables=["shop.orders"])
     assert "silent gap" in str(e.value) and not store.incident(inc.id).resolved
     source.sizes += [1, 1]
-    done = guards.resolve_incidents(spec, resolution="resnapshot", reason="binlog purged by hand", who="ops",
-                                    run_id="r2", store=store, parts=parts)
+    done = guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="resnapshot", reason="binlog purged by hand", who="ops")
     assert done[0]["resolution"] == "resnapshot" and done[0]["reason"] == "binlog purged by hand"
     rec = store.snapshots("p")[-1]
     assert rec.handoff == pos(4)  # restart_stream(): the head
-    runner.run_pipeline(spec, run_id="r3", store=store, parts=parts)
+    runner.run_pipeline(RunContext(spec, run_id="r3", parts=parts, store=store))
     assert store.get_checkpoint("p", "a").position == pos(4)
     store.record_incident("p", "schema_change", pos(4), pos(4))
     with pytest.raises(Exception) as e:
-        guards.resolve_incidents(spec, resolution="resnapshot", reason="r", who="ops", run_id="r4",
-                                 store=store, parts=parts)
+        guards.resolve_incidents(RunContext(spec, run_id="r4", parts=parts, store=store), resolution="resnapshot", reason="r", who="ops")
     assert "resolve=continue" in str(e.value)
 
 
 def test_release_during_a_snapshot_keeps_the_log_from_the_handoff(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(spec, store=store, parts=parts)
-    runner.release(spec, store=store, parts=parts)
+    runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+    runner.release(RunContext(spec, parts=parts, store=store))
     assert source.released == [pos(2)]
 
 
@@ -322,7 +320,7 @@ def test_the_store_keeps_snapshots_supersedes_and_completes(tmp_path):
 
 def test_messages_are_identical_on_every_read(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(spec, store=store, parts=parts)
+    runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     [rec] = store.snapshots("p")
     a = list(snapshots.read_chunk(spec, source, rec, 1).events)
     b = list(snapshots.read_chunk(spec, source, rec, 1).events)
@@ -406,27 +404,27 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
     """
     spec, sinks, store, parts = wire_fakes(tmp_path, head, source)
     try:
-        runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
+        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
         [first] = store.snapshots("p")
         assert snapshots.table_names(first) == ["shop.orders"]
         # nothing added: streams on
-        assert runner.prepare_bounds(spec, store=store, parts=parts).nothing_to_do()
+        assert runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
         source.sizes += [1]  # a change after the handoff, in the run that snapshots the new table
         grown = head.replace("[shop.orders]", "[shop.orders, shop.lines]")
         spec, sinks, again, parts = wire_fakes(tmp_path, grown, source)  # fresh recording sinks
         source.captured = ["shop.orders", "shop.lines"]
         again.close()
-        bounds = runner.prepare_bounds(spec, store=store, parts=parts)
+        bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
         added = store.snapshots("p")[-1]
         assert added.kind == "added" and snapshots.table_names(added) == ["shop.lines"]
         assert added.handoff == pos(2)  # the checkpoint: the other tables lose nothing
         assert bounds.checkpoints == {s: SnapshotPosition(added.snapshot_id, 0, pos(2)) for s in ("a", "b")}
-        runner.run_pipeline(spec, run_id="r2", store=store, upto=bounds.upto, parts=parts)
+        runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store), upto=bounds.upto)
         got = envelopes(sinks["a"])
         assert [m.get("type") or m["op"] for m in got] == (["snapshot_started"] + ["r"] * 4 +
                                                           ["snapshot_completed", "c"])
         assert got[0]["tables"] == ["shop.lines"] and got[-2]["rows"] == 4
         assert store.get_checkpoint("p", "a").position == pos(3)
-        assert runner.prepare_bounds(spec, store=store, parts=parts).checkpoints == {"a": pos(3), "b": pos(3)}
+        assert runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.checkpoints == {"a": pos(3), "b": pos(3)}
     finally:
         store.close()

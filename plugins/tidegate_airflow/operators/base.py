@@ -1,11 +1,17 @@
-"""What every tidegate task needs, resolved once per task: the spec, the run plan, the run id
-and the parts its source and sinks are made by (from Airflow's connections); and one rule for
-engine errors (a fatal one is not retried)."""
+"""What every tidegate task needs, resolved once per task: the run's context (spec, plan, run
+id, and the parts its source and sinks are made by, on Airflow's connections); and one rule for
+engine errors (a fatal one is not retried).
+
+The tasks upstream of the run's record (the guard and the bounds task) read the spec and
+validate the run's params; the bounds task writes the record. The tasks after it (deliver,
+release, report) read the record instead: the spec it holds, the plan it holds, the bounds it
+decided (docs/architecture.md, "One run").
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -15,20 +21,10 @@ from ..exceptions import TidegateFailure, fail_fast
 from ..params import plan_for_run, run_id_of
 
 
-@dataclass(frozen=True)
-class TaskRun:
-    """One task's view of its run."""
-
-    spec: Any  # tidegate.spec.PipelineSpec
-    plan: Any  # tidegate.plan.RunPlan
-    run_id: str
-    parts: Any  # tidegate.parts.Parts, on Airflow's connections
-
-
 class TidegateTaskMixin:
     """Mixed into every tidegate operator (also the Spark deliver operator, which must be a
     SparkSubmitOperator). Subclasses implement :meth:`run`; ``execute`` resolves the task's
-    :class:`TaskRun` and turns fatal engine errors into failures Airflow does not retry.
+    ``tidegate.run.RunContext`` and turns fatal engine errors into failures Airflow does not retry.
 
     :param pipeline: the pipeline name (``pipeline:`` in its spec; the DAG id is ``cdc_<pipeline>``).
     :param source_conn_id: use this Airflow connection for the source instead of the spec's
@@ -41,33 +37,50 @@ class TidegateTaskMixin:
     #: What the task's source and sinks are made by (a ``tidegate.parts.Parts``); None: from
     #: Airflow's connections. Tests set one that hands out their fakes.
     parts: Any = None
+    #: Whether the task reads the run's record (written by the bounds task) rather than the
+    #: spec folder and the params: the tasks downstream of bounds do.
+    reads_record: bool = False
 
     def plan_overrides(self) -> Mapping[str, Any] | None:
-        """Operator arguments that override the run's params (the deliver operator has some)."""
+        """Operator arguments that override the run's params (the bounds operator has some)."""
         return None
 
-    def task_run(self, context: Mapping[str, Any]) -> TaskRun:
+    def run_context(self, context: Mapping[str, Any]) -> Any:
+        """The run's context: from its record when this task reads one and the bounds task
+        wrote it, else from the spec folder and the run's params (validated here)."""
         from tidegate import catalog  # the spec is read when the task runs, never at parse time
-        from tidegate.parts import Parts
+        from tidegate.run import RunContext, read_record
+        from tidegate.store import open_store
 
+        run_id = run_id_of(context)
+        if self.reads_record:
+            with open_store() as store:
+                record = read_record(store, self.pipeline, run_id)
+            if record is not None:
+                spec = record.spec()
+                return RunContext(spec, record.plan, run_id, self._parts(spec), record=record)
         spec = catalog.find(self.pipeline)
         plan = plan_for_run(context, sink_ids=[s.id for s in spec.sinks], overrides=self.plan_overrides())
+        return RunContext(spec, plan, run_id, self._parts(spec))
+
+    def _parts(self, spec: Any) -> Any:
+        from tidegate.parts import Parts
+
         aliases = {spec.source.conn_id: self.source_conn_id} if self.source_conn_id else None
-        parts = self.parts or Parts(aliased(airflow_resolver, aliases))
-        return TaskRun(spec, plan, run_id_of(context), parts)
+        return self.parts or Parts(aliased(airflow_resolver, aliases))
 
     def execute(self, context: Any) -> Any:
         from tidegate.errors import TidegateError
 
         try:
-            return self.run(self.task_run(context), context)
+            return self.run(self.run_context(context), context)
         except TidegateFailure:
             raise
         except TidegateError as exc:
             fail_fast(exc)
             raise
 
-    def run(self, task: TaskRun, context: Any) -> Any:
+    def run(self, run: Any, context: Any) -> Any:
         raise NotImplementedError
 
 
@@ -80,4 +93,9 @@ class TidegateBaseOperator(TidegateTaskMixin, BaseOperator):
         self.source_conn_id = source_conn_id
 
 
-__all__: list[str] = ["TaskRun", "TidegateBaseOperator", "TidegateTaskMixin"]
+def without_resolution(run: Any) -> Any:
+    """The run's context with no incident resolution in its plan."""
+    return dataclasses.replace(run, plan=dataclasses.replace(run.plan, resolve=None, reason=None))
+
+
+__all__: list[str] = ["TidegateBaseOperator", "TidegateTaskMixin"]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from airflow.sdk.exceptions import AirflowException
 from ..connections import connection_env
 from ..exceptions import DeliverFatalError, UnsafeConnectionTransportError
 from ..package import package_zip
-from .base import TaskRun, TidegateTaskMixin
+from .base import TidegateTaskMixin
 
 DEFAULT_APPLICATION = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "deliver.py")
 
@@ -27,10 +26,12 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     """spark-submit ``spark_jobs/deliver.py`` for one bounded run of a pipeline.
 
     The job reads (lowest sink checkpoint, upper bound] in Spark, delivers sub-batch by
-    sub-batch under the commit policy and commits checkpoints as it goes. What it needs travels
-    with it: the spec's content (``--spec-b64``; a driver on a cluster never reads the Airflow
-    worker's disk) and the ``tidegate`` package as a zip in ``--py-files`` (``ship_package``).
-    Its argv holds positions, names and ids only. In client deploy mode (the driver runs in this
+    sub-batch under the commit policy and commits checkpoints as it goes. Its argv holds the
+    pipeline name and the run id only: the driver reads the run's record from the checkpoint
+    store (the spec's text, the plan, the bounds the bounds task decided), so a driver on a
+    cluster never reads the Airflow worker's disk; the ``tidegate`` package travels as a zip in
+    ``--py-files`` (``ship_package``). Without a bounds task, this task writes the record (spec
+    and plan; the driver then captures the bounds itself). In client deploy mode (the driver runs in this
     task: ``local[N]``, a standalone master, YARN or Kubernetes in client mode) the connections
     the spec uses reach the driver as ``AIRFLOW_CONN_<ID>`` variables of the spark-submit
     process's own environment, built from Airflow's connections at execute time: they are in no
@@ -42,11 +43,6 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     ``TIDEGATE_CHECKPOINT_STORE`` itself (docs/operations.md, "Spark").
 
     :param pipeline: the pipeline name.
-    :param mode, sinks, max_events, replay_of: override the run's params (None: from the params /
-        ``dag_run.conf``, validated as by the guard).
-    :param upto: the run's upper bound (position JSON). None: taken from the XCom of
-        ``bounds_task_id``; with neither, the job captures the head itself.
-    :param bounds_task_id: the bounds task whose XCom holds ``upto``.
     :param spark_conn_id: the Spark connection (None: ``spark.conn_id`` of the spec).
     :param conf: Spark settings, merged over ``spark.conf`` of the spec.
     :param packages: Maven coordinates (comma-separated); None: ``spark.packages`` of the spec.
@@ -60,14 +56,11 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields, "pipeline", "mode", "sinks", "max_events", "replay_of",
-        "upto", "spark_conn_id", "source_conn_id")
+        *SparkSubmitOperator.template_fields, "pipeline", "spark_conn_id", "source_conn_id")
     ui_color = "#fde0c5"
+    reads_record = True
 
-    def __init__(self, *, pipeline: str, mode: str | None = None, sinks: list[str] | str | None = None,
-                 max_events: int | str | None = None, replay_of: str | None = None,
-                 upto: dict[str, Any] | str | None = None, bounds_task_id: str | None = "bounds",
-                 spark_conn_id: str | None = None, conf: dict[str, Any] | None = None,
+    def __init__(self, *, pipeline: str, spark_conn_id: str | None = None, conf: dict[str, Any] | None = None,
                  packages: str | None = None, source_conn_id: str | None = None,
                  pass_connections: bool = True, ship_package: bool = True, application: str | None = None,
                  name: str | None = None, **kwargs: Any) -> None:
@@ -76,9 +69,6 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
                          name=name or f"tidegate-{pipeline}", **kwargs)
         self.pipeline = pipeline
         self.source_conn_id = source_conn_id
-        self.mode, self.sinks, self.max_events, self.replay_of = mode, sinks, max_events, replay_of
-        self.upto = upto
-        self.bounds_task_id = bounds_task_id
         self.spark_conn_id = spark_conn_id
         self.pass_connections = pass_connections
         self.ship_package = ship_package
@@ -88,17 +78,17 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._client_mode = True
         self._given_env_vars: dict[str, Any] | None = None
 
-    def plan_overrides(self) -> Mapping[str, Any]:
-        return {"mode": self.mode, "sinks": self.sinks, "max_events": self.max_events,
-                "replay_of": self.replay_of}
-
     # ------------------------------------------------------------------ building the submit
 
-    def prepare(self, context: Context, report_file: str | None, task: TaskRun | None = None) -> TaskRun:
+    def prepare(self, context: Context, report_file: str | None, run: Any = None) -> Any:
         """Fill application_args, env_vars, conf, packages, py_files and the Spark connection
-        for this run. Kept apart from running so it can be tested without Spark."""
-        task = task or self.task_run(context)
-        spec, plan = task.spec, task.plan
+        for this run, and make sure the run has a record for the driver to read. Kept apart from
+        running so it can be tested without Spark."""
+        run = run or self.run_context(context)
+        if run.record is None:  # no bounds task: the record holds the spec and the plan
+            with run.opened_store() as store:
+                run = run.recorded(None, store).with_store(None)
+        spec, plan = run.spec, run.plan
         self.spark_conn_id = self.spark_conn_id or spec.spark.conn_id
         self._conn_id = self.spark_conn_id
         self.conf = {**spec.spark.conf, **(self.conf or {})}
@@ -106,17 +96,16 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
             self.packages = ",".join(spec.spark.packages)
         if self.ship_package:
             self.py_files = ",".join(p for p in (self.py_files, str(package_zip())) if p)
-        self.application_args = build_args(spec=spec, run_id=task.run_id, plan=plan, upto=self._upto(context),
-                                           report_file=report_file)
+        self.application_args = build_args(pipeline=spec.pipeline, run_id=run.run_id, report_file=report_file)
         master, deploy_mode = self._check_transport()
         self._client_mode = deploy_mode == "client"
-        self._driver_env = self._driver_environment(spec, task, master) if self._client_mode else {}
+        self._driver_env = self._driver_environment(spec, run, master) if self._client_mode else {}
         self.log.info("pipeline %s: spark-submit %s on %s (%s deploy mode), run %s (%s), connections "
                       "passed in its environment: %s", spec.pipeline, self.application, master, deploy_mode,
-                      task.run_id, plan.mode, ", ".join(sorted(self._driver_secrets)) or "none")
-        return task
+                      run.run_id, plan.mode, ", ".join(sorted(self._driver_secrets)) or "none")
+        return run
 
-    def _driver_environment(self, spec: Any, task: TaskRun, master: str) -> dict[str, str]:
+    def _driver_environment(self, spec: Any, run: Any, master: str) -> dict[str, str]:
         """Client deploy mode: what spark-submit's process (and so the driver) gets on top of
         this task's environment, which it inherits (TIDEGATE_CHECKPOINT_STORE and
         TIDEGATE_PIPELINES_DIR need no copy, and the store URL may hold a password). Sets
@@ -134,7 +123,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._driver_secrets = {}
         if self.pass_connections:
             conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks)]
-            self._driver_secrets = connection_env(conn_ids, task.parts.connection)
+            self._driver_secrets = connection_env(conn_ids, run.parts.connection)
         if self._given_env_vars is None:  # as rendered; prepare() may run again
             self._given_env_vars = dict(self.env_vars or {})
         user = self._given_env_vars
@@ -147,15 +136,6 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         env.update({k: str(v) for k, v in user.items()})
         self.env_vars = {}  # all of it travels in submit()'s environment (and conf), never twice
         return {**env, **self._driver_secrets}
-
-    def _upto(self, context: Context) -> dict[str, Any] | None:
-        upto = self.upto
-        if upto is None and self.bounds_task_id:
-            bounds = context["ti"].xcom_pull(task_ids=self.bounds_task_id)
-            upto = (bounds or {}).get("upto") if isinstance(bounds, dict) else None
-        if isinstance(upto, str):
-            upto = json.loads(upto) if upto.strip() else None
-        return upto
 
     def _check_transport(self) -> tuple[str, str]:
         """The Spark master and deploy mode, as spark-submit will get them; raises when the
@@ -195,18 +175,18 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._hook = self._get_hook()
         self._hook.submit(self.application, env={**os.environ, **self._driver_env})
 
-    def run(self, task: TaskRun, context: Context) -> dict[str, Any] | None:
+    def run(self, run: Any, context: Context) -> dict[str, Any] | None:
         fd, report_file = tempfile.mkstemp(prefix="tidegate-report-", suffix=".json")
         os.close(fd)
         try:
-            self.prepare(context, report_file, task)
+            run = self.prepare(context, report_file, run)
             try:
                 self._submit(context)
             except AirflowException as exc:
                 ended = _read_report(report_file) or {}
                 if ended.get("fatal"):
                     raise DeliverFatalError(
-                        f"pipeline {task.spec.pipeline!r}: the Spark job stopped on a fatal error, not "
+                        f"pipeline {run.pipeline!r}: the Spark job stopped on a fatal error, not "
                         f"retried: {ended.get('error')}") from exc
                 raise
             report = _read_report(report_file)
@@ -214,27 +194,18 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
             Path(report_file).unlink(missing_ok=True)
         if report is None or report.get("fatal"):
             self.log.warning("pipeline %s: no run report from the driver (remote driver?)",
-                             task.spec.pipeline)
+                             run.pipeline)
         else:
             self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es)",
-                          task.spec.pipeline, report.get("events"), report.get("bytes"),
+                          run.pipeline, report.get("events"), report.get("bytes"),
                           report.get("sub_batches"))
         return report
 
 
-def build_args(*, spec: Any, run_id: str, plan: Any, upto: dict[str, Any] | None = None,
-               report_file: str | None = None) -> list[str]:
-    """The argv of spark_jobs/deliver.py (no secrets: the spec, positions, names and ids)."""
-    args = ["--pipeline", spec.pipeline, "--run-id", run_id, "--mode", plan.mode,
-            "--spec-b64", base64.b64encode(spec.text.encode("utf-8")).decode("ascii")]
-    if upto:
-        args += ["--upto-json", json.dumps(upto, sort_keys=True, separators=(",", ":"))]
-    if plan.sinks:
-        args += ["--sinks", ",".join(plan.sinks)]
-    if plan.max_events:
-        args += ["--max-events", str(int(plan.max_events))]
-    if plan.replay_of:
-        args += ["--replay-of", plan.replay_of]
+def build_args(*, pipeline: str, run_id: str, report_file: str | None = None) -> list[str]:
+    """The argv of spark_jobs/deliver.py: names and ids, no secret (the driver reads the rest
+    from the run's record)."""
+    args = ["--pipeline", pipeline, "--run-id", run_id]
     if report_file:
         args += ["--report-file", report_file]
     return args

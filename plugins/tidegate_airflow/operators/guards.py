@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from tidegate.plan import GUARD_ORDER
 
-from .base import TaskRun, TidegateBaseOperator
+from .base import TidegateBaseOperator, without_resolution
 
 
 class TidegateGuardOperator(TidegateBaseOperator):
@@ -43,21 +42,21 @@ class TidegateGuardOperator(TidegateBaseOperator):
         self.checks = tuple(checks)
         self.resolve_incidents = resolve_incidents
 
-    def run(self, task: TaskRun, context: Any) -> None:
+    def run(self, run: Any, context: Any) -> None:
         from tidegate import guards
 
-        plan = task.plan if self.resolve_incidents else dataclasses.replace(task.plan, resolve=None,
-                                                                             reason=None)
-        out = guards.run_guards(task.spec, plan, run_id=task.run_id, checks=self.checks, parts=task.parts)
+        run = run if self.resolve_incidents else without_resolution(run)
+        plan, pipeline = run.plan, run.pipeline
+        out = guards.run_guards(run, self.checks)
         for inc in out["resolved"]:
             self.log.warning("pipeline %s: incident resolved by %s with %s (reason: %s): %s",
-                             task.spec.pipeline, plan.who, plan.resolve, plan.reason, inc)
+                             pipeline, plan.who, plan.resolve, plan.reason, inc)
         if plan.resolve and not out["resolved"]:
-            self.log.info("pipeline %s: resolve=%s requested, but no incident was open",
-                          task.spec.pipeline, plan.resolve)
+            self.log.info("pipeline %s: resolve=%s requested, but no incident was open", pipeline,
+                          plan.resolve)
         for w in out["warnings"]:
-            self.log.warning("pipeline %s: preflight: %s", task.spec.pipeline, w)
-        self.log.info("pipeline %s: guards passed (%s)", task.spec.pipeline, ", ".join(self.checks))
+            self.log.warning("pipeline %s: preflight: %s", pipeline, w)
+        self.log.info("pipeline %s: guards passed (%s)", pipeline, ", ".join(self.checks))
 
 
 class FailoverGuardOperator(TidegateGuardOperator):

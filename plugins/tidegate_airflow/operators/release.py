@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from .base import TaskRun, TidegateBaseOperator
+from .base import TidegateBaseOperator
 
 
 class TidegateReleaseOperator(TidegateBaseOperator):
@@ -20,15 +20,16 @@ class TidegateReleaseOperator(TidegateBaseOperator):
     """
 
     ui_color = "#e5f5e0"
+    reads_record = True
 
-    def run(self, task: TaskRun, context: Context) -> dict[str, Any]:
+    def run(self, run: Any, context: Context) -> dict[str, Any]:
         from tidegate import runner
         from tidegate.positions import position_to_json
 
-        if task.plan.mode != "incremental":
+        if run.plan.mode != "incremental":
             self.log.info("pipeline %s: mode=%s moves no checkpoint; nothing to release",
-                          task.spec.pipeline, task.plan.mode)
-            return {"pipeline": task.spec.pipeline, "released_to": None, "skipped": task.plan.mode}
-        low = runner.release(task.spec, parts=task.parts)
-        self.log.info("pipeline %s: source released up to %s", task.spec.pipeline, low)
-        return {"pipeline": task.spec.pipeline, "released_to": position_to_json(low)}
+                          run.pipeline, run.plan.mode)
+            return {"pipeline": run.pipeline, "released_to": None, "skipped": run.plan.mode}
+        low = runner.release(run)
+        self.log.info("pipeline %s: source released up to %s", run.pipeline, low)
+        return {"pipeline": run.pipeline, "released_to": position_to_json(low)}

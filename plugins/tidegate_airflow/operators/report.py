@@ -7,24 +7,26 @@ from typing import Any
 from airflow.sdk import Context
 
 from .. import metrics
-from .base import TaskRun, TidegateBaseOperator
+from .base import TidegateBaseOperator
 
 
 class TidegateReportOperator(TidegateBaseOperator):
-    """Summarise the run from the XComs of the bounds, deliver and release tasks; log one line
-    per sink and emit metrics through Airflow's ``Stats`` (names in tidegate_airflow/metrics.py):
-    the run's ``tidegate.events`` / ``bytes`` (/ ``dlq`` / ``duplicates``) per sink, then the
-    pipeline's state: ``incidents_open``, and per sink ``lag_bytes``, ``lag_seconds``,
-    ``checkpoint_age_seconds``. A dry run emits only the state.
+    """Summarise the run from its record (the bounds) and the XComs of the deliver and release
+    tasks; log one line per sink and emit metrics through Airflow's ``Stats`` (names in
+    tidegate_airflow/metrics.py): the run's ``tidegate.events`` / ``bytes`` (/ ``dlq`` /
+    ``duplicates``) per sink, then the pipeline's state from the store: ``incidents_open``, and
+    per sink ``lag_bytes``, ``lag_seconds`` (against the run's upper bound: the report contacts
+    no source and reads no spec folder), ``checkpoint_age_seconds``. A dry run emits only the state.
 
     :param pipeline: the pipeline name.
     :param deliver_task_id: task whose XCom is the run report (None when it was skipped).
-    :param bounds_task_id: task whose XCom is the bounds.
+    :param bounds_task_id: task whose XCom is the bounds (read when the run has no record).
     :param release_task_id: task whose XCom says where the source was released to.
     :param emit_metrics: send metrics.
     """
 
     ui_color = "#f0e6f5"
+    reads_record = True
 
     def __init__(self, *, pipeline: str, deliver_task_id: str | None = "deliver",
                  bounds_task_id: str | None = "bounds", release_task_id: str | None = "release",
@@ -35,27 +37,43 @@ class TidegateReportOperator(TidegateBaseOperator):
         self.release_task_id = release_task_id
         self.emit_metrics = emit_metrics
 
-    def run(self, task: TaskRun, context: Context) -> dict[str, Any]:
+    def run(self, run: Any, context: Context) -> dict[str, Any]:
         ti = context["ti"]
 
         def pull(task_id: str | None) -> Any:
             return ti.xcom_pull(task_ids=task_id) if task_id else None
 
-        summary = summarize(task.spec, report=pull(self.deliver_task_id), bounds=pull(self.bounds_task_id),
-                            released=pull(self.release_task_id), mode=task.plan.mode)
-        summary["run_id"] = task.run_id
+        spec, plan = run.spec, run.plan
+        bounds = run.bounds.to_json() if run.bounds is not None else pull(self.bounds_task_id)
+        summary = summarize(spec, report=pull(self.deliver_task_id), bounds=bounds,
+                            released=pull(self.release_task_id), mode=plan.mode)
+        summary["run_id"] = run.run_id
         for line in format_summary(summary):
             self.log.info("%s", line)
         for s in summary["sinks"]:
             if s.get("dlq"):
                 self.log.warning("pipeline %s: sink %s sent %d event(s) to its dead-letter queue in this "
                                  "run (on_poison: dlq); the DLQ records name each event and the error",
-                                 task.spec.pipeline, s["id"], s["dlq"])
-        if self.emit_metrics and task.plan.mode != "dry_run":
+                                 spec.pipeline, s["id"], s["dlq"])
+        if self.emit_metrics and plan.mode != "dry_run":
             emit_metrics(summary)
         if self.emit_metrics:
-            metrics.emit_state(task.spec.pipeline, parts=task.parts)
+            metrics.emit_state(spec.pipeline, parts=run.parts, status=_state(run))
         return summary
+
+
+def _state(run: Any) -> dict[str, Any] | None:
+    """The pipeline's state from the store, its lag against the run's upper bound (None: the
+    run has no record, and the state is read as the status page reads it)."""
+    if run.bounds is None:
+        return None
+    from tidegate.status import pipeline_status
+
+    try:
+        with run.opened_store() as store:
+            return pipeline_status(store, run.pipeline, run.spec, (run.bounds.upto, None, None))
+    except Exception:  # noqa: BLE001 - metrics never fail the task: read the state the usual way
+        return None
 
 
 def summarize(spec: Any, *, report: dict | None, bounds: dict | None, released: dict | None,

@@ -1,0 +1,99 @@
+"""How often one DAG run parses its spec and validates its params (issue 20's measure), counted
+by instrumenting the interpreter (``sys.setprofile``), not by replacing any engine function.
+
+One run: guard, bounds, deliver (the task and, in the same process here, the Spark job's entry
+with the engine's deliver on a stand-in session), release, report. Each Airflow task and the
+Spark driver is a process of its own in production, so the spec is parsed once in each of the
+six; the params are validated where the run's plan is made (the guard, which may resolve
+incidents, and the bounds task, which records the plan). The tasks after bounds read the run's
+record: they still work with the spec file gone from the folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from collections import Counter
+from contextlib import contextmanager
+
+from tests.dags.conftest import ROOT, make_context
+from tests.dags.engine_fakes import MYSQL_OLD, MYSQL_UPTO, ScriptedParts, ScriptedSource, wire
+from tests.dags.test_operators import connections, place  # noqa: F401 - connections: a fixture
+
+
+@contextmanager
+def counting(**functions):
+    """Count calls of the given functions (by code object) while the block runs."""
+    codes = {f.__code__: name for name, f in functions.items()}
+    seen: Counter[str] = Counter()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen[codes[frame.f_code]] += 1
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
+
+
+class StandInSpark:
+    """The session the Spark job's entry builds: the engine asks it for two settings only."""
+
+    class sparkContext:  # noqa: N801 - SparkSession's attribute name
+        defaultParallelism = 2
+
+        @staticmethod
+        def getConf():
+            return {}
+
+    def stop(self):
+        pass
+
+
+def load_job():
+    spec = importlib.util.spec_from_file_location("tidegate_deliver_job_counts", ROOT / "spark_jobs" / "deliver.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice(dags, pipelines_dir,
+                                                                                connections):
+    from tidegate import spark_job, spec
+    from tidegate.plan import RunPlan
+
+    place("shop_mysql", {"events": MYSQL_OLD, "bus": MYSQL_OLD, "cache": MYSQL_OLD})
+    dag, source, job = dags["cdc_shop_mysql"], ScriptedSource(), load_job()
+    guard, bounds, deliver, release, report = (dag.get_task(t) for t in
+                                               ("guard", "bounds", "deliver", "release", "report"))
+    wire(source, guard, bounds, deliver, release, report)
+
+    def driver(spark, run):  # the engine's deliver, on the scripted source
+        return spark_job.deliver(spark, dataclasses.replace(run, parts=ScriptedParts(source)))
+
+    steps = {}
+    with counting(yaml=spec._read_yaml, plan=RunPlan.from_values.__func__) as seen:
+        for name, step in (
+            ("guard", lambda: guard.execute(make_context(dag, guard))),
+            ("bounds", lambda: bounds.execute(make_context(dag, bounds))),
+            ("remove the spec file", lambda: (pipelines_dir / "shop_mysql.yaml").unlink()),
+            ("deliver task", lambda: deliver.prepare(make_context(dag, deliver), None)),
+            ("spark driver", lambda: job.main(deliver.application_args, make_session=lambda n: StandInSpark(),
+                                              deliver=driver)),
+            ("release", lambda: release.execute(make_context(dag, release))),
+            ("report", lambda: report.execute(make_context(dag, report))),
+        ):
+            before = Counter(seen)
+            out = step()
+            steps[name] = (seen["yaml"] - before["yaml"], seen["plan"] - before["plan"], out)
+    counts = {name: (y, p) for name, (y, p, _) in steps.items()}
+    assert counts == {"guard": (1, 1), "bounds": (1, 1), "remove the spec file": (0, 0),
+                      "deliver task": (1, 0), "spark driver": (1, 0), "release": (1, 0), "report": (1, 0)}
+    assert dict(seen) == {"yaml": 6, "plan": 2}
+    assert steps["spark driver"][2] == 0  # the job ended well
+    assert steps["bounds"][2]["upto"] == MYSQL_UPTO
+    assert steps["report"][2]["upto"] == MYSQL_UPTO  # from the record: the report read no folder
+    assert source.calls == ["identity", "retention", "preflight", "release"]  # the report read no head
