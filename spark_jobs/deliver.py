@@ -4,7 +4,7 @@
 
 Thin: parse the arguments, read the run's record from the checkpoint store
 (``TIDEGATE_CHECKPOINT_STORE``; the bounds task wrote it: the spec's text, the plan, the bounds),
-build the SparkSession, call ``tidegate.spark_job.deliver``. A driver on a cluster never reads
+build the SparkSession, call ``tidegate.spark.job.deliver``. A driver on a cluster never reads
 the Airflow worker's disk. The argv holds no secret; connections come from
 ``AIRFLOW_CONN_<ID>`` environment variables of the driver (see docs/operations.md, "Spark").
 The run report (JSON) is written to ``--report-file`` and printed as one
@@ -40,12 +40,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, spark: Any, deliver: Any = None) -> dict[str, Any]:
-    """``deliver``: the engine's entry (default ``tidegate.spark_job.deliver``)."""
+    """``deliver``: the engine's entry (default ``tidegate.spark.job.deliver``)."""
     from tidegate.run import from_record
     from tidegate.store import open_store
 
     if deliver is None:
-        from tidegate.spark_job import deliver
+        from tidegate.spark.job import deliver
     with open_store() as store:
         return deliver(spark, from_record(store, args.pipeline, args.run_id))
 

@@ -3,10 +3,11 @@
 A run is CPU-bound Python on both sides of the read-ahead queue (coordinator.py): decoding the
 log and building each envelope on one side, batching and handing bytes to the sink clients on
 the other. Threads share one interpreter lock, so overlapping them in one process gains little.
-:func:`child_reader` returns a :data:`~tidegate.runner.Reader` that reads in a spawned child
-process instead: the child builds the source from the spec and the connection it was sent
-(never argv or a file), calls the same ``source.read``, serializes every envelope where it is
-built and ships the items as rows (shipped.py) in batches through a pipe. The run's process
+:class:`ReaderProcess` is a :class:`~tidegate.reading.Reader` that reads the log's slices in a
+spawned child process instead: the child builds the source from the spec and the connection it
+was sent (never argv or a file), calls the same ``source.read``, serializes every envelope where
+it is built and ships the items as rows (shipped.py) in batches through a pipe. A snapshot's
+chunks are read in the run's process, as :class:`~tidegate.reading.InProcessReader` does. The run's process
 rebuilds them as :class:`~tidegate.shipped.ShippedEvent` without parsing anything again.
 
 What the run sees does not change: the same items in the same order, the source's errors raised
@@ -24,11 +25,12 @@ import os
 import pickle
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import SourceError, TidegateError
 from .positions import Position
+from .reading import InProcessReader, Slice
 from .shipped import item_to_row, row_to_item
 from .sources.base import Source, SourceItem
 
@@ -40,21 +42,21 @@ BATCH_ROWS = 1000  # items per message through the pipe
 STOP_TIMEOUT_S = 5.0
 
 
-def child_reader(store_url: str | None = None, *, min_bytes: int | None = None):
-    """A reader (``(source, start, upto) -> items``) that reads ranges of at least ``min_bytes``
-    of log (default: ``$TIDEGATE_READER_PROCESS_MIN_BYTES``, else :data:`MIN_BYTES`), or of
-    unknown size, in a child process. ``store_url``: the checkpoint store the child's source
-    keeps its facts in (``Source.use_store``), the run's own store."""
-    if min_bytes is None:
-        min_bytes = int(os.environ.get(MIN_BYTES_ENV) or MIN_BYTES)
+class ReaderProcess(InProcessReader):
+    """Reads each run of touching slices of at least ``min_bytes`` of log (default:
+    ``$TIDEGATE_READER_PROCESS_MIN_BYTES``, else :data:`MIN_BYTES`), or of unknown size, in a
+    child process. ``store_url``: the checkpoint store the child's source keeps its facts in
+    (``Source.use_store``), the run's own store."""
 
-    def read(source: Source, start: Position | None, upto: Position) -> Iterator[SourceItem]:
-        size = _log_bytes(source, start, upto)
-        if size is not None and size < min_bytes:
-            return source.read(start, upto)
-        return read_in_child(source, start, upto, store_url)
+    def __init__(self, store_url: str | None = None, *, min_bytes: int | None = None):
+        self.store_url = store_url
+        self.min_bytes = int(os.environ.get(MIN_BYTES_ENV) or MIN_BYTES) if min_bytes is None else min_bytes
 
-    return read
+    def read_log(self, source: Source, run: Slice) -> Iterable[SourceItem]:
+        size = _log_bytes(source, run.start, run.end)
+        if size is not None and size < self.min_bytes:
+            return source.read(run.start, run.end)
+        return read_in_child(source, run.start, run.end, self.store_url)
 
 
 def _log_bytes(source: Source, start: Position | None, upto: Position) -> int | None:
@@ -155,4 +157,4 @@ def _error_message(exc: BaseException) -> bytes:
         return pickle.dumps(("error", SourceError(f"reading in a child process failed: {text}")))
 
 
-__all__ = ["MIN_BYTES", "MIN_BYTES_ENV", "child_reader", "read_in_child"]
+__all__ = ["MIN_BYTES", "MIN_BYTES_ENV", "ReaderProcess", "read_in_child"]

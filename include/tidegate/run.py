@@ -21,6 +21,7 @@ from .errors import RunError
 from .parts import Parts
 from .plan import RunPlan
 from .positions import Position, lowest_start, position_from_json, position_to_json
+from .reading import Segment, segment_from_json, segment_to_json
 from .spec import PipelineSpec, load_spec_text
 
 if TYPE_CHECKING:
@@ -93,7 +94,8 @@ class Bounds:
 class RunRecord:
     """What the bounds step decided for one run, as every later step reads it: the spec's text
     (parsed once by each process that reads the record), the validated plan and the bounds
-    (None: the run had no bounds step, and the step that delivers captures them itself)."""
+    (None: the run had no bounds step, and the step that delivers captures them itself) and the
+    read plan."""
 
     pipeline: str
     run_id: str
@@ -101,17 +103,20 @@ class RunRecord:
     spec_path: str | None
     plan: RunPlan
     bounds: Bounds | None = None
+    segments: tuple[Segment, ...] | None = None  # the read plan (reading.py); None: none made
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "run_id": self.run_id, "spec_text": self.spec_text,
                 "spec_path": self.spec_path, "plan": self.plan.to_json(),
-                "bounds": self.bounds.to_json() if self.bounds is not None else None}
+                "bounds": self.bounds.to_json() if self.bounds is not None else None,
+                "segments": None if self.segments is None else [segment_to_json(s) for s in self.segments]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunRecord:
-        bounds = d.get("bounds")
+        bounds, segments = d.get("bounds"), d.get("segments")
         return cls(d["pipeline"], d["run_id"], d["spec_text"], d.get("spec_path"),
-                   RunPlan(**d["plan"]), Bounds.from_json(bounds) if bounds else None)
+                   RunPlan(**d["plan"]), Bounds.from_json(bounds) if bounds else None,
+                   None if segments is None else tuple(segment_from_json(s) for s in segments))
 
     def spec(self) -> PipelineSpec:
         spec = load_spec_text(self.spec_text, origin=self.spec_path or f"<{self.pipeline}>")
@@ -168,9 +173,11 @@ class RunContext:
     def with_store(self, store: CheckpointStore) -> RunContext:
         return dataclasses.replace(self, store=store)
 
-    def recorded(self, bounds: Bounds | None, store: CheckpointStore) -> RunContext:
+    def recorded(self, bounds: Bounds | None, store: CheckpointStore,
+                 segments: Sequence[Segment] | None = None) -> RunContext:
         """Write the run's record (what the bounds step decided) and return the context holding it."""
-        record = RunRecord(self.pipeline, self.run_id, self.spec.text, self.spec.path, self.plan, bounds)
+        record = RunRecord(self.pipeline, self.run_id, self.spec.text, self.spec.path, self.plan, bounds,
+                           None if segments is None else tuple(segments))
         store.runs.put_record(self.pipeline, self.run_id, record.to_json())
         return dataclasses.replace(self, record=record)
 

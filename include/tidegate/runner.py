@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from . import snapshots
@@ -32,23 +32,16 @@ from .positions import (
     describe_lineage,
     lineage_of_identity,
     log_position,
+    lowest_start,
     same_lineage,
 )
+from .reading import InProcessReader, Reader, Segment, plan_reads, plan_start, read_items
 from .run import Bounds, RunContext
 from .sources.base import Source, SourceItem
 from .spec import PipelineSpec
 from .store import CheckpointStore
 
 log = logging.getLogger(__name__)
-
-# How a run reads its range: (source, start, upto) -> items. The default reads in-process;
-# the Spark job passes one that reads slices in Spark tasks.
-Reader = Callable[[Source, "Position | None", Position], Iterable[SourceItem]]
-
-
-def read_in_process(source: Source, start: Position | None, upto: Position) -> Iterable[SourceItem]:
-    return source.read(start, upto)
-
 
 # --------------------------------------------------------------------------- bounds
 
@@ -112,7 +105,18 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
             bounds = _replay_bounds(run, source, store, replay_of, missing_ok)
         else:
             bounds = _incremental_bounds(run, source, store)
-        return run.recorded(bounds, store)
+        return run.recorded(bounds, store, _read_plan(run, source, store, bounds))
+
+
+def _read_plan(run: RunContext, source: Source, store: CheckpointStore, bounds: Bounds
+               ) -> list[Segment] | None:
+    """What the delivery will read (None: nothing; a dry run plans when it reads)."""
+    if run.plan.mode == "dry_run" or bounds.nothing_to_do(run.plan.sinks):
+        return None
+    if bounds.replay_of is not None:
+        start = lowest_start([a for a, _ in bounds.ranges.values()])
+        return plan_reads(run.spec, store, source, start, max(b for _, b in bounds.ranges.values()))
+    return plan_reads(run.spec, store, source, bounds.lowest(run.plan.sinks), bounds.upto)
 
 
 def _incremental_bounds(run: RunContext, source: Source, store: CheckpointStore) -> Bounds:
@@ -181,21 +185,21 @@ def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointS
 
 
 def run_pipeline(run: RunContext, *, upto: Position | None = None,
-                 data_interval: tuple[Any, Any] | None = None, reader: Reader = read_in_process,
-                 chunk_reader: snapshots.ChunkReader | None = None) -> dict[str, Any]:
+                 data_interval: tuple[Any, Any] | None = None, reader: Reader | None = None
+                 ) -> dict[str, Any]:
     """One bounded run as its plan says (default: incremental to every sink); returns the run
     report as JSON. Raises on failure (no checkpoint of a failed sub-batch moves):
     CommitPolicyError, FatalRunError, StaleEpochError, SourceError. With the run's record (its
     bounds step ran), the record's bounds are the run's: its upper bound, its replay ranges,
-    the sinks it placed. ``chunk_reader``: how a snapshot's chunks are read (default:
-    in-process, one after the other)."""
+    the sinks it placed, its read plan. ``reader``: where the plan's segments are read (default:
+    in this process, one after the other; reading.py)."""
     plan, spec = run.plan, run.spec
     if plan.max_events:
         spec = dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, max_events=plan.max_events))
         run = dataclasses.replace(run, spec=spec)
     with run.opened() as (source, st):
         run = run.with_store(st)
-        reader = snapshots.snapshot_reader(spec, st, reader, chunk_reader)  # snapshot positions
+        reader = reader or InProcessReader()
         bounds = run.bounds
         upto = upto or (bounds.upto if bounds is not None else None) or source.head()
         if plan.mode == "dry_run":
@@ -273,10 +277,23 @@ def _incremental(run: RunContext, source: Source, upto: Position,
         log.info("pipeline %s run %s: reading (%s, %s] for %d sink(s)", spec.pipeline, run_id,
                  lowest, upto, len(sinks))
         gate = SchemaGate(spec, store)
-        report = co.run(gate.filter(reader(source, lowest, upto), lowest))
+        items = read_items(spec, store, source, _segments(run, source, lowest, upto), reader)
+        report = co.run(gate.filter(items, lowest))
     snapshots.settle(store, spec)  # snapshots every sink is past are completed
     gate.halt(run_id)
     return report
+
+
+def _segments(run: RunContext, source: Source, start: Position | None, upto: Position) -> list[Segment]:
+    """The run's read plan: the bounds step's, when it starts where the run starts (a rewind since
+    then moves the start back: the plan is made again), else made here."""
+    planned = run.record.segments if run.record is not None else None
+    if planned and plan_start(planned) == start:
+        return list(planned)
+    if planned:
+        log.info("pipeline %s run %s: the read plan of the bounds step starts at %s, the run at %s; "
+                 "planned again", run.pipeline, run.run_id, plan_start(planned), start)
+    return plan_reads(run.spec, run.store, source, start, upto)
 
 
 def _place_sinks(run: RunContext, source: Source, upto: Position, epoch: int) -> None:
@@ -311,7 +328,8 @@ def _replay(run: RunContext, source: Source, replay_of: str, reader: Reader) -> 
              ", ".join(f"{sid} ({a}, {b}]" for sid, (a, b) in sorted(ranges.items())))
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
                      starts=starts, ends=ends, tenant=spec.tenant) as co:
-        return co.run(reader(source, co.lowest_start(), max(ends.values())))
+        lowest, upto = co.lowest_start(), max(ends.values())
+        return co.run(read_items(spec, store, source, _segments(run, source, lowest, upto), reader))
 
 
 def _check_replayable(spec: PipelineSpec, source: Source, replay_of: str,
@@ -391,7 +409,8 @@ def _dry_run(spec: PipelineSpec, source: Source, store: CheckpointStore, upto: P
     bounds = capture_bounds(spec, source, store)
     bounds = dataclasses.replace(bounds, upto=upto)
     batches = events = size = 0
-    for b in cut_sub_batches(reader(source, bounds.lowest(), upto), max_events=spec.batch.max_events,
+    items = read_items(spec, store, source, plan_reads(spec, store, source, bounds.lowest(), upto), reader)
+    for b in cut_sub_batches(items, max_events=spec.batch.max_events,
                              max_bytes=spec.batch.max_bytes, respect_source_tx=spec.batch.respect_source_tx):
         batches, events, size = batches + 1, events + b.event_count, size + b.byte_size
     return {"pipeline": spec.pipeline, "mode": "dry_run", "bounds": bounds.to_json(),

@@ -57,9 +57,6 @@ from .store.records import CheckpointRecord, SnapshotRecord
 
 log = logging.getLogger(__name__)
 
-LogReader = Callable[[Source, "Position | None", Position], Iterable[SourceItem]]
-
-
 @dataclasses.dataclass(frozen=True)
 class ChunkRead:
     """A chunk as read: its row events, and ``upper``, a log position at or after every change
@@ -67,11 +64,6 @@ class ChunkRead:
 
     upper: Position
     events: Iterable[ChangeEvent]
-
-
-# How chunks are read: (spec, source, snapshot, chunk numbers) -> (chunk, ChunkRead), in
-# chunk order. In-process: read_chunks_in_process; in Spark: spark_snapshot.chunk_reader.
-ChunkReader = Callable[[PipelineSpec, Source, SnapshotRecord, Sequence[int]], Iterator[tuple[int, ChunkRead]]]
 
 
 # --------------------------------------------------------------------------- the plan
@@ -251,44 +243,6 @@ def resnapshot(spec: PipelineSpec, source: Source, store: CheckpointStore, *, in
 # --------------------------------------------------------------------------- reading
 
 
-def snapshot_reader(spec: PipelineSpec, store: CheckpointStore, log_reader: LogReader,
-                    chunk_reader: ChunkReader | None = None) -> LogReader:
-    """A run's reader: from a snapshot position, the snapshot's remaining chunks, its
-    ``snapshot_completed`` and the log from its handoff; from a log position, ``log_reader``."""
-    chunks = chunk_reader or read_chunks_in_process
-
-    def read(source: Source, start: Position | None, upto: Position) -> Iterable[SourceItem]:
-        if not isinstance(start, SnapshotPosition):
-            return log_reader(source, start, upto)
-        return snapshot_stream(spec, store, source, start, upto, log_reader, chunks)
-
-    return read
-
-
-def snapshot_stream(spec: PipelineSpec, store: CheckpointStore, source: Source, start: SnapshotPosition,
-                    upto: Position, log_reader: LogReader, chunk_reader: ChunkReader) -> Iterator[SourceItem]:
-    rec = store.snapshot(spec.pipeline, start.snapshot_id)
-    if rec is None:
-        raise SnapshotError(f"pipeline {spec.pipeline!r}: a checkpoint is in snapshot {start.snapshot_id}, "
-                            f"which the checkpoint store does not know (another store?): rewind the "
-                            f"checkpoints or trigger resolve=resnapshot")
-    todo = list(range(start.chunk + 1, len(rec.chunks) + 1))
-    log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", spec.pipeline,
-             rec.snapshot_id, f"{todo[0]}..{todo[-1]}" if todo else "none", len(rec.chunks), rec.handoff)
-    changed = ChangedKeys(rec, source)
-    for chunk, read in chunk_reader(spec, source, rec, todo):
-        changed.scan_to(read.upper)
-        events = changed.drop_changed(chunk_table(rec, chunk), read.events)
-        yield from end_chunk(events, start.at_chunk(chunk), store, rec, chunk)
-    if changed.dropped:
-        log.info("pipeline %s: snapshot %s: %d row(s) left to the log (their keys changed after the "
-                 "handoff)", spec.pipeline, rec.snapshot_id, changed.dropped)
-    rows = sum(store.chunk_rows(spec.pipeline, rec.snapshot_id).values())
-    yield completed_message(spec, rec, rows)
-    if upto > rec.handoff:
-        yield from log_reader(source, rec.handoff, upto)
-
-
 def chunk_table(rec: SnapshotRecord, chunk: int) -> SnapshotTable:
     return SnapshotTable.from_json(rec.tables[rec.chunks[chunk - 1]["table"]])
 
@@ -347,10 +301,12 @@ class ChangedKeys:
 
 
 def marked(ev: ChangeEvent, mark: str) -> ChangeEvent:
-    """``ev`` with another ``source.snapshot`` mark (a new event: its envelope serialized anew).
-    A row serialized in a Spark task travels without ``after``/``key``: they come from its bytes."""
+    """``ev`` with another ``source.snapshot`` mark (a new event: its envelope serialized anew)."""
     env = orjson.loads(ev.value) if ev.after is None else {"after": ev.after, "key": ev.key}
-    return dataclasses.replace(ev, snapshot=mark, after=env["after"], key=env["key"])
+    # A plain ChangeEvent: a row rebuilt from its shipped form reads its fields from its bytes,
+    # and the new event's bytes are made from its fields.
+    fields = {f.name: getattr(ev, f.name) for f in dataclasses.fields(ChangeEvent) if f.init}
+    return ChangeEvent(**{**fields, "snapshot": mark, "after": env["after"], "key": env["key"]})
 
 
 def end_chunk(events: Iterable[ChangeEvent], end: SnapshotPosition, store: CheckpointStore,
@@ -368,13 +324,6 @@ def end_chunk(events: Iterable[ChangeEvent], end: SnapshotPosition, store: Check
     else:
         held._mark_tx_end(end)
         yield held
-
-
-def read_chunks_in_process(spec: PipelineSpec, source: Source, rec: SnapshotRecord,
-                           chunks: Sequence[int]) -> Iterator[tuple[int, ChunkRead]]:
-    """One chunk after the other, with the run's own source connection."""
-    for chunk in chunks:
-        yield chunk, read_chunk(spec, source, rec, chunk)
 
 
 def read_chunk(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: int,
@@ -453,6 +402,6 @@ def in_snapshot(checkpoints: Mapping[str, Position | None], sinks: Sequence[str]
     return any(isinstance(checkpoints.get(s), SnapshotPosition) for s in chosen)
 
 
-__all__ = ["ChangedKeys", "ChunkRead", "ChunkReader", "RowEvents", "begin", "in_snapshot", "place_new_sinks",
-           "plan_snapshot", "read_chunk", "read_chunks_in_process", "resnapshot", "running", "settle",
-           "snapshot_added_tables", "snapshot_reader", "snapshot_stream"]
+__all__ = ["ChangedKeys", "ChunkRead", "RowEvents", "begin", "chunk_table", "completed_message", "end_chunk",
+           "in_snapshot", "place_new_sinks", "plan_snapshot", "read_chunk", "resnapshot", "running", "settle",
+           "snapshot_added_tables"]

@@ -133,7 +133,7 @@ PARSE_PROBE = textwrap.dedent("""\
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "confluent_kafka", "redis",
                    "nats", "pymysql", "psycopg2", "pymysqlreplication")
                    or m in ("tidegate.runner", "tidegate.coordinator", "tidegate.guards", "tidegate.store",
-                            "tidegate.sources", "tidegate.sinks", "tidegate.spark_job"))
+                            "tidegate.sources", "tidegate.sinks", "tidegate.spark"))
     print(json.dumps({"cpu": cpu, "dags": sorted(bag.dags), "errors": bag.import_errors, "heavy": heavy}))
     """)
 

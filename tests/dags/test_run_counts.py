@@ -62,7 +62,8 @@ def load_job():
 
 def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice(dags, pipelines_dir,
                                                                                 connections):
-    from tidegate import spark_job, spec
+    from tidegate import spec
+    from tidegate.spark import job as spark_job
     from tidegate.plan import RunPlan
 
     place("shop_mysql", {"events": MYSQL_OLD, "bus": MYSQL_OLD, "cache": MYSQL_OLD})

@@ -17,7 +17,7 @@ import pytest
 from tidegate.events import ChangeEvent, PositionMark, is_control
 from tidegate.parts import Parts
 from tidegate.shipped import ROW_FIELDS, ShippedEvent
-from tidegate.spark_job import read_range
+from tidegate.spark.slices import read_range
 from tidegate.spec import load_spec
 
 pytestmark = pytest.mark.integration

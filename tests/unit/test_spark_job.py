@@ -1,4 +1,4 @@
-"""tidegate.spark_job without Spark: the window of partitions in flight, the rows a task ships and
+"""tidegate.spark without Spark: the window of partitions in flight, the rows a task ships and
 the events the driver rebuilds from them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.positions import BinlogPosition
 from tidegate.shipped import ShippedEvent, item_to_row, row_to_item
-from tidegate.spark_job import partitions_in_order
+from tidegate.spark.windows import partitions_in_order
 
 
 class FakeContext:

@@ -1,0 +1,244 @@
+"""A run's read plan and the readers that carry it out (docs/architecture.md, "One run").
+
+The bounds step turns a run's range (lowest start, upper bound] into its **read plan**: ordered
+segments, each read on its own:
+
+* :class:`Chunk`: one primary-key chunk of a snapshot in progress (its end is the snapshot
+  position after it);
+* :class:`SnapshotEnd`: the snapshot's end, where its ``snapshot_completed`` message goes;
+* :class:`Slice`: a part of the log that a reader decodes on its own (``Source.slices``).
+
+Chunks come first, then the snapshot's end, then the log from its handoff. The plan travels in
+the run's record, so the delivery reads what the bounds step planned.
+
+A **reader** takes the segments and gives each one's items back in plan order
+(:class:`SegmentRead`); where it reads them is its own business: :class:`InProcessReader`
+here, the reader process (child_reader.py) or Spark tasks (tidegate/spark/). What crosses a
+process is rows of one format (shipped.py). :func:`run_items` then makes the run's one item
+stream out of the segments read: a chunk's rows become one transaction, less the rows whose
+keys the log changes after the handoff (snapshots.ChangedKeys), and the snapshot's end brings
+its ``snapshot_completed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from .errors import SnapshotError
+from .positions import Position, SnapshotPosition, position_from_json, position_to_json
+
+if TYPE_CHECKING:
+    from .sources.base import Source, SourceItem
+    from .spec import PipelineSpec
+    from .store import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+# A Spark task's result reaches the driver whole: a plan cuts the log into slices of about this
+# many bytes at most (Spark setting spark.tidegate.maxTaskSliceBytes, from the spec's spark.conf).
+MAX_SLICE_CONF = "spark.tidegate.maxTaskSliceBytes"
+MAX_TASK_SLICE_BYTES = 16 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One chunk of a snapshot; ``end`` is the snapshot position once it is delivered."""
+
+    end: SnapshotPosition
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.end.snapshot_id
+
+    @property
+    def number(self) -> int:
+        return self.end.chunk
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotEnd:
+    """The end of a snapshot: its ``snapshot_completed`` message, ending at the handoff."""
+
+    snapshot_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Slice:
+    """A part of the log, (start, end], that a reader decodes on its own."""
+
+    start: Position | None
+    end: Position
+
+
+Segment = Chunk | SnapshotEnd | Slice
+
+
+class SegmentRead(NamedTuple):
+    """A segment as read: its items and, for a chunk, ``upper``: a log position at or after
+    every change its rows show (the log head read just after the chunk's view was taken)."""
+
+    segment: Segment
+    items: Iterable[SourceItem]
+    upper: Position | None = None
+
+
+class Reader(Protocol):
+    """Reads a run's segments and gives each one back, in plan order."""
+
+    def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
+                 segments: Sequence[Segment]) -> Iterator[SegmentRead]: ...
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def plan_reads(spec: PipelineSpec, store: CheckpointStore, source: Source, start: Position | None,
+               upto: Position) -> list[Segment]:
+    """The read plan of (start, upto]: from a snapshot position, the snapshot's remaining
+    chunks and its end, then the log from its handoff; the log cut into slices a Spark task can
+    take whole."""
+    segments: list[Segment] = []
+    log_from = start
+    if isinstance(start, SnapshotPosition):
+        rec = snapshot_record(store, spec, start.snapshot_id)
+        segments += [Chunk(start.at_chunk(c)) for c in range(start.chunk + 1, len(rec.chunks) + 1)]
+        segments.append(SnapshotEnd(rec.snapshot_id))
+        log_from = rec.handoff
+    if log_from is None or upto > log_from:
+        limit = max_slice_bytes(spec)
+        # A little under the limit: the source cuts at transaction boundaries at or past its
+        # target, so a slice holds the target plus at most one transaction.
+        segments += [Slice(a, b) for a, b in source.slices(log_from, upto, max_bytes=limit * 3 // 4)]
+    return segments
+
+
+def max_slice_bytes(spec: PipelineSpec) -> int:
+    configured = spec.spark.conf.get(MAX_SLICE_CONF)
+    return int(configured) if configured else MAX_TASK_SLICE_BYTES
+
+
+def plan_start(segments: Sequence[Segment]) -> Position | None:
+    """Where a plan starts reading, to compare with where the run starts (the plan is the
+    bounds step's; a checkpoint moved back since, by a rewind, makes it stale)."""
+    first = segments[0] if segments else None
+    if isinstance(first, Chunk):
+        return dataclasses.replace(first.end, chunk=first.end.chunk - 1)
+    return first.start if isinstance(first, Slice) else None
+
+
+def segment_to_json(seg: Segment) -> dict[str, Any]:
+    if isinstance(seg, Chunk):
+        return {"chunk": position_to_json(seg.end)}
+    if isinstance(seg, SnapshotEnd):
+        return {"snapshot_end": seg.snapshot_id}
+    return {"slice": [position_to_json(seg.start), position_to_json(seg.end)]}
+
+
+def segment_from_json(d: Mapping[str, Any]) -> Segment:
+    if "chunk" in d:
+        return Chunk(position_from_json(d["chunk"]))
+    if "snapshot_end" in d:
+        return SnapshotEnd(d["snapshot_end"])
+    start, end = d["slice"]
+    return Slice(position_from_json(start), position_from_json(end))
+
+
+def log_runs(segments: Sequence[Segment]) -> list[Slice]:
+    """The plan's slices joined where they touch: a reader that takes the log as a stream reads
+    each run of slices in one go (concatenated in order, slices read as their whole range)."""
+    out: list[Slice] = []
+    for seg in segments:
+        if not isinstance(seg, Slice):
+            continue
+        if out and out[-1].end == seg.start:
+            out[-1] = Slice(out[-1].start, seg.end)
+        else:
+            out.append(seg)
+    return out
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def read_chunk_segment(spec: PipelineSpec, source: Source, store: CheckpointStore, seg: Chunk) -> SegmentRead:
+    from .snapshots import read_chunk
+
+    read = read_chunk(spec, source, snapshot_record(store, spec, seg.snapshot_id), seg.number)
+    return SegmentRead(seg, read.events, read.upper)
+
+
+class InProcessReader:
+    """Every segment read here, one after the other: chunks with the run's own source
+    connection, the log as one stream per run of touching slices."""
+
+    def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
+                 segments: Sequence[Segment]) -> Iterator[SegmentRead]:
+        for seg in segments:
+            if isinstance(seg, Chunk):
+                yield read_chunk_segment(spec, source, store, seg)
+            elif isinstance(seg, SnapshotEnd):
+                yield SegmentRead(seg, ())
+        for run in log_runs(segments):
+            yield SegmentRead(run, self.read_log(source, run))
+
+    def read_log(self, source: Source, run: Slice) -> Iterable[SourceItem]:
+        return source.read(run.start, run.end)
+
+
+# --------------------------------------------------------------------------- the run's items
+
+
+def read_items(spec: PipelineSpec, store: CheckpointStore, source: Source, segments: Sequence[Segment],
+               reader: Reader) -> Iterator[SourceItem]:
+    """The run's one item stream: its segments read by ``reader``, made into items by :func:`run_items`."""
+    return run_items(spec, store, source, reader(spec, store, source, segments))
+
+
+def run_items(spec: PipelineSpec, store: CheckpointStore, source: Source, reads: Iterable[SegmentRead]
+              ) -> Iterator[SourceItem]:
+    """The run's one item stream from its segments as read (see the module docstring)."""
+    from .snapshots import ChangedKeys, chunk_table, completed_message, end_chunk
+
+    changed: dict[str, ChangedKeys] = {}
+    records: dict[str, Any] = {}
+
+    def record(snapshot_id: str) -> Any:
+        if snapshot_id not in records:
+            records[snapshot_id] = snapshot_record(store, spec, snapshot_id)
+        return records[snapshot_id]
+
+    for seg, items, upper in reads:
+        if isinstance(seg, Chunk):
+            rec = record(seg.snapshot_id)
+            keys = changed.setdefault(seg.snapshot_id, ChangedKeys(rec, source))
+            keys.scan_to(upper)
+            kept = keys.drop_changed(chunk_table(rec, seg.number), items)
+            yield from end_chunk(kept, seg.end, store, rec, seg.number)
+        elif isinstance(seg, SnapshotEnd):
+            rec = record(seg.snapshot_id)
+            keys = changed.get(seg.snapshot_id)
+            if keys is not None and keys.dropped:
+                log.info(
+                    "pipeline %s: snapshot %s: %d row(s) left to the log (their keys changed after the "
+                    "handoff)", spec.pipeline, rec.snapshot_id, keys.dropped)
+            rows = sum(store.chunk_rows(spec.pipeline, rec.snapshot_id).values())
+            yield completed_message(spec, rec, rows)
+        else:
+            yield from items
+
+
+def snapshot_record(store: CheckpointStore, spec: PipelineSpec, snapshot_id: str) -> Any:
+    rec = store.snapshot(spec.pipeline, snapshot_id)
+    if rec is None:
+        raise SnapshotError(f"pipeline {spec.pipeline!r}: a checkpoint is in snapshot {snapshot_id}, "
+                            f"which the checkpoint store does not know (another store?): rewind the "
+                            f"checkpoints or trigger resolve=resnapshot")
+    return rec
+
+
+__all__ = ["Chunk", "InProcessReader", "Reader", "Segment", "SegmentRead", "Slice", "SnapshotEnd",
+           "log_runs", "plan_reads", "plan_start", "read_items", "run_items", "segment_from_json",
+           "segment_to_json"]

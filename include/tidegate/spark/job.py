@@ -1,0 +1,105 @@
+"""The Spark job's body: one bounded run whose read plan is read by Spark tasks.
+
+:class:`SparkReader` is the run's :class:`~tidegate.reading.Reader` in a Spark driver: a
+snapshot's chunks are read by Spark tasks (chunks.py), the log's slices too (slices.py), each a
+few at once and handed over in plan order; a slice too large for one task's result, and a log
+of one slice (nothing to decode in parallel), are read on the driver, streaming, in a reader
+process (child_reader.py). Delivery stays on the driver: it is ordered and transactional.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..child_reader import ReaderProcess
+from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, log_runs, snapshot_record
+from .chunks import read_chunks
+from .slices import max_task_slice_bytes, read_range
+from .windows import partitions_in_flight
+
+if TYPE_CHECKING:
+    from ..run import RunContext
+    from ..sources.base import Source
+    from ..spec import PipelineSpec
+    from ..store import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+
+class SparkReader:
+    """Reads a run's segments in Spark tasks (see the module docstring)."""
+
+    def __init__(self, spark: Any, connection: Any, store_url: str | None = None):
+        self.spark, self.connection = spark, connection
+        self.streaming = ReaderProcess(store_url)  # what the driver reads itself
+
+    def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
+                 segments: Sequence[Any]) -> Iterator[SegmentRead]:
+        chunks = [s for s in segments if isinstance(s, Chunk)]
+        for snapshot_id in dict.fromkeys(c.snapshot_id for c in chunks):
+            rec = snapshot_record(store, spec, snapshot_id)
+            mine = [c for c in chunks if c.snapshot_id == snapshot_id]
+            yield from read_chunks(self.spark, spec, self.connection, rec, mine)
+        yield from (SegmentRead(s, ()) for s in segments if isinstance(s, SnapshotEnd))
+        slices = [s for s in segments if isinstance(s, Slice)]
+        if slices:
+            yield from self.read_log(spec, source, slices)
+
+    def read_log(self, spec: PipelineSpec, source: Source, slices: list[Slice]) -> Iterator[SegmentRead]:
+        limit = max_task_slice_bytes(self.spark)
+        # A task's result reaches the driver in one piece: a slice too large for that is read
+        # by the driver, streaming (finer slices of a binlog file need the source's help).
+        local = frozenset(i for i, s in enumerate(slices)
+                          if s.start is not None and (s.start.bytes_to(s.end) or 0) > limit)
+        first, last = slices[0], slices[-1]
+        if len(slices) - len(local) <= 1:
+            why = ("one slice" if len(slices) <= 1 else
+                   f"{len(slices)} slices, {len(local)} of them over {limit} bytes of log")
+            log.info("pipeline %s: (%s, %s] is %s: the driver reads it, streaming", spec.pipeline,
+                     first.start, last.end, why)
+            for run in log_runs(slices):
+                yield SegmentRead(run, self.streaming.read_log(source, run))
+            return
+        window = partitions_in_flight(self.spark)
+        log.info("pipeline %s: reading (%s, %s] as %d slices, %d in Spark tasks (%d in flight), %d over "
+                 "%d bytes on the driver", spec.pipeline, first.start, last.end, len(slices),
+                 len(slices) - len(local), window, len(local), limit)
+        bounds = [(s.start, s.end) for s in slices]
+        items = read_range(self.spark, spec, bounds, self.connection, window, local=local,
+                           read_local=lambda i: source.read_slice(bounds[i][0], bounds[i][1], i))
+        yield SegmentRead(Slice(first.start, last.end), items)
+
+
+def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
+    """One bounded run whose segments are read by Spark tasks; returns the run report."""
+    from ..runner import run_pipeline
+    from ..store import default_url
+
+    reader = SparkReader(spark, run.parts.connection(run.spec.source.conn_id), default_url())
+    report = run_pipeline(run, reader=reader)
+    report["driver_peak_rss_bytes"] = _peak_rss()
+    report["driver_jvm_peak_rss_bytes"] = _peak_rss(os.getppid())
+    return report
+
+
+def _peak_rss(pid: int | None = None) -> int | None:
+    """Peak resident memory of this process (the Python driver), or of process ``pid`` (its
+    parent, the driver's JVM, in client mode) where /proc tells it."""
+    try:
+        if pid is None:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (ImportError, OSError, ValueError):
+        pass
+    return None
+
+
+__all__ = ["SparkReader", "deliver"]
