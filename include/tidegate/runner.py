@@ -141,7 +141,7 @@ def capture_bounds(spec: PipelineSpec, source: Source, store: CheckpointStore) -
     """The source head now, each sink's stored checkpoint and the sinks it owes a control
     message; reads only."""
     upto = source.head()
-    stored = store.checkpoints(spec.pipeline)
+    stored = store.checkpoints.current(spec.pipeline)
     return Bounds(spec.pipeline, upto,
                   {s.id: (stored[s.id].position if s.id in stored else None) for s in spec.sinks},
                   owed=tuple(s.id for s in spec.sinks if s.id in stored and stored[s.id].control))
@@ -155,8 +155,8 @@ def place_new_sinks(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, 
         return bounds
     log.info("pipeline %s: sinks %s have no checkpoint; start: head places them at %s",
              spec.pipeline, ", ".join(sorted(new)), bounds.upto)
-    store.write_checkpoints(spec.pipeline, new, run_id=run_id, epoch=epoch, kind="head",
-                            reason="start: head")
+    store.checkpoints.write_many(spec.pipeline, new, run_id=run_id, epoch=epoch, kind="head",
+                                 reason="start: head")
     return bounds.with_checkpoints(new)
 
 
@@ -168,8 +168,8 @@ def skip_idle_range(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, 
     message stays where it is: a version written here would owe nothing, and the message would
     be lost; the run delivers it there and then moves the sink as a delivery does."""
     moved = idle_moves(bounds)
-    store.write_checkpoints(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="skip",
-                            reason="nothing this pipeline delivers in the range")
+    store.checkpoints.write_many(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="skip",
+                                 reason="nothing this pipeline delivers in the range")
     log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", spec.pipeline,
              bounds.lowest(), bounds.upto, ", ".join(sorted(moved)), bounds.upto)
     return bounds.with_checkpoints(moved)
@@ -189,7 +189,7 @@ def prepare_bounds(spec: PipelineSpec, *, parts: Parts | None = None,
         bounds = capture_bounds(spec, source, st)
         if spec.source.start == "head" and None in bounds.checkpoints.values():
             bounds = place_new_sinks(spec, st, bounds, run_id=run_id,
-                                     epoch=st.acquire_lease(spec.pipeline, run_id))
+                                     epoch=st.leases.acquire(spec.pipeline, run_id))
         # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
         # snapshot has chunks to read whatever the log holds, so the range is never idle.
         bounds = _place_snapshot_sinks(spec, source, st, bounds, run_id)
@@ -197,7 +197,7 @@ def prepare_bounds(spec: PipelineSpec, *, parts: Parts | None = None,
             return bounds
         if idle_moves(bounds) and not source.has_changes(bounds.lowest(), bounds.upto):
             bounds = skip_idle_range(spec, st, bounds, run_id=run_id,
-                                     epoch=st.acquire_lease(spec.pipeline, run_id))
+                                     epoch=st.leases.acquire(spec.pipeline, run_id))
         return bounds
 
 
@@ -250,7 +250,7 @@ def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointS
         return bounds
 
     def epoch_for() -> int:
-        return epoch if epoch is not None else store.acquire_lease(spec.pipeline, run_id)
+        return epoch if epoch is not None else store.leases.acquire(spec.pipeline, run_id)
 
     if None in bounds.checkpoints.values():
         bounds = bounds.with_checkpoints(snapshots.place_new_sinks(
@@ -291,7 +291,7 @@ def _rerun_of(spec: PipelineSpec, store: CheckpointStore, run_id: str, mode: str
     re-run replays exactly its range instead of reading new changes."""
     if mode == "replay":
         return run_id
-    done = [e for e in store.journal(spec.pipeline, run_id)
+    done = [e for e in store.runs.entries(spec.pipeline, run_id)
             if e.status == "success" and e.mode == "incremental"]
     return run_id if done else None
 
@@ -304,7 +304,7 @@ class SchemaGate:
 
     def __init__(self, spec: PipelineSpec, store: CheckpointStore):
         self.spec, self.store = spec, store
-        self.passed = {i.from_position for i in store.incidents(spec.pipeline)
+        self.passed = {i.from_position for i in store.incidents.all(spec.pipeline)
                        if i.kind == "schema_change" and i.resolved}
         self.stopped: tuple[Position | None, ControlMessage] | None = None
 
@@ -329,8 +329,8 @@ class SchemaGate:
         boundary, change = self.stopped
         detail = (f"schema change of {change.fields.get('db')}.{change.table}: "
                   f"{change.fields.get('ddl') or change.fields.get('change')}")
-        inc = self.store.record_incident(self.spec.pipeline, "schema_change", boundary,
-                                         change.end_position or boundary, detail=detail, run_id=run_id)
+        inc = self.store.incidents.record(self.spec.pipeline, "schema_change", boundary,
+                                          change.end_position or boundary, detail=detail, run_id=run_id)
         raise ContinuityHalt(inc)
 
 
@@ -338,15 +338,15 @@ def _incremental(spec: PipelineSpec, source: Source, store: CheckpointStore, run
                  upto: Position, only: Sequence[str] | None, parts: Parts | None,
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
     sinks = (parts or Parts()).sinks(spec, only)
-    epoch = store.acquire_lease(spec.pipeline, run_id)
+    epoch = store.leases.acquire(spec.pipeline, run_id)
     if spec.source.start == "head":
         place_new_sinks(spec, store, capture_bounds(spec, source, store), run_id=run_id, epoch=epoch)
     if spec.source.start == "snapshot":  # snapshots: a run without a bounds step plans it here
         _place_snapshot_sinks(spec, source, store, dataclasses.replace(
             capture_bounds(spec, source, store), upto=upto), run_id, epoch)
     start, end = data_interval or (None, None)
-    journal_id = store.journal_begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
-                                     mode="incremental")
+    journal_id = store.runs.begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
+                                  mode="incremental")
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
                      tenant=spec.tenant) as co:
         lowest = co.lowest_start()
@@ -370,10 +370,10 @@ def _replay(spec: PipelineSpec, source: Source, store: CheckpointStore, run_id: 
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
     _check_replayable(spec, source, replay_of, {sid: ranges[sid] for sid in chosen})
     sinks = (parts or Parts()).sinks(spec, sorted(chosen))
-    epoch = store.acquire_lease(spec.pipeline, run_id)
+    epoch = store.leases.acquire(spec.pipeline, run_id)
     starts = {sid: ranges[sid][0] for sid in chosen}
     upto = max(ranges[sid][1] for sid in chosen)
-    journal_id = store.journal_begin(spec.pipeline, run_id, mode="replay")
+    journal_id = store.runs.begin(spec.pipeline, run_id, mode="replay")
     log.info("pipeline %s run %s: replaying run %s to %s", spec.pipeline, run_id, replay_of,
              ", ".join(f"{sid} ({a}, {b}]" for sid, (a, b) in sorted(ranges.items()) if sid in chosen))
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
@@ -435,7 +435,7 @@ def _delivered_ranges(store: CheckpointStore, pipeline: str, run_id: str
                       ) -> dict[str, tuple[Position | None, Position]]:
     """Per sink, the range a past run delivered over all its attempts (an attempt that failed
     part-way may have moved some sinks)."""
-    entries = [e for e in store.journal(pipeline, run_id) if e.mode == "incremental"]
+    entries = [e for e in store.runs.entries(pipeline, run_id) if e.mode == "incremental"]
     if not entries:
         raise RunError(f"pipeline {pipeline!r} has no journal entry for run {run_id!r}; "
                        f"`tidegate status {pipeline}` shows the checkpoints, the journal lists runs")
@@ -496,5 +496,5 @@ def replay_hold(spec: PipelineSpec, store: CheckpointStore, low: Position,
     since = ((now or dt.datetime.now(dt.UTC)) - dt.timedelta(seconds=window)).isoformat(
         timespec="microseconds")
     held = [log_position(rec.position) for s in spec.sinks
-            for rec in store.checkpoint_history(spec.pipeline, s.id, since=since)]
+            for rec in store.checkpoints.history(spec.pipeline, s.id, since=since)]
     return min([low, *(p for p in held if same_lineage(p, low))])

@@ -67,8 +67,8 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     resolve = {"src": mysql.cdc}.__getitem__
     source = Parts(resolve).source(spec)
     checkpoint = source.head()
-    epoch = store.acquire_lease(spec.pipeline, "r0")
-    store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r0", epoch=epoch)
+    epoch = store.leases.acquire(spec.pipeline, "r0")
+    store.checkpoints.write_many(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r0", epoch=epoch)
     assert guards.guard_retention(spec, run_id="r1", parts=Parts(resolve), store=store)["status"] == "ok"
 
     insert(admin, db, [1, 2])
@@ -97,7 +97,7 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     assert [(d["id"], d["resolution"], d["reason"], d["resolved_by"]) for d in done] == [
         (inc.id, "accept_gap", "rows re-loaded by hand", "alice")]
     guards.check_halted(spec, store=store)  # no longer halted
-    assert {sid: r.position for sid, r in store.checkpoints(spec.pipeline).items()} == {
+    assert {sid: r.position for sid, r in store.checkpoints.current(spec.pipeline).items()} == {
         "a": inc.to_position, "b": inc.to_position}
     assert guards.guard_retention(spec, run_id="r4", parts=Parts(resolve), store=store)["status"] == "ok"
     source.close()
@@ -116,8 +116,8 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     insert(admin, db, [1, 2])
     src = Parts(primary).source(spec)
     checkpoint = src.head()
-    epoch = store.acquire_lease(spec.pipeline, "r1")
-    store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r1", epoch=epoch)
+    epoch = store.leases.acquire(spec.pipeline, "r1")
+    store.checkpoints.write_many(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r1", epoch=epoch)
     assert guards.guard_failover(spec, run_id="r1", parts=Parts(primary), store=store)["status"] == "ok"
     insert(admin, db, [3, 4, 5])  # after the checkpoint: must arrive, once, after the failover
     target = src.head().gtid_set
@@ -131,14 +131,14 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
 
     result = guards.guard_failover(spec, run_id="r2", parts=Parts(replica), store=store)
     assert result["status"] == "failover_continued"
-    moved = store.get_checkpoint(spec.pipeline, "a").position
-    assert moved.server_id == 2 and moved == store.get_checkpoint(spec.pipeline, "b").position
+    moved = store.checkpoints.get(spec.pipeline, "a").position
+    assert moved.server_id == 2 and moved == store.checkpoints.get(spec.pipeline, "b").position
     assert rows(new, moved, new.head()) == [("c", 3), ("c", 4), ("c", 5)]
-    incidents = store.incidents(spec.pipeline)
+    incidents = store.incidents.all(spec.pipeline)
     assert [(i.kind, i.resolved, i.resolution) for i in incidents] == [("failover", True, "auto")]
     assert (incidents[0].from_position, incidents[0].to_position) == (checkpoint, moved)
-    assert [h.kind for h in store.checkpoint_history(spec.pipeline, "a")] == ["write", "failover"]
-    [entry] = [e for e in store.journal(spec.pipeline) if e.mode == "failover"]
+    assert [h.kind for h in store.checkpoints.history(spec.pipeline, "a")] == ["write", "failover"]
+    [entry] = [e for e in store.runs.entries(spec.pipeline) if e.mode == "failover"]
     assert {sid: (js.start, js.end) for sid, js in entry.sinks.items()} == {
         "a": (checkpoint, moved), "b": (checkpoint, moved)}
     guards.check_halted(spec, store=store)

@@ -65,8 +65,8 @@ def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres)
     insert(admin, table, [1, 2])
     checkpoint = source.head()
     assert ids(source, None, checkpoint) == [1, 2]
-    epoch = store.acquire_lease(spec.pipeline, "r1")
-    store.write_checkpoints(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
+    epoch = store.leases.acquire(spec.pipeline, "r1")
+    store.checkpoints.write_many(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
     assert guards.guard_retention(spec, run_id="r1", parts=Parts(resolve), store=store)["status"] == "ok"
 
     with admin.cursor() as c:
@@ -86,7 +86,7 @@ def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres)
         ("slot_dropped", "accept_gap", "row 3 re-sent by the app")]
     guards.check_halted(spec, store=store)
     assert guards.guard_retention(spec, run_id="r4", parts=Parts(resolve), store=store)["status"] == "ok"
-    moved = store.get_checkpoint(spec.pipeline, "a").position
+    moved = store.checkpoints.get(spec.pipeline, "a").position
     assert moved >= inc.to_position  # past the missing range, at the new slot's start
     insert(admin, table, [4])
     assert ids(source, moved, source.head()) == [4]  # the recreated slot serves what follows
@@ -102,8 +102,8 @@ def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standb
     source = Parts(primary).source(spec)
     checkpoint = source.head()
     source.close()
-    epoch = store.acquire_lease(spec.pipeline, "r1")
-    store.write_checkpoints(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
+    epoch = store.leases.acquire(spec.pipeline, "r1")
+    store.checkpoints.write_many(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
     assert guards.guard_failover(spec, run_id="r1", parts=Parts(primary), store=store)["status"] == "ok"
 
     conn = psycopg2.connect(postgres_standby.admin_dsn)

@@ -166,7 +166,7 @@ def envelopes(sink):
 def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     spec, source, sinks, store, parts = env
     bounds = runner.prepare_bounds(spec, store=store, parts=parts)
-    [rec] = store.snapshots("p")
+    [rec] = store.snapshots.all("p")
     start = SnapshotPosition(rec.snapshot_id, 0, pos(2))
     assert bounds.checkpoints == {"a": start, "b": start} and not bounds.nothing_to_do()
     assert len(rec.chunks) == 3 + 2  # orders: 7 rows by 3 (the last chunk open-ended); lines: 4 by 3
@@ -185,13 +185,13 @@ def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     assert got[-1]["tables"] == ["shop.orders", "shop.lines"] and got[-1]["rows"] == 11
     assert got[0]["tables"] == ["shop.orders", "shop.lines"] and got[0]["chunks"] == 5
     # the log from the handoff was not in this run (upto = the handoff); the next run has it
-    assert store.get_checkpoint("p", "a").position == pos(2)
-    assert store.snapshot("p", rec.snapshot_id).status == "completed"
-    assert store.snapshot("p", rec.snapshot_id).rows == 11
+    assert store.checkpoints.get("p", "a").position == pos(2)
+    assert store.snapshots.get("p", rec.snapshot_id).status == "completed"
+    assert store.snapshots.get("p", rec.snapshot_id).rows == 11
     runner.run_pipeline(spec, run_id="r2", store=store, parts=parts)
     assert [m["op"] for m in envelopes(sinks["a"])[13:]] == ["c"]
     assert envelopes(sinks["b"]) == envelopes(sinks["a"])
-    assert store.get_checkpoint("p", "a").position == pos(3)
+    assert store.checkpoints.get("p", "a").position == pos(3)
 
 
 def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
@@ -199,8 +199,8 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
     sinks["a"].fail_from_call = 3  # the 3rd sub-batch fails: chunks 1-2 are in
     with pytest.raises(CommitPolicyError):
         runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
-    [rec] = store.snapshots("p")
-    at = store.get_checkpoint("p", "a").position
+    [rec] = store.snapshots.all("p")
+    at = store.checkpoints.get("p", "a").position
     assert at == SnapshotPosition(rec.snapshot_id, 2, pos(2))
     delivered = list(sinks["a"].delivered)
     sinks["a"].fail_from_call = None
@@ -210,7 +210,7 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
     keys = sinks["a"].delivered
     assert len(keys) == len(set(keys)) == 1 + 11 + 1  # started, rows, completed (the log is before H)
     assert keys[:len(delivered)] == delivered
-    assert store.get_checkpoint("p", "a").position == pos(2)
+    assert store.checkpoints.get("p", "a").position == pos(2)
     # the optional sink has it all too (chunk 3 twice: no checkpoint moved when a failed it)
     assert set(sinks["b"].delivered) == set(keys)
 
@@ -221,7 +221,7 @@ def test_an_empty_chunk_moves_the_checkpoint(env):
     source.tables["shop.orders"] = {k: v for k, v in source.tables["shop.orders"].items() if k[0] > 3}
     runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
     rows = [m for m in envelopes(sinks["a"]) if m.get("op") == "r"]
-    assert len(rows) == 4 + 4 and store.get_checkpoint("p", "a").position == pos(2)
+    assert len(rows) == 4 + 4 and store.checkpoints.get("p", "a").position == pos(2)
 
 
 def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
@@ -230,7 +230,7 @@ def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
     sinks["a"].fail_from_call = 2
     with pytest.raises(CommitPolicyError):
         runner.run_pipeline(spec, only_a, run_id="r1", store=store, parts=parts)
-    [rec] = store.snapshots("p")
+    [rec] = store.snapshots.all("p")
     # b has no checkpoint yet: it joins the snapshot a is in, from chunk 0
     bounds = runner.prepare_bounds(spec, store=store, parts=parts)
     assert bounds.checkpoints["b"] == SnapshotPosition(rec.snapshot_id, 0, pos(2))
@@ -250,41 +250,41 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
                                 "tables": ["shop.lines"]}, who="ops")
     out = guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store, parts=parts)
     assert out["resolved"] == []  # nothing was open; the snapshot is planned anyway
-    rec = store.snapshots("p")[-1]
+    rec = store.snapshots.all("p")[-1]
     assert rec.kind == "resnapshot" and rec.handoff == pos(2)
     assert [t["table"] for t in rec.tables] == ["lines"]
-    assert {sid: r.position for sid, r in store.checkpoints("p").items()} == {
+    assert {sid: r.position for sid, r in store.checkpoints.current("p").items()} == {
         "a": SnapshotPosition(rec.snapshot_id, 0, pos(2)), "b": SnapshotPosition(rec.snapshot_id, 0, pos(2))}
-    assert store.get_checkpoint("p", "a").kind == "resnapshot" and "consumer rebuilt" in store.get_checkpoint(
-        "p", "a").reason
+    moved = store.checkpoints.get("p", "a")
+    assert moved.kind == "resnapshot" and "consumer rebuilt" in moved.reason
     # a retried guard task of the same run plans nothing new
     guards.run_guards(spec, plan, run_id="r3", checks=("halted",), store=store, parts=parts)
-    assert len(store.snapshots("p")) == 2
+    assert len(store.snapshots.all("p")) == 2
     before = len(sinks["a"].delivered)
     runner.run_pipeline(spec, run_id="r4", store=store, parts=parts)
     new = envelopes(sinks["a"])[-(len(sinks["a"].delivered) - before):]
     assert [m.get("type") or m["op"] for m in new] == ["snapshot_started"] + ["r"] * 4 + \
         ["snapshot_completed"] + ["c", "c"]  # a gets transaction 3 again (b needed it)
-    assert store.get_checkpoint("p", "b").position == pos(3)
+    assert store.checkpoints.get("p", "b").position == pos(3)
 
 
 def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
     spec, source, sinks, store, parts = env
     runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
-    inc = store.record_incident("p", "binlog_purged", pos(2), pos(9), detail="purged")
+    inc = store.incidents.record("p", "binlog_purged", pos(2), pos(9), detail="purged")
     with pytest.raises(SnapshotError) as e:
         guards.resolve_incidents(spec, resolution="resnapshot", reason="r", who="ops", run_id="r2",
                                  store=store, tables=["shop.orders"], parts=parts)
-    assert "silent gap" in str(e.value) and not store.incident(inc.id).resolved
+    assert "silent gap" in str(e.value) and not store.incidents.get(inc.id).resolved
     source.sizes += [1, 1]
     done = guards.resolve_incidents(spec, resolution="resnapshot", reason="binlog purged by hand", who="ops",
                                     run_id="r2", store=store, parts=parts)
     assert done[0]["resolution"] == "resnapshot" and done[0]["reason"] == "binlog purged by hand"
-    rec = store.snapshots("p")[-1]
+    rec = store.snapshots.all("p")[-1]
     assert rec.handoff == pos(4)  # restart_stream(): the head
     runner.run_pipeline(spec, run_id="r3", store=store, parts=parts)
-    assert store.get_checkpoint("p", "a").position == pos(4)
-    store.record_incident("p", "schema_change", pos(4), pos(4))
+    assert store.checkpoints.get("p", "a").position == pos(4)
+    store.incidents.record("p", "schema_change", pos(4), pos(4))
     with pytest.raises(Exception) as e:
         guards.resolve_incidents(spec, resolution="resnapshot", reason="r", who="ops", run_id="r4",
                                  store=store, parts=parts)
@@ -300,30 +300,30 @@ def test_release_during_a_snapshot_keeps_the_log_from_the_handoff(env):
 
 def test_the_store_keeps_snapshots_supersedes_and_completes(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
-    epoch = store.acquire_lease("p", "r")
+    epoch = store.leases.acquire("p", "r")
     tables = [SnapshotTable("d", "d", "t", ("id",)).to_json()]
     one = SnapshotRecord("p", "1", "start", pos(3), tables, [{"table": 0, "lo": None, "hi": None}], 5)
-    written = store.begin_snapshot(one, {"a": SnapshotPosition("1", 0, pos(3))}, epoch=epoch,
-                                   control={"type": "snapshot_started"})
+    written = store.snapshots.begin(one, {"a": SnapshotPosition("1", 0, pos(3))}, epoch=epoch,
+                                    control={"type": "snapshot_started"})
     assert written["a"].kind == "start" and written["a"].control == {"type": "snapshot_started"}
     two = dataclasses.replace(one, snapshot_id="2", kind="resnapshot", reason="why")
-    store.begin_snapshot(two, {"a": SnapshotPosition("2", 0, pos(3))}, epoch=epoch)
-    assert [(s.snapshot_id, s.status) for s in store.snapshots("p")] == [("1", "superseded"),
+    store.snapshots.begin(two, {"a": SnapshotPosition("2", 0, pos(3))}, epoch=epoch)
+    assert [(s.snapshot_id, s.status) for s in store.snapshots.all("p")] == [("1", "superseded"),
                                                                         ("2", "running")]
-    store.record_chunk_rows("p", "2", 1, 10)
-    store.record_chunk_rows("p", "2", 1, 12)  # re-read after a resume: the last read counts
-    store.record_chunk_rows("p", "2", 2, 3)
-    assert store.chunk_rows("p", "2") == {1: 12, 2: 3}
-    done = store.finish_snapshot("p", "2")
+    store.snapshots.record_chunk_rows("p", "2", 1, 10)
+    store.snapshots.record_chunk_rows("p", "2", 1, 12)  # re-read after a resume: the last read counts
+    store.snapshots.record_chunk_rows("p", "2", 2, 3)
+    assert store.snapshots.chunk_rows("p", "2") == {1: 12, 2: 3}
+    done = store.snapshots.finish("p", "2")
     assert done.status == "completed" and done.rows == 15 and done.finished_at
-    assert store.snapshot("p", "2").handoff == pos(3) and store.snapshot("p", "2").reason == "why"
+    assert store.snapshots.get("p", "2").handoff == pos(3) and store.snapshots.get("p", "2").reason == "why"
     store.close()
 
 
 def test_messages_are_identical_on_every_read(env):
     spec, source, sinks, store, parts = env
     runner.prepare_bounds(spec, store=store, parts=parts)
-    [rec] = store.snapshots("p")
+    [rec] = store.snapshots.all("p")
     a = list(snapshots.read_chunk(spec, source, rec, 1).events)
     b = list(snapshots.read_chunk(spec, source, rec, 1).events)
     assert [e.value for e in a] == [e.value for e in b] and len(a) == 3
@@ -407,7 +407,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
     spec, sinks, store, parts = wire_fakes(tmp_path, head, source)
     try:
         runner.run_pipeline(spec, run_id="r1", store=store, parts=parts)
-        [first] = store.snapshots("p")
+        [first] = store.snapshots.all("p")
         assert snapshots.table_names(first) == ["shop.orders"]
         # nothing added: streams on
         assert runner.prepare_bounds(spec, store=store, parts=parts).nothing_to_do()
@@ -417,7 +417,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
         source.captured = ["shop.orders", "shop.lines"]
         again.close()
         bounds = runner.prepare_bounds(spec, store=store, parts=parts)
-        added = store.snapshots("p")[-1]
+        added = store.snapshots.all("p")[-1]
         assert added.kind == "added" and snapshots.table_names(added) == ["shop.lines"]
         assert added.handoff == pos(2)  # the checkpoint: the other tables lose nothing
         assert bounds.checkpoints == {s: SnapshotPosition(added.snapshot_id, 0, pos(2)) for s in ("a", "b")}
@@ -426,7 +426,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
         assert [m.get("type") or m["op"] for m in got] == (["snapshot_started"] + ["r"] * 4 +
                                                           ["snapshot_completed", "c"])
         assert got[0]["tables"] == ["shop.lines"] and got[-2]["rows"] == 4
-        assert store.get_checkpoint("p", "a").position == pos(3)
+        assert store.checkpoints.get("p", "a").position == pos(3)
         assert runner.prepare_bounds(spec, store=store, parts=parts).checkpoints == {"a": pos(3), "b": pos(3)}
     finally:
         store.close()

@@ -1,5 +1,8 @@
 """Versioned schema of the checkpoint store. Append new migrations; never edit applied ones.
 
+One list for the tables of every role (checkpoints, leases, incidents, runs, snapshots,
+columns): a store is migrated as a whole, and its schema version names all of its tables.
+
 DDL is written once with a few type slots filled per backend, so both backends always have
 the same tables. ``tidegate_schema_version`` records every applied migration.
 """
