@@ -1,4 +1,5 @@
-"""The Postgres backend behaves like the SQLite one: fencing, history, rewind, incidents, journal."""
+"""The Postgres backend behaves like the SQLite one: fencing, history, rewind, incidents, journal,
+run records."""
 
 
 import pytest
@@ -69,3 +70,21 @@ def test_postgres_store_end_to_end(pg_scratch_dsn):
     assert done.started_at.endswith("+00:00") and done.finished_at
     a.close()
     b.close()
+
+
+def test_postgres_run_records(pg_scratch_dsn):
+    a, b = open_store(pg_scratch_dsn), open_store(pg_scratch_dsn)
+    try:
+        assert a.runs.record("pg", "r1") is None and a.runs.records("pg") == []
+        a.runs.put_record("pg", "r1", {"mode": "incremental", "bounds": {"upto": [1, 2]}})
+        b.runs.put_record("pg", "r2", {"mode": "replay"})
+        b.runs.put_record("other", "r1", {"mode": "dry_run"})
+        assert b.runs.record("pg", "r1") == {"mode": "incremental", "bounds": {"upto": [1, 2]}}
+        assert a.runs.records("pg") == [("r2", {"mode": "replay"}),
+                                        ("r1", {"mode": "incremental", "bounds": {"upto": [1, 2]}})]
+        a.runs.put_record("pg", "r1", {"mode": "incremental", "attempt": 2})  # replaced, now the newest
+        assert b.runs.records("pg", limit=1) == [("r1", {"mode": "incremental", "attempt": 2})]
+        assert [r for r, _ in b.runs.records("pg")] == ["r1", "r2"]
+    finally:
+        a.close()
+        b.close()

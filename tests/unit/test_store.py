@@ -161,6 +161,28 @@ def test_journal(store):
     assert store.checkpoints.pipelines() == []  # journal-only pipelines are not listed
 
 
+def test_run_records(store, url):
+    assert store.runs.record("p", "r1") is None and store.runs.records("p") == []
+    store.runs.put_record("p", "r1", {"mode": "incremental", "bounds": {"upto": 7}})
+    store.runs.put_record("p", "r2", {"mode": "replay"})
+    store.runs.put_record("q", "r1", {"mode": "dry_run"})
+    assert store.runs.record("p", "r1") == {"mode": "incremental", "bounds": {"upto": 7}}
+    assert store.runs.record("q", "r1") == {"mode": "dry_run"}  # per pipeline
+    assert store.runs.records("p") == [("r2", {"mode": "replay"}), ("r1", {"mode": "incremental",
+                                                                          "bounds": {"upto": 7}})]
+    # a retried run id replaces its record, which becomes the newest
+    store.runs.put_record("p", "r1", {"mode": "incremental", "attempt": 2})
+    assert store.runs.records("p") == [("r1", {"mode": "incremental", "attempt": 2}),
+                                       ("r2", {"mode": "replay"})]
+    assert store.runs.records("p", limit=1) == [("r1", {"mode": "incremental", "attempt": 2})]
+    raw = sqlite3.connect(url[len("sqlite:///"):]).execute(
+        "SELECT record FROM run_records WHERE pipeline = 'p' AND run_id = 'r1'").fetchone()[0]
+    assert raw == '{"attempt": 2, "mode": "incremental"}'  # keys sorted: the same record, the same text
+    with pytest.raises(TypeError):
+        store.runs.put_record("p", "r3", {"at": object()})
+    assert store.runs.record("p", "r3") is None
+
+
 def test_store_survives_reopen(url):
     s = open_store(url)
     e = s.leases.acquire("p", "r")

@@ -79,6 +79,15 @@ MIGRATIONS.append(
             PRIMARY KEY (pipeline, schema_name, table_name, position))""",
     ]))
 
+# 5: what each run decided (its bounds, each sink's start, ...), one JSON document per run id,
+# read back by the later steps of the run and by a rerun of it (store.runs.put_record).
+MIGRATIONS.append(
+    (5, "run records: one JSON document per pipeline and run id", [
+        """CREATE TABLE run_records (
+            pipeline TEXT NOT NULL, run_id TEXT NOT NULL, record TEXT NOT NULL,
+            written_at TEXT NOT NULL, PRIMARY KEY (pipeline, run_id))""",
+    ]))
+
 LATEST = max(version for version, _, _ in MIGRATIONS)
 
 

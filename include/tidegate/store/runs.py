@@ -1,7 +1,10 @@
-"""Runs: the batch journal (what each journaled run delivered to each sink)."""
+"""Runs: the batch journal (what each journaled run delivered to each sink) and run records
+(what a run decided, kept as JSON so a later step or a rerun of the same run id reads it back)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from ..positions import Position
@@ -50,6 +53,31 @@ class Runs(Role):
             sinks = {r[0]: _journal_sinks(tx, r[0]) for r in rows}
         return [JournalEntry(r[0], r[1], r[2], r[3], r[4], r[5], r[6], ts_text(r[7]), ts_text(r[8]),
                              sinks[r[0]]) for r in rows]
+
+    # ------------------------------------------------------------------ run records
+
+    def put_record(self, pipeline: str, run_id: str, record: Mapping[str, Any]) -> None:
+        """Keep ``record`` (JSON-serializable) as the record of a run, replacing the one the
+        run id had: a retried or rerun run id writes what it decided this time."""
+        with self._tx(write=True) as tx:
+            tx.exec("INSERT INTO run_records (pipeline, run_id, record, written_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (pipeline, run_id) DO UPDATE SET record = excluded.record, "
+                    "written_at = excluded.written_at",
+                    (pipeline, run_id, json.dumps(dict(record), sort_keys=True), now_iso()))
+
+    def record(self, pipeline: str, run_id: str) -> dict[str, Any] | None:
+        """The record of a run; None when the run id wrote none."""
+        with self._tx() as tx:
+            row = tx.one("SELECT record FROM run_records WHERE pipeline = ? AND run_id = ?",
+                         (pipeline, run_id))
+        return None if row is None else json.loads(row[0])
+
+    def records(self, pipeline: str, limit: int = 50) -> list[tuple[str, dict[str, Any]]]:
+        """``(run_id, record)`` of a pipeline's last ``limit`` records, newest first."""
+        with self._tx() as tx:
+            rows = tx.all("SELECT run_id, record FROM run_records WHERE pipeline = ? "
+                          "ORDER BY written_at DESC, run_id DESC LIMIT ?", (pipeline, int(limit)))
+        return [(r[0], json.loads(r[1])) for r in rows]
 
 
 def _journal_sinks(tx: Tx, journal_id: int) -> dict[str, JournalSink]:
