@@ -39,11 +39,12 @@ class CheckpointStore(abc.ABC):
     def __init__(self) -> None:
         # One connection per store; the lock makes a store safe to share between threads.
         self._lock = threading.RLock()
-        self.checkpoints = Checkpoints(self)
+        # The roles; the ones that must be atomic with another are handed it (tx shared).
         self.leases = Leases(self)
+        self.checkpoints = Checkpoints(self, self.leases)
+        self.snapshots = Snapshots(self, self.leases, self.checkpoints)
         self.incidents = Incidents(self)
         self.runs = Runs(self)
-        self.snapshots = Snapshots(self)
         self.columns = Columns(self)
 
     # ------------------------------------------------------------------ backend hooks

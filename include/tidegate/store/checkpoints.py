@@ -12,14 +12,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..positions import Position
+from .leases import Leases
 from .records import CheckpointRecord, checkpoint_key, now_iso, pos_text, pos_value, ts_text
-from .tx import Role, StoreError, Tx
+from .tx import Backend, Role, StoreError, Tx
 
 CKPT_COLS = ("pipeline, sink_id, version, position, run_id, epoch, written_at, kind, reason, who, "
              "source_version, control")
 
 
 class Checkpoints(Role):
+    def __init__(self, backend: Backend, leases: Leases) -> None:
+        super().__init__(backend)
+        self._leases = leases
+
     def write(self, pipeline: str, sink_id: str, position: Position, *,
               run_id: str | None, epoch: int) -> CheckpointRecord:
         """Record a new version of one sink's checkpoint (refused under a stale epoch)."""
@@ -38,7 +43,7 @@ class Checkpoints(Role):
         if any(p is None for p in positions.values()):
             raise ValueError("a checkpoint position cannot be None")
         with self._tx(write=True) as tx:
-            self._store.leases.check_epoch(tx, pipeline, epoch)
+            self._leases.check_epoch(tx, pipeline, epoch)
             return {sid: self.append(tx, pipeline, sid, pos, run_id=run_id, epoch=epoch, kind=kind,
                                      reason=reason, who=who, control=control)
                     for sid, pos in positions.items()}
@@ -110,7 +115,7 @@ class Checkpoints(Role):
                          (checkpoint_key(pipeline, sink_id), to_version))
             if row is None:
                 raise StoreError(f"{checkpoint_key(pipeline, sink_id)} has no version {to_version}")
-            epoch = self._store.leases.bump_epoch(tx, pipeline, f"rewind:{who or 'operator'}")
+            epoch = self._leases.bump_epoch(tx, pipeline, f"rewind:{who or 'operator'}")
             return self.append(tx, pipeline, sink_id, _ckpt(row).position, run_id=None, epoch=epoch,
                                kind="rewind", reason=reason, who=who, source_version=to_version)
 
@@ -133,7 +138,7 @@ class Checkpoints(Role):
         """Store the identity of the server the checkpoints belong to (fenced when ``epoch``)."""
         with self._tx(write=True) as tx:
             if epoch is not None:
-                self._store.leases.check_epoch(tx, pipeline, epoch)
+                self._leases.check_epoch(tx, pipeline, epoch)
             tx.exec("INSERT INTO tidegate_source_identity (pipeline, identity, updated_at) VALUES (?, ?, ?) "
                     "ON CONFLICT (pipeline) DO UPDATE SET identity = excluded.identity, "
                     "updated_at = excluded.updated_at",

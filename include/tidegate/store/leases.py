@@ -45,7 +45,7 @@ class Leases(Role):
         """Refuse a write under ``epoch`` unless it is the lease's current epoch. Runs inside the
         writer's transaction ``tx`` and locks the lease row (SQLite: the writer's ``BEGIN
         IMMEDIATE``; Postgres: ``FOR UPDATE``), so no lease can change before the write commits."""
-        row = tx.one(f"SELECT epoch FROM tidegate_leases WHERE pipeline = ?{self._store._for_update()}",
+        row = tx.one(f"SELECT epoch FROM tidegate_leases WHERE pipeline = ?{self._backend._for_update()}",
                      (pipeline,))
         current = None if row is None else row[0]
         if current != epoch:

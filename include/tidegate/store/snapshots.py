@@ -8,14 +8,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..positions import Position
+from .checkpoints import Checkpoints
+from .leases import Leases
 from .records import CheckpointRecord, SnapshotRecord, now_iso, pos_text, pos_value, ts_text
-from .tx import Role
+from .tx import Backend, Role
 
 SNAPSHOT_COLS = ("pipeline, snapshot_id, kind, handoff, tables, chunks, ts_ms, status, rows, reason, who, "
                  "run_id, started_at, finished_at")
 
 
 class Snapshots(Role):
+    def __init__(self, backend: Backend, leases: Leases, checkpoints: Checkpoints) -> None:
+        super().__init__(backend)
+        self._leases, self._checkpoints = leases, checkpoints
+
     def begin(self, snap: SnapshotRecord, positions: Mapping[str, Position], *, epoch: int,
               reason: str | None = None, who: str | None = None,
               control: Mapping[str, Any] | None = None) -> dict[str, CheckpointRecord]:
@@ -23,7 +29,7 @@ class Snapshots(Role):
         versions of kind ``snap.kind``, owing ``control``), in one transaction under ``epoch``.
         A snapshot of the pipeline still running is marked ``superseded``."""
         with self._tx(write=True) as tx:
-            self._store.leases.check_epoch(tx, snap.pipeline, epoch)
+            self._leases.check_epoch(tx, snap.pipeline, epoch)
             tx.exec("UPDATE tidegate_snapshots SET status = ?, finished_at = ? WHERE pipeline = ? AND "
                     "status = ?", ("superseded", now_iso(), snap.pipeline, "running"))
             tx.exec(f"INSERT INTO tidegate_snapshots ({SNAPSHOT_COLS}) VALUES "
@@ -31,7 +37,7 @@ class Snapshots(Role):
                     (snap.pipeline, snap.snapshot_id, snap.kind, pos_text(snap.handoff),
                      json.dumps(snap.tables, sort_keys=True), json.dumps(snap.chunks, sort_keys=True),
                      snap.ts_ms, "running", None, snap.reason, snap.who, snap.run_id, now_iso(), None))
-            append = self._store.checkpoints.append
+            append = self._checkpoints.append
             return {sid: append(tx, snap.pipeline, sid, pos, run_id=snap.run_id, epoch=epoch,
                                 kind=snap.kind, reason=reason, who=who, control=control)
                     for sid, pos in positions.items()}

@@ -4,12 +4,9 @@ the :class:`Role` base that runs a role's SQL through its backend's transactions
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import TidegateError
-
-if TYPE_CHECKING:
-    from .base import CheckpointStore
 
 
 class StoreError(TidegateError):
@@ -39,14 +36,25 @@ class Tx:
         return self.exec(sql, params).fetchall()
 
 
+class Backend(Protocol):
+    """What a role needs of the store it belongs to (a ``CheckpointStore``)."""
+
+    def _tx(self, write: bool = False) -> contextlib.AbstractContextManager[Tx]:
+        """A :class:`Tx` in one transaction of the store's connection (under its lock)."""
+
+    def _for_update(self) -> str:
+        """The clause that locks the rows a SELECT reads, where the dialect has one."""
+
+
 class Role:
     """One role of the store (checkpoints, leases, ...): the SQL of its tables, run in the
     transactions of the backend it belongs to. A role that must act atomically with another
-    (a checkpoint write checks the lease epoch) passes its open :class:`Tx` to that role's
-    in-transaction method instead of opening a second transaction."""
+    (a checkpoint write checks the lease epoch) is handed that role when it is made, and passes
+    its open :class:`Tx` to the other's in-transaction method instead of opening a second
+    transaction."""
 
-    def __init__(self, store: CheckpointStore) -> None:
-        self._store = store
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
 
     def _tx(self, write: bool = False) -> contextlib.AbstractContextManager[Tx]:
-        return self._store._tx(write)
+        return self._backend._tx(write)
