@@ -102,12 +102,12 @@ def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: 
     from before a failover is refused: its position belongs to the old server. ``check_held``
     raises when the source no longer holds the log after the restored position (asked last,
     before the version is written)."""
-    current = store.get_checkpoint(pipeline, sink_id)
-    target = store.checkpoint_version(pipeline, sink_id, to_version)
+    current = store.checkpoints.get(pipeline, sink_id)
+    target = store.checkpoints.version(pipeline, sink_id, to_version)
     if current is None or target is None:
         raise TidegateError(f"{pipeline}::sink::{sink_id} has no version {to_version} "
                             f"(`tidegate checkpoints history {pipeline} {sink_id}` lists them)")
-    now = lineage_of_identity(store.get_source_identity(pipeline))
+    now = lineage_of_identity(store.checkpoints.source_identity(pipeline))
     was = target.position.lineage
     if now is not None and was is not None and was != now:
         raise TidegateError(
@@ -116,7 +116,7 @@ def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: 
             f"failover happened since): rewind to a version written after the failover")
     if check_held is not None:
         check_held(target.position)
-    return current, store.rewind_checkpoint(pipeline, sink_id, to_version, reason=reason, who=who)
+    return current, store.checkpoints.rewind(pipeline, sink_id, to_version, reason=reason, who=who)
 
 
 __all__ = ["Adoption", "SinkCheckpoint", "adopt", "rewind"]

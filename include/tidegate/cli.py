@@ -193,7 +193,7 @@ def _print_pipeline(p: dict) -> None:
 
 def cmd_history(args: argparse.Namespace) -> int:
     with open_store() as store:
-        history = store.checkpoint_history(args.pipeline, args.sink)
+        history = store.checkpoints.history(args.pipeline, args.sink)
     if args.json:
         print(json.dumps([h.to_json() for h in history], indent=2))
         return 0

@@ -176,7 +176,7 @@ class Coordinator:
 
     def _opened_one(self, sink: Sink, fut: Future) -> None:
         rep = self.report.sinks[sink.sink_id]
-        rec = self.store.get_checkpoint(self.pipeline, sink.sink_id)
+        rec = self.store.checkpoints.get(self.pipeline, sink.sink_id)
         rep.checkpoint, rep.version = (rec.position, rec.version) if rec else (None, None)
         if fut.exception() is not None:
             self._fail(sink, fut.exception())
@@ -210,9 +210,9 @@ class Coordinator:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the
         store takes the sink's record as a new version before anything else happens."""
         rep = self.report.sinks[sink.sink_id]
-        written = self.store.write_checkpoints(self.pipeline, {sink.sink_id: adoption.position},
-                                               run_id=self.run_id, epoch=self.epoch, kind="adopt",
-                                               reason=adoption.why)[sink.sink_id]
+        written = self.store.checkpoints.write_many(self.pipeline, {sink.sink_id: adoption.position},
+                                                    run_id=self.run_id, epoch=self.epoch, kind="adopt",
+                                                    reason=adoption.why)[sink.sink_id]
         log.warning("pipeline %s: sink %s: %s; the store now holds it as version %d", self.pipeline,
                     sink.sink_id, adoption.why, written.version)
         rep.checkpoint, rep.version = written.position, written.version
@@ -352,8 +352,8 @@ class Coordinator:
     def _write(self, sink_positions: Mapping[str, Position], kind: str = "write") -> None:
         if not sink_positions:
             return
-        written = self.store.write_checkpoints(self.pipeline, sink_positions, run_id=self.run_id,
-                                               epoch=self.epoch, kind=kind)
+        written = self.store.checkpoints.write_many(self.pipeline, sink_positions, run_id=self.run_id,
+                                                    epoch=self.epoch, kind=kind)
         for sid, rec in written.items():
             self.report.sinks[sid].checkpoint = rec.position
             self.report.sinks[sid].version = rec.version
@@ -374,10 +374,10 @@ class Coordinator:
         if self.journal_id is None:
             return
         for rep in self.report.sinks.values():
-            self.store.journal_sink(self.journal_id, rep.sink_id, start=rep.start, end=rep.end,
-                                    events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
-                                    dlq=rep.dlq)
-        self.store.journal_finish(self.journal_id, status)
+            self.store.runs.sink(self.journal_id, rep.sink_id, start=rep.start, end=rep.end,
+                                 events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
+                                 dlq=rep.dlq)
+        self.store.runs.finish(self.journal_id, status)
 
 
 _END = object()
@@ -432,7 +432,7 @@ def run_once(store: CheckpointStore, pipeline: str, run_id: str, sinks: Sequence
              journal_id: int | None = None) -> RunReport:
     """Convenience for callers without Airflow: take the lease, open the sinks, read from the
     lowest effective start with ``read(start)`` and deliver."""
-    epoch = store.acquire_lease(pipeline, run_id)
+    epoch = store.leases.acquire(pipeline, run_id)
     with Coordinator(store, pipeline, run_id, epoch, sinks, policy, journal_id=journal_id) as co:
         return co.run(read(co.lowest_start()))
 

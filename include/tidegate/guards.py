@@ -89,13 +89,13 @@ def check_halted(run: RunContext) -> None:
 
 def _halt(store: CheckpointStore, spec: PipelineSpec, kind: str, from_pos: Position | None,
           to_pos: Position | None, detail: str, run_id: str) -> None:
-    inc = store.record_incident(spec.pipeline, kind, from_pos, to_pos, detail=detail, run_id=run_id)
+    inc = store.incidents.record(spec.pipeline, kind, from_pos, to_pos, detail=detail, run_id=run_id)
     log.error("pipeline %s: %s", spec.pipeline, halt_message(inc))
     raise ContinuityHalt(inc)
 
 
 def _lowest_checkpoint(store: CheckpointStore, spec: PipelineSpec) -> Position | None:
-    stored = store.checkpoints(spec.pipeline)
+    stored = store.checkpoints.current(spec.pipeline)
     return oldest(stored[s.id].position for s in spec.sinks if s.id in stored)
 
 
@@ -114,9 +114,9 @@ def guard_failover(run: RunContext) -> dict[str, Any]:
     spec, run_id = run.spec, run.run_id
     with run.opened() as (source, st):
         current = source.identity()
-        stored = st.get_source_identity(spec.pipeline)
-        if stored is None or not st.checkpoints(spec.pipeline):
-            st.set_source_identity(spec.pipeline, current)
+        stored = st.checkpoints.source_identity(spec.pipeline)
+        if stored is None or not st.checkpoints.current(spec.pipeline):
+            st.checkpoints.set_source_identity(spec.pipeline, current)
             return {"status": "recorded", "identity": current}
         if same_server(stored, current):
             return {"status": "ok", "identity": current}
@@ -144,18 +144,18 @@ def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, o
             _halt(store, spec, "failover", lowest_old, source.head(),
                   f"{change}; the checkpoints cannot be placed on the new server without loss: "
                   f"sink {sid}: {exc}", run_id)
-    epoch = store.acquire_lease(spec.pipeline, run_id)
+    epoch = store.leases.acquire(spec.pipeline, run_id)
     reason = f"GTID failover: {change}; every checkpoint GTID set is on the new server"
-    inc = store.record_incident(spec.pipeline, "failover", lowest_old, oldest(moved.values()),
-                                run_id=run_id, detail=f"{change}; checkpoints translated by GTID set, "
-                                f"nothing lost", resolved=True, resolution="auto", who="tidegate",
-                                reason=reason)
+    inc = store.incidents.record(spec.pipeline, "failover", lowest_old, oldest(moved.values()),
+                                 run_id=run_id, detail=f"{change}; checkpoints translated by GTID set, "
+                                 f"nothing lost", resolved=True, resolution="auto", who="tidegate",
+                                 reason=reason)
     message = ControlMessage(spec.tenant, spec.pipeline, "failover", f"incident-{inc.id}",
                              position_to_json(inc.to_position), _now_ms(),
                              {"from_identity": dict(old), "to_identity": dict(new), "incident": inc.id})
-    store.write_checkpoints(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="failover",
-                            reason=reason, who="tidegate", control=message.record())
-    store.set_source_identity(spec.pipeline, new, epoch=epoch)
+    store.checkpoints.write_many(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="failover",
+                                 reason=reason, who="tidegate", control=message.record())
+    store.checkpoints.set_source_identity(spec.pipeline, new, epoch=epoch)
     _journal_failover(store, spec, run_id, effective, moved)
     log.warning("pipeline %s: failover continued without loss (incident #%d): %s", spec.pipeline, inc.id,
                 {k: str(v) for k, v in moved.items()})
@@ -169,7 +169,7 @@ def effective_checkpoints(spec: PipelineSpec, store: CheckpointStore, sinks: Seq
     adoption rule takes it (a crash between the sink's commit and the store write). A required
     sink that cannot be read fails the guard (Airflow retries it); an optional one keeps its
     store checkpoint, with a warning that it may see a duplicate."""
-    stored = store.checkpoints(spec.pipeline)
+    stored = store.checkpoints.current(spec.pipeline)
     out: dict[str, Position | None] = {}
     for sink in sinks:
         rec = stored.get(sink.sink_id)
@@ -192,10 +192,10 @@ def effective_checkpoints(spec: PipelineSpec, store: CheckpointStore, sinks: Seq
 
 def _journal_failover(store: CheckpointStore, spec: PipelineSpec, run_id: str,
                       old: Mapping[str, Position | None], new: Mapping[str, Position]) -> None:
-    jid = store.journal_begin(spec.pipeline, run_id, mode="failover")
+    jid = store.runs.begin(spec.pipeline, run_id, mode="failover")
     for sid, to in new.items():
-        store.journal_sink(jid, sid, start=old.get(sid), end=to, events=0, bytes=0, status="translated")
-    store.journal_finish(jid, "success")
+        store.runs.sink(jid, sid, start=old.get(sid), end=to, events=0, bytes=0, status="translated")
+    store.runs.finish(jid, "success")
 
 
 # --------------------------------------------------------------------------- retention
@@ -210,7 +210,7 @@ def guard_retention(run: RunContext) -> dict[str, Any]:
         lowest = _lowest_checkpoint(st, spec)
         try:
             return source.check_retention(None if lowest is None else log_position(lowest),
-                                          first_run=not st.checkpoints(spec.pipeline))
+                                          first_run=not st.checkpoints.current(spec.pipeline))
         except ChangesLostError as exc:
             to = exc.earliest_available if exc.earliest_available is not None else source.head()
             _halt(st, spec, exc.kind, lowest, to, str(exc), run.run_id)
@@ -226,7 +226,7 @@ def preflight(run: RunContext) -> list[str]:
     spec = run.spec
     with run.opened() as (source, st):
         sink_ids = {s.id for s in spec.sinks}
-        stored = [r for sid, r in st.checkpoints(spec.pipeline).items() if sid in sink_ids]
+        stored = [r for sid, r in st.checkpoints.current(spec.pipeline).items() if sid in sink_ids]
         oldest_rec = min(stored, key=lambda r: r.position) if stored else None
         if oldest_rec is not None:  # a snapshot holds the log from its handoff
             oldest_rec = dataclasses.replace(oldest_rec, position=log_position(oldest_rec.position))
@@ -260,7 +260,7 @@ def resolve_incidents(run: RunContext, *, resolution: str, reason: str, who: str
     spec, run_id = run.spec, run.run_id
     with run.opened() as (source, st):
         done = []
-        incidents = st.incidents(spec.pipeline, unresolved_only=True)
+        incidents = st.incidents.all(spec.pipeline, unresolved_only=True)
         for inc in incidents:  # check them all before resolving any
             _check_resolution(inc, resolution)
         if resolution == "resnapshot":  # plans the snapshot that re-loads what was lost
@@ -268,7 +268,7 @@ def resolve_incidents(run: RunContext, *, resolution: str, reason: str, who: str
         for inc in incidents:
             if resolution == "accept_gap":
                 _accept_gap(spec, st, source, inc, run_id, who, reason)
-            done.append(st.resolve_incident(inc.id, resolution=resolution, who=who, reason=reason).to_json())
+            done.append(st.incidents.resolve(inc.id, resolution=resolution, who=who, reason=reason).to_json())
         return done
 
 
@@ -277,7 +277,7 @@ def _resnapshot(spec: PipelineSpec, store: CheckpointStore, source: Any, inciden
     """Plan the resnapshot once per run id (a retried guard task does not plan a second one)."""
     from . import snapshots
 
-    if any(r.kind == "resnapshot" and r.run_id == run_id for r in store.snapshots(spec.pipeline)):
+    if any(r.kind == "resnapshot" and r.run_id == run_id for r in store.snapshots.all(spec.pipeline)):
         log.info("pipeline %s: run %s already planned its resnapshot", spec.pipeline, run_id)
         return
     snapshots.resnapshot(spec, source, store, incidents=incidents, tables=tables, run_id=run_id, who=who,
@@ -295,14 +295,14 @@ def _check_resolution(inc: Incident, resolution: str) -> None:
 
 def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: Incident, run_id: str,
                 who: str, reason: str) -> None:
-    epoch = store.acquire_lease(spec.pipeline, run_id)
+    epoch = store.leases.acquire(spec.pipeline, run_id)
     if inc.kind == "failover":  # the new server's identity is the pipeline's from now on
-        store.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)
+        store.checkpoints.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)
     if inc.kind == "binlog_purged":  # resume at the earliest position still on the server
         target = inc.to_position or source.earliest()
     else:  # a new server, or a lost slot: stream afresh (Postgres: a new slot)
         target = source.restart_stream()
-    stored = store.checkpoints(spec.pipeline)
+    stored = store.checkpoints.current(spec.pipeline)
     # Every sink gets a new version owing the gap message: at the target, or where it already is
     # when a purge left it ahead of the gap.
     moves = {s.id: target if s.id not in stored or inc.kind != "binlog_purged"
@@ -311,9 +311,9 @@ def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: In
                          _now_ms(), {"from": position_to_json(inc.from_position),
                                      "to": position_to_json(inc.to_position), "reason": reason,
                                      "incident": inc.id, "kind": inc.kind, "resolved_by": who})
-    store.write_checkpoints(spec.pipeline, moves, run_id=run_id, epoch=epoch, kind="accept_gap",
-                            reason=f"incident #{inc.id} ({inc.kind}): {reason}", who=who,
-                            control=gap.record())
+    store.checkpoints.write_many(spec.pipeline, moves, run_id=run_id, epoch=epoch, kind="accept_gap",
+                                 reason=f"incident #{inc.id} ({inc.kind}): {reason}", who=who,
+                                 control=gap.record())
     log.warning("pipeline %s: incident #%d (%s) accepted; checkpoints of %s moved to %s", spec.pipeline,
                 inc.id, inc.kind, ", ".join(sorted(moves)) or "no sink", target)
 

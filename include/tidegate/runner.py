@@ -50,7 +50,7 @@ def capture_bounds(spec: PipelineSpec, source: Source, store: CheckpointStore) -
     """The source head now, each sink's stored checkpoint and the sinks it owes a control
     message; reads only."""
     upto = source.head()
-    stored = store.checkpoints(spec.pipeline)
+    stored = store.checkpoints.current(spec.pipeline)
     return Bounds(spec.pipeline, upto,
                   {s.id: (stored[s.id].position if s.id in stored else None) for s in spec.sinks},
                   owed=tuple(s.id for s in spec.sinks if s.id in stored and stored[s.id].control))
@@ -64,8 +64,8 @@ def place_new_sinks(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, 
         return bounds
     log.info("pipeline %s: sinks %s have no checkpoint; start: head places them at %s",
              spec.pipeline, ", ".join(sorted(new)), bounds.upto)
-    store.write_checkpoints(spec.pipeline, new, run_id=run_id, epoch=epoch, kind="head",
-                            reason="start: head")
+    store.checkpoints.write_many(spec.pipeline, new, run_id=run_id, epoch=epoch, kind="head",
+                                 reason="start: head")
     return bounds.with_checkpoints(new)
 
 
@@ -77,8 +77,8 @@ def skip_idle_range(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, 
     message stays where it is: a version written here would owe nothing, and the message would
     be lost; the run delivers it there and then moves the sink as a delivery does."""
     moved = idle_moves(bounds)
-    store.write_checkpoints(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="skip",
-                            reason="nothing this pipeline delivers in the range")
+    store.checkpoints.write_many(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="skip",
+                                 reason="nothing this pipeline delivers in the range")
     log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", spec.pipeline,
              bounds.lowest(), bounds.upto, ", ".join(sorted(moved)), bounds.upto)
     return bounds.with_checkpoints(moved)
@@ -172,7 +172,7 @@ def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointS
         return bounds
 
     def epoch_for() -> int:
-        return epoch if epoch is not None else store.acquire_lease(spec.pipeline, run_id)
+        return epoch if epoch is not None else store.leases.acquire(spec.pipeline, run_id)
 
     if None in bounds.checkpoints.values():
         bounds = bounds.with_checkpoints(snapshots.place_new_sinks(
@@ -218,7 +218,7 @@ def _rerun_of(spec: PipelineSpec, store: CheckpointStore, run_id: str, mode: str
     re-run replays exactly its range instead of reading new changes."""
     if mode == "replay":
         return run_id
-    done = [e for e in store.journal(spec.pipeline, run_id)
+    done = [e for e in store.runs.entries(spec.pipeline, run_id)
             if e.status == "success" and e.mode == "incremental"]
     return run_id if done else None
 
@@ -231,7 +231,7 @@ class SchemaGate:
 
     def __init__(self, spec: PipelineSpec, store: CheckpointStore):
         self.spec, self.store = spec, store
-        self.passed = {i.from_position for i in store.incidents(spec.pipeline)
+        self.passed = {i.from_position for i in store.incidents.all(spec.pipeline)
                        if i.kind == "schema_change" and i.resolved}
         self.stopped: tuple[Position | None, ControlMessage] | None = None
 
@@ -256,8 +256,8 @@ class SchemaGate:
         boundary, change = self.stopped
         detail = (f"schema change of {change.fields.get('db')}.{change.table}: "
                   f"{change.fields.get('ddl') or change.fields.get('change')}")
-        inc = self.store.record_incident(self.spec.pipeline, "schema_change", boundary,
-                                         change.end_position or boundary, detail=detail, run_id=run_id)
+        inc = self.store.incidents.record(self.spec.pipeline, "schema_change", boundary,
+                                          change.end_position or boundary, detail=detail, run_id=run_id)
         raise ContinuityHalt(inc)
 
 
@@ -269,8 +269,8 @@ def _incremental(run: RunContext, source: Source, upto: Position,
     if run.bounds is None:  # no bounds step: the run places new sinks itself
         _place_sinks(run, source, upto, epoch)
     start, end = data_interval or (None, None)
-    journal_id = store.journal_begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
-                                     mode="incremental")
+    journal_id = store.runs.begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
+                                  mode="incremental")
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
                      tenant=spec.tenant) as co:
         lowest = co.lowest_start()
@@ -386,7 +386,7 @@ def _delivered_ranges(store: CheckpointStore, pipeline: str, run_id: str
                       ) -> dict[str, tuple[Position | None, Position]]:
     """Per sink, the range a past run delivered over all its attempts (an attempt that failed
     part-way may have moved some sinks)."""
-    entries = [e for e in store.journal(pipeline, run_id) if e.mode == "incremental"]
+    entries = [e for e in store.runs.entries(pipeline, run_id) if e.mode == "incremental"]
     if not entries:
         raise RunError(f"pipeline {pipeline!r} has no journal entry for run {run_id!r}; "
                        f"`tidegate status {pipeline}` shows the checkpoints, the journal lists runs")
@@ -447,5 +447,5 @@ def replay_hold(spec: PipelineSpec, store: CheckpointStore, low: Position,
     since = ((now or dt.datetime.now(dt.UTC)) - dt.timedelta(seconds=window)).isoformat(
         timespec="microseconds")
     held = [log_position(rec.position) for s in spec.sinks
-            for rec in store.checkpoint_history(spec.pipeline, s.id, since=since)]
+            for rec in store.checkpoints.history(spec.pipeline, s.id, since=since)]
     return min([low, *(p for p in held if same_lineage(p, low))])

@@ -129,10 +129,10 @@ def begin(spec: PipelineSpec, source: Source, store: CheckpointStore, *, sinks: 
     rec = plan_snapshot(spec, source, handoff=handoff, kind=kind, tables=tables, run_id=run_id, who=who,
                         reason=reason)
     start = SnapshotPosition(rec.snapshot_id, 0, rec.handoff)
-    written = store.begin_snapshot(rec, {sid: start for sid in sinks}, epoch=epoch,
-                                   reason=reason or f"snapshot {rec.snapshot_id} ({kind})", who=who,
-                                   control=started_message(spec, rec).record())
-    return store.snapshot(spec.pipeline, rec.snapshot_id) or rec, written
+    written = store.snapshots.begin(rec, {sid: start for sid in sinks}, epoch=epoch,
+                                    reason=reason or f"snapshot {rec.snapshot_id} ({kind})", who=who,
+                                    control=started_message(spec, rec).record())
+    return store.snapshots.get(spec.pipeline, rec.snapshot_id) or rec, written
 
 
 def running(store: CheckpointStore, pipeline: str, checkpoints: Mapping[str, Position | None]
@@ -140,7 +140,7 @@ def running(store: CheckpointStore, pipeline: str, checkpoints: Mapping[str, Pos
     """The snapshot some sink is in (its checkpoint is a position of it), if any."""
     ids = [p.snapshot_id for p in checkpoints.values() if isinstance(p, SnapshotPosition)]
     for sid in sorted(set(ids), reverse=True):  # the newest first
-        rec = store.snapshot(pipeline, sid)
+        rec = store.snapshots.get(pipeline, sid)
         if rec is not None:
             return rec
     return None
@@ -163,10 +163,10 @@ def place_new_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore,
     epoch = epoch_for()
     if current is not None and current.status == "running":
         at = SnapshotPosition(current.snapshot_id, 0, current.handoff)
-        store.write_checkpoints(spec.pipeline, {sid: at for sid in new}, run_id=run_id, epoch=epoch,
-                                kind="snapshot",
-                                reason=f"start: snapshot; joins snapshot {current.snapshot_id}",
-                                control=started_message(spec, current).record())
+        store.checkpoints.write_many(spec.pipeline, {sid: at for sid in new}, run_id=run_id, epoch=epoch,
+                                     kind="snapshot",
+                                     reason=f"start: snapshot; joins snapshot {current.snapshot_id}",
+                                     control=started_message(spec, current).record())
         log.info("pipeline %s: sinks %s join snapshot %s", spec.pipeline, ", ".join(new), current.snapshot_id)
         return {sid: at for sid in new}
     lowest = oldest(checkpoints.values())
@@ -185,7 +185,7 @@ def snapshot_added_tables(spec: PipelineSpec, source: Source, store: CheckpointS
     Every sink moves to the snapshot's start. Returns the sinks' new positions."""
     if not spec.source.tables or None in checkpoints.values() or in_snapshot(checkpoints):
         return {}
-    history = store.snapshots(spec.pipeline)
+    history = store.snapshots.all(spec.pipeline)
     if not history:  # a pipeline that began before it said start: snapshot: nothing is "added"
         return {}
     known = {name for rec in history for name in table_names(rec)}
@@ -221,11 +221,11 @@ def resnapshot(spec: PipelineSpec, source: Source, store: CheckpointStore, *, in
             f"pipeline {spec.pipeline!r}: incident(s) {', '.join('#' + str(i.id) for i in losses)} lost "
             f"changes of every captured table; a resnapshot of only {', '.join(tables)} would leave a "
             f"silent gap in the others: trigger resolve=resnapshot without tables (or accept_gap)")
-    epoch = store.acquire_lease(spec.pipeline, run_id)
-    stored = store.checkpoints(spec.pipeline)
+    epoch = store.leases.acquire(spec.pipeline, run_id)
+    stored = store.checkpoints.current(spec.pipeline)
     if losses:
         if any(i.kind == "failover" for i in losses):  # the new server is the pipeline's from now on
-            store.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)
+            store.checkpoints.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)
         handoff = source.restart_stream()
     else:
         lowest = oldest(stored[s.id].position for s in spec.sinks if s.id in stored)
@@ -318,7 +318,7 @@ def end_chunk(events: Iterable[ChangeEvent], end: SnapshotPosition, store: Check
         if held is not None:
             yield held
         held, n = ev, n + 1
-    store.record_chunk_rows(rec.pipeline, rec.snapshot_id, chunk, n)
+    store.snapshots.record_chunk_rows(rec.pipeline, rec.snapshot_id, chunk, n)
     if held is None:
         yield PositionMark(end)
     else:
@@ -384,13 +384,13 @@ def key_json(key: Mapping[str, Any]) -> str:
 def settle(store: CheckpointStore, spec: PipelineSpec) -> list[SnapshotRecord]:
     """Mark the running snapshots completed that no sink is in any more (every sink passed the
     handoff); returns them."""
-    stored = store.checkpoints(spec.pipeline)
+    stored = store.checkpoints.current(spec.pipeline)
     inside = {r.position.snapshot_id for sid, r in stored.items()
               if isinstance(r.position, SnapshotPosition) and sid in {s.id for s in spec.sinks}}
     done = []
-    for rec in store.snapshots(spec.pipeline):
+    for rec in store.snapshots.all(spec.pipeline):
         if rec.status == "running" and rec.snapshot_id not in inside and stored:
-            done.append(store.finish_snapshot(spec.pipeline, rec.snapshot_id))
+            done.append(store.snapshots.finish(spec.pipeline, rec.snapshot_id))
             log.info("pipeline %s: snapshot %s completed (%s rows); the pipeline streams from its handoff",
                      spec.pipeline, rec.snapshot_id, done[-1].rows if done[-1] else "?")
     return done

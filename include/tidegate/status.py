@@ -65,7 +65,8 @@ def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterabl
     try:
         catalog = scan()
         specs, spec_errors = catalog.by_name(), catalog.problems
-        names = sorted(set(specs) | set(store.pipelines())) if pipelines is None else list(pipelines)
+        names = (sorted(set(specs) | set(store.checkpoints.pipelines())) if pipelines is None
+                 else list(pipelines))
         shown = [specs[n] for n in names if n in specs]
         heads = _heads(shown, parts or Parts(), head_timeout_s) if with_lag else {}
         return {"generated_at": now.isoformat(timespec="seconds"), "store": store.url,
@@ -85,11 +86,11 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
     not wanted."""
     now = now or dt.datetime.now(dt.UTC)
     head_pos, files, head_error, log_held = (*(head or (None, None, None)), None)[:4]
-    incidents = store.incidents(name)
-    ckpts = store.checkpoints(name)
+    incidents = store.incidents.all(name)
+    ckpts = store.checkpoints.current(name)
     sink_specs = {s.id: s for s in spec.sinks} if spec else {}
     sink_ids = list(sink_specs) + [sid for sid in ckpts if sid not in sink_specs]
-    journal = store.journal(name)
+    journal = store.runs.entries(name)
     dead = {sid: sum(e.sinks[sid].dlq for e in journal if sid in e.sinks) for sid in sink_ids}
     sinks = []
     for sid in sink_ids:
@@ -107,7 +108,7 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
     return {
         "pipeline": name,
         "tenant": spec.tenant if spec else None,
-        "identity": store.get_source_identity(name),
+        "identity": store.checkpoints.source_identity(name),
         "failovers": [{"incident": i.id, "detected_at": i.detected_at, "detail": i.detail,
                        "from": position_to_json(i.from_position), "to": position_to_json(i.to_position),
                        "resolution": i.resolution} for i in incidents if i.kind == "failover"],
@@ -124,13 +125,13 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
         "incidents_open": len(open_incidents),
         "sinks": sinks,
         "runs": recent_runs(store, name, runs),
-        "snapshots": [s.to_json() for s in store.snapshots(name)[-runs:]],  # snapshots (newest last)
+        "snapshots": [s.to_json() for s in store.snapshots.all(name)[-runs:]],  # snapshots (newest last)
     }
 
 
 def recent_runs(store: CheckpointStore, pipeline: str, limit: int = RUNS_SHOWN) -> list[dict[str, Any]]:
     """The last journaled runs, newest first, with what each sink received."""
-    entries = store.journal(pipeline)[-limit:] if limit else []
+    entries = store.runs.entries(pipeline)[-limit:] if limit else []
     return [{"run_id": e.run_id, "mode": e.mode, "status": e.status, "started_at": e.started_at,
              "finished_at": e.finished_at,
              "sinks": {sid: {"events": js.events, "bytes": js.bytes, "status": js.status,

@@ -27,9 +27,9 @@ def place(pipeline: str, positions: dict) -> None:
 
     store = store_of()
     try:
-        epoch = store.acquire_lease(pipeline, "r0")
-        store.write_checkpoints(pipeline, {k: position_from_json(v) for k, v in positions.items()},
-                                run_id="r0", epoch=epoch)
+        epoch = store.leases.acquire(pipeline, "r0")
+        store.checkpoints.write_many(pipeline, {k: position_from_json(v) for k, v in positions.items()},
+                                     run_id="r0", epoch=epoch)
     finally:
         store.close()
 
@@ -39,8 +39,8 @@ def purge_incident(pipeline: str, kind: str = "binlog_purged") -> int:
 
     store = store_of()
     try:
-        return store.record_incident(pipeline, kind, position_from_json(MYSQL_OLD),
-                                     position_from_json(MYSQL_UPTO), detail=f"{kind} by hand").id
+        return store.incidents.record(pipeline, kind, position_from_json(MYSQL_OLD),
+                                      position_from_json(MYSQL_UPTO), detail=f"{kind} by hand").id
     finally:
         store.close()
 
@@ -152,10 +152,10 @@ def test_guard_resolves_first_when_resolve_and_reason_are_given(dags):
     guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="bob", run_id="manual__resume"))
     store = store_of()
     try:
-        inc = store.incident(n)
+        inc = store.incidents.get(n)
         assert (inc.resolved, inc.resolution, inc.reason) == (True, "accept_gap", conf["reason"])
         assert inc.resolved_by == "bob"
-        moved = store.checkpoints("shop_mysql")
+        moved = store.checkpoints.current("shop_mysql")
         assert {r.kind for r in moved.values()} == {"accept_gap"}
         assert {r.position.pos for r in moved.values()} == {900}  # past the missing range
     finally:
@@ -173,7 +173,7 @@ def test_guard_passes_a_resnapshot_with_its_tables(dags):
         guard.execute(make_context(dags["cdc_shop_mysql"], guard, conf=conf, user="ann", run_id="manual__re"))
     store = store_of()
     try:
-        assert store.snapshots("shop_mysql") == []
+        assert store.snapshots.all("shop_mysql") == []
     finally:
         store.close()
     assert source.calls == []
@@ -264,10 +264,10 @@ def test_replay_bounds_come_from_the_journal_and_skip_spark_when_it_delivered_no
     place("shop_mysql", {"events": MYSQL_UPTO, "bus": MYSQL_UPTO, "cache": MYSQL_UPTO})
     store = store_of()
     try:
-        jid = store.journal_begin("shop_mysql", "scheduled__x")
-        store.journal_sink(jid, "cache", start=position_from_json(MYSQL_OLD),
-                           end=position_from_json(MYSQL_UPTO), events=3, bytes=300, status="ok")
-        store.journal_finish(jid, "success")
+        jid = store.runs.begin("shop_mysql", "scheduled__x")
+        store.runs.sink(jid, "cache", start=position_from_json(MYSQL_OLD),
+                        end=position_from_json(MYSQL_UPTO), events=3, bytes=300, status="ok")
+        store.runs.finish(jid, "success")
     finally:
         store.close()
     dag = dags["cdc_shop_mysql"]

@@ -12,14 +12,14 @@ from tidegate.store import open_store
 
 def main(url: str, run_id: str) -> None:
     store = open_store(url)
-    epoch = store.acquire_lease("crash", run_id)
-    rec = store.get_checkpoint("crash", "a")
+    epoch = store.leases.acquire("crash", run_id)
+    rec = store.checkpoints.get("crash", "a")
     step = rec.position.pos if rec else 0
     print(f"start {step}", flush=True)
     while True:
         step += 1
         pos = BinlogPosition("mysql-bin.000001", step)
-        store.write_checkpoints("crash", {"a": pos, "b": pos}, run_id=run_id, epoch=epoch)
+        store.checkpoints.write_many("crash", {"a": pos, "b": pos}, run_id=run_id, epoch=epoch)
         print(step, flush=True)
 
 

@@ -126,7 +126,7 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
 
     store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
     try:
-        entries = store.journal(pipeline)
+        entries = store.runs.entries(pipeline)
         assert [e.status for e in entries] == ["success", "success"]
         assert [sum(s.events for s in e.sinks.values()) for e in entries] == [3 * 5, 3 * 3]
     finally:
@@ -187,21 +187,21 @@ def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_
         assert rc != 0 and "CONTINUITY HALT" in log and "binlog_purged" in log, log[-3000:]
         assert not task_ended(log, "bounds")
         store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
-        inc = store.incidents(pipeline)[0]
+        inc = store.incidents.all(pipeline)[0]
         assert (inc.kind, inc.resolved, inc.to_position.file, inc.to_position.pos) == (
             "binlog_purged", False, newest, 4)
-        assert inc.from_position == store.get_checkpoint(pipeline, "events").position
+        assert inc.from_position == store.checkpoints.get(pipeline, "events").position
 
         rc, log = dags_test(env, dag)  # later runs halt too
         assert rc != 0 and f"incident #{inc.id}" in log
 
         rc, log = dags_test(env, dag, {"resolve": "accept_gap", "reason": "row 2 reloaded by hand"})
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
-        resolved = store.incident(inc.id)
+        resolved = store.incidents.get(inc.id)
         assert (resolved.resolved, resolved.resolution, resolved.reason) == (
             True, "accept_gap", "row 2 reloaded by hand")
         for sink in ("events", "cache"):
-            history = store.checkpoint_history(pipeline, sink)
+            history = store.checkpoints.history(pipeline, sink)
             gap = [h for h in history if h.kind == "accept_gap"]
             assert [h.position for h in gap] == [inc.to_position], sink
             after = history[history.index(gap[0]) + 1:]
@@ -288,7 +288,7 @@ def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgr
         assert sorted(redis_ids(redis_service.cdc, f"{pipeline}:{table}")) == sorted(keys)
         # The release task advanced the slot to the lowest committed checkpoint.
         store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
-        lowest = min(r.position for r in store.checkpoints(pipeline).values())
+        lowest = min(r.position for r in store.checkpoints.current(pipeline).values())
         store.close()
         with admin.cursor() as c:
             c.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",

@@ -259,7 +259,8 @@ def sql(d, *stmts: str) -> None:
 
 
 def ckpts(d, key: str) -> dict[str, tuple]:
-    return {sid: (r.version, r.position) for sid, r in d["store"].checkpoints(d["names"][key]).items()}
+    current = d["store"].checkpoints.current(d["names"][key])
+    return {sid: (r.version, r.position) for sid, r in current.items()}
 
 
 def kafka_or_empty(bootstrap: str, topic: str) -> list[dict]:
@@ -312,7 +313,7 @@ def test_rest_api_triggers_dry_run_one_sink_and_max_events(deployment, kafka_boo
     assert kafka_or_empty(kafka_bootstrap, f"{p}.items") == []  # not chosen: nothing
     after = ckpts(d, "rest")
     assert after["events"] == before["events"] and after["cache"][1] > before["cache"][1]
-    entry = d["store"].journal(p, run)[-1]
+    entry = d["store"].runs.entries(p, run)[-1]
     assert (entry.status, list(entry.sinks), entry.sinks["cache"].events) == ("success", ["cache"], 5)
 
 
@@ -379,7 +380,7 @@ def test_scheduled_runs_deliver_the_workload_between_them_exactly_once(deploymen
     assert collections.Counter(nats_ids(nats_service.cdc, f"AF_{p.rsplit('_', 1)[1].upper()}")) == \
         collections.Counter(keys)
     assert redis_ids(redis_service.cdc, f"{p}:orders") == keys
-    journal = {e.run_id: e for e in d["store"].journal(p)}
+    journal = {e.run_id: e for e in d["store"].runs.entries(p)}
     assert [journal[r["dag_run_id"]].sinks["events"].events for r in (second, third)] == [4, 2]
     assert api.tasks(dag, first["dag_run_id"])["deliver"] == "skipped"  # nothing was written before it
     d["scheduled"] = (first, second, third, keys)
@@ -410,7 +411,7 @@ def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(d
     d, api = deployment, deployment["api"]
     dag, p, db = d["dags"]["sched"], d["names"]["sched"], d["db"]
     first, second, third, keys = d["scheduled"]
-    originals = {r["dag_run_id"]: d["store"].journal(p, r["dag_run_id"])[0] for r in (second, third)}
+    originals = {r["dag_run_id"]: d["store"].runs.entries(p, r["dag_run_id"])[0] for r in (second, third)}
 
     # A scheduled run with something to deliver; the backfill is created while its deliver runs.
     last = quiet_point(api, dag)
@@ -424,7 +425,7 @@ def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(d
     backfill(d, dag, second, third)
 
     def replays() -> dict:
-        return {rid: [e for e in d["store"].journal(p, rid) if e.mode == "replay"] for rid in originals}
+        return {rid: [e for e in d["store"].runs.entries(p, rid) if e.mode == "replay"] for rid in originals}
 
     deadline = time.monotonic() + 420
     while not all(e and e[-1].status in ("success", "failed") for e in replays().values()):
@@ -457,7 +458,7 @@ def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(d
     after = ckpts(d, "sched")
     for sid, (version, position) in before.items():
         assert after[sid][1] >= position, f"{sid} moved back from {position} to {after[sid][1]}"
-        movers = {h.run_id for h in d["store"].checkpoint_history(p, sid) if h.version > version}
+        movers = {h.run_id for h in d["store"].checkpoints.history(p, sid) if h.version > version}
         assert movers <= {late["dag_run_id"]}, (sid, movers)
     d["scheduled_after"] = after
 
@@ -477,7 +478,7 @@ def test_backfill_over_an_interval_that_had_nothing_to_do_skips_spark(deployment
     tasks = api.tasks(dag, first["dag_run_id"])
     assert tasks["deliver"] == "skipped" and tasks["bounds"] == "success", tasks
     assert api.xcom(dag, first["dag_run_id"], "bounds")["replay_of"] == first["dag_run_id"]
-    assert [e for e in d["store"].journal(p, first["dag_run_id"])] == []  # nothing ran, nothing recorded
+    assert [e for e in d["store"].runs.entries(p, first["dag_run_id"])] == []  # nothing ran, nothing recorded
     after = ckpts(d, "sched")
     assert all(after[sid][1] >= pos for sid, (_, pos) in before.items())
 
@@ -531,7 +532,7 @@ def test_purge_halts_failed_run_emits_metrics_page_shows_incident_accept_gap_res
     assert api.wait_run(dag, run) == "failed"
     tasks = api.tasks(dag, run)
     assert tasks["guard"] == "failed" and tasks["deliver"] in ("upstream_failed", None), tasks
-    inc = d["store"].incidents(p)[0]
+    inc = d["store"].incidents.all(p)[0]
     assert (inc.kind, inc.resolved, inc.to_position.file) == ("binlog_purged", False, newest)
 
     # The failure callback reported through Airflow's Stats to the StatsD listener.
@@ -574,7 +575,7 @@ def test_purge_halts_failed_run_emits_metrics_page_shows_incident_accept_gap_res
 
     run = api.trigger(dag, {"resolve": "accept_gap", "reason": "row 1 re-entered by hand"})
     assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
-    resolved = d["store"].incident(inc.id)
+    resolved = d["store"].incidents.get(inc.id)
     assert (resolved.resolved, resolved.resolution, resolved.reason) == (
         True, "accept_gap", "row 1 re-entered by hand")
     wait_for(lambda: "0|g" in statsd.values(f"airflow.tidegate.incidents_open.{p}"), 60,
@@ -642,7 +643,7 @@ def test_deliver_killed_under_the_scheduler_is_retried_and_delivers_exactly_once
     work.wave(600)  # ~90 sub-batches: a few seconds of delivery to kill it in
 
     run = api.trigger(dag)
-    history = d["store"].checkpoint_history
+    history = d["store"].checkpoints.history
 
     def writes() -> int:
         return sum(1 for h in history(p, "events") if h.kind == "write" and h.run_id == run)

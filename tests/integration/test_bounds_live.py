@@ -49,7 +49,7 @@ def test_postgres_head_moved_by_other_tables_is_nothing_to_do(postgres, tmp_path
             c.execute("SELECT pg_switch_wal()")  # housekeeping WAL too
         quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds
         assert quiet.nothing_to_do() and quiet.upto != first.upto
-        assert store.get_checkpoint(spec.pipeline, "a").position == quiet.upto
+        assert store.checkpoints.get(spec.pipeline, "a").position == quiet.upto
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {mine} VALUES (1)")
         assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds.nothing_to_do()
@@ -85,7 +85,7 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
             c.execute("SET SESSION binlog_format = 'ROW'")
         quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds
         assert quiet.nothing_to_do()
-        assert store.get_checkpoint(spec.pipeline, "a").position.pos == quiet.upto.pos
+        assert store.checkpoints.get(spec.pipeline, "a").position.pos == quiet.upto.pos
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bm_{tag}.t VALUES (1)")
         assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds.nothing_to_do()

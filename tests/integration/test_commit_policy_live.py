@@ -54,7 +54,7 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
         assert sinks["events"]["status"] == "ok" and sinks["events"]["events"] == 5
         assert sinks["cache"]["status"] == "failed" and sinks["cache"]["events"] == 0
         assert sinks["cache"]["error_class"] == "retryable"
-        ckpt = store.checkpoints(pipeline)
+        ckpt = store.checkpoints.current(pipeline)
         assert ckpt["events"].position > ckpt["cache"].position  # Redis stayed behind
 
         with admin.cursor() as c:
@@ -62,7 +62,7 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
         report = runner.run_pipeline(RunContext(spec, run_id="r2", parts=Parts(conns.__getitem__), store=store))
         sinks = {s["id"]: s for s in report["sinks"]}
         assert (sinks["events"]["events"], sinks["cache"]["events"]) == (1, 6)
-        ckpt = store.checkpoints(pipeline)
+        ckpt = store.checkpoints.current(pipeline)
         assert ckpt["events"].position == ckpt["cache"].position
 
         kafka_keys = [ch["idempotency_key"] for ch in kafka_changes(kafka_bootstrap, f"{pipeline}.t")]

@@ -150,13 +150,13 @@ def test_gtid_failover_with_a_kill_then_rewind_through_airflow(airflow_env, mysq
 
         # the first run after the failover is killed once it has committed two sub-batches
         def two_sub_batches_on_the_replica() -> bool:
-            hist = store.checkpoint_history(pipeline, "events")
+            hist = store.checkpoints.history(pipeline, "events")
             return sum(1 for h in hist if h.kind == "write" and h.position.server_id == 2) >= 2
 
         dags_test_killed_when(env, dag, two_sub_batches_on_the_replica)
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
-        before_w4 = {sid: store.get_checkpoint(pipeline, sid).version for sid in ("events", "bus", "cache")}
+        before_w4 = {sid: store.checkpoints.get(pipeline, sid).version for sid in ("events", "bus", "cache")}
         w4 = work.wave(10, table)
         wait_replica_has(admin, replica_admin)
         rc, log = dags_test(env, dag)
@@ -181,7 +181,7 @@ def test_gtid_failover_with_a_kill_then_rewind_through_airflow(airflow_env, mysq
         assert fo["from"]["server_id"] == 1 and fo["to"]["server_id"] == 2
         assert status["identity"]["server_id"] == 2
         assert all(s["position"]["server_id"] == 2 for s in status["sinks"])
-        kinds = [h.kind for h in store.checkpoint_history(pipeline, "events")]
+        kinds = [h.kind for h in store.checkpoints.history(pipeline, "events")]
         assert kinds.count("failover") == 1
         # every control channel says so, once
         controls = {"kafka": kafka_changes(kafka_bootstrap, f"{pipeline}.__control"),
@@ -192,7 +192,7 @@ def test_gtid_failover_with_a_kill_then_rewind_through_airflow(airflow_env, mysq
             assert [(m["type"], m["from_identity"]["server_id"], m["to_identity"]["server_id"])
                     for m in control] == [("failover", 1, 2)], sink
             assert control[0]["incident"] == fo["incident"]
-        assert any(e.mode == "failover" for e in store.journal(pipeline))
+        assert any(e.mode == "failover" for e in store.runs.entries(pipeline))
 
         # rewind every sink to the version before wave 4: wave 4 arrives a second time
         for sid, version in before_w4.items():
@@ -279,7 +279,7 @@ def test_postgres_promotion_halts_accept_gap_resumes_on_the_new_primary(
         work.wave(6, table)
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
-        checkpoint = store.get_checkpoint(pipeline, "events").position
+        checkpoint = store.checkpoints.get(pipeline, "events").position
         work.wave(3, table)  # committed on the old primary after the last run: may be missed
 
         # the standby is promoted and the connection moves to it
@@ -300,13 +300,13 @@ def test_postgres_promotion_halts_accept_gap_resumes_on_the_new_primary(
         env["AIRFLOW_CONN_CDC_PGSRC"] = service_env["AIRFLOW_CONN_CDC_POSTGRES_STANDBY"]
         rc, log = dags_test(env, dag)
         assert rc != 0 and "CONTINUITY HALT" in log and "from timeline 1 to 2" in log, log[-3000:]
-        [inc] = store.incidents(pipeline, unresolved_only=True)
+        [inc] = store.incidents.all(pipeline, unresolved_only=True)
         assert inc.kind == "failover" and inc.from_position == checkpoint
         assert (inc.to_position.system_id, inc.to_position.timeline) == (checkpoint.system_id, 2)
 
         rc, log = dags_test(env, dag, {"resolve": "accept_gap", "reason": "wave 2 re-sent by the app"})
         assert rc == 0, log[-3000:]
-        assert store.incident(inc.id).resolved
+        assert store.incidents.get(inc.id).resolved
         with promoted.cursor() as c:
             c.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                       (pipeline,))
@@ -328,7 +328,7 @@ def test_postgres_promotion_halts_accept_gap_resumes_on_the_new_primary(
         env["AIRFLOW_CONN_CDC_PGSRC"] = other_cluster
         rc, log = dags_test(env, dag)
         assert rc != 0 and "another PostgreSQL cluster (system identifier" in log, log[-3000:]
-        [inc2] = store.incidents(pipeline, unresolved_only=True)
+        [inc2] = store.incidents.all(pipeline, unresolved_only=True)
         assert inc2.from_position.timeline == 2 and inc2.to_position.system_id != checkpoint.system_id
     finally:
         store.close()

@@ -204,12 +204,12 @@ class Pipeline:
 
     def writes(self, run_id: str, sink: str = "events") -> int:
         """Sub-batches the run has committed to the store for ``sink``."""
-        return sum(1 for h in self.cdc.store.checkpoint_history(self.name, sink)
+        return sum(1 for h in self.cdc.store.checkpoints.history(self.name, sink)
                    if h.kind == "write" and h.run_id == run_id)
 
     def history(self) -> dict[str, list[tuple]]:
         return {sid: [(h.version, h.kind, h.run_id, h.epoch, str(h.position))
-                      for h in self.cdc.store.checkpoint_history(self.name, sid)] for sid in SINKS}
+                      for h in self.cdc.store.checkpoints.history(self.name, sid)] for sid in SINKS}
 
     def catch_up(self, tag: str, max_runs: int = 6) -> list[str]:
         """Run until a run finds nothing to do; returns the one-line errors of the runs that
@@ -524,7 +524,7 @@ def test_redis_restarted_empty_the_store_stays_the_authority(mysql_pipeline):
             rc = run.wait()
             assert rc != 0, run.output()[-3000:]
             failed = explained_failure(run.output())
-            held = p.cdc.store.get_checkpoint(p.name, "cache").position
+            held = p.cdc.store.checkpoints.get(p.name, "cache").position
             shutil.rmtree(services_dir() / "redis" / "appendonlydir")
             (services_dir() / "redis" / "dump.rdb").unlink(missing_ok=True)
     finally:

@@ -130,14 +130,14 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
 
     result = guards.guard_failover(RunContext(spec, run_id="r2", parts=Parts(replica), store=store))
     assert result["status"] == "failover_continued"
-    moved = store.get_checkpoint(spec.pipeline, "a").position
-    assert moved.server_id == 2 and moved == store.get_checkpoint(spec.pipeline, "b").position
+    moved = store.checkpoints.get(spec.pipeline, "a").position
+    assert moved.server_id == 2 and moved == store.checkpoints.get(spec.pipeline, "b").position
     assert rows(new, moved, new.head()) == [("c", 3), ("c", 4), ("c", 5)]
-    incidents = store.incidents(spec.pipeline)
+    incidents = store.incidents.all(spec.pipeline)
     assert [(i.kind, i.resolved, i.resolution) for i in incidents] == [("failover", True, "auto")]
     assert (incidents[0].from_position, incidents[0].to_position) == (checkpoint, moved)
-    assert [h.kind for h in store.checkpoint_history(spec.pipeline, "a")] == ["write", "failover"]
-    [entry] = [e for e in store.journal(spec.pipeline) if e.mode == "failover"]
+    assert [h.kind for h in store.checkpoints.history(spec.pipeline, "a")] == ["write", "failover"]
+    [entry] = [e for e in store.runs.entries(spec.pipeline) if e.mode == "failover"]
     assert {sid: (js.start, js.end) for sid, js in entry.sinks.items()} == {
         "a": (checkpoint, moved), "b": (checkpoint, moved)}
     guards.check_halted(RunContext(spec, store=store))

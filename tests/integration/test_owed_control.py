@@ -70,7 +70,7 @@ def control_messages(pipeline: str, kafka_bootstrap: str, nats, redis) -> dict[s
 def assert_settled(pipeline: str, upto_at_least) -> None:
     """Every sink's current version owes nothing and sits at or past ``upto_at_least``."""
     with open_store() as store:
-        ckpts = store.checkpoints(pipeline)
+        ckpts = store.checkpoints.current(pipeline)
     for sid in SINKS:
         assert ckpts[sid].control is None, (sid, ckpts[sid])
         assert not ckpts[sid].position < upto_at_least, (sid, ckpts[sid].position, upto_at_least)
@@ -102,7 +102,7 @@ def test_accepted_purge_with_nothing_new_tells_every_sink_once(pipelines, capsys
         rc, _, err = tidegate_run(capsys, pipeline)
         assert rc != 0 and "binlog_purged" in err, err
         with open_store() as store:
-            (inc,) = store.incidents(pipeline)
+            (inc,) = store.incidents.all(pipeline)
 
         # Nothing is written to the table from here on.
         rc, report, err = tidegate_run(capsys, pipeline, "--resolve", "accept_gap",
@@ -153,7 +153,7 @@ def test_accepted_slot_loss_with_nothing_new_tells_every_sink_once(pipelines, ca
         rc, _, err = tidegate_run(capsys, name)
         assert rc != 0 and "slot_dropped" in err, err
         with open_store() as store:
-            (inc,) = store.incidents(name)
+            (inc,) = store.incidents.all(name)
 
         rc, report, err = tidegate_run(capsys, name, "--resolve", "accept_gap", "--reason", "slot lost")
         assert rc == 0, err
@@ -202,7 +202,7 @@ def test_gtid_failover_of_an_idle_pipeline_tells_every_sink_once(pipelines, caps
         rc, report, err = tidegate_run(capsys, pipeline)
         assert rc == 0, err
         with open_store() as store:
-            (inc,) = store.incidents(pipeline)
+            (inc,) = store.incidents.all(pipeline)
         assert (inc.kind, inc.resolution) == ("failover", "auto")
         control = control_messages(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc)
         for sid in SINKS:

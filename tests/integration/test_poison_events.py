@@ -44,7 +44,7 @@ def run(store_url: str, name: str, sink_spec, batch: SubBatch):
         sink = make_sink(pipeline_spec(name, sink_spec), sink_spec, connection(sink_spec.conn_id))
         report = run_once(store, name, "r1", [sink], BatchSpec(max_events=ROWS),
                           lambda start: source_items([batch], start))
-        return report, store.get_checkpoint(name, sink_spec.id)
+        return report, store.checkpoints.get(name, sink_spec.id)
     finally:
         store.close()
 
@@ -85,7 +85,7 @@ def test_kafka_halt_names_the_row_and_shows_nothing_of_the_sub_batch(small_topic
     assert big_key(batch) in text and "at {'file': 'mysql-bin.000007'" in text and "on_poison is halt" in text
     if eos:  # nothing of the sub-batch is visible to a read_committed consumer
         assert read_topic(kafka_bootstrap, f"{name}.orders") == []
-    assert open_store(f"sqlite:///{tmp_path}/s.sqlite").get_checkpoint(name, "events") is None
+    assert open_store(f"sqlite:///{tmp_path}/s.sqlite").checkpoints.get(name, "events") is None
 
 
 @pytest.mark.parametrize("eos", [True, False], ids=["exactly_once", "idempotent"])

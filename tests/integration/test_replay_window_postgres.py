@@ -90,7 +90,7 @@ def slot_start(admin, name: str) -> Lsn:
 
 def run_start(name: str, run_id: str, sink: str):
     with open_store() as store:
-        return store.journal(name, run_id)[0].sinks[sink].start
+        return store.runs.entries(name, run_id)[0].sinks[sink].start
 
 
 def cached(redis_service, name: str) -> list[bytes]:
@@ -126,7 +126,7 @@ def test_with_a_replay_window_an_earlier_run_is_replayed_exactly(pipeline, capsy
 
     # A rewind within the window: the next run re-delivers what followed the version.
     with open_store() as store:
-        after_r1 = [h for h in store.checkpoint_history(name, "cache") if h.run_id == "r1"][-1]
+        after_r1 = [h for h in store.checkpoints.history(name, "cache") if h.run_id == "r1"][-1]
     rc, _, err = tidegate(capsys, "checkpoints", "rewind", name, "cache",
                           "--to-version", str(after_r1.version), "--reason", "cache rebuilt")
     assert rc == 0, err
@@ -151,15 +151,15 @@ def test_without_a_replay_window_a_replay_is_refused_up_front(pipeline, capsys, 
         runner.prepare_bounds(RunContext(find(name), RunPlan(mode="replay", replay_of="r1")), missing_ok=True).bounds
     # So does a rewind past the slot, before any version is written.
     with open_store() as store:
-        history = store.checkpoint_history(name, "cache")
+        history = store.checkpoints.history(name, "cache")
     versions, placed = len(history), history[0]  # placed at the head by r0, before r1's rows
     rc, _, err = tidegate(capsys, "checkpoints", "rewind", name, "cache",
                           "--to-version", str(placed.version), "--reason", "cache rebuilt")
     assert rc == 1 and "a rewind of sink cache" in err and "source.replay_retention" in err, err
 
     with open_store() as store:  # nothing lost, nothing recorded as lost, nothing moved
-        assert store.incidents(name) == [] and not store.is_halted(name)
-        assert len(store.checkpoint_history(name, "cache")) == versions
+        assert store.incidents.all(name) == [] and not store.incidents.is_halted(name)
+        assert len(store.checkpoints.history(name, "cache")) == versions
     assert [json.loads(e)["after"]["id"] for e in cached(redis_service, name)] == [1, 2, 3, 4]
     sql(admin, f"INSERT INTO {name} VALUES (5, 'v5')")
     rc, report, err = tidegate(capsys, "run", name, "--run-id", "r5")

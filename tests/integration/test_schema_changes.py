@@ -101,7 +101,7 @@ def assert_every_sink(got: dict[str, list[dict]], expected: list[tuple]) -> None
 
 def incidents(pipeline: str) -> list:
     with open_store() as store:
-        return store.incidents(pipeline)
+        return store.incidents.all(pipeline)
 
 
 # --------------------------------------------------------------------------- MariaDB

@@ -192,7 +192,7 @@ def child_main(args: dict) -> None:
     sink = cls(pipeline_spec(name, spec), spec, get_connection("cdc_kafka"))
     store = open_store(args["store"])
     if args["where"] == "after_commit":
-        real, n = store.write_checkpoints, [0]
+        real, n = store.checkpoints.write_many, [0]
 
         def write_checkpoints(*a, **kw):  # the Kafka transaction has committed; the store write not yet
             n[0] += 1
@@ -200,7 +200,7 @@ def child_main(args: dict) -> None:
                 hang()
             return real(*a, **kw)
 
-        store.write_checkpoints = write_checkpoints
+        store.checkpoints.write_many = write_checkpoints
     batches = make_batches(name, N_TX, ROWS, 1)
     run_once(store, name, "child", [sink], BatchSpec(max_events=MAX_EVENTS),
              lambda start: source_items(batches, start))
@@ -234,7 +234,7 @@ def rerun(conn: Connection, name: str, store_url: str):
     try:
         report = run_once(store, name, "rerun", [sink], BatchSpec(max_events=MAX_EVENTS),
                           lambda start: source_items(batches, start))
-        return report, store.get_checkpoint(name, "events")
+        return report, store.checkpoints.get(name, "events")
     finally:
         store.close()
 
@@ -248,7 +248,7 @@ def test_kill_after_kafka_commit_before_store_write_causes_no_duplicate(kafka, k
     run_child_until_kill({"name": name, "kill_at": kill_at, "where": "after_commit", "store": url})
     batches = make_batches(name, N_TX, ROWS, 2)  # = the sub-batches the coordinator cut
     store = open_store(url)
-    rec = store.get_checkpoint(name, "events")
+    rec = store.checkpoints.get(name, "events")
     store.close()
     assert rec.position == batches[kill_at - 2].end_position, "the store write of the killed batch happened"
     topic = f"t_{name}.shop.orders"

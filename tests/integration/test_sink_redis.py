@@ -160,7 +160,7 @@ def test_kill_inside_multi_leaves_no_half_sub_batch_and_rerun_writes_each_key_on
     try:
         report = run_once(store, name, "rerun", [sink], BatchSpec(max_events=MAX_EVENTS),
                           lambda start: source_items(make_batches(name, N_TX, ROWS, 1), start))
-        assert store.get_checkpoint(name, "cache").position == batches[-1].end_position
+        assert store.checkpoints.get(name, "cache").position == batches[-1].end_position
     finally:
         store.close()
     assert report.sinks["cache"].start == batches[1].end_position

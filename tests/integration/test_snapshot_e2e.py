@@ -169,7 +169,7 @@ class Writer(LoopWriter):
 def start_writer_at_handoff(store, pipeline: str, writer: Writer) -> None:
     """Start ``writer`` once the snapshot is planned (its handoff captured): every change it
     makes is then after the handoff."""
-    start_when(lambda: bool(store.snapshots(pipeline)), writer)
+    start_when(lambda: bool(store.snapshots.all(pipeline)), writer)
 
 
 class HotWriter(LoopWriter):
@@ -410,22 +410,22 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
             writer.start()
 
         # the snapshot run, killed once two chunks are committed
-        start_when(lambda: bool(store.snapshots(pipeline)), threading.Thread(target=release_then_write,
-                                                                             daemon=True))
+        start_when(lambda: bool(store.snapshots.all(pipeline)), threading.Thread(target=release_then_write,
+                                                                                 daemon=True))
 
         def two_chunks_in() -> bool:
-            rec = store.get_checkpoint(pipeline, "events")
+            rec = store.checkpoints.get(pipeline, "events")
             return rec is not None and isinstance(rec.position, SnapshotPosition) and rec.position.chunk >= 2
 
         dags_test_killed_when(env, dag, two_chunks_in)
         assert not waiting.is_alive()
-        handoff = store.snapshots(pipeline)[0].handoff  # before the UPDATE, so the log carries it
+        handoff = store.snapshots.all(pipeline)[0].handoff  # before the UPDATE, so the log carries it
         assert (handoff.file, handoff.pos) < (logged[0], int(logged[1])), (handoff, logged)
-        [snap] = store.snapshots(pipeline)
+        [snap] = store.snapshots.all(pipeline)
         assert len(snap.chunks) == 6 + 4 + 2  # 10k-row chunks, each table's last open-ended
-        killed_at = min(r.position.chunk for r in store.checkpoints(pipeline).values())
+        killed_at = min(r.position.chunk for r in store.checkpoints.current(pipeline).values())
         assert killed_at >= 1
-        assert store.checkpoints(pipeline)["events"].position.snapshot_id == snap.snapshot_id
+        assert store.checkpoints.current(pipeline)["events"].position.snapshot_id == snap.snapshot_id
 
         rc, log = dags_test(env, dag)  # resumes at the next chunk
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
@@ -436,11 +436,11 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
             r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", f"more_{i}"],
                                env=env, capture_output=True, text=True, timeout=300)
             assert r.returncode == 0, r.stderr[-3000:]
-        assert store.snapshot(pipeline, snap.snapshot_id).status == "completed"
+        assert store.snapshots.get(pipeline, snap.snapshot_id).status == "completed"
         assert sum(len(v) for v in writer.ops.values()) > 100, "the writer made too few changes"
         got = check_sinks(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, content(), writer)
         rows = sum(1 for _, e in got["events"] if e["op"] == "r")
-        assert rows == store.snapshot(pipeline, snap.snapshot_id).rows >= ORDERS + LINES - 1000
+        assert rows == store.snapshots.get(pipeline, snap.snapshot_id).rows >= ORDERS + LINES - 1000
         lasts = [e["source"]["snapshot"] for _, e in got["events"] if e["op"] == "r"]
         assert lasts.count("last") <= 2 and set(lasts) <= {"true", "last"}
         assert {e["source"]["snapshot"] for _, e in got["events"] if e["op"] != "r"} == {"false"}
@@ -455,13 +455,13 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         purge_to(sql, query, query("SHOW MASTER STATUS")[0][0])
         rc, log = dags_test(env, dag)
         assert rc != 0 and "binlog_purged" in log, log[-3000:]
-        [inc] = store.incidents(pipeline, unresolved_only=True)
+        [inc] = store.incidents.all(pipeline, unresolved_only=True)
         rc, log = dags_test(env, dag, {"resolve": "resnapshot", "reason": "binlog purged before delivery"})
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
-        done = store.incident(inc.id)
+        done = store.incidents.get(inc.id)
         assert done.resolved and done.resolution == "resnapshot"
         assert done.reason == "binlog purged before delivery"
-        resnap = store.snapshots(pipeline)[-1]
+        resnap = store.snapshots.all(pipeline)[-1]
         assert resnap.kind == "resnapshot" and resnap.status == "completed"
         check_sinks(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, content(), writer,
                     since_snapshot=f"snapshot:{resnap.snapshot_id}")
@@ -510,7 +510,7 @@ def add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, waiter
     logged = (logged[0], int(logged[1]))
     tidegate_run(env, pipeline, "more_4")  # reads the binlog past the waiting UPDATE
     assert query(f"SELECT qty FROM {db}.extra WHERE id = 5") == [(0,)] and waiting.is_alive()
-    lowest = min(r.position for r in store.checkpoints(pipeline).values())
+    lowest = min(r.position for r in store.checkpoints.current(pipeline).values())
     assert (lowest.file, lowest.pos) >= logged, (lowest, logged)  # the race: checkpoints past it
 
     (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(
@@ -523,8 +523,8 @@ def add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, waiter
         waiting.join(10)
         hot.start()
 
-    snapshots_before = len(store.snapshots(pipeline))
-    start_when(lambda: len(store.snapshots(pipeline)) > snapshots_before,
+    snapshots_before = len(store.snapshots.all(pipeline))
+    start_when(lambda: len(store.snapshots.all(pipeline)) > snapshots_before,
                threading.Thread(target=release_then_write, daemon=True))
     try:
         rc, log = dags_test(env, f"cdc_{pipeline}")
@@ -536,7 +536,7 @@ def add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, waiter
             tidegate_run(env, pipeline, f"more_{i}")
     finally:
         hot.stop.set()
-    added = store.snapshots(pipeline)[-1]
+    added = store.snapshots.all(pipeline)[-1]
     assert added.kind == "added" and added.status == "completed"
     assert [f"{t['schema']}.{t['table']}" for t in added.tables] == [f"{db}.extra"]
     assert (added.handoff.file, added.handoff.pos) < logged, (added.handoff, logged)
@@ -619,7 +619,7 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
             r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", f"more_{i}"],
                                env=env, capture_output=True, text=True, timeout=300)
             assert r.returncode == 0, r.stderr[-3000:]
-        [snap] = store.snapshots(pipeline)
+        [snap] = store.snapshots.all(pipeline)
         assert snap.status == "completed" and len(snap.chunks) == 12
         assert sum(len(v) for v in writer.ops.values()) > 100, "the writer made too few changes"
         got = check_sinks(pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, content(), writer)
@@ -634,7 +634,7 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(
             pipeline, "postgres", "cdc_postgres", [f"{schema}.orders", f"{schema}.lines", f"{schema}.extra"],
             f"slot: {pipeline},"))
-        start_when(lambda: len(store.snapshots(pipeline)) == 2, hot)
+        start_when(lambda: len(store.snapshots.all(pipeline)) == 2, hot)
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
         hot.finish()
@@ -643,7 +643,7 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
             r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", f"more_{i}"],
                                env=env, capture_output=True, text=True, timeout=300)
             assert r.returncode == 0, r.stderr[-3000:]
-        added = store.snapshots(pipeline)[-1]
+        added = store.snapshots.all(pipeline)[-1]
         assert added.kind == "added" and added.status == "completed"
         assert EXTRA - 300 <= added.rows <= EXTRA, added.rows  # rows the writer changed come from the log
         assert [f"{t['schema']}.{t['table']}" for t in added.tables] == [f"{schema}.extra"]
@@ -689,7 +689,7 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
         waiting.join(30)
         assert not waiting.is_alive()
-        resnap = store.snapshots(pipeline)[-1]
+        resnap = store.snapshots.all(pipeline)[-1]
         assert resnap.kind == "resnapshot" and resnap.ts_ms >= released[0] * 1000, "the handoff did not wait"
         r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", "more_5"],
                            env=env, capture_output=True, text=True, timeout=300)

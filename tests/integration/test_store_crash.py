@@ -42,7 +42,7 @@ def _check_store(url: str, last_acked: int, kills: int) -> None:
     with open_store(url) as store:
         assert store.schema_version() >= 1
         for sink in ("a", "b"):
-            hist = store.checkpoint_history("crash", sink)
+            hist = store.checkpoints.history("crash", sink)
             steps = [h.position.pos for h in hist]
             assert [h.version for h in hist] == list(range(1, len(hist) + 1))
             assert steps == list(range(1, len(steps) + 1))  # no lost or torn write in between
@@ -50,7 +50,7 @@ def _check_store(url: str, last_acked: int, kills: int) -> None:
             assert last_acked <= steps[-1] <= last_acked + 1, (sink, last_acked, steps[-1])
             epochs = [h.epoch for h in hist]
             assert epochs == sorted(epochs) and epochs[-1] <= kills
-        a, b = store.checkpoint_history("crash", "a"), store.checkpoint_history("crash", "b")
+        a, b = store.checkpoints.history("crash", "a"), store.checkpoints.history("crash", "b")
         assert [h.position for h in a] == [h.position for h in b]  # one transaction, both or none
 
 

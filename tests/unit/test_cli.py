@@ -18,10 +18,10 @@ if not Path(TIDEGATE[0]).exists():
 def env(tmp_path):
     url = f"sqlite:///{tmp_path}/ckpt.sqlite"
     with open_store(url) as s:
-        e = s.acquire_lease("shop_mysql", "r1")
-        s.write_checkpoint("shop_mysql", "events", pos(1), run_id="r1", epoch=e)
-        s.write_checkpoint("shop_mysql", "events", pos(2), run_id="r1", epoch=e)
-        s.record_incident("shop_mysql", "binlog_purged", pos(2), pos(9))
+        e = s.leases.acquire("shop_mysql", "r1")
+        s.checkpoints.write("shop_mysql", "events", pos(1), run_id="r1", epoch=e)
+        s.checkpoints.write("shop_mysql", "events", pos(2), run_id="r1", epoch=e)
+        s.incidents.record("shop_mysql", "binlog_purged", pos(2), pos(9))
     return {**os.environ, "TIDEGATE_CHECKPOINT_STORE": url,
             "TIDEGATE_PIPELINES_DIR": str(ROOT / "include" / "pipelines")}
 
@@ -89,10 +89,10 @@ def test_run_errors_and_usage(env):
 def test_rewind_to_a_version_from_before_a_failover_is_refused(tmp_path):
     url = f"sqlite:///{tmp_path}/ckpt.sqlite"
     with open_store(url) as s:
-        e = s.acquire_lease("p", "r1")
-        s.write_checkpoint("p", "k", pos(1, server_id=1), run_id="r1", epoch=e)
-        s.write_checkpoint("p", "k", pos(1, server_id=2), run_id="r1", epoch=e)
-        s.set_source_identity("p", {"kind": "mysql", "server_id": 2, "server_uuid": None})
+        e = s.leases.acquire("p", "r1")
+        s.checkpoints.write("p", "k", pos(1, server_id=1), run_id="r1", epoch=e)
+        s.checkpoints.write("p", "k", pos(1, server_id=2), run_id="r1", epoch=e)
+        s.checkpoints.set_source_identity("p", {"kind": "mysql", "server_id": 2, "server_uuid": None})
     env = {**os.environ, "TIDEGATE_CHECKPOINT_STORE": url}
     r = tg(env, "checkpoints", "rewind", "p", "k", "--to-version", "1", "--reason", "x")
     assert r.returncode == 1 and "failover happened since" in r.stderr, r.stderr

@@ -33,13 +33,13 @@ def gap_message(incident: int = 7) -> ControlMessage:
 
 
 def owe_gap(store, sinks=("a",), at=2):
-    epoch = store.acquire_lease("p", "r0")
-    store.write_checkpoints("p", {s: pos(at) for s in sinks}, run_id="r0", epoch=epoch, kind="accept_gap",
-                            control=gap_message().record())
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write_many("p", {s: pos(at) for s in sinks}, run_id="r0", epoch=epoch,
+                                 kind="accept_gap", control=gap_message().record())
 
 
 def run(store, sinks, items, run_id="r1", max_events=2):
-    epoch = store.acquire_lease("p", run_id)
+    epoch = store.leases.acquire("p", run_id)
     co = Coordinator(store, "p", run_id, epoch, sinks, BatchSpec(max_events=max_events), tenant="t",
                      sleep=lambda s: None)
     with co:
@@ -54,7 +54,7 @@ def test_an_owed_gap_message_goes_first_in_the_first_delivery_then_never_again(s
     gap = gap_message().idempotency_key
     assert a.delivered[0] == gap  # before the first event after the gap
     assert a.delivered[1:] == [e.idempotency_key for e in items][2:]
-    assert store.get_checkpoint("p", "a").control is None  # settled by the delivery's version
+    assert store.checkpoints.get("p", "a").control is None  # settled by the delivery's version
     run(store, [a], stream([1] * 5), run_id="r2")
     assert a.delivered.count(gap) == 1
 
@@ -64,29 +64,29 @@ def test_an_owed_message_is_delivered_even_when_the_run_has_nothing_for_the_sink
     a = FakeSink("a")
     run(store, [a], stream([1] * 4))  # everything up to tx 4 is before the checkpoint
     assert a.delivered == [gap_message().idempotency_key]
-    assert [(h.position, bool(h.control)) for h in store.checkpoint_history("p", "a")] == [
+    assert [(h.position, bool(h.control)) for h in store.checkpoints.history("p", "a")] == [
         (pos(4), True), (pos(4), False)]
     owe_gap(store, at=4)
     b = FakeSink("a")
     run(store, [b], [], run_id="r2")  # no sub-batch at all: delivered alone at the checkpoint
     assert b.delivered == [gap_message().idempotency_key]
-    assert [(h.kind, bool(h.control)) for h in store.checkpoint_history("p", "a")][-2:] == [
+    assert [(h.kind, bool(h.control)) for h in store.checkpoints.history("p", "a")][-2:] == [
         ("accept_gap", True), ("control", False)]
 
 
 def test_a_sink_that_committed_the_owed_message_before_a_crash_does_not_get_it_twice(store):
     owe_gap(store, at=4)
-    version = store.get_checkpoint("p", "a").version
+    version = store.checkpoints.get("p", "a").version
     a = FakeSink("a", committed=SinkCheckpoint(pos(4), version))  # its record: the control-only delivery
     run(store, [a], stream([1] * 4))
     assert a.delivered == []
-    assert store.get_checkpoint("p", "a").control is None
+    assert store.checkpoints.get("p", "a").control is None
 
 
 def test_sinks_each_get_what_their_own_version_owes(store):
     owe_gap(store, sinks=("a",))
-    epoch = store.acquire_lease("p", "r0")
-    store.write_checkpoint("p", "b", pos(2), run_id="r0", epoch=epoch)
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write("p", "b", pos(2), run_id="r0", epoch=epoch)
     a, b = FakeSink("a"), FakeSink("b")
     run(store, [a, b], stream([1] * 3))
     assert a.delivered[0] == gap_message().idempotency_key
@@ -154,7 +154,7 @@ def test_halt_delivers_the_rows_before_then_waits_for_resolve_continue(gated, st
     inc = halt.value.incident
     assert (inc.kind, inc.from_position, inc.to_position) == ("schema_change", pos(2), pos(3))
     assert "ALTER TABLE orders ADD COLUMN note TEXT" in inc.detail
-    assert len(sink.delivered) == 3 and store.get_checkpoint("p", "a").position == pos(2)
+    assert len(sink.delivered) == 3 and store.checkpoints.get("p", "a").position == pos(2)
     with pytest.raises(ContinuityHalt):
         guards.check_halted(RunContext(spec, store=store))
     with pytest.raises(Exception, match="resolve=continue"):
@@ -162,7 +162,7 @@ def test_halt_delivers_the_rows_before_then_waits_for_resolve_continue(gated, st
     guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="continue", reason="consumers updated", who="op")
     runner.run_pipeline(RunContext(spec, RunPlan(), run_id="r2", parts=parts, store=store))
     assert sink.delivered[3] == ddl(3).idempotency_key and len(sink.delivered) == 6
-    assert store.get_checkpoint("p", "a").position == pos(5)
+    assert store.checkpoints.get("p", "a").position == pos(5)
 
 
 # --------------------------------------------------------------------------- read ahead

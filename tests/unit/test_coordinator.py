@@ -24,14 +24,14 @@ def store(tmp_path):
 
 
 def _coordinator(store, sinks, policy="required", quorum=None, max_events=2, run_id="r1"):
-    epoch = store.acquire_lease("p", run_id)
+    epoch = store.leases.acquire("p", run_id)
     return Coordinator(store, "p", run_id, epoch, sinks,
                        BatchSpec(max_events=max_events, commit_policy=policy, quorum=quorum),
                        sleep=lambda s: None)
 
 
 def _positions(store):
-    return {sid: rec.position for sid, rec in store.checkpoints("p").items()}
+    return {sid: rec.position for sid, rec in store.checkpoints.current("p").items()}
 
 
 # --------------------------------------------------------------------------- policy matrix
@@ -80,8 +80,8 @@ def test_commit_policy_matrix(store, policy, quorum, req_state, opt_state, fail_
 
 
 def test_replay_ahead_sink_gets_nothing_it_has(store):
-    epoch = store.acquire_lease("p", "r0")
-    store.write_checkpoint("p", "b", pos(3), run_id="r0", epoch=epoch)  # store says b has 1..3
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write("p", "b", pos(3), run_id="r0", epoch=epoch)  # store says b has 1..3
     a, b = FakeSink("a"), FakeSink("b")
     c = FakeSink("c", committed=pos(5))  # c recorded 1..5 itself (crash before its first store write)
     co = _coordinator(store, [a, b, c], max_events=2)
@@ -97,8 +97,8 @@ def test_replay_ahead_sink_gets_nothing_it_has(store):
     # c was not even called for the sub-batches it has (txs 1-2, 3-4)
     assert [bt.end_position for bt in c.batches] == [pos(6), pos(8)]
     # b's checkpoint moved only forward; c's record was adopted by the store first
-    assert [h.position for h in store.checkpoint_history("p", "b")] == [pos(3), pos(4), pos(6), pos(8)]
-    assert [(h.position, h.kind) for h in store.checkpoint_history("p", "c")] == [
+    assert [h.position for h in store.checkpoints.history("p", "b")] == [pos(3), pos(4), pos(6), pos(8)]
+    assert [(h.position, h.kind) for h in store.checkpoints.history("p", "c")] == [
         (pos(5), "adopt"), (pos(6), "write"), (pos(8), "write")]
     # every delivery names the store version it extends: c's adoption was version 1, then 2, 3
     assert c.extends == [1, 2]
@@ -152,16 +152,16 @@ def test_retries_exhausted_fails_sink(store):
 def test_stale_epoch_cannot_move_a_checkpoint(store):
     s = FakeSink("s")
     co = _coordinator(store, [s], run_id="zombie")
-    store.acquire_lease("p", "newer-run")  # another run took the lease
+    store.leases.acquire("p", "newer-run")  # another run took the lease
     with pytest.raises(StaleEpochError):
         co.run(iter(stream([1, 1])))
     assert _positions(store) == {}
 
 
 def test_report_and_journal(store):
-    jid = store.journal_begin("p", "r1", interval_start="2026-01-01T00:00:00+00:00")
+    jid = store.runs.begin("p", "r1", interval_start="2026-01-01T00:00:00+00:00")
     s1, s2 = FakeSink("s1"), FakeSink("s2", required=False, fail_from_call=2)
-    epoch = store.acquire_lease("p", "r1")
+    epoch = store.leases.acquire("p", "r1")
     co = Coordinator(store, "p", "r1", epoch, [s1, s2], BatchSpec(max_events=2), journal_id=jid,
                      sleep=lambda s: None)
     with co:
@@ -169,7 +169,7 @@ def test_report_and_journal(store):
     assert s1.closed and s2.closed
     assert report.sub_batches == 2 and report.events == 4
     assert report.sinks["s1"].events == 4 and report.sinks["s2"].events == 2
-    j = store.journal("p", "r1")[0]
+    j = store.runs.entries("p", "r1")[0]
     assert j.status == "success"
     assert j.sinks["s1"].end == pos(4) and j.sinks["s2"].end == pos(2)
     assert j.sinks["s2"].status == "failed"
@@ -179,7 +179,7 @@ def test_report_and_journal(store):
 
 def test_split_transaction_moves_checkpoints_only_at_boundaries(store):
     s = FakeSink("s")
-    epoch = store.acquire_lease("p", "r1")
+    epoch = store.leases.acquire("p", "r1")
     co = Coordinator(store, "p", "r1", epoch, [s],
                      BatchSpec(max_events=2, respect_source_tx=False), sleep=lambda x: None)
     items = stream([1, 5, 1])
@@ -187,7 +187,7 @@ def test_split_transaction_moves_checkpoints_only_at_boundaries(store):
     assert s.delivered == [e.idempotency_key for e in items]
     assert max(len(list(b.events)) for b in s.batches) <= 2  # the 5-row transaction was split
     # parts of tx 2 moved nothing; its remainder shares a sub-batch with tx 3
-    assert [h.position for h in store.checkpoint_history("p", "s")] == [pos(1), pos(3)]
+    assert [h.position for h in store.checkpoints.history("p", "s")] == [pos(1), pos(3)]
 
 
 # --------------------------------------------------------------------------- sink-side records
@@ -196,10 +196,10 @@ def test_split_transaction_moves_checkpoints_only_at_boundaries(store):
 def test_record_of_an_older_version_does_not_undo_a_rewind(store):
     """A rewind is a new version: the sink's record of the pre-rewind version is ignored and
     everything after the restored position is delivered again."""
-    epoch = store.acquire_lease("p", "r0")
+    epoch = store.leases.acquire("p", "r0")
     for n in (2, 4, 6):
-        store.write_checkpoint("p", "k", pos(n), run_id="r0", epoch=epoch)  # versions 1, 2, 3
-    store.rewind_checkpoint("p", "k", 1, reason="consumer lost data", who="op")  # v4 = pos(2)
+        store.checkpoints.write("p", "k", pos(n), run_id="r0", epoch=epoch)  # versions 1, 2, 3
+    store.checkpoints.rewind("p", "k", 1, reason="consumer lost data", who="op")  # v4 = pos(2)
     k = FakeSink("k", committed=SinkCheckpoint(pos(6), 2))  # the sink's record extends v2
     items = stream([1] * 6)
     _coordinator(store, [k], max_events=2).run(iter(items))
@@ -208,21 +208,21 @@ def test_record_of_an_older_version_does_not_undo_a_rewind(store):
 
 
 def test_record_extending_the_current_version_is_adopted_once(store):
-    epoch = store.acquire_lease("p", "r0")
-    store.write_checkpoint("p", "k", pos(2), run_id="r0", epoch=epoch)  # v1
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write("p", "k", pos(2), run_id="r0", epoch=epoch)  # v1
     k = FakeSink("k", committed=SinkCheckpoint(pos(4), 1))  # committed 3..4, store write lost
     items = stream([1] * 6)
     _coordinator(store, [k], max_events=2).run(iter(items))
     assert k.delivered == [e.idempotency_key for e in items][4:]
-    assert [(h.version, h.position, h.kind) for h in store.checkpoint_history("p", "k")] == [
+    assert [(h.version, h.position, h.kind) for h in store.checkpoints.history("p", "k")] == [
         (1, pos(2), "write"), (2, pos(4), "adopt"), (3, pos(6), "write")]
 
 
 def test_record_from_another_server_is_never_adopted(store):
     """After a failover translation (a new version on server 2), a record the sink wrote on
     server 1 cannot move it, even if its version number were to match."""
-    epoch = store.acquire_lease("p", "r0")
-    store.write_checkpoint("p", "k", pos(1, server_id=2), run_id="r0", epoch=epoch)  # v1
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write("p", "k", pos(1, server_id=2), run_id="r0", epoch=epoch)  # v1
     k = FakeSink("k", committed=SinkCheckpoint(pos(9, server_id=1), 1))
     co = _coordinator(store, [k])
     co.open()
@@ -232,8 +232,8 @@ def test_record_from_another_server_is_never_adopted(store):
 def test_a_sink_that_lost_its_record_is_named_and_gets_what_follows_the_store(store, caplog):
     """The store says sink k received up to pos(2), but k holds no record of its own (its server
     restarted empty): a warning names it and the rewind, and k gets only what follows pos(2)."""
-    epoch = store.acquire_lease("p", "r0")
-    store.write_checkpoint("p", "k", pos(2), run_id="r0", epoch=epoch)
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write("p", "k", pos(2), run_id="r0", epoch=epoch)
     k = FakeSink("k")  # keeps records (it answers committed_checkpoint), has none now
     items = stream([1] * 4)
     _coordinator(store, [k]).run(iter(items))

@@ -68,9 +68,9 @@ def setup(tmp_path):
     """))
     spec = load_spec(str(path))
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    epoch = store.acquire_lease("p", "r0")
-    store.write_checkpoints("p", {"a": old_pos(10), "b": old_pos(12)}, run_id="r0", epoch=epoch)
-    store.set_source_identity("p", OLD)
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write_many("p", {"a": old_pos(10), "b": old_pos(12)}, run_id="r0", epoch=epoch)
+    store.checkpoints.set_source_identity("p", OLD)
 
     yield spec, store
     store.close()
@@ -84,11 +84,11 @@ def test_gtid_failover_translates_each_sink_including_its_sink_side_record(setup
     out = guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(source, sinks), store=store))
     assert out["status"] == "failover_continued"
     assert source.asked == ["0-1-10", "0-1-15"]
-    now = store.checkpoints("p")
+    now = store.checkpoints.current("p")
     assert {sid: (r.position.pos, r.position.server_id, r.kind) for sid, r in now.items()} == {
         "a": (1010, 2, "failover"), "b": (1015, 2, "failover")}
-    assert store.get_source_identity("p") == NEW
-    [inc] = store.incidents("p")
+    assert store.checkpoints.source_identity("p") == NEW
+    [inc] = store.incidents.all("p")
     assert (inc.kind, inc.resolved, inc.resolution) == ("failover", True, "auto")
     assert inc.from_position == old_pos(10) and inc.to_position.pos == 1010
     # b's old record names version 1; the store is at version 2 now: it can never pull b back
@@ -99,12 +99,12 @@ def test_gtid_failover_translates_each_sink_including_its_sink_side_record(setup
 def test_failover_that_cannot_be_translated_halts_with_the_range(setup, case):
     spec, store = setup
     if case == "no_gtids":
-        epoch = store.acquire_lease("p", "r0")
-        store.write_checkpoint("p", "b", old_pos(12, gtid=False), run_id="r0", epoch=epoch)
+        epoch = store.leases.acquire("p", "r0")
+        store.checkpoints.write("p", "b", old_pos(12, gtid=False), run_id="r0", epoch=epoch)
         source = NewServer()
     else:
         source = NewServer(refuse=SourceError("the server has not executed 0-1-12"))
-    before = {sid: r.version for sid, r in store.checkpoints("p").items()}
+    before = {sid: r.version for sid, r in store.checkpoints.current("p").items()}
     with pytest.raises(guards.ContinuityHalt) as halt:
         guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(source, [FakeSink("a"), FakeSink("b")]), store=store))
     inc = halt.value.incident
@@ -112,8 +112,8 @@ def test_failover_that_cannot_be_translated_halts_with_the_range(setup, case):
     assert inc.from_position == old_pos(10) and inc.to_position == source.head()
     assert "server_id 1 -> 2" in inc.detail
     assert ("carries no GTID set" if case == "no_gtids" else "has not executed") in inc.detail
-    assert {sid: r.version for sid, r in store.checkpoints("p").items()} == before  # nothing moved
-    assert store.get_source_identity("p") == OLD
+    assert {sid: r.version for sid, r in store.checkpoints.current("p").items()} == before  # nothing moved
+    assert store.checkpoints.source_identity("p") == OLD
 
 
 def test_required_sink_that_cannot_be_read_fails_the_guard_without_moving_anything(setup):
@@ -134,9 +134,9 @@ def test_postgres_cluster_change_halts_and_says_what_changed(tmp_path):
                     "sinks: [{id: a, kind: redis, conn_id: r, stream: s}]\n")
     spec = load_spec(str(path))
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    epoch = store.acquire_lease("p", "r0")
-    store.write_checkpoint("p", "a", PgPosition(Lsn(100), "111", 1), run_id="r0", epoch=epoch)
-    store.set_source_identity("p", {"kind": "postgres", "system_id": "111", "timeline": 1})
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write("p", "a", PgPosition(Lsn(100), "111", 1), run_id="r0", epoch=epoch)
+    store.checkpoints.set_source_identity("p", {"kind": "postgres", "system_id": "111", "timeline": 1})
 
     class OtherCluster(NewServer):
         kind = "postgres"

@@ -87,13 +87,13 @@ def test_the_store_keeps_column_sets_between_sources(store):
     one = tracker(StoreMemory(store, "p"), start=0)
     one.observe("s", "x", "c", (ID, A), None, at(10))
     one.observe("s", "x", "c", (ID, A), None, at(11))  # nothing new: nothing written
-    recs = store.table_columns("p")
+    recs = store.columns.all("p")
     assert [(r.schema, r.table, r.position, r.columns) for r in recs] == [
         ("s", "x", at(10), [{"name": "id", "type": "integer"}, {"name": "a", "type": "text"}])]
     two = tracker(StoreMemory(store, "p"), start=12)  # the next run: the ALTER came before it
     assert two.observe("s", "x", "c", (ID, A, B), None, at(13)) == ((ID, A), (ID, A, B))
-    store.record_table_columns("p", "s", "x", at(13), [{"name": "id", "type": "integer"}])  # again: kept once
-    assert len(store.table_columns("p")) == 2 and store.table_columns("other") == []
+    store.columns.record("p", "s", "x", at(13), [{"name": "id", "type": "integer"}])  # again: kept once
+    assert len(store.columns.all("p")) == 2 and store.columns.all("other") == []
 
 
 def test_messages_carry_the_change_and_sit_in_the_row_transaction():

@@ -55,10 +55,10 @@ def lsn(n: int, system_id: str = "7") -> PgPosition:
 
 def test_release_holds_the_lowest_checkpoint_of_the_window(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
-    epoch = store.acquire_lease("p", "r")
-    store.write_checkpoints("p", {"a": lsn(100, "old")}, run_id="r", epoch=epoch)  # before a failover
+    epoch = store.leases.acquire("p", "r")
+    store.checkpoints.write_many("p", {"a": lsn(100, "old")}, run_id="r", epoch=epoch)  # before a failover
     for n in (1000, 2000, 3000):
-        store.write_checkpoints("p", {"a": lsn(n), "b": lsn(n + 500)}, run_id="r", epoch=epoch)
+        store.checkpoints.write_many("p", {"a": lsn(n), "b": lsn(n + 500)}, run_id="r", epoch=epoch)
     now = dt.datetime.now(dt.UTC)
     assert replay_hold(spec_with(tmp_path, None), store, lsn(3000), now) == lsn(3000)  # no window
     windowed = spec_with(tmp_path, "1h")

@@ -67,7 +67,7 @@ def test_runs_deliver_each_change_once_and_a_caught_up_pipeline_has_nothing_to_d
     runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert [k[0] for k in keys(sinks["a"])] == ["0-1-1"] * 2 + ["0-1-2"] + ["0-1-3"] * 3 + ["0-1-4"] * 2
     assert sinks["b"].delivered == sinks["a"].delivered
-    assert store.get_checkpoint("p", "a").position == pos(4)
+    assert store.checkpoints.get("p", "a").position == pos(4)
 
 
 def test_start_head_places_new_sinks_at_the_head(env, tmp_path):
@@ -77,7 +77,7 @@ def test_start_head_places_new_sinks_at_the_head(env, tmp_path):
     spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
     report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert report["events"] == 0 and sinks["a"].delivered == []
-    assert store.get_checkpoint("p", "a").position == pos(3)
+    assert store.checkpoints.get("p", "a").position == pos(3)
     source.sizes += [1]
     runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert keys(sinks["a"]) == [["0-1-4", "mysql-bin.000001:3100:0"]]
@@ -95,8 +95,8 @@ def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints
     replayed = sinks["a"].delivered[len(before):]
     assert replayed == before[:6]  # exactly r1's range (tx 1..3), nothing of r2
     assert len(sinks["b"].delivered) == len(before)  # not chosen
-    assert {s: store.get_checkpoint("p", s).version for s in ("a", "b")} == versions
-    assert store.get_checkpoint("p", "a").position == pos(5)
+    assert {s: store.checkpoints.get("p", s).version for s in ("a", "b")} == versions
+    assert store.checkpoints.get("p", "a").position == pos(5)
 
 
 def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
@@ -107,14 +107,14 @@ def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
     again = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert again["events"] == 6  # r1's range again, not the new transaction 4
     assert keys(sinks["a"])[6:] == keys(sinks["a"])[:6]
-    assert store.get_checkpoint("p", "a").position == pos(3)
+    assert store.checkpoints.get("p", "a").position == pos(3)
 
 
 def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
     spec, source, sinks, store, parts = env
     report = runner.run_pipeline(RunContext(spec, RunPlan(mode="dry_run"), run_id="d1", parts=parts, store=store))
     assert (report["events"], report["sub_batches"]) == (6, 2)
-    assert sinks["a"].delivered == [] and store.checkpoints("p") == {}
+    assert sinks["a"].delivered == [] and store.checkpoints.current("p") == {}
 
 
 def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
@@ -133,7 +133,7 @@ def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
     bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.nothing_to_do()  # a first run has nothing to read: no Spark
     assert bounds.checkpoints == {"a": pos(3), "b": pos(3)}
-    assert [h.kind for h in store.checkpoint_history("p", "a")] == ["head"]
+    assert [h.kind for h in store.checkpoints.history("p", "a")] == ["head"]
     source.sizes += [1]
     assert not runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
@@ -144,8 +144,9 @@ def test_a_range_with_nothing_to_deliver_moves_checkpoints_without_a_run(env):
     source.sizes += [0, 0]  # the head moved, but only past transactions this pipeline skips
     bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.nothing_to_do()
-    assert [h.kind for h in store.checkpoint_history("p", "a")][-1] == "skip"
-    assert {sid: r.position for sid, r in store.checkpoints("p").items()} == {"a": pos(5), "b": pos(5)}
+    assert [h.kind for h in store.checkpoints.history("p", "a")][-1] == "skip"
+    current = {sid: r.position for sid, r in store.checkpoints.current("p").items()}
+    assert current == {"a": pos(5), "b": pos(5)}
     source.sizes += [1]
     assert not runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
@@ -161,8 +162,8 @@ def test_replay_bounds_name_the_replayed_range_and_move_nothing(env):
     assert not bounds.nothing_to_do(["a"])
     assert runner.Bounds.from_json(bounds.to_json()) == bounds
     # Reads only: no lease taken (a run in flight is not fenced), no checkpoint version written.
-    assert store.lease("p") == lease
-    assert {s: len(store.checkpoint_history("p", s)) for s in ("a", "b")} == history
+    assert store.leases.get("p") == lease
+    assert {s: len(store.checkpoints.history("p", s)) for s in ("a", "b")} == history
 
 
 def test_replaying_a_run_that_delivered_nothing(env):

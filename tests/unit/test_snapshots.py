@@ -193,7 +193,7 @@ def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert [m["op"] for m in envelopes(sinks["a"])[13:]] == ["c"]
     assert envelopes(sinks["b"]) == envelopes(sinks["a"])
-    assert store.get_checkpoint("p", "a").position == pos(3)
+    assert store.checkpoints.get("p", "a").position == pos(3)
 
 
 def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
@@ -212,7 +212,7 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
     keys = sinks["a"].delivered
     assert len(keys) == len(set(keys)) == 1 + 11 + 1  # started, rows, completed (the log is before H)
     assert keys[:len(delivered)] == delivered
-    assert store.get_checkpoint("p", "a").position == pos(2)
+    assert store.checkpoints.get("p", "a").position == pos(2)
     # the optional sink has it all too (chunk 3 twice: no checkpoint moved when a failed it)
     assert set(sinks["b"].delivered) == set(keys)
 
@@ -223,7 +223,7 @@ def test_an_empty_chunk_moves_the_checkpoint(env):
     source.tables["shop.orders"] = {k: v for k, v in source.tables["shop.orders"].items() if k[0] > 3}
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     rows = [m for m in envelopes(sinks["a"]) if m.get("op") == "r"]
-    assert len(rows) == 4 + 4 and store.get_checkpoint("p", "a").position == pos(2)
+    assert len(rows) == 4 + 4 and store.checkpoints.get("p", "a").position == pos(2)
 
 
 def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
@@ -252,13 +252,13 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
                                 "tables": ["shop.lines"]}, who="ops")
     out = guards.run_guards(RunContext(spec, plan, run_id="r3", parts=parts, store=store), checks=("halted",))
     assert out["resolved"] == []  # nothing was open; the snapshot is planned anyway
-    rec = store.snapshots("p")[-1]
+    rec = store.snapshots.all("p")[-1]
     assert rec.kind == "resnapshot" and rec.handoff == pos(2)
     assert [t["table"] for t in rec.tables] == ["lines"]
-    assert {sid: r.position for sid, r in store.checkpoints("p").items()} == {
+    assert {sid: r.position for sid, r in store.checkpoints.current("p").items()} == {
         "a": SnapshotPosition(rec.snapshot_id, 0, pos(2)), "b": SnapshotPosition(rec.snapshot_id, 0, pos(2))}
-    assert store.get_checkpoint("p", "a").kind == "resnapshot" and "consumer rebuilt" in store.get_checkpoint(
-        "p", "a").reason
+    moved = store.checkpoints.get("p", "a")
+    assert moved.kind == "resnapshot" and "consumer rebuilt" in moved.reason
     # a retried guard task of the same run plans nothing new
     guards.run_guards(RunContext(spec, plan, run_id="r3", parts=parts, store=store), checks=("halted",))
     assert len(store.snapshots("p")) == 2
@@ -267,7 +267,7 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
     new = envelopes(sinks["a"])[-(len(sinks["a"].delivered) - before):]
     assert [m.get("type") or m["op"] for m in new] == ["snapshot_started"] + ["r"] * 4 + \
         ["snapshot_completed"] + ["c", "c"]  # a gets transaction 3 again (b needed it)
-    assert store.get_checkpoint("p", "b").position == pos(3)
+    assert store.checkpoints.get("p", "b").position == pos(3)
 
 
 def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
@@ -280,7 +280,7 @@ def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
     source.sizes += [1, 1]
     done = guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="resnapshot", reason="binlog purged by hand", who="ops")
     assert done[0]["resolution"] == "resnapshot" and done[0]["reason"] == "binlog purged by hand"
-    rec = store.snapshots("p")[-1]
+    rec = store.snapshots.all("p")[-1]
     assert rec.handoff == pos(4)  # restart_stream(): the head
     runner.run_pipeline(RunContext(spec, run_id="r3", parts=parts, store=store))
     assert store.get_checkpoint("p", "a").position == pos(4)
@@ -299,23 +299,23 @@ def test_release_during_a_snapshot_keeps_the_log_from_the_handoff(env):
 
 def test_the_store_keeps_snapshots_supersedes_and_completes(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
-    epoch = store.acquire_lease("p", "r")
+    epoch = store.leases.acquire("p", "r")
     tables = [SnapshotTable("d", "d", "t", ("id",)).to_json()]
     one = SnapshotRecord("p", "1", "start", pos(3), tables, [{"table": 0, "lo": None, "hi": None}], 5)
-    written = store.begin_snapshot(one, {"a": SnapshotPosition("1", 0, pos(3))}, epoch=epoch,
-                                   control={"type": "snapshot_started"})
+    written = store.snapshots.begin(one, {"a": SnapshotPosition("1", 0, pos(3))}, epoch=epoch,
+                                    control={"type": "snapshot_started"})
     assert written["a"].kind == "start" and written["a"].control == {"type": "snapshot_started"}
     two = dataclasses.replace(one, snapshot_id="2", kind="resnapshot", reason="why")
-    store.begin_snapshot(two, {"a": SnapshotPosition("2", 0, pos(3))}, epoch=epoch)
-    assert [(s.snapshot_id, s.status) for s in store.snapshots("p")] == [("1", "superseded"),
+    store.snapshots.begin(two, {"a": SnapshotPosition("2", 0, pos(3))}, epoch=epoch)
+    assert [(s.snapshot_id, s.status) for s in store.snapshots.all("p")] == [("1", "superseded"),
                                                                         ("2", "running")]
-    store.record_chunk_rows("p", "2", 1, 10)
-    store.record_chunk_rows("p", "2", 1, 12)  # re-read after a resume: the last read counts
-    store.record_chunk_rows("p", "2", 2, 3)
-    assert store.chunk_rows("p", "2") == {1: 12, 2: 3}
-    done = store.finish_snapshot("p", "2")
+    store.snapshots.record_chunk_rows("p", "2", 1, 10)
+    store.snapshots.record_chunk_rows("p", "2", 1, 12)  # re-read after a resume: the last read counts
+    store.snapshots.record_chunk_rows("p", "2", 2, 3)
+    assert store.snapshots.chunk_rows("p", "2") == {1: 12, 2: 3}
+    done = store.snapshots.finish("p", "2")
     assert done.status == "completed" and done.rows == 15 and done.finished_at
-    assert store.snapshot("p", "2").handoff == pos(3) and store.snapshot("p", "2").reason == "why"
+    assert store.snapshots.get("p", "2").handoff == pos(3) and store.snapshots.get("p", "2").reason == "why"
     store.close()
 
 

@@ -49,15 +49,15 @@ def test_log_bytes_between_positions():
 
 
 def test_pipeline_status_checkpoints_lag_incidents_and_runs(store):
-    epoch = store.acquire_lease("orders", "r1")
-    store.write_checkpoints("orders", {"events": mpos("mysql-bin.000001", 900),
-                                       "cache": mpos("mysql-bin.000001", 400)}, run_id="r1", epoch=epoch)
-    jid = store.journal_begin("orders", "r1")
-    store.journal_sink(jid, "events", start=mpos("mysql-bin.000001", 4),
-                       end=mpos("mysql-bin.000001", 900), events=7, bytes=700, status="ok")
-    store.journal_finish(jid, "success")
-    inc = store.record_incident("orders", "binlog_purged", mpos("mysql-bin.000001", 900),
-                                mpos("mysql-bin.000002", 4))
+    epoch = store.leases.acquire("orders", "r1")
+    store.checkpoints.write_many("orders", {"events": mpos("mysql-bin.000001", 900),
+                                            "cache": mpos("mysql-bin.000001", 400)}, run_id="r1", epoch=epoch)
+    jid = store.runs.begin("orders", "r1")
+    store.runs.sink(jid, "events", start=mpos("mysql-bin.000001", 4),
+                    end=mpos("mysql-bin.000001", 900), events=7, bytes=700, status="ok")
+    store.runs.finish(jid, "success")
+    inc = store.incidents.record("orders", "binlog_purged", mpos("mysql-bin.000001", 900),
+                                 mpos("mysql-bin.000002", 4))
     head = mpos("mysql-bin.000001", 900)
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30)
     doc = pipeline_status(store, "orders", _spec(), (head, None, None), now=later)
@@ -99,9 +99,10 @@ class Recorder:
 def test_state_metrics_name_and_tag_pipeline_and_sink(store):
     from tidegate_airflow.metrics import emit_run, emit_state
 
-    epoch = store.acquire_lease("orders", "r1")
-    store.write_checkpoints("orders", {"events": mpos("mysql-bin.000001", 900)}, run_id="r1", epoch=epoch)
-    store.record_incident("orders", "binlog_purged", None, None)
+    epoch = store.leases.acquire("orders", "r1")
+    store.checkpoints.write_many("orders", {"events": mpos("mysql-bin.000001", 900)}, run_id="r1",
+                                 epoch=epoch)
+    store.incidents.record("orders", "binlog_purged", None, None)
     status = pipeline_status(store, "orders", _spec(), (mpos("mysql-bin.000001", 1000), None, None))
     rec = Recorder()
     emit_state("orders", stats=rec, status=status)

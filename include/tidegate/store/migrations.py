@@ -1,5 +1,8 @@
 """Versioned schema of the checkpoint store. Append new migrations; never edit applied ones.
 
+One list for the tables of every role (checkpoints, leases, incidents, runs, snapshots,
+columns): a store is migrated as a whole, and its schema version names all of its tables.
+
 DDL is written once with a few type slots filled per backend, so both backends always have
 the same tables. ``tidegate_schema_version`` records every applied migration.
 """
@@ -74,6 +77,15 @@ MIGRATIONS.append(
             pipeline TEXT NOT NULL, schema_name TEXT NOT NULL, table_name TEXT NOT NULL,
             position TEXT NOT NULL, columns TEXT NOT NULL, seen_at {ts} NOT NULL,
             PRIMARY KEY (pipeline, schema_name, table_name, position))""",
+    ]))
+
+# 5: what each run decided (its bounds, each sink's start, ...), one JSON document per run id,
+# read back by the later steps of the run and by a rerun of it (store.runs.put_record).
+MIGRATIONS.append(
+    (5, "run records: one JSON document per pipeline and run id", [
+        """CREATE TABLE run_records (
+            pipeline TEXT NOT NULL, run_id TEXT NOT NULL, record TEXT NOT NULL,
+            written_at TEXT NOT NULL, PRIMARY KEY (pipeline, run_id))""",
     ]))
 
 LATEST = max(version for version, _, _ in MIGRATIONS)

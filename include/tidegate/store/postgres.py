@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .base import CheckpointStore, StoreError, _Tx
+from .base import CheckpointStore
+from .tx import StoreError, Tx
 
 # Arbitrary, fixed: the advisory lock key all tidegate migrators agree on.
 MIGRATION_LOCK_KEY = 0x7469646567617465  # "tidegate"
@@ -60,7 +61,7 @@ class PostgresStore(CheckpointStore):
         with self._conn, self._conn.cursor() as cur:  # commits on success, rolls back on error
             yield cur
 
-    def _lock_migrations(self, tx: _Tx) -> None:
+    def _lock_migrations(self, tx: Tx) -> None:
         tx.exec("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK_KEY,))
 
     def _for_update(self) -> str:

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .base import CheckpointStore, StoreError
+from .base import CheckpointStore
+from .tx import StoreError
 
 
 class SqliteStore(CheckpointStore):

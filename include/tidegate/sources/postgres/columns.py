@@ -22,7 +22,7 @@ INSERT (or the next UPDATE that proves it). A table the pipeline has never seen 
 first set from an INSERT (or an UPDATE with a whole old row) and no message.
 
 Remembered between runs: each new set is recorded in the checkpoint store with the end of the
-transaction where it was first seen (:meth:`CheckpointStore.record_table_columns`), and a read
+transaction where it was first seen (:meth:`Columns.record`), and a read
 from ``start`` begins with, per table, the last set recorded at or before ``start``. A change
 whose rows come in a later run than the DDL is noticed, and a replay of a range notices the
 same changes at the same rows, with the same ids, as the first read did.
@@ -77,7 +77,7 @@ class StoreMemory:
     def _load(self) -> dict[tuple[str, str], list[tuple[PgPosition, Signature]]]:
         if self._sets is None:
             self._sets = {}
-            for rec in self.store.table_columns(self.pipeline):
+            for rec in self.store.columns.all(self.pipeline):
                 sig = tuple((c["name"], c["type"]) for c in rec.columns)
                 self._sets.setdefault((rec.schema, rec.table), []).append((rec.position, sig))
         return self._sets
@@ -86,7 +86,7 @@ class StoreMemory:
         return self._load().get((schema, table), [])
 
     def record(self, schema: str, table: str, position: PgPosition, sig: Signature) -> None:
-        self.store.record_table_columns(self.pipeline, schema, table, position, as_json(sig))
+        self.store.columns.record(self.pipeline, schema, table, position, as_json(sig))
         self._load().setdefault((schema, table), []).append((position, sig))
 
 
