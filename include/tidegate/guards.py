@@ -82,7 +82,7 @@ def _run_check(check: str, run: RunContext, out: dict[str, Any]) -> Any:
 
 def check_halted(run: RunContext) -> None:
     with run.opened_store() as st:
-        open_incidents = st.incidents(run.pipeline, unresolved_only=True)
+        open_incidents = st.incidents.all(run.pipeline, unresolved_only=True)
     if open_incidents:
         raise ContinuityHalt(open_incidents[0])
 

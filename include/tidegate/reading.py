@@ -224,14 +224,14 @@ def run_items(spec: PipelineSpec, store: CheckpointStore, source: Source, reads:
                 log.info(
                     "pipeline %s: snapshot %s: %d row(s) left to the log (their keys changed after the "
                     "handoff)", spec.pipeline, rec.snapshot_id, keys.dropped)
-            rows = sum(store.chunk_rows(spec.pipeline, rec.snapshot_id).values())
+            rows = sum(store.snapshots.chunk_rows(spec.pipeline, rec.snapshot_id).values())
             yield completed_message(spec, rec, rows)
         else:
             yield from items
 
 
 def snapshot_record(store: CheckpointStore, spec: PipelineSpec, snapshot_id: str) -> Any:
-    rec = store.snapshot(spec.pipeline, snapshot_id)
+    rec = store.snapshots.get(spec.pipeline, snapshot_id)
     if rec is None:
         raise SnapshotError(f"pipeline {spec.pipeline!r}: a checkpoint is in snapshot {snapshot_id}, "
                             f"which the checkpoint store does not know (another store?): rewind the "

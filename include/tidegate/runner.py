@@ -124,7 +124,7 @@ def _incremental_bounds(run: RunContext, source: Source, store: CheckpointStore)
     bounds = capture_bounds(spec, source, store)
     if spec.source.start == "head" and None in bounds.checkpoints.values():
         bounds = place_new_sinks(spec, store, bounds, run_id=holder,
-                                 epoch=store.acquire_lease(spec.pipeline, holder))
+                                 epoch=store.leases.acquire(spec.pipeline, holder))
     # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
     # snapshot has chunks to read whatever the log holds, so the range is never idle.
     bounds = _place_snapshot_sinks(spec, source, store, bounds, holder)
@@ -132,7 +132,7 @@ def _incremental_bounds(run: RunContext, source: Source, store: CheckpointStore)
         return bounds
     if idle_moves(bounds) and not source.has_changes(bounds.lowest(), bounds.upto):
         bounds = skip_idle_range(spec, store, bounds, run_id=holder,
-                                 epoch=store.acquire_lease(spec.pipeline, holder))
+                                 epoch=store.leases.acquire(spec.pipeline, holder))
     return bounds
 
 
@@ -265,7 +265,7 @@ def _incremental(run: RunContext, source: Source, upto: Position,
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
     spec, store, run_id = run.spec, run.store, run.run_id
     sinks = run.parts.sinks(spec, run.plan.sinks)
-    epoch = store.acquire_lease(spec.pipeline, run_id)
+    epoch = store.leases.acquire(spec.pipeline, run_id)
     if run.bounds is None:  # no bounds step: the run places new sinks itself
         _place_sinks(run, source, upto, epoch)
     start, end = data_interval or (None, None)
@@ -320,10 +320,10 @@ def _replay(run: RunContext, source: Source, replay_of: str, reader: Reader) -> 
     if not ranges:
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
     sinks = run.parts.sinks(spec, sorted(ranges))
-    epoch = store.acquire_lease(spec.pipeline, run_id)
+    epoch = store.leases.acquire(spec.pipeline, run_id)
     starts = {sid: a for sid, (a, _) in ranges.items()}
     ends = {sid: b for sid, (_, b) in ranges.items()}
-    journal_id = store.journal_begin(spec.pipeline, run_id, mode="replay")
+    journal_id = store.runs.begin(spec.pipeline, run_id, mode="replay")
     log.info("pipeline %s run %s: replaying run %s to %s", spec.pipeline, run_id, replay_of,
              ", ".join(f"{sid} ({a}, {b}]" for sid, (a, b) in sorted(ranges.items())))
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,

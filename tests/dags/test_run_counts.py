@@ -17,6 +17,8 @@ import sys
 from collections import Counter
 from contextlib import contextmanager
 
+import pytest
+
 from tests.dags.conftest import ROOT, make_context
 from tests.dags.engine_fakes import MYSQL_OLD, MYSQL_UPTO, ScriptedParts, ScriptedSource, wire
 from tests.dags.test_operators import connections, place  # noqa: F401 - connections: a fixture
@@ -54,17 +56,18 @@ class StandInSpark:
 
 
 def load_job():
-    spec = importlib.util.spec_from_file_location("tidegate_deliver_job_counts", ROOT / "spark_jobs" / "deliver.py")
+    spec = importlib.util.spec_from_file_location("tidegate_deliver_job_counts",
+                                                  ROOT / "spark_jobs" / "deliver.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice(dags, pipelines_dir,
-                                                                                connections):
+@pytest.mark.usefixtures("connections")
+def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice(dags, pipelines_dir):
     from tidegate import spec
-    from tidegate.spark import job as spark_job
     from tidegate.plan import RunPlan
+    from tidegate.spark import job as spark_job
 
     place("shop_mysql", {"events": MYSQL_OLD, "bus": MYSQL_OLD, "cache": MYSQL_OLD})
     dag, source, job = dags["cdc_shop_mysql"], ScriptedSource(), load_job()

@@ -12,9 +12,9 @@ import pymysql
 import pytest
 from tidegate import runner
 from tidegate.parts import Parts
+from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
-from tidegate.run import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,8 @@ def test_postgres_head_moved_by_other_tables_is_nothing_to_do(postgres, tmp_path
         assert store.checkpoints.get(spec.pipeline, "a").position == quiet.upto
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {mine} VALUES (1)")
-        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds.nothing_to_do()
+        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve),
+                                                    store=store)).bounds.nothing_to_do()
     finally:
         with admin.cursor() as c:
             c.execute("SELECT pg_drop_replication_slot(%s)", (f"b_{tag}",))
@@ -76,7 +77,8 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
             for d in (f"bm_{tag}", f"bo_{tag}"):
                 c.execute(f"CREATE DATABASE {d}")
                 c.execute(f"CREATE TABLE {d}.t (id INT PRIMARY KEY)")
-        assert runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds.nothing_to_do()
+        assert runner.prepare_bounds(RunContext(spec, parts=Parts(resolve),
+                                                store=store)).bounds.nothing_to_do()
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bo_{tag}.t VALUES (1), (2)")
             # Statement-logged DML of a database the pipeline does not capture is not its concern.
@@ -88,7 +90,8 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
         assert store.checkpoints.get(spec.pipeline, "a").position.pos == quiet.upto.pos
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bm_{tag}.t VALUES (1)")
-        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds.nothing_to_do()
+        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve),
+                                                    store=store)).bounds.nothing_to_do()
     finally:
         with admin.cursor() as c:
             c.execute(f"DROP DATABASE IF EXISTS bm_{tag}")

@@ -12,11 +12,11 @@ import pytest
 import redis
 from tidegate import runner
 from tidegate.parts import Parts
+from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, redis_ids
-from tidegate.run import RunContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -43,7 +43,8 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
         with admin.cursor() as c:
             c.execute(f"CREATE DATABASE {db}")
             c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
-        runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store)).bounds  # place at head
+        runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
+                                         store=store))  # place at head
         with admin.cursor() as c:
             for i in range(1, 6):
                 c.execute(f"INSERT INTO {db}.t VALUES ({i})")
@@ -59,7 +60,8 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
 
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {db}.t VALUES (6)")
-        report = runner.run_pipeline(RunContext(spec, run_id="r2", parts=Parts(conns.__getitem__), store=store))
+        report = runner.run_pipeline(RunContext(spec, run_id="r2", parts=Parts(conns.__getitem__),
+                                                store=store))
         sinks = {s["id"]: s for s in report["sinks"]}
         assert (sinks["events"]["events"], sinks["cache"]["events"]) == (1, 6)
         ckpt = store.checkpoints.current(pipeline)

@@ -13,9 +13,9 @@ from tidegate import guards
 from tidegate.errors import SourceSettingError
 from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
+from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
-from tidegate.run import RunContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -68,9 +68,10 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     resolve = {"src": mysql.cdc}.__getitem__
     source = Parts(resolve).source(spec)
     checkpoint = source.head()
-    epoch = store.acquire_lease(spec.pipeline, "r0")
-    store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r0", epoch=epoch)
-    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(resolve), store=store))["status"] == "ok"
+    epoch = store.leases.acquire(spec.pipeline, "r0")
+    store.checkpoints.write_many(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r0", epoch=epoch)
+    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(resolve),
+                                             store=store))["status"] == "ok"
 
     insert(admin, db, [1, 2])
     with admin.cursor() as c:
@@ -91,14 +92,18 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     assert again.value.incident.id == inc.id
 
     with pytest.raises(Exception, match="needs a reason"):
-        guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store), resolution="accept_gap", reason=" ", who="op")
-    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store), resolution="accept_gap", reason="rows re-loaded by hand", who="alice")
+        guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store),
+                                            resolution="accept_gap", reason=" ", who="op")
+    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store),
+                                               resolution="accept_gap", reason="rows re-loaded by hand",
+                                               who="alice")
     assert [(d["id"], d["resolution"], d["reason"], d["resolved_by"]) for d in done] == [
         (inc.id, "accept_gap", "rows re-loaded by hand", "alice")]
     guards.check_halted(RunContext(spec, store=store))  # no longer halted
-    assert {sid: r.position for sid, r in store.checkpoints(spec.pipeline).items()} == {
+    assert {sid: r.position for sid, r in store.checkpoints.current(spec.pipeline).items()} == {
         "a": inc.to_position, "b": inc.to_position}
-    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(resolve), store=store))["status"] == "ok"
+    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(resolve),
+                                             store=store))["status"] == "ok"
     source.close()
 
 
@@ -111,13 +116,15 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     spec, store, admin, db = setup
     primary = {"src": mysql.cdc, "r": redis_service.cdc}.__getitem__
     replica = {"src": mysql_replica.cdc, "r": redis_service.cdc}.__getitem__
-    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary), store=store))["status"] == "recorded"
+    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary),
+                                            store=store))["status"] == "recorded"
     insert(admin, db, [1, 2])
     src = Parts(primary).source(spec)
     checkpoint = src.head()
-    epoch = store.acquire_lease(spec.pipeline, "r1")
-    store.write_checkpoints(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r1", epoch=epoch)
-    assert guards.guard_failover(RunContext(spec, run_id="r1", parts=Parts(primary), store=store))["status"] == "ok"
+    epoch = store.leases.acquire(spec.pipeline, "r1")
+    store.checkpoints.write_many(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r1", epoch=epoch)
+    assert guards.guard_failover(RunContext(spec, run_id="r1", parts=Parts(primary),
+                                            store=store))["status"] == "ok"
     insert(admin, db, [3, 4, 5])  # after the checkpoint: must arrive, once, after the failover
     target = src.head().gtid_set
     src.close()
@@ -141,7 +148,8 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     assert {sid: (js.start, js.end) for sid, js in entry.sinks.items()} == {
         "a": (checkpoint, moved), "b": (checkpoint, moved)}
     guards.check_halted(RunContext(spec, store=store))
-    assert guards.guard_failover(RunContext(spec, run_id="r3", parts=Parts(replica), store=store))["status"] == "ok"
+    assert guards.guard_failover(RunContext(spec, run_id="r3", parts=Parts(replica),
+                                            store=store))["status"] == "ok"
     new.close()
 
 
@@ -151,7 +159,8 @@ def test_preflight_refuses_mariadb_without_gtid_strict_mode(setup, mysql):
     setting is turned off on the shared server for the one check and restored at once."""
     spec, store, admin, _ = setup
     resolve = {"src": mysql.cdc}.__getitem__
-    passed = guards.preflight(RunContext(spec, parts=Parts(resolve), store=store))  # strict mode is on: no error
+    passed = guards.preflight(RunContext(spec, parts=Parts(resolve),
+                                         store=store))  # strict mode is on: no error
     assert not any("gtid_strict_mode" in w for w in passed)
     with admin.cursor() as c:
         c.execute("SELECT @@GLOBAL.gtid_strict_mode")

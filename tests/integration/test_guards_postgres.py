@@ -13,11 +13,11 @@ import pytest
 from tidegate import guards
 from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
+from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.conftest import SERVICES
-from tidegate.run import RunContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -61,14 +61,16 @@ def ids(source, start, upto):
 def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres):
     spec, store, admin, table = setup
     resolve = {"src": postgres.cdc}.__getitem__
-    assert guards.guard_retention(RunContext(spec, run_id="r0", parts=Parts(resolve), store=store))["status"] == "created"
+    assert guards.guard_retention(RunContext(spec, run_id="r0", parts=Parts(resolve),
+                                             store=store))["status"] == "created"
     source = Parts(resolve).source(spec)
     insert(admin, table, [1, 2])
     checkpoint = source.head()
     assert ids(source, None, checkpoint) == [1, 2]
-    epoch = store.acquire_lease(spec.pipeline, "r1")
-    store.write_checkpoints(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
-    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(resolve), store=store))["status"] == "ok"
+    epoch = store.leases.acquire(spec.pipeline, "r1")
+    store.checkpoints.write_many(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
+    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(resolve),
+                                             store=store))["status"] == "ok"
 
     with admin.cursor() as c:
         c.execute("SELECT pg_drop_replication_slot(%s)", (table,))
@@ -81,12 +83,15 @@ def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres)
     with pytest.raises(guards.ContinuityHalt):
         guards.check_halted(RunContext(spec, store=store))
 
-    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store), resolution="accept_gap", reason="row 3 re-sent by the app", who="bob")
+    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store),
+                                               resolution="accept_gap", reason="row 3 re-sent by the app",
+                                               who="bob")
     assert [(d["kind"], d["resolution"], d["reason"]) for d in done] == [
         ("slot_dropped", "accept_gap", "row 3 re-sent by the app")]
     guards.check_halted(RunContext(spec, store=store))
-    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(resolve), store=store))["status"] == "ok"
-    moved = store.get_checkpoint(spec.pipeline, "a").position
+    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(resolve),
+                                             store=store))["status"] == "ok"
+    moved = store.checkpoints.get(spec.pipeline, "a").position
     assert moved >= inc.to_position  # past the missing range, at the new slot's start
     insert(admin, table, [4])
     assert ids(source, moved, source.head()) == [4]  # the recreated slot serves what follows
@@ -98,13 +103,15 @@ def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standb
     primary = {"src": postgres.cdc}.__getitem__
     standby = {"src": postgres_standby.cdc}.__getitem__
     guards.guard_retention(RunContext(spec, run_id="r0", parts=Parts(primary), store=store))
-    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary), store=store))["status"] == "recorded"
+    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary),
+                                            store=store))["status"] == "recorded"
     source = Parts(primary).source(spec)
     checkpoint = source.head()
     source.close()
-    epoch = store.acquire_lease(spec.pipeline, "r1")
-    store.write_checkpoints(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
-    assert guards.guard_failover(RunContext(spec, run_id="r1", parts=Parts(primary), store=store))["status"] == "ok"
+    epoch = store.leases.acquire(spec.pipeline, "r1")
+    store.checkpoints.write_many(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
+    assert guards.guard_failover(RunContext(spec, run_id="r1", parts=Parts(primary),
+                                            store=store))["status"] == "ok"
 
     conn = psycopg2.connect(postgres_standby.admin_dsn)
     conn.autocommit = True

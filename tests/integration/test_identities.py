@@ -23,12 +23,12 @@ import pytest
 from test_sink_support import make_batches, pipeline_spec, unique
 from tidegate import runner
 from tidegate.parts import Parts
+from tidegate.run import RunContext
 from tidegate.sinks import make_sink
 from tidegate.spec import KafkaSinkSpec, RedisSinkSpec, load_spec
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, nats_ids, redis_ids
-from tidegate.run import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -67,11 +67,13 @@ def test_two_pipelines_of_one_table_into_one_nats_stream_keep_every_message(mysq
             c.execute(f"CREATE DATABASE {db}")
             c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(8))")
             for spec in specs:
-                runner.prepare_bounds(RunContext(spec, parts=Parts(conns), store=store)).bounds  # both placed at one head
+                runner.prepare_bounds(RunContext(spec, parts=Parts(conns),
+                                                 store=store))  # both placed at one head
             for i in range(1, 6):
                 c.execute(f"INSERT INTO {db}.t VALUES ({i}, 'x')")
             c.execute(f"UPDATE {db}.t SET v = 'y' WHERE id = 2")
-        reports = [runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns), store=store)) for spec in specs]
+        reports = [runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns),
+                                                  store=store)) for spec in specs]
         assert [r["sinks"][0]["duplicates"] for r in reports] == [0, 0]
         ids = [i for i in nats_ids(nats_service.cdc, stream) if "|__control|" not in i]
         per_pipeline = collections.Counter(i.split("|")[1] for i in ids)

@@ -22,12 +22,12 @@ import redis
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tidegate import runner
 from tidegate.parts import Parts
+from tidegate.run import RunContext
 from tidegate.sinks.kafka import murmur2_partition
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import nats_messages
-from tidegate.run import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -134,10 +134,11 @@ def test_mariadb_primary_key_update_is_a_delete_and_a_create_on_every_sink(
         with admin.cursor() as c:
             c.execute(f"CREATE DATABASE {db}")
             c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(10))")
-            runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store)).bounds
+            runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
             for w in WRITES:
                 c.execute(w.format(t=f"{db}.t"))
-        report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
+                                                store=store))
         assert report["sub_batches"] == len(WRITES)  # max_events 1: the delete and create stay together
         check_sinks(pipeline, "t", kafka_bootstrap, nats_service.cdc, redis_service.cdc, FINAL)
     finally:
@@ -162,10 +163,11 @@ def test_postgres_primary_key_update_is_a_delete_and_a_create_on_every_sink(
             c.execute(f"CREATE TABLE public.{pipeline} (id INT PRIMARY KEY, v VARCHAR(10))")
             c.execute(f"GRANT SELECT ON public.{pipeline} TO {postgres.cdc.login}")
             c.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (pipeline,))
-            runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store)).bounds
+            runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
             for w in WRITES:
                 c.execute(w.format(t=f"public.{pipeline}"))
-        report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
+                                                store=store))
         assert report["sub_batches"] == len(WRITES)
         check_sinks(pipeline, pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, FINAL)
     finally:

@@ -20,12 +20,12 @@ import pytest
 from tidegate import cli, runner
 from tidegate.catalog import find
 from tidegate.parts import Parts
+from tidegate.plan import RunPlan
 from tidegate.positions import Lsn
+from tidegate.run import RunContext
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, redis_events
-from tidegate.run import RunContext
-from tidegate.plan import RunPlan
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +148,8 @@ def test_without_a_replay_window_a_replay_is_refused_up_front(pipeline, capsys, 
     assert "source.replay_retention" in err and str(folder / f"{name}.yaml") in err, err
     # A backfill asks at its bounds step, before Spark: the same refusal.
     with pytest.raises(runner.LogNotHeldError, match="source.replay_retention"):
-        runner.prepare_bounds(RunContext(find(name), RunPlan(mode="replay", replay_of="r1")), missing_ok=True).bounds
+        runner.prepare_bounds(RunContext(find(name), RunPlan(mode="replay", replay_of="r1")),
+                              missing_ok=True)
     # So does a rewind past the slot, before any version is written.
     with open_store() as store:
         history = store.checkpoints.history(name, "cache")

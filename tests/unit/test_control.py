@@ -14,9 +14,9 @@ from tidegate.coordinator import Coordinator, read_ahead
 from tidegate.errors import ContinuityHalt
 from tidegate.events import ControlMessage, PositionMark
 from tidegate.plan import RunPlan
+from tidegate.run import RunContext
 from tidegate.spec import BatchSpec, load_spec
 from tidegate.store import open_store
-from tidegate.run import RunContext
 
 
 @pytest.fixture()
@@ -158,8 +158,10 @@ def test_halt_delivers_the_rows_before_then_waits_for_resolve_continue(gated, st
     with pytest.raises(ContinuityHalt):
         guards.check_halted(RunContext(spec, store=store))
     with pytest.raises(Exception, match="resolve=continue"):
-        guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="accept_gap", reason="x", who="op")
-    guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="continue", reason="consumers updated", who="op")
+        guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store),
+                                            resolution="accept_gap", reason="x", who="op")
+    guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="continue",
+                                        reason="consumers updated", who="op")
     runner.run_pipeline(RunContext(spec, RunPlan(), run_id="r2", parts=parts, store=store))
     assert sink.delivered[3] == ddl(3).idempotency_key and len(sink.delivered) == 6
     assert store.checkpoints.get("p", "a").position == pos(5)

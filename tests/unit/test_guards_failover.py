@@ -11,9 +11,9 @@ from tidegate import guards
 from tidegate.checkpoints import SinkCheckpoint
 from tidegate.errors import CannotTranslateError, SourceError
 from tidegate.positions import BinlogPosition, GtidSet, Lsn, PgPosition
+from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
-from tidegate.run import RunContext
 
 OLD, NEW = {"kind": "mysql", "server_id": 1}, {"kind": "mysql", "server_id": 2}
 
@@ -106,7 +106,8 @@ def test_failover_that_cannot_be_translated_halts_with_the_range(setup, case):
         source = NewServer(refuse=SourceError("the server has not executed 0-1-12"))
     before = {sid: r.version for sid, r in store.checkpoints.current("p").items()}
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(source, [FakeSink("a"), FakeSink("b")]), store=store))
+        guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(source, [FakeSink("a"),
+                                         FakeSink("b")]), store=store))
     inc = halt.value.incident
     assert (inc.kind, inc.resolved) == ("failover", False)
     assert inc.from_position == old_pos(10) and inc.to_position == source.head()
@@ -124,8 +125,9 @@ def test_required_sink_that_cannot_be_read_fails_the_guard_without_moving_anythi
             raise ConnectionError("redis is down")
 
     with pytest.raises(ConnectionError):
-        guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(NewServer(), [FakeSink("a"), Down("b")]), store=store))
-    assert all(r.kind == "write" for r in store.checkpoints("p").values())
+        guards.guard_failover(RunContext(spec, run_id="r1", parts=FakeParts(NewServer(), [FakeSink("a"),
+                                         Down("b")]), store=store))
+    assert all(r.kind == "write" for r in store.checkpoints.current("p").values())
 
 
 def test_postgres_cluster_change_halts_and_says_what_changed(tmp_path):

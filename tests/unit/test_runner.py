@@ -88,10 +88,11 @@ def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [2, 1]
     runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
-    versions = {s: store.get_checkpoint("p", s).version for s in ("a", "b")}
+    versions = {s: store.checkpoints.get("p", s).version for s in ("a", "b")}
     before = list(sinks["a"].delivered)
 
-    runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]), run_id="manual-1", parts=parts, store=store))
+    runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]),
+                                   run_id="manual-1", parts=parts, store=store))
     replayed = sinks["a"].delivered[len(before):]
     assert replayed == before[:6]  # exactly r1's range (tx 1..3), nothing of r2
     assert len(sinks["b"].delivered) == len(before)  # not chosen
@@ -112,7 +113,8 @@ def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
 
 def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
     spec, source, sinks, store, parts = env
-    report = runner.run_pipeline(RunContext(spec, RunPlan(mode="dry_run"), run_id="d1", parts=parts, store=store))
+    report = runner.run_pipeline(RunContext(spec, RunPlan(mode="dry_run"), run_id="d1", parts=parts,
+                                            store=store))
     assert (report["events"], report["sub_batches"]) == (6, 2)
     assert sinks["a"].delivered == [] and store.checkpoints.current("p") == {}
 
@@ -120,7 +122,8 @@ def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
 def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
     spec, source, sinks, store, parts = env
     with pytest.raises(runner.RunError, match="no journal entry for run 'nope'"):
-        runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x", parts=parts, store=store))
+        runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x",
+                                       parts=parts, store=store))
     with pytest.raises(runner.RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
         runner.chosen_sinks(spec, ["zzz"])
 
@@ -155,9 +158,10 @@ def test_replay_bounds_name_the_replayed_range_and_move_nothing(env):
     spec, source, sinks, store, parts = env
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [2]
-    lease = store.lease("p")
-    history = {s: len(store.checkpoint_history("p", s)) for s in ("a", "b")}
-    bounds = runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]), parts=parts, store=store)).bounds
+    lease = store.leases.get("p")
+    history = {s: len(store.checkpoints.history("p", s)) for s in ("a", "b")}
+    bounds = runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]),
+                                              parts=parts, store=store)).bounds
     assert (bounds.replay_of, bounds.ranges) == ("r1", {"a": (None, pos(3))})
     assert not bounds.nothing_to_do(["a"])
     assert runner.Bounds.from_json(bounds.to_json()) == bounds
@@ -172,17 +176,21 @@ def test_replaying_a_run_that_delivered_nothing(env):
     a run the journal does not know is an error, raised at bounds."""
     spec, source, sinks, store, parts = env
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
-    bounds = runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"), parts=parts, store=store), missing_ok=True).bounds
+    bounds = runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"),
+                                              parts=parts, store=store), missing_ok=True).bounds
     assert bounds.nothing_to_do() and bounds.ranges == {}
     assert bounds.to_json()["nothing_to_do"] is True
     with pytest.raises(runner.RunError, match="no journal entry for run 'scheduled__idle'"):
-        runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"), parts=parts, store=store)).bounds
+        runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"),
+                                         parts=parts, store=store))
 
 
 def test_replay_target(env):
     spec, source, sinks, store, parts = env
     assert runner.replay_target(RunContext(spec, RunPlan(), run_id="r1", store=store)) is None
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
-    assert runner.replay_target(RunContext(spec, RunPlan(), run_id="r1", store=store)) == "r1"  # a cleared run replays
-    assert runner.replay_target(RunContext(spec, RunPlan(mode="replay", replay_of="r0"), run_id="x", store=store)) == "r0"
+    assert runner.replay_target(RunContext(spec, RunPlan(), run_id="r1",
+                                           store=store)) == "r1"  # a cleared run replays
+    assert runner.replay_target(RunContext(spec, RunPlan(mode="replay", replay_of="r0"), run_id="x",
+                                           store=store)) == "r0"
     assert runner.replay_target(RunContext(spec, RunPlan(mode="dry_run"), run_id="r1", store=store)) is None

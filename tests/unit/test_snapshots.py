@@ -9,7 +9,6 @@ import json
 import pytest
 from _tidegate_fakes import QuietSource, pos, stream, wire_fakes
 from tidegate import guards, runner, snapshots
-from tidegate.shipped import item_to_row, row_to_item
 from tidegate.errors import CommitPolicyError, SnapshotError
 from tidegate.events import ChangeEvent, ControlMessage, PositionMark, snapshot_mark
 from tidegate.plan import RunParamsError, RunPlan
@@ -21,11 +20,12 @@ from tidegate.positions import (
     log_position,
     position_from_json,
 )
+from tidegate.run import RunContext
+from tidegate.shipped import item_to_row, row_to_item
 from tidegate.sources.base import SnapshotTable
 from tidegate.spec import load_spec_text
 from tidegate.store import open_store
 from tidegate.store.records import SnapshotRecord
-from tidegate.run import RunContext
 
 # --------------------------------------------------------------------------- positions
 
@@ -168,7 +168,7 @@ def envelopes(sink):
 def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     spec, source, sinks, store, parts = env
     bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
-    [rec] = store.snapshots("p")
+    [rec] = store.snapshots.all("p")
     start = SnapshotPosition(rec.snapshot_id, 0, pos(2))
     assert bounds.checkpoints == {"a": start, "b": start} and not bounds.nothing_to_do()
     assert len(rec.chunks) == 3 + 2  # orders: 7 rows by 3 (the last chunk open-ended); lines: 4 by 3
@@ -187,9 +187,9 @@ def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     assert got[-1]["tables"] == ["shop.orders", "shop.lines"] and got[-1]["rows"] == 11
     assert got[0]["tables"] == ["shop.orders", "shop.lines"] and got[0]["chunks"] == 5
     # the log from the handoff was not in this run (upto = the handoff); the next run has it
-    assert store.get_checkpoint("p", "a").position == pos(2)
-    assert store.snapshot("p", rec.snapshot_id).status == "completed"
-    assert store.snapshot("p", rec.snapshot_id).rows == 11
+    assert store.checkpoints.get("p", "a").position == pos(2)
+    assert store.snapshots.get("p", rec.snapshot_id).status == "completed"
+    assert store.snapshots.get("p", rec.snapshot_id).rows == 11
     runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert [m["op"] for m in envelopes(sinks["a"])[13:]] == ["c"]
     assert envelopes(sinks["b"]) == envelopes(sinks["a"])
@@ -201,8 +201,8 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
     sinks["a"].fail_from_call = 3  # the 3rd sub-batch fails: chunks 1-2 are in
     with pytest.raises(CommitPolicyError):
         runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
-    [rec] = store.snapshots("p")
-    at = store.get_checkpoint("p", "a").position
+    [rec] = store.snapshots.all("p")
+    at = store.checkpoints.get("p", "a").position
     assert at == SnapshotPosition(rec.snapshot_id, 2, pos(2))
     delivered = list(sinks["a"].delivered)
     sinks["a"].fail_from_call = None
@@ -219,7 +219,7 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
 
 def test_an_empty_chunk_moves_the_checkpoint(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+    runner.prepare_bounds(RunContext(spec, parts=parts, store=store))
     source.tables["shop.orders"] = {k: v for k, v in source.tables["shop.orders"].items() if k[0] > 3}
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     rows = [m for m in envelopes(sinks["a"]) if m.get("op") == "r"]
@@ -232,7 +232,7 @@ def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
     sinks["a"].fail_from_call = 2
     with pytest.raises(CommitPolicyError):
         runner.run_pipeline(RunContext(spec, only_a, run_id="r1", parts=parts, store=store))
-    [rec] = store.snapshots("p")
+    [rec] = store.snapshots.all("p")
     # b has no checkpoint yet: it joins the snapshot a is in, from chunk 0
     bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.checkpoints["b"] == SnapshotPosition(rec.snapshot_id, 0, pos(2))
@@ -261,7 +261,7 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
     assert moved.kind == "resnapshot" and "consumer rebuilt" in moved.reason
     # a retried guard task of the same run plans nothing new
     guards.run_guards(RunContext(spec, plan, run_id="r3", parts=parts, store=store), checks=("halted",))
-    assert len(store.snapshots("p")) == 2
+    assert len(store.snapshots.all("p")) == 2
     before = len(sinks["a"].delivered)
     runner.run_pipeline(RunContext(spec, run_id="r4", parts=parts, store=store))
     new = envelopes(sinks["a"])[-(len(sinks["a"].delivered) - before):]
@@ -273,26 +273,31 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
 def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
     spec, source, sinks, store, parts = env
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
-    inc = store.record_incident("p", "binlog_purged", pos(2), pos(9), detail="purged")
+    inc = store.incidents.record("p", "binlog_purged", pos(2), pos(9), detail="purged")
     with pytest.raises(SnapshotError) as e:
-        guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="resnapshot", reason="r", who="ops", tables=["shop.orders"])
-    assert "silent gap" in str(e.value) and not store.incident(inc.id).resolved
+        guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store),
+                                            resolution="resnapshot", reason="r", who="ops",
+                                            tables=["shop.orders"])
+    assert "silent gap" in str(e.value) and not store.incidents.get(inc.id).resolved
     source.sizes += [1, 1]
-    done = guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="resnapshot", reason="binlog purged by hand", who="ops")
+    done = guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store),
+                                               resolution="resnapshot", reason="binlog purged by hand",
+                                               who="ops")
     assert done[0]["resolution"] == "resnapshot" and done[0]["reason"] == "binlog purged by hand"
     rec = store.snapshots.all("p")[-1]
     assert rec.handoff == pos(4)  # restart_stream(): the head
     runner.run_pipeline(RunContext(spec, run_id="r3", parts=parts, store=store))
-    assert store.get_checkpoint("p", "a").position == pos(4)
-    store.record_incident("p", "schema_change", pos(4), pos(4))
+    assert store.checkpoints.get("p", "a").position == pos(4)
+    store.incidents.record("p", "schema_change", pos(4), pos(4))
     with pytest.raises(Exception) as e:
-        guards.resolve_incidents(RunContext(spec, run_id="r4", parts=parts, store=store), resolution="resnapshot", reason="r", who="ops")
+        guards.resolve_incidents(RunContext(spec, run_id="r4", parts=parts, store=store),
+                                            resolution="resnapshot", reason="r", who="ops")
     assert "resolve=continue" in str(e.value)
 
 
 def test_release_during_a_snapshot_keeps_the_log_from_the_handoff(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+    runner.prepare_bounds(RunContext(spec, parts=parts, store=store))
     runner.release(RunContext(spec, parts=parts, store=store))
     assert source.released == [pos(2)]
 
@@ -321,8 +326,8 @@ def test_the_store_keeps_snapshots_supersedes_and_completes(tmp_path):
 
 def test_messages_are_identical_on_every_read(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
-    [rec] = store.snapshots("p")
+    runner.prepare_bounds(RunContext(spec, parts=parts, store=store))
+    [rec] = store.snapshots.all("p")
     a = list(snapshots.read_chunk(spec, source, rec, 1).events)
     b = list(snapshots.read_chunk(spec, source, rec, 1).events)
     assert [e.value for e in a] == [e.value for e in b] and len(a) == 3
@@ -404,7 +409,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
     spec, sinks, store, parts = wire_fakes(tmp_path, head, source)
     try:
         runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
-        [first] = store.snapshots("p")
+        [first] = store.snapshots.all("p")
         assert snapshots.table_names(first) == ["shop.orders"]
         # nothing added: streams on
         assert runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
@@ -414,7 +419,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
         source.captured = ["shop.orders", "shop.lines"]
         again.close()
         bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
-        added = store.snapshots("p")[-1]
+        added = store.snapshots.all("p")[-1]
         assert added.kind == "added" and snapshots.table_names(added) == ["shop.lines"]
         assert added.handoff == pos(2)  # the checkpoint: the other tables lose nothing
         assert bounds.checkpoints == {s: SnapshotPosition(added.snapshot_id, 0, pos(2)) for s in ("a", "b")}
@@ -423,7 +428,8 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
         assert [m.get("type") or m["op"] for m in got] == (["snapshot_started"] + ["r"] * 4 +
                                                           ["snapshot_completed", "c"])
         assert got[0]["tables"] == ["shop.lines"] and got[-2]["rows"] == 4
-        assert store.get_checkpoint("p", "a").position == pos(3)
-        assert runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.checkpoints == {"a": pos(3), "b": pos(3)}
+        assert store.checkpoints.get("p", "a").position == pos(3)
+        assert runner.prepare_bounds(RunContext(spec, parts=parts,
+                                                store=store)).bounds.checkpoints == {"a": pos(3), "b": pos(3)}
     finally:
         store.close()

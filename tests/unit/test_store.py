@@ -176,7 +176,7 @@ def test_run_records(store, url):
                                        ("r2", {"mode": "replay"})]
     assert store.runs.records("p", limit=1) == [("r1", {"mode": "incremental", "attempt": 2})]
     raw = sqlite3.connect(url[len("sqlite:///"):]).execute(
-        "SELECT record FROM run_records WHERE pipeline = 'p' AND run_id = 'r1'").fetchone()[0]
+        "SELECT record FROM tidegate_run_records WHERE pipeline = 'p' AND run_id = 'r1'").fetchone()[0]
     assert raw == '{"attempt": 2, "mode": "incremental"}'  # keys sorted: the same record, the same text
     with pytest.raises(TypeError):
         store.runs.put_record("p", "r3", {"at": object()})

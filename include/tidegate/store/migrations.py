@@ -83,9 +83,9 @@ MIGRATIONS.append(
 # read back by the later steps of the run and by a rerun of it (store.runs.put_record).
 MIGRATIONS.append(
     (5, "run records: one JSON document per pipeline and run id", [
-        """CREATE TABLE run_records (
+        """CREATE TABLE tidegate_run_records (
             pipeline TEXT NOT NULL, run_id TEXT NOT NULL, record TEXT NOT NULL,
-            written_at TEXT NOT NULL, PRIMARY KEY (pipeline, run_id))""",
+            written_at {ts} NOT NULL, PRIMARY KEY (pipeline, run_id))""",
     ]))
 
 LATEST = max(version for version, _, _ in MIGRATIONS)

@@ -60,7 +60,7 @@ class Runs(Role):
         """Keep ``record`` (JSON-serializable) as the record of a run, replacing the one the
         run id had: a retried or rerun run id writes what it decided this time."""
         with self._tx(write=True) as tx:
-            tx.exec("INSERT INTO run_records (pipeline, run_id, record, written_at) VALUES (?, ?, ?, ?) "
+            tx.exec("INSERT INTO tidegate_run_records (pipeline, run_id, record, written_at) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (pipeline, run_id) DO UPDATE SET record = excluded.record, "
                     "written_at = excluded.written_at",
                     (pipeline, run_id, json.dumps(dict(record), sort_keys=True), now_iso()))
@@ -68,14 +68,14 @@ class Runs(Role):
     def record(self, pipeline: str, run_id: str) -> dict[str, Any] | None:
         """The record of a run; None when the run id wrote none."""
         with self._tx() as tx:
-            row = tx.one("SELECT record FROM run_records WHERE pipeline = ? AND run_id = ?",
+            row = tx.one("SELECT record FROM tidegate_run_records WHERE pipeline = ? AND run_id = ?",
                          (pipeline, run_id))
         return None if row is None else json.loads(row[0])
 
     def records(self, pipeline: str, limit: int = 50) -> list[tuple[str, dict[str, Any]]]:
         """``(run_id, record)`` of a pipeline's last ``limit`` records, newest first."""
         with self._tx() as tx:
-            rows = tx.all("SELECT run_id, record FROM run_records WHERE pipeline = ? "
+            rows = tx.all("SELECT run_id, record FROM tidegate_run_records WHERE pipeline = ? "
                           "ORDER BY written_at DESC, run_id DESC LIMIT ?", (pipeline, int(limit)))
         return [(r[0], json.loads(r[1])) for r in rows]
 
