@@ -60,9 +60,9 @@ class Runs(Role):
         """Keep ``record`` (JSON-serializable) as the record of a run, replacing the one the
         run id had: a retried or rerun run id writes what it decided this time."""
         with self._tx(write=True) as tx:
-            tx.exec("INSERT INTO tidegate_run_records (pipeline, run_id, record, written_at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (pipeline, run_id) DO UPDATE SET record = excluded.record, "
-                    "written_at = excluded.written_at",
+            tx.exec("INSERT INTO tidegate_run_records (pipeline, run_id, record, written_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (pipeline, run_id) DO UPDATE SET "
+                    "record = excluded.record, written_at = excluded.written_at",
                     (pipeline, run_id, json.dumps(dict(record), sort_keys=True), now_iso()))
 
     def record(self, pipeline: str, run_id: str) -> dict[str, Any] | None:
