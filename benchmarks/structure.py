@@ -15,6 +15,10 @@ Reads the source with ``ast`` (nothing is imported) and prints:
 * writes through ``__dict__`` and ``object.__setattr__`` (frozen dataclasses changed anyway);
 * tests that patch an engine function (``monkeypatch.setattr`` on a ``tidegate`` module or on a
   name imported from one).
+
+:func:`path_moves` measures a traced path through the modules (tests/dags/test_run_counts.py
+traces the deliver step): how many moves from one module to another it makes, and how many of
+them go back up the import order (into a module that imports the one it leaves).
 """
 
 from __future__ import annotations
@@ -198,6 +202,58 @@ def patches_of_engine(tests: Path) -> list[str]:
                 if target.split(".")[0] in engine_names or is_engine(target):
                     found.append(f"{p.relative_to(tests.parent)}:{node.lineno} {ast.unparse(node)[:90]}")
     return found
+
+
+def reaches(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Every module each module imports, directly or through others."""
+    out: dict[str, set[str]] = {}
+
+    def visit(m: str) -> set[str]:
+        if m not in out:
+            out[m] = set()
+            for n in graph.get(m, ()):
+                out[m] |= {n} | visit(n)
+        return out[m]
+
+    for m in graph:
+        visit(m)
+    return out
+
+
+def unit_of(module: str) -> str:
+    """What a path counts as one place: a module of the top package, or a whole subpackage
+    (``tidegate.store``, ``tidegate.sinks.kafka``, ``tidegate.spark``: its inner calls are its own)."""
+    parts = module.split(".")
+    kind_package = parts[1:2] in (["sources"], ["sinks"])
+    if len(parts) > 2 and kind_package and parts[2] not in ("base", "preflight", "_common"):
+        return ".".join(parts[:3])
+    if len(parts) > 2:
+        return ".".join(parts[:2])
+    return module
+
+
+def path_moves(path: list[str], graph: dict[str, set[str]]) -> dict[str, object]:
+    """Moves between places (:func:`unit_of`) along ``path`` (consecutive repeats collapsed),
+    those into a place that imports the one left (back up the import order; places of one
+    cycle are level), and how often each place is entered."""
+    units: dict[str, set[str]] = defaultdict(set)
+    for m, deps in graph.items():
+        units[unit_of(m)] |= {unit_of(d) for d in deps} - {unit_of(m)}
+    graph = units
+    path = [unit_of(m) for m in path]
+    seq = [m for i, m in enumerate(path) if i == 0 or path[i - 1] != m]
+    below = reaches(graph)
+    up = sum(1 for a, b in zip(seq, seq[1:], strict=False)
+             if a in below.get(b, ()) and b not in below.get(a, ()))
+    visits: dict[str, int] = defaultdict(int)
+    for m in seq:
+        visits[m] += 1
+    return {"moves": len(seq) - 1, "up": up,
+            "visits": dict(sorted(visits.items(), key=lambda kv: -kv[1]))}
+
+
+def engine_graph(root: Path = ROOT / "include" / "tidegate") -> dict[str, set[str]]:
+    return {m: f.imports for m, (f, _) in scan(root).items()}
 
 
 def main() -> None:

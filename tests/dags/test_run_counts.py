@@ -25,14 +25,20 @@ from tests.dags.test_operators import connections, place  # noqa: F401 - connect
 
 
 @contextmanager
-def counting(**functions):
-    """Count calls of the given functions (by code object) while the block runs."""
+def counting(path: list[str], **functions):
+    """Count calls of the given functions (by code object) while the block runs, and append the
+    engine module of every call to ``path``."""
     codes = {f.__code__: name for name, f in functions.items()}
     seen: Counter[str] = Counter()
 
     def profile(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
+        if event != "call":
+            return
+        if frame.f_code in codes:
             seen[codes[frame.f_code]] += 1
+        module = frame.f_globals.get("__name__") or ""
+        if module == "tidegate" or module.startswith("tidegate."):
+            path.append(module)
 
     sys.setprofile(profile)
     try:
@@ -55,9 +61,8 @@ class StandInSpark:
         pass
 
 
-def load_job():
-    spec = importlib.util.spec_from_file_location("tidegate_deliver_job_counts",
-                                                  ROOT / "spark_jobs" / "deliver.py")
+def load_module(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -70,7 +75,8 @@ def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice
     from tidegate.spark import job as spark_job
 
     place("shop_mysql", {"events": MYSQL_OLD, "bus": MYSQL_OLD, "cache": MYSQL_OLD})
-    dag, source, job = dags["cdc_shop_mysql"], ScriptedSource(), load_job()
+    dag, source = dags["cdc_shop_mysql"], ScriptedSource()
+    job = load_module("tidegate_deliver_job_counts", ROOT / "spark_jobs" / "deliver.py")
     guard, bounds, deliver, release, report = (dag.get_task(t) for t in
                                                ("guard", "bounds", "deliver", "release", "report"))
     wire(source, guard, bounds, deliver, release, report)
@@ -78,8 +84,9 @@ def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice
     def driver(spark, run):  # the engine's deliver, on the scripted source
         return spark_job.deliver(spark, dataclasses.replace(run, parts=ScriptedParts(source)))
 
-    steps = {}
-    with counting(yaml=spec._read_yaml, plan=RunPlan.from_values.__func__) as seen:
+    steps, paths = {}, {}
+    path: list[str] = []
+    with counting(path, yaml=spec._read_yaml, plan=RunPlan.from_values.__func__) as seen:
         for name, step in (
             ("guard", lambda: guard.execute(make_context(dag, guard))),
             ("bounds", lambda: bounds.execute(make_context(dag, bounds))),
@@ -90,9 +97,10 @@ def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice
             ("release", lambda: release.execute(make_context(dag, release))),
             ("report", lambda: report.execute(make_context(dag, report))),
         ):
-            before = Counter(seen)
+            before, path[:] = Counter(seen), []
             out = step()
             steps[name] = (seen["yaml"] - before["yaml"], seen["plan"] - before["plan"], out)
+            paths[name] = list(path)
     counts = {name: (y, p) for name, (y, p, _) in steps.items()}
     assert counts == {"guard": (1, 1), "bounds": (1, 1), "remove the spec file": (0, 0),
                       "deliver task": (1, 0), "spark driver": (1, 0), "release": (1, 0), "report": (1, 0)}
@@ -101,3 +109,8 @@ def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice
     assert steps["bounds"][2]["upto"] == MYSQL_UPTO
     assert steps["report"][2]["upto"] == MYSQL_UPTO  # from the record: the report read no folder
     assert source.calls == ["identity", "retention", "preflight", "release"]  # the report read no head
+    # The deliver path through the engine's modules, for the record (benchmarks/structure.py).
+    structure = load_module("tidegate_structure_counts", ROOT / "benchmarks" / "structure.py")
+    moves = structure.path_moves(paths["spark driver"], structure.engine_graph())
+    print(f"\ndeliver path: {moves['moves']} moves between modules, {moves['up']} back up the import "
+          f"order; most entered: {list(moves['visits'].items())[:6]}")
