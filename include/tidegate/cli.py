@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import logging
 
     from . import guards, runner
-    from .child_reader import ReaderProcess
+    from .reader_process import ReaderProcess
     from .run import RunContext
     from .store import default_url, open_store
 
@@ -132,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if run.bounds.nothing_to_do(plan.sinks):
                 print(json.dumps({**report, "nothing_to_do": True}, indent=2, default=str))
                 return 0
-        # The range is decoded in a reader process while this one delivers (child_reader.py).
+        # The range is decoded in a reader process while this one delivers (reader_process.py).
         report.update(runner.run_pipeline(run, reader=ReaderProcess(default_url())))
         if plan.mode == "incremental":
             report["released_to"] = position_to_json(runner.release(run))

@@ -27,7 +27,7 @@ class TidegateError(Exception):
     def __reduce__(self):
         # Rebuilt as the same class with the same attributes (subclasses take keyword-only
         # arguments, which the default reduction loses): errors cross process boundaries (a
-        # reader process, child_reader.py) and must still be themselves on the other side.
+        # reader process, reader_process.py) and must still be themselves on the other side.
         return (_rebuild_error, (type(self), self.args, self.__dict__))
 
 

@@ -16,18 +16,18 @@ from .connections import Connection, get_connection
 from .errors import RunError
 from .spec import PipelineSpec
 
-if TYPE_CHECKING:  # the DAG files import Resolver at parse time: no source or sink code then
+if TYPE_CHECKING:  # the DAG files import ConnectionLookup at parse time: no source or sink code then
     from .sinks.base import Sink
     from .sources.base import Source
 
-Resolver = Callable[[str], Connection]  # a connection id -> the connection
+ConnectionLookup = Callable[[str], Connection]  # a connection id -> the connection
 
 
 class Parts:
     """Makes the source and the sinks of a pipeline from the connections ``connections`` resolves."""
 
-    def __init__(self, connections: Resolver | None = None):
-        self.connection: Resolver = connections or get_connection
+    def __init__(self, connections: ConnectionLookup | None = None):
+        self.connection: ConnectionLookup = connections or get_connection
 
     def source(self, spec: PipelineSpec) -> Source:
         from .sources import make_source  # the source drivers pull in their client libraries

@@ -13,7 +13,7 @@ the run's record, so the delivery reads what the bounds step planned.
 
 A **reader** takes the segments and gives each one's items back in plan order
 (:class:`SegmentRead`); where it reads them is its own business: :class:`InProcessReader`
-here, the reader process (child_reader.py) or Spark tasks (tidegate/spark/). What crosses a
+here, the reader process (reader_process.py) or Spark tasks (tidegate/spark/). What crosses a
 process is rows of one format (shipped.py). :func:`run_items` then makes the run's one item
 stream out of the segments read: a chunk's rows become one transaction, less the rows whose
 keys the log changes after the handoff (snapshots.ChangedKeys), and the snapshot's end brings

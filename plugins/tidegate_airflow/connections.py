@@ -1,7 +1,7 @@
 """Airflow connections for the engine.
 
-The engine never imports Airflow; it asks a *resolver* (``conn_id -> Connection``) for each
-connection. :func:`airflow_resolver` answers from Airflow's own connections (metadata
+The engine never imports Airflow; it asks a *connection lookup* (``conn_id -> Connection``) for each
+connection. :func:`airflow_connection` answers from Airflow's own connections (metadata
 database, secrets backends, ``AIRFLOW_CONN_*``). :func:`connection_env` turns connections into
 ``AIRFLOW_CONN_<ID>`` environment variables (JSON) for a Spark driver, so secrets travel in the
 environment of the spark-submit process and never in its argv.
@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 
 from tidegate.connections import Connection, env_var
 from tidegate.errors import ConnectionConfigError
-from tidegate.parts import Resolver
+from tidegate.parts import ConnectionLookup
 
 
-def airflow_resolver(conn_id: str) -> Connection:
+def airflow_connection(conn_id: str) -> Connection:
     """The Airflow connection ``conn_id`` as a :class:`tidegate.connections.Connection`."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
@@ -50,15 +50,15 @@ def from_airflow(conn_id: str, c) -> Connection:
     )
 
 
-def aliased(resolver: Resolver, aliases: Mapping[str, str] | None) -> Resolver:
-    """A resolver that answers a request for ``name`` with the connection ``aliases[name]``
+def aliased(lookup: ConnectionLookup, aliases: Mapping[str, str] | None) -> ConnectionLookup:
+    """A lookup that answers a request for ``name`` with the connection ``aliases[name]``
     (an operator's ``source_conn_id`` overriding the spec's), keeping the requested id."""
     if not aliases:
-        return resolver
+        return lookup
 
     def resolve(conn_id: str) -> Connection:
         target = aliases.get(conn_id, conn_id)
-        c = resolver(target)
+        c = lookup(target)
         return c if target == conn_id else Connection(**{**c.__dict__, "conn_id": conn_id})
 
     return resolve
@@ -71,12 +71,12 @@ def to_json(c: Connection) -> str:
     return json.dumps({k: v for k, v in d.items() if v not in (None, "", {})}, sort_keys=True)
 
 
-def connection_env(conn_ids: Iterable[str], resolver: Resolver = airflow_resolver) -> dict[str, str]:
+def connection_env(conn_ids: Iterable[str], lookup: ConnectionLookup = airflow_connection) -> dict[str, str]:
     """``{"AIRFLOW_CONN_<ID>": json}`` for each connection; every secret is registered with
     Airflow's log masker first."""
     env: dict[str, str] = {}
     for conn_id in dict.fromkeys(conn_ids):
-        c = resolver(conn_id)
+        c = lookup(conn_id)
         value = to_json(c)
         _mask(c.password)
         _mask(value)

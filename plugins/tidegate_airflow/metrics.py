@@ -96,6 +96,6 @@ def on_task_failure(context: Mapping[str, Any]) -> None:
     if pipeline:
         from tidegate.parts import Parts
 
-        from .connections import airflow_resolver
+        from .connections import airflow_connection
 
-        emit_state(pipeline, parts=Parts(airflow_resolver))
+        emit_state(pipeline, parts=Parts(airflow_connection))

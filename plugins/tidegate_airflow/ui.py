@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 
-def _resolver(conn_id: str):
+def _connection_lookup(conn_id: str):
     """Connections as the api-server sees them (environment, secrets backends, metadata DB)."""
     from tidegate.connections import get_connection
     from tidegate.errors import ConnectionConfigError
@@ -50,7 +50,7 @@ def status_document() -> dict[str, Any]:
     from tidegate.parts import Parts
     from tidegate.status import pipelines_status
 
-    return pipelines_status(parts=Parts(_resolver))
+    return pipelines_status(parts=Parts(_connection_lookup))
 
 
 Reader = Annotated[Any, Depends(_reader)]

@@ -533,16 +533,16 @@ def test_real_stats_backend_accepts_the_metric_names():
 # --------------------------------------------------------------------------- connections
 
 
-def test_airflow_resolver(monkeypatch):
+def test_airflow_connection(monkeypatch):
     from tidegate.errors import ConnectionConfigError
-    from tidegate_airflow import airflow_resolver
+    from tidegate_airflow import airflow_connection
 
     monkeypatch.setenv("AIRFLOW_CONN_SRC", json.dumps({
         "conn_type": "mysql", "host": "db", "port": 3307, "login": "cdc", "password": "pw-12345",
         "schema": "shop", "extra": {"ssl": "true"}}))
-    c = airflow_resolver("src")
+    c = airflow_connection("src")
     assert (c.conn_id, c.conn_type, c.host, c.port, c.login, c.password, c.schema, dict(c.extra)) == (
         "src", "mysql", "db", 3307, "cdc", "pw-12345", "shop", {"ssl": "true"})
     assert "pw-12345" not in repr(c)
     with pytest.raises(ConnectionConfigError, match="AIRFLOW_CONN_MISSING_ONE"):
-        airflow_resolver("missing_one")
+        airflow_connection("missing_one")

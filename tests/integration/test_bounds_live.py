@@ -33,7 +33,7 @@ def test_postgres_head_moved_by_other_tables_is_nothing_to_do(postgres, tmp_path
         source: {{kind: postgres, conn_id: src, slot: b_{tag}, tables: [public.{mine}], start: head}}
         sinks: [{{id: a, kind: redis, conn_id: r, stream: s}}]
     """)
-    resolve = {"src": postgres.cdc}.__getitem__
+    lookup = {"src": postgres.cdc}.__getitem__
     store = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
     admin = psycopg2.connect(postgres.admin_dsn)
     admin.autocommit = True
@@ -42,17 +42,17 @@ def test_postgres_head_moved_by_other_tables_is_nothing_to_do(postgres, tmp_path
         c.execute(f"CREATE TABLE {other} (id int PRIMARY KEY)")
         c.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (f"b_{tag}",))
     try:
-        first = runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds
+        first = runner.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
         assert first.nothing_to_do()
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {other} VALUES (1), (2)")
             c.execute("SELECT pg_switch_wal()")  # housekeeping WAL too
-        quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds
+        quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
         assert quiet.nothing_to_do() and quiet.upto != first.upto
         assert store.checkpoints.get(spec.pipeline, "a").position == quiet.upto
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {mine} VALUES (1)")
-        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve),
+        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(lookup),
                                                     store=store)).bounds.nothing_to_do()
     finally:
         with admin.cursor() as c:
@@ -69,7 +69,7 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
         source: {{kind: mysql, conn_id: src, server_id: 47021, tables: [bm_{tag}.t], start: head}}
         sinks: [{{id: a, kind: redis, conn_id: r, stream: s}}]
     """)
-    resolve = {"src": mysql.cdc}.__getitem__
+    lookup = {"src": mysql.cdc}.__getitem__
     store = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     try:
@@ -77,7 +77,7 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
             for d in (f"bm_{tag}", f"bo_{tag}"):
                 c.execute(f"CREATE DATABASE {d}")
                 c.execute(f"CREATE TABLE {d}.t (id INT PRIMARY KEY)")
-        assert runner.prepare_bounds(RunContext(spec, parts=Parts(resolve),
+        assert runner.prepare_bounds(RunContext(spec, parts=Parts(lookup),
                                                 store=store)).bounds.nothing_to_do()
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bo_{tag}.t VALUES (1), (2)")
@@ -85,12 +85,12 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
             c.execute("SET SESSION binlog_format = 'STATEMENT'")
             c.execute(f"INSERT INTO bo_{tag}.t VALUES (3)")
             c.execute("SET SESSION binlog_format = 'ROW'")
-        quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(resolve), store=store)).bounds
+        quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
         assert quiet.nothing_to_do()
         assert store.checkpoints.get(spec.pipeline, "a").position.pos == quiet.upto.pos
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bm_{tag}.t VALUES (1)")
-        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(resolve),
+        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(lookup),
                                                     store=store)).bounds.nothing_to_do()
     finally:
         with admin.cursor() as c:

@@ -65,12 +65,12 @@ def purge_to(admin, file, timeout=20.0):
 
 def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     spec, store, admin, db = setup
-    resolve = {"src": mysql.cdc}.__getitem__
-    source = Parts(resolve).source(spec)
+    lookup = {"src": mysql.cdc}.__getitem__
+    source = Parts(lookup).source(spec)
     checkpoint = source.head()
     epoch = store.leases.acquire(spec.pipeline, "r0")
     store.checkpoints.write_many(spec.pipeline, {"a": checkpoint, "b": checkpoint}, run_id="r0", epoch=epoch)
-    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(resolve),
+    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(lookup),
                                              store=store))["status"] == "ok"
 
     insert(admin, db, [1, 2])
@@ -80,7 +80,7 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     purge_to(admin, new_head.file)
 
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_retention(RunContext(spec, run_id="r2", parts=Parts(resolve), store=store))
+        guards.guard_retention(RunContext(spec, run_id="r2", parts=Parts(lookup), store=store))
     inc = halt.value.incident
     assert (inc.kind, inc.from_position, inc.to_position) == ("binlog_purged", checkpoint,
                                                              source.earliest())
@@ -92,9 +92,9 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     assert again.value.incident.id == inc.id
 
     with pytest.raises(Exception, match="needs a reason"):
-        guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store),
+        guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(lookup), store=store),
                                             resolution="accept_gap", reason=" ", who="op")
-    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store),
+    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(lookup), store=store),
                                                resolution="accept_gap", reason="rows re-loaded by hand",
                                                who="alice")
     assert [(d["id"], d["resolution"], d["reason"], d["resolved_by"]) for d in done] == [
@@ -102,7 +102,7 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     guards.check_halted(RunContext(spec, store=store))  # no longer halted
     assert {sid: r.position for sid, r in store.checkpoints.current(spec.pipeline).items()} == {
         "a": inc.to_position, "b": inc.to_position}
-    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(resolve),
+    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(lookup),
                                              store=store))["status"] == "ok"
     source.close()
 
@@ -158,8 +158,8 @@ def test_preflight_refuses_mariadb_without_gtid_strict_mode(setup, mysql):
     the preflight refuses a MariaDB server without it, naming the setting and the fix. The
     setting is turned off on the shared server for the one check and restored at once."""
     spec, store, admin, _ = setup
-    resolve = {"src": mysql.cdc}.__getitem__
-    passed = guards.preflight(RunContext(spec, parts=Parts(resolve),
+    lookup = {"src": mysql.cdc}.__getitem__
+    passed = guards.preflight(RunContext(spec, parts=Parts(lookup),
                                          store=store))  # strict mode is on: no error
     assert not any("gtid_strict_mode" in w for w in passed)
     with admin.cursor() as c:
@@ -168,10 +168,10 @@ def test_preflight_refuses_mariadb_without_gtid_strict_mode(setup, mysql):
         try:
             c.execute("SET GLOBAL gtid_strict_mode = OFF")
             with pytest.raises(SourceSettingError) as refused:
-                guards.preflight(RunContext(spec, parts=Parts(resolve), store=store))
+                guards.preflight(RunContext(spec, parts=Parts(lookup), store=store))
         finally:
             c.execute("SET GLOBAL gtid_strict_mode = %s", (was,))
     message = str(refused.value)
     assert "gtid_strict_mode is 'OFF', CDC needs ON" in message
     assert "SET GLOBAL gtid_strict_mode=ON" in message and "my.cnf" in message
-    guards.preflight(RunContext(spec, parts=Parts(resolve), store=store))  # on again: passes
+    guards.preflight(RunContext(spec, parts=Parts(lookup), store=store))  # on again: passes

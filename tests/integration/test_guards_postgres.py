@@ -60,36 +60,36 @@ def ids(source, start, upto):
 
 def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres):
     spec, store, admin, table = setup
-    resolve = {"src": postgres.cdc}.__getitem__
-    assert guards.guard_retention(RunContext(spec, run_id="r0", parts=Parts(resolve),
+    lookup = {"src": postgres.cdc}.__getitem__
+    assert guards.guard_retention(RunContext(spec, run_id="r0", parts=Parts(lookup),
                                              store=store))["status"] == "created"
-    source = Parts(resolve).source(spec)
+    source = Parts(lookup).source(spec)
     insert(admin, table, [1, 2])
     checkpoint = source.head()
     assert ids(source, None, checkpoint) == [1, 2]
     epoch = store.leases.acquire(spec.pipeline, "r1")
     store.checkpoints.write_many(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
-    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(resolve),
+    assert guards.guard_retention(RunContext(spec, run_id="r1", parts=Parts(lookup),
                                              store=store))["status"] == "ok"
 
     with admin.cursor() as c:
         c.execute("SELECT pg_drop_replication_slot(%s)", (table,))
     insert(admin, table, [3])  # written while no slot exists: lost for CDC
     with pytest.raises(guards.ContinuityHalt) as halt:
-        guards.guard_retention(RunContext(spec, run_id="r2", parts=Parts(resolve), store=store))
+        guards.guard_retention(RunContext(spec, run_id="r2", parts=Parts(lookup), store=store))
     inc = halt.value.incident
     assert inc.kind == "slot_dropped" and inc.from_position == checkpoint
     assert inc.to_position > checkpoint and inc.to_position <= source.head()
     with pytest.raises(guards.ContinuityHalt):
         guards.check_halted(RunContext(spec, store=store))
 
-    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(resolve), store=store),
+    done = guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(lookup), store=store),
                                                resolution="accept_gap", reason="row 3 re-sent by the app",
                                                who="bob")
     assert [(d["kind"], d["resolution"], d["reason"]) for d in done] == [
         ("slot_dropped", "accept_gap", "row 3 re-sent by the app")]
     guards.check_halted(RunContext(spec, store=store))
-    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(resolve),
+    assert guards.guard_retention(RunContext(spec, run_id="r4", parts=Parts(lookup),
                                              store=store))["status"] == "ok"
     moved = store.checkpoints.get(spec.pipeline, "a").position
     assert moved >= inc.to_position  # past the missing range, at the new slot's start

@@ -39,7 +39,7 @@ def pipelines(tmp_path, monkeypatch, service_env, kafka, nats_service, redis_ser
     folder.mkdir()
     monkeypatch.setenv("TIDEGATE_PIPELINES_DIR", str(folder))
     monkeypatch.setenv("TIDEGATE_CHECKPOINT_STORE", f"sqlite:///{tmp_path / 'ckpt.sqlite'}")
-    # `tidegate run` reads every range in a reader process here, however small (child_reader.py):
+    # `tidegate run` reads every range in a reader process here, however small (reader_process.py):
     # the schema changes, the Postgres column memory and the halts cross the process boundary.
     monkeypatch.setenv("TIDEGATE_READER_PROCESS_MIN_BYTES", "0")
     return folder

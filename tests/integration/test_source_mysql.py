@@ -256,7 +256,7 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     fine_src.close()
 
     # read in a child process (tidegate run), the items are the same, rebuilt from their bytes
-    from tidegate.child_reader import read_in_child
+    from tidegate.reader_process import read_in_child
 
     shipped = list(read_in_child(src, h[0], h[3]))
     assert fingerprint(shipped) == fingerprint(whole)
@@ -273,10 +273,10 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     src.close()
 
 
-def test_a_child_reader_that_is_not_read_to_the_end_is_stopped(mysql, admin, db):
+def test_a_reader_process_that_is_not_read_to_the_end_is_stopped(mysql, admin, db):
     import multiprocessing
 
-    from tidegate.child_reader import read_in_child
+    from tidegate.reader_process import read_in_child
 
     create_workload_tables(admin, db)
     src = source(mysql, [f"{db}.orders"])
@@ -374,7 +374,7 @@ def test_reading_a_purged_position_raises_with_requested_and_earliest(mysql, adm
     mine = src.head().file
     purge_to(admin, mine)
     # read in a child process, the source's error comes back as itself, with its facts
-    from tidegate.child_reader import read_in_child
+    from tidegate.reader_process import read_in_child
 
     with pytest.raises(PositionPurgedError) as err:
         list(read_in_child(src, start, src.head()))

@@ -230,7 +230,7 @@ def test_three_bounded_runs_equal_one_read(admin, schema, make):
     assert sum(b.event_count for b in batches) == expected
     assert batches[-1].end_position == h[3]
     # read in a child process (tidegate run), the items are the same, rebuilt from their bytes
-    from tidegate.child_reader import read_in_child
+    from tidegate.reader_process import read_in_child
 
     shipped = list(read_in_child(src, h[0], h[3]))
     assert fingerprint(shipped) == fingerprint(whole)

@@ -4,7 +4,7 @@
 snapshot's chunks are read by Spark tasks (chunks.py), the log's slices too (slices.py), each a
 few at once and handed over in plan order; a slice too large for one task's result, and a log
 of one slice (nothing to decode in parallel), are read on the driver, streaming, in a reader
-process (child_reader.py). Delivery stays on the driver: it is ordered and transactional.
+process (reader_process.py). Delivery stays on the driver: it is ordered and transactional.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..child_reader import ReaderProcess
+from ..reader_process import ReaderProcess
 from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, log_runs, snapshot_record
 from .chunks import read_chunks
 from .slices import max_task_slice_bytes, read_range

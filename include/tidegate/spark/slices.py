@@ -14,7 +14,7 @@ task serialized, rebuilt on the driver as a :class:`~tidegate.shipped.ShippedEve
 
 A range of one slice (Postgres, or a MySQL range inside one binlog file) has nothing to decode
 in parallel: the driver reads it, streaming, as ``tidegate run`` does (in a reader process of
-its own, child_reader.py), instead of waiting for one task to decode the whole range and ship
+its own, reader_process.py), instead of waiting for one task to decode the whole range and ship
 it back in one piece.
 
 What the tasks need travels inside the job, never through a worker's disk or argv: the spec
@@ -57,7 +57,7 @@ NOTE = "note"  # the kind of a task's last row: its note, logged by the driver
 # --------------------------------------------------------------------------- the tasks
 
 
-def slice_reader(spec: PipelineSpec, connection: Connection, slices: list[tuple[Position | None, Position]]
+def slice_task(spec: PipelineSpec, connection: Connection, slices: list[tuple[Position | None, Position]]
                  ) -> Callable[[int, Iterator[Any]], Iterator[tuple]]:
     """The function a Spark task runs for partition ``index``: read that slice and yield its rows,
     then its note. Its closure (the parsed spec, the source connection, the slice bounds) is all
@@ -124,7 +124,7 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
     window = window or partitions_in_flight(spark)
     sc = spark.sparkContext
     rdd = sc.parallelize(range(len(slices)), len(slices)).mapPartitionsWithIndex(
-        slice_reader(spec, connection, slices))
+        slice_task(spec, connection, slices))
     for index, rows in partitions_in_order(sc, rdd, len(slices), window, f"tidegate-{spec.pipeline}", local):
         if rows is None:
             yield from read_local(index)
@@ -137,4 +137,4 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
         del items
 
 
-__all__ = ["MAX_SLICE_CONF", "MAX_TASK_SLICE_BYTES", "max_task_slice_bytes", "read_range", "slice_reader"]
+__all__ = ["MAX_SLICE_CONF", "MAX_TASK_SLICE_BYTES", "max_task_slice_bytes", "read_range", "slice_task"]
