@@ -85,8 +85,8 @@ def _mysql_spec(db: str) -> PipelineSpec:
 
 
 def _slice_worker(args) -> tuple[int, int]:
-    from tidegate.positions import BinlogPosition
-    from tidegate.sources.mysql import MySqlSource
+    from tidegate.sources.mysql.position import BinlogPosition
+    from tidegate.sources.mysql.source import MySqlSource
 
     db, decoder, k, frm, to = args
     src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=decoder)
@@ -99,8 +99,8 @@ def _slice_worker(args) -> tuple[int, int]:
 def child(args: dict) -> dict:
     """Runs in a fresh process: one measurement, printed as JSON."""
     if args["source"] == "postgres":
-        from tidegate.positions import PgPosition
-        from tidegate.sources.postgres import PostgresSource
+        from tidegate.sources.postgres.position import PgPosition
+        from tidegate.sources.postgres.source import PostgresSource
 
         spec = PipelineSpec(pipeline="bench", sinks=(),
                             source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
@@ -122,8 +122,8 @@ def child(args: dict) -> dict:
             return _measure(lambda: _consume(src.read(start, upto)))
         finally:
             src.close()
-    from tidegate.positions import BinlogPosition
-    from tidegate.sources.mysql import MySqlSource
+    from tidegate.sources.mysql.position import BinlogPosition
+    from tidegate.sources.mysql.source import MySqlSource
 
     db, decoder = args["db"], args["decoder"]
     src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=decoder,
@@ -197,7 +197,7 @@ def mysql_workload(cur, db: str, rows: int, tx_rows: int, files: int, flush) -> 
 def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], slice_mb: float,
                 out: list) -> None:
     import pymysql
-    from tidegate.sources.mysql import MySqlSource
+    from tidegate.sources.mysql.source import MySqlSource
 
     a = get_connection("cdc_mysql_admin")
     admin = pymysql.connect(host=a.host, port=a.port, user=a.login, password=a.password, database=a.schema,
@@ -259,7 +259,7 @@ def postgres_workload(cur, schema: str, rows: int, tx_rows: int = 10) -> None:
 
 def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
     import psycopg2
-    from tidegate.sources.postgres import PostgresSource
+    from tidegate.sources.postgres.source import PostgresSource
 
     a = get_connection("cdc_postgres_admin")
     admin = psycopg2.connect(host=a.host, port=a.port, dbname=a.schema, user=a.login, password=a.password)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import string
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ class SourceSpec:
     kind: str
     conn_id: str
     tables: tuple[str, ...] = ()  # "db.table" (MySQL) or "schema.table" (Postgres); () = all
+    # The kinds' own settings (their package's spec.py checks them; the others leave them unset):
     server_id: int | None = None  # mysql: replication client id
     slot: str | None = None  # postgres: logical replication slot (wal2json)
     start: str = "head"
@@ -107,10 +107,7 @@ class PipelineSpec:
         """What this pipeline holds on its source server that no other reader may share: the
         MySQL replication client id (``server_id``, derived from the pipeline name when unset),
         or the PostgreSQL replication slot."""
-        if self.source.kind == "mysql":
-            derived = 40000 + zlib.crc32(self.pipeline.encode()) % 1_000_000
-            return "server_id", self.source.server_id or derived
-        return "slot", self.source.slot
+        return kinds.source_kind(self.source.kind).replication_client(self)
 
     def sink(self, sink_id: str) -> SinkSpec:
         for s in self.sinks:
@@ -128,7 +125,6 @@ def render_template(template: str, *, pipeline: str, db: str, schema: str, table
 
 PIPELINE_RE = re.compile(r"^[a-z0-9_]+$")
 SINK_ID_RE = re.compile(r"^[a-z0-9_-]+$")
-SLOT_RE = re.compile(r"^[a-z0-9_]+$")
 TENANT_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # Tables are identifiers only: they reach SQL through the source, never by pasting.
@@ -138,15 +134,11 @@ SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@mo
                     "@quarterly", "@yearly", "@annually")
 
 TOP_FIELDS = ("pipeline", "tenant", "schedule", "source", "batch", "sinks", "spark", "snapshot")
-SOURCE_FIELDS = ("kind", "conn_id", "tables", "server_id", "slot", "start", "on_schema_change",
-                 "replay_retention")
-DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+SOURCE_COMMON = ("kind", "conn_id", "tables", "start", "on_schema_change")  # + the kind's own fields
 BATCH_FIELDS = ("max_events", "max_bytes", "respect_source_tx", "commit_policy", "quorum")
 SPARK_FIELDS = ("conn_id", "conf", "packages")
 SNAPSHOT_FIELDS = ("chunk_rows", "parallelism")
 SINK_COMMON = ("id", "kind", "conn_id", "required", "on_poison", "dlq", "control")
-UINT32_MAX = 2**32 - 1
 
 
 def repo_dir() -> Path:
@@ -349,47 +341,26 @@ def _source(raw: Any, probs: Problems) -> SourceSpec | None:
     d = _mapping(raw, "source", probs)
     if d is None:
         return None
-    _unknown(d, SOURCE_FIELDS, "source.", probs)
+    kind_fields = {k: kinds.source_kind(k).fields for k in SOURCE_KINDS}
+    _unknown(d, tuple(dict.fromkeys(SOURCE_COMMON + sum(kind_fields.values(), ()))), "source.", probs)
     kind = _choice(d, "kind", "source.kind", probs, SOURCE_KINDS, required=True)
     conn_id = str_field(d, "conn_id", "source.conn_id", probs, required=True, pattern=CONN_ID_RE,
-                   allowed="an Airflow connection id")
+                        allowed="an Airflow connection id")
     tables = _tables(d.get("tables"), probs)
-    server_id = int_field(d, "server_id", "source.server_id", probs, lo=1, hi=UINT32_MAX)
-    slot = str_field(d, "slot", "source.slot", probs, pattern=SLOT_RE, allowed="[a-z0-9_]+")
-    if kind == "mysql" and d.get("slot") is not None:
-        probs.add("source.slot", "only for postgres sources", "omit it for mysql")
-    if kind == "postgres" and d.get("server_id") is not None:
-        probs.add("source.server_id", "only for mysql sources", "omit it for postgres")
+    own: dict[str, Any] = {}
+    if kind is not None:
+        for f in dict.fromkeys(sum(kind_fields.values(), ())):  # another kind's setting
+            if d.get(f) is not None and f not in kind_fields[kind]:
+                owners = " and ".join(k for k, fs in kind_fields.items() if f in fs)
+                probs.add(f"source.{f}", f"only for {owners} sources", f"omit it for {kind}")
+        own = kinds.source_kind(kind).parse(d, probs)
     start = _choice(d, "start", "source.start", probs, START_MODES, default="head")
     if kind is None or conn_id is None:
         return None
     on_ddl = _choice(d, "on_schema_change", "source.on_schema_change", probs, SCHEMA_CHANGE_POLICIES,
                      default="continue")
-    retention = _replay_retention(d, kind, probs)
-    return SourceSpec(kind, conn_id, tables, server_id, slot, start or "head", on_ddl or "continue",
-                      retention)
-
-
-def _replay_retention(d: dict, kind: str | None, probs: Problems) -> int:
-    """``source.replay_retention``: how long release keeps the Postgres slot behind the
-    checkpoints, as a duration (``24h``, ``90m``, ``3600s``, ``7d``; ``0``: not at all)."""
-    fp, v = "source.replay_retention", d.get("replay_retention")
-    if v is None or (v == 0 and not isinstance(v, bool)):
-        return 0
-    if kind == "mysql":
-        probs.add(fp, "only for postgres sources: a MySQL/MariaDB server keeps its binlogs for "
-                      "binlog_expire_logs_seconds (expire_logs_days), whatever tidegate releases",
-                  "omit it, and raise the server's binlog expiry to replay further back")
-        return 0
-    if isinstance(v, str) and v.strip() == "0":
-        return 0
-    m = DURATION_RE.match(v.strip()) if isinstance(v, str) else None
-    if m is None:
-        hint = " (a number needs a unit)" if type(v) in (int, float) else ""
-        probs.add(fp, f"bad value {v!r}{hint}", "a duration such as 24h, 90m, 3600s or 7d, or 0 (no "
-                                                 "replay window: release moves the slot to the checkpoints)")
-        return 0
-    return int(m.group(1)) * DURATION_UNITS[m.group(2)]
+    return SourceSpec(kind, conn_id, tables, start=start or "head", on_schema_change=on_ddl or "continue",
+                      **own)
 
 
 def _tables(v: Any, probs: Problems) -> tuple[str, ...]:
@@ -547,8 +518,7 @@ def _parse(raw: Any, path: str | None, text: str, probs: Problems) -> PipelineSp
     snapshot = _snapshot(raw.get("snapshot"), probs)
     if probs.lines or name is None or source is None:
         return None
-    if source.kind == "postgres" and source.slot is None:
-        source = SourceSpec(**{**source.__dict__, "slot": f"tidegate_{name}"})
+    source = kinds.source_kind(source.kind).complete(source, name)
     return PipelineSpec(pipeline=name, source=source, sinks=sinks, batch=batch,
                         tenant=tenant or "default", schedule=schedule, spark=spark,
                         snapshot=snapshot, path=path, raw=raw, text=text)

@@ -19,7 +19,7 @@ import pymysql
 import pytest
 from tidegate.errors import SourceSettingError
 from tidegate.events import ChangeEvent, is_control
-from tidegate.sources.mysql import MySqlSource
+from tidegate.sources.mysql.source import MySqlSource
 from tidegate.spec import PipelineSpec, SourceSpec
 
 from tests.integration.source_items import assert_same

@@ -22,8 +22,9 @@ import uuid
 import psycopg2
 import pytest
 from tidegate.events import ChangeEvent, PositionMark, is_control
-from tidegate.positions import Lsn
-from tidegate.sources.postgres import UNAVAILABLE, PostgresSource
+from tidegate.sources.postgres.position import Lsn
+from tidegate.sources.postgres.source import PostgresSource
+from tidegate.sources.postgres.values import UNAVAILABLE
 from tidegate.spec import PipelineSpec, SourceSpec
 
 from tests.integration.source_items import assert_same

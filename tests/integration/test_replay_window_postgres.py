@@ -20,7 +20,7 @@ import pytest
 from tidegate import cli, runner
 from tidegate.catalog import find
 from tidegate.parts import Parts
-from tidegate.positions import Lsn
+from tidegate.sources.postgres.position import Lsn
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, redis_events

@@ -3,7 +3,7 @@
 
 import pytest
 from tidegate.errors import StaleEpochError
-from tidegate.positions import Lsn, PgPosition
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.store import StoreError, open_store
 from tidegate.store.migrations import LATEST
 

@@ -63,9 +63,10 @@ its JSON text (MariaDB stores JSON as text; MySQL's binary JSON is re-serialized
 as null.
 """
 
-from .failover import GtidsNotOnServerError
-from .preflight import settings_problems
-from .source import DECODERS, MySqlSource
-from .transactions import SchemaChange
+from ...kinds import SourceKind
+from . import spec
 
-__all__ = ["DECODERS", "GtidsNotOnServerError", "MySqlSource", "SchemaChange", "settings_problems"]
+KIND = SourceKind(name="mysql", fields=spec.FIELDS, parse=spec.parse,
+                  replication_client=spec.replication_client,
+                  position="tidegate.sources.mysql.position:BinlogPosition",
+                  source="tidegate.sources.mysql.source:MySqlSource")

@@ -16,8 +16,9 @@ import pymysql
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, RotateEvent
 
 from ...errors import CannotTranslateError, PositionPurgedError, SourceError
-from ...positions import BinlogPosition, GtidSet, Position
+from ...positions import Position
 from .library_reader import library_stream
+from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236

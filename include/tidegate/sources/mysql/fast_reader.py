@@ -45,7 +45,6 @@ from typing import Any
 
 from ...errors import SourceError, SourceSettingError
 from ...events import ChangeEvent, split_key_change
-from ...positions import BinlogPosition
 from ..base import SourceItem
 from .binlog_client import (
     DELETE_ROWS_EVENT_V1,
@@ -68,6 +67,7 @@ from .binlog_client import (
     BinlogStream,
 )
 from .columns import query_text
+from .position import BinlogPosition
 from .row_plans import TablePlan, build_plan, parse_table_map, table_names
 from .transactions import GtidState, ReadHost, TransactionAssembler, file_seq
 from .values import python_codec

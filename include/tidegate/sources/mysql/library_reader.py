@@ -31,8 +31,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from ...errors import SourceError, SourceSettingError
 from ...events import ChangeEvent, split_key_change
-from ...positions import BinlogPosition
 from ..base import SourceItem
+from .position import BinlogPosition
 from .transactions import GtidState, ReadHost, TransactionAssembler, file_seq
 from .values import as_utc, fix_negative_time2, float32_shortest, library_json_text
 

@@ -20,7 +20,7 @@ import pymysql
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError
 from ...events import ControlMessage
-from ...positions import BinlogPosition, GtidSet, Position, check_comparable
+from ...positions import Position, check_comparable
 from ...spec import PipelineSpec
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
@@ -32,6 +32,7 @@ from .columns import columns_after
 from .ddl import tables_changed
 from .fast_reader import FastReader, collation_codecs
 from .library_reader import LibraryReader, library_stream
+from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
 from .snapshot import MySqlSnapshot
 from .transactions import GtidState, SchemaChange, file_seq

@@ -32,9 +32,9 @@ from typing import Any, Protocol
 
 from ...errors import SourceError, SourceSettingError
 from ...events import ChangeEvent, ControlMessage, PositionMark
-from ...positions import BinlogPosition, GtidSet
 from ...spec import PipelineSpec
 from ..base import SourceItem
+from .position import BinlogPosition, GtidSet
 
 _DML_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD DATA")
 

@@ -57,8 +57,11 @@ as ISO-8601 in UTC with ``+00:00``, uuid as string, json/jsonb as their JSON tex
 JSON arrays of the converted elements. Other types keep PostgreSQL's text output.
 """
 
-from .slot import PLUGIN
-from .source import DECODERS, PostgresSource
-from .values import UNAVAILABLE
+from ...kinds import SourceKind
+from . import spec
 
-__all__ = ["DECODERS", "PLUGIN", "UNAVAILABLE", "PostgresSource"]
+KIND = SourceKind(name="postgres", fields=spec.FIELDS, parse=spec.parse,
+                  replication_client=spec.replication_client,
+                  position="tidegate.sources.postgres.position:PgPosition",
+                  source="tidegate.sources.postgres.source:PostgresSource",
+                  complete=spec.complete)

@@ -34,11 +34,11 @@ import msgspec
 import psycopg2
 
 from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
-from ...positions import Lsn, PgPosition
 from ...spec import PipelineSpec
 from ..base import SourceItem
 from .columns import ColumnTracker
 from .connection import PgServer
+from .position import Lsn, PgPosition
 from .slot import Slot
 from .values import RowPlan, commit_ms, complete_after
 

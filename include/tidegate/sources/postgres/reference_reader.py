@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
-from ...positions import Lsn, PgPosition
 from ..base import SourceItem
+from .position import Lsn, PgPosition
 from .reader import ReadHost, ended, old_key
 from .values import commit_ms, complete_after, converter
 

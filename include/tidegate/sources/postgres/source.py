@@ -16,7 +16,6 @@ from typing import Any
 
 from ...connections import Connection
 from ...errors import PositionPurgedError
-from ...positions import Lsn, PgPosition
 from ...spec import PipelineSpec
 from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
@@ -26,6 +25,7 @@ from . import preflight as server_checks
 from . import reader
 from .columns import ColumnTracker, LocalMemory, Memory, StoreMemory
 from .connection import PgServer
+from .position import Lsn, PgPosition
 from .reader import Wal2JsonReader, peek_messages, stream_messages
 from .reference_reader import ReferenceReader
 from .slot import Slot
