@@ -15,13 +15,10 @@ import importlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .connections import Connection
-    from .sinks.base import Sink
-    from .sources.base import Source
-    from .spec import PipelineSpec, Problems, SinkSpec
+# This module is a leaf of the import graph (the spec, positions and the kind packages import it):
+# the types it hands around (specs, Problems, Sink, Source) are named in words only.
 
 # kind name -> the kind's package (imported lazily); the order is the order messages list them in
 SOURCES: Mapping[str, str] = {"mysql": "tidegate.sources.mysql", "postgres": "tidegate.sources.postgres"}
@@ -40,15 +37,16 @@ class SinkKind:
     """What the core needs of a sink kind. Everything but ``sink`` is light."""
 
     name: str
-    spec_type: type[SinkSpec]  # the kind's SinkSpec subclass
+    spec_type: type  # the kind's SinkSpec subclass
     fields: tuple[str, ...]  # the YAML fields of a sink entry of this kind, beyond the common ones
     # (entry, field path "sinks[i]", problems) -> the kind's own keyword arguments of spec_type
-    parse: Callable[[dict, str, Problems], dict[str, Any]]
+    parse: Callable[[dict, str, Any], dict[str, Any]]
     channel_chars: re.Pattern  # what a DLQ or control channel name may hold (as its data names)
     channel_what: str  # what messages call such a name: "topic", "subject", "stream key"
     sink: str  # "module:Class" of the Sink, imported when a sink is made (client library)
 
-    def make(self, pipeline_spec: PipelineSpec, sink_spec: SinkSpec, conn: Connection) -> Sink:
+    def make(self, pipeline_spec: Any, sink_spec: Any, conn: Any) -> Any:
+        """The Sink for ``sink_spec`` of ``pipeline_spec`` through the connection ``conn``."""
         return _load(self.sink)(pipeline_spec, sink_spec, conn)
 
 
@@ -59,9 +57,9 @@ class SourceKind:
     name: str
     fields: tuple[str, ...]  # the YAML fields of ``source:`` only this kind reads
     # (source mapping, problems) -> the kind's own keyword arguments of SourceSpec
-    parse: Callable[[dict, Problems], dict[str, Any]]
+    parse: Callable[[dict, Any], dict[str, Any]]
     # (pipeline spec) -> what the pipeline holds on its server that no other reader may share
-    replication_client: Callable[[PipelineSpec], tuple[str, Any]]
+    replication_client: Callable[[Any], tuple[str, Any]]
     position: str  # "module:Class" of the kind's log position type (light)
     source: str  # "module:Class" of the Source, imported when a source is made (client library)
     # (source spec, pipeline name) -> the source spec with the kind's defaults that depend on the
@@ -71,7 +69,8 @@ class SourceKind:
     def position_type(self) -> Any:
         return _load(self.position)
 
-    def make(self, spec: PipelineSpec, conn: Connection, **kw: Any) -> Source:
+    def make(self, spec: Any, conn: Any, **kw: Any) -> Any:
+        """The Source of the pipeline ``spec`` through the connection ``conn``."""
         return _load(self.source)(spec, conn, **kw)
 
 
