@@ -29,9 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "include"))
 from tidegate.batching import SubBatch, Transaction  # noqa: E402
 from tidegate.connections import get_connection  # noqa: E402
 from tidegate.events import ChangeEvent  # noqa: E402
-from tidegate.positions import BinlogPosition  # noqa: E402
 from tidegate.sinks import make_sink  # noqa: E402
-from tidegate.spec import BatchSpec, KafkaSinkSpec, NatsSinkSpec, PipelineSpec, RedisSinkSpec, SourceSpec  # noqa: E402
+from tidegate.sinks.kafka.spec import KafkaSinkSpec  # noqa: E402
+from tidegate.sinks.nats.spec import NatsSinkSpec  # noqa: E402
+from tidegate.sinks.redis.spec import RedisSinkSpec  # noqa: E402
+from tidegate.sources.mysql.position import BinlogPosition  # noqa: E402
+from tidegate.spec import BatchSpec, PipelineSpec, SourceSpec  # noqa: E402
 
 FILE = "mysql-bin.000001"
 

@@ -12,9 +12,9 @@ apart; PostgreSQL: after the pipeline's slot is created, as a first run does) an
 then read twice, each time in a fresh child process that consumes every row's serialized
 envelope in chunk order, as a run's coordinator does:
 
-* ``sequential``: ``snapshots.read_chunks_in_process``, one chunk after the other with one
-  connection, rows turned into envelopes in that process (``tidegate run`` reads this way);
-* ``spark``: ``spark_snapshot.chunk_reader`` on a ``--master`` session, ``--parallelism``
+* ``sequential``: ``snapshots.read_chunk``, one chunk after the other with one connection, rows
+  turned into envelopes in that process (``tidegate run`` reads this way);
+* ``spark``: ``tidegate.spark.chunks.read_chunks`` on a ``--master`` session, ``--parallelism``
   chunks read at once by Spark tasks that also build the envelopes; the driver gets the bytes.
 
 Both hand the chunks over as a run does: each chunk's upper bound extends the scan of the log
@@ -31,8 +31,10 @@ the admin connection, the reads the CDC one; the table is dropped at the end.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -131,11 +133,13 @@ def drop_table(source: str, name: str) -> None:
 
 
 def plan(spec) -> tuple[str, float]:
-    """The snapshot record (JSON, as the Spark reader ships it) and the planning seconds."""
+    """The snapshot record (pickled, base64, for the child's argv) and the planning seconds."""
+    import base64
+    import pickle
+
     from tidegate.connections import get_connection
     from tidegate.snapshots import plan_snapshot
     from tidegate.sources import make_source
-    from tidegate.spark_snapshot import record_to_json
 
     source = make_source(spec, get_connection(spec.source.conn_id))
     try:
@@ -143,7 +147,7 @@ def plan(spec) -> tuple[str, float]:
             source.ensure_slot()
         t0 = time.perf_counter()
         rec = plan_snapshot(spec, source, handoff=source.snapshot_handoff(source.head()), kind="start")
-        return record_to_json(rec), time.perf_counter() - t0
+        return base64.b64encode(pickle.dumps(rec)).decode("ascii"), time.perf_counter() - t0
     finally:
         source.close()
 
@@ -215,16 +219,28 @@ class PeakRss:
 
 
 def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
+    import base64
+    import pickle
     import resource
 
     from tidegate.connections import get_connection
-    from tidegate.snapshots import ChangedKeys, chunk_table, read_chunks_in_process
+    from tidegate.positions import SnapshotPosition
+    from tidegate.reading import Chunk, SegmentRead
+    from tidegate.snapshots import ChangedKeys, chunk_table, read_chunk
     from tidegate.sources import make_source
-    from tidegate.spark_snapshot import chunk_reader, record_from_json
+    from tidegate.spark.chunks import read_chunks
 
     spec = spec_for(*spec_args)
-    rec = record_from_json(record_json)
-    source = make_source(spec, get_connection(spec.source.conn_id))
+    rec = pickle.loads(base64.b64decode(record_json))
+    connection = get_connection(spec.source.conn_id)
+    source = make_source(spec, connection)
+    chunks = [Chunk(SnapshotPosition(rec.snapshot_id, n, rec.handoff)) for n in range(1, len(rec.chunks) + 1)]
+
+    def sequential():
+        for seg in chunks:
+            read = read_chunk(spec, source, rec, seg.number)
+            yield SegmentRead(seg, read.events, read.upper)
+
     out: dict = {"mode": mode}
     spark = None
     with PeakRss() as rss:
@@ -235,16 +251,16 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
             spark = (SparkSession.builder.master(master).appName("tidegate-bench-snapshot")
                      .config("spark.ui.enabled", "false").getOrCreate())
             out["session_start_s"] = round(time.perf_counter() - t0, 1)
-            reader = chunk_reader(spark)
+            reads = read_chunks(spark, spec, connection, rec, chunks)
         else:
-            reader = read_chunks_in_process
+            reads = sequential()
         cpu0 = tree_cpu()
         t0 = time.perf_counter()
         rows = size = 0
         changed = ChangedKeys(rec, source)  # the consistent handoff's scan of the log, as a run does
-        for chunk, read in reader(spec, source, rec, list(range(1, len(rec.chunks) + 1))):
-            changed.scan_to(read.upper)
-            for ev in changed.drop_changed(chunk_table(rec, chunk), read.events):
+        for seg, items, upper in reads:
+            changed.scan_to(upper)
+            for ev in changed.drop_changed(chunk_table(rec, seg.number), items):
                 rows += 1
                 size += len(ev.value)
         wall = time.perf_counter() - t0
@@ -290,7 +306,7 @@ def main() -> int:
     try:
         spec_args = [args.source, table, args.chunk_rows, args.parallelism]
         record_json, plan_s = plan(spec_for(*spec_args))
-        chunks = len(json.loads(record_json)["chunks"])
+        chunks = len(pickle.loads(base64.b64decode(record_json)).chunks)
         print(f"plan: {chunks} chunks of at most {args.chunk_rows} rows in {plan_s:.2f}s", flush=True)
         results = {}
         for mode in ("sequential", "spark"):

@@ -11,21 +11,22 @@ after images) and 1 deletes rows. The MariaDB backlog spans ``--files`` binlog f
 
 Each measurement runs in a fresh child process, which reads the whole range, builds every
 event and serializes it to its JSON value (``ChangeEvent.value``) as a run does before
-delivery. It reports wall-clock events/s, the child's CPU seconds (the server's work is not
-in them; ev/CPU-s is events per second of the reader's own CPU, the figure that does not
-depend on what else the two shared cores run) and the child's peak RSS. MariaDB is read
-with each decoder of ``MySqlSource`` (``library`` = python-mysql-replication, ``fast`` =
-sources/mysql/fast_reader.py) and, for the fast decoder, also in parallel processes
-(``read_slice``, a pool of one process per CPU): as per-file slices, and as slices of at most
-``--slice-mb`` cut inside the files at transaction boundaries (``MySqlSource.slices``; the time
-it takes to find the cuts is part of the figure and is also shown alone). With ``--files 1`` the
-backlog is one binlog file: per-file slices leave one reader, finer slices give every CPU one.
-Postgres is read with each decoder of ``PostgresSource``:
-``reference`` (one ``pg_logical_slot_peek_changes`` through a named cursor, stdlib json, a
-converter per value) and ``fast`` (the streaming replication protocol, msgspec, generated row
-plans), plus the fast reader over the reference's peek transport, which shows what the
-transport alone is worth. Ratios are of figures measured in this one run. The workload uses
-the admin connections, the reads the CDC ones; everything created is dropped at the end.
+delivery. It reports wall-clock events/s, the child's CPU seconds (the server's work is not in
+them; ev/CPU-s is events per second of the reader's own CPU, the figure that does not depend on
+what else the two shared cores run) and the child's peak RSS. MariaDB is read with each reader
+``MySqlSource`` can take (``library`` = python-mysql-replication, the reference in
+tests/reference_decoders; ``fast`` = sources/mysql/fast_reader.py) and, for the fast decoder,
+also in parallel processes (``read_slice``, a pool of one process per CPU): as per-file slices,
+and as slices of at most ``--slice-mb`` cut inside the files at transaction boundaries
+(``MySqlSource.slices``; the time it takes to find the cuts is part of the figure and is also
+shown alone). With ``--files 1`` the backlog is one binlog file: per-file slices leave one
+reader, finer slices give every CPU one. Postgres is read with each reader ``PostgresSource``
+can take: ``reference`` (tests/reference_decoders: one ``pg_logical_slot_peek_changes`` through
+a named cursor, stdlib json, a converter per value) and ``fast`` (the streaming replication
+protocol, msgspec, generated row plans), plus the fast reader over the reference's peek
+transport, which shows what the transport alone is worth. Ratios are of figures measured in
+this one run. The workload uses the admin connections, the reads the CDC ones; everything
+created is dropped at the end.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "include"))
+sys.path.insert(1, str(ROOT))  # the reference decoders are in tests/reference_decoders
 
 from tidegate.connections import get_connection  # noqa: E402
 from tidegate.events import ChangeEvent  # noqa: E402
@@ -57,6 +59,23 @@ COLUMNS_PG = ("id bigint PRIMARY KEY, customer int NOT NULL, status varchar(20),
 
 
 # --------------------------------------------------------------------------- measuring child
+
+
+def _reader(source: str, decoder: str):
+    """The reader a decoder name stands for (the sources take it as ``reader=``)."""
+    if source == "mysql":
+        from tidegate.sources.mysql.source import fast_reader
+
+        from tests.reference_decoders.mysql_library import library_reader
+        return {"fast": fast_reader, "library": library_reader}[decoder]
+    from tidegate.sources.postgres.reader import Wal2JsonReader
+
+    from tests.reference_decoders.postgres_reference import ReferenceReader
+
+    class FastPeek(Wal2JsonReader):  # the fast reader over the reference's transport
+        messages = ReferenceReader.messages
+
+    return {"fast": Wal2JsonReader, "reference": ReferenceReader, "fast-peek": FastPeek}[decoder]
 
 
 def _consume(items) -> tuple[int, int]:
@@ -85,11 +104,11 @@ def _mysql_spec(db: str) -> PipelineSpec:
 
 
 def _slice_worker(args) -> tuple[int, int]:
-    from tidegate.positions import BinlogPosition
-    from tidegate.sources.mysql import MySqlSource
+    from tidegate.sources.mysql.position import BinlogPosition
+    from tidegate.sources.mysql.source import MySqlSource
 
     db, decoder, k, frm, to = args
-    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=decoder)
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), reader=_reader("mysql", decoder))
     try:
         return _consume(src.read_slice(BinlogPosition.from_json(frm), BinlogPosition.from_json(to), reader=k))
     finally:
@@ -99,34 +118,24 @@ def _slice_worker(args) -> tuple[int, int]:
 def child(args: dict) -> dict:
     """Runs in a fresh process: one measurement, printed as JSON."""
     if args["source"] == "postgres":
-        from tidegate.positions import PgPosition
-        from tidegate.sources.postgres import PostgresSource
+        from tidegate.sources.postgres.position import PgPosition
+        from tidegate.sources.postgres.source import PostgresSource
 
         spec = PipelineSpec(pipeline="bench", sinks=(),
                             source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
                                               tables=(f"{args['schema']}.bench",), slot=args["slot"]))
-        decoder = args["decoder"]
-        src = PostgresSource(spec, get_connection("cdc_postgres"), decoder="fast" if decoder == "fast-peek"
-                             else decoder)
+        src = PostgresSource(spec, get_connection("cdc_postgres"),
+                             reader=_reader("postgres", args["decoder"]))
         start, upto = PgPosition.from_json(args["start"]), PgPosition.from_json(args["upto"])
         try:
-            if decoder == "fast-peek":  # the fast reader over the reference's transport
-                from tidegate.sources.postgres.reader import Wal2JsonReader, peek_messages
-
-                def read():
-                    messages = peek_messages(src.server, src.replication_slot, upto, src.tables,
-                                             src.itersize)
-                    return Wal2JsonReader(src, start.lsn, upto).run(messages)
-
-                return _measure(lambda: _consume(read()))
             return _measure(lambda: _consume(src.read(start, upto)))
         finally:
             src.close()
-    from tidegate.positions import BinlogPosition
-    from tidegate.sources.mysql import MySqlSource
+    from tidegate.sources.mysql.position import BinlogPosition
+    from tidegate.sources.mysql.source import MySqlSource
 
     db, decoder = args["db"], args["decoder"]
-    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=decoder,
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), reader=_reader("mysql", decoder),
                       slice_bytes=args.get("slice_bytes") or 1 << 62)
     start, upto = BinlogPosition.from_json(args["start"]), BinlogPosition.from_json(args["upto"])
     try:
@@ -197,7 +206,7 @@ def mysql_workload(cur, db: str, rows: int, tx_rows: int, files: int, flush) -> 
 def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], slice_mb: float,
                 out: list) -> None:
     import pymysql
-    from tidegate.sources.mysql import MySqlSource
+    from tidegate.sources.mysql.source import MySqlSource
 
     a = get_connection("cdc_mysql_admin")
     admin = pymysql.connect(host=a.host, port=a.port, user=a.login, password=a.password, database=a.schema,
@@ -259,7 +268,7 @@ def postgres_workload(cur, schema: str, rows: int, tx_rows: int = 10) -> None:
 
 def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
     import psycopg2
-    from tidegate.sources.postgres import PostgresSource
+    from tidegate.sources.postgres.source import PostgresSource
 
     a = get_connection("cdc_postgres_admin")
     admin = psycopg2.connect(host=a.host, port=a.port, dbname=a.schema, user=a.login, password=a.password)

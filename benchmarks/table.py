@@ -195,7 +195,7 @@ def drop_topics(b: Backlog) -> None:
 def mariadb(base: Path, size: int, rows_per_file: int, env: dict[str, str], rows: list,
             driver_memory: str | None) -> dict:
     import pymysql
-    from tidegate.sources.mysql import MySqlSource
+    from tidegate.sources.mysql.source import MySqlSource
     from tidegate.spec import PipelineSpec, SourceSpec
 
     a = get_connection("cdc_mysql_admin")
@@ -229,7 +229,7 @@ def mariadb(base: Path, size: int, rows_per_file: int, env: dict[str, str], rows
 
 def postgres(base: Path, size: int, env: dict[str, str], rows: list, driver_memory: str | None) -> dict:
     import psycopg2
-    from tidegate.sources.postgres import PostgresSource
+    from tidegate.sources.postgres.source import PostgresSource
     from tidegate.spec import PipelineSpec, SourceSpec
 
     a = get_connection("cdc_postgres_admin")

@@ -13,281 +13,60 @@ one lineage to another goes only through the failover guard (GTID translation, o
 that records the gap). A position without identity fields (written by hand, in a unit test)
 has no lineage and orders against any position.
 
-JSON forms (docs/architecture.md, "Positions and checkpoints"):
-  MySQL/MariaDB: {"file", "pos", "gtid_set", "server_id", "server_uuid"}
-  Postgres:      {"lsn", "system_id", "timeline"}
-  Snapshot:      {"snapshot", "chunk", "handoff"} (a snapshot's progress, before its handoff)
+This module holds what is the same for every source kind: the :class:`LogPosition` base, the
+snapshot position, ordering helpers and the JSON dispatch. Each source kind's log position is
+in its package (``sources/mysql/position.py``: ``BinlogPosition``, ``GtidSet``;
+``sources/postgres/position.py``: ``Lsn``, ``PgPosition``), found through
+:mod:`tidegate.kinds`.
+
+JSON forms (docs/architecture.md, "Positions and their lineage"):
+  a log position: {"kind": <source kind>, ...the kind's fields}
+  Snapshot:       {"snapshot", "chunk", "handoff"} (a snapshot's progress, before its handoff)
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
 from .errors import IncomparablePositionsError
-
-_BINLOG_FILE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
-_LSN = re.compile(r"^(?P<hi>[0-9A-Fa-f]{1,8})/(?P<lo>[0-9A-Fa-f]{1,8})$")
-_MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
-_UINT64 = (1 << 64) - 1
+from .kinds import source_kind
 
 
-# --------------------------------------------------------------------------- GTID sets
+class LogPosition:
+    """A coordinate in one source kind's change log; each source kind subclasses it (a frozen,
+    totally ordered dataclass). ``lineage`` starts with the kind's name."""
 
-
-@dataclass(frozen=True)
-class GtidSet:
-    """A GTID set in MySQL form (``uuid:1-5:7,uuid2:1-3``) or MariaDB form (``0-1-100,1-2-5``).
-
-    MySQL sets are interval lists per server UUID. MariaDB positions keep, per replication
-    domain, the last (server_id, seq_no) applied; a MariaDB set "contains" another when each
-    domain's seq_no is at least the other's.
-    """
-
-    flavor: str  # "mysql" | "mariadb"
-    mysql: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
-    mariadb: tuple[tuple[int, int, int], ...] = ()  # (domain, server_id, seq_no)
-
-    @classmethod
-    def parse(cls, text: str | None) -> GtidSet | None:
-        text = (text or "").strip().replace("\n", "")
-        if not text:
-            return None
-        parts = [p.strip() for p in text.split(",") if p.strip()]
-        if all(_MARIADB_GTID.match(p) for p in parts):
-            by_domain: dict[int, tuple[int, int]] = {}
-            for p in parts:
-                d, s, n = (int(x) for x in p.split("-"))
-                if d not in by_domain or n > by_domain[d][1]:
-                    by_domain[d] = (s, n)
-            return cls("mariadb", mariadb=tuple(sorted((d, s, n) for d, (s, n) in by_domain.items())))
-        uuids: dict[str, list[tuple[int, int]]] = {}
-        for p in parts:
-            uuid, _, ranges = p.partition(":")
-            if not ranges:
-                raise ValueError(f"malformed GTID set element {p!r}: expected uuid:N[-M]")
-            for r in ranges.split(":"):
-                lo, _, hi = r.partition("-")
-                uuids.setdefault(uuid.lower(), []).append((int(lo), int(hi or lo)))
-        return cls("mysql", mysql=tuple((u, _merge(iv)) for u, iv in sorted(uuids.items())))
-
-    def __str__(self) -> str:
-        if self.flavor == "mariadb":
-            return ",".join(f"{d}-{s}-{n}" for d, s, n in self.mariadb)
-        return ",".join(
-            u + ":" + ":".join(str(a) if a == b else f"{a}-{b}" for a, b in iv) for u, iv in self.mysql
-        )
-
-    def contains(self, other: GtidSet | None) -> bool:
-        """True when every transaction of ``other`` is in this set."""
-        if other is None:
-            return True
-        if other.flavor != self.flavor:
-            return False
-        if self.flavor == "mariadb":
-            mine = {d: n for d, _, n in self.mariadb}
-            return all(d in mine and mine[d] >= n for d, _, n in other.mariadb)
-        mine_iv = dict(self.mysql)
-        for uuid, intervals in other.mysql:
-            have = mine_iv.get(uuid, ())
-            for lo, hi in intervals:
-                if not any(a <= lo and hi <= b for a, b in have):
-                    return False
-        return True
-
-
-def _merge(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    out: list[list[int]] = []
-    for lo, hi in sorted(intervals):
-        if out and lo <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return tuple((a, b) for a, b in out)
-
-
-# --------------------------------------------------------------------------- binlog
-
-
-def _seq(file: str) -> int:
-    m = _BINLOG_FILE.match(file)
-    return int(m.group("seq")) if m else -1
-
-
-@functools.total_ordering
-@dataclass(frozen=True)
-class BinlogPosition:
-    """A MySQL/MariaDB binlog coordinate. Ordered by (file sequence number, offset), so order
-    holds across rotation (``mysql-bin.000009`` < ``mysql-bin.000010``)."""
-
-    file: str
-    pos: int
-    gtid_set: GtidSet | None = field(default=None, compare=False)
-    server_id: int | None = field(default=None, compare=False)
-    server_uuid: str | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        m = _BINLOG_FILE.match(self.file or "")
-        if not m:
-            raise ValueError(f"binlog file {self.file!r} is not of the form <basename>.<number>")
-        if not isinstance(self.pos, int) or self.pos < 0:
-            raise ValueError(f"binlog pos {self.pos!r} must be a non-negative integer")
-        # Positions are compared at every sub-batch and transaction: parse the file's number once.
-        object.__setattr__(self, "_seq", int(m.group("seq")))
-
-    @property
-    def file_seq(self) -> int:
-        return self._seq
-
-    @property
-    def basename(self) -> str:
-        return _BINLOG_FILE.match(self.file).group("base")
+    kind: str = ""  # the source kind: tags the JSON form and starts the lineage
 
     @property
     def lineage(self) -> tuple[Any, ...] | None:
-        """The server whose binlog this is a coordinate in; None when unknown."""
-        if self.server_id is None and self.server_uuid is None:
-            return None
-        return ("mysql", self.server_id, self.server_uuid)
+        """The source identity this is a coordinate in; None when unknown."""
+        raise NotImplementedError
 
-    def _key(self) -> tuple[int, int]:
-        return (self._seq, self.pos)
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, BinlogPosition):
-            return NotImplemented
-        check_comparable(self, other)
-        return self._key() < other._key()
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BinlogPosition):
-            return NotImplemented
-        return self._key() == other._key() and same_lineage(self, other)
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def bytes_to(self, other: BinlogPosition, file_sizes: dict[str, int] | None = None) -> int | None:
-        """Binlog bytes from here to ``other`` (0 when ``other`` is not ahead): the offset
-        difference within one file; across files only with ``file_sizes`` (``SHOW BINARY LOGS``),
-        else None. None for positions of another server."""
-        if not same_lineage(self, other):
-            return None
-        if not other > self:
-            return 0
-        if self.file == other.file:
-            return other.pos - self.pos
-        sizes = file_sizes or {}
-        if self.file not in sizes or other.file not in sizes:
-            return None
-        between = sum(size for name, size in sizes.items() if self.file_seq < _seq(name) < other.file_seq)
-        return max(0, sizes[self.file] - self.pos) + between + other.pos
+    def bytes_to(self, other: Any, file_sizes: dict[str, int] | None = None) -> int | None:
+        """Log bytes from here to ``other`` (0 when not ahead; None when unknown)."""
+        raise NotImplementedError
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "pos": self.pos,
-            "gtid_set": str(self.gtid_set) if self.gtid_set else None,
-            "server_id": self.server_id,
-            "server_uuid": self.server_uuid,
-        }
+        """The JSON form, with ``"kind": self.kind``."""
+        raise NotImplementedError
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BinlogPosition:
-        return cls(
-            file=d["file"],
-            pos=int(d["pos"]),
-            gtid_set=GtidSet.parse(d.get("gtid_set")),
-            server_id=d.get("server_id"),
-            server_uuid=d.get("server_uuid"),
-        )
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.pos}" + (f" [{self.gtid_set}]" if self.gtid_set else "")
-
-
-# --------------------------------------------------------------------------- postgres
-
-
-@functools.total_ordering
-@dataclass(frozen=True)
-class Lsn:
-    """A PostgreSQL WAL location, an unsigned 64-bit integer written ``HI/LO`` in hex."""
-
-    value: int
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.value, int) or not 0 <= self.value <= _UINT64:
-            raise ValueError(f"LSN {self.value!r} is outside the unsigned 64-bit range")
+    def from_json(cls, d: dict[str, Any]) -> LogPosition:
+        raise NotImplementedError
 
     @classmethod
-    def parse(cls, text: str | Lsn) -> Lsn:
-        if isinstance(text, Lsn):
-            return text
-        m = _LSN.match(str(text).strip())
-        if not m:
-            raise ValueError(f"malformed LSN {text!r}: expected HEX/HEX such as 16/B374D848")
-        return cls((int(m.group("hi"), 16) << 32) | int(m.group("lo"), 16))
+    def lineage_of_identity(cls, identity: dict[str, Any]) -> tuple[Any, ...]:
+        """The lineage a source identity (``Source.identity()``) of this kind gives its positions."""
+        raise NotImplementedError
 
-    def __str__(self) -> str:
-        return f"{self.value >> 32:X}/{self.value & 0xFFFFFFFF:X}"
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Lsn):
-            return NotImplemented
-        return self.value < other.value
-
-
-@functools.total_ordering
-@dataclass(frozen=True)
-class PgPosition:
-    """A Postgres logical decoding position: a commit LSN plus the server identity."""
-
-    lsn: Lsn
-    system_id: str | None = field(default=None, compare=False)
-    timeline: int | None = field(default=None, compare=False)
-
-    @property
-    def lineage(self) -> tuple[Any, ...] | None:
-        """The cluster (system identifier) and timeline this LSN belongs to; None when unknown."""
-        if self.system_id is None and self.timeline is None:
-            return None
-        return ("postgres", str(self.system_id), self.timeline)
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, PgPosition):
-            return NotImplemented
-        check_comparable(self, other)
-        return self.lsn < other.lsn
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PgPosition):
-            return NotImplemented
-        return self.lsn == other.lsn and same_lineage(self, other)
-
-    def __hash__(self) -> int:
-        return hash(self.lsn)
-
-    def bytes_to(self, other: PgPosition, file_sizes: dict[str, int] | None = None) -> int | None:
-        """WAL bytes from here to ``other`` (0 when ``other`` is not ahead); None for positions
-        of another cluster or timeline."""
-        if not same_lineage(self, other):
-            return None
-        return max(0, other.lsn.value - self.lsn.value)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"lsn": str(self.lsn), "system_id": self.system_id, "timeline": self.timeline}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> PgPosition:
-        return cls(Lsn.parse(d["lsn"]), d.get("system_id"), d.get("timeline"))
-
-    def __str__(self) -> str:
-        return str(self.lsn)
+    @staticmethod
+    def describe_lineage(lineage: tuple[Any, ...]) -> str:
+        """A lineage of this kind in words, for messages."""
+        raise NotImplementedError
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -308,12 +87,12 @@ class SnapshotPosition:
 
     snapshot_id: str
     chunk: int
-    handoff: BinlogPosition | PgPosition
+    handoff: LogPosition
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunk, int) or self.chunk < 0:
             raise ValueError(f"snapshot chunk {self.chunk!r} must be a non-negative integer")
-        if not isinstance(self.handoff, (BinlogPosition, PgPosition)):
+        if not isinstance(self.handoff, LogPosition):
             raise ValueError(f"a snapshot's handoff must be a log position, got {self.handoff!r}")
 
     @property
@@ -328,7 +107,7 @@ class SnapshotPosition:
             if self.handoff != other.handoff:
                 return 1 if self.handoff > other.handoff else -1
             return 1 if self.snapshot_id > other.snapshot_id else -1
-        if isinstance(other, (BinlogPosition, PgPosition)):
+        if isinstance(other, LogPosition):
             return 1 if self.handoff > other else -1  # just before the handoff
         return None
 
@@ -350,7 +129,7 @@ class SnapshotPosition:
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SnapshotPosition):
-            return False if isinstance(other, (BinlogPosition, PgPosition)) else NotImplemented
+            return False if isinstance(other, LogPosition) else NotImplemented
         return (self.snapshot_id, self.chunk) == (other.snapshot_id, other.chunk) and \
             self.handoff == other.handoff
 
@@ -360,7 +139,7 @@ class SnapshotPosition:
     def at_chunk(self, chunk: int) -> SnapshotPosition:
         return SnapshotPosition(self.snapshot_id, chunk, self.handoff)
 
-    def with_handoff(self, handoff: BinlogPosition | PgPosition) -> SnapshotPosition:
+    def with_handoff(self, handoff: LogPosition) -> SnapshotPosition:
         return SnapshotPosition(self.snapshot_id, self.chunk, handoff)
 
     def bytes_to(self, other: Position, file_sizes: dict[str, int] | None = None) -> int | None:
@@ -381,13 +160,13 @@ class SnapshotPosition:
         return f"snapshot {self.snapshot_id} chunk {self.chunk} (handoff {self.handoff})"
 
 
-def log_position(p: Position) -> BinlogPosition | PgPosition:
+def log_position(p: Position) -> LogPosition:
     """The log position a position stands for at the source: a snapshot's handoff (the log the
     source must keep and read after it), any other position itself."""
     return p.handoff if isinstance(p, SnapshotPosition) else p
 
 
-Position = Union[BinlogPosition, PgPosition, SnapshotPosition]
+Position = Union[LogPosition, SnapshotPosition]
 
 
 def position_from_json(d: dict[str, Any] | str | None) -> Position | None:
@@ -398,11 +177,20 @@ def position_from_json(d: dict[str, Any] | str | None) -> Position | None:
         d = json.loads(d)
     if "snapshot" in d:
         return SnapshotPosition.from_json(d)
-    if "lsn" in d:
-        return PgPosition.from_json(d)
-    if "file" in d:
-        return BinlogPosition.from_json(d)
-    raise ValueError(f"not a position: {d!r} (expected keys file/pos or lsn)")
+    kind = d.get("kind") or _legacy_kind(d)
+    if kind is None:
+        raise ValueError(f"not a position: {d!r} (expected a source kind's position, with its \"kind\")")
+    return source_kind(kind).position_type().from_json(d)
+
+
+# Log positions written before they carried their kind (in stores, sink-side checkpoint records,
+# journals and XComs of older versions) have no "kind": this is the one place that tells them
+# apart, by the keys each kind wrote then. New JSON always carries its kind.
+_LEGACY_KIND_BY_KEY = (("lsn", "postgres"), ("file", "mysql"))
+
+
+def _legacy_kind(d: dict[str, Any]) -> str | None:
+    return next((kind for key, kind in _LEGACY_KIND_BY_KEY if key in d), None)
 
 
 def position_to_json(p: Position | None) -> dict[str, Any] | None:
@@ -429,20 +217,18 @@ def check_comparable(a: Position, b: Position) -> None:
 def describe_lineage(lineage: tuple[Any, ...] | None) -> str:
     if lineage is None:
         return "no identity"
-    if lineage[0] == "mysql":
-        return f"server_id {lineage[1]}" + (f", server_uuid {lineage[2]}" if lineage[2] else "")
-    return f"system_id {lineage[1]}, timeline {lineage[2]}"
+    return source_kind(lineage[0]).position_type().describe_lineage(lineage)
 
 
 def lineage_of_identity(identity: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """The lineage a source identity (``Source.identity()``) gives the positions it writes."""
     if not identity:
         return None
-    if identity.get("kind") == "mysql":
-        return ("mysql", identity.get("server_id"), identity.get("server_uuid"))
-    if identity.get("kind") == "postgres":
-        return ("postgres", str(identity.get("system_id")), identity.get("timeline"))
-    return None
+    try:
+        kind = source_kind(identity.get("kind"))
+    except ValueError:
+        return None
+    return kind.position_type().lineage_of_identity(identity)
 
 
 def lowest_start(positions: Iterable[Position | None]) -> Position | None:

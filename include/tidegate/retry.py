@@ -1,4 +1,5 @@
-"""Retries with exponential backoff and full jitter, per sink kind (docs/architecture.md).
+"""Retries with exponential backoff and full jitter, per sink (docs/architecture.md): each Sink
+class carries its ``retry_policy``.
 
 Full jitter (sleep uniform(0, min(max, base * 2**n)) before retry n+1) spreads the retries of
 many workers hitting one broker, instead of having them retry in lock-step.
@@ -16,12 +17,6 @@ from .sinks.base import RetryPolicy, Sink
 
 T = TypeVar("T")
 
-POLICIES: dict[str, RetryPolicy] = {
-    "kafka": RetryPolicy(base_s=0.1, max_s=10.0, attempts=3),
-    "nats": RetryPolicy(base_s=0.05, max_s=5.0, attempts=3),
-    "redis": RetryPolicy(base_s=0.05, max_s=5.0, attempts=3),
-}
-DEFAULT_POLICY = RetryPolicy(base_s=0.05, max_s=5.0, attempts=3)
 
 
 class RetryFailure(Exception):
@@ -36,11 +31,8 @@ class RetryFailure(Exception):
 
 
 def policy_for(sink: Sink) -> RetryPolicy:
-    """A sink class may set its own ``retry_policy``; otherwise the policy of its kind."""
-    own = type(sink).retry_policy
-    if own is not Sink.retry_policy:
-        return own
-    return POLICIES.get(sink.kind, DEFAULT_POLICY)
+    """The sink class's ``retry_policy`` (:class:`Sink`'s default unless the kind sets its own)."""
+    return type(sink).retry_policy
 
 
 def backoff_delay(policy: RetryPolicy, retry_no: int, rng: random.Random | None = None) -> float:

@@ -10,17 +10,17 @@ from __future__ import annotations
 import os
 import re
 import string
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from . import kinds
 from .errors import SpecError
 
-SOURCE_KINDS = ("mysql", "postgres")
-SINK_KINDS = ("kafka", "nats", "redis")
+SOURCE_KINDS = tuple(kinds.SOURCES)
+SINK_KINDS = tuple(kinds.SINKS)
 COMMIT_POLICIES = ("required", "all", "quorum")
 START_MODES = ("head", "earliest", "snapshot")
 SCHEMA_CHANGE_POLICIES = ("continue", "halt")
@@ -33,6 +33,7 @@ class SourceSpec:
     kind: str
     conn_id: str
     tables: tuple[str, ...] = ()  # "db.table" (MySQL) or "schema.table" (Postgres); () = all
+    # The kinds' own settings (their package's spec.py checks them; the others leave them unset):
     server_id: int | None = None  # mysql: replication client id
     slot: str | None = None  # postgres: logical replication slot (wal2json)
     start: str = "head"
@@ -62,30 +63,10 @@ class SinkSpec:
     dlq: str | None = None  # the DLQ destination (topic / subject / stream); default {pipeline}.__dlq
     control: str | None = None  # the control channel; default {pipeline}.__control ({pipeline}:__control)
 
-
-@dataclass(frozen=True)
-class KafkaSinkSpec(SinkSpec):
-    topic: str = ""
-    exactly_once: bool = False
-    partitions: int = 1
-    replication_factor: int = 1
-    create_topics: bool = True
-    checkpoint_topic: str = "_tidegate_checkpoints"
-    tombstones_on_delete: bool = False  # a null-valued record after each delete (log compaction)
-
-
-@dataclass(frozen=True)
-class NatsSinkSpec(SinkSpec):
-    stream: str = ""  # the JetStream stream name
-    subject: str = ""
-    duplicate_window_s: float = 120.0
-    max_in_flight: int = 1000
-
-
-@dataclass(frozen=True)
-class RedisSinkSpec(SinkSpec):
-    stream: str = ""  # the stream key template
-    maxlen: int | None = None  # never trim unless set
+    @property
+    def guarantee(self) -> str:
+        """What a consumer of this sink can rely on (a kind may promise more)."""
+        return "at-least-once (dedup by idempotency_key)"
 
 
 @dataclass(frozen=True)
@@ -126,10 +107,7 @@ class PipelineSpec:
         """What this pipeline holds on its source server that no other reader may share: the
         MySQL replication client id (``server_id``, derived from the pipeline name when unset),
         or the PostgreSQL replication slot."""
-        if self.source.kind == "mysql":
-            derived = 40000 + zlib.crc32(self.pipeline.encode()) % 1_000_000
-            return "server_id", self.source.server_id or derived
-        return "slot", self.source.slot
+        return kinds.source_kind(self.source.kind).replication_client(self)
 
     def sink(self, sink_id: str) -> SinkSpec:
         for s in self.sinks:
@@ -147,34 +125,20 @@ def render_template(template: str, *, pipeline: str, db: str, schema: str, table
 
 PIPELINE_RE = re.compile(r"^[a-z0-9_]+$")
 SINK_ID_RE = re.compile(r"^[a-z0-9_-]+$")
-SLOT_RE = re.compile(r"^[a-z0-9_]+$")
 TENANT_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # Tables are identifiers only: they reach SQL through the source, never by pasting.
 TABLE_RE = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
-NATS_STREAM_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-KAFKA_TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
-NATS_SUBJECT_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
 CRON_FIELD = re.compile(r"^[A-Za-z0-9*/,?#LW-]+$")
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
                     "@quarterly", "@yearly", "@annually")
 
 TOP_FIELDS = ("pipeline", "tenant", "schedule", "source", "batch", "sinks", "spark", "snapshot")
-SOURCE_FIELDS = ("kind", "conn_id", "tables", "server_id", "slot", "start", "on_schema_change",
-                 "replay_retention")
-DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+SOURCE_COMMON = ("kind", "conn_id", "tables", "start", "on_schema_change")  # + the kind's own fields
 BATCH_FIELDS = ("max_events", "max_bytes", "respect_source_tx", "commit_policy", "quorum")
 SPARK_FIELDS = ("conn_id", "conf", "packages")
 SNAPSHOT_FIELDS = ("chunk_rows", "parallelism")
 SINK_COMMON = ("id", "kind", "conn_id", "required", "on_poison", "dlq", "control")
-SINK_FIELDS = {
-    "kafka": SINK_COMMON + ("topic", "exactly_once", "partitions", "replication_factor",
-                            "create_topics", "checkpoint_topic", "tombstones_on_delete"),
-    "nats": SINK_COMMON + ("stream", "subject", "duplicate_window", "max_in_flight"),
-    "redis": SINK_COMMON + ("stream", "maxlen"),
-}
-UINT32_MAX = 2**32 - 1
 
 
 def repo_dir() -> Path:
@@ -197,7 +161,7 @@ def spec_files(directory: str | os.PathLike | None = None) -> list[Path]:
     return sorted(p for p in d.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
 
 
-class _Problems:
+class Problems:
     """Collects problem lines "FILE: field.path: problem; allowed: ..."."""
 
     def __init__(self, path: str):
@@ -227,7 +191,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _read_text(path: Path, probs: _Problems) -> str | None:
+def _read_text(path: Path, probs: Problems) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -235,7 +199,7 @@ def _read_text(path: Path, probs: _Problems) -> str | None:
         return None
 
 
-def _read_yaml(text: str, probs: _Problems) -> Any:
+def _read_yaml(text: str, probs: Problems) -> Any:
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -249,13 +213,13 @@ def _read_yaml(text: str, probs: _Problems) -> Any:
 # --------------------------------------------------------------------------- field checks
 
 
-def _unknown(d: dict, allowed: tuple[str, ...], prefix: str, probs: _Problems) -> None:
+def _unknown(d: dict, allowed: tuple[str, ...], prefix: str, probs: Problems) -> None:
     for k in d:
         if k not in allowed:
             probs.add(f"{prefix}{k}", "unknown field", ", ".join(allowed))
 
 
-def _mapping(v: Any, fp: str, probs: _Problems) -> dict | None:
+def _mapping(v: Any, fp: str, probs: Problems) -> dict | None:
     if v is None:
         return None
     if not isinstance(v, dict):
@@ -264,7 +228,7 @@ def _mapping(v: Any, fp: str, probs: _Problems) -> dict | None:
     return v
 
 
-def _str(d: dict, key: str, fp: str, probs: _Problems, *, required=False, pattern=None,
+def str_field(d: dict, key: str, fp: str, probs: Problems, *, required=False, pattern=None,
          allowed: str | None = None) -> str | None:
     v = d.get(key)
     if v is None:
@@ -280,7 +244,7 @@ def _str(d: dict, key: str, fp: str, probs: _Problems, *, required=False, patter
     return v
 
 
-def _int(d: dict, key: str, fp: str, probs: _Problems, *, lo: int, hi: int | None = None,
+def int_field(d: dict, key: str, fp: str, probs: Problems, *, lo: int, hi: int | None = None,
          default: int | None = None) -> int | None:
     v = d.get(key)
     if v is None:
@@ -292,7 +256,7 @@ def _int(d: dict, key: str, fp: str, probs: _Problems, *, lo: int, hi: int | Non
     return v
 
 
-def _float(d: dict, key: str, fp: str, probs: _Problems, *, default: float) -> float:
+def float_field(d: dict, key: str, fp: str, probs: Problems, *, default: float) -> float:
     v = d.get(key)
     if v is None:
         return default
@@ -302,7 +266,7 @@ def _float(d: dict, key: str, fp: str, probs: _Problems, *, default: float) -> f
     return float(v)
 
 
-def _bool(d: dict, key: str, fp: str, probs: _Problems, *, default: bool) -> bool:
+def bool_field(d: dict, key: str, fp: str, probs: Problems, *, default: bool) -> bool:
     v = d.get(key)
     if v is None:
         return default
@@ -312,7 +276,7 @@ def _bool(d: dict, key: str, fp: str, probs: _Problems, *, default: bool) -> boo
     return v
 
 
-def _choice(d: dict, key: str, fp: str, probs: _Problems, choices: tuple[str, ...], *,
+def _choice(d: dict, key: str, fp: str, probs: Problems, choices: tuple[str, ...], *,
             default: str | None = None, required: bool = False) -> str | None:
     v = d.get(key)
     if v is None:
@@ -325,10 +289,10 @@ def _choice(d: dict, key: str, fp: str, probs: _Problems, choices: tuple[str, ..
     return v
 
 
-def _template(d: dict, key: str, fp: str, probs: _Problems, chars: re.Pattern, what: str,
+def template_field(d: dict, key: str, fp: str, probs: Problems, chars: re.Pattern, what: str,
               *, required: bool) -> str | None:
     """A sink name template: only the allowed placeholders, and legal literal characters."""
-    v = _str(d, key, fp, probs, required=required, allowed=f"a {what} template")
+    v = str_field(d, key, fp, probs, required=required, allowed=f"a {what} template")
     if v is None:
         return None
     allowed = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
@@ -351,7 +315,7 @@ def _template(d: dict, key: str, fp: str, probs: _Problems, chars: re.Pattern, w
 # --------------------------------------------------------------------------- sections
 
 
-def _schedule(raw: dict, probs: _Problems) -> str | None:
+def _schedule(raw: dict, probs: Problems) -> str | None:
     v = raw.get("schedule")
     if v is None:
         return None
@@ -370,57 +334,36 @@ def _schedule(raw: dict, probs: _Problems) -> str | None:
     return v
 
 
-def _source(raw: Any, probs: _Problems) -> SourceSpec | None:
+def _source(raw: Any, probs: Problems) -> SourceSpec | None:
     if raw is None:
         probs.add("source", "missing", "a mapping with kind, conn_id, ...")
         return None
     d = _mapping(raw, "source", probs)
     if d is None:
         return None
-    _unknown(d, SOURCE_FIELDS, "source.", probs)
+    kind_fields = {k: kinds.source_kind(k).fields for k in SOURCE_KINDS}
+    _unknown(d, tuple(dict.fromkeys(SOURCE_COMMON + sum(kind_fields.values(), ()))), "source.", probs)
     kind = _choice(d, "kind", "source.kind", probs, SOURCE_KINDS, required=True)
-    conn_id = _str(d, "conn_id", "source.conn_id", probs, required=True, pattern=CONN_ID_RE,
-                   allowed="an Airflow connection id")
+    conn_id = str_field(d, "conn_id", "source.conn_id", probs, required=True, pattern=CONN_ID_RE,
+                        allowed="an Airflow connection id")
     tables = _tables(d.get("tables"), probs)
-    server_id = _int(d, "server_id", "source.server_id", probs, lo=1, hi=UINT32_MAX)
-    slot = _str(d, "slot", "source.slot", probs, pattern=SLOT_RE, allowed="[a-z0-9_]+")
-    if kind == "mysql" and d.get("slot") is not None:
-        probs.add("source.slot", "only for postgres sources", "omit it for mysql")
-    if kind == "postgres" and d.get("server_id") is not None:
-        probs.add("source.server_id", "only for mysql sources", "omit it for postgres")
+    own: dict[str, Any] = {}
+    if kind is not None:
+        for f in dict.fromkeys(sum(kind_fields.values(), ())):  # another kind's setting
+            if d.get(f) is not None and f not in kind_fields[kind]:
+                owners = " and ".join(k for k, fs in kind_fields.items() if f in fs)
+                probs.add(f"source.{f}", f"only for {owners} sources", f"omit it for {kind}")
+        own = kinds.source_kind(kind).parse(d, probs)
     start = _choice(d, "start", "source.start", probs, START_MODES, default="head")
     if kind is None or conn_id is None:
         return None
     on_ddl = _choice(d, "on_schema_change", "source.on_schema_change", probs, SCHEMA_CHANGE_POLICIES,
                      default="continue")
-    retention = _replay_retention(d, kind, probs)
-    return SourceSpec(kind, conn_id, tables, server_id, slot, start or "head", on_ddl or "continue",
-                      retention)
+    return SourceSpec(kind, conn_id, tables, start=start or "head", on_schema_change=on_ddl or "continue",
+                      **own)
 
 
-def _replay_retention(d: dict, kind: str | None, probs: _Problems) -> int:
-    """``source.replay_retention``: how long release keeps the Postgres slot behind the
-    checkpoints, as a duration (``24h``, ``90m``, ``3600s``, ``7d``; ``0``: not at all)."""
-    fp, v = "source.replay_retention", d.get("replay_retention")
-    if v is None or (v == 0 and not isinstance(v, bool)):
-        return 0
-    if kind == "mysql":
-        probs.add(fp, "only for postgres sources: a MySQL/MariaDB server keeps its binlogs for "
-                      "binlog_expire_logs_seconds (expire_logs_days), whatever tidegate releases",
-                  "omit it, and raise the server's binlog expiry to replay further back")
-        return 0
-    if isinstance(v, str) and v.strip() == "0":
-        return 0
-    m = DURATION_RE.match(v.strip()) if isinstance(v, str) else None
-    if m is None:
-        hint = " (a number needs a unit)" if type(v) in (int, float) else ""
-        probs.add(fp, f"bad value {v!r}{hint}", "a duration such as 24h, 90m, 3600s or 7d, or 0 (no "
-                                                 "replay window: release moves the slot to the checkpoints)")
-        return 0
-    return int(m.group(1)) * DURATION_UNITS[m.group(2)]
-
-
-def _tables(v: Any, probs: _Problems) -> tuple[str, ...]:
+def _tables(v: Any, probs: Problems) -> tuple[str, ...]:
     if v is None:
         return ()
     if not isinstance(v, list):
@@ -438,13 +381,13 @@ def _tables(v: Any, probs: _Problems) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _batch(raw: Any, n_sinks: int, any_required: bool, probs: _Problems) -> BatchSpec:
+def _batch(raw: Any, n_sinks: int, any_required: bool, probs: Problems) -> BatchSpec:
     d = _mapping(raw, "batch", probs) or {}
     _unknown(d, BATCH_FIELDS, "batch.", probs)
     dflt = BatchSpec()
     policy = _choice(d, "commit_policy", "batch.commit_policy", probs, COMMIT_POLICIES,
                      default=dflt.commit_policy)
-    quorum = _int(d, "quorum", "batch.quorum", probs, lo=-(2**63))
+    quorum = int_field(d, "quorum", "batch.quorum", probs, lo=-(2**63))
     if quorum is not None and not 1 <= quorum <= max(n_sinks, 1):
         probs.add("batch.quorum", f"{quorum} is outside 1..{n_sinks}",
                   f"an integer in 1..{n_sinks} (the number of sinks)")
@@ -454,16 +397,16 @@ def _batch(raw: Any, n_sinks: int, any_required: bool, probs: _Problems) -> Batc
         probs.add("batch.commit_policy", "'required' but no sink has required: true",
                   "mark a sink required, or use commit_policy all | quorum")
     return BatchSpec(
-        max_events=_int(d, "max_events", "batch.max_events", probs, lo=1, default=dflt.max_events),
-        max_bytes=_int(d, "max_bytes", "batch.max_bytes", probs, lo=1, default=dflt.max_bytes),
-        respect_source_tx=_bool(d, "respect_source_tx", "batch.respect_source_tx", probs,
+        max_events=int_field(d, "max_events", "batch.max_events", probs, lo=1, default=dflt.max_events),
+        max_bytes=int_field(d, "max_bytes", "batch.max_bytes", probs, lo=1, default=dflt.max_bytes),
+        respect_source_tx=bool_field(d, "respect_source_tx", "batch.respect_source_tx", probs,
                                 default=True),
         commit_policy=policy,
         quorum=quorum,
     )
 
 
-def _sinks(raw: Any, probs: _Problems) -> tuple[tuple[SinkSpec, ...], int]:
+def _sinks(raw: Any, probs: Problems) -> tuple[tuple[SinkSpec, ...], int]:
     """The parsed sinks, and how many entries the file lists (for the quorum range)."""
     if raw is None:
         probs.add("sinks", "missing", "a non-empty list of sinks")
@@ -491,73 +434,38 @@ def _any_required(raw: Any) -> bool:
     return any(not isinstance(i, dict) or i.get("required", True) is not False for i in items)
 
 
-def _sink(raw: Any, fp: str, probs: _Problems) -> SinkSpec | None:
+def _sink(raw: Any, fp: str, probs: Problems) -> SinkSpec | None:
     d = _mapping(raw, fp, probs)
     if d is None:
         if raw is None:
             probs.add(fp, "empty sink entry", "a mapping with id, kind, conn_id")
         return None
     kind = _choice(d, "kind", f"{fp}.kind", probs, SINK_KINDS, required=True)
+    sink_kind = kinds.sink_kind(kind) if kind is not None else None
     # With an unknown kind, only fields no kind knows are reported (the kind is the problem).
-    any_kind = tuple(dict.fromkeys(f for fs in SINK_FIELDS.values() for f in fs))
-    _unknown(d, SINK_FIELDS.get(kind, any_kind), f"{fp}.", probs)
-    sid = _str(d, "id", f"{fp}.id", probs, required=True, pattern=SINK_ID_RE, allowed="[a-z0-9_-]+")
-    conn_id = _str(d, "conn_id", f"{fp}.conn_id", probs, required=True, pattern=CONN_ID_RE,
+    own = sink_kind.fields if sink_kind else tuple(f for k in SINK_KINDS for f in kinds.sink_kind(k).fields)
+    _unknown(d, tuple(dict.fromkeys(SINK_COMMON + own)), f"{fp}.", probs)
+    sid = str_field(d, "id", f"{fp}.id", probs, required=True, pattern=SINK_ID_RE, allowed="[a-z0-9_-]+")
+    conn_id = str_field(d, "conn_id", f"{fp}.conn_id", probs, required=True, pattern=CONN_ID_RE,
                    allowed="an Airflow connection id")
-    required = _bool(d, "required", f"{fp}.required", probs, default=True)
-    if kind is None or sid is None or conn_id is None:
+    required = bool_field(d, "required", f"{fp}.required", probs, default=True)
+    if sink_kind is None or sid is None or conn_id is None:
         return None
-    spec_type, fields = _KIND_FIELDS[kind]
     on_poison = _choice(d, "on_poison", f"{fp}.on_poison", probs, POISON_POLICIES, default="halt")
-    chars, what = _CHANNEL_CHARS[kind]
+    # a DLQ or control channel name may hold what the kind's data names may hold
+    chars, what = sink_kind.channel_chars, sink_kind.channel_what
     dlq = _channel(d, "dlq", f"{fp}.dlq", probs, chars, what)
     control = _channel(d, "control", f"{fp}.control", probs, chars, what)
     if d.get("dlq") is not None and on_poison != "dlq":
         probs.add(f"{fp}.dlq", "set but on_poison is not dlq", "on_poison: dlq, or omit dlq")
-    return spec_type(id=sid, kind=kind, conn_id=conn_id, required=required, on_poison=on_poison or "halt",
-                     dlq=dlq, control=control, **fields(d, fp, probs))
+    return sink_kind.spec_type(id=sid, kind=sink_kind.name, conn_id=conn_id, required=required,
+                               on_poison=on_poison or "halt", dlq=dlq, control=control,
+                               **sink_kind.parse(d, fp, probs))
 
 
-def _kafka_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
-    dflt = KafkaSinkSpec("x", "kafka", "x")
-    return dict(
-        topic=_template(d, "topic", f"{fp}.topic", probs, KAFKA_TOPIC_CHARS, "topic", required=True),
-        exactly_once=_bool(d, "exactly_once", f"{fp}.exactly_once", probs, default=False),
-        partitions=_int(d, "partitions", f"{fp}.partitions", probs, lo=1, default=dflt.partitions),
-        replication_factor=_int(d, "replication_factor", f"{fp}.replication_factor", probs, lo=1,
-                                hi=32767, default=dflt.replication_factor),
-        create_topics=_bool(d, "create_topics", f"{fp}.create_topics", probs, default=True),
-        checkpoint_topic=_str(d, "checkpoint_topic", f"{fp}.checkpoint_topic", probs,
-                              pattern=re.compile(r"^[A-Za-z0-9._-]+$"),
-                              allowed="letters, digits, '.', '_', '-'") or dflt.checkpoint_topic,
-        tombstones_on_delete=_bool(d, "tombstones_on_delete", f"{fp}.tombstones_on_delete", probs,
-                                   default=False),
-    )
-
-
-def _nats_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
-    return dict(
-        stream=_str(d, "stream", f"{fp}.stream", probs, required=True, pattern=NATS_STREAM_RE,
-                    allowed="a JetStream stream name: letters, digits, '_', '-'"),
-        subject=_template(d, "subject", f"{fp}.subject", probs, NATS_SUBJECT_CHARS, "subject",
-                          required=True),
-        duplicate_window_s=_float(d, "duplicate_window", f"{fp}.duplicate_window", probs,
-                                  default=120.0),
-        max_in_flight=_int(d, "max_in_flight", f"{fp}.max_in_flight", probs, lo=1, default=1000),
-    )
-
-
-def _redis_fields(d: dict, fp: str, probs: _Problems) -> dict[str, Any]:
-    return dict(
-        stream=_template(d, "stream", f"{fp}.stream", probs, re.compile(r"^[^\s{}]*$"),
-                         "stream key", required=True),
-        maxlen=_int(d, "maxlen", f"{fp}.maxlen", probs, lo=1),
-    )
-
-
-def _channel(d: dict, key: str, fp: str, probs: _Problems, chars: re.Pattern, what: str) -> str | None:
+def _channel(d: dict, key: str, fp: str, probs: Problems, chars: re.Pattern, what: str) -> str | None:
     """A per-pipeline channel name (DLQ, control): only ``{pipeline}`` may vary in it."""
-    v = _template(d, key, fp, probs, chars, what, required=False)
+    v = template_field(d, key, fp, probs, chars, what, required=False)
     if v is not None and any(f"{{{p}}}" in v for p in PLACEHOLDERS if p != "pipeline"):
         probs.add(fp, f"{v!r} names a table part; one {key} channel serves the whole pipeline",
                   "a name with at most {pipeline}")
@@ -565,17 +473,10 @@ def _channel(d: dict, key: str, fp: str, probs: _Problems, chars: re.Pattern, wh
     return v
 
 
-# What a DLQ or control channel name may hold, per sink kind (the same as its data names).
-_CHANNEL_CHARS = {"kafka": (KAFKA_TOPIC_CHARS, "topic"), "nats": (NATS_SUBJECT_CHARS, "subject"),
-                  "redis": (re.compile(r"^[^\s{}]*$"), "stream key")}
-_KIND_FIELDS = {"kafka": (KafkaSinkSpec, _kafka_fields), "nats": (NatsSinkSpec, _nats_fields),
-                "redis": (RedisSinkSpec, _redis_fields)}
-
-
-def _spark(raw: Any, probs: _Problems) -> SparkSpec:
+def _spark(raw: Any, probs: Problems) -> SparkSpec:
     d = _mapping(raw, "spark", probs) or {}
     _unknown(d, SPARK_FIELDS, "spark.", probs)
-    conn_id = _str(d, "conn_id", "spark.conn_id", probs, pattern=CONN_ID_RE,
+    conn_id = str_field(d, "conn_id", "spark.conn_id", probs, pattern=CONN_ID_RE,
                    allowed="an Airflow connection id") or "spark_default"
     conf = d.get("conf") or {}
     if not isinstance(conf, dict) or not all(isinstance(k, str) for k in conf):
@@ -588,27 +489,27 @@ def _spark(raw: Any, probs: _Problems) -> SparkSpec:
     return SparkSpec(conn_id, {k: str(v) for k, v in conf.items()}, tuple(packages))
 
 
-def _snapshot(raw: Any, probs: _Problems) -> SnapshotSpec:
+def _snapshot(raw: Any, probs: Problems) -> SnapshotSpec:
     d = _mapping(raw, "snapshot", probs) or {}
     _unknown(d, SNAPSHOT_FIELDS, "snapshot.", probs)
     dflt = SnapshotSpec()
     return SnapshotSpec(
-        chunk_rows=_int(d, "chunk_rows", "snapshot.chunk_rows", probs, lo=1, default=dflt.chunk_rows),
-        parallelism=_int(d, "parallelism", "snapshot.parallelism", probs, lo=1, hi=1024,
+        chunk_rows=int_field(d, "chunk_rows", "snapshot.chunk_rows", probs, lo=1, default=dflt.chunk_rows),
+        parallelism=int_field(d, "parallelism", "snapshot.parallelism", probs, lo=1, hi=1024,
                          default=dflt.parallelism))
 
 
 # --------------------------------------------------------------------------- public API
 
 
-def _parse(raw: Any, path: str | None, text: str, probs: _Problems) -> PipelineSpec | None:
+def _parse(raw: Any, path: str | None, text: str, probs: Problems) -> PipelineSpec | None:
     if not isinstance(raw, dict):
         probs.add("(top)", "the file must be a YAML mapping", "pipeline, source, sinks, ...")
         return None
     _unknown(raw, TOP_FIELDS, "", probs)
-    name = _str(raw, "pipeline", "pipeline", probs, required=True, pattern=PIPELINE_RE,
+    name = str_field(raw, "pipeline", "pipeline", probs, required=True, pattern=PIPELINE_RE,
                 allowed="[a-z0-9_]+")
-    tenant = _str(raw, "tenant", "tenant", probs, pattern=TENANT_RE, allowed="[A-Za-z0-9_-]+")
+    tenant = str_field(raw, "tenant", "tenant", probs, pattern=TENANT_RE, allowed="[A-Za-z0-9_-]+")
     schedule = _schedule(raw, probs)
     source = _source(raw.get("source"), probs)
     sinks, n_listed = _sinks(raw.get("sinks"), probs)
@@ -617,22 +518,21 @@ def _parse(raw: Any, path: str | None, text: str, probs: _Problems) -> PipelineS
     snapshot = _snapshot(raw.get("snapshot"), probs)
     if probs.lines or name is None or source is None:
         return None
-    if source.kind == "postgres" and source.slot is None:
-        source = SourceSpec(**{**source.__dict__, "slot": f"tidegate_{name}"})
+    source = kinds.source_kind(source.kind).complete(source, name)
     return PipelineSpec(pipeline=name, source=source, sinks=sinks, batch=batch,
                         tenant=tenant or "default", schedule=schedule, spark=spark,
                         snapshot=snapshot, path=path, raw=raw, text=text)
 
 
 def _check(path: str | os.PathLike) -> tuple[PipelineSpec | None, list[str]]:
-    probs = _Problems(str(path))
+    probs = Problems(str(path))
     text = _read_text(Path(path), probs)
     if text is None:
         return None, probs.lines
     return _check_text(text, str(path), str(path), probs)
 
 
-def _check_text(text: str, origin: str, path: str | None, probs: _Problems
+def _check_text(text: str, origin: str, path: str | None, probs: Problems
                 ) -> tuple[PipelineSpec | None, list[str]]:
     raw = _read_yaml(text, probs)
     if probs.lines:
@@ -656,7 +556,7 @@ def load_spec(path: str | os.PathLike) -> PipelineSpec:
 def load_spec_text(text: str, origin: str = "<spec>") -> PipelineSpec:
     """A spec from its YAML text (a Spark job receives the spec this way); problems name
     ``origin`` instead of a file."""
-    spec, problems = _check_text(text, origin, None, _Problems(origin))
+    spec, problems = _check_text(text, origin, None, Problems(origin))
     if problems or spec is None:
         raise SpecError(problems or [f"{origin}: invalid spec"])
     return spec

@@ -40,13 +40,8 @@ def doc_md(spec: Any) -> str:
 
         text = yaml.safe_dump(spec.raw, sort_keys=False)
 
-    def guarantee(s: Any) -> str:
-        if s.kind == "kafka" and s.exactly_once:
-            return "exactly-once"
-        return "at-least-once (dedup by idempotency_key)"
-
     sinks = "\n".join(
-        f"| `{s.id}` | {s.kind} | `{s.conn_id}` | {'yes' if s.required else 'no'} | {guarantee(s)} |"
+        f"| `{s.id}` | {s.kind} | `{s.conn_id}` | {'yes' if s.required else 'no'} | {s.guarantee} |"
         for s in spec.sinks)
     policy = spec.batch.commit_policy
     if policy == "quorum":

@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from tidegate.parts import Parts, chosen_sinks
-from tidegate.positions import BinlogPosition, position_from_json
+from tidegate.positions import position_from_json
 from tidegate.sinks.base import Sink
 from tidegate.sources.base import Source, snapshot_tables_of
+from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.sources.preflight import WARNING, Problem
 
-MYSQL_UPTO = {"file": "mysql-bin.000004", "pos": 900, "gtid_set": None, "server_id": 1, "server_uuid": None}
-MYSQL_OLD = {"file": "mysql-bin.000004", "pos": 400, "gtid_set": None, "server_id": 1, "server_uuid": None}
+MYSQL_UPTO = {"kind": "mysql", "file": "mysql-bin.000004", "pos": 900, "gtid_set": None, "server_id": 1,
+              "server_uuid": None}
+MYSQL_OLD = {"kind": "mysql", "file": "mysql-bin.000004", "pos": 400, "gtid_set": None, "server_id": 1,
+             "server_uuid": None}
 IDENTITY = {"kind": "mysql", "server_id": 1, "server_uuid": None}
 
 

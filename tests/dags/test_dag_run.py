@@ -10,7 +10,8 @@ from tests.dags.conftest import dagbag
 from tests.dags.engine_fakes import ScriptedSource, wire
 from tests.dags.test_operators import place, purge_incident
 
-UP = {"file": "mysql-bin.000004", "pos": 900, "gtid_set": None, "server_id": 1, "server_uuid": None}
+UP = {"kind": "mysql", "file": "mysql-bin.000004", "pos": 900, "gtid_set": None, "server_id": 1,
+      "server_uuid": None}
 
 
 @pytest.fixture(scope="module")

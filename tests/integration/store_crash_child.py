@@ -6,7 +6,7 @@ acknowledged step number (flushed), so the parent knows what the store promised.
 
 import sys
 
-from tidegate.positions import BinlogPosition
+from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.store import open_store
 
 

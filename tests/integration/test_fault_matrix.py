@@ -51,7 +51,7 @@ import psycopg2
 import pymysql
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from tidegate.positions import BinlogPosition
+from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.store import CheckpointStore, open_store
 
 from tests.conftest import services_cmd

@@ -25,7 +25,9 @@ from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.sinks import make_sink
-from tidegate.spec import KafkaSinkSpec, RedisSinkSpec, load_spec
+from tidegate.sinks.kafka.spec import KafkaSinkSpec
+from tidegate.sinks.redis.spec import RedisSinkSpec
+from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, nats_ids, redis_ids

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
-from tidegate.sinks.kafka import murmur2_partition
+from tidegate.sinks.kafka.sink import murmur2_partition
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 

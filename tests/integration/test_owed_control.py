@@ -20,7 +20,7 @@ import psycopg2
 import pymysql
 import pytest
 from tidegate import cli
-from tidegate.positions import GtidSet
+from tidegate.sources.mysql.position import GtidSet
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, nats_payloads, redis_events

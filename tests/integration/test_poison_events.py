@@ -19,7 +19,10 @@ from tidegate.batching import SubBatch
 from tidegate.coordinator import run_once
 from tidegate.errors import CommitPolicyError
 from tidegate.sinks import make_sink
-from tidegate.spec import BatchSpec, KafkaSinkSpec, NatsSinkSpec, RedisSinkSpec
+from tidegate.sinks.kafka.spec import KafkaSinkSpec
+from tidegate.sinks.nats.spec import NatsSinkSpec
+from tidegate.sinks.redis.spec import RedisSinkSpec
+from tidegate.spec import BatchSpec
 from tidegate.store import open_store
 
 from tests.integration.test_sink_kafka import read_topic

@@ -1,8 +1,8 @@
 """The fast Postgres read path against the reference one, on one real WAL range: every item,
 byte for byte.
 
-The fast path (``decoder="fast"``: the streaming replication protocol, msgspec, generated row
-plans, ``ChangeEvent.native``) and the reference (``decoder="reference"``: one peek through a
+The fast path (``Wal2JsonReader``: the streaming replication protocol, msgspec, generated row
+plans, ``ChangeEvent.native``) and the reference (``tests/reference_decoders``: one peek through a
 named cursor, stdlib json, one converter per value, ``ChangeEvent.build``) read the same
 range: every type the source converts (with NULLs and extremes, floats that orjson writes
 differently, NaN), unchanged TOAST values under REPLICA IDENTITY FULL and DEFAULT, updates
@@ -22,11 +22,14 @@ import uuid
 import psycopg2
 import pytest
 from tidegate.events import ChangeEvent, PositionMark, is_control
-from tidegate.positions import Lsn
-from tidegate.sources.postgres import UNAVAILABLE, PostgresSource
+from tidegate.sources.postgres.position import Lsn
+from tidegate.sources.postgres.reader import Wal2JsonReader
+from tidegate.sources.postgres.source import PostgresSource
+from tidegate.sources.postgres.values import UNAVAILABLE
 from tidegate.spec import PipelineSpec, SourceSpec
 
 from tests.integration.source_items import assert_same
+from tests.reference_decoders.postgres_reference import ReferenceReader
 
 pytestmark = pytest.mark.integration
 
@@ -66,25 +69,25 @@ def schema(admin):
 @pytest.fixture()
 def slot(postgres, schema):
     name = "pgrd_" + uuid.uuid4().hex[:12]
-    src = source(postgres, schema, name, (), "fast")
+    src = source(postgres, schema, name, ())
     assert src.ensure_slot() is not None
     yield name
     src.drop_slot()
     src.close()
 
 
-def source(postgres, schema, slot, tables, decoder) -> PostgresSource:
+def source(postgres, schema, slot, tables, reader=Wal2JsonReader) -> PostgresSource:
     spec = PipelineSpec(pipeline="rd_test", tenant="acme", sinks=(),
                         source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
                                           tables=tuple(f"{schema}.{t}" for t in tables), slot=slot))
-    return PostgresSource(spec, postgres.cdc, decoder=decoder)
+    return PostgresSource(spec, postgres.cdc, reader=reader)
 
 
 def read_both(postgres, schema, slot, tables, start, upto):
     """(reference items, fast items, reference schema changes, fast schema changes)."""
     out = []
-    for decoder in ("reference", "fast"):
-        src = source(postgres, schema, slot, tables, decoder)
+    for reader in (ReferenceReader, Wal2JsonReader):
+        src = source(postgres, schema, slot, tables, reader)
         items = list(src.read(start, upto))
         out.append((items, [json.loads(c.value) for c in items if is_control(c)]))
         src.close()
@@ -174,7 +177,7 @@ def create_tables(admin, s):
 
 def test_fast_and_reference_readers_give_identical_items(postgres, admin, schema, slot):
     create_tables(admin, schema)
-    start_src = source(postgres, schema, slot, (), "fast")
+    start_src = source(postgres, schema, slot, ())
     h0 = start_src.head()
     marks = write_range(admin, schema)
     h = [h0] + [start_src.server.position(m) for m in marks]
@@ -251,7 +254,7 @@ def test_a_range_without_transactions_of_this_database_ends_at_the_bound(postgre
     """The stream ends on the server's report of how far it decoded, not on a message; and
     reading never confirms anything, so the slot stays where it was."""
     q(admin, f"CREATE TABLE {schema}.t (id int PRIMARY KEY)")
-    src = source(postgres, schema, slot, ["t"], "fast")
+    src = source(postgres, schema, slot, ["t"])
     before = src.slot_info()["confirmed_flush_lsn"]
     h0 = src.head()
     other = psycopg2.connect(postgres.admin_dsn.replace(f"dbname={postgres.admin.schema}", "dbname=postgres"))
@@ -281,8 +284,8 @@ def test_asynchronous_commits_are_in_exactly_one_run(postgres, admin, schema, sl
     such a transaction goes to a later run, never to none (a bound at the written WAL let the
     quick look and the peek, which read only flushed WAL, miss it)."""
     q(admin, f"CREATE TABLE {schema}.t (id int PRIMARY KEY, pad text)")
-    src = source(postgres, schema, slot, ["t"], "fast")
-    ref = source(postgres, schema, slot, ["t"], "reference")
+    src = source(postgres, schema, slot, ["t"])
+    ref = source(postgres, schema, slot, ["t"], ReferenceReader)
     pad = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 150))"  # WAL pages fill
     writer = psycopg2.connect(postgres.admin_dsn)
     writer.autocommit = True
@@ -317,7 +320,7 @@ def test_a_bound_inside_a_record_still_unflushed(postgres, admin, schema, slot):
     server has flushed past it, and the transaction arrives whole after it commits."""
     q(admin, f"CREATE TABLE {schema}.t (id int PRIMARY KEY, pad text)",
       f"ALTER TABLE {schema}.t ALTER pad SET STORAGE PLAIN")
-    src = source(postgres, schema, slot, ["t"], "fast")
+    src = source(postgres, schema, slot, ["t"])
     h0 = src.head()
     q(admin, f"INSERT INTO {schema}.t VALUES (0, 'before')")
     opened = []

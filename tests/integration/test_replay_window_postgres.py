@@ -21,8 +21,8 @@ from tidegate import cli, runner
 from tidegate.catalog import find
 from tidegate.parts import Parts
 from tidegate.plan import RunPlan
-from tidegate.positions import Lsn
 from tidegate.run import RunContext
+from tidegate.sources.postgres.position import Lsn
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, redis_events

@@ -28,8 +28,9 @@ from tidegate.coordinator import run_once
 from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
 from tidegate.retry import call_with_retry, policy_for
 from tidegate.sinks import make_sink
-from tidegate.sinks.kafka import KafkaSink, murmur2_partition
-from tidegate.spec import BatchSpec, KafkaSinkSpec
+from tidegate.sinks.kafka.sink import KafkaSink, murmur2_partition
+from tidegate.sinks.kafka.spec import KafkaSinkSpec
+from tidegate.spec import BatchSpec
 from tidegate.store import open_store
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,9 @@ from tidegate.connections import Connection
 from tidegate.coordinator import run_once
 from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
 from tidegate.sinks import make_sink
-from tidegate.sinks.redis import RedisSink
-from tidegate.spec import BatchSpec, RedisSinkSpec
+from tidegate.sinks.redis.sink import RedisSink
+from tidegate.sinks.redis.spec import RedisSinkSpec
+from tidegate.spec import BatchSpec
 from tidegate.store import open_store
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 from tidegate.batching import SubBatch, Transaction
 from tidegate.events import ChangeEvent
-from tidegate.positions import BinlogPosition, Lsn, PgPosition
+from tidegate.sources.mysql.position import BinlogPosition
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.spec import BatchSpec, PipelineSpec, SinkSpec, SourceSpec
 
 FILE = "mysql-bin.000007"

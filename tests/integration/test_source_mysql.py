@@ -17,9 +17,11 @@ import pytest
 from tidegate.batching import cut_sub_batches
 from tidegate.errors import PositionPurgedError, SourceSettingError
 from tidegate.events import ChangeEvent, PositionMark, is_control
-from tidegate.positions import BinlogPosition, GtidSet
 from tidegate.sources import make_source
-from tidegate.sources.mysql import GtidsNotOnServerError, MySqlSource, settings_problems
+from tidegate.sources.mysql.failover import GtidsNotOnServerError
+from tidegate.sources.mysql.position import BinlogPosition, GtidSet
+from tidegate.sources.mysql.preflight import settings_problems
+from tidegate.sources.mysql.source import MySqlSource
 from tidegate.spec import PipelineSpec, SourceSpec
 
 pytestmark = pytest.mark.integration

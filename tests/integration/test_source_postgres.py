@@ -14,9 +14,10 @@ import pytest
 from tidegate.batching import cut_sub_batches
 from tidegate.errors import PositionPurgedError, SlotInvalidatedError, SlotMissingError
 from tidegate.events import ChangeEvent, PositionMark
-from tidegate.positions import Lsn, PgPosition
 from tidegate.sources import make_source
-from tidegate.sources.postgres import UNAVAILABLE, PostgresSource
+from tidegate.sources.postgres.position import Lsn, PgPosition
+from tidegate.sources.postgres.source import PostgresSource
+from tidegate.sources.postgres.values import UNAVAILABLE
 from tidegate.spec import PipelineSpec, SourceSpec
 
 pytestmark = pytest.mark.integration

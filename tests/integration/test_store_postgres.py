@@ -4,7 +4,7 @@ run records."""
 
 import pytest
 from tidegate.errors import StaleEpochError
-from tidegate.positions import Lsn, PgPosition
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.store import StoreError, open_store
 from tidegate.store.migrations import LATEST
 

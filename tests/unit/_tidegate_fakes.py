@@ -8,9 +8,9 @@ from tidegate.checkpoints import SinkCheckpoint
 from tidegate.errors import NonRetryableSinkError
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.parts import Parts, chosen_sinks
-from tidegate.positions import BinlogPosition
 from tidegate.sinks.base import RetryPolicy, Sink
 from tidegate.sources.base import Source
+from tidegate.sources.mysql.position import BinlogPosition
 
 FILE = "mysql-bin.000001"
 

@@ -2,7 +2,8 @@
 
 import pytest
 from tidegate.checkpoints import SinkCheckpoint, adopt
-from tidegate.positions import BinlogPosition, Lsn, PgPosition
+from tidegate.sources.mysql.position import BinlogPosition
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.store.records import CheckpointRecord
 
 

@@ -12,7 +12,7 @@ from tidegate.errors import (
     SinkError,
     SpecError,
 )
-from tidegate.positions import BinlogPosition
+from tidegate.sources.mysql.position import BinlogPosition
 
 
 def round_trip(exc):

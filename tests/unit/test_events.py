@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 
 from tidegate.events import ChangeEvent, encode_value, event_uuid, split_key_change
-from tidegate.positions import BinlogPosition
 from tidegate.shipped import item_to_row, row_to_item
+from tidegate.sources.mysql.position import BinlogPosition
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,9 @@ from _tidegate_fakes import FakeParts, FakeSink, QuietSource
 from tidegate import guards
 from tidegate.checkpoints import SinkCheckpoint
 from tidegate.errors import CannotTranslateError, SourceError
-from tidegate.positions import BinlogPosition, GtidSet, Lsn, PgPosition
 from tidegate.run import RunContext
+from tidegate.sources.mysql.position import BinlogPosition, GtidSet
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 

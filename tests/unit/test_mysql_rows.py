@@ -20,10 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tidegate.errors import SourceSettingError
 from tidegate.events import ChangeEvent, PositionMark
-from tidegate.positions import BinlogPosition, GtidSet
 from tidegate.sources.mysql import binlog_client as B
 from tidegate.sources.mysql import row_plans as R
 from tidegate.sources.mysql.fast_reader import FastReader
+from tidegate.sources.mysql.position import BinlogPosition, GtidSet
 from tidegate.sources.mysql.transactions import GtidState as _GtidState
 from tidegate.sources.mysql.values import library_json_text as _json_text
 from tidegate.spec import PipelineSpec, SourceSpec

@@ -1,15 +1,9 @@
 import json
 
 import pytest
-from tidegate.positions import (
-    BinlogPosition,
-    GtidSet,
-    Lsn,
-    PgPosition,
-    later,
-    position_from_json,
-    position_to_json,
-)
+from tidegate.positions import later, position_from_json, position_to_json
+from tidegate.sources.mysql.position import BinlogPosition, GtidSet
+from tidegate.sources.postgres.position import Lsn, PgPosition
 
 
 @pytest.mark.parametrize("text", ["16/B374D848", "0/0", "FFFFFFFF/FFFFFFFF", "1/0", "0/1A"])
@@ -93,6 +87,20 @@ def test_position_from_json_rejects_unknown():
     with pytest.raises(ValueError):
         position_from_json({"offset": 1})
     assert position_from_json(None) is None
+    with pytest.raises(ValueError, match="unknown kind 'oracle'"):
+        position_from_json({"kind": "oracle", "scn": 1})
+
+
+def test_json_carries_its_kind_and_json_without_one_still_loads():
+    b = BinlogPosition("mysql-bin.000003", 120, GtidSet.parse("0-1-7"), 1, "u")
+    p = PgPosition(Lsn.parse("16/B374D848"), "7001", 2)
+    assert position_to_json(b)["kind"] == "mysql" and position_to_json(p)["kind"] == "postgres"
+    # what stores, sink-side records and journals of older versions hold: no "kind"
+    old_b = {"file": "mysql-bin.000003", "pos": 120, "gtid_set": "0-1-7", "server_id": 1, "server_uuid": "u"}
+    old_p = {"lsn": "16/B374D848", "system_id": "7001", "timeline": 2}
+    assert position_from_json(old_b) == b and position_from_json(json.dumps(old_p)) == p
+    snap = position_from_json({"snapshot": "s1", "chunk": 2, "handoff": old_p})
+    assert snap.handoff == p and position_to_json(snap)["handoff"]["kind"] == "postgres"
 
 
 def test_later():

@@ -5,8 +5,8 @@ remembered between reads."""
 from __future__ import annotations
 
 import pytest
-from tidegate.positions import Lsn, PgPosition
 from tidegate.sources.postgres.columns import ColumnTracker, LocalMemory, StoreMemory, known_at
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.store import open_store
 
 ID, A, BIG, B = ("id", "integer"), ("a", "text"), ("big", "text"), ("b", "integer")

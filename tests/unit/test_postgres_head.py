@@ -5,8 +5,8 @@ real WAL at such a bound)."""
 from __future__ import annotations
 
 from tidegate.connections import Connection
-from tidegate.positions import Lsn
 from tidegate.sources.postgres.connection import PgServer
+from tidegate.sources.postgres.position import Lsn
 
 BLOCK = 8192
 

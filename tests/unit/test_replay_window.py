@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 from tidegate.errors import SpecError
-from tidegate.positions import Lsn, PgPosition
 from tidegate.runner import replay_hold
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 

@@ -13,8 +13,15 @@ from tidegate.connections import Connection
 from tidegate.errors import ErrorClass, NonRetryableSinkError
 from tidegate.sinks import make_sink
 from tidegate.sinks.base import RetryPolicy
-from tidegate.sinks.kafka import KafkaSink, classify_kafka_error, client_config, murmur2, murmur2_partition
-from tidegate.sinks.nats import (
+from tidegate.sinks.kafka.sink import (
+    KafkaSink,
+    classify_kafka_error,
+    client_config,
+    murmur2,
+    murmur2_partition,
+)
+from tidegate.sinks.kafka.spec import KafkaSinkSpec
+from tidegate.sinks.nats.sink import (
     NatsSink,
     check_duplicate_window,
     classify_nats_error,
@@ -23,8 +30,10 @@ from tidegate.sinks.nats import (
     subject_covers,
     subject_filter,
 )
-from tidegate.sinks.redis import RedisSink, classify_redis_error
-from tidegate.spec import KafkaSinkSpec, NatsSinkSpec, PipelineSpec, RedisSinkSpec, SinkSpec, SourceSpec
+from tidegate.sinks.nats.spec import NatsSinkSpec
+from tidegate.sinks.redis.sink import RedisSink, classify_redis_error
+from tidegate.sinks.redis.spec import RedisSinkSpec
+from tidegate.spec import PipelineSpec, SinkSpec, SourceSpec
 
 R, N, F = ErrorClass.RETRYABLE, ErrorClass.NON_RETRYABLE, ErrorClass.FATAL
 
@@ -201,7 +210,7 @@ def test_make_sink_builds_each_kind_and_refuses_unknown():
 def test_a_watch_error_raised_for_a_lost_connection_is_told_from_a_moved_key():
     """redis-py raises WatchError in both cases; only the one it raises while handling a
     connection error may hide an EXEC that ran (the Redis sink then reads its record first)."""
-    from tidegate.sinks.redis import _connection_lost
+    from tidegate.sinks.redis.sink import _connection_lost
 
     try:
         try:

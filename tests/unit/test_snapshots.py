@@ -12,17 +12,12 @@ from tidegate import guards, runner, snapshots
 from tidegate.errors import CommitPolicyError, SnapshotError
 from tidegate.events import ChangeEvent, ControlMessage, PositionMark, snapshot_mark
 from tidegate.plan import RunParamsError, RunPlan
-from tidegate.positions import (
-    BinlogPosition,
-    Lsn,
-    PgPosition,
-    SnapshotPosition,
-    log_position,
-    position_from_json,
-)
+from tidegate.positions import SnapshotPosition, log_position, position_from_json
 from tidegate.run import RunContext
 from tidegate.shipped import item_to_row, row_to_item
 from tidegate.sources.base import SnapshotTable
+from tidegate.sources.mysql.position import BinlogPosition
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.spec import load_spec_text
 from tidegate.store import open_store
 from tidegate.store.records import SnapshotRecord

@@ -8,8 +8,8 @@ import threading
 import time
 
 from tidegate.events import ChangeEvent, PositionMark
-from tidegate.positions import BinlogPosition
 from tidegate.shipped import ShippedEvent, item_to_row, row_to_item
+from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.spark.windows import partitions_in_order
 
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tidegate.positions import BinlogPosition, position_from_json
+from tidegate.positions import position_from_json
+from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.status import log_bytes_between, pipeline_status, pipelines_status
 from tidegate.store import open_store
 

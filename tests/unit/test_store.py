@@ -3,7 +3,7 @@ import sqlite3
 import pytest
 from _tidegate_fakes import pos
 from tidegate.errors import StaleEpochError
-from tidegate.positions import Lsn, PgPosition
+from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.store import StoreError, open_store
 from tidegate.store.postgres import redact
 from tidegate.store.sqlite import SqliteStore
@@ -144,8 +144,8 @@ def test_incidents_halt_until_resolved(store):
     assert not store.incidents.is_halted("p")
     with pytest.raises(StoreError):
         store.incidents.resolve(inc.id, resolution="accept_gap", who="bob", reason="again")
-    assert store.incidents.all("p")[0].to_json()["from"] == {"lsn": "0/100", "system_id": None,
-                                                             "timeline": None}
+    assert store.incidents.all("p")[0].to_json()["from"] == {"kind": "postgres", "lsn": "0/100",
+                                                             "system_id": None, "timeline": None}
 
 
 def test_journal(store):
@@ -198,7 +198,7 @@ def test_positions_stored_as_canonical_json(store, url):
     store.checkpoints.write("p", "s", pos(7), run_id="r", epoch=e)
     raw = sqlite3.connect(url[len("sqlite:///"):]).execute(
         "SELECT position FROM tidegate_checkpoints").fetchone()[0]
-    assert raw == ('{"file":"mysql-bin.000001","gtid_set":null,"pos":7000,"server_id":null,'
+    assert raw == ('{"file":"mysql-bin.000001","gtid_set":null,"kind":"mysql","pos":7000,"server_id":null,'
                    '"server_uuid":null}')
 
 

@@ -1,27 +1,30 @@
-"""Change-log sources: MySQL/MariaDB binlog and PostgreSQL logical decoding (wal2json).
+"""Change-log sources: ``base.py`` is the interface; each kind is a package (``mysql/``,
+``postgres/``) registered in :mod:`tidegate.kinds`.
 
-``make_source(spec, conn)`` returns the source for ``spec.source.kind``. Source modules are
-imported lazily so that a deployment needs only the client library of the sources it uses.
+``make_source(spec, conn)`` returns the source for ``spec.source.kind``. A kind's code is
+imported only when its source is made, so a deployment needs only the client library of the
+sources it uses.
 """
 
 from __future__ import annotations
 
-from ..connections import Connection
-from ..spec import PipelineSpec
-from .base import Source, SourceItem
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Source", "SourceItem", "make_source"]
+from ..kinds import source_kind
+
+if TYPE_CHECKING:
+    from ..connections import Connection
+    from ..spec import PipelineSpec
+    from .base import Source
+
+__all__ = ["make_source"]
 
 
-def make_source(spec: PipelineSpec, conn: Connection) -> Source:
-    """The :class:`Source` for the spec's ``source.kind`` reading through ``conn``."""
-    kind = spec.source.kind
-    if kind == "mysql":
-        from .mysql import MySqlSource
-
-        return MySqlSource(spec, conn)
-    if kind == "postgres":
-        from .postgres import PostgresSource
-
-        return PostgresSource(spec, conn)
-    raise ValueError(f"unknown source kind {kind!r}; allowed: mysql, postgres")
+def make_source(spec: PipelineSpec, conn: Connection, **kw: Any) -> Source:
+    """The :class:`Source` for the spec's ``source.kind`` reading through ``conn`` (``kw``: the
+    kind's own options, such as the reader to use)."""
+    try:
+        kind = source_kind(spec.source.kind)
+    except ValueError as exc:
+        raise ValueError(f"source: {exc}") from None
+    return kind.make(spec, conn, **kw)

@@ -2,16 +2,20 @@
 
 * ``server.py``: the control connection and what the server is (identity, head, binlog
   files, the GTID position at a coordinate);
-* the log readers: ``binlog_client.py`` (our own replication protocol client),
-  ``row_plans.py`` (table maps and generated row decoders) and ``fast_reader.py`` make the
-  default read path; ``library_reader.py`` reads through python-mysql-replication and is
-  kept as the reference; both hand the transaction structure to ``transactions.py``;
-* ``values.py``: the column value conversions both readers share;
+* the log reader: ``binlog_client.py`` (our own replication protocol client),
+  ``row_plans.py`` (table maps and generated row decoders) and ``fast_reader.py``; it hands the
+  transaction structure to ``transactions.py``. The reference reader it is compared with
+  (python-mysql-replication) is a test oracle: ``tests/reference_decoders/mysql_library.py``;
+* ``values.py``: the column value conversions (and the fixes the reference reader applies to
+  python-mysql-replication's values);
 * ``ddl.py`` and ``columns.py``: which tables a DDL statement changes, and their columns after
   it as the binlog tells them (the schema_change control messages);
 * ``preflight.py``: binlog settings, privileges, retention headroom;
 * ``failover.py``: placing a checkpoint of another server by its GTID set;
-* ``source.py``: :class:`MySqlSource`, which composes them into the Source interface.
+* ``source.py``: :class:`MySqlSource`, which composes them into the Source interface;
+* ``position.py``: :class:`BinlogPosition` and :class:`GtidSet` (light);
+* ``spec.py``: the ``source:`` fields of this kind and their checks (light); ``KIND`` below
+  registers the kind (:mod:`tidegate.kinds`).
 
 Positions, ids and boundaries (the contract other code relies on):
 
@@ -63,9 +67,10 @@ its JSON text (MariaDB stores JSON as text; MySQL's binary JSON is re-serialized
 as null.
 """
 
-from .failover import GtidsNotOnServerError
-from .preflight import settings_problems
-from .source import DECODERS, MySqlSource
-from .transactions import SchemaChange
+from ...kinds import SourceKind
+from . import spec
 
-__all__ = ["DECODERS", "GtidsNotOnServerError", "MySqlSource", "SchemaChange", "settings_problems"]
+KIND = SourceKind(name="mysql", fields=spec.FIELDS, parse=spec.parse,
+                  replication_client=spec.replication_client,
+                  position="tidegate.sources.mysql.position:BinlogPosition",
+                  source="tidegate.sources.mysql.source:MySqlSource")

@@ -13,15 +13,36 @@ from __future__ import annotations
 from typing import Any
 
 import pymysql
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, RotateEvent
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    GtidEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ...errors import CannotTranslateError, PositionPurgedError, SourceError
-from ...positions import BinlogPosition, GtidSet, Position
-from .library_reader import library_stream
+from ...positions import Position
+from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 _RESUME_ID_OFFSET = 104729  # the GTID look-up's replication client id: base + offset (mod 2^32)
+
+
+# the events a read needs; the library skips the others without decoding them
+EVENTS = [RotateEvent, MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, XAPrepareEvent,
+          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
+
+
+def library_stream(connection_settings: dict[str, Any], server_id: int, **kw: Any) -> BinLogStreamReader:
+    """A non-blocking python-mysql-replication ``BinLogStreamReader`` over :data:`EVENTS`: the
+    GTID look-up's, and the reference reader's (tests/reference_decoders/mysql_library.py)."""
+    return BinLogStreamReader(connection_settings=connection_settings, server_id=server_id,
+                              blocking=False, only_events=EVENTS, enable_logging=False, **kw)
 
 
 class GtidsNotOnServerError(SourceError):

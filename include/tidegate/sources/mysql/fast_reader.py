@@ -1,14 +1,14 @@
 """The fast binlog reader: transactions and change events straight from the event bytes.
 
 :class:`FastReader` is the default read path of :class:`~.source.MySqlSource`
-(``decoder="fast"``). It has exactly the semantics of :class:`~.library_reader.LibraryReader`
-(the ``library`` decoder over python-mysql-replication, kept as the reference): both hand the transaction
-structure to the same :class:`~.transactions.TransactionAssembler` (so the same transactions,
-tx ids, end positions and GTID sets, schema-change records, statement checks and final
-``PositionMark``), and this reader gives the same event ids and positions, the same errors
-for partial row images and missing column names and the same stop at ``upto``.
-``tests/integration/test_mysql_decoder.py`` reads one binlog with both and compares every
-item byte for byte.
+(``source.fast_reader``). It has exactly the semantics of the reference ``LibraryReader``
+(python-mysql-replication, in tests/reference_decoders): both hand the transaction structure
+to the same :class:`~.transactions.TransactionAssembler` (so the same transactions, tx ids,
+end positions and GTID sets, schema-change records, statement checks and final
+``PositionMark``), and this reader gives the same event ids and positions, the same errors for
+partial row images and missing column names and the same stop at ``upto``.
+``tests/integration/test_mysql_decoder.py`` reads one binlog with both and compares every item
+byte for byte.
 
 What makes it fast (``benchmarks/source_read.py``: 200k changes of an 11-column table in
 transactions of 10 rows, 60/30/10 % inserts/updates/deletes): 80-85k events per second of
@@ -45,7 +45,6 @@ from typing import Any
 
 from ...errors import SourceError, SourceSettingError
 from ...events import ChangeEvent, split_key_change
-from ...positions import BinlogPosition
 from ..base import SourceItem
 from .binlog_client import (
     DELETE_ROWS_EVENT_V1,
@@ -68,6 +67,7 @@ from .binlog_client import (
     BinlogStream,
 )
 from .columns import query_text
+from .position import BinlogPosition
 from .row_plans import TablePlan, build_plan, parse_table_map, table_names
 from .transactions import GtidState, ReadHost, TransactionAssembler, file_seq
 from .values import python_codec

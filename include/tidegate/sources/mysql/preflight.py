@@ -15,9 +15,9 @@ from typing import Any
 import pymysql
 
 from ...errors import PositionPurgedError, SourceError, SourceSettingError
-from ...positions import BinlogPosition
 from ...store.records import CheckpointRecord
 from ..preflight import ERROR, WARNING, Problem, human_seconds, setting_problem
+from .position import BinlogPosition
 from .server import MySqlServer
 
 REQUIRED_SETTINGS = (

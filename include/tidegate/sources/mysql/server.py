@@ -17,7 +17,7 @@ import pymysql
 
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError, SourceSettingError
-from ...positions import BinlogPosition, GtidSet
+from .position import BinlogPosition, GtidSet
 from .transactions import file_seq
 
 

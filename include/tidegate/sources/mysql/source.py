@@ -1,18 +1,17 @@
 """``MySqlSource``: the Source interface over the roles of this package.
 
 It composes the server (``server.py``: control connection, identity, head, binlog files), a
-log reader per read (``fast_reader.py`` by default, ``library_reader.py`` as the reference,
-both over ``transactions.py``), the preflight (``preflight.py``) and failover
-(``failover.py``), and owns what belongs to a pipeline: the table filter, the replication
-client id, and the schema changes met while reading. The contract it keeps is in
-``sources/mysql/__init__.py``.
-"""
+log reader per read (``fast_reader.py`` over ``transactions.py``; the constructor takes
+another, such as the reference reader in tests/reference_decoders), the preflight
+(``preflight.py``) and failover (``failover.py``), and owns what belongs to a pipeline: the
+table filter, the replication client id, and the schema changes met while reading. The
+contract it keeps is in ``sources/mysql/__init__.py``."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
@@ -20,7 +19,7 @@ import pymysql
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError
 from ...events import ControlMessage
-from ...positions import BinlogPosition, GtidSet, Position, check_comparable
+from ...positions import Position, check_comparable
 from ...spec import PipelineSpec
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
@@ -31,7 +30,7 @@ from .binlog_client import BinlogStream
 from .columns import columns_after
 from .ddl import tables_changed
 from .fast_reader import FastReader, collation_codecs
-from .library_reader import LibraryReader, library_stream
+from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
 from .snapshot import MySqlSnapshot
 from .transactions import GtidState, SchemaChange, file_seq
@@ -43,8 +42,19 @@ _SLICE_ID_STRIDE = 7919  # server ids of parallel slice readers: base + k * stri
 # A read's look-ahead for a table's columns after a DDL (columns.py) runs beside the read, as
 # another replication client: its id is the read's plus this (no multiple of the stride).
 _LOOKAHEAD_ID_OFFSET = 1_000_003
-DECODERS = ("fast", "library")
 SLICE_BYTES = 64 * 1024 * 1024  # default size above which a binlog file is cut into slices
+
+
+def fast_reader(source: MySqlSource, settings: dict[str, Any], server_id: int, start: BinlogPosition,
+                upto: BinlogPosition, gtids: GtidState) -> FastReader:
+    """The default reader: our own replication protocol client and row plans. A reader is made
+    per read from the connection settings, the replication client id, the range and the GTID
+    state at ``start``; its ``run()`` yields the items and its ``stream`` is closed after."""
+    stream = BinlogStream(settings, server_id, start.file, start.pos)
+    return FastReader(source, stream, start, upto, gtids, collation_codecs(source.server.query))
+
+
+Reader = Callable[[Any, dict[str, Any], int, BinlogPosition, BinlogPosition, GtidState], Any]
 
 
 class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
@@ -55,17 +65,12 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
     translates_positions = True
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, server_id: int | None = None,
-                 connect_timeout: float = 10.0, decoder: str | None = None,
+                 connect_timeout: float = 10.0, reader: Reader = fast_reader,
                  slice_bytes: int | None = None):
         self.spec = spec
         self.conn = conn
         self.server = MySqlServer(conn, connect_timeout=connect_timeout)
-        # "fast" (default): our own protocol client and row plans; "library": python-mysql-
-        # replication, the reference. TIDEGATE_MYSQL_DECODER sets the default.
-        self.decoder = decoder or os.environ.get("TIDEGATE_MYSQL_DECODER") or "fast"
-        if self.decoder not in DECODERS:
-            raise ValueError(f"MySQL decoder {self.decoder!r} (decoder= or TIDEGATE_MYSQL_DECODER) "
-                             f"is not one of {', '.join(DECODERS)}")
+        self.reader = reader  # makes the log reader of each read (fast_reader)
         # A binlog file larger than this is cut into several slices (slices()).
         # TIDEGATE_MYSQL_SLICE_BYTES sets the default.
         self.slice_bytes = int(slice_bytes or os.environ.get("TIDEGATE_MYSQL_SLICE_BYTES") or SLICE_BYTES)
@@ -235,13 +240,7 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         seed = start.gtid_set if start.gtid_set is not None else self.gtid_at(start.file, start.pos)
         gtids = GtidState(seed, "mariadb" if self.is_mariadb else "mysql")
         settings = self.server.connection_settings()
-        if self.decoder == "fast":
-            stream: Any = BinlogStream(settings, server_id, start.file, start.pos)
-            reader: Any = FastReader(self, stream, start, upto, gtids, collation_codecs(self.server.query))
-        else:
-            stream = library_stream(settings, server_id, resume_stream=True, log_file=start.file,
-                                    log_pos=start.pos, only_schemas=sorted(self.dbs) if self.dbs else None)
-            reader = LibraryReader(self, stream, start, upto, gtids)
+        reader = self.reader(self, settings, server_id, start, upto, gtids)
         try:
             yield from reader.run()
         except pymysql.err.OperationalError as exc:
@@ -256,7 +255,7 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
                                   f"{exc.args[1]}") from None
             raise
         finally:
-            stream.close()
+            reader.stream.close()
 
     def record_schema_change(self, change: SchemaChange) -> list[ControlMessage]:
         """A DDL statement the reader met (the readers' :class:`~.transactions.ReadHost`): one

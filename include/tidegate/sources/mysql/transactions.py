@@ -1,7 +1,7 @@
 """Transaction assembly for a bounded binlog read, shared by both log readers.
 
-The readers (``fast_reader.py`` and ``library_reader.py``) decode events their own way; what a
-transaction is, what it is called, where it ends and what a read yields when it ends is
+The readers (``fast_reader.py``; the reference in tests/reference_decoders) decode events
+their own way; what a transaction is, what it is called, where it ends and what a read yields when it ends is
 decided here, once, by :class:`TransactionAssembler` (the rules are the "Positions, ids and
 boundaries" of ``sources/mysql/__init__.py``):
 
@@ -32,9 +32,9 @@ from typing import Any, Protocol
 
 from ...errors import SourceError, SourceSettingError
 from ...events import ChangeEvent, ControlMessage, PositionMark
-from ...positions import BinlogPosition, GtidSet
 from ...spec import PipelineSpec
 from ..base import SourceItem
+from .position import BinlogPosition, GtidSet
 
 _DML_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD DATA")
 

@@ -3,8 +3,8 @@
 Shared by both log readers. The fast reader's generated row code (``row_plans.py``) calls the
 helpers here for the packed forms (DECIMAL, TIME2, DATE, DATETIME2, TIMESTAMP2, the pre-5.6
 temporal types, BIT, MySQL binary JSON) and for character sets; the library reader
-(``library_reader.py``) uses the fixes at the end of this module on the values
-python-mysql-replication decodes. What each type becomes is the contract of the package
+(``tests/reference_decoders/mysql_library.py``) uses the fixes at the end of this module on
+the values python-mysql-replication decodes. What each type becomes is the contract of the package
 (``sources/mysql/__init__.py``, "Values").
 
 Where python-mysql-replication (the ``library`` decoder) is wrong, the fast decoder is right
@@ -412,7 +412,7 @@ def timestamp2_seconds(raw: bytes, cache: dict[bytes, str]) -> str:
 
 # ------------------------------------------------------------------ library reader fixes
 # python-mysql-replication decodes into Python objects that events.encode_value then maps to
-# JSON; these put right what it gets wrong (see library_reader.py).
+# JSON; these put right what it gets wrong (see tests/reference_decoders/mysql_library.py).
 
 
 def library_json_text(v: Any) -> str | None:

@@ -3,13 +3,16 @@
 * ``connection.py``: sessions, the control connection, and what the server is (system
   identifier, timeline, head);
 * ``slot.py``: the pipeline's replication slot (create, drop, health, typed errors, release);
-* ``reader.py``: the transport (one peek through a named cursor), the wal2json message
-  format, the fast read path and the cheap ``has_changes`` look; ``reference_reader.py``
-  keeps the read path it replaced, as the reference;
+* ``reader.py``: the transports (the streaming replication protocol, one peek through a named
+  cursor), the wal2json message format, the read path and the cheap ``has_changes`` look; the
+  read path it replaced is a test oracle, ``tests/reference_decoders/postgres_reference.py``;
 * ``columns.py``: schema changes told from the rows' columns, remembered between runs;
 * ``values.py``: value conversions, one at a time and as generated per-table row plans;
 * ``preflight.py``: settings, the CDC role, slot health and WAL headroom, replica identity;
-* ``source.py``: :class:`PostgresSource`, which composes them into the Source interface.
+* ``source.py``: :class:`PostgresSource`, which composes them into the Source interface;
+* ``position.py``: :class:`Lsn` and :class:`PgPosition` (light);
+* ``spec.py``: the ``source:`` fields of this kind and their checks (light); ``KIND`` below
+  registers the kind (:mod:`tidegate.kinds`).
 
 Positions, ids and boundaries (the contract other code relies on):
 
@@ -57,8 +60,11 @@ as ISO-8601 in UTC with ``+00:00``, uuid as string, json/jsonb as their JSON tex
 JSON arrays of the converted elements. Other types keep PostgreSQL's text output.
 """
 
-from .slot import PLUGIN
-from .source import DECODERS, PostgresSource
-from .values import UNAVAILABLE
+from ...kinds import SourceKind
+from . import spec
 
-__all__ = ["DECODERS", "PLUGIN", "UNAVAILABLE", "PostgresSource"]
+KIND = SourceKind(name="postgres", fields=spec.FIELDS, parse=spec.parse,
+                  replication_client=spec.replication_client,
+                  position="tidegate.sources.postgres.position:PgPosition",
+                  source="tidegate.sources.postgres.source:PostgresSource",
+                  complete=spec.complete)

@@ -34,8 +34,8 @@ from typing import Any, Protocol
 
 from ...errors import IncomparablePositionsError
 from ...events import ControlMessage
-from ...positions import PgPosition
 from ...store.base import CheckpointStore
+from .position import PgPosition
 
 Signature = tuple[tuple[str, str], ...]  # ((name, type), ...) in column order
 

@@ -17,7 +17,7 @@ import psycopg2.extras
 
 from ...connections import Connection
 from ...errors import SourceError
-from ...positions import Lsn, PgPosition
+from .position import Lsn, PgPosition
 
 # Value conversion relies on these output formats (they also apply to a walsender session,
 # where the output plugin formats the values).

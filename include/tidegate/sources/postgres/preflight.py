@@ -14,9 +14,9 @@ from __future__ import annotations
 import psycopg2
 
 from ...errors import SourceError
-from ...positions import Lsn, PgPosition
 from ..preflight import ERROR, INFO, WARNING, Problem, human_bytes, human_seconds, setting_problem
 from .connection import PgServer
+from .position import Lsn, PgPosition
 from .slot import PLUGIN, Slot
 from .values import UNAVAILABLE
 

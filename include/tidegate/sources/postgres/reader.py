@@ -17,9 +17,10 @@
   control messages where they sit (``columns.py`` tells the column changes from the rows);
 * :func:`has_changes` is the cheap look a run takes before starting Spark.
 
-``reference_reader.py`` keeps the read path this one replaced (stdlib ``json`` and one
-converter call per value); ``tests/integration/test_postgres_reader.py`` reads one WAL range
-with both and compares every item byte for byte.
+The read path this one replaced (stdlib ``json`` and one converter call per value, over
+:func:`peek_messages`) is a test oracle, ``tests/reference_decoders/postgres_reference.py``;
+``tests/integration/test_postgres_reader.py`` reads one WAL range with both and compares every
+item byte for byte.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ import msgspec
 import psycopg2
 
 from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
-from ...positions import Lsn, PgPosition
 from ...spec import PipelineSpec
 from ..base import SourceItem
 from .columns import ColumnTracker
 from .connection import PgServer
+from .position import Lsn, PgPosition
 from .slot import Slot
 from .values import RowPlan, commit_ms, complete_after
 
@@ -247,6 +248,11 @@ def has_changes(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]]
 
 class Wal2JsonReader:
     """One bounded pass: the transactions that end in (``start_lsn``, ``upto``]."""
+
+    @staticmethod
+    def messages(source: Any, upto: PgPosition) -> Iterator[bytes]:
+        """The messages a read of ``source`` up to ``upto`` runs on: streamed (replication protocol)."""
+        return stream_messages(source.server, source.replication_slot, upto, source.tables)
 
     def __init__(self, host: ReadHost, start_lsn: Lsn, upto: PgPosition):
         self.host = host

@@ -17,8 +17,8 @@ import psycopg2
 import psycopg2.errors
 
 from ...errors import SlotInvalidatedError, SlotMissingError, SourceError, SourceSettingError
-from ...positions import Lsn, PgPosition
 from .connection import PgServer
+from .position import Lsn, PgPosition
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """``PostgresSource``: the Source interface over the roles of this package.
 
 It composes the server (``connection.py``: sessions, identity, timeline, head), the slot
-(``slot.py``), a reader per read (``reader.py`` over the streaming replication protocol by
-default; ``reference_reader.py`` over one peek as the reference) and the preflight
+(``slot.py``), a reader per read (``reader.py`` over the streaming replication protocol; the
+constructor takes another, such as the reference reader in tests/reference_decoders) and the
+preflight
 (``preflight.py``), and owns
 what belongs to a pipeline: the slot name, the table filter and the schema changes met while
 reading. The contract it keeps is in ``sources/postgres/__init__.py``.
@@ -10,13 +11,11 @@ reading. The contract it keeps is in ``sources/postgres/__init__.py``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 from ...connections import Connection
 from ...errors import PositionPurgedError
-from ...positions import Lsn, PgPosition
 from ...spec import PipelineSpec
 from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
@@ -26,12 +25,10 @@ from . import preflight as server_checks
 from . import reader
 from .columns import ColumnTracker, LocalMemory, Memory, StoreMemory
 from .connection import PgServer
-from .reader import Wal2JsonReader, peek_messages, stream_messages
-from .reference_reader import ReferenceReader
+from .position import Lsn, PgPosition
+from .reader import Wal2JsonReader
 from .slot import Slot
 from .snapshot import PostgresSnapshot
-
-DECODERS = ("fast", "reference")
 
 
 class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
@@ -41,19 +38,16 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
     kind = "postgres"
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, slot: str | None = None,
-                 itersize: int = 5000, connect_timeout: float = 10.0, decoder: str | None = None):
+                 itersize: int = 5000, connect_timeout: float = 10.0, reader: Any = Wal2JsonReader):
         self.spec = spec
         self.conn = conn
         self.server = PgServer(conn, connect_timeout=connect_timeout)
         self.replication_slot = Slot(self.server, slot or spec.source.slot or f"tidegate_{spec.pipeline}")
         self.itersize = itersize
-        # "fast" (default): streaming replication, msgspec and generated row plans;
-        # "reference": the path it replaced (one peek, stdlib json, a converter per value).
-        # TIDEGATE_POSTGRES_DECODER sets the default.
-        self.decoder = decoder or os.environ.get("TIDEGATE_POSTGRES_DECODER") or "fast"
-        if self.decoder not in DECODERS:
-            raise ValueError(f"Postgres decoder {self.decoder!r} (decoder= or TIDEGATE_POSTGRES_DECODER) "
-                             f"is not one of {', '.join(DECODERS)}")
+        # The reader class of each read: ``reader.messages(source, upto)`` gets the slot's
+        # messages, ``reader(source, start_lsn, upto).run(messages)`` the items (Wal2JsonReader:
+        # streaming replication, msgspec and generated row plans).
+        self.reader = reader
         self.tables: frozenset[tuple[str, str]] = frozenset(
             tuple(t.split(".", 1)) for t in (spec.source.tables or ()))
         self._columns: dict[tuple[str, str], list[str]] = {}
@@ -158,14 +152,9 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         start_lsn = self._start_lsn(start)
         if upto.lsn <= start_lsn:
             return
-        if self.decoder == "fast":
-            messages = stream_messages(self.server, self.replication_slot, upto, self.tables)
-            rd: Wal2JsonReader | ReferenceReader = Wal2JsonReader(self, start_lsn, upto)
-        else:
-            messages = peek_messages(self.server, self.replication_slot, upto, self.tables, self.itersize)
-            rd = ReferenceReader(self, start_lsn, upto)
+        messages = self.reader.messages(self, upto)
         try:
-            yield from rd.run(messages)
+            yield from self.reader(self, start_lsn, upto).run(messages)
         finally:
             messages.close()  # a read that stops at the bound frees its session (and the slot) now
 

@@ -1,11 +1,10 @@
-"""The reference log reader: python-mysql-replication (``decoder="library"``).
+"""The reference MySQL/MariaDB log reader: python-mysql-replication (a test oracle, not shipped).
 
 :class:`LibraryReader` reads the binlog through the library's ``BinLogStreamReader``: the
 library frames and decodes the events into Python objects, this module turns them into events
 and leaves the transaction structure to ``transactions.py``, exactly as the fast reader does.
 It is kept as the reference the fast reader is compared with, byte for byte
-(``tests/integration/test_mysql_decoder.py``), and as a fallback a deployment can choose
-(``TIDEGATE_MYSQL_DECODER=library``).
+(``tests/integration/test_mysql_decoder.py``): ``MySqlSource(spec, conn, reader=library_reader)``.
 
 The library's values are put right where it is wrong in ways that matter to every consumer
 (FLOAT precision, TIMESTAMP zone, SET emptiness, JSON text, negative fractional TIME, BINARY
@@ -17,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.event import (
     GtidEvent,
@@ -28,24 +26,24 @@ from pymysqlreplication.event import (
     XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
-from ...errors import SourceError, SourceSettingError
-from ...events import ChangeEvent, split_key_change
-from ...positions import BinlogPosition
-from ..base import SourceItem
-from .transactions import GtidState, ReadHost, TransactionAssembler, file_seq
-from .values import as_utc, fix_negative_time2, float32_shortest, library_json_text
+from tidegate.errors import SourceError, SourceSettingError
+from tidegate.events import ChangeEvent, split_key_change
+from tidegate.sources.base import SourceItem
+from tidegate.sources.mysql.failover import library_stream
+from tidegate.sources.mysql.position import BinlogPosition
+from tidegate.sources.mysql.transactions import GtidState, ReadHost, TransactionAssembler, file_seq
+from tidegate.sources.mysql.values import as_utc, fix_negative_time2, float32_shortest, library_json_text
 
 MARIADB_FL_STANDALONE = 0x01
-# the events a read needs; the library skips the others without decoding them
-EVENTS = [RotateEvent, MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, XAPrepareEvent,
-          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 
 
-def library_stream(connection_settings: dict[str, Any], server_id: int, **kw: Any) -> BinLogStreamReader:
-    """A non-blocking ``BinLogStreamReader`` over the events a read needs."""
-    return BinLogStreamReader(connection_settings=connection_settings, server_id=server_id,
-                              blocking=False, only_events=EVENTS, enable_logging=False, **kw)
+def library_reader(source: Any, settings: dict[str, Any], server_id: int, start: BinlogPosition,
+                   upto: BinlogPosition, gtids: GtidState) -> LibraryReader:
+    """The reader of ``MySqlSource(spec, conn, reader=library_reader)``: python-mysql-replication
+    over the same range (the signature of ``tidegate.sources.mysql.source.fast_reader``)."""
+    stream = library_stream(settings, server_id, resume_stream=True, log_file=start.file, log_pos=start.pos,
+                            only_schemas=sorted(source.dbs) if source.dbs else None)
+    return LibraryReader(source, stream, start, upto, gtids)
 
 
 def _is_binary(col) -> bool:
@@ -57,7 +55,7 @@ def _is_binary(col) -> bool:
 class LibraryReader:
     """One bounded pass over the binlog through python-mysql-replication."""
 
-    def __init__(self, host: ReadHost, stream: BinLogStreamReader, start: BinlogPosition,
+    def __init__(self, host: ReadHost, stream: Any, start: BinlogPosition,
                  upto: BinlogPosition, gtids: GtidState):
         self.host = host
         self.stream = stream

@@ -46,14 +46,15 @@ import redis.exceptions as rex
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..batching import SubBatch
-from ..checkpoints import SinkCheckpoint
-from ..connections import Connection
-from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
-from ..positions import Position
-from ..spec import PipelineSpec, RedisSinkSpec
-from ._common import TemplateNames
-from .base import Sink, is_control
+from ...batching import SubBatch
+from ...checkpoints import SinkCheckpoint
+from ...connections import Connection
+from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ...positions import Position
+from ...spec import PipelineSpec
+from .._common import TemplateNames
+from ..base import RetryPolicy, Sink, is_control
+from .spec import RedisSinkSpec
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ def _truthy(v: Any) -> bool:
 class RedisSink(Sink):
     kind = "redis"
     label = "Redis"
+    retry_policy = RetryPolicy(base_s=0.05, max_s=5.0, attempts=3)
     channel_separator = ":"
 
     def __init__(self, pipeline: PipelineSpec, sink: RedisSinkSpec, conn: Connection):

@@ -1,12 +1,13 @@
-"""The reference read path (``decoder="reference"``): the reader the fast one replaced.
+"""The reference PostgreSQL read path: the reader the fast one replaced (a test oracle, not
+shipped).
 
-:class:`ReferenceReader` parses each wal2json message with the stdlib ``json`` module
-(non-integer numbers as ``Decimal``), converts every value through
-:func:`~.values.converter`, and builds events with ``ChangeEvent.build`` (which encodes and
-validates them). It applies the same transaction rules as :class:`~.reader.Wal2JsonReader`
-and is kept to prove, on real WAL, that the fast path gives the same items byte for byte
-(``tests/integration/test_postgres_reader.py``), and as a fallback a deployment can choose
-(``TIDEGATE_POSTGRES_DECODER=reference``).
+:class:`ReferenceReader` reads the slot with one peek through a named cursor, parses each wal2json
+message with the stdlib ``json`` module (non-integer numbers as ``Decimal``), converts every
+value through :func:`~tidegate.sources.postgres.values.converter`, and builds events with
+``ChangeEvent.build`` (which encodes and validates them). It applies the same transaction rules
+as :class:`~tidegate.sources.postgres.reader.Wal2JsonReader` and is kept to prove, on real WAL,
+that the fast path gives the same items byte for byte (``tests/integration/test_postgres_reader.py``):
+``PostgresSource(spec, conn, reader=ReferenceReader)``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
-from ...positions import Lsn, PgPosition
-from ..base import SourceItem
-from .reader import ReadHost, ended, old_key
-from .values import commit_ms, complete_after, converter
+from tidegate.events import ChangeEvent, ControlMessage, PositionMark, split_key_change
+from tidegate.sources.base import SourceItem
+from tidegate.sources.postgres.position import Lsn, PgPosition
+from tidegate.sources.postgres.reader import ReadHost, ended, old_key, peek_messages
+from tidegate.sources.postgres.values import commit_ms, complete_after, converter
 
 
 def _row(cols: list[dict] | None) -> dict[str, Any] | None:
@@ -39,6 +40,11 @@ def _built(pending: dict[str, Any] | ChangeEvent | ControlMessage) -> ChangeEven
 
 class ReferenceReader:
     """One bounded pass: the transactions that end in (``start_lsn``, ``upto``]."""
+
+    @staticmethod
+    def messages(source: Any, upto: PgPosition) -> Iterator[str]:
+        """One peek through a named cursor (``source.itersize`` rows a fetch)."""
+        return peek_messages(source.server, source.replication_slot, upto, source.tables, source.itersize)
 
     def __init__(self, host: ReadHost, start_lsn: Lsn, upto: PgPosition):
         self.host = host

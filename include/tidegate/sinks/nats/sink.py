@@ -68,14 +68,15 @@ import nats.errors as nerr
 import nats.js.errors as jerr
 from nats.js.api import StreamConfig
 
-from ..batching import SubBatch
-from ..checkpoints import SinkCheckpoint
-from ..connections import Connection
-from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
-from ..positions import Position, position_from_json
-from ..spec import NatsSinkSpec, PipelineSpec
-from ._common import TemplateNames
-from .base import RetryPolicy, Sink, is_control
+from ...batching import SubBatch
+from ...checkpoints import SinkCheckpoint
+from ...connections import Connection
+from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ...positions import Position, position_from_json
+from ...spec import PipelineSpec
+from .._common import TemplateNames
+from ..base import RetryPolicy, Sink, is_control
+from .spec import NatsSinkSpec
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +205,7 @@ def classify_nats_error(exc: BaseException) -> ErrorClass:
 class NatsSink(Sink):
     kind = "nats"
     label = "NATS"
+    retry_policy = RetryPolicy(base_s=0.05, max_s=5.0, attempts=3)
     publish_timeout_s: float = 10.0  # per ack (and for the whole sub-batch's acks, scaled)
 
     def __init__(self, pipeline: PipelineSpec, sink: NatsSinkSpec, conn: Connection):
@@ -396,7 +398,7 @@ class NatsSink(Sink):
         return (self.control_name, self.dlq_name, self.checkpoint_subject)
 
     def retry_budget_s(self) -> float:
-        from ..retry import policy_for  # late: tidegate.retry imports the sink base
+        from ...retry import policy_for  # late: tidegate.retry imports the sink base
 
         return retry_budget_s(policy_for(self), self.publish_timeout_s)
 

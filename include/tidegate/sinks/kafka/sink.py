@@ -52,14 +52,15 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ..batching import SubBatch
-from ..checkpoints import SinkCheckpoint
-from ..connections import Connection
-from ..errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
-from ..positions import Position
-from ..spec import KafkaSinkSpec, PipelineSpec
-from ._common import TemplateNames, secrets_of
-from .base import Sink, is_control
+from ...batching import SubBatch
+from ...checkpoints import SinkCheckpoint
+from ...connections import Connection
+from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ...positions import Position
+from ...spec import PipelineSpec
+from .._common import TemplateNames, secrets_of
+from ..base import RetryPolicy, Sink, is_control
+from .spec import KafkaSinkSpec
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,7 @@ def client_config(conn: Connection) -> dict[str, Any]:
 class KafkaSink(Sink):
     kind = "kafka"
     label = "Kafka"
+    retry_policy = RetryPolicy(base_s=0.1, max_s=10.0, attempts=3)
     op_timeout_s: float = OP_TIMEOUT_S  # admin calls, init/abort of transactions, checkpoint reads
 
     def __init__(self, pipeline: PipelineSpec, sink: KafkaSinkSpec, conn: Connection):

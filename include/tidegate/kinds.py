@@ -1,0 +1,90 @@
+"""The source and sink kinds, and where each kind's code lives (docs/architecture.md, "Adding a
+source or a sink").
+
+A kind is one package, ``sources/<kind>/`` or ``sinks/<kind>/``, registered here by name. The
+package's ``__init__`` imports no client library (DAG parsing validates specs through it) and
+defines ``KIND``, a :class:`SourceKind` or :class:`SinkKind`: everything the core asks of the
+kind (its spec section, its position type, how to build it). The core never compares kind
+names; it looks the kind up here. The packages are imported when a kind is first asked for,
+and the code that needs a client library (the Source or Sink class) only when one is made.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# This module is a leaf of the import graph (the spec, positions and the kind packages import it):
+# the types it hands around (specs, Problems, Sink, Source) are named in words only.
+
+# kind name -> the kind's package (imported lazily); the order is the order messages list them in
+SOURCES: Mapping[str, str] = {"mysql": "tidegate.sources.mysql", "postgres": "tidegate.sources.postgres"}
+SINKS: Mapping[str, str] = {"kafka": "tidegate.sinks.kafka", "nats": "tidegate.sinks.nats",
+                            "redis": "tidegate.sinks.redis"}
+
+
+def _load(ref: str) -> Any:
+    """``"package.module:Name"`` -> the object, importing the module."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class SinkKind:
+    """What the core needs of a sink kind. Everything but ``sink`` is light."""
+
+    name: str
+    spec_type: type  # the kind's SinkSpec subclass
+    fields: tuple[str, ...]  # the YAML fields of a sink entry of this kind, beyond the common ones
+    # (entry, field path "sinks[i]", problems) -> the kind's own keyword arguments of spec_type
+    parse: Callable[[dict, str, Any], dict[str, Any]]
+    channel_chars: re.Pattern  # what a DLQ or control channel name may hold (as its data names)
+    channel_what: str  # what messages call such a name: "topic", "subject", "stream key"
+    sink: str  # "module:Class" of the Sink, imported when a sink is made (client library)
+
+    def make(self, pipeline_spec: Any, sink_spec: Any, conn: Any) -> Any:
+        """The Sink for ``sink_spec`` of ``pipeline_spec`` through the connection ``conn``."""
+        return _load(self.sink)(pipeline_spec, sink_spec, conn)
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """What the core needs of a source kind. Everything but ``source`` is light."""
+
+    name: str
+    fields: tuple[str, ...]  # the YAML fields of ``source:`` only this kind reads
+    # (source mapping, problems) -> the kind's own keyword arguments of SourceSpec
+    parse: Callable[[dict, Any], dict[str, Any]]
+    # (pipeline spec) -> what the pipeline holds on its server that no other reader may share
+    replication_client: Callable[[Any], tuple[str, Any]]
+    position: str  # "module:Class" of the kind's log position type (light)
+    source: str  # "module:Class" of the Source, imported when a source is made (client library)
+    # (source spec, pipeline name) -> the source spec with the kind's defaults that depend on the
+    # pipeline's name filled in
+    complete: Callable[[Any, str], Any] = field(default=lambda source, pipeline: source)
+
+    def position_type(self) -> Any:
+        return _load(self.position)
+
+    def make(self, spec: Any, conn: Any, **kw: Any) -> Any:
+        """The Source of the pipeline ``spec`` through the connection ``conn``."""
+        return _load(self.source)(spec, conn, **kw)
+
+
+def sink_kind(name: str) -> SinkKind:
+    """The registered sink kind ``name``; ValueError naming the known ones otherwise."""
+    return _kind(SINKS, name, "sink")
+
+
+def source_kind(name: str) -> SourceKind:
+    """The registered source kind ``name``; ValueError naming the known ones otherwise."""
+    return _kind(SOURCES, name, "source")
+
+
+def _kind(registry: Mapping[str, str], name: str, what: str) -> Any:
+    if name not in registry:
+        raise ValueError(f"unknown kind {name!r}; allowed: {', '.join(registry)} (the {what} kinds)")
+    return importlib.import_module(registry[name]).KIND

@@ -1,0 +1,46 @@
+"""The ``kind: kafka`` sink entry of a spec (README.md, "Pipelines"): its fields and their
+checks. Light: no client library (DAG parsing loads specs)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...spec import Problems, SinkSpec, bool_field, int_field, str_field, template_field
+
+TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
+FIELDS = ("topic", "exactly_once", "partitions", "replication_factor", "create_topics",
+          "checkpoint_topic", "tombstones_on_delete")
+
+
+@dataclass(frozen=True)
+class KafkaSinkSpec(SinkSpec):
+    topic: str = ""
+    exactly_once: bool = False
+    partitions: int = 1
+    replication_factor: int = 1
+    create_topics: bool = True
+    checkpoint_topic: str = "_tidegate_checkpoints"
+    tombstones_on_delete: bool = False  # a null-valued record after each delete (log compaction)
+
+    @property
+    def guarantee(self) -> str:
+        return "exactly-once" if self.exactly_once else super().guarantee
+
+
+def parse(d: dict, fp: str, probs: Problems) -> dict[str, Any]:
+    dflt = KafkaSinkSpec("x", "kafka", "x")
+    return dict(
+        topic=template_field(d, "topic", f"{fp}.topic", probs, TOPIC_CHARS, "topic", required=True),
+        exactly_once=bool_field(d, "exactly_once", f"{fp}.exactly_once", probs, default=False),
+        partitions=int_field(d, "partitions", f"{fp}.partitions", probs, lo=1, default=dflt.partitions),
+        replication_factor=int_field(d, "replication_factor", f"{fp}.replication_factor", probs, lo=1,
+                                     hi=32767, default=dflt.replication_factor),
+        create_topics=bool_field(d, "create_topics", f"{fp}.create_topics", probs, default=True),
+        checkpoint_topic=str_field(d, "checkpoint_topic", f"{fp}.checkpoint_topic", probs,
+                                   pattern=re.compile(r"^[A-Za-z0-9._-]+$"),
+                                   allowed="letters, digits, '.', '_', '-'") or dflt.checkpoint_topic,
+        tombstones_on_delete=bool_field(d, "tombstones_on_delete", f"{fp}.tombstones_on_delete", probs,
+                                        default=False),
+    )

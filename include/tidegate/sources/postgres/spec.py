@@ -1,0 +1,48 @@
+"""The ``source:`` section of a spec with ``kind: postgres`` (README.md, "Pipelines"): the fields
+only this kind reads (``slot``, ``replay_retention``) and their checks. Light: no client library
+(DAG parsing loads specs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from ...spec import PipelineSpec, Problems, SourceSpec, str_field
+
+SLOT_RE = re.compile(r"^[a-z0-9_]+$")
+DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+FIELDS = ("slot", "replay_retention")
+
+
+def parse(d: dict, probs: Problems) -> dict[str, Any]:
+    return {"slot": str_field(d, "slot", "source.slot", probs, pattern=SLOT_RE, allowed="[a-z0-9_]+"),
+            "replay_retention_s": _replay_retention(d, probs)}
+
+
+def _replay_retention(d: dict, probs: Problems) -> int:
+    """``source.replay_retention``: how long release keeps the slot behind the checkpoints, as a
+    duration (``24h``, ``90m``, ``3600s``, ``7d``; ``0``: not at all)."""
+    fp, v = "source.replay_retention", d.get("replay_retention")
+    if v is None or (v == 0 and not isinstance(v, bool)):
+        return 0
+    if isinstance(v, str) and v.strip() == "0":
+        return 0
+    m = DURATION_RE.match(v.strip()) if isinstance(v, str) else None
+    if m is None:
+        hint = " (a number needs a unit)" if type(v) in (int, float) else ""
+        probs.add(fp, f"bad value {v!r}{hint}", "a duration such as 24h, 90m, 3600s or 7d, or 0 (no "
+                                                 "replay window: release moves the slot to the checkpoints)")
+        return 0
+    return int(m.group(1)) * DURATION_UNITS[m.group(2)]
+
+
+def complete(source: SourceSpec, pipeline: str) -> SourceSpec:
+    """The slot defaults to ``tidegate_<pipeline>``."""
+    return source if source.slot is not None else dataclasses.replace(source, slot=f"tidegate_{pipeline}")
+
+
+def replication_client(spec: PipelineSpec) -> tuple[str, str | None]:
+    """The pipeline's replication slot."""
+    return "slot", spec.source.slot
