@@ -77,7 +77,10 @@ class ModuleFacts(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         self.inner_imports += self.depth > 0
         base = resolve_import(self.module, self.is_package, node)
-        self._add([f"{base}.{a.name}" for a in node.names] + [base])
+        # ``from pkg import module`` depends on that module (as ``from pkg.module import x``
+        # does), not on the package's __init__; ``from pkg import name`` depends on the package.
+        submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in self.known]
+        self._add(submodules + ([base] if len(submodules) < len(node.names) else []))
 
     def _function(self, node: ast.AST) -> None:
         self.depth += 1
