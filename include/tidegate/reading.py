@@ -101,18 +101,24 @@ def plan_reads(spec: PipelineSpec, store: CheckpointStore, source: Source, start
     chunks and its end, then the log from its handoff; the log cut into slices a Spark task can
     take whole."""
     segments: list[Segment] = []
-    log_from = start
     if isinstance(start, SnapshotPosition):
         rec = snapshot_record(store, spec, start.snapshot_id)
         segments += [Chunk(start.at_chunk(c)) for c in range(start.chunk + 1, len(rec.chunks) + 1)]
         segments.append(SnapshotEnd(rec.snapshot_id))
-        log_from = rec.handoff
-    if log_from is None or upto > log_from:
-        limit = max_slice_bytes(spec)
-        # A little under the limit: the source cuts at transaction boundaries at or past its
-        # target, so a slice holds the target plus at most one transaction.
-        segments += [Slice(a, b) for a, b in source.slices(log_from, upto, max_bytes=limit * 3 // 4)]
-    return segments
+        if upto > rec.handoff:
+            segments += log_slices(spec, source, rec.handoff, upto)
+        return segments
+    return log_slices(spec, source, start, upto)
+
+
+def log_slices(spec: PipelineSpec, source: Source, start: Position | None, upto: Position) -> list[Segment]:
+    """(start, upto] as slices; at least one, even when empty: reading it gives the final
+    position mark that moves the checkpoints (and carries a message a sink is owed)."""
+    limit = max_slice_bytes(spec)
+    # A little under the limit: the source cuts at transaction boundaries at or past its
+    # target, so a slice holds the target plus at most one transaction.
+    cut = source.slices(start, upto, max_bytes=limit * 3 // 4)
+    return [Slice(a, b) for a, b in cut] or [Slice(start, upto)]
 
 
 def max_slice_bytes(spec: PipelineSpec) -> int:
