@@ -200,6 +200,11 @@ class InProcessReader:
 def read_items(spec: PipelineSpec, store: CheckpointStore, source: Source, segments: Sequence[Segment],
                reader: Reader) -> Iterator[SourceItem]:
     """The run's one item stream: its segments read by ``reader``, made into items by :func:`run_items`."""
+    for snapshot_id in dict.fromkeys(s.snapshot_id for s in segments if isinstance(s, SnapshotEnd)):
+        todo = [s.number for s in segments if isinstance(s, Chunk) and s.snapshot_id == snapshot_id]
+        rec = snapshot_record(store, spec, snapshot_id)
+        log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", spec.pipeline,
+                 snapshot_id, f"{todo[0]}..{todo[-1]}" if todo else "none", len(rec.chunks), rec.handoff)
     return run_items(spec, store, source, reader(spec, store, source, segments))
 
 
