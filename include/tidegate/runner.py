@@ -426,7 +426,8 @@ def release(run: RunContext) -> Position | None:
     (:func:`replay_hold`); returns the position released to (None: some sink has no checkpoint
     yet). The source never moves its log back (a Postgres slot only advances)."""
     with run.opened() as (source, st):
-        low = capture_bounds(run.spec, source, st).lowest()
+        stored = st.checkpoints.current(run.pipeline)  # the head is not needed: no read of it
+        low = lowest_start([stored[s.id].position if s.id in stored else None for s in run.spec.sinks])
         if low is None:
             return None
         target = replay_hold(run.spec, st, log_position(low))  # a snapshot holds the log from its handoff

@@ -57,7 +57,8 @@ def executor_notes(log: str, pipeline: str) -> list[str]:
     """The notes the pipeline's Spark tasks sent back with their rows, as the driver logged them
     (the deliver task's log; an executor's own stderr may lose its last lines when the
     application ends)."""
-    return re.findall(rf"(tidegate: pipeline {pipeline} slice \S+: .*)$", log, re.M)
+    note = rf"tidegate: pipeline {pipeline} slice \S+: .*? in the environment: [^\[\n]*?"
+    return re.findall(rf"({note})\s*(?:\[|$)", log, re.M)  # the logger's suffix ([name] loc=...) aside
 
 
 def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, mysql, kafka_bootstrap,
