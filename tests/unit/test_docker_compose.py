@@ -66,6 +66,7 @@ def test_airflow_runs_this_project_with_the_local_executor(compose):
     assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
     assert "@postgres:5432/airflow" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
     assert "spark://spark-master" in env["AIRFLOW_CONN_SPARK_DEFAULT"]
+    assert svcs["airflow-scheduler"]["hostname"] == "airflow-scheduler"  # executors reach the driver
     assert svcs["airflow-apiserver"]["ports"] == ["127.0.0.1:8080:8080"]
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "FROM apache/airflow:" in dockerfile
@@ -118,3 +119,102 @@ def test_no_secret_is_written_into_the_file(compose):
                 assert value.startswith("${") and ":?" in value, f"{name}: {key} is not from .env"
             for userinfo in re.findall(r"://[^/@\s]+:([^@\s]+)@", value):
                 assert userinfo.startswith("${"), f"{name}: {key} has a literal password"
+
+
+# --------------------------------------------------------------------------- does it start
+
+# What the images run, from their own Dockerfiles and entrypoint scripts (no Docker engine here
+# to look). The Airflow image's /entrypoint runs `airflow ...`, `bash ...` and `python ...` and
+# turns any other command into `airflow <command>`; the servers' entrypoints run their server
+# when the command starts with an option.
+AIRFLOW_ENTRYPOINT_RUNS = ("airflow", "bash", "python")
+SERVER_ENTRYPOINT_RUNS = {"mariadb": ("-", "mariadbd"), "tidegate-postgres": ("-", "postgres"),
+                          "redis": ("-", "redis-server", "sh"), "nats": ("-", "nats-server")}
+# Executables each image provides (the tidegate image: the Airflow image's, pyspark's launchers
+# from the pinned pyspark, Java from the Dockerfile).
+EXECUTABLES = {
+    "tidegate": {"airflow", "bash", "python", "python3", "curl", "spark-class", "spark-submit", "java"},
+    "mariadb": {"healthcheck.sh", "mariadb", "mariadbd", "bash"},
+    "tidegate-postgres": {"pg_isready", "psql", "postgres", "bash"},
+    "apache/kafka": {"/opt/kafka/bin/kafka-broker-api-versions.sh", "/opt/kafka/bin/kafka-topics.sh", "sh"},
+    "redis": {"redis-cli", "redis-server", "sh"},
+    "nats": {"wget", "nats-server", "sh"},
+}
+# Variables an image's entrypoint sets before running init scripts (postgres: POSTGRES_USER
+# defaults to "postgres" and is exported).
+IMAGE_VARIABLES = {"tidegate-postgres": {"POSTGRES_USER"}}
+
+
+def image_of(svc: dict) -> str:
+    return svc["image"].rpartition(":")[0]
+
+
+def words(value) -> list[str]:
+    return list(value) if isinstance(value, list) else str(value or "").split()
+
+
+def test_every_command_is_run_by_an_entrypoint_that_can_run_it(compose):
+    for name, svc in compose["services"].items():
+        image, cmd = image_of(svc), words(svc.get("command"))
+        if svc.get("entrypoint"):
+            entry = words(svc["entrypoint"])[0]
+            assert entry in EXECUTABLES[image], f"{name}: entrypoint {entry!r} is not in its image"
+        elif image == "tidegate":
+            assert cmd and cmd[0] in AIRFLOW_ENTRYPOINT_RUNS, (
+                f"{name}: the Airflow image's entrypoint would run `airflow {' '.join(cmd)}`: give the "
+                f"service an entrypoint of its own")
+        elif cmd:
+            assert cmd[0].startswith(SERVER_ENTRYPOINT_RUNS[image]), f"{name}: {cmd[0]!r}"
+
+
+def test_the_tidegate_image_has_the_executables_the_stack_counts_on():
+    import pyspark
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "pyspark" in dockerfile and "openjdk-17-jre-headless" in dockerfile
+    launchers = Path(pyspark.__file__).parent / "bin"  # what `pip install pyspark` puts on PATH
+    assert (launchers / "spark-class").is_file() and (launchers / "spark-submit").is_file()
+    assert "FROM apache/airflow:" in dockerfile  # python3, bash and curl are the Airflow image's
+
+
+def _healthcheck_executable(svc: dict) -> str:
+    test = svc["healthcheck"]["test"]
+    if isinstance(test, str):
+        return test.split()[0]
+    return test[1].split()[0] if test[0] == "CMD-SHELL" else test[1]
+
+
+def test_every_service_waited_on_has_a_healthcheck_its_image_can_run(compose):
+    svcs = compose["services"]
+    waited = {target for svc in svcs.values() for target in (svc.get("depends_on") or {})}
+    assert waited, "no service waits on another"
+    for name in sorted(svcs):
+        exe = _healthcheck_executable(svcs[name])
+        assert exe in EXECUTABLES[image_of(svcs[name])], f"{name}: healthcheck runs {exe!r}"
+    for svc in svcs.values():
+        for target, how in (svc.get("depends_on") or {}).items():
+            assert how == {"condition": "service_healthy"}, (target, how)
+
+
+def _container_variables(text: str) -> set[str]:
+    """Variables a shell in the container expands (``$$VAR`` in the file: ``$VAR`` there)."""
+    return set(re.findall(r"\$\$\{?([A-Z_][A-Z0-9_]*)", text))
+
+
+def _script_variables(text: str) -> set[str]:
+    return set(re.findall(r"\$\{?([A-Z_][A-Z0-9_]*)", text))
+
+
+def test_every_variable_a_service_reads_is_defined(compose):
+    raw = (ROOT / "docker-compose.yaml").read_text()
+    example = (ROOT / "docker" / "env.example").read_text()
+    for var in set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*):\?", raw)):
+        assert re.search(rf"^{var}=", example, re.M), f"{var} is not in docker/env.example"
+    for name, svc in compose["services"].items():
+        defined = set(svc.get("environment") or {}) | IMAGE_VARIABLES.get(image_of(svc), set())
+        read = _container_variables(" ".join(words(svc.get("command")) + words(svc.get("entrypoint"))))
+        for volume in svc.get("volumes") or []:
+            src = volume.split(":")[0]
+            if src.startswith("./"):
+                read |= _script_variables((ROOT / src).read_text())
+        assert read <= defined, f"{name} reads {sorted(read - defined)}, which it does not define"
