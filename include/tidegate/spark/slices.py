@@ -40,6 +40,7 @@ from typing import Any
 from ..connections import Connection
 from ..events import ChangeEvent, PositionMark
 from ..positions import Position
+from ..reading import MAX_SLICE_CONF, MAX_TASK_SLICE_BYTES
 from ..shipped import item_to_row, row_to_item
 from ..spec import PipelineSpec
 from .windows import partitions_in_flight, partitions_in_order
@@ -47,10 +48,9 @@ from .windows import partitions_in_flight, partitions_in_order
 log = logging.getLogger(__name__)
 
 # A Spark task's result reaches the driver whole (and must fit spark.driver.maxResultSize): a
-# slice of more source log bytes than this is read by the driver instead. Serialized envelopes
-# take several times the binlog bytes of their rows (about 6x for an 11-column table).
-MAX_TASK_SLICE_BYTES = 16 * 1024 * 1024
-MAX_SLICE_CONF = "spark.tidegate.maxTaskSliceBytes"
+# slice of more source log bytes than MAX_TASK_SLICE_BYTES (reading.py, which cuts the plan's
+# slices under it) is read by the driver instead. Serialized envelopes take several times the
+# binlog bytes of their rows (about 6x for an 11-column table).
 NOTE = "note"  # the kind of a task's last row: its note, logged by the driver
 
 
