@@ -134,9 +134,6 @@ def drop_table(source: str, name: str) -> None:
 
 def plan(spec) -> tuple[str, float]:
     """The snapshot record (pickled, base64, for the child's argv) and the planning seconds."""
-    import base64
-    import pickle
-
     from tidegate.connections import get_connection
     from tidegate.snapshots import plan_snapshot
     from tidegate.sources import make_source
@@ -219,8 +216,6 @@ class PeakRss:
 
 
 def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
-    import base64
-    import pickle
     import resource
 
     from tidegate.connections import get_connection

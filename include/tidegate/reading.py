@@ -200,36 +200,31 @@ class InProcessReader:
 def read_items(spec: PipelineSpec, store: CheckpointStore, source: Source, segments: Sequence[Segment],
                reader: Reader) -> Iterator[SourceItem]:
     """The run's one item stream: its segments read by ``reader``, made into items by :func:`run_items`."""
+    records = {}
     for snapshot_id in dict.fromkeys(s.snapshot_id for s in segments if isinstance(s, SnapshotEnd)):
         todo = [s.number for s in segments if isinstance(s, Chunk) and s.snapshot_id == snapshot_id]
-        rec = snapshot_record(store, spec, snapshot_id)
+        rec = records[snapshot_id] = snapshot_record(store, spec, snapshot_id)
         log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", spec.pipeline,
                  snapshot_id, f"{todo[0]}..{todo[-1]}" if todo else "none", len(rec.chunks), rec.handoff)
-    return run_items(spec, store, source, reader(spec, store, source, segments))
+    return run_items(spec, store, source, reader(spec, store, source, segments), records)
 
 
-def run_items(spec: PipelineSpec, store: CheckpointStore, source: Source, reads: Iterable[SegmentRead]
-              ) -> Iterator[SourceItem]:
-    """The run's one item stream from its segments as read (see the module docstring)."""
+def run_items(spec: PipelineSpec, store: CheckpointStore, source: Source, reads: Iterable[SegmentRead],
+              records: Mapping[str, Any]) -> Iterator[SourceItem]:
+    """The run's one item stream from its segments as read (see the module docstring);
+    ``records``: the snapshots the segments belong to, by id."""
     from .snapshots import ChangedKeys, chunk_table, completed_message, end_chunk
 
     changed: dict[str, ChangedKeys] = {}
-    records: dict[str, Any] = {}
-
-    def record(snapshot_id: str) -> Any:
-        if snapshot_id not in records:
-            records[snapshot_id] = snapshot_record(store, spec, snapshot_id)
-        return records[snapshot_id]
-
     for seg, items, upper in reads:
         if isinstance(seg, Chunk):
-            rec = record(seg.snapshot_id)
+            rec = records[seg.snapshot_id]
             keys = changed.setdefault(seg.snapshot_id, ChangedKeys(rec, source))
             keys.scan_to(upper)
             kept = keys.drop_changed(chunk_table(rec, seg.number), items)
             yield from end_chunk(kept, seg.end, store, rec, seg.number)
         elif isinstance(seg, SnapshotEnd):
-            rec = record(seg.snapshot_id)
+            rec = records[seg.snapshot_id]
             keys = changed.get(seg.snapshot_id)
             if keys is not None and keys.dropped:
                 log.info(

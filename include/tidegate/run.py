@@ -187,16 +187,13 @@ def read_record(store: CheckpointStore, pipeline: str, run_id: str) -> RunRecord
     return RunRecord.from_json(found) if found is not None else None
 
 
-def from_record(store: CheckpointStore, pipeline: str, run_id: str, parts: Parts | None = None, *,
-                keep_store: bool = True) -> RunContext:
-    """The context of a run whose bounds step wrote its record (a later task, the Spark driver).
-    ``keep_store``: the context holds ``store`` (False: each step opens its own)."""
+def from_record(store: CheckpointStore, pipeline: str, run_id: str, parts: Parts | None = None) -> RunContext:
+    """The context, on ``store``, of a run whose bounds step wrote its record (the Spark driver)."""
     record = read_record(store, pipeline, run_id)
     if record is None:
         raise RunError(f"pipeline {pipeline!r} has no run record for run {run_id!r}: its bounds step "
                        f"did not run (or wrote to another store than TIDEGATE_CHECKPOINT_STORE)")
-    return RunContext(record.spec(), record.plan, run_id, parts or Parts(),
-                      store if keep_store else None, record)
+    return RunContext(record.spec(), record.plan, run_id, parts or Parts(), store, record)
 
 
 __all__ = ["Bounds", "RunContext", "RunRecord", "from_record", "read_record"]
