@@ -181,10 +181,11 @@ class Sink(abc.ABC):
         if not tls_verification_failed(exc):
             return None
         conn = self.conn.conn_id if self.conn is not None else "?"
-        return (f"{self.where}: TLS verification of the server failed while {doing} ({text}). Connection "
-                f"{conn!r} must trust the CA that signed the server's certificate (its CA file setting) and "
-                f"name the server by a host name the certificate carries. Nothing was sent to this sink; "
-                f"not retried (it does not heal by waiting)")
+        # The fix first: reports cut long messages, and the client's own text can be long.
+        return (f"{self.where}: TLS verification of the server failed while {doing}: connection {conn!r} "
+                f"must trust the CA that signed the server's certificate (its CA file setting) and name the "
+                f"server by a host name the certificate carries. Nothing was sent to this sink; not retried "
+                f"(it does not heal by waiting). The client said: {text}")
 
 
 def _position_of(event: Any) -> Any:

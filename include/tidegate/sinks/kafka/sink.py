@@ -311,8 +311,8 @@ class KafkaSink(Sink):
                     f"a newer instance (another run took over this pipeline and sink) while {doing}: "
                     f"{text}. This run must stop; its transaction is aborted.")
         if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL):
-            return (f"{self.where}: authentication with the brokers failed while {doing} ({text}); check "
-                    f"the credentials and security settings of connection {self.conn.conn_id!r}")
+            return (f"{self.where}: authentication with the brokers failed while {doing}; check the "
+                    f"credentials and security settings of connection {self.conn.conn_id!r} ({text})")
         if code in _AUTH:
             return (f"{self.where}: not authorized while {doing} ({text}); grant the connection's "
                     f"principal the needed ACLs")
