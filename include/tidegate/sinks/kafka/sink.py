@@ -437,6 +437,7 @@ class KafkaSink(Sink):
         error, after the whole timeout; the error callback names the cause at once. So ask in
         short slices, and stop at a cause that waiting does not heal."""
         assert self._admin is not None
+        self._client_errors.clear()  # only what this call meets counts
         deadline = time.monotonic() + self.op_timeout_s
         while True:
             try:
