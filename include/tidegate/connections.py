@@ -33,6 +33,20 @@ class Connection:
         where = f"{self.host}:{self.port}" if self.port else (self.host or "")
         return f"{self.conn_id} ({self.conn_type}://{self.login or ''}@{where})"
 
+    def __repr__(self) -> str:  # never shows the password, nor a secret kept in the extra
+        extra = {k: "***" if is_secret_key(k) else v for k, v in self.extra.items()}
+        return (f"Connection(conn_id={self.conn_id!r}, conn_type={self.conn_type!r}, host={self.host!r}, "
+                f"port={self.port!r}, login={self.login!r}, schema={self.schema!r}, extra={extra!r})")
+
+
+# Extra keys whose values are secrets (Kafka's ``sasl.password``, a NATS ``token``, ...): kept out
+# of ``repr`` here, and out of every message a sink lets out (``tidegate.sinks._common``).
+SECRET_HINTS = ("password", "secret", "token", "credential", "key.pem", "seed", "private")
+
+
+def is_secret_key(key: str) -> bool:
+    return any(h in key.lower() for h in SECRET_HINTS)
+
 
 def env_var(conn_id: str) -> str:
     return "AIRFLOW_CONN_" + conn_id.upper()

@@ -31,7 +31,7 @@ from ..errors import (
 from ..events import ControlMessage
 from ..positions import Position
 from ..spec import SinkSpec
-from ._common import redact, secrets_of
+from ._common import redact, secrets_of, tls_verification_failed
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,8 @@ class Sink(abc.ABC):
         """The error class of an exception from this sink (a SinkError carries its own)."""
         if isinstance(exc, SinkError):
             return exc.error_class
+        if tls_verification_failed(exc):
+            return ErrorClass.NON_RETRYABLE
         return self.classify_client_error(exc)
 
     def classify_client_error(self, exc: BaseException) -> ErrorClass:
@@ -162,7 +164,8 @@ class Sink(abc.ABC):
         if isinstance(exc, SinkError):
             return exc
         text = self.redact(self.describe_client_error(exc))
-        msg = self.explain(exc, text, doing) or f"{self.where}: {text} while {doing}"
+        msg = (self.explain_tls(exc, text, doing) or self.explain(exc, text, doing)
+               or f"{self.where}: {text} while {doing}")
         return ERROR_TYPES[self.classify(exc)](msg)
 
     def describe_client_error(self, exc: BaseException) -> str:
@@ -171,6 +174,18 @@ class Sink(abc.ABC):
     def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
         """A message with the fix for errors this sink recognises (authentication, ACLs)."""
         return None
+
+    def explain_tls(self, exc: BaseException, text: str, doing: str) -> str | None:
+        """The message of a server certificate the client refused: which sink, which
+        connection, and the two things to check."""
+        if not tls_verification_failed(exc):
+            return None
+        conn = self.conn.conn_id if self.conn is not None else "?"
+        # The fix first: reports cut long messages, and the client's own text can be long.
+        return (f"{self.where}: TLS verification of the server failed while {doing}: connection {conn!r} "
+                f"must trust the CA that signed the server's certificate (its CA file setting) and name the "
+                f"server by a host name the certificate carries. Nothing was sent to this sink; not retried "
+                f"(it does not heal by waiting). The client said: {text}")
 
 
 def _position_of(event: Any) -> Any:

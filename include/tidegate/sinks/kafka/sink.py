@@ -33,11 +33,19 @@ Errors (``classify_kafka_error``):
 * fatal: producer fenced by a newer instance of the same ``transactional.id``, and every
   error librdkafka marks fatal (the producer is unusable; the run must stop).
 
+A broker certificate that fails verification and a refused SASL login show first in the error
+callback (every client has one: producer, admin client, checkpoint reader); a metadata call only
+sees a transport failure after its whole timeout. So metadata is asked for in short slices and
+such a cause ends the call at once, as a non-retryable error naming the sink and the connection.
+
 Connection: ``extra`` holds librdkafka properties verbatim (``bootstrap.servers``,
 ``security.protocol``, ``sasl.mechanism``, ``ssl.ca.location``, ...). Without
 ``bootstrap.servers`` the connection's host[:port] is used; a login/password become
 ``sasl.username``/``sasl.password`` (``sasl.mechanism`` PLAIN and ``security.protocol``
-SASL_SSL unless the extras say otherwise). Secrets never reach logs or exceptions.
+SASL_SSL unless the extras say otherwise). The producer, the admin client and the consumer that
+reads the checkpoint topic back all get the same security settings. librdkafka checks the broker's
+host name against its certificate by default (``ssl.endpoint.identification.algorithm=https``).
+Secrets never reach logs or exceptions.
 """
 
 from __future__ import annotations
@@ -201,6 +209,7 @@ class KafkaSink(Sink):
         self._admin: AdminClient | None = None
         self._delivery_errors: list[tuple[KafkaError, str, int, bytes | None]] = []
         self._client_errors: list[KafkaError] = []
+        self._logged_codes: set[int] = set()
         self._fatal: SinkError | None = None
         self._needs_abort = False  # an abort that timed out must be retried before anything else
         self._uncertain = False  # a failed transaction may have committed: check before resending
@@ -235,6 +244,20 @@ class KafkaSink(Sink):
     def _admin_config(self) -> dict[str, Any]:
         cfg = {k: v for k, v in self._base.items() if k not in _PRODUCER_ONLY}
         cfg["logger"] = logging.getLogger(__name__ + ".librdkafka")
+        cfg["error_cb"] = self._on_error  # a refused certificate or login shows here first
+        return cfg
+
+    def _checkpoint_reader_config(self) -> dict[str, Any]:
+        """The consumer that reads the checkpoint topic back: the connection's security settings
+        (as the producer's and the admin client's), read_committed."""
+        cfg = {k: v for k, v in self._base.items() if k not in _PRODUCER_ONLY}
+        cfg.update({"group.id": f"tidegate-ckpt-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                    "isolation.level": "read_committed", "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    # The end of the partition shows as an empty fetch, which the broker holds
+                    # for fetch.wait.max.ms (500 ms by default) per window read.
+                    "fetch.wait.max.ms": 10,
+                    "logger": logging.getLogger(__name__ + ".librdkafka"), "error_cb": self._on_error})
         return cfg
 
     @property
@@ -251,8 +274,10 @@ class KafkaSink(Sink):
 
     def _on_error(self, err: KafkaError) -> None:
         self._client_errors.append(err)
-        log.warning("Kafka sink %r: client error %s: %s", self.sink_id, err.name(),
-                    self.redact(err.str()))
+        # librdkafka reconnects every few ms and reports each refusal: say each kind once.
+        level = logging.DEBUG if err.code() in self._logged_codes else logging.WARNING
+        self._logged_codes.add(err.code())
+        log.log(level, "Kafka sink %r: client error %s: %s", self.sink_id, err.name(), self.redact(err.str()))
 
     # ------------------------------------------------------------------ errors
 
@@ -286,8 +311,8 @@ class KafkaSink(Sink):
                     f"a newer instance (another run took over this pipeline and sink) while {doing}: "
                     f"{text}. This run must stop; its transaction is aborted.")
         if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL):
-            return (f"{self.where}: authentication with the brokers failed while {doing} ({text}); check "
-                    f"the credentials and security settings of connection {self.conn.conn_id!r}")
+            return (f"{self.where}: authentication with the brokers failed while {doing}; check the "
+                    f"credentials and security settings of connection {self.conn.conn_id!r} ({text})")
         if code in _AUTH:
             return (f"{self.where}: not authorized while {doing} ({text}); grant the connection's "
                     f"principal the needed ACLs")
@@ -392,10 +417,7 @@ class KafkaSink(Sink):
             return
         assert self._admin is not None
         for t in missing:
-            try:
-                md = self._admin.list_topics(topic=t, timeout=self.op_timeout_s)
-            except KafkaException as exc:
-                raise self.error(exc, f"looking up topic {t!r}") from None
+            md = self._list_topics(t, f"looking up topic {t!r}")
             tm = md.topics.get(t)
             if tm is not None and tm.error is None:
                 self._known_topics.add(t)
@@ -408,6 +430,26 @@ class KafkaSink(Sink):
             partitions = 1 if t == self.control_name else self.spec.partitions
             self._create_topic(t, partitions, self.spec.replication_factor, {})
             self._known_topics.add(t)
+
+    def _list_topics(self, topic: str, doing: str) -> Any:
+        """The metadata of one topic. A broker that refuses this client (its certificate failed
+        verification, the SASL login was wrong) makes the metadata call fail only as a transport
+        error, after the whole timeout; the error callback names the cause at once. So ask in
+        short slices, and stop at a cause that waiting does not heal."""
+        assert self._admin is not None
+        self._client_errors.clear()  # only what this call meets counts
+        deadline = time.monotonic() + self.op_timeout_s
+        while True:
+            try:
+                return self._admin.list_topics(topic=topic,
+                                               timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            except KafkaException as exc:
+                self._admin.poll(0)  # serves the error callback
+                self._raise_client_failure()
+                err = self._kafka_error_of(exc)
+                if (err is not None and classify_kafka_error(err) is not ErrorClass.RETRYABLE) \
+                        or time.monotonic() >= deadline:
+                    raise self.error(exc, doing) from None
 
     def _create_topic(self, topic: str, partitions: int, replication: int, config: dict[str, str]) -> None:
         assert self._admin is not None
@@ -431,18 +473,14 @@ class KafkaSink(Sink):
         t = self.checkpoint_topic
         if t in self._known_topics and self._ckpt_partitions:
             return
-        assert self._admin is not None
-        try:
-            md = self._admin.list_topics(topic=t, timeout=self.op_timeout_s)
-        except KafkaException as exc:
-            raise self.error(exc, f"looking up checkpoint topic {t!r}") from None
+        md = self._list_topics(t, f"looking up checkpoint topic {t!r}")
         tm = md.topics.get(t)
         if tm is None or tm.error is not None:
             if tm is not None and tm.error.code() not in _UNKNOWN_TOPIC:
                 raise self._error(tm.error, f"looking up checkpoint topic {t!r}")
             self._create_topic(t, 1, self.spec.replication_factor,
                                {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
-            md = self._admin.list_topics(topic=t, timeout=self.op_timeout_s)
+            md = self._list_topics(t, f"looking up checkpoint topic {t!r}")
             tm = md.topics.get(t)
         self._ckpt_partitions = max(1, len(tm.partitions) if tm is not None else 1)
         self._known_topics.add(t)
@@ -722,16 +760,8 @@ class KafkaSink(Sink):
     def _read_last_checkpoint(self) -> bytes | None:
         key = self.checkpoint_key.encode()
         part = murmur2_partition(key, self._ckpt_partitions or 1)
-        cfg = {k: v for k, v in self._base.items() if k not in _PRODUCER_ONLY}
-        cfg.update({"group.id": f"tidegate-ckpt-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                    "isolation.level": "read_committed", "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",
-                    # The end of the partition shows as an empty fetch, which the broker holds
-                    # for fetch.wait.max.ms (500 ms by default) per window read.
-                    "fetch.wait.max.ms": 10,
-                    "logger": logging.getLogger(__name__ + ".librdkafka")})
         try:
-            c = Consumer(cfg)
+            c = Consumer(self._checkpoint_reader_config())
         except KafkaException as exc:
             raise self.error(exc, "creating the checkpoint reader") from None
         try:
@@ -747,6 +777,7 @@ class KafkaSink(Sink):
                     return found
                 window *= 16
         except KafkaException as exc:
+            self._raise_client_failure()  # a refused certificate or login, named by the callback
             raise self.error(exc, f"reading checkpoint topic {self.checkpoint_topic!r}") from None
         finally:
             c.close()

@@ -46,9 +46,14 @@ JetStream API errors other than 503 → non-retryable; timeouts, connection loss
 503 → retryable.
 
 Connection: ``host``/``port`` (or extra ``servers``: list or comma-separated URLs), ``login`` /
-``password`` (user/password), extras ``token``, ``user_credentials`` (a .creds file),
-``nkeys_seed`` (a seed file), ``tls`` (true) with ``tls_ca``, ``tls_cert``, ``tls_key``,
-``tls_hostname``, and ``connect_timeout`` (s). Secrets never reach logs or exceptions.
+``password`` (user/password), extras ``token``, ``user_credentials`` (a .creds file: user JWT and
+seed, for servers run with an operator), ``nkeys_seed`` (a file holding a user's nkey seed, for
+servers whose users are nkeys; both need the ``nkeys`` package), ``tls`` (true) with ``tls_ca``,
+``tls_cert``, ``tls_key``, ``tls_hostname`` (the name to check instead of the host), and
+``connect_timeout`` (s). With TLS the server's certificate is verified against ``tls_ca`` (or the
+system's CAs) and the host name is checked. A refused certificate or an authorization violation
+ends the connection attempt at once (the client would retry until its timeout) with a
+non-retryable error naming the sink and the connection. Secrets never reach logs or exceptions.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ from ...connections import Connection
 from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
 from ...positions import Position, position_from_json
 from ...spec import PipelineSpec
-from .._common import TemplateNames
+from .._common import TemplateNames, tls_verification_failed
 from ..base import RetryPolicy, Sink, is_control
 from .spec import NatsSinkSpec
 
@@ -183,6 +188,8 @@ def classify_nats_error(exc: BaseException) -> ErrorClass:
     text = str(exc).lower()
     if any(w in text for w in ("authorization", "authentication", "permissions violation", "user jwt")):
         return ErrorClass.NON_RETRYABLE
+    if tls_verification_failed(exc):  # an OSError, but waiting does not heal it
+        return ErrorClass.NON_RETRYABLE
     if isinstance(exc, nerr.MaxPayloadError) or "maximum payload" in text:
         return ErrorClass.NON_RETRYABLE
     if isinstance(exc, jerr.ServiceUnavailableError):
@@ -233,6 +240,7 @@ class NatsSink(Sink):
         self._js: Any = None
         self._max_payload: int | None = None
         self._async_errors: list[BaseException] = []
+        self._refused: asyncio.Event | None = None  # set by the error callback on a lasting refusal
 
     # ------------------------------------------------------------------ event loop
 
@@ -288,9 +296,31 @@ class NatsSink(Sink):
                 opts["tls_hostname"] = x["tls_hostname"]
         return opts
 
+    async def _connect(self, opts: dict[str, Any], timeout: float) -> Any:
+        """nats.connect, given up as soon as the error callback reports a refusal that retrying
+        cannot mend (a server certificate that failed verification, an authorization
+        violation): the client would otherwise try again until its timeout."""
+        self._refused = asyncio.Event()
+        connecting = asyncio.ensure_future(nats.connect(**opts))
+        refused = asyncio.ensure_future(self._refused.wait())
+        try:
+            await asyncio.wait({connecting, refused}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            refused.cancel()
+        if connecting.done():
+            return connecting.result()
+        connecting.cancel()
+        try:
+            await connecting
+        except BaseException:  # noqa: BLE001, S110 - the refusal is what is reported
+            pass
+        raise TimeoutError(f"no connection within {timeout:g}s")
+
     async def _on_error(self, exc: Exception) -> None:
         self._async_errors.append(exc)
         del self._async_errors[:-20]
+        if classify_nats_error(exc) is ErrorClass.NON_RETRYABLE and self._refused is not None:
+            self._refused.set()
         log.warning("NATS sink %r: %s", self.sink_id, self.redact(f"{type(exc).__name__}: {exc}"))
 
     async def _on_disconnect(self) -> None:
@@ -321,7 +351,7 @@ class NatsSink(Sink):
             timeout = opts["connect_timeout"] * (1 + len(opts["servers"])) + 5
             self._async_errors.clear()
             try:
-                self._nc = self._run(asyncio.wait_for(nats.connect(**opts), timeout), timeout + 1)
+                self._nc = self._run(self._connect(opts, timeout), timeout + 1)
             except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
                 # The client retries servers and ends with "no servers"; the cause (an
                 # authorization violation, say) went to the error callback: report the worst.

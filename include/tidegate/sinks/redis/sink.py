@@ -32,8 +32,11 @@ errors, timeouts, LOADING, READONLY (failover), OOM, TRYAGAIN, MASTERDOWN → re
 other server errors → non-retryable.
 
 Connection: host, port (6379), login = ACL user, password, schema = database number; extras
-``ssl`` (true), ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
-``socket_timeout`` (s, default 30). Secrets never reach logs or exceptions.
+``ssl`` (true; or the ``rediss`` connection type), ``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_cert_reqs`` (default ``required``), ``ssl_check_hostname`` (redis-py's
+default: on), ``socket_timeout`` (s, default 30). A server certificate that fails verification is
+a non-retryable error naming the sink and the connection. Secrets never reach logs or
+exceptions.
 """
 
 from __future__ import annotations
@@ -130,9 +133,10 @@ class RedisSink(Sink):
         }
         if _truthy(x.get("ssl")) or c.conn_type in ("rediss",):
             kw["ssl"] = True
-            for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_ca_path"):
+            for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_ca_path",
+                      "ssl_check_hostname"):
                 if x.get(k) is not None:
-                    kw[k] = x[k]
+                    kw[k] = _truthy(x[k]) if k == "ssl_check_hostname" else x[k]
         return kw
 
     @property
