@@ -164,6 +164,9 @@ def test_postgres_ca_without_sslmode_means_verify_full(pem):
     assert libpq_tls(pg_conn({"sslrootcert": pem["ca.pem"]})) == {
         "sslrootcert": pem["ca.pem"], "sslmode": "verify-full"}
     assert libpq_tls(pg_conn({"sslrootcert": "system"}))["sslmode"] == "verify-full"
+    # an explicit mode that verifies stays as given (require with a CA: libpq checks the chain)
+    for mode in ("require", "verify-ca", "verify-full"):
+        assert libpq_tls(pg_conn({"sslrootcert": pem["ca.pem"], "sslmode": mode}))["sslmode"] == mode
 
 
 @pytest.mark.parametrize("extra, field, words", [
