@@ -228,7 +228,11 @@ def postgres_pipeline(base: Path, service_env: dict, postgres_tls, redis_service
         sql(f"CREATE TABLE {table} (id int PRIMARY KEY, status text)")
         sql(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
         sql(f"INSERT INTO {table} VALUES (1, 'new'), (2, 'new'), (3, 'new')")
-        run_pipeline_over_tls(env, dag, pipeline, stream, sql, table, redis_service, flush="")
+        logs = run_pipeline_over_tls(env, dag, pipeline, stream, sql, table, redis_service, flush="")
+        # The slot's one slice: the Spark driver reads it itself, over TLS (the server takes
+        # nothing else).
+        assert all(re.search(rf"pipeline {pipeline}: .* is one slice: the driver reads it", log)
+                   for log in logs[1:]), logs[1][-4000:]
 
         for stmt in WAITING:
             sql(stmt.format(t=table))
