@@ -59,6 +59,15 @@ class ConnectionConfigError(TidegateError):
     fatal = True
 
 
+class TlsVerificationError(ConnectionConfigError):
+    """The server's TLS certificate did not verify: it is not signed by the CA the connection
+    trusts, or it does not carry the host name the connection names. The server may not be the
+    one configured, so nothing is sent to it (not even the password) and nothing is retried: the
+    same certificate would fail again. The message names the connection and the fix."""
+
+    fatal = True
+
+
 class SinkError(TidegateError):
     """A sink failed; ``error_class`` says whether to retry, fail or stop the run."""
 

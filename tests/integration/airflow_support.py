@@ -33,6 +33,10 @@ def make_airflow_env(base: Path, service_env: dict[str, str]) -> dict[str, str]:
         "TIDEGATE_CHECKPOINT_STORE": f"sqlite:///{base / 'store.sqlite'}",
         "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
         "SPARK_LOCAL_IP": "127.0.0.1",
+        # The engine of this checkout, also when the virtualenv's editable install points at
+        # another one (a git worktree sharing the main checkout's .venv).
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "include"), os.environ.get("PYTHONPATH"))
+                                      if p),
     })
     (base / "pipelines").mkdir(exist_ok=True)
     subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)

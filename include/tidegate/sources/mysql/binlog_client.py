@@ -1,6 +1,7 @@
 """The MySQL/MariaDB replication protocol, as far as a bounded binlog read needs it.
 
-:class:`BinlogStream` logs in with pymysql (which handles authentication plugins and TLS),
+:class:`BinlogStream` logs in with pymysql (authentication plugins; TLS as the settings it is
+given say: :meth:`.server.MySqlServer.connection_settings` adds the connection's, ``tls.py``),
 announces what the client understands (CRC32 checksums through ``@master_binlog_checksum``,
 MariaDB GTID events through ``@mariadb_slave_capability``), sends ``COM_BINLOG_DUMP`` from a
 file/position with the non-blocking flag, so the server stops at its current end of binlog

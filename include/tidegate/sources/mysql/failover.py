@@ -28,6 +28,7 @@ from ...errors import CannotTranslateError, PositionPurgedError, SourceError
 from ...positions import Position
 from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
+from .tls import tls_failure
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 _RESUME_ID_OFFSET = 104729  # the GTID look-up's replication client id: base + offset (mod 2^32)
@@ -110,6 +111,9 @@ def resume_point_for_gtids(server: MySqlServer, client_server_id: int,
                 f"the transactions after GTID set {gs} are no longer in the binlogs of "
                 f"{server.conn} ({exc.args[1]}); the earliest available position is "
                 f"{server.earliest()}", requested=gs, earliest_available=server.earliest()) from None
+        tls = tls_failure(server.conn, exc)
+        if tls is not None:
+            raise tls from None
         raise
     finally:
         stream.close()

@@ -1,6 +1,7 @@
 """The MySQL/MariaDB server behind a connection: control connection, identity and binlog files.
 
-:class:`MySqlServer` owns the one control connection (pymysql, autocommit) the source uses for
+:class:`MySqlServer` makes the pymysql settings of every connection the source opens (TLS
+from the connection's extra, ``tls.py``), owns the one control connection (autocommit) it uses for
 queries, and answers what the server is (flavor, version, ``server_id``, GTID domain or
 ``server_uuid``, binlog base name), where its binlog ends (:meth:`MySqlServer.head`), which
 files it still holds (:meth:`MySqlServer.binlog_files`, :meth:`MySqlServer.earliest`) and the
@@ -18,6 +19,7 @@ import pymysql
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError, SourceSettingError
 from .position import BinlogPosition, GtidSet
+from .tls import pymysql_tls, tls_failure
 from .transactions import file_seq
 
 
@@ -31,19 +33,32 @@ class MySqlServer:
     # ------------------------------------------------------------------ control connection
 
     def connection_settings(self, **kw: Any) -> dict[str, Any]:
-        """pymysql keyword arguments for a new connection to the server (replication streams
-        open their own)."""
+        """pymysql keyword arguments for a new connection to the server, TLS included (the one
+        place they are made: the control connection, snapshot readers and replication streams
+        all connect with them)."""
         c = self.conn
         return dict(host=c.host or "127.0.0.1", port=int(c.port or 3306), user=c.login or "",
-                    password=c.password or "", connect_timeout=int(self.connect_timeout), **kw)
+                    password=c.password or "", connect_timeout=int(self.connect_timeout),
+                    **pymysql_tls(c), **kw)
+
+    def connect(self, what: str = "", **kw: Any) -> pymysql.connections.Connection:
+        """A new connection (``kw`` adds pymysql arguments). A certificate that does not verify
+        raises :class:`~tidegate.errors.TlsVerificationError`; any other failure a
+        :class:`SourceError` (``what`` says what the connection was for)."""
+        try:
+            return pymysql.connect(**self.connection_settings(**kw))
+        except pymysql.err.OperationalError as exc:
+            raise self.connect_error(exc, what) from None
+
+    def connect_error(self, exc: pymysql.err.OperationalError, what: str = "") -> Exception:
+        """What a failed connect of ours stands for: a TLS verification failure, or a
+        :class:`SourceError` naming the connection."""
+        return tls_failure(self.conn, exc) or SourceError(f"cannot connect to {self.conn}{what}: "
+                                                          f"{exc.args[-1]}")
 
     def _cursor(self):
         if self._ctl is None or not self._ctl.open:
-            s = self.connection_settings()
-            try:
-                self._ctl = pymysql.connect(autocommit=True, charset="utf8mb4", **s)
-            except pymysql.err.OperationalError as exc:
-                raise SourceError(f"cannot connect to {self.conn}: {exc.args[-1]}") from None
+            self._ctl = self.connect(autocommit=True, charset="utf8mb4")
         else:
             self._ctl.ping(reconnect=True)
         return self._ctl.cursor()

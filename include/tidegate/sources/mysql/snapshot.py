@@ -31,7 +31,7 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from ...errors import SnapshotError, SourceError
+from ...errors import SnapshotError
 from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
 from .values import bits_text, float32_shortest
 
@@ -173,21 +173,15 @@ class MySqlSnapshot:
     connector = "mysql"
     spec: Any
     conn: Any
+    server: Any  # the MySqlServer: every connection's settings, TLS included
 
     def _snap_connection(self, unbuffered: bool = False) -> pymysql.connections.Connection:
-        c = self.conn
-        try:
-            conn = pymysql.connect(host=c.host or "127.0.0.1", port=int(c.port or 3306), user=c.login or "",
-                                   password=c.password or "", charset="utf8mb4", autocommit=True,
-                                   connect_timeout=10,
-                                   # UTC for TIMESTAMP; a chunk is streamed to a consumer that may
-                                   # pause (a sink retrying), so the server waits longer than 60 s
+        # The server's settings (TLS and all), UTC for TIMESTAMP; a chunk is streamed to a
+        # consumer that may pause (a sink retrying), so the server waits longer than 60 s.
+        return self.server.connect(" for a snapshot", charset="utf8mb4", autocommit=True,
                                    init_command="SET time_zone = '+00:00', net_write_timeout = 900",
                                    cursorclass=(pymysql.cursors.SSCursor if unbuffered
                                                 else pymysql.cursors.Cursor))
-        except pymysql.err.OperationalError as exc:
-            raise SourceError(f"cannot connect to {c} for a snapshot: {exc.args[-1]}") from None
-        return conn
 
     @staticmethod
     def _snap_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:

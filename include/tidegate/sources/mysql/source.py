@@ -33,6 +33,7 @@ from .fast_reader import FastReader, collation_codecs
 from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
 from .snapshot import MySqlSnapshot
+from .tls import tls_failure
 from .transactions import GtidState, SchemaChange, file_seq
 
 log = logging.getLogger(__name__)
@@ -253,6 +254,9 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
                         requested=start, earliest_available=earliest) from None
                 raise SourceError(f"reading the binlog of {self.conn} from {start} failed: "
                                   f"{exc.args[1]}") from None
+            tls = tls_failure(self.conn, exc)  # the stream's own connect (or a look-ahead's)
+            if tls is not None:
+                raise tls from None
             raise
         finally:
             reader.stream.close()

@@ -1,10 +1,11 @@
 """The PostgreSQL server behind a connection: sessions, identity, timeline and head.
 
-:class:`PgServer` opens sessions with the settings value conversion relies on (UTC,
-ISO dates, the shortest exact floats), keeps one autocommit control connection for queries,
-and answers what the cluster is (``system_identifier``), which timeline it is on and where
-its flushed WAL ends (:meth:`PgServer.head`). Every position it makes carries the system identifier
-and timeline, so positions of two clusters (or of a promoted standby) never compare.
+:class:`PgServer` opens every session of the source, with the connection's TLS settings and
+the settings value conversion relies on (UTC, ISO dates, the shortest exact floats), keeps one
+autocommit control connection for queries, and answers what the cluster is
+(``system_identifier``), which timeline it is on and where its flushed WAL ends
+(:meth:`PgServer.head`). Every position it makes carries the system identifier and timeline, so
+positions of two clusters (or of a promoted standby) never compare.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psycopg2.extras
 from ...connections import Connection
 from ...errors import SourceError
 from .position import Lsn, PgPosition
+from .tls import libpq_tls, tls_failure
 
 # Value conversion relies on these output formats (they also apply to a walsender session,
 # where the output plugin formats the values).
@@ -38,18 +40,25 @@ class PgServer:
 
     # ------------------------------------------------------------------ sessions
 
-    def connect(self, **kw: Any):
-        """A new session (the reader opens its own, so the control connection stays free)."""
+    def connect(self, what: str = "", **kw: Any):
+        """A new session (the reader and the snapshot open their own, so the control connection
+        stays free), with the TLS of the connection's extra (``tls.py``): every session of the
+        source is opened here. A certificate that does not verify raises
+        :class:`~tidegate.errors.TlsVerificationError`; any other failure a :class:`SourceError`
+        (``what`` says what the session was for)."""
         c = self.conn
         kw.setdefault("options", SESSION_OPTIONS)
+        kw.setdefault("application_name", "tidegate")
         try:
             return psycopg2.connect(host=c.host or "127.0.0.1", port=int(c.port or 5432),
                                     dbname=c.schema or "postgres", user=c.login, password=c.password,
-                                    connect_timeout=int(self.connect_timeout),
-                                    application_name="tidegate", **kw)
+                                    connect_timeout=int(self.connect_timeout), **libpq_tls(c), **kw)
         except psycopg2.OperationalError as exc:
+            tls = tls_failure(c, exc)
+            if tls is not None:
+                raise tls from None
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SourceError(f"cannot connect to {self.conn}: {msg}") from None
+            raise SourceError(f"cannot connect to {self.conn}{what}: {msg}") from None
 
     def connect_replication(self):
         """A logical replication session (``replication=database``): it needs the REPLICATION

@@ -27,9 +27,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ...errors import SnapshotError, SourceError
+from ...errors import SnapshotError
 from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
-from .connection import SESSION_OPTIONS
 from .values import converter
 
 FETCH_ROWS = 5000
@@ -68,19 +67,10 @@ class PostgresSnapshot:
     connector = "postgresql"
     spec: Any
     conn: Any
+    server: Any  # the PgServer: every session's settings, TLS included
 
     def _snap_connection(self) -> Any:
-        import psycopg2
-
-        c = self.conn
-        try:
-            conn = psycopg2.connect(host=c.host or "127.0.0.1", port=int(c.port or 5432),
-                                    dbname=c.schema or "postgres", user=c.login, password=c.password,
-                                    connect_timeout=10, application_name="tidegate-snapshot",
-                                    options=SESSION_OPTIONS)
-        except psycopg2.OperationalError as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SourceError(f"cannot connect to {c} for a snapshot: {msg}") from None
+        conn = self.server.connect(" for a snapshot", application_name="tidegate-snapshot")
         conn.set_session(readonly=True, autocommit=False)
         return conn
 
