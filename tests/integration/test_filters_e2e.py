@@ -73,9 +73,10 @@ def spec_text(name: str, kind: str, schema: str, salt: str, extra: dict[str, str
           hash_salt: {salt}
           EXTRA
         sinks:
-          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}", exactly_once: true,
-              checkpoint_topic: "_ck_{name}"}}
-          - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {name.upper()}, subject: "{{pipeline}}.{{table}}"}}
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+              exactly_once: true, checkpoint_topic: "_ck_{name}"}}
+          - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {name.upper()},
+              subject: "{{pipeline}}.{{table}}"}}
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
     """).replace("  EXTRA\n", "".join(f"  {k}: {v}\n" for k, v in extra.items()))  # the kind's fields
 
@@ -89,7 +90,8 @@ def env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_service, na
     os.environ.update(TIDEGATE_PIPELINES_DIR=str(base / "pipelines"),
                       TIDEGATE_CHECKPOINT_STORE=f"sqlite:///{base / 'ckpt.sqlite'}",
                       AIRFLOW_VAR_FLT_SALT=SALTS["mysql"],
-                      AIRFLOW_CONN_FLT_SALT=json.dumps({"conn_type": "generic", "password": SALTS["postgres"]}))
+                      AIRFLOW_CONN_FLT_SALT=json.dumps({"conn_type": "generic",
+                                                        "password": SALTS["postgres"]}))
     yield base / "pipelines"
     for k, v in saved.items():
         if v is None:
