@@ -78,6 +78,7 @@ def spec_text(name: str, kind: str, schema: str, salt: str, extra: dict[str, str
           - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {name.upper()},
               subject: "{{pipeline}}.{{table}}"}}
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+          - {{id: dead, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:x:{{table}}", on_poison: dlq}}
     """).replace("  EXTRA\n", "".join(f"  {k}: {v}\n" for k, v in extra.items()))  # the kind's fields
 
 
@@ -284,6 +285,13 @@ def test_filtered_pipeline(kind, env, capsys, mysql, postgres, kafka_bootstrap, 
     finally:
         source.close()
 
+    # the `dead` sink's customers stream key holds a string: each customers event is poison there
+    # and goes to its dead-letter stream, the event in the record
+    r = redis.Redis(host="127.0.0.1", port=redis_service.cdc.port, username=redis_service.cdc.login,
+                    password=redis_service.cdc.password)
+    r.set(f"{name}:x:customers", "not a stream")
+    r.close()
+
     r1 = tidegate(capsys, "run", name, "--run-id", "r1")  # the snapshot (and creates the slot)
     changes()
     r2 = tidegate(capsys, "run", name, "--run-id", "r2")
@@ -313,6 +321,15 @@ def test_filtered_pipeline(kind, env, capsys, mysql, postgres, kafka_bootstrap, 
         # the replay's envelopes are the first delivery's, byte for byte (same salt, same hash)
         assert envelopes[2:6] == envelopes[6:10]
     assert cached[2:6] == cached[6:10]
+
+    # the dead letters hold the filtered events: the snapshot rows, the log run, its replay
+    r = redis.Redis(host="127.0.0.1", port=redis_service.cdc.port, username=redis_service.cdc.login,
+                    password=redis_service.cdc.password)
+    dead = [json.loads(f[b"record"])["event"] for _, f in r.xrange(f"{name}:__dlq")]
+    r.close()
+    assert [(e["op"], (e["after"] or e["before"])["id"]) for e in dead] == \
+        [("r", 1), ("r", 2)] + [("c", 3), ("u", 1), ("d", 2), ("c", 4)] * 2
+    assert dead[3]["before"] == expected_customer(kind, 1)
 
     # the schema change of the excluded column: sent, without its name (or the statement naming it)
     control = [json.loads(line) for line in rraw.split(b"\n") if line.startswith(b'{"type":"schema_change"')]
