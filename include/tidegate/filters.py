@@ -359,13 +359,16 @@ def snapshot_candidates(tables: Iterable[str], existing: Iterable[str]) -> list[
 # =========================================================================== columns
 
 
-_KEEP, _DROP = object(), object()
+_DROP = object()  # the op of an excluded column
 
 
 def canonical(value: Any) -> bytes:
     """The bytes a hash is taken over: a string's UTF-8, any other value's compact JSON text."""
-    if type(value) is str:
+    t = type(value)
+    if t is str:
         return value.encode("utf-8")
+    if t is int:  # the JSON text, without the json module's cost (bool is not int here)
+        return str(value).encode("ascii")
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode("utf-8")
 
 
@@ -401,20 +404,22 @@ class RowTransform:
                 self.ops[col] = lambda v, s=salt: hash_value(s, v)
             else:
                 self.ops[col] = lambda v, n=arg: _truncated(v, n)
+        self.op_items = tuple(self.ops.items())
         self._key_checked: set[tuple[str, ...]] = set()
 
     def row(self, row: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """A row (JSON-native values) with the rules applied; None stays None."""
         if row is None:
             return None
-        ops = self.ops
-        out = {}
-        for k, v in row.items():
-            op = ops.get(k, _KEEP)
-            if op is _KEEP:
-                out[k] = v
-            elif op is not _DROP:
-                out[k] = None if v is None else op(v)
+        out = dict(row)  # a copy in C; then only the ruled columns, in place (the order stays)
+        for col, op in self.op_items:
+            if col in out:
+                if op is _DROP:
+                    del out[col]
+                else:
+                    v = out[col]
+                    if v is not None:
+                        out[col] = op(v)
         return out
 
     def check_key(self, key_columns: Iterable[str]) -> None:
