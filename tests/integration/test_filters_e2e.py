@@ -383,3 +383,19 @@ def test_spark_slice_tasks_ship_filtered_rows(env, mysql, spark, request):
     assert customers[1]["after"] == expected_customer("mysql", 1, phone=NEW_PHONE, score=2)
     raw = b"".join(e.value + e.key_bytes for e in in_spark)
     assert_nothing_clear("spark", [e.table for e in in_spark], raw)
+
+    # a snapshot's chunks read by Spark tasks (the data source's payload carries the salt)
+    from tidegate.positions import SnapshotPosition
+    from tidegate.reading import Chunk
+    from tidegate.snapshots import plan_snapshot
+    from tidegate.spark.chunks import read_chunks
+
+    rec = plan_snapshot(spec, source, handoff=upto, kind="start")
+    assert [t["table"] for t in rec.tables] == ["customers", "orders"]  # the audit table left out
+    chunks = [Chunk(SnapshotPosition(rec.snapshot_id, n, rec.handoff)) for n in range(1, len(rec.chunks) + 1)]
+    reads = read_chunks(spark, spec, source.conn, rec, chunks, source.hash_salt)
+    rows = [json.loads(ev.value) for read in reads for ev in read.items if isinstance(ev, ChangeEvent)]
+    assert [r["after"] for r in rows if r["source"]["table"] == "customers"] == [
+        expected_customer("mysql", 1, phone=NEW_PHONE, score=2), expected_customer("mysql", 3),
+        expected_customer("mysql", 4)]
+    assert_nothing_clear("spark chunks", [], b"".join(json.dumps(r).encode() for r in rows))
