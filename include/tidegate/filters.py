@@ -219,10 +219,12 @@ def _conflicts(entries: list[ColumnRules], probs: Any) -> None:
                               f"{b.pattern!r}, which matches this table too", "one rule per column")
 
 
-def parse_salt(v: Any, columns: tuple[ColumnRules, ...], probs: Any) -> tuple[str, str] | None:
+def parse_salt(v: Any, columns: Any, probs: Any) -> tuple[str, str] | None:
     """``source.hash_salt``: where the salt of ``hash`` comes from: an Airflow connection's password
-    (``{conn_id: ID}``) or an Airflow variable (``{variable: NAME}``)."""
-    hashes = any(e.hash for e in columns)
+    (``{conn_id: ID}``) or an Airflow variable (``{variable: NAME}``). ``columns``: ``source.columns``
+    as written (an entry with another problem still says whether something is hashed)."""
+    hashes = isinstance(columns, dict) and any(isinstance(r, dict) and r.get("hash")
+                                               for r in columns.values())
     allowed = "{conn_id: ID} (the connection's password) or {variable: NAME} (an Airflow variable)"
     if v is None:
         if hashes:

@@ -354,7 +354,7 @@ def _source(raw: Any, probs: Problems) -> SourceSpec | None:
                         allowed="an Airflow connection id")
     tables = filters.parse_tables(d.get("tables"), probs)
     columns = filters.parse_columns(d.get("columns"), tables, probs)
-    hash_salt = filters.parse_salt(d.get("hash_salt"), columns, probs)
+    hash_salt = filters.parse_salt(d.get("hash_salt"), d.get("columns"), probs)
     own: dict[str, Any] = {}
     if kind is not None:
         for f in dict.fromkeys(sum(kind_fields.values(), ())):  # another kind's setting

@@ -201,6 +201,7 @@ def test_spec_example_is_valid():
     ("columns: {shop.c: {truncate: {a: 0}}}", "source.columns.shop.c.truncate.a", "an integer >= 1"),
     ("columns: {shop.c: {mask: {a: 3}}}", "source.columns.shop.c.mask.a", "must be a string"),
     ("columns: {shop.c: {hash: [a]}}", "source.hash_salt", "missing"),
+    ("columns: {shop.c: {hash: [a], exclude: [a]}}", "source.hash_salt", "missing"),
     ("hash_salt: {conn_id: s}", "source.hash_salt", "no column is hashed"),
     ("columns: {shop.c: {hash: [a]}}\nhash_salt: {file: x}", "source.hash_salt", "bad value"),
     ('tables: [shop.a]\ncolumns: {shop.c: {exclude: [a]}}', "source.columns.shop.c", "not captured"),
