@@ -10,8 +10,9 @@ byte the Kafka, NATS and Redis sinks hold (values, keys, headers, control and ch
 all topics, subjects and keys of the pipeline) is searched for the clear values, the excluded
 column's name and the excluded table; the events are checked by content and order; hashes are
 the salted SHA-256 of the value and the replay's envelopes equal the first delivery's, byte for
-byte. The binlog range read again by Spark tasks (one per binlog file) ships the same filtered
-envelopes."""
+byte; a sink with ``on_poison: dlq`` whose customers stream is poisoned dead-letters filtered
+events. The binlog range read again by the Spark driver's reader (a task per binlog file) ships
+the same filtered envelopes, and a snapshot's chunks read by Spark tasks give filtered rows."""
 
 from __future__ import annotations
 
@@ -361,7 +362,9 @@ def spark():
 def test_spark_slice_tasks_ship_filtered_rows(env, mysql, spark, request):
     """A binlog range over several files read by Spark tasks (each rebuilds the source from the
     connection and the salt the driver shipped) gives the sequential read's filtered envelopes."""
-    from tidegate.spark.slices import read_range
+    from tidegate.reading import Slice
+    from tidegate.shipped import ShippedEvent
+    from tidegate.spark.job import SparkReader
 
     name, db, admin, changes, drop = mysql_workload(mysql, env)
     request.addfinalizer(lambda: (drop(), admin.close()))
@@ -374,8 +377,10 @@ def test_spark_slice_tasks_ship_filtered_rows(env, mysql, spark, request):
     slices = source.slices(start, upto)
     assert len(slices) >= 2
     sequential = [it for it in source.read(start, upto) if isinstance(it, ChangeEvent)]
-    in_spark = [it for it in read_range(spark, spec, slices, window=2, hash_salt=source.hash_salt)
-                if isinstance(it, ChangeEvent)]
+    # the driver's reader, as the deliver job uses it: the slices in Spark tasks, with the salt
+    (read,) = SparkReader(spark, source.conn).read_log(spec, source, [Slice(a, b) for a, b in slices])
+    in_spark = [it for it in read.items if isinstance(it, ChangeEvent)]
+    assert all(type(e) is ShippedEvent for e in in_spark)  # they came from the tasks
     assert [e.value for e in in_spark] == [e.value for e in sequential]
     customers = [json.loads(e.value) for e in in_spark if e.table == "customers"]
     assert [(e["op"], (e["after"] or e["before"])["id"]) for e in customers] == \
