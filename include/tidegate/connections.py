@@ -52,6 +52,22 @@ def env_var(conn_id: str) -> str:
     return "AIRFLOW_CONN_" + conn_id.upper()
 
 
+def variable_env_var(name: str) -> str:
+    return "AIRFLOW_VAR_" + name.upper()
+
+
+def get_variable(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """Read Airflow variable ``name`` from ``AIRFLOW_VAR_<NAME>``, as Airflow does outside its
+    metadata database. The value may be a secret (a hash salt): it never shows in an error."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(variable_env_var(name))
+    if not value:
+        raise ConnectionConfigError(
+            f"variable {name!r} is not defined: set {variable_env_var(name)}, or create the variable "
+            f"in Airflow (Admin > Variables, `airflow variables set`)")
+    return value
+
+
 def get_connection(conn_id: str, environ: Mapping[str, str] | None = None) -> Connection:
     """Read connection ``conn_id`` from ``AIRFLOW_CONN_<CONN_ID>`` (URI or JSON)."""
     environ = os.environ if environ is None else environ

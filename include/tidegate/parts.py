@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .connections import Connection, get_connection
-from .errors import RunError
+from .connections import Connection, get_connection, get_variable
+from .errors import ConnectionConfigError, RunError
 from .spec import PipelineSpec
 
 if TYPE_CHECKING:  # the DAG files import ConnectionLookup at parse time: no source or sink code then
@@ -21,18 +21,42 @@ if TYPE_CHECKING:  # the DAG files import ConnectionLookup at parse time: no sou
     from .sources.base import Source
 
 ConnectionLookup = Callable[[str], Connection]  # a connection id -> the connection
+VariableLookup = Callable[[str], str]  # a variable name -> its value
 
 
 class Parts:
-    """Makes the source and the sinks of a pipeline from the connections ``connections`` resolves."""
+    """Makes the source and the sinks of a pipeline from the connections ``connections`` resolves
+    (and the variables ``variables`` resolves: a hash salt may live in one)."""
 
-    def __init__(self, connections: ConnectionLookup | None = None):
+    def __init__(self, connections: ConnectionLookup | None = None, variables: VariableLookup | None = None):
         self.connection: ConnectionLookup = connections or get_connection
+        self.variable: VariableLookup = variables or get_variable
 
-    def source(self, spec: PipelineSpec) -> Source:
+    def source(self, spec: PipelineSpec, *, reads_rows: bool = True) -> Source:
+        """The pipeline's source; ``reads_rows=False`` (a look at the head, the status page) leaves
+        the hash salt unresolved: such a source refuses to read a table with hashed columns."""
         from .sources import make_source  # the source drivers pull in their client libraries
 
-        return make_source(spec, self.connection(spec.source.conn_id))
+        salt = self.hash_salt(spec) if reads_rows else None
+        return make_source(spec, self.connection(spec.source.conn_id), hash_salt=salt)
+
+    def hash_salt(self, spec: PipelineSpec) -> bytes | None:
+        """The salt of the spec's hashed columns (``source.hash_salt``): a connection's password or a
+        variable's value, as UTF-8 bytes; None when nothing is hashed. A secret: it is handed to the
+        source (and shipped beside its connection), never logged."""
+        where = spec.source.hash_salt
+        if where is None:
+            return None
+        kind, name = where
+        if kind == "conn_id":
+            value = self.connection(name).password
+            if not value:
+                raise ConnectionConfigError(
+                    f"source.hash_salt: connection {name!r} has no password; the salt of hashed columns is "
+                    f"that connection's password: set one (a long random string)")
+        else:
+            value = self.variable(name)
+        return value.encode("utf-8")
 
     def sinks(self, spec: PipelineSpec, only: Sequence[str] | None = None) -> list[Sink]:
         """The spec's sinks (those named in ``only``, if given), in spec order."""
@@ -42,10 +66,20 @@ class Parts:
         return [make_sink(spec, s, self.connection(s.conn_id)) for s in spec.sinks if s.id in chosen]
 
 
-def fixed_connection(connection: Connection) -> Parts:
-    """Parts whose every connection is ``connection`` (a Spark task or the reader process: the
-    driver hands them the source's connection, they resolve nothing themselves)."""
-    return Parts(lambda conn_id: connection)
+class _Fixed(Parts):
+    def __init__(self, connection: Connection, hash_salt: bytes | None):
+        super().__init__(lambda conn_id: connection)
+        self._hash_salt = hash_salt
+
+    def hash_salt(self, spec: PipelineSpec) -> bytes | None:
+        return self._hash_salt
+
+
+def fixed_connection(connection: Connection, hash_salt: bytes | None = None) -> Parts:
+    """Parts whose every connection is ``connection`` and whose hash salt is ``hash_salt`` (a Spark
+    task or the reader process: the driver hands them the source's connection and salt, they
+    resolve nothing themselves)."""
+    return _Fixed(connection, hash_salt)
 
 
 def chosen_sinks(spec: PipelineSpec, only: Sequence[str] | None) -> set[str]:

@@ -74,7 +74,7 @@ def read_in_child(source: Source, start: Position | None, upto: Position,
     ctx = multiprocessing.get_context("spawn")  # a fork would copy the sink clients' threads
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child_main, name=f"tidegate-read-{source.spec.pipeline}", daemon=True,
-                        args=(source.spec, source.conn, start, upto, store_url, send))
+                        args=(source.spec, source.conn, source.hash_salt, start, upto, store_url, send))
     child.start()
     send.close()  # the child holds the only writing end: its exit shows as EOF here
     log.info("pipeline %s: reading (%s, %s] in process %d", source.spec.pipeline, start, upto, child.pid)
@@ -110,14 +110,14 @@ def _stop(child: Any, finished: bool) -> None:
         child.join()
 
 
-def _child_main(spec: Any, connection: Any, start: Position | None, upto: Position,
-                store_url: str | None, send: Any) -> None:
+def _child_main(spec: Any, connection: Any, hash_salt: bytes | None, start: Position | None,
+                upto: Position, store_url: str | None, send: Any) -> None:
     """The child's body: read the range, ship it in batches, then ``end`` (or the error)."""
     from .parts import fixed_connection
 
     store = None
     try:
-        source = fixed_connection(connection).source(spec)
+        source = fixed_connection(connection, hash_salt).source(spec)
         try:
             if store_url:
                 from .store import open_store

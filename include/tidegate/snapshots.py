@@ -49,6 +49,7 @@ from .events import (
     key_json_bytes,
     orjson_formats_like_stdlib,
 )
+from .filters import ColumnFilters, TableFilter, is_pattern
 from .positions import Position, SnapshotPosition, log_position, oldest
 from .sources.base import SnapshotTable, Source, SourceItem
 from .spec import PipelineSpec
@@ -189,7 +190,11 @@ def snapshot_added_tables(spec: PipelineSpec, source: Source, store: CheckpointS
     if not history:  # a pipeline that began before it said start: snapshot: nothing is "added"
         return {}
     known = {name for rec in history for name in table_names(rec)}
-    added = [t for t in spec.source.tables if t not in known]
+    # the tables named outright (a table that comes to match a pattern later is not "added":
+    # its rows arrive from the log, docs/operations.md "Filters and masking")
+    named = TableFilter(spec.source.tables)
+    added = [t for t in named.includes
+             if not is_pattern(t) and t not in known and named.matches(*t.split(".", 1))]
     if not added:
         return {}
     handoff = source.snapshot_handoff(log_position(oldest(checkpoints.values())))
@@ -333,7 +338,7 @@ def read_chunk(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: i
     c = rec.chunks[chunk - 1]
     table = chunk_table(rec, chunk)
     upper, rows = source.open_chunk(table, c["lo"], c["hi"])
-    build = RowEvents(spec, rec, table, chunk, connector or source.connector)
+    build = RowEvents(spec, rec, table, chunk, connector or source.connector, source.column_filters)
     return ChunkRead(upper, _marked_rows(rows, build, final=c["hi"] is None))
 
 
@@ -351,8 +356,13 @@ class RowEvents:
     """Builds the ``op: r`` event of a row of one chunk (see the module docstring)."""
 
     def __init__(self, spec: PipelineSpec, rec: SnapshotRecord, table: SnapshotTable, chunk: int,
-                 connector: str):
+                 connector: str, column_filters: ColumnFilters | None = None):
         self.spec, self.table, self.connector = spec, table, connector
+        # the table's column rules, applied to each row as it is read (filters.py), as the
+        # source's reads apply them to log events: same value, same hash
+        self.transform = column_filters.for_table(table.schema, table.table) if column_filters else None
+        if self.transform is not None:
+            self.transform.check_key(table.key)
         self.tx_id = f"snapshot:{rec.snapshot_id}"
         self.position = {"snapshot": rec.snapshot_id, "chunk": chunk}
         self.ts_ms = rec.ts_ms
@@ -360,6 +370,8 @@ class RowEvents:
 
     def __call__(self, row: Mapping[str, Any], mark: str) -> ChangeEvent:
         after = encode_row(row)
+        if self.transform is not None:
+            after = self.transform.row(after)
         key = {c: after[c] for c in self.table.key}
         self.n += 1
         t, spec = self.table, self.spec

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from . import kinds
+from . import filters, kinds
 from .errors import SpecError
 
 SOURCE_KINDS = tuple(kinds.SOURCES)
@@ -32,7 +32,8 @@ PLACEHOLDERS = ("pipeline", "db", "schema", "table")
 class SourceSpec:
     kind: str
     conn_id: str
-    tables: tuple[str, ...] = ()  # "db.table" (MySQL) or "schema.table" (Postgres); () = all
+    # "db.table" (MySQL) or "schema.table" (Postgres), fnmatch patterns, "!" excludes; () = all
+    tables: tuple[str, ...] = ()
     # The kinds' own settings (their package's spec.py checks them; the others leave them unset):
     server_id: int | None = None  # mysql: replication client id
     slot: str | None = None  # postgres: logical replication slot (wal2json)
@@ -40,6 +41,10 @@ class SourceSpec:
     on_schema_change: str = "continue"  # continue | halt (a DDL on a captured table)
     # postgres: seconds release keeps the slot behind the checkpoints (replays, backfills, rewinds)
     replay_retention_s: int = 0
+    # column rules (exclude, mask, hash, truncate) per table or pattern (filters.py)
+    columns: tuple[filters.ColumnRules, ...] = ()
+    # where the salt of hashed columns comes from: ("conn_id", id) or ("variable", name)
+    hash_salt: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,13 +133,14 @@ SINK_ID_RE = re.compile(r"^[a-z0-9_-]+$")
 TENANT_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # Tables are identifiers only: they reach SQL through the source, never by pasting.
-TABLE_RE = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
+TABLE_RE = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")  # (source.tables may hold patterns: filters.py)
 CRON_FIELD = re.compile(r"^[A-Za-z0-9*/,?#LW-]+$")
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
                     "@quarterly", "@yearly", "@annually")
 
 TOP_FIELDS = ("pipeline", "tenant", "schedule", "source", "batch", "sinks", "spark", "snapshot")
-SOURCE_COMMON = ("kind", "conn_id", "tables", "start", "on_schema_change")  # + the kind's own fields
+# + the kind's own fields
+SOURCE_COMMON = ("kind", "conn_id", "tables", "columns", "hash_salt", "start", "on_schema_change")
 BATCH_FIELDS = ("max_events", "max_bytes", "respect_source_tx", "commit_policy", "quorum")
 SPARK_FIELDS = ("conn_id", "conf", "packages")
 SNAPSHOT_FIELDS = ("chunk_rows", "parallelism")
@@ -346,7 +352,9 @@ def _source(raw: Any, probs: Problems) -> SourceSpec | None:
     kind = _choice(d, "kind", "source.kind", probs, SOURCE_KINDS, required=True)
     conn_id = str_field(d, "conn_id", "source.conn_id", probs, required=True, pattern=CONN_ID_RE,
                         allowed="an Airflow connection id")
-    tables = _tables(d.get("tables"), probs)
+    tables = filters.parse_tables(d.get("tables"), probs)
+    columns = filters.parse_columns(d.get("columns"), tables, probs)
+    hash_salt = filters.parse_salt(d.get("hash_salt"), d.get("columns"), probs)
     own: dict[str, Any] = {}
     if kind is not None:
         for f in dict.fromkeys(sum(kind_fields.values(), ())):  # another kind's setting
@@ -360,25 +368,7 @@ def _source(raw: Any, probs: Problems) -> SourceSpec | None:
     on_ddl = _choice(d, "on_schema_change", "source.on_schema_change", probs, SCHEMA_CHANGE_POLICIES,
                      default="continue")
     return SourceSpec(kind, conn_id, tables, start=start or "head", on_schema_change=on_ddl or "continue",
-                      **own)
-
-
-def _tables(v: Any, probs: Problems) -> tuple[str, ...]:
-    if v is None:
-        return ()
-    if not isinstance(v, list):
-        probs.add("source.tables", f"must be a list, got {type(v).__name__}", "[schema.table, ...]")
-        return ()
-    out = []
-    for i, t in enumerate(v):
-        if not isinstance(t, str) or not TABLE_RE.match(t):
-            probs.add(f"source.tables[{i}]", f"malformed table name {t!r}",
-                      "schema.table, letters, digits, '_' and '$' only")
-        elif t in out:
-            probs.add(f"source.tables[{i}]", f"duplicate table {t!r}", "each table once")
-        else:
-            out.append(t)
-    return tuple(out)
+                      columns=columns, hash_salt=hash_salt, **own)
 
 
 def _batch(raw: Any, n_sinks: int, any_required: bool, probs: Problems) -> BatchSpec:

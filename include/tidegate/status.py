@@ -172,7 +172,7 @@ def _monotonic() -> float:
 
 def _read_head(spec: PipelineSpec, parts: Parts, out: dict) -> None:
     try:
-        source = parts.source(spec)
+        source = parts.source(spec, reads_rows=False)
         try:
             head, sizes, held = source.head(), source.log_sizes(), source.log_held()
         finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from tidegate.connections import Connection, env_var
+from tidegate.connections import Connection, env_var, variable_env_var
 from tidegate.errors import ConnectionConfigError
 from tidegate.parts import ConnectionLookup
 
@@ -29,6 +29,21 @@ def airflow_connection(conn_id: str) -> Connection:
             f"connection {conn_id!r} is not defined in Airflow: create it (Admin > Connections, "
             f"`airflow connections add`) or set {env_var(conn_id)} (URI or JSON)") from None
     return from_airflow(conn_id, c)
+
+
+def airflow_variable(name: str) -> str:
+    """Airflow variable ``name`` (metadata database, secrets backends, ``AIRFLOW_VAR_*``), registered
+    with the log masker: the engine's variable lookup (a hash salt may live in one)."""
+    from airflow.sdk import Variable
+
+    value = Variable.get(name, default=None)
+    if value is None or value == "":
+        raise ConnectionConfigError(
+            f"variable {name!r} is not defined in Airflow: create it (Admin > Variables, `airflow "
+            f"variables set`) or set {variable_env_var(name)}")
+    value = str(value)
+    _mask(value)
+    return value
 
 
 def from_airflow(conn_id: str, c) -> Connection:
@@ -82,6 +97,21 @@ def connection_env(conn_ids: Iterable[str], lookup: ConnectionLookup = airflow_c
         _mask(value)
         env[env_var(conn_id)] = value
     return env
+
+
+def salt_env(spec, parts) -> dict[str, str]:
+    """What a Spark driver needs to resolve the spec's hash salt as the engine does outside Airflow:
+    the salt's connection as ``AIRFLOW_CONN_<ID>`` or its variable as ``AIRFLOW_VAR_<NAME>``, in the
+    environment of the spark-submit process (never its argv), masked in the task's log."""
+    where = spec.source.hash_salt
+    if where is None:
+        return {}
+    kind, name = where
+    if kind == "conn_id":
+        return connection_env([name], parts.connection)
+    value = parts.variable(name)
+    _mask(value)
+    return {variable_env_var(name): value}
 
 
 def _mask(secret: str | None) -> None:

@@ -101,7 +101,7 @@ class ScriptedParts(Parts):
         super().__init__()
         self._source = source
 
-    def source(self, spec):
+    def source(self, spec, **_kw):
         self._source.spec = spec
         return self._source
 

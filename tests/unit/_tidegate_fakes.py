@@ -125,7 +125,7 @@ class FakeParts(Parts):
         self._source = source
         self._sinks = sinks if isinstance(sinks, dict) else {s.sink_id: s for s in sinks}
 
-    def source(self, spec):
+    def source(self, spec, **_kw):
         return self._source
 
     def sinks(self, spec, only=None):

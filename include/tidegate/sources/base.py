@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CannotTranslateError, SnapshotError
 from ..events import ChangeEvent, ControlMessage, PositionMark
+from ..filters import ColumnFilters, catalog_problems, filter_items, is_pattern
 from ..positions import Position
 from ..store.base import CheckpointStore
 from ..store.records import CheckpointRecord
-from .preflight import Problem
+from .preflight import ERROR, WARNING, Problem
 
 if TYPE_CHECKING:
     from ..connections import Connection
@@ -68,7 +69,7 @@ class SnapshotTable:
         return cls(d["db"], d["schema"], d["table"], tuple(d["key"]))
 
 
-def snapshot_tables_of(pipeline: str, captured: Sequence[str], existing: set[str],
+def snapshot_tables_of(pipeline: str, captured: Sequence[str] | None, existing: set[str],
                        tables: Sequence[str] | None, primary_key: Callable[[str, str], list[str]],
                        missing_hint: str) -> list[SnapshotTable]:
     """The :class:`SnapshotTable` of each table a snapshot reads (:func:`choose_tables`), given
@@ -91,13 +92,14 @@ def snapshot_tables_of(pipeline: str, captured: Sequence[str], existing: set[str
     return out
 
 
-def choose_tables(pipeline: str, captured: Sequence[str], existing: Sequence[str],
+def choose_tables(pipeline: str, captured: Sequence[str] | None, existing: Sequence[str],
             tables: Sequence[str] | None) -> list[str]:
-    """The tables to snapshot: ``tables`` (each captured), else the captured ones (spec order),
-    else every existing table."""
+    """The tables to snapshot: ``tables`` (each captured), else the captured ones (spec order; the
+    existing tables patterns capture, sorted), else every existing table. ``captured`` None: no
+    table filter; an empty list: a filter that captures none of the existing tables."""
     if not tables:
-        return list(captured) if captured else list(existing)
-    if captured:
+        return list(captured) if captured is not None else list(existing)
+    if captured is not None:
         foreign = [t for t in tables if t not in captured]
         if foreign:
             raise SnapshotError(f"pipeline {pipeline!r} does not capture {', '.join(foreign)}: the tables "
@@ -115,6 +117,38 @@ class Source(abc.ABC):
     # task rebuilds its own source from them, and the snapshot reads use them.
     spec: PipelineSpec
     conn: Connection
+    # The salt of hashed columns (from source.hash_salt, resolved by the Parts that made the
+    # source; shipped beside the connection to a reader process or a Spark task) and the column
+    # rules it serves; None without rules, so reads without filters pay nothing (filters.py).
+    hash_salt: bytes | None = None
+    column_filters: ColumnFilters | None = None
+
+    def use_filters(self, hash_salt: bytes | None) -> None:
+        """Take the spec's column rules, with the salt of its hashed columns."""
+        self.hash_salt = hash_salt
+        self.column_filters = ColumnFilters.of(self.spec.source.columns, hash_salt)
+
+    def filtered(self, items: Iterator[SourceItem]) -> Iterator[SourceItem]:
+        """What a read yields, with the column rules applied (every decoder's items pass here,
+        before they leave the source's process)."""
+        return items if self.column_filters is None else filter_items(items, self.column_filters)
+
+    def filter_problems(self) -> list[Problem]:
+        """The filters against the server's tables (a pattern that matches nothing, a rule on a
+        column a table lacks, a key column excluded); [] without filters or a catalog."""
+        src = self.spec.source
+        if not src.columns and not any(is_pattern(t) or t.startswith("!") for t in src.tables):
+            return []
+        catalog = self.table_catalog()
+        if catalog is None:
+            return []
+        return [Problem("filters", subject, message, ERROR if error else WARNING)
+                for subject, message, error in catalog_problems(src.tables, src.columns, catalog)]
+
+    def table_catalog(self) -> dict[str, tuple[list[str], list[str]]] | None:
+        """``schema.table`` -> (its columns, its primary key columns), for :meth:`filter_problems`;
+        None where the source cannot list them."""
+        return None
 
     # ------------------------------------------------------------------ identity and positions
 

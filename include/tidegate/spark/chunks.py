@@ -72,7 +72,7 @@ def register_source(spark: Any) -> None:
         def __init__(self, options: dict[str, str]):
             # What the tasks need, as the driver pickled it: they read no file and no
             # environment variable of their own.
-            self.spec, self.connection, self.record, self.chunks = pickle.loads(
+            self.spec, self.connection, self.hash_salt, self.record, self.chunks = pickle.loads(
                 base64.b64decode(options["payload"]))
 
         def partitions(self) -> Sequence[InputPartition]:
@@ -83,7 +83,7 @@ def register_source(spark: Any) -> None:
             from ..parts import fixed_connection
             from ..snapshots import read_chunk
 
-            source = fixed_connection(self.connection).source(self.spec)
+            source = fixed_connection(self.connection, self.hash_salt).source(self.spec)
             try:
                 read = read_chunk(self.spec, source, self.record, partition.value)
                 yield from arrow_batches(read.events, header=("upper", read.upper))
@@ -104,9 +104,12 @@ def register_source(spark: Any) -> None:
     spark.dataSource.register(SnapshotSource)
 
 
-def payload(spec: PipelineSpec, connection: Connection, rec: SnapshotRecord, chunks: Sequence[int]) -> str:
-    return base64.b64encode(pickle.dumps((spec, connection, rec, list(chunks)), pickle.HIGHEST_PROTOCOL)
-                            ).decode("ascii")
+def payload(spec: PipelineSpec, connection: Connection, rec: SnapshotRecord, chunks: Sequence[int],
+            hash_salt: bytes | None = None) -> str:
+    """What the tasks get: the spec, the source connection and the salt of hashed columns (secrets
+    both, on the path the connection always took), the snapshot and its chunks."""
+    return base64.b64encode(pickle.dumps((spec, connection, hash_salt, rec, list(chunks)),
+                                         pickle.HIGHEST_PROTOCOL)).decode("ascii")
 
 
 def arrow_batches(events: Iterable[ChangeEvent], rows: int = BATCH_ROWS, header: tuple | None = None
@@ -140,7 +143,7 @@ def unpack_rows(blobs: Iterable[bytes]) -> list[tuple]:
 
 
 def read_chunks(spark: Any, spec: PipelineSpec, connection: Connection, rec: SnapshotRecord,
-                chunks: Sequence[Chunk]) -> Iterator[SegmentRead]:
+                chunks: Sequence[Chunk], hash_salt: bytes | None = None) -> Iterator[SegmentRead]:
     """The chunks of one snapshot read by Spark tasks, at most ``snapshot.parallelism`` at once,
     handed over in chunk order. The chunks are one data frame, planned once (one partition per
     chunk); the driver runs one Spark job per partition in a window, as for the log's slices."""
@@ -151,7 +154,7 @@ def read_chunks(spark: Any, spec: PipelineSpec, connection: Connection, rec: Sna
     log.info("pipeline %s: snapshot %s: %d chunk(s) as Spark tasks, %d at a time", spec.pipeline,
              rec.snapshot_id, len(chunks), window)
     frame = (spark.read.format(FORMAT)
-             .option("payload", payload(spec, connection, rec, [c.number for c in chunks])).load())
+             .option("payload", payload(spec, connection, rec, [c.number for c in chunks], hash_salt)).load())
     name = f"tidegate-snapshot-{rec.snapshot_id}"
     for index, rows in partitions_in_order(spark.sparkContext, frame.rdd, len(chunks), window, name):
         (_, upper), *events = unpack_rows(r[0] for r in rows)  # the task's header comes first

@@ -42,7 +42,7 @@ class SparkReader:
         for snapshot_id in dict.fromkeys(c.snapshot_id for c in chunks):
             rec = snapshot_record(store, spec, snapshot_id)
             mine = [c for c in chunks if c.snapshot_id == snapshot_id]
-            yield from read_chunks(self.spark, spec, self.connection, rec, mine)
+            yield from read_chunks(self.spark, spec, self.connection, rec, mine, source.hash_salt)
         yield from (SegmentRead(s, ()) for s in segments if isinstance(s, SnapshotEnd))
         slices = [s for s in segments if isinstance(s, Slice)]
         if slices:
@@ -69,7 +69,8 @@ class SparkReader:
                  len(slices) - len(local), window, len(local), limit)
         bounds = [(s.start, s.end) for s in slices]
         items = read_range(self.spark, spec, bounds, self.connection, window, local=local,
-                           read_local=lambda i: source.read_slice(bounds[i][0], bounds[i][1], i))
+                           read_local=lambda i: source.read_slice(bounds[i][0], bounds[i][1], i),
+                           hash_salt=source.hash_salt)
         yield SegmentRead(Slice(first.start, last.end), items)
 
 

@@ -57,17 +57,18 @@ NOTE = "note"  # the kind of a task's last row: its note, logged by the driver
 # --------------------------------------------------------------------------- the tasks
 
 
-def slice_task(spec: PipelineSpec, connection: Connection, slices: list[tuple[Position | None, Position]]
-                 ) -> Callable[[int, Iterator[Any]], Iterator[tuple]]:
+def slice_task(spec: PipelineSpec, connection: Connection, slices: list[tuple[Position | None, Position]],
+               hash_salt: bytes | None = None) -> Callable[[int, Iterator[Any]], Iterator[tuple]]:
     """The function a Spark task runs for partition ``index``: read that slice and yield its rows,
-    then its note. Its closure (the parsed spec, the source connection, the slice bounds) is all
-    the executors receive; they read no file and no environment variable of their own."""
+    then its note. Its closure (the parsed spec, the source connection and the salt of hashed
+    columns, the slice bounds) is all the executors receive; they read no file and no environment
+    variable of their own."""
 
     def read_partition(index: int, _ignored: Iterator[Any]) -> Iterator[tuple]:
         from ..parts import fixed_connection
 
         t0 = time.monotonic()
-        source = fixed_connection(connection).source(spec)
+        source = fixed_connection(connection, hash_salt).source(spec)
         events = 0
         try:
             start, end = slices[index]
@@ -110,8 +111,8 @@ def max_task_slice_bytes(spark: Any) -> int:
 def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | None, Position]],
                connection: Connection | None = None, window: int | None = None, *,
                local: frozenset[int] = frozenset(),
-               read_local: Callable[[int], Iterator[ChangeEvent | PositionMark]] | None = None
-               ) -> Iterator[ChangeEvent | PositionMark]:
+               read_local: Callable[[int], Iterator[ChangeEvent | PositionMark]] | None = None,
+               hash_salt: bytes | None = None) -> Iterator[ChangeEvent | PositionMark]:
     """The range's items in source order, each slice decoded by a Spark task, up to ``window``
     slices at once (default :func:`~.windows.partitions_in_flight`). The slices whose index is
     in ``local`` are read on the driver instead, with ``read_local(index)``, in their turn."""
@@ -124,7 +125,7 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
     window = window or partitions_in_flight(spark)
     sc = spark.sparkContext
     rdd = sc.parallelize(range(len(slices)), len(slices)).mapPartitionsWithIndex(
-        slice_task(spec, connection, slices))
+        slice_task(spec, connection, slices, hash_salt))
     for index, rows in partitions_in_order(sc, rdd, len(slices), window, f"tidegate-{spec.pipeline}", local):
         if rows is None:
             yield from read_local(index)

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from ..connections import airflow_connection, aliased
+from ..connections import airflow_connection, airflow_variable, aliased
 from ..exceptions import TidegateFailure, fail_fast
 from ..params import plan_for_run, run_id_of
 
@@ -67,7 +67,7 @@ class TidegateTaskMixin:
         from tidegate.parts import Parts
 
         aliases = {spec.source.conn_id: self.source_conn_id} if self.source_conn_id else None
-        return self.parts or Parts(aliased(airflow_connection, aliases))
+        return self.parts or Parts(aliased(airflow_connection, aliases), airflow_variable)
 
     def execute(self, context: Any) -> Any:
         from tidegate.errors import TidegateError

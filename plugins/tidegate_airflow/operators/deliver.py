@@ -14,7 +14,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
-from ..connections import connection_env
+from ..connections import connection_env, salt_env
 from ..exceptions import DeliverFatalError, UnsafeConnectionTransportError
 from ..package import package_zip
 from .base import TidegateTaskMixin
@@ -123,7 +123,8 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._driver_secrets = {}
         if self.pass_connections:
             conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks)]
-            self._driver_secrets = connection_env(conn_ids, run.parts.connection)
+            self._driver_secrets = {**connection_env(conn_ids, run.parts.connection),
+                                    **salt_env(spec, run.parts)}
         if self._given_env_vars is None:  # as rendered; prepare() may run again
             self._given_env_vars = dict(self.env_vars or {})
         user = self._given_env_vars

@@ -32,6 +32,7 @@ import pymysql
 import pymysql.cursors
 
 from ...errors import SnapshotError
+from ...filters import snapshot_candidates
 from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
 from .values import bits_text, float32_shortest
 
@@ -190,12 +191,12 @@ class MySqlSnapshot:
             return list(cur.fetchall())
 
     def snapshot_tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
-        captured = list(self.spec.source.tables)
         conn = self._snap_connection()
         try:
             existing = {f"{d}.{t}" for d, t in self._snap_all(
                 conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
                       "'BASE TABLE' AND TABLE_SCHEMA NOT IN %s", (SYSTEM_DBS,))}
+            captured = snapshot_candidates(self.spec.source.tables, existing)
 
             def primary_key(db: str, table: str) -> list[str]:
                 return [r[0] for r in self._snap_all(
@@ -207,6 +208,26 @@ class MySqlSnapshot:
                                       f"needs SELECT on the table)")
         finally:
             conn.close()
+
+    def table_catalog(self) -> dict[str, tuple[list[str], list[str]]]:
+        """Every base table's columns and primary key (for the filters' preflight)."""
+        conn = self._snap_connection()
+        try:
+            rows = self._snap_all(
+                conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_KEY = 'PRI' FROM "
+                      "information_schema.COLUMNS c JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = "
+                      "c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME WHERE t.TABLE_TYPE = 'BASE TABLE' AND "
+                      "c.TABLE_SCHEMA NOT IN %s ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION",
+                (SYSTEM_DBS,))
+        finally:
+            conn.close()
+        out: dict[str, tuple[list[str], list[str]]] = {}
+        for db, table, column, is_key in rows:
+            cols, key = out.setdefault(f"{db}.{table}", ([], []))
+            cols.append(column)
+            if is_key:
+                key.append(column)
+        return out
 
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
         cols = ", ".join(_ident(c) for c in table.key)

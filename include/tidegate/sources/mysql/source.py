@@ -19,6 +19,7 @@ import pymysql
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError
 from ...events import ControlMessage
+from ...filters import TableFilter, captured
 from ...positions import Position, check_comparable
 from ...spec import PipelineSpec
 from ...store.records import CheckpointRecord
@@ -67,7 +68,7 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, server_id: int | None = None,
                  connect_timeout: float = 10.0, reader: Reader = fast_reader,
-                 slice_bytes: int | None = None):
+                 slice_bytes: int | None = None, hash_salt: bytes | None = None):
         self.spec = spec
         self.conn = conn
         self.server = MySqlServer(conn, connect_timeout=connect_timeout)
@@ -81,9 +82,12 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         # A replication client id must be unique among the server's replicas: the spec's, or a
         # stable one derived from the pipeline name (`tidegate validate` refuses two alike).
         self.client_server_id = int(server_id or spec.replication_client()[1])
-        tables = tuple(spec.source.tables or ())
-        self.tables: frozenset[tuple[str, str]] = frozenset(tuple(t.split(".", 1)) for t in tables)
-        self.dbs: frozenset[str] = frozenset(d for d, _ in self.tables)
+        # source.tables: a set of names (empty: all), or a TableFilter for patterns and excludes;
+        # the databases a captured table can be in (empty: any), whose other row events are skipped
+        self.tables: frozenset[tuple[str, str]] | TableFilter = captured(spec.source.tables)
+        self.dbs: frozenset[str] = self.tables.schemas if isinstance(self.tables, TableFilter) \
+            else frozenset(d for d, _ in self.tables)
+        self.use_filters(hash_salt)
         self.schema_changes: list[SchemaChange] = []
         self._read_server_id = self.client_server_id
 
@@ -135,8 +139,9 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         """Settings, privileges and retention headroom (binlog expiry against the age of the
         oldest checkpoint)."""
         if checkpoint is None:
-            return self.check_server(None)
-        return self.check_server(checkpoint.position, server_checks.checkpoint_age_s(checkpoint))
+            return self.check_server(None) + self.filter_problems()
+        return self.check_server(checkpoint.position, server_checks.checkpoint_age_s(checkpoint)) + \
+            self.filter_problems()
 
     def check_server(self, checkpoint: BinlogPosition | None = None,
                      checkpoint_age_s: float | None = None,
@@ -243,7 +248,7 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         settings = self.server.connection_settings()
         reader = self.reader(self, settings, server_id, start, upto, gtids)
         try:
-            yield from reader.run()
+            yield from self.filtered(reader.run())
         except pymysql.err.OperationalError as exc:
             if exc.args and exc.args[0] == ER_MASTER_FATAL_ERROR_READING_BINLOG:
                 earliest = self.earliest()
@@ -272,6 +277,9 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         for db, table in what.tables:
             if not self.tables:
                 targets.append((db, table))
+            elif isinstance(self.tables, TableFilter):  # patterns: the tables are not listed
+                if (table is None and self.tables.may_hold(db)) or (db, table) in self.tables:
+                    targets.append((db, table))
             elif table is None:  # a dropped database: the captured tables it held
                 targets += sorted(t for t in self.tables if t[0] == db)
             elif (db, table) in self.tables:

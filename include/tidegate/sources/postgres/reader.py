@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import select
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -35,6 +35,7 @@ import msgspec
 import psycopg2
 
 from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
+from ...filters import table_list
 from ...spec import PipelineSpec
 from ..base import SourceItem
 from .columns import ColumnTracker
@@ -57,7 +58,7 @@ class ReadHost(Protocol):
     """What a reader asks of the source it reads for."""
 
     spec: PipelineSpec
-    tables: frozenset[tuple[str, str]]
+    tables: frozenset[tuple[str, str]]  # or a filters.TableFilter (patterns): `in` answers either way
     server: PgServer
 
     def table_columns(self, schema: str, table: str) -> list[str]: ...
@@ -85,14 +86,12 @@ def ended(item: ChangeEvent | ControlMessage, end: PgPosition) -> ChangeEvent | 
 # ---------------------------------------------------------------------- transports
 
 
-def peek_sql(filtered: bool, limited: bool = False) -> str:
-    opts = WAL2JSON_OPTIONS + (", 'add-tables', %s" if filtered else "")
+def peek_sql(table_options: Iterable[str] = (), limited: bool = False) -> str:
+    """The peek, with a ``%s`` parameter for each of ``table_options`` (their values follow the
+    slot, the bound and the limit)."""
+    opts = WAL2JSON_OPTIONS + "".join(f", '{name}', %s" for name in table_options)
     return ("SELECT data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, "
             + ("%s" if limited else "NULL") + ", " + opts + ")")
-
-
-def _table_list(tables: frozenset[tuple[str, str]]) -> str:
-    return ",".join(f"{s}.{t}" for s, t in sorted(tables))
 
 
 def peek_messages(server: PgServer, slot: Slot, upto: PgPosition, tables: frozenset[tuple[str, str]],
@@ -100,16 +99,15 @@ def peek_messages(server: PgServer, slot: Slot, upto: PgPosition, tables: frozen
     """The slot's wal2json messages of the transactions that commit up to ``upto`` (and possibly
     one commit straddling it), through a named cursor on a session of its own. Closing the
     iterator early closes the cursor and the session."""
-    args: list[Any] = [slot.name, str(upto.lsn)]
-    if tables:
-        args.append(_table_list(tables))
+    table_options = table_list(tables)  # the server leaves other tables out where it can
+    args: list[Any] = [slot.name, str(upto.lsn), *table_options.values()]
     conn = server.connect()
     try:
         cur = conn.cursor(name=f"tidegate_peek_{slot.name}")
         cur.itersize = itersize
         try:
             try:
-                cur.execute(peek_sql(bool(tables)), args)
+                cur.execute(peek_sql(table_options), args)
                 for (data,) in cur:
                     yield data
             except psycopg2.Error as exc:
@@ -150,9 +148,7 @@ def stream_messages(server: PgServer, slot: Slot, upto: PgPosition,
     slot stays :meth:`Slot.release`. Closing the iterator closes the session, and waits until
     the server has let go of the slot, so the next statement on it does not find it busy.
     """
-    options = dict(WAL2JSON)
-    if tables:
-        options["add-tables"] = _table_list(tables)
+    options = {**WAL2JSON, **table_list(tables)}
     conn = server.connect_replication()
     pid = conn.get_backend_pid()
     try:
@@ -213,6 +209,8 @@ class Message(msgspec.Struct, gc=False):
 class _Boundary(msgspec.Struct, gc=False):
     action: str
     nextlsn: str | None = None
+    schema: str | None = None
+    table: str | None = None
 
 
 MESSAGE = msgspec.json.Decoder(Message, float_hook=Decimal)
@@ -224,11 +222,10 @@ def has_changes(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]]
     """Peek at most ``limit`` decoded messages (whole transactions) of the slot for a row change
     of the pipeline's tables committed in (start, upto]. When the look is cut off by ``limit``
     the answer is True (there may be work)."""
-    args: list[Any] = [slot.name, str(upto.lsn), limit]
-    if tables:
-        args.append(_table_list(tables))
+    table_options = table_list(tables)
+    args: list[Any] = [slot.name, str(upto.lsn), limit, *table_options.values()]
     try:
-        rows = server.query(peek_sql(bool(tables), limited=True), tuple(args))
+        rows = server.query(peek_sql(table_options, limited=True), tuple(args))
     except psycopg2.Error as exc:
         raise slot.read_error(exc) from None
     counts = False
@@ -238,7 +235,7 @@ def has_changes(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]]
         if a == "B":
             end = Lsn.parse(m.nextlsn)
             counts = start_lsn < end <= upto.lsn
-        elif counts and a in ("I", "U", "D", "T"):
+        elif counts and a in ("I", "U", "D", "T") and (not tables or (m.schema, m.table) in tables):
             return True
     return len(rows) >= limit
 

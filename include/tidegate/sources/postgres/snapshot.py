@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ...errors import SnapshotError
+from ...filters import snapshot_candidates
 from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
 from .values import converter
 
@@ -81,13 +82,13 @@ class PostgresSnapshot:
             return cur.fetchall()
 
     def snapshot_tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
-        captured = list(self.spec.source.tables)
         conn = self._snap_connection()
         try:
             # Leaf tables only: a partitioned table's rows are its partitions' (so are its changes).
             existing = {f"{s}.{t}" for s, t in self._snap_all(
                 conn, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
                       f"c.relnamespace WHERE c.relkind = 'r' AND {SYSTEM_SCHEMAS_SQL}")}
+            captured = snapshot_candidates(self.spec.source.tables, existing)
 
             def primary_key(schema: str, table: str) -> list[str]:
                 return [r[0] for r in self._snap_all(
@@ -100,6 +101,26 @@ class PostgresSnapshot:
                                       f"no such table on {self.conn} (or the CDC role cannot see it)")
         finally:
             conn.close()
+
+    def table_catalog(self) -> dict[str, tuple[list[str], list[str]]]:
+        """Every table's columns and primary key (for the filters' preflight)."""
+        conn = self._snap_connection()
+        try:
+            rows = self._snap_all(
+                conn, "SELECT n.nspname, c.relname, a.attname, coalesce(a.attnum = ANY (i.indkey), false) "
+                      "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_attribute a ON "
+                      "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped LEFT JOIN pg_index i ON "
+                      f"i.indrelid = c.oid AND i.indisprimary WHERE c.relkind IN ('r', 'p') AND "
+                      f"{SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
+        finally:
+            conn.close()
+        out: dict[str, tuple[list[str], list[str]]] = {}
+        for schema, table, column, is_key in rows:
+            cols, key = out.setdefault(f"{schema}.{table}", ([], []))
+            cols.append(column)
+            if is_key:
+                key.append(column)
+        return out
 
     def _snap_columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, int, str, str]]:
         """(name, type oid, type with modifiers as wal2json names it, type without them)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from ...connections import Connection
 from ...errors import PositionPurgedError
+from ...filters import TableFilter, captured
 from ...spec import PipelineSpec
 from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
@@ -38,7 +39,8 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
     kind = "postgres"
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, slot: str | None = None,
-                 itersize: int = 5000, connect_timeout: float = 10.0, reader: Any = Wal2JsonReader):
+                 itersize: int = 5000, connect_timeout: float = 10.0, reader: Any = Wal2JsonReader,
+                 hash_salt: bytes | None = None):
         self.spec = spec
         self.conn = conn
         self.server = PgServer(conn, connect_timeout=connect_timeout)
@@ -48,8 +50,9 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         # messages, ``reader(source, start_lsn, upto).run(messages)`` the items (Wal2JsonReader:
         # streaming replication, msgspec and generated row plans).
         self.reader = reader
-        self.tables: frozenset[tuple[str, str]] = frozenset(
-            tuple(t.split(".", 1)) for t in (spec.source.tables or ()))
+        # source.tables: a set of names (empty: all), or a TableFilter for patterns and excludes
+        self.tables: frozenset[tuple[str, str]] | TableFilter = captured(spec.source.tables)
+        self.use_filters(hash_salt)
         self._columns: dict[tuple[str, str], list[str]] = {}
         self._memory: Memory = LocalMemory()
 
@@ -154,7 +157,7 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
             return
         messages = self.reader.messages(self, upto)
         try:
-            yield from self.reader(self, start_lsn, upto).run(messages)
+            yield from self.filtered(self.reader(self, start_lsn, upto).run(messages))
         finally:
             messages.close()  # a read that stops at the bound frees its session (and the slot) now
 
@@ -202,7 +205,8 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
     def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
         """Settings, privileges, slot health and retention headroom (the slot's safe_wal_size),
         replica identity; one :class:`Problem` per problem."""
-        return self.check_server(checkpoint.position if checkpoint is not None else None)
+        return self.check_server(checkpoint.position if checkpoint is not None else None) + \
+            self.filter_problems()
 
     def check_server(self, checkpoint: PgPosition | None = None,
                      headroom_warn_bytes: int = server_checks.DEFAULT_HEADROOM_WARN_BYTES) -> list[Problem]:
