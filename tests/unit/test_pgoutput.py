@@ -20,15 +20,18 @@ from tidegate.sources.postgres.pgoutput import (
     PgOutputReader,
     Plan,
     ProtocolError,
-    commit_time_text,
+    commit_ms_of,
+    float_number,
     json_number,
     lsn_text,
+    numeric_text,
     parse_begin,
     parse_commit,
     parse_relation,
     parse_truncate,
     parse_tuple,
     parse_type,
+    row_decoder,
 )
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.sources.postgres.reader import Column as Wal2JsonColumn
@@ -124,17 +127,39 @@ def test_numbers_as_the_wal2json_path_reads_them():
     assert json_number(b"123456789012345678901234567890") == 123456789012345678901234567890
     assert json_number(b"1e+16") == Decimal("1E+16") and json_number(b"0.10") == Decimal("0.10")
     assert str(json_number(b"0.0000001")) == "1E-7"
+    for text in (b"-0", b"0", b"-0.0", b"1e-05", b"2.718281828459045", b"-1.5e+300", b"123456789012345678901",
+                 b"NaN", b"-Infinity"):
+        number = json_number(text)
+        expected = None if number is None else float(number)
+        assert repr(float_number(text)) == repr(expected), text  # -0.0 and 0.0 told apart
 
 
-@pytest.mark.parametrize("us", [0, 1, 999, 1000, 123456, 847_000_000_123_000, 847_000_000_000_999,
-                                -1, -86_400_000_000])
+@settings(max_examples=500, deadline=None)
+@given(st.decimals(allow_nan=False, allow_infinity=False, places=None).filter(lambda d: d.is_finite())
+       | st.sampled_from([Decimal(x) for x in ("0.0000000", "-0.0000001", "0.000001", "0.0000010", "1000",
+                                               "0.10", "123456789012345678901234567890.5000")]))
+def test_numeric_text_is_the_string_of_the_exact_number(number):
+    """What the server writes for a numeric (plain notation, scale kept) becomes what
+    ``str(Decimal(...))`` of the parsed JSON number gives on the wal2json path."""
+    text = f"{number:f}".encode()
+    if text.startswith(b"-") and number == 0:
+        text = text[1:]  # the server writes no negative zero
+    parsed = json_number(text)
+    assert numeric_text(text) == str(parsed), text
+    assert [numeric_text(t) for t in (b"NaN", b"Infinity", b"-Infinity")] == [None] * 3
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(min_value=-(10**15), max_value=10**16)
+       | st.sampled_from([0, 1, 999, 1000, 123456, 847_000_000_123_000, 847_000_000_000_999, -1]))
 def test_commit_times_give_the_same_milliseconds_as_wal2json_text(us):
-    """wal2json writes the commit time as text, pgoutput as µs since 2000: the same ms either way."""
+    """wal2json writes the commit time as text, pgoutput as µs since 2000: the same ms either way
+    (floating point included: the wal2json path goes through ``datetime.timestamp()``)."""
     import datetime as dt
 
     moment = dt.datetime(2000, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
     wal2json_text = moment.strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0").rstrip(".") + "+00"
-    assert commit_ms(commit_time_text(us)) == commit_ms(wal2json_text)
+    assert commit_ms(commit_ms_of(us)) == commit_ms(wal2json_text)
 
 
 # (name, type oid, typmod, wal2json type name, pgoutput text, what wal2json's JSON holds)
@@ -161,16 +186,22 @@ TYPES = [
 ]
 
 
-def test_a_plan_gives_what_the_wal2json_plan_gives_for_the_same_values():
+def test_plans_and_decoders_give_what_the_wal2json_plan_gives_for_the_same_values():
     columns = tuple(Column(n, oid, mod, False) for n, oid, mod, *_ in TYPES)
     types = tuple(t[3] for t in TYPES)
-    flag_a, flag_b = [False], [False]
+    flag_a, flag_b, flag_c = [False], [False], [False]
     plan = Plan(columns, types, tuple(range(len(TYPES))), flag_a)
     wal2json = RowPlan(tuple((t[0], t[3]) for t in TYPES), flag_b)
     got = plan.convert([t[4] for t in TYPES])
     expected = wal2json.convert([Wal2JsonColumn(t[0], t[3], t[5]) for t in TYPES])
     assert got == expected and list(got) == list(expected) and plan.signature == wal2json.signature
     assert [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+    # the generated decoder reads the same row from the message bytes in one pass
+    decoded = row_decoder(columns, types, flag_c)(tuple_data([t[4] for t in TYPES]), 0)
+    assert decoded == expected and [type(v) for v in decoded.values()] == [type(v) for v in expected.values()]
+    assert flag_c == [True]
+    with_unchanged = tuple_data([UNCHANGED] + [t[4] for t in TYPES[1:]])
+    assert row_decoder(columns, types, [False])(with_unchanged, 0) is None  # left to a Plan
     assert got["d"] == 0.0 and str(got["d"]) == "0.0" and got["by"] == "AP8Q" and got["nn"] is None
     assert flag_a == flag_b == [True]  # the arrays and 1e16 make the event check its floats
     some = Plan(columns, types, (0, 2), [False])  # a choice of columns: the replica identity's
@@ -228,18 +259,26 @@ def tx(final, end, *changes, xid=1, ts=0):
     return [(final - 1, begin(final, ts, xid)), *changes, (end, commit(final, end, ts))]
 
 
+def row(r: PgOutputReader, tup) -> tuple[dict, tuple]:
+    """A tuple's row and signature, as the read path converts it."""
+    return r._convert("s", "t", tup), r.plan.signature
+
+
 def test_a_transaction_is_passed_on_once_its_commit_says_where_it_ends():
     msgs = tx(0x100, 0x130, (0, REL), (0xF0, insert(5, ["1", "a"])), (0xF8, update(5, ["1", "b"])),
               (0xFA, delete(5, ["1", None])), (0xFC, truncate(5)))
-    got = list(reader(0, 0x200).changes(iter(msgs)))
+    r = reader(0, 0x200)
+    got = list(r.changes(iter(msgs)))
     assert [c.action for c in got] == ["B", "I", "U", "D", "T", "C"]
     b, i, u, d, t, _ = got
-    assert (b.xid, b.lsn, b.nextlsn, b.timestamp) == (1, "0/100", "0/130", "2000-01-01 00:00:00+00:00")
+    assert (b.xid, b.lsn, b.nextlsn, b.timestamp) == (1, "0/100", Lsn(0x130), 946684800000)
     assert (i.lsn, i.schema, i.table, [k.name for k in i.pk]) == ("0/F0", "s", "t", ["id"])
-    assert i.columns.plan.convert(i.columns.values) == {"id": 1, "v": "a"} and i.identity is None
+    assert row(r, i.columns) == ({"id": 1, "v": "a"}, (("id", "integer"), ("v", "text")))
+    assert i.identity is None
     # no old tuple: the key did not change, and wal2json takes the identity from the new row
-    assert u.identity.plan.convert(u.identity.values) == {"id": 1}
-    assert d.identity.plan.convert(d.identity.values) == {"id": 1} and d.columns is None
+    assert row(r, u.identity) == ({"id": 1}, (("id", "integer"),))
+    assert row(r, u.columns) == ({"id": 1, "v": "b"}, (("id", "integer"), ("v", "text")))
+    assert row(r, d.identity) == ({"id": 1}, (("id", "integer"),)) and d.columns is None
     assert (t.schema, t.table, t.lsn) == ("s", "t", "0/FC")
 
 
@@ -256,9 +295,10 @@ def test_the_items_of_a_read():
 
 def test_unchanged_toast_values_are_left_out_and_full_identity_gives_every_column():
     msgs = tx(0x100, 0x130, (0, FULL), (0xF0, update(6, ["1", UNCHANGED], old=["1", "big"], kind=b"O")))
-    (_, u, _) = reader(0, 0x200).changes(iter(msgs))
-    assert u.columns.plan.signature == (("id", "integer"),)  # as wal2json writes it: no "v"
-    assert u.identity.plan.convert(u.identity.values) == {"id": 1, "v": "big"}
+    r = reader(0, 0x200)
+    (_, u, _) = r.changes(iter(msgs))
+    assert row(r, u.identity) == ({"id": 1, "v": "big"}, (("id", "integer"), ("v", "text")))
+    assert row(r, u.columns) == ({"id": 1}, (("id", "integer"),))  # as wal2json writes it: no "v"
     (ev,) = [i for i in reader(0, 0x200).run(iter(msgs)) if isinstance(i, ChangeEvent)]
     assert ev.after == {"id": 1, "v": "big"}  # filled from the old row, as on the wal2json path
     host = Host()
@@ -286,8 +326,9 @@ def test_the_bound_and_the_start():
 def test_a_transaction_larger_than_memory_goes_through_a_file():
     rows = [(0x100 + k, insert(5, [str(k), "x" * 100])) for k in range(200)]
     msgs = [(0, begin(0x1000, 0, 9)), (0, REL), *rows, (0x1100, commit(0x1000, 0x1100, 0))]
-    held = [(c.action, c.lsn, c.columns and c.columns.values) for c in reader(0, 0x2000).changes(iter(msgs))]
-    spooled = [(c.action, c.lsn, c.columns and c.columns.values)
+    held = [(c.action, c.lsn, c.columns and c.columns.data[c.columns.pos:])
+            for c in reader(0, 0x2000).changes(iter(msgs))]
+    spooled = [(c.action, c.lsn, c.columns and c.columns.data[c.columns.pos:])
                for c in reader(0, 0x2000, spool=1024).changes(iter(msgs))]
     assert spooled == held and len(held) == 202
 

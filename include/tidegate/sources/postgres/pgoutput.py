@@ -35,10 +35,9 @@ named as it is now (or as the Type message named it).
 
 from __future__ import annotations
 
-import datetime as dt
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -71,7 +70,7 @@ _begin = struct.Struct(">QqI").unpack_from  # final (commit) LSN, commit time (�
 _commit = struct.Struct(">BQQq").unpack_from  # flags, commit LSN, end LSN, commit time
 _type_mod = struct.Struct(">Ii").unpack_from  # a column's type OID and modifier
 _frame = struct.Struct(">QI")  # a spooled message: its LSN and length
-_PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+_UNIX_2000_US = 946_684_800_000_000  # 2000-01-01 UTC in µs since 1970
 _TYPE_NAMES: dict[tuple[int, int], str] = {}  # built-in (oid, typmod) -> name, for the process
 
 
@@ -109,7 +108,7 @@ class Relation(msgspec.Struct, frozen=True):
 
 class Change(msgspec.Struct, gc=False):
     """A message as the wal2json read path reads it (:class:`~.reader.Message`'s fields):
-    ``columns`` and ``identity`` are :class:`Image` objects, ``pk`` :class:`KeyName` objects."""
+    ``columns`` and ``identity`` are :class:`Tuple` objects, ``pk`` :class:`KeyName` objects."""
 
     action: str
     xid: int | None = None
@@ -133,13 +132,14 @@ def _cstring(data: bytes, pos: int) -> tuple[str, int]:
 
 
 def lsn_text(value: int) -> str:
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+    return "%X/%X" % (value >> 32, value & 0xFFFFFFFF)  # noqa: UP031 - faster than the f-string
 
 
-def commit_time_text(us: int) -> str:
-    """A commit time (µs since 2000-01-01 UTC) as wal2json writes it (ISO, UTC): the wal2json
-    path turns both into the same milliseconds (``values.commit_ms``)."""
-    return (_PG_EPOCH + dt.timedelta(microseconds=us)).isoformat(sep=" ")
+def commit_ms_of(us: int) -> int:
+    """A commit time (µs since 2000-01-01 UTC) in ms since 1970, computed as ``values.commit_ms``
+    computes it from wal2json's text: ``datetime.timestamp()`` divides the µs since 1970 by 10**6
+    (one correctly rounded float), then ``* 1000`` and ``int``."""
+    return int((us + _UNIX_2000_US) / 1_000_000 * 1000)
 
 
 def parse_begin(data: bytes) -> tuple[int, int, int]:
@@ -225,51 +225,118 @@ def json_number(text: bytes) -> Any:
     return int(text)
 
 
-def _as_wal2json(i: int, oid: int) -> list[str]:
-    """Code setting ``x{i}`` to column ``r{i}``'s value as wal2json's JSON has it."""
+def float_number(text: bytes) -> Any:
+    """:func:`json_number` as the float the wal2json path makes of it for real/double, without
+    the exact Decimal on the way: ``float`` of the text is the same correctly rounded float,
+    except for an integer zero: JSON ``-0`` parses as the integer 0, so 0.0, not -0.0. (The
+    server writes NaN and the infinities as ``NaN``, ``Infinity``, ``-Infinity``: null.)"""
+    v = float(text)
+    if v - v != 0.0:  # NaN or an infinity
+        return None
+    if v == 0.0 and b"." not in text and b"e" not in text and b"E" not in text:
+        return 0.0
+    return v
+
+
+def numeric_text(text: bytes) -> Any:
+    """:func:`json_number` as the string the wal2json path makes of it for numeric
+    (``str(Decimal)``): the server's text itself (it never writes an exponent, a leading zero or
+    a sign of zero), except where ``str(Decimal)`` switches to an exponent: from the seventh
+    leading zero after the point on (``0.0000001`` is ``1E-7``)."""
+    if text[:1] in b"NI-" and (text[:1] != b"-" or text[1:2] == b"I"):
+        return None  # NaN, Infinity, -Infinity
+    if text.startswith(b"0.000000") or text.startswith(b"-0.000000"):
+        return str(Decimal(text.decode()))
+    return text.decode()
+
+
+FLOAT_OIDS = frozenset({700, 701})
+
+
+def _as_wal2json(raw: str, oid: int) -> str:
+    """An expression of the value wal2json's path holds for the (non-NULL) text output ``raw``
+    before the conversion of its type: the integer types an int, real/double a float,
+    numeric its final string, boolean true/false, bytea the hex digits, everything else text."""
     if oid in INT_OIDS:
-        return [f"x{i} = None if r{i} is None else int(r{i})"]
+        return f"int({raw})"
+    if oid in FLOAT_OIDS:
+        return f"_float({raw})"
     if oid in DECIMAL_OIDS:
-        return [f"x{i} = None if r{i} is None else _number(r{i})"]
+        return f"_numeric({raw})"
     if oid == BOOL_OID:
-        return [f"x{i} = None if r{i} is None else r{i} == b't'"]
+        return f"{raw} == b't'"
     if oid == BYTEA_OID:  # wal2json writes the hex digits without the leading \x
-        return [f"x{i} = None if r{i} is None else r{i}[2:].decode()"]
-    return [f"x{i} = None if r{i} is None else r{i}.decode()"]
+        return f"{raw}[2:].decode()"
+    return f"{raw}.decode()"
+
+
+def _namespace(float_flag: list[bool]) -> dict[str, Any]:
+    ns = plan_namespace(float_flag)
+    ns.update(_numeric=numeric_text, _float=float_number, _u16=_u16, _u32=_u32)
+    return ns
+
+
+def _value_lines(i: int, column: Column, typ: str, ns: dict[str, Any], raw: str) -> list[str]:
+    """Code setting ``v{i}`` to the final value of the text output ``raw`` (not NULL): as
+    wal2json writes it, then the wal2json path's conversion of the type (``values.value_code``)."""
+    return value_code(i, typ, ns, src=_as_wal2json(raw, column.type_oid))
+
+
+def _compile(lines: list[str], ns: dict[str, Any], name: str) -> Any:
+    exec(compile("\n".join(lines), "<pgoutput row plan>", "exec"), ns)  # noqa: S102 - names only appear as repr() literals
+    return ns[name]
 
 
 class Plan:
-    """One table's columns ``picks`` (indices into a tuple's values) turned into a row dict in
-    generated straight-line code: ``plan.convert(values)``. ``signature`` is what the wal2json
-    path's plan of the same columns has (names and wal2json type names)."""
+    """One table's columns ``picks`` (indices into a tuple's values, :func:`parse_tuple`) turned
+    into a row dict in generated straight-line code: ``plan.convert(values)``. ``signature`` is
+    what the wal2json path's plan of the same columns has (names and wal2json type names)."""
 
     __slots__ = ("convert", "signature")
 
     def __init__(self, columns: tuple[Column, ...], types: tuple[str, ...], picks: tuple[int, ...],
                  float_flag: list[bool]):
         self.signature = tuple((columns[k].name, types[k]) for k in picks)
-        ns = plan_namespace(float_flag)
-        ns["_number"] = json_number
+        ns = _namespace(float_flag)
         lines = ["def convert(vals):"]
         for i, k in enumerate(picks):
-            lines.append(f"    r{i} = vals[{k}]")
-            lines += ["    " + line for line in _as_wal2json(i, columns[k].type_oid)]
-            lines += ["    " + line for line in value_code(i, types[k], ns, src=f"x{i}")]
+            lines += [f"    r = vals[{k}]", "    if r is None:", f"        v{i} = None", "    else:"]
+            lines += ["        " + line for line in _value_lines(i, columns[k], types[k], ns, "r")]
         items = ", ".join(f"{columns[k].name!r}: v{i}" for i, k in enumerate(picks))
         lines.append(f"    return {{{items}}}")
-        exec(compile("\n".join(lines), "<pgoutput row plan>", "exec"), ns)  # noqa: S102 - names only appear as repr() literals
-        self.convert = ns["convert"]
+        self.convert = _compile(lines, ns, "convert")
 
 
-class Image(msgspec.Struct, gc=False):
-    """A tuple's values and the plan that makes the row of them."""
+def row_decoder(columns: tuple[Column, ...], types: tuple[str, ...], float_flag: list[bool]) -> Any:
+    """``decode(data, pos)``: the row dict of the TupleData at ``pos`` with every column, read
+    and converted in one generated pass; None when a value is not text or NULL (an unchanged
+    TOAST value: :class:`Plan` takes those)."""
+    ns = _namespace(float_flag)
+    lines = ["def decode(d, p):", f"    if _u16(d, p)[0] != {len(columns)}:", "        return None",
+             "    p += 2"]
+    for i, (column, typ) in enumerate(zip(columns, types, strict=True)):
+        lines += ["    if d[p] == 116:", "        e = p + 5 + _u32(d, p + 1)[0]"]
+        lines += ["        " + line for line in _value_lines(i, column, typ, ns, "d[p + 5:e]")]
+        lines += ["        p = e", "    elif d[p] == 110:", f"        v{i} = None", "        p += 1",
+                  "    else:", "        return None"]
+    items = ", ".join(f"{c.name!r}: v{i}" for i, c in enumerate(columns))
+    lines.append(f"    return {{{items}}}")
+    return _compile(lines, ns, "decode")
 
-    plan: Plan
-    values: list[Any]
+
+class Tuple(msgspec.Struct, gc=False):
+    """A tuple of a message, converted when the read path asks (``PgOutputReader._convert``,
+    after it reset the float flag for the row): the whole row, or its replica identity columns."""
+
+    table: Table
+    data: bytes
+    pos: int
+    key: bool
 
 
 class Table:
-    """A Relation with what reading its rows needs: type names, key, plans per column choice."""
+    """A Relation with what reading its rows needs: type names, keys, the generated decoder, plans
+    per choice of columns."""
 
     def __init__(self, rel: Relation, types: tuple[str, ...], pk: list[str], float_flag: list[bool]):
         self.rel = rel
@@ -277,18 +344,27 @@ class Table:
         self.types = types
         self.all = tuple(range(len(rel.columns)))
         self.key = tuple(k for k, c in enumerate(rel.columns) if c.key)
+        self.key_names = [rel.columns[k].name for k in self.key]
         self.pk = [KeyName(n) for n in pk]
         self.flag = float_flag
         self.plans: dict[tuple[int, ...], Plan] = {}
+        self.decode = row_decoder(rel.columns, types, float_flag)
+        self.full_plan, self.key_plan = self.plan(self.all), self.plan(self.key)
 
-    def image(self, values: list[Any], picks: tuple[int, ...], unchanged: bool) -> Image:
-        """The row of ``values``' columns ``picks``, unchanged TOAST values left out."""
-        if unchanged:
-            picks = tuple(k for k in picks if values[k] is not UNCHANGED)
+    def plan(self, picks: tuple[int, ...]) -> Plan:
         plan = self.plans.get(picks)
         if plan is None:
             plan = self.plans[picks] = Plan(self.rel.columns, self.types, picks, self.flag)
-        return Image(plan, values)
+        return plan
+
+
+def skip_tuple(data: bytes, pos: int) -> int:
+    """Where the TupleData at ``pos`` ends."""
+    (n,) = _u16(data, pos)
+    pos += 2
+    for _ in range(n):
+        pos += 5 + _u32(data, pos + 1)[0] if data[pos] == _TEXT else 1
+    return pos
 
 
 # ---------------------------------------------------------------------- the transport
@@ -375,13 +451,32 @@ class PgOutputReader(Wal2JsonReader):
         super().__init__(host, start_lsn, upto)
         self.relations: dict[int, Table] = {}
         self.user_types: dict[int, str] = {}  # Type messages: OID -> schema.name (a dropped type's name)
+        self._last: tuple[Any, int, Any] = (None, 0, None)  # the tuple decoded last: data, pos, row
 
     def run(self, messages: Iterator[tuple[int, bytes]]) -> Iterator[SourceItem]:
         return self.items(self.changes(messages))
 
-    def _convert(self, schema: str, table: str, image: Image) -> dict[str, Any]:
-        plan = self.plan = image.plan
-        return plan.convert(image.values)
+    def _convert(self, schema: str, table: str, tup: Tuple) -> dict[str, Any]:
+        """A tuple's row (the read path's call, which sets :attr:`plan` for its signature). An
+        UPDATE without an old tuple asks for the new one twice (its key, then the row): decoded
+        once."""
+        t, data, pos = tup.table, tup.data, tup.pos
+        if data is self._last[0] and pos == self._last[1]:
+            row = self._last[2]
+        else:
+            row = t.decode(data, pos)
+            self._last = (data, pos, row)
+        if row is not None:
+            if tup.key:
+                self.plan = t.key_plan
+                return {n: row[n] for n in t.key_names}
+            self.plan = t.full_plan
+            return row
+        # unchanged TOAST values: the row of the columns present, as wal2json writes it
+        values = parse_tuple(data, pos)[0]
+        present = tuple(k for k in (t.key if tup.key else t.all) if values[k] is not UNCHANGED)
+        plan = self.plan = t.plan(present)
+        return plan.convert(values)
 
     # -------------------------------------------------------------- transactions
 
@@ -413,9 +508,8 @@ class PgOutputReader(Wal2JsonReader):
                     for _lsn, msg in taken:
                         self._catalog(msg)
                     continue
-                yield Change("B", xid, commit_time_text(ts), lsn_text(final), lsn_text(end))
-                for at, msg in taken:
-                    yield from self._change(at, msg)
+                yield Change("B", xid, commit_ms_of(ts), lsn_text(final), Lsn(end))
+                yield from self._rows(taken)
                 yield Change("C")
             elif spool is None:
                 held.append((lsn, data))
@@ -426,6 +520,39 @@ class PgOutputReader(Wal2JsonReader):
             else:
                 spool.add(lsn, data)
 
+    def _rows(self, taken: Iterable[tuple[int, bytes]]) -> Iterator[Change]:
+        """The changes of a transaction's messages (Relation and Type messages applied in
+        their place)."""
+        rels = self.relations
+        for at, msg in taken:
+            kind = msg[0]
+            if kind == _I:
+                t = rels[_u32(msg, 1)[0]]
+                yield Change("I", None, None, lsn_text(at), None, t.schema, t.table,
+                             Tuple(t, msg, 6, False), None, t.pk)
+            elif kind == _U:
+                t = rels[_u32(msg, 1)[0]]
+                old = msg[5]
+                if old == _KEY or old == _OLD:
+                    ident = Tuple(t, msg, 6, old == _KEY)
+                    pos = skip_tuple(msg, 6) + 1
+                else:  # the key did not change: wal2json takes it from the new row
+                    ident, pos = None, 6
+                if ident is None and t.key:
+                    ident = Tuple(t, msg, pos, True)
+                yield Change("U", None, None, lsn_text(at), None, t.schema, t.table,
+                             Tuple(t, msg, pos, False), ident, t.pk)
+            elif kind == _D:
+                t = rels[_u32(msg, 1)[0]]
+                yield Change("D", None, None, lsn_text(at), None, t.schema, t.table, None,
+                             Tuple(t, msg, 6, msg[5] == _KEY), t.pk)
+            elif kind == _T:
+                for relid in parse_truncate(msg):
+                    t = rels[relid]
+                    yield Change("T", None, None, lsn_text(at), None, t.schema, t.table)
+            else:  # Relation, Type; Origin and Message say nothing about rows
+                self._catalog(msg)
+
     def _catalog(self, data: bytes) -> None:
         kind = data[0]
         if kind == _R:
@@ -433,41 +560,6 @@ class PgOutputReader(Wal2JsonReader):
         elif kind == _Y:
             oid, schema, name = parse_type(data)
             self.user_types[oid] = f"{schema}.{name}"
-
-    def _change(self, lsn: int, data: bytes) -> Iterator[Change]:
-        kind = data[0]
-        if kind == _I:
-            t = self.relations[_u32(data, 1)[0]]
-            values, _, unchanged = parse_tuple(data, 6)
-            yield Change("I", lsn=lsn_text(lsn), schema=t.schema, table=t.table,
-                         columns=t.image(values, t.all, unchanged), pk=t.pk)
-        elif kind == _U:
-            t = self.relations[_u32(data, 1)[0]]
-            old = data[5]
-            if old == _KEY or old == _OLD:
-                old_values, pos, unchanged = parse_tuple(data, 6)
-                ident = t.image(old_values, t.key if old == _KEY else t.all, unchanged)
-                pos += 1  # 'N'
-            else:
-                ident, pos = None, 6
-            values, _, unchanged = parse_tuple(data, pos)
-            if ident is None and t.key:  # the key did not change: wal2json takes it from the new row
-                ident = t.image(values, t.key, unchanged)
-            yield Change("U", lsn=lsn_text(lsn), schema=t.schema, table=t.table,
-                         columns=t.image(values, t.all, unchanged), identity=ident, pk=t.pk)
-        elif kind == _D:
-            t = self.relations[_u32(data, 1)[0]]
-            old_values, _, unchanged = parse_tuple(data, 6)
-            yield Change("D", lsn=lsn_text(lsn), schema=t.schema, table=t.table,
-                         identity=t.image(old_values, t.key if data[5] == _KEY else t.all, unchanged),
-                         pk=t.pk)
-        elif kind == _T:
-            at = lsn_text(lsn)
-            for relid in parse_truncate(data):
-                t = self.relations[relid]
-                yield Change("T", lsn=at, schema=t.schema, table=t.table)
-        else:  # Relation, Type; Origin and Message say nothing about rows
-            self._catalog(data)
 
     # -------------------------------------------------------------- relations
 

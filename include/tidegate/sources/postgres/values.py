@@ -180,8 +180,11 @@ def converter(typ: str) -> Callable[[Any], Any]:
     return fn
 
 
-def commit_ms(ts: str | None) -> int:
-    """A transaction's commit time (wal2json's ``timestamp``) in ms since the epoch; 0 if absent."""
+def commit_ms(ts: str | int | None) -> int:
+    """A transaction's commit time (wal2json's ``timestamp``) in ms since the epoch; 0 if absent.
+    An int is already that (the pgoutput reader's, ``pgoutput.commit_ms_of``)."""
+    if ts.__class__ is int:
+        return ts  # type: ignore[return-value]
     if not ts:
         return 0
     try:
