@@ -61,7 +61,7 @@ BYTEA_OID = 17
 FIRST_USER_OID = 10000  # OIDs below are the built-in catalog's (FirstGenbkiObjectId): names never change
 
 _B, _C, _R, _Y, _I, _U, _D, _T = b"BCRYIUDT"  # message types (as ints)
-_KEY, _OLD, _NEW = b"KON"
+_KEY, _OLD = b"KO"  # an old tuple: the replica identity's columns, or the whole row (FULL)
 _TEXT, _NULL, _UNCHANGED = b"tnu"
 
 _u16 = struct.Struct(">H").unpack_from
@@ -107,14 +107,16 @@ class Relation(msgspec.Struct, frozen=True):
 
 
 class Change(msgspec.Struct, gc=False):
-    """A message as the wal2json read path reads it (:class:`~.reader.Message`'s fields):
-    ``columns`` and ``identity`` are :class:`Tuple` objects, ``pk`` :class:`KeyName` objects."""
+    """A message as the wal2json read path reads it (:class:`~.reader.Message`'s fields), with
+    what saves it parsing text again: ``timestamp`` as milliseconds, ``nextlsn`` as an
+    :class:`Lsn`; ``columns`` and ``identity`` are :class:`RowTuple` objects, ``pk`` :class:`KeyName`
+    objects."""
 
     action: str
     xid: int | None = None
-    timestamp: str | None = None
+    timestamp: int | None = None
     lsn: str | None = None
-    nextlsn: str | None = None
+    nextlsn: Lsn | None = None
     schema: str | None = None
     table: str | None = None
     columns: Any = None
@@ -324,7 +326,7 @@ def row_decoder(columns: tuple[Column, ...], types: tuple[str, ...], float_flag:
     return _compile(lines, ns, "decode")
 
 
-class Tuple(msgspec.Struct, gc=False):
+class RowTuple(msgspec.Struct, gc=False):
     """A tuple of a message, converted when the read path asks (``PgOutputReader._convert``,
     after it reset the float flag for the row): the whole row, or its replica identity columns."""
 
@@ -456,7 +458,7 @@ class PgOutputReader(Wal2JsonReader):
     def run(self, messages: Iterator[tuple[int, bytes]]) -> Iterator[SourceItem]:
         return self.items(self.changes(messages))
 
-    def _convert(self, schema: str, table: str, tup: Tuple) -> dict[str, Any]:
+    def _convert(self, schema: str, table: str, tup: RowTuple) -> dict[str, Any]:
         """A tuple's row (the read path's call, which sets :attr:`plan` for its signature). An
         UPDATE without an old tuple asks for the new one twice (its key, then the row): decoded
         once."""
@@ -529,23 +531,23 @@ class PgOutputReader(Wal2JsonReader):
             if kind == _I:
                 t = rels[_u32(msg, 1)[0]]
                 yield Change("I", None, None, lsn_text(at), None, t.schema, t.table,
-                             Tuple(t, msg, 6, False), None, t.pk)
+                             RowTuple(t, msg, 6, False), None, t.pk)
             elif kind == _U:
                 t = rels[_u32(msg, 1)[0]]
                 old = msg[5]
                 if old == _KEY or old == _OLD:
-                    ident = Tuple(t, msg, 6, old == _KEY)
+                    ident = RowTuple(t, msg, 6, old == _KEY)
                     pos = skip_tuple(msg, 6) + 1
                 else:  # the key did not change: wal2json takes it from the new row
                     ident, pos = None, 6
                 if ident is None and t.key:
-                    ident = Tuple(t, msg, pos, True)
+                    ident = RowTuple(t, msg, pos, True)
                 yield Change("U", None, None, lsn_text(at), None, t.schema, t.table,
-                             Tuple(t, msg, pos, False), ident, t.pk)
+                             RowTuple(t, msg, pos, False), ident, t.pk)
             elif kind == _D:
                 t = rels[_u32(msg, 1)[0]]
                 yield Change("D", None, None, lsn_text(at), None, t.schema, t.table, None,
-                             Tuple(t, msg, 6, msg[5] == _KEY), t.pk)
+                             RowTuple(t, msg, 6, msg[5] == _KEY), t.pk)
             elif kind == _T:
                 for relid in parse_truncate(msg):
                     t = rels[relid]
