@@ -492,7 +492,13 @@ class PgOutputReader(Wal2JsonReader):
         begin: tuple[int, int, int] | None = None
         for lsn, data in messages:
             kind = data[0]
-            if kind == _B:
+            if begin is not None and kind != _C and spool is None:  # most messages: hold them
+                held.append((lsn, data))
+                size += len(data)
+                if size > self.spool_bytes:
+                    spool = Spool(held)
+                    held = []
+            elif kind == _B:
                 begin = parse_begin(data)
                 if begin[0] >= upto:
                     return  # its commit record starts at or after the bound: it ends after it
@@ -513,12 +519,6 @@ class PgOutputReader(Wal2JsonReader):
                 yield Change("B", xid, commit_ms_of(ts), lsn_text(final), Lsn(end))
                 yield from self._rows(taken)
                 yield Change("C")
-            elif spool is None:
-                held.append((lsn, data))
-                size += len(data)
-                if size > self.spool_bytes:
-                    spool = Spool(held)
-                    held = []
             else:
                 spool.add(lsn, data)
 
@@ -527,10 +527,11 @@ class PgOutputReader(Wal2JsonReader):
         their place)."""
         rels = self.relations
         for at, msg in taken:
+            lsn = "%X/%X" % (at >> 32, at & 0xFFFFFFFF)  # noqa: UP031 - lsn_text's, a call less per row
             kind = msg[0]
             if kind == _I:
                 t = rels[_u32(msg, 1)[0]]
-                yield Change("I", None, None, lsn_text(at), None, t.schema, t.table,
+                yield Change("I", None, None, lsn, None, t.schema, t.table,
                              RowTuple(t, msg, 6, False), None, t.pk)
             elif kind == _U:
                 t = rels[_u32(msg, 1)[0]]
@@ -542,16 +543,16 @@ class PgOutputReader(Wal2JsonReader):
                     ident, pos = None, 6
                 if ident is None and t.key:
                     ident = RowTuple(t, msg, pos, True)
-                yield Change("U", None, None, lsn_text(at), None, t.schema, t.table,
+                yield Change("U", None, None, lsn, None, t.schema, t.table,
                              RowTuple(t, msg, pos, False), ident, t.pk)
             elif kind == _D:
                 t = rels[_u32(msg, 1)[0]]
-                yield Change("D", None, None, lsn_text(at), None, t.schema, t.table, None,
+                yield Change("D", None, None, lsn, None, t.schema, t.table, None,
                              RowTuple(t, msg, 6, msg[5] == _KEY), t.pk)
             elif kind == _T:
                 for relid in parse_truncate(msg):
                     t = rels[relid]
-                    yield Change("T", None, None, lsn_text(at), None, t.schema, t.table)
+                    yield Change("T", None, None, lsn, None, t.schema, t.table)
             else:  # Relation, Type; Origin and Message say nothing about rows
                 self._catalog(msg)
 

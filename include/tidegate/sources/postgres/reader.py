@@ -175,12 +175,14 @@ def replication_stream(server: PgServer, slot: Slot, upto: PgPosition, options: 
             bound = upto.lsn.value
             while True:
                 msg = read()
-                if msg is not None:
-                    yield (msg.data_start, msg.payload) if with_lsn else msg.payload
-                elif cur.wal_end >= bound:
-                    return
-                else:
+                if msg is None:
+                    if cur.wal_end >= bound:
+                        return
                     select.select([cur], [], [], _WAIT_S)
+                elif with_lsn:
+                    yield msg.data_start, msg.payload
+                else:
+                    yield msg.payload
         except psycopg2.Error as exc:
             raise slot.read_error(exc) from None
     finally:
