@@ -265,7 +265,8 @@ def scratch(admin):
     yield s
     q(admin, f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
              f"WHERE slot_name LIKE '{s}%'")
-    for (pub,) in q(admin, f"SELECT pubname FROM pg_publication WHERE pubname LIKE '{s}%'"):
+    made = f"SELECT pubname FROM pg_publication WHERE pubname IN ('{s}_pub', 'tidegate_{s}')"
+    for (pub,) in q(admin, made):
         q(admin, f"DROP PUBLICATION {pub}")
     q(admin, f"DROP SCHEMA {s} CASCADE")
 
