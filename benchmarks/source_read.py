@@ -2,7 +2,7 @@
 
     eval "$(scripts/services env)"
     .venv/bin/python benchmarks/source_read.py [--rows 200000] [--tx-rows 10] [--only mysql|postgres]
-        [--files 4] [--slice-mb 8]
+        [--files 4] [--slice-mb 8] [--plugin wal2json|pgoutput|both]
 
 Workload: ``--rows`` row changes of an 11-column table (BIGINT key, INT, VARCHAR, DECIMAL,
 SMALLINT, DOUBLE, VARCHAR(100), DATETIME(6), TIMESTAMP(3), TINYINT, CHAR(8)) in transactions
@@ -24,9 +24,12 @@ reader, finer slices give every CPU one. Postgres is read with each reader ``Pos
 can take: ``reference`` (tests/reference_decoders: one ``pg_logical_slot_peek_changes`` through
 a named cursor, stdlib json, a converter per value) and ``fast`` (the streaming replication
 protocol, msgspec, generated row plans), plus the fast reader over the reference's peek
-transport, which shows what the transport alone is worth. Ratios are of figures measured in
-this one run. The workload uses the admin connections, the reads the CDC ones; everything
-created is dropped at the end.
+transport, which shows what the transport alone is worth; those are wal2json slots. With
+``--plugin pgoutput`` or ``both`` (the default) a pgoutput slot, created with the wal2json one
+before the workload (and a publication for the table before both), is read by the pgoutput
+reader (sources/postgres/pgoutput.py, streaming): the same backlog, the same events. Ratios
+are of figures measured in this one run. The workload uses the admin connections, the reads the
+CDC ones; everything created is dropped at the end.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def _reader(source: str, decoder: str):
 
         from tests.reference_decoders.mysql_library import library_reader
         return {"fast": fast_reader, "library": library_reader}[decoder]
+    from tidegate.sources.postgres.pgoutput import PgOutputReader
     from tidegate.sources.postgres.reader import Wal2JsonReader
 
     from tests.reference_decoders.postgres_reference import ReferenceReader
@@ -75,7 +79,8 @@ def _reader(source: str, decoder: str):
     class FastPeek(Wal2JsonReader):  # the fast reader over the reference's transport
         messages = ReferenceReader.messages
 
-    return {"fast": Wal2JsonReader, "reference": ReferenceReader, "fast-peek": FastPeek}[decoder]
+    return {"fast": Wal2JsonReader, "reference": ReferenceReader, "fast-peek": FastPeek,
+            "pgoutput": PgOutputReader}[decoder]
 
 
 def _consume(items) -> tuple[int, int]:
@@ -123,7 +128,9 @@ def child(args: dict) -> dict:
 
         spec = PipelineSpec(pipeline="bench", sinks=(),
                             source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
-                                              tables=(f"{args['schema']}.bench",), slot=args["slot"]))
+                                              tables=(f"{args['schema']}.bench",), slot=args["slot"],
+                                              plugin=args.get("plugin"),
+                                              publication=args.get("publication")))
         src = PostgresSource(spec, get_connection("cdc_postgres"),
                              reader=_reader("postgres", args["decoder"]))
         start, upto = PgPosition.from_json(args["start"]), PgPosition.from_json(args["upto"])
@@ -266,7 +273,14 @@ def postgres_workload(cur, schema: str, rows: int, tx_rows: int = 10) -> None:
         k += 1
 
 
-def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
+POSTGRES_DECODERS = {  # plugin -> (decoder, name) measured
+    "wal2json": (("reference", "postgres reference (peek, json)"),
+                 ("fast-peek", "postgres fast reader over peek"), ("fast", "postgres fast (streaming)")),
+    "pgoutput": (("pgoutput", "postgres pgoutput (streaming)"),),
+}
+
+
+def bench_postgres(rows: int, tx_rows: int, plugins: list[str], out: list) -> None:
     import psycopg2
     from tidegate.sources.postgres.source import PostgresSource
 
@@ -276,35 +290,38 @@ def bench_postgres(rows: int, tx_rows: int, out: list) -> None:
     schema = "bench_" + uuid.uuid4().hex[:8]
     cur = admin.cursor()
     cur.execute(f"CREATE SCHEMA {schema}")
-    slot = f"{schema}_slot"
-    spec = PipelineSpec(pipeline="bench", sinks=(),
-                        source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
-                                          tables=(f"{schema}.bench",), slot=slot))
-    src = PostgresSource(spec, get_connection("cdc_postgres"))
+    publication = f"{schema}_pub"  # made by the admin role: the CDC role does not own the table
+    srcs = {plugin: PostgresSource(PipelineSpec(pipeline="bench", sinks=(), source=SourceSpec(
+        kind="postgres", conn_id="cdc_postgres", tables=(f"{schema}.bench",), slot=f"{schema}_{plugin}",
+        plugin=plugin, publication=publication if plugin == "pgoutput" else None)),
+        get_connection("cdc_postgres")) for plugin in plugins}
     try:
         cur.execute(f"CREATE TABLE {schema}.bench ({COLUMNS_PG})")
         cur.execute(f"ALTER TABLE {schema}.bench REPLICA IDENTITY FULL")
-        src.ensure_slot()
-        start = src.head()
+        cur.execute(f"CREATE PUBLICATION {publication} FOR TABLE {schema}.bench")
+        for src in srcs.values():
+            src.ensure_slot()
+        start = next(iter(srcs.values())).head()
         t0 = time.perf_counter()
         postgres_workload(cur, schema, rows, tx_rows)
-        upto = src.head()
+        upto = next(iter(srcs.values())).head()
         print(f"postgres: wrote {rows} row changes in {time.perf_counter() - t0:.1f}s", flush=True)
-        base = {"source": "postgres", "schema": schema, "slot": slot, "start": start.to_json(),
-                "upto": upto.to_json()}
-        for decoder, name in (("reference", "postgres reference (peek, json)"),
-                              ("fast-peek", "postgres fast reader over peek"),
-                              ("fast", "postgres fast (streaming)")):
-            res = run_child({**base, "decoder": decoder}, rows)
-            out.append((name, res))
-            print(f"  {decoder}: {rows / res['wall']:,.0f} events/s", flush=True)
+        base = {"source": "postgres", "schema": schema, "start": start.to_json(), "upto": upto.to_json()}
+        for plugin in plugins:
+            for decoder, name in POSTGRES_DECODERS[plugin]:
+                res = run_child({**base, "decoder": decoder, "slot": srcs[plugin].slot, "plugin": plugin,
+                                 "publication": publication if plugin == "pgoutput" else None}, rows)
+                out.append((name, res))
+                print(f"  {plugin} {decoder}: {rows / res['wall']:,.0f} events/s", flush=True)
     finally:
-        try:
-            src.drop_slot()
-        finally:
-            src.close()
-            cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-            admin.close()
+        for src in srcs.values():
+            try:
+                src.drop_slot()
+            finally:
+                src.close()
+        cur.execute(f"DROP PUBLICATION IF EXISTS {publication}")
+        cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.close()
 
 
 def print_table(rows: int, results: list) -> None:
@@ -317,7 +334,9 @@ def print_table(rows: int, results: list) -> None:
     by = dict(results)
     for new, old, label in (("mariadb fast", "mariadb library", "mariadb fast / library"),
                             ("postgres fast (streaming)", "postgres reference (peek, json)",
-                             "postgres fast / reference")):
+                             "postgres fast / reference"),
+                            ("postgres pgoutput (streaming)", "postgres fast (streaming)",
+                             "postgres pgoutput / wal2json fast")):
         if new in by and old in by:
             f, ref = by[new], by[old]
             print(f"{label}: {ref['wall'] / f['wall']:.2f}x events/s, {ref['cpu'] / f['cpu']:.2f}x less CPU")
@@ -332,6 +351,8 @@ def main() -> None:
     ap.add_argument("--decoders", default="library,fast", help="MariaDB decoders to measure")
     ap.add_argument("--slice-mb", type=float, default=8.0,
                     help="MariaDB: the slice size of the in-file slices measurement")
+    ap.add_argument("--plugin", choices=("wal2json", "pgoutput", "both"), default="both",
+                    help="Postgres: the slots' output plugin(s) measured on the same backlog")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -344,7 +365,8 @@ def main() -> None:
     if args.only in (None, "mysql"):
         bench_mysql(args.rows, args.tx_rows, args.files, args.decoders.split(","), args.slice_mb, results)
     if args.only in (None, "postgres"):
-        bench_postgres(args.rows, args.tx_rows, results)
+        plugins = ["wal2json", "pgoutput"] if args.plugin == "both" else [args.plugin]
+        bench_postgres(args.rows, args.tx_rows, plugins, results)
     print_table(args.rows, results)
 
 

@@ -36,7 +36,9 @@ class SourceSpec:
     tables: tuple[str, ...] = ()
     # The kinds' own settings (their package's spec.py checks them; the others leave them unset):
     server_id: int | None = None  # mysql: replication client id
-    slot: str | None = None  # postgres: logical replication slot (wal2json)
+    slot: str | None = None  # postgres: logical replication slot
+    plugin: str | None = None  # postgres: wal2json | pgoutput; None: the slot's, or what the server has
+    publication: str | None = None  # postgres, pgoutput: the publication read; None: the pipeline's own
     start: str = "head"
     on_schema_change: str = "continue"  # continue | halt (a DDL on a captured table)
     # postgres: seconds release keeps the slot behind the checkpoints (replays, backfills, rewinds)

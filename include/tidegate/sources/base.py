@@ -1,6 +1,6 @@
 """The source interface: everything the engine, the guards and the Spark job ask of a source.
 
-MySQL/MariaDB (binlog) and Postgres (wal2json) implement it; nothing outside this package
+MySQL/MariaDB (binlog) and Postgres (logical decoding) implement it; nothing outside this package
 switches on the source kind or probes for optional methods.
 
 ``read(start, upto)`` yields, in source order, :class:`ChangeEvent` rows, ``schema_change``

@@ -1,11 +1,16 @@
-"""PostgreSQL logical decoding source (wal2json format-version 2, psycopg2), cut by role.
+"""PostgreSQL logical decoding source (wal2json format-version 2 or pgoutput protocol 1,
+psycopg2), cut by role.
 
 * ``connection.py``: sessions, the control connection, and what the server is (system
   identifier, timeline, head);
-* ``slot.py``: the pipeline's replication slot (create, drop, health, typed errors, release);
+* ``slot.py``: the pipeline's replication slot (create with its plugin, drop, health, typed
+  errors, release);
 * ``reader.py``: the transports (the streaming replication protocol, one peek through a named
   cursor), the wal2json message format, the read path and the cheap ``has_changes`` look; the
   read path it replaced is a test oracle, ``tests/reference_decoders/postgres_reference.py``;
+* ``pgoutput.py``: pgoutput's messages turned into the read path's, and its ``has_changes``;
+* ``publication.py``: the publication a pgoutput slot is read with (made by the pipeline or
+  named in the spec) and its checks;
 * ``columns.py``: schema changes told from the rows' columns, remembered between runs;
 * ``values.py``: value conversions, one at a time and as generated per-table row plans;
 * ``preflight.py``: settings, the CDC role, slot health and WAL headroom, replica identity;
@@ -17,8 +22,9 @@
 Positions, ids and boundaries (the contract other code relies on):
 
 * A position is an LSN. A transaction's ``end_position`` is the **end of its commit record**
-  (wal2json's ``nextlsn``, logical decoding's ``end_lsn``). :meth:`PostgresSource.release`
-  advances the slot to such an end, and a slot whose ``confirmed_flush_lsn`` is X no longer
+  (wal2json's ``nextlsn``, pgoutput's Commit ``end_lsn``, logical decoding's ``end_lsn``).
+  :meth:`PostgresSource.release` advances the slot to such an end, and a slot whose
+  ``confirmed_flush_lsn`` is X no longer
   returns a transaction whose commit record starts before X (the server's rule), so none
   that ends at or before X. ``read(start, upto)`` yields the transactions with
   ``start < end <= upto``; comparing ends is exact because a transaction's commit record
@@ -33,14 +39,15 @@ Positions, ids and boundaries (the contract other code relies on):
   reaches it): the reader drops it (it checks ``nextlsn`` on the ``B`` record before emitting
   any row) and the next run delivers it.
 * ``tx_id`` is ``"{xid}:{commit_lsn}"`` (commit_lsn = start of the commit record, wal2json's
-  ``lsn`` on B/C); ``event_id`` is ``"{change_lsn}:{n}"``, n counting the rows of the
+  ``lsn`` on B/C, pgoutput's final LSN); ``event_id`` is ``"{change_lsn}:{n}"``, n counting the rows of the
   transaction that share the change's LSN (a multi-insert logs several rows in one record).
 * A read streams the slot over the replication protocol (the reference reader: one
   ``pg_logical_slot_peek_changes`` call through a named cursor); either way the cost is linear
   in the range and client memory bounded, and it never moves the slot: only
   :meth:`PostgresSource.release` does. Empty transactions (DDL, no row changes, or every row
   filtered out) yield nothing; the final ``PositionMark(upto)`` moves checkpoints past them.
-* Unchanged TOAST values (wal2json leaves them out of an UPDATE's new tuple) are taken from the
+* Unchanged TOAST values (wal2json leaves them out of an UPDATE's new tuple, pgoutput marks them
+  ``u``) are taken from the
   old tuple when the table has REPLICA IDENTITY FULL, and are otherwise emitted as the
   Debezium placeholder ``"__debezium_unavailable_value"``: never as null.
 * Schema changes (``columns.py``): a ``TRUNCATE`` of a captured table and a change of its column

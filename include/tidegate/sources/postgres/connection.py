@@ -60,12 +60,13 @@ class PgServer:
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SourceError(f"cannot connect to {self.conn}{what}: {msg}") from None
 
-    def connect_replication(self):
-        """A logical replication session (``replication=database``): it needs the REPLICATION
-        attribute and a free WAL sender (``max_wal_senders``), nothing in pg_hba.conf beyond
-        what a normal session to the database needs."""
+    def connect_replication(self, options: str = REPLICATION_OPTIONS):
+        """A logical replication session (``replication=database``) with the settings
+        ``options``: it needs the REPLICATION attribute and a free WAL sender
+        (``max_wal_senders``), nothing in pg_hba.conf beyond what a normal session to the
+        database needs."""
         return self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection,
-                            options=REPLICATION_OPTIONS)
+                            options=options)
 
     def query(self, sql: str, args: Any = None) -> list[tuple]:
         """Rows of one statement on the control connection (autocommit)."""

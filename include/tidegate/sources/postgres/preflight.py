@@ -2,9 +2,9 @@
 
 What the guard checks before a run reads the slot (see ``sources/preflight.py`` for the
 :class:`Problem` form): ``wal_level=logical``, slots and WAL senders available (the read
-streams the slot through a WAL sender), the REPLICATION attribute,
-the slot there, on wal2json and not invalidated, the oldest checkpoint not before the slot's
-start, how much WAL the server keeps for the slot before invalidating it
+streams the slot through a WAL sender), the REPLICATION attribute, the slot there, on a plugin
+the source reads (and the one ``source.plugin`` names) and not invalidated, the oldest
+checkpoint not before the slot's start, how much WAL the server keeps for the slot before invalidating it
 (``safe_wal_size``), how much WAL the slot holds now (reported, not a problem), and tables
 whose updates and deletes cannot be captured whole.
 """
@@ -17,7 +17,7 @@ from ...errors import SourceError
 from ..preflight import ERROR, INFO, WARNING, Problem, human_bytes, human_seconds, setting_problem
 from .connection import PgServer
 from .position import Lsn, PgPosition
-from .slot import PLUGIN, Slot
+from .slot import Slot
 from .values import UNAVAILABLE
 
 DEFAULT_HEADROOM_WARN_BYTES = 1 << 30
@@ -69,10 +69,8 @@ def check_server(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]
             probs.append(Problem("slot", slot.name,
                                  f"replication slot {slot.name!r} is invalidated (wal_status=lost): "
                                  f"WAL it needed was removed (max_slot_wal_keep_size)"))
-        elif info["plugin"] != PLUGIN:
-            probs.append(Problem("slot", slot.name,
-                                 f"replication slot {slot.name!r} uses plugin {info['plugin']!r}, "
-                                 f"tidegate needs {PLUGIN}"))
+        elif wrong_plugin := slot.plugin_problem(info):
+            probs.append(Problem("slot", slot.name, wrong_plugin))
         if checkpoint is not None and info["confirmed_flush_lsn"] and \
                 checkpoint.lsn < Lsn.parse(info["confirmed_flush_lsn"]):
             probs.append(Problem("retention", slot.name,

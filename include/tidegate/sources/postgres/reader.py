@@ -39,7 +39,7 @@ from ...filters import table_list
 from ...spec import PipelineSpec
 from ..base import SourceItem
 from .columns import ColumnTracker
-from .connection import PgServer
+from .connection import REPLICATION_OPTIONS, PgServer
 from .position import Lsn, PgPosition
 from .slot import Slot
 from .values import RowPlan, commit_ms, complete_after
@@ -133,13 +133,25 @@ def stream_messages(server: PgServer, slot: Slot, upto: PgPosition,
 
     The same messages as :func:`peek_messages` (same plugin options, same session settings,
     the server starts at the slot's confirmed position either way), plus possibly more after
-    the bound, which the reader does not take. The stream ends when no message is waiting and
-    the server's last report of how far it decoded (``wal_end``, from the keepalive it sends
-    whenever it waits for more WAL) has reached ``upto``: every transaction that commits by
-    then has been sent before that report. (When the bound lies inside a record whose end is
-    not flushed yet, see :meth:`PgServer.head`, that takes until the server flushes it: at
-    the latest when its background writer logs the next standby snapshot, every 15 seconds
-    while WAL is written, which the WAL writer then flushes.)
+    the bound, which the reader does not take. See :func:`replication_stream`.
+    """
+    options = {**WAL2JSON, **table_list(tables)}
+    return replication_stream(server, slot, upto, options)
+
+
+def replication_stream(server: PgServer, slot: Slot, upto: PgPosition, options: dict[str, str], *,
+                       with_lsn: bool = False, session: str = REPLICATION_OPTIONS) -> Iterator[Any]:
+    """The slot's messages (``with_lsn``: (LSN, message) pairs, the LSN of the message's
+    change) over the streaming replication protocol with the plugin ``options``, in a session
+    with the settings ``session``.
+
+    The stream ends when no message is waiting and the server's last report of how far it
+    decoded (``wal_end``, from the keepalive it sends whenever it waits for more WAL) has
+    reached ``upto``: every transaction that commits by then has been sent before that report.
+    (When the bound lies inside a record whose end is not flushed yet, see
+    :meth:`PgServer.head`, that takes until the server flushes it: at the latest when its
+    background writer logs the next standby snapshot, every 15 seconds while WAL is written,
+    which the WAL writer then flushes.)
 
     Nothing is ever confirmed to the server, so reading never moves the slot: the session
     runs with ``wal_sender_timeout=0`` (the server never asks for a status reply) and
@@ -148,8 +160,7 @@ def stream_messages(server: PgServer, slot: Slot, upto: PgPosition,
     slot stays :meth:`Slot.release`. Closing the iterator closes the session, and waits until
     the server has let go of the slot, so the next statement on it does not find it busy.
     """
-    options = {**WAL2JSON, **table_list(tables)}
-    conn = server.connect_replication()
+    conn = server.connect_replication(session)
     pid = conn.get_backend_pid()
     try:
         cur = conn.cursor()
@@ -160,12 +171,14 @@ def stream_messages(server: PgServer, slot: Slot, upto: PgPosition,
             bound = upto.lsn.value
             while True:
                 msg = read()
-                if msg is not None:
-                    yield msg.payload
-                elif cur.wal_end >= bound:
-                    return
-                else:
+                if msg is None:
+                    if cur.wal_end >= bound:
+                        return
                     select.select([cur], [], [], _WAIT_S)
+                elif with_lsn:
+                    yield msg.data_start, msg.payload
+                else:
+                    yield msg.payload
         except psycopg2.Error as exc:
             raise slot.read_error(exc) from None
     finally:
@@ -277,6 +290,12 @@ class Wal2JsonReader:
         return row
 
     def run(self, messages: Iterator[str | bytes]) -> Iterator[SourceItem]:
+        """The items of the slot's wal2json ``messages``."""
+        return self.items(map(MESSAGE.decode, messages))
+
+    def items(self, messages: Iterator[Any]) -> Iterator[SourceItem]:
+        """The items of decoded messages (:class:`Message`, or objects with its fields whose
+        ``columns`` and ``identity`` :meth:`_convert` takes: the pgoutput reader's)."""
         host = self.host
         spec = host.spec
         tenant, pipeline = spec.tenant, spec.pipeline
@@ -290,7 +309,6 @@ class Wal2JsonReader:
             return tracker.names(schema, table) or host.table_columns(schema, table)
 
         seen: dict[tuple[str, str], tuple] = {}  # per table: the last new tuple's signature
-        decode = MESSAGE.decode
         native = ChangeEvent.native
         convert = self._convert
         flag = self.flag
@@ -306,8 +324,7 @@ class Wal2JsonReader:
         per_table: dict[tuple[str, str], int] = {}
         same_lsn: dict[str, int] = {}
         end: Lsn | None = None
-        for data in messages:
-            m = decode(data)
+        for m in messages:
             a = m.action
             if a == "B":
                 end = Lsn.parse(m.nextlsn)

@@ -1,16 +1,25 @@
-"""The pipeline's logical replication slot (wal2json): its life, its health, its position.
+"""The pipeline's logical replication slot: its life, its plugin, its health, its position.
 
 :class:`Slot` creates the slot on a pipeline's first run (logged), drops and re-creates it
 when an operator accepts lost changes, reports its health from ``pg_replication_slots``,
 raises typed errors when it is gone (:class:`SlotMissingError`) or invalidated
 (:class:`SlotInvalidatedError`), and advances it when a run releases WAL: never further than
 asked, never backwards. Reading never moves the slot; releasing is always an explicit step.
+
+The output plugin (``wal2json`` or ``pgoutput``) is fixed when the slot is created: the one
+``source.plugin`` names, or, without it, what the server offers. The server is asked by creating
+the slot with wal2json: a server without it refuses at once with "could not access file" (it
+loads the plugin before it waits for anything), and the slot is then created with pgoutput,
+which every server has. No extra query, no file-system privilege, and the answer is the
+server's own. Once the slot exists its plugin is the one a read uses; a ``source.plugin`` that
+names another is an error naming both (``Slot.check``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg2
@@ -19,16 +28,27 @@ import psycopg2.errors
 from ...errors import SlotInvalidatedError, SlotMissingError, SourceError, SourceSettingError
 from .connection import PgServer
 from .position import Lsn, PgPosition
+from .spec import PLUGINS
 
 log = logging.getLogger(__name__)
 
-PLUGIN = "wal2json"
+WAL2JSON, PGOUTPUT = PLUGINS  # the order a new slot without source.plugin tries them in
+
+
+class PluginMissingError(SourceSettingError):
+    """The server cannot load the output plugin a slot was to be created with."""
 
 
 class Slot:
-    def __init__(self, server: PgServer, name: str):
+    def __init__(self, server: PgServer, name: str, plugin: str | None = None,
+                 prepare: Callable[[str], None] | None = None, choices: tuple[str, ...] = PLUGINS):
         self.server = server
         self.name = name
+        self.plugin = plugin  # source.plugin; None: the server's choice (module docstring)
+        self.choices = choices  # without source.plugin, the plugins a new slot tries, in order
+        # called with the plugin just before a slot is created with it (pgoutput: the
+        # publication must exist first, or decoding the slot fails: publication.py)
+        self.prepare = prepare
 
     @property
     def conn(self):
@@ -54,24 +74,40 @@ class Slot:
                 "held_bytes": None if r[10] is None else int(r[10])}
 
     def ensure(self) -> PgPosition | None:
-        """Create the slot if it does not exist (logged). Returns the position it was created
-        at, or None when it already existed."""
+        """Create the slot if it does not exist (logged), with ``source.plugin`` or what the
+        server offers. Returns the position it was created at, or None when it already existed."""
         if self.info() is not None:
             return None
+        tries = [self.plugin] if self.plugin else list(self.choices)
+        for plugin, then in zip(tries, tries[1:] + [None], strict=True):
+            try:
+                return self._create(plugin)
+            except PluginMissingError:
+                if then is None:
+                    raise
+                log.warning("%s cannot load the %s output plugin: creating slot %r with %s",
+                            self.conn, plugin, self.name, then)
+        return None  # not reached: the last plugin raises
+
+    def _create(self, plugin: str) -> PgPosition | None:
+        if self.prepare is not None:
+            self.prepare(plugin)
         try:
             (lsn,) = self.server.query("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)",
-                                       (self.name, PLUGIN))[0]
+                                       (self.name, plugin))[0]
         except psycopg2.errors.DuplicateObject:
             return None
         except psycopg2.Error as exc:
             msg = (exc.pgerror or str(exc)).strip()
-            if PLUGIN in msg and ("could not access file" in msg or "not exist" in msg):
-                raise SourceSettingError(f"the {PLUGIN} output plugin is not installed on {self.conn} "
-                                         f"(Debian: postgresql-<version>-wal2json): {msg}") from None
+            if plugin in msg and ("could not access file" in msg or "not exist" in msg):
+                hint = (" (Debian: postgresql-<version>-wal2json; or set source.plugin: pgoutput, which "
+                        "every server has)" if plugin == WAL2JSON else "")
+                raise PluginMissingError(f"the {plugin} output plugin is not installed on {self.conn}"
+                                         f"{hint}: {msg}") from None
             raise SourceError(f"cannot create replication slot {self.name!r} on {self.conn}: {msg}") from None
         pos = self.server.position(lsn)
         log.warning("created logical replication slot %r (plugin %s) on %s at %s",
-                    self.name, PLUGIN, self.conn, pos)
+                    self.name, plugin, self.conn, pos)
         return pos
 
     def drop(self) -> None:
@@ -96,10 +132,22 @@ class Slot:
                 f"{requested or info['confirmed_flush_lsn']} are lost")
             attach(err, self.name, requested, self.server.head(), info["confirmed_flush_lsn"])
             raise err
-        if info["plugin"] != PLUGIN or info["slot_type"] != "logical":
-            raise SourceSettingError(f"replication slot {self.name!r} uses plugin {info['plugin']!r} "
-                                     f"({info['slot_type']}); tidegate needs a logical slot with {PLUGIN}")
+        problem = self.plugin_problem(info)
+        if problem:
+            raise SourceSettingError(problem)
         return info
+
+    def plugin_problem(self, info: dict[str, Any]) -> str | None:
+        """Why the existing slot cannot be read as configured, or None."""
+        if info["slot_type"] != "logical" or info["plugin"] not in PLUGINS:
+            return (f"replication slot {self.name!r} on {self.conn} uses plugin {info['plugin']!r} "
+                    f"({info['slot_type']}); tidegate reads a logical slot with {' or '.join(PLUGINS)}")
+        if self.plugin and info["plugin"] != self.plugin:
+            return (f"source.plugin is {self.plugin} but replication slot {self.name!r} on {self.conn} "
+                    f"was created with {info['plugin']}: set source.plugin: {info['plugin']} (or remove "
+                    f"it: the slot's plugin is used), or give the pipeline a new slot (source.slot) to "
+                    f"switch plugins, which starts the stream at the new slot's creation")
+        return None
 
     def earliest(self) -> PgPosition:
         """Where the slot can be read from (its confirmed position); the head without a slot."""
@@ -160,6 +208,14 @@ class Slot:
     def read_error(self, exc: psycopg2.Error) -> SourceError:
         """The typed error for a failure while decoding the slot's changes."""
         msg = (getattr(exc, "pgerror", None) or str(exc)).strip()
+        if "does not exist" in msg and "publication" in msg and "replication slot" not in msg:
+            return SourceSettingError(
+                f"reading slot {self.name!r} on {self.conn} failed: {msg.splitlines()[0]}. pgoutput looks "
+                f"publications up as they were when each change was written, so the publication must "
+                f"exist from before the slot's start (was it created or re-created later?). To start "
+                f"over: drop the slot (SELECT pg_drop_replication_slot('{self.name}')); the next run halts "
+                f"on the missing slot, and a run with resolve: resnapshot (or accept_gap) creates a new "
+                f"slot after the publication (docs/operations.md)")
         if "does not exist" in msg and "replication slot" in msg:
             err = SlotMissingError(f"replication slot {self.name!r} disappeared during the read: {msg}")
             attach(err, self.name, None, None, None)

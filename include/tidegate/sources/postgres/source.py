@@ -1,12 +1,12 @@
 """``PostgresSource``: the Source interface over the roles of this package.
 
 It composes the server (``connection.py``: sessions, identity, timeline, head), the slot
-(``slot.py``), a reader per read (``reader.py`` over the streaming replication protocol; the
-constructor takes another, such as the reference reader in tests/reference_decoders) and the
-preflight
-(``preflight.py``), and owns
-what belongs to a pipeline: the slot name, the table filter and the schema changes met while
-reading. The contract it keeps is in ``sources/postgres/__init__.py``.
+(``slot.py``) and, for a pgoutput slot, the publication (``publication.py``), a reader per read
+chosen by the slot's plugin (``reader.py``: wal2json, ``pgoutput.py``: pgoutput, both over the
+streaming replication protocol; the constructor takes another, such as the reference reader in
+tests/reference_decoders) and the preflight (``preflight.py``), and owns what belongs to a
+pipeline: the slot name, the table filter and the schema changes met while reading. The
+contract it keeps is in ``sources/postgres/__init__.py``.
 """
 
 from __future__ import annotations
@@ -22,33 +22,41 @@ from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
 from ..preflight import Problem, human_seconds
+from . import pgoutput, reader
 from . import preflight as server_checks
-from . import reader
 from .columns import ColumnTracker, LocalMemory, Memory, StoreMemory
 from .connection import PgServer
+from .pgoutput import PgOutputReader
 from .position import Lsn, PgPosition
+from .publication import Publication
 from .reader import Wal2JsonReader
-from .slot import Slot
-from .snapshot import PostgresSnapshot
+from .slot import PGOUTPUT, WAL2JSON, Slot
+from .snapshot import SYSTEM_SCHEMAS_SQL, PostgresSnapshot
+
+READERS = {WAL2JSON: Wal2JsonReader, PGOUTPUT: PgOutputReader}  # the read path of a slot's plugin
 
 
 class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
-    """Bounded reads of a logical replication slot (wal2json). See
+    """Bounded reads of a logical replication slot (wal2json or pgoutput). See
     ``sources/postgres/__init__.py`` for the contract."""
 
     kind = "postgres"
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, slot: str | None = None,
-                 itersize: int = 5000, connect_timeout: float = 10.0, reader: Any = Wal2JsonReader,
+                 itersize: int = 5000, connect_timeout: float = 10.0, reader: Any = None,
                  hash_salt: bytes | None = None):
         self.spec = spec
         self.conn = conn
         self.server = PgServer(conn, connect_timeout=connect_timeout)
-        self.replication_slot = Slot(self.server, slot or spec.source.slot or f"tidegate_{spec.pipeline}")
+        src = spec.source
+        self.publication = Publication(self.server, src.publication or f"tidegate_{spec.pipeline}",
+                                       owned=src.publication is None)
+        self.replication_slot = Slot(self.server, slot or src.slot or f"tidegate_{spec.pipeline}",
+                                     plugin=src.plugin, prepare=self._before_slot)
         self.itersize = itersize
         # The reader class of each read: ``reader.messages(source, upto)`` gets the slot's
-        # messages, ``reader(source, start_lsn, upto).run(messages)`` the items (Wal2JsonReader:
-        # streaming replication, msgspec and generated row plans).
+        # messages, ``reader(source, start_lsn, upto).run(messages)`` the items. None: the one of
+        # the slot's plugin (READERS: streaming replication and generated row plans).
         self.reader = reader
         # source.tables: a set of names (empty: all), or a TableFilter for patterns and excludes
         self.tables: frozenset[tuple[str, str]] | TableFilter = captured(spec.source.tables)
@@ -83,9 +91,38 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         return self.replication_slot.info()
 
     def ensure_slot(self) -> PgPosition | None:
-        """Create the pipeline's slot if it does not exist (logged). Returns the position it was
-        created at, or None when it already existed."""
+        """Create the pipeline's slot if it does not exist (logged), with ``source.plugin`` or
+        what the server offers (a pgoutput slot after its publication). Returns the position it
+        was created at, or None when it already existed."""
         return self.replication_slot.ensure()
+
+    def _before_slot(self, plugin: str) -> None:
+        """A pgoutput slot is read with a publication that must exist before it (publication.py)."""
+        if plugin == PGOUTPUT:
+            self.publication.ensure(self.publication_tables())
+
+    def captures(self, schema: str, table: str) -> bool:
+        """Whether the pipeline captures ``schema.table`` (``source.tables``; empty: every
+        table). The readers apply the same test inline on their hot path."""
+        return not self.tables or (schema, table) in self.tables
+
+    def captured_tables(self) -> list[tuple[str, str]]:
+        """The existing tables (and partitioned tables) the pipeline captures, from the catalog."""
+        rows = self.server.query("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                                 f"c.relnamespace WHERE c.relkind IN ('r', 'p') AND {SYSTEM_SCHEMAS_SQL} "
+                                 "ORDER BY 1, 2", ())
+        return [(s, t) for s, t in rows if self.captures(s, t)]
+
+    def publication_tables(self) -> list[tuple[str, str]] | None:
+        """What the pipeline's own publication is for: None (every table) when ``source.tables``
+        is empty, else the captured tables that exist."""
+        return None if not self.tables else self.captured_tables()
+
+    def plugin(self) -> str | None:
+        """The output plugin reads use: the slot's; before the slot exists, ``source.plugin``
+        (None: decided when the slot is created)."""
+        info = self.replication_slot.info()
+        return info["plugin"] if info is not None else self.spec.source.plugin
 
     def drop_slot(self) -> None:
         self.replication_slot.drop()
@@ -152,18 +189,19 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         """Rows of the transactions whose commit ends in (start, upto], in commit order."""
         if upto is None:
             raise ValueError("read needs an upper bound (head() at the start of the run)")
-        start_lsn = self._start_lsn(start)
+        start_lsn, plugin = self._start_lsn(start)
         if upto.lsn <= start_lsn:
             return
-        messages = self.reader.messages(self, upto)
+        read_with = self.reader or READERS[plugin]
+        messages = read_with.messages(self, upto)
         try:
-            yield from self.filtered(self.reader(self, start_lsn, upto).run(messages))
+            yield from self.filtered(read_with(self, start_lsn, upto).run(messages))
         finally:
             messages.close()  # a read that stops at the bound frees its session (and the slot) now
 
-    def _start_lsn(self, start: PgPosition | None) -> Lsn:
-        """Where a read from ``start`` begins: the slot's confirmed position without a start;
-        an error when ``start`` is before it (the changes in between are gone)."""
+    def _start_lsn(self, start: PgPosition | None) -> tuple[Lsn, str]:
+        """Where a read from ``start`` begins (the slot's confirmed position without a start; an
+        error when ``start`` is before it: the changes in between are gone), and the slot's plugin."""
         info = self.replication_slot.check(start)
         confirmed = Lsn.parse(info["confirmed_flush_lsn"])
         start_lsn = confirmed if start is None else start.lsn
@@ -172,7 +210,7 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
                 f"position {start} is before the start of slot {self.slot!r} ({confirmed}): the "
                 f"slot was advanced past it (or re-created), the changes in between are no longer "
                 f"available", requested=start, earliest_available=self.server.position(confirmed))
-        return start_lsn
+        return start_lsn, info["plugin"]
 
     def has_changes(self, start: PgPosition | None, upto: PgPosition, limit: int = 10_000) -> bool:
         """A bounded look: peek at most ``limit`` decoded rows (whole transactions) of the slot
@@ -182,6 +220,9 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         start_lsn = Lsn.parse(info["confirmed_flush_lsn"]) if start is None else start.lsn
         if upto.lsn <= start_lsn:
             return False
+        if info["plugin"] == PGOUTPUT:
+            return pgoutput.has_changes(self.server, self.replication_slot, self.publication.name,
+                                        self.tables, start_lsn, upto, limit)
         return reader.has_changes(self.server, self.replication_slot, self.tables, start_lsn, upto, limit)
 
     def table_columns(self, schema: str, table: str) -> list[str]:
@@ -211,5 +252,11 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
     def check_server(self, checkpoint: PgPosition | None = None,
                      headroom_warn_bytes: int = server_checks.DEFAULT_HEADROOM_WARN_BYTES) -> list[Problem]:
         """:meth:`preflight` for a checkpoint position."""
-        return server_checks.check_server(self.server, self.replication_slot, self.tables, checkpoint,
-                                          headroom_warn_bytes, self.spec.source.replay_retention_s)
+        probs = server_checks.check_server(self.server, self.replication_slot, self.tables, checkpoint,
+                                           headroom_warn_bytes, self.spec.source.replay_retention_s)
+        if any(p.code == "connection" for p in probs):
+            return probs
+        slot = self.replication_slot.info()
+        if (slot["plugin"] if slot is not None else self.spec.source.plugin) == PGOUTPUT:
+            probs += self.publication.problems(self.publication_tables(), slot is not None)
+        return probs

@@ -1,6 +1,6 @@
 """The ``source:`` section of a spec with ``kind: postgres`` (README.md, "Pipelines"): the fields
-only this kind reads (``slot``, ``replay_retention``) and their checks. Light: no client library
-(DAG parsing loads specs)."""
+only this kind reads (``slot``, ``replay_retention``, ``plugin``, ``publication``) and their
+checks. Light: no client library (DAG parsing loads specs)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,34 @@ from typing import Any
 from ...spec import PipelineSpec, Problems, SourceSpec, str_field
 
 SLOT_RE = re.compile(r"^[a-z0-9_]+$")
+# pgoutput's publication_names folds unquoted names to lower case: lower-case names only
+PUBLICATION_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+PLUGINS = ("wal2json", "pgoutput")  # the logical decoding output plugins the source reads
 DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-FIELDS = ("slot", "replay_retention")
+FIELDS = ("slot", "replay_retention", "plugin", "publication")
 
 
 def parse(d: dict, probs: Problems) -> dict[str, Any]:
+    plugin = _plugin(d, probs)
+    publication = str_field(d, "publication", "source.publication", probs, pattern=PUBLICATION_RE,
+                            allowed="an existing publication's name: [a-z_][a-z0-9_]*, at most 63 characters")
+    if publication is not None and plugin == "wal2json":
+        probs.add("source.publication", "only read with plugin: pgoutput (source.plugin is wal2json)",
+                  "omit it, or set source.plugin: pgoutput")
     return {"slot": str_field(d, "slot", "source.slot", probs, pattern=SLOT_RE, allowed="[a-z0-9_]+"),
-            "replay_retention_s": _replay_retention(d, probs)}
+            "replay_retention_s": _replay_retention(d, probs), "plugin": plugin, "publication": publication}
+
+
+def _plugin(d: dict, probs: Problems) -> str | None:
+    """``source.plugin``: the slot's output plugin; None (left out): the existing slot's, or for
+    a new slot wal2json when the server has it, else pgoutput (sources/postgres/slot.py)."""
+    v = d.get("plugin")
+    if v is None or v in PLUGINS:
+        return v
+    probs.add("source.plugin", f"unknown value {v!r}", " | ".join(PLUGINS) + " (leave it out: the slot's "
+              "plugin, or for a new slot what the server offers)")
+    return None
 
 
 def _replay_retention(d: dict, probs: Problems) -> int:

@@ -180,8 +180,11 @@ def converter(typ: str) -> Callable[[Any], Any]:
     return fn
 
 
-def commit_ms(ts: str | None) -> int:
-    """A transaction's commit time (wal2json's ``timestamp``) in ms since the epoch; 0 if absent."""
+def commit_ms(ts: str | int | None) -> int:
+    """A transaction's commit time (wal2json's ``timestamp``) in ms since the epoch; 0 if absent.
+    An int is already that (the pgoutput reader's, ``pgoutput.commit_ms_of``)."""
+    if ts.__class__ is int:
+        return ts  # type: ignore[return-value]
     if not ts:
         return 0
     try:
@@ -254,10 +257,14 @@ class RowPlan:
         self.convert = _compile(signature, float_flag)
 
 
+def plan_namespace(float_flag: list[bool]) -> dict[str, Any]:
+    """The globals a generated plan's code (:func:`value_code`) runs with."""
+    return {"_flag": float_flag, "_ts": ts_iso_fast, "_tsc": {}, "_final": _final_value,
+            "_float_final": _float_final, "_encode": encode_value, "_Decimal": decimal.Decimal}
+
+
 def _compile(signature: tuple[tuple[str, str], ...], float_flag: list[bool]):
-    ns: dict[str, Any] = {"_flag": float_flag, "_ts": ts_iso_fast, "_tsc": {}, "_final": _final_value,
-                          "_float_final": _float_final, "_encode": encode_value,
-                          "_Decimal": decimal.Decimal}
+    ns = plan_namespace(float_flag)
     n = len(signature)
     names = ", ".join(f"c{i}" for i in range(n))
     lines = ["def convert(cols):"]
@@ -270,37 +277,40 @@ def _compile(signature: tuple[tuple[str, str], ...], float_flag: list[bool]):
                              for i, (name, typ) in enumerate(signature))
         lines += [f"    if {checks}:", "        return None"]
         for i, (_name, typ) in enumerate(signature):
-            lines += ["    " + line for line in _value_code(i, typ, ns)]
+            lines += ["    " + line for line in value_code(i, typ, ns)]
         items = ", ".join(f"{name!r}: v{i}" for i, (name, _typ) in enumerate(signature))
         lines.append(f"    return {{{items}}}")
     exec(compile("\n".join(lines), "<postgres row plan>", "exec"), ns)  # noqa: S102 - names only appear as repr() literals
     return ns["convert"]
 
 
-def _value_code(i: int, typ: str, ns: dict[str, Any]) -> list[str]:
+def value_code(i: int, typ: str, ns: dict[str, Any], src: str | None = None) -> list[str]:
     """Code setting ``v{i}`` to the final value of column ``c{i}`` of type ``typ``: what
-    ``encode_value(converter(typ)(value))`` gives."""
+    ``encode_value(converter(typ)(value))`` gives. ``src`` is the expression that holds the
+    value as wal2json's JSON has it (default ``c{i}.value``; the pgoutput plans make it from the
+    column's text, sources/postgres/pgoutput.py)."""
+    x = src or f"c{i}.value"
     if typ.endswith("[]"):  # may hold floats: the event checks them itself
         ns[f"_conv{i}"] = converter(typ)
-        return [f"v{i} = _encode(_conv{i}(c{i}.value))", "_flag[0] = True"]
+        return [f"v{i} = _encode(_conv{i}({x}))", "_flag[0] = True"]
     if typ == "bytea":
         ns[f"_conv{i}"] = converter(typ)
-        return [f"v{i} = _encode(_conv{i}(c{i}.value))"]
+        return [f"v{i} = _encode(_conv{i}({x}))"]
     if typ.startswith(("numeric", "decimal")):
         # wal2json writes a bare number: an int or (parsed) a Decimal; str() is its text
-        return [f"v{i} = c{i}.value", f"if v{i} is not None and v{i}.__class__ is not str:",
+        return [f"v{i} = {x}", f"if v{i} is not None and v{i}.__class__ is not str:",
                 f"    v{i} = str(v{i})"]
     if typ in ("real", "double precision"):
-        return [f"v{i} = c{i}.value",
+        return [f"v{i} = {x}",
                 f"if v{i}.__class__ is _Decimal or v{i}.__class__ is int or v{i}.__class__ is float:",
                 f"    v{i} = float(v{i})",
                 f"    if not (v{i} == 0.0 or 1e-4 <= abs(v{i}) < 1e16):",
                 "        _flag[0] = True",
                 f"        v{i} = _float_final(v{i})"]
     if typ.startswith("timestamp"):  # rows of a transaction often share their timestamps
-        return [f"v{i} = c{i}.value", f"t = _tsc.get(v{i})", "if t is None:",
+        return [f"v{i} = {x}", f"t = _tsc.get(v{i})", "if t is None:",
                 f"    t = _ts(v{i})", "    if len(_tsc) > 4096:", "        _tsc.clear()",
                 f"    _tsc[v{i}] = t", f"v{i} = t"]
     if _is_final(typ):
-        return [f"v{i} = c{i}.value"]
-    return [f"v{i} = _final(c{i}.value)"]
+        return [f"v{i} = {x}"]
+    return [f"v{i} = _final({x})"]
