@@ -150,6 +150,18 @@ class Source(abc.ABC):
         None where the source cannot list them."""
         return None
 
+    @staticmethod
+    def catalog_of(rows: list[tuple]) -> dict[str, tuple[list[str], list[str]]]:
+        """:meth:`table_catalog`'s answer from catalog rows (schema, table, column, is key), in
+        the tables' column order."""
+        out: dict[str, tuple[list[str], list[str]]] = {}
+        for schema, table, column, is_key in rows:
+            cols, key = out.setdefault(f"{schema}.{table}", ([], []))
+            cols.append(column)
+            if is_key:
+                key.append(column)
+        return out
+
     # ------------------------------------------------------------------ identity and positions
 
     @abc.abstractmethod

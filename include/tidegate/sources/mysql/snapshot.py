@@ -221,13 +221,7 @@ class MySqlSnapshot:
                 (SYSTEM_DBS,))
         finally:
             conn.close()
-        out: dict[str, tuple[list[str], list[str]]] = {}
-        for db, table, column, is_key in rows:
-            cols, key = out.setdefault(f"{db}.{table}", ([], []))
-            cols.append(column)
-            if is_key:
-                key.append(column)
-        return out
+        return self.catalog_of(rows)
 
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
         cols = ", ".join(_ident(c) for c in table.key)

@@ -114,13 +114,7 @@ class PostgresSnapshot:
                       f"{SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
         finally:
             conn.close()
-        out: dict[str, tuple[list[str], list[str]]] = {}
-        for schema, table, column, is_key in rows:
-            cols, key = out.setdefault(f"{schema}.{table}", ([], []))
-            cols.append(column)
-            if is_key:
-                key.append(column)
-        return out
+        return self.catalog_of(rows)
 
     def _snap_columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, int, str, str]]:
         """(name, type oid, type with modifiers as wal2json names it, type without them)."""
