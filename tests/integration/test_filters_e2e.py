@@ -135,7 +135,7 @@ def mysql_workload(mysql, folder):
     return name, db, admin, changes, lambda: run(admin, f"DROP DATABASE IF EXISTS {db}")
 
 
-def postgres_workload(postgres, folder):
+def postgres_workload(postgres, folder, plugin: str = "wal2json"):
     schema = f"flt_{uuid.uuid4().hex[:8]}"
     name = f"fp_{schema[4:]}"
     admin = psycopg2.connect(postgres.admin_dsn)
@@ -151,8 +151,13 @@ def postgres_workload(postgres, folder):
         *insert_customers(f"{schema}.customers", CUSTOMERS[:2]),
         f"INSERT INTO {schema}.orders VALUES (10, 1, 12.50)",
         f"INSERT INTO {schema}.audit_log VALUES (1, '{AUDIT_SECRET}')")
-    (folder / f"{name}.yaml").write_text(
-        spec_text(name, "postgres", schema, "{conn_id: flt_salt}", {"slot": name, "replay_retention": "1h"}))
+    extra = {"slot": name, "replay_retention": "1h", "plugin": plugin}
+    if plugin == "pgoutput":
+        # a publication of every table, so the server sends the excluded table's changes too and
+        # the filters, not the publication, keep them out
+        run(admin, f"CREATE PUBLICATION {name} FOR ALL TABLES")
+        extra["publication"] = name
+    (folder / f"{name}.yaml").write_text(spec_text(name, "postgres", schema, "{conn_id: flt_salt}", extra))
 
     def changes():
         run(admin, "BEGIN", *insert_customers(f"{schema}.customers", CUSTOMERS[2:3]),
@@ -166,7 +171,8 @@ def postgres_workload(postgres, folder):
 
     def drop():
         run(admin, f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "
-                   f"'{name}'", f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                   f"'{name}'", f"DROP PUBLICATION IF EXISTS {name}",
+            f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
     return name, schema, admin, changes, drop
 
@@ -273,11 +279,14 @@ def expected_customer(kind: str, i: int, email: str | None = None, phone: str | 
 # --------------------------------------------------------------------------- the tests
 
 
-@pytest.mark.parametrize("kind", ["mysql", "postgres"])
-def test_filtered_pipeline(kind, env, capsys, mysql, postgres, kafka_bootstrap, nats_service, redis_service,
-                           request):
-    make = mysql_workload if kind == "mysql" else postgres_workload
-    name, schema, admin, changes, drop = make(mysql if kind == "mysql" else postgres, env)
+@pytest.mark.parametrize("kind, plugin", [("mysql", None), ("postgres", "wal2json"),
+                                          ("postgres", "pgoutput")])
+def test_filtered_pipeline(kind, plugin, env, capsys, mysql, postgres, kafka_bootstrap, nats_service,
+                           redis_service, request):
+    if kind == "mysql":
+        name, schema, admin, changes, drop = mysql_workload(mysql, env)
+    else:
+        name, schema, admin, changes, drop = postgres_workload(postgres, env, plugin)
     request.addfinalizer(lambda: (drop(), admin.close()))
     spec = find(name)
     source = Parts().source(spec)
@@ -294,6 +303,10 @@ def test_filtered_pipeline(kind, env, capsys, mysql, postgres, kafka_bootstrap, 
     r.close()
 
     r1 = tidegate(capsys, "run", name, "--run-id", "r1")  # the snapshot (and creates the slot)
+    if kind == "postgres":  # the slot decodes with the plugin the spec names
+        with admin.cursor() as c:
+            c.execute("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", (name,))
+            assert c.fetchall() == [(plugin,)]
     changes()
     r2 = tidegate(capsys, "run", name, "--run-id", "r2")
     r3 = tidegate(capsys, "run", name, "--mode", "replay", "--replay-of", "r2", "--run-id", "r3")
