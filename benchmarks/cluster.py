@@ -175,9 +175,11 @@ class Bench:
         wall = time.perf_counter() - t0
         logs = [p for p in set(self.cluster.events.iterdir()) - before if not p.name.endswith(".inprogress")]
         assert len(logs) == 1, logs
+        driver = {k: v for k, v in report.items() if k.startswith("driver_")}
         return {"wall": wall, "submit_wall": submit["wall"], "cpu": submit["cpu"],
                 "events": report.get("events", 0), "rows": snapshot_rows(submit["out"]),
-                "plan": bounds["plan"], "eventlog": summary(read_app(logs[0])), "eventlog_file": str(logs[0])}
+                "plan": bounds["plan"], "driver": driver, "notes": task_notes(submit["out"]),
+                "eventlog": summary(read_app(logs[0])), "eventlog_file": str(logs[0])}
 
     def step(self, what: str, name: str, run_id: str) -> dict:
         r = subprocess.run([sys.executable, __file__, "--step", what, name, run_id], env=self.env,
@@ -185,6 +187,14 @@ class Bench:
         if r.returncode != 0:
             raise SystemExit(f"{what} of {name} failed:\n{r.stderr[-3000:]}")
         return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+NOTE = re.compile(r"tidegate: pipeline \S+ slice \S+: (\d+) events in ([\d.]+)s")
+
+
+def task_notes(log: str) -> list[tuple[int, float]]:
+    """(events, seconds) of each log slice a Spark task read, from the notes the driver logs."""
+    return [(int(n), float(t)) for n, t in NOTE.findall(log)]
 
 
 def snapshot_rows(log: str) -> int:
@@ -279,6 +289,34 @@ def print_eventlog(label: str, s: dict) -> None:
           f"({s['driver_only_s'] / span:.0%}; of it after the last task {s['after_last_task_s']:.1f}s)")
 
 
+def print_model(label: str, size: int, r: dict) -> None:
+    """What N executors with cores of their own would give, from this run's measured costs: each
+    executor decodes at the rate its tasks did here (their wall time, overheads included, on
+    cores shared with the driver: an upper bound on the cost), the driver delivers at most one
+    event per its measured CPU per event (Python driver and JVM each on a core), and every run
+    pays the start-up to its first task."""
+    s, d = r["eventlog"], r["driver"]
+    if not s["tasks"] or d.get("driver_cpu_seconds") is None:
+        return
+    tasks = s["tasks"]
+    per_task = size / tasks  # events (or rows) a task carries, on average
+    task_s = s["task_duration_s"]["mean"]
+    overhead = s["deserialize_s"]["mean"] + s["scheduler_delay_s"]["mean"] + s["getting_result_s"]["mean"]
+    executor_rate = per_task / task_s
+    driver_cpu = max(d["driver_cpu_seconds"], d.get("driver_jvm_cpu_seconds") or 0)
+    driver_rate = size / driver_cpu
+    start = s["first_task_after_s"]
+    print(f"\n{label}: model from this run: {tasks} tasks of {per_task:,.0f} on average, {task_s:.2f}s each "
+          f"({overhead:.2f}s of it Spark's per-task cost: {overhead / task_s:.0%}) -> {executor_rate:,.0f}/s "
+          f"per executor; driver CPU {d['driver_cpu_seconds']:.1f}s (Python) + "
+          f"{d.get('driver_jvm_cpu_seconds') or 0:.1f}s (JVM) = {1e6 * driver_cpu / size:.0f} us per event "
+          f"on its busier process -> at most {driver_rate:,.0f}/s; start-up to the first task {start:.1f}s")
+    for n in (1, 2, 4, 8, 16):
+        rate = min(n * executor_rate, driver_rate)
+        bound = "driver" if n * executor_rate >= driver_rate else "executors"
+        print(f"  {n:>2} executors: {rate:>9,.0f}/s ({bound}-bound), {size:,} in {start + size / rate:6.1f}s")
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -349,7 +387,16 @@ def main() -> int:
                   f"(spark-submit alone {b['submit_wall'] / a['wall']:.2f})")
     for kind in ("log", "snapshot"):
         if (kind, "spark") in results:
-            print_eventlog(kind, results[(kind, "spark")]["eventlog"])
+            r = results[(kind, "spark")]
+            print_eventlog(kind, r["eventlog"])
+            d = r["driver"]
+            print(f"  driver: run {d.get('driver_run_seconds')}s, CPU {d.get('driver_cpu_seconds')}s "
+                  f"(Python) + {d.get('driver_jvm_cpu_seconds')}s (JVM)")
+            if r["notes"]:
+                events, seconds = sum(n for n, _ in r["notes"]), sum(t for _, t in r["notes"])
+                print(f"  slices: {len(r['notes'])}, {events / len(r['notes']):,.0f} events each on average, "
+                      f"{1e6 * seconds / events:.0f} us per event in the task's own reading")
+            print_model(kind, args.changes if kind == "log" else args.rows, r)
     print(f"\nload average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, "
           f"at end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; logs in {base}")
     return 0
