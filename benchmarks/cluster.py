@@ -32,13 +32,17 @@ the workers). Then, from the Spark event log: the executors, how many tasks each
 cost (duration, run time, scheduler delay, deserialization, result fetch: mean and median), and
 how the application's span divides into start-up, tasks running, and the driver alone.
 The machine has two cores, shared with the database, Kafka and other work: compare figures
-within one run.
+within one run. The log phase (workload and both runs) and the snapshot phase each hold the
+integration tests' lock (/tmp/tidegate-it.lock): some tests purge the shared MariaDB's binlogs,
+which would take the backlog or a snapshot's handoff away mid-run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import fcntl
 import importlib.util
 import json
 import os
@@ -63,6 +67,7 @@ from spark_eventlog import read_app, summary  # noqa: E402
 from table import measured, run_report  # noqa: E402
 
 PATHS = ("in-process", "spark")
+IT_LOCK = "/tmp/tidegate-it.lock"
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -317,6 +322,21 @@ def print_model(label: str, size: int, r: dict) -> None:
         print(f"  {n:>2} executors: {rate:>9,.0f}/s ({bound}-bound), {size:,} in {start + size / rate:6.1f}s")
 
 
+@contextlib.contextmanager
+def servers_held(what: str):
+    """The integration tests' lock, held while a phase needs the shared MariaDB's binlog to stay:
+    some tests purge binary logs (under this lock), which would take a backlog or a snapshot's
+    handoff away mid-run."""
+    t0 = time.perf_counter()
+    with open(IT_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        print(f"{what}: {IT_LOCK} taken after {time.perf_counter() - t0:.0f}s", flush=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -355,26 +375,38 @@ def main() -> int:
             fill_snapshot_table(cur, db, args.rows)
             print(f"snapshot table: {args.rows:,} rows in {time.perf_counter() - t0:.0f}s", flush=True)
         if args.only in (None, "log"):
-            log_pipes = {p: bench.pipeline("log", p, "bench", 48700 + i) for i, p in enumerate(PATHS)}
-            for path, name in log_pipes.items():  # placed at the head: nothing to read yet
-                bench.run(path, name, 0)
-            t0 = time.perf_counter()
-            mysql_workload(cur, db, args.changes, 10, args.files, lambda: cur.execute("FLUSH BINARY LOGS"))
-            print(f"log: {args.changes:,} row changes written in {time.perf_counter() - t0:.0f}s", flush=True)
-            for path, name in log_pipes.items():
-                results[("log", path)] = r = bench.run(path, name, args.changes)
-                print_result("log", args.changes, path, r)
+            log_phase(bench, cur, db, args, results)
         if args.only in (None, "snapshot"):
-            for i, path in enumerate(PATHS):
-                name = bench.pipeline("snap", path, "snap", 48710 + i)
-                results[("snapshot", path)] = r = bench.run(path, name, args.rows, snapshot=True)
-                print_result("snapshot", args.rows, path, r)
+            with servers_held("snapshot"):
+                for i, path in enumerate(PATHS):
+                    name = bench.pipeline("snap", path, "snap", 48710 + i)
+                    results[("snapshot", path)] = r = bench.run(path, name, args.rows, snapshot=True)
+                    print_result("snapshot", args.rows, path, r)
     finally:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         conn.close()
         drop_topics(bench.names, ("bench", "snap"))
         if not args.keep_cluster:
             cluster.down()
+    print_summary(args, results, load0)
+    print(f"logs in {base}")
+    return 0
+
+
+def log_phase(bench: Bench, cur, db: str, args: argparse.Namespace, results: dict) -> None:
+    log_pipes = {p: bench.pipeline("log", p, "bench", 48700 + i) for i, p in enumerate(PATHS)}
+    with servers_held("log"):
+        for path, name in log_pipes.items():  # placed at the head: nothing to read yet
+            bench.run(path, name, 0)
+        t0 = time.perf_counter()
+        mysql_workload(cur, db, args.changes, 10, args.files, lambda: cur.execute("FLUSH BINARY LOGS"))
+        print(f"log: {args.changes:,} row changes written in {time.perf_counter() - t0:.0f}s", flush=True)
+        for path, name in log_pipes.items():
+            results[("log", path)] = r = bench.run(path, name, args.changes)
+            print_result("log", args.changes, path, r)
+
+
+def print_summary(args: argparse.Namespace, results: dict, load0: tuple) -> None:
     load1 = os.getloadavg()
     print("\nsummary (one run, same backlog; the machine's 2 cores are shared):")
     for (kind, path), r in results.items():
@@ -398,8 +430,7 @@ def main() -> int:
                       f"{1e6 * seconds / events:.0f} us per event in the task's own reading")
             print_model(kind, args.changes if kind == "log" else args.rows, r)
     print(f"\nload average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, "
-          f"at end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; logs in {base}")
-    return 0
+          f"at end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
 
 
 if __name__ == "__main__":
