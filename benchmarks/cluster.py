@@ -390,7 +390,7 @@ def main() -> int:
     finally:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         conn.close()
-        drop_topics(bench.names, ("bench", "snap"))
+        drop_topics(bench.names, ("bench", "snap", "__control"))
         if not args.keep_cluster:
             cluster.down()
     print_summary(args, results, load0)
