@@ -126,6 +126,8 @@ def spec_text(name: str, table: str, server_id: int, snapshot: bool) -> str:
 
 
 class Bench:
+    """The benchmark's pipelines (a folder and a checkpoint store of their own) and their runs."""
+
     def __init__(self, base: Path, cluster: Cluster, db: str):
         self.base, self.cluster, self.db = base, cluster, db
         self.zip = package_zip(base)
