@@ -3,6 +3,7 @@ the events the driver rebuilds from them."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -106,3 +107,14 @@ def test_a_shipped_row_rebuilds_the_event_without_reparsing_until_asked():
         assert getattr(back, name) == getattr(ev, name), name
     mark = PositionMark(end)
     assert row_to_item(item_to_row(mark)) == mark
+
+
+def test_the_driver_reports_its_cpu_and_its_jvms():
+    from tidegate.spark.job import cpu_seconds
+
+    sum(i * i for i in range(300_000))  # some CPU of its own
+    mine = cpu_seconds()
+    assert mine > 0
+    # The same process read through /proc (as the driver reads its JVM's) agrees within ticks.
+    assert abs(cpu_seconds(os.getpid()) - mine) < 0.5
+    assert cpu_seconds(2**22 + 1) is None  # no such process: nothing to report

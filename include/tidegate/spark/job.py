@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,10 +81,34 @@ def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
     from ..store import default_url
 
     reader = SparkReader(spark, run.parts.connection(run.spec.source.conn_id), default_url())
+    # What the run costs the driver's side, its start-up left out (benchmarks/cluster.py): with
+    # executors on cores of their own, the driver's delivery is what bounds a run.
+    t0, cpu0, jvm0 = time.monotonic(), cpu_seconds(), cpu_seconds(os.getppid())
     report = run_pipeline(run, reader=reader)
+    report["driver_run_seconds"] = round(time.monotonic() - t0, 3)
     report["driver_peak_rss_bytes"] = _peak_rss()
     report["driver_jvm_peak_rss_bytes"] = _peak_rss(os.getppid())
+    report["driver_cpu_seconds"] = _spent(cpu0, cpu_seconds())
+    report["driver_jvm_cpu_seconds"] = _spent(jvm0, cpu_seconds(os.getppid()))
     return report
+
+
+def _spent(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else round(after - before, 2)
+
+
+def cpu_seconds(pid: int | None = None) -> float | None:
+    """CPU seconds (user + system) this process, or process ``pid`` (the driver's JVM, its
+    parent in client mode), has used so far, where /proc tells it."""
+    if pid is None:
+        t = os.times()
+        return round(t.user + t.system, 2)
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _peak_rss(pid: int | None = None) -> int | None:
@@ -103,4 +128,4 @@ def _peak_rss(pid: int | None = None) -> int | None:
     return None
 
 
-__all__ = ["SparkReader", "deliver"]
+__all__ = ["SparkReader", "cpu_seconds", "deliver"]
