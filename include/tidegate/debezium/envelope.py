@@ -328,8 +328,8 @@ class DebeziumEncoder:
     # ------------------------------------------------------------------ schemas
 
     def _source_schema(self) -> dict[str, Any]:
-        def f(t: str, name: str, optional: bool = True, **extra: Any) -> dict[str, Any]:
-            return {"type": t, "optional": optional, **extra, "field": name}
+        def f(t: str, field_name: str, optional: bool = True, **extra: Any) -> dict[str, Any]:
+            return {"type": t, "optional": optional, **extra, "field": field_name}
         common = [f("string", "version", False), f("string", "connector", False), f("string", "name", False),
                   f("int64", "ts_ms", False),
                   f("string", "snapshot", True, name="io.debezium.data.Enum", version=1,
