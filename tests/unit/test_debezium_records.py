@@ -25,14 +25,14 @@ def encoder(info: SourceInfo, **options) -> DebeziumEncoder:
 
 def mysql_event(op: str, before, after, key, *, tx="0-1-42", event_id="mysql-bin.000003:1234:1", order=1,
                 tx_end=False, end=None) -> ChangeEvent:
-    return ChangeEvent.native("default", "orders", "mysql", "shop", "shop", "orders", op, before, after, key, tx,
-                              event_id, {"kind": "mysql", "file": "mysql-bin.000003", "pos": 1234, "server_id": 7},
-                              1_700_000_000_000, order, order, "false", tx_end, end)
+    position = {"kind": "mysql", "file": "mysql-bin.000003", "pos": 1234, "server_id": 7}
+    return ChangeEvent.native("default", "orders", "mysql", "shop", "shop", "orders", op, before, after, key,
+                              tx, event_id, position, 1_700_000_000_000, order, order, "false", tx_end, end)
 
 
 def pg_event(op: str, before, after, key) -> ChangeEvent:
-    return ChangeEvent.native("default", "orders", "postgresql", "public", "public", "items", op, before, after,
-                              key, "771:0/16B3748", "0/16B3700:0", {"lsn": "0/16B3700"}, 1_700_000_000_000,
+    return ChangeEvent.native("default", "orders", "postgresql", "public", "public", "items", op, before,
+                              after, key, "771:0/16B3748", "0/16B3700:0", {"lsn": "0/16B3700"}, 1_700_000_000_000,
                               1, 1, "false")
 
 
@@ -87,7 +87,8 @@ def test_a_postgres_update_with_the_postgres_source_block():
     lsn = (0x0 << 32) | 0x16B3700
     assert value["source"] == {
         "version": "3.6.1.Final", "connector": "postgresql", "name": "srv", "ts_ms": 1_700_000_000_000,
-        "snapshot": "false", "db": "appdb", "sequence": json.dumps([str(0x16B3748), str(lsn)]).replace(" ", ""),
+        "snapshot": "false", "db": "appdb",
+        "sequence": json.dumps([str(0x16B3748), str(lsn)]).replace(" ", ""),
         "ts_us": 1_700_000_000_000_000, "ts_ns": 1_700_000_000_000_000_000, "schema": "public",
         "table": "items", "txId": 771, "lsn": lsn, "xmin": None}
 
@@ -141,12 +142,12 @@ def test_schemas_true_wraps_key_and_value_with_the_connect_schema():
                    "payload": {"id": 7}}
     schema = value["schema"]
     assert schema["name"] == "orders.shop.orders.Envelope"
-    assert [f["field"] for f in schema["fields"]] == ["before", "after", "source", "transaction", "op", "ts_ms",
-                                                     "ts_us", "ts_ns"]
+    assert [f["field"] for f in schema["fields"]] == ["before", "after", "source", "transaction", "op",
+                                                     "ts_ms", "ts_us", "ts_ns"]
     after = schema["fields"][1]
     assert after["name"] == "orders.shop.orders.Value" and after["optional"] is True
-    assert after["fields"][1] == {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
-                                  "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+    assert after["fields"][1] == {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                                  "version": 1, "parameters": {"scale": "2", "connect.decimal.precision": "10"},
                                   "optional": True, "field": "total"}
     assert schema["fields"][2]["name"] == "io.debezium.connector.mariadb.Source"
     assert value["payload"]["after"]["total"] == base64.b64encode(bytes([0x04, 0xD2])).decode()
@@ -167,7 +168,7 @@ sinks:
     assert opts.modes_for("postgresql").time == "connect" and opts.skipped_operations == ()
     assert DebeziumOptions().modes_for("postgresql").time == "adaptive"
     assert DebeziumOptions().modes_for("mariadb").time == "adaptive_time_microseconds"
-    from tidegate.spec import _check_text, Problems  # noqa: PLC0415 - the validation's own messages
+    from tidegate.spec import Problems, _check_text  # noqa: PLC0415 - the validation's own messages
 
     _, problems = _check_text("""
 pipeline: p
