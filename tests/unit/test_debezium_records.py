@@ -32,8 +32,8 @@ def mysql_event(op: str, before, after, key, *, tx="0-1-42", event_id="mysql-bin
 
 def pg_event(op: str, before, after, key) -> ChangeEvent:
     return ChangeEvent.native("default", "orders", "postgresql", "public", "public", "items", op, before,
-                              after, key, "771:0/16B3748", "0/16B3700:0", {"lsn": "0/16B3700"}, 1_700_000_000_000,
-                              1, 1, "false")
+                              after, key, "771:0/16B3748", "0/16B3700:0", {"lsn": "0/16B3700"},
+                              1_700_000_000_000, 1, 1, "false")
 
 
 def test_a_mariadb_insert_as_the_mariadb_connector_writes_it():
@@ -147,7 +147,8 @@ def test_schemas_true_wraps_key_and_value_with_the_connect_schema():
     after = schema["fields"][1]
     assert after["name"] == "orders.shop.orders.Value" and after["optional"] is True
     assert after["fields"][1] == {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
-                                  "version": 1, "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+                                  "version": 1,
+                                  "parameters": {"scale": "2", "connect.decimal.precision": "10"},
                                   "optional": True, "field": "total"}
     assert schema["fields"][2]["name"] == "io.debezium.connector.mariadb.Source"
     assert value["payload"]["after"]["total"] == base64.b64encode(bytes([0x04, 0xD2])).decode()
