@@ -73,6 +73,7 @@ class SourceInfo:
     connector: str
     database: str
     tables: dict[str, TableInfo]  # "schema.table"
+    server_id: int = 0  # MySQL/MariaDB: the server's @@server_id (source.server_id)
 
 
 @dataclass(frozen=True)
@@ -319,9 +320,10 @@ class DebeziumEncoder:
             return src
         pos = ev.position or {}
         file, p, row = _binlog_coordinates(str(ev.event_id), pos)
+        server_id = pos.get("server_id") or (self._info.server_id if self._info else 0)
         gtid = ev.tx_id if (_MARIADB_GTID.match(str(ev.tx_id)) or _MYSQL_GTID.match(str(ev.tx_id))) else None
         src.update(db=ev.db, sequence=None, ts_us=ts * 1000, ts_ns=ts * 1_000_000, table=ev.table,
-                   server_id=int(pos.get("server_id") or 0), gtid=gtid, file=file, pos=p, row=row,
+                   server_id=int(server_id), gtid=gtid, file=file, pos=p, row=row,
                    thread=None, query=None)
         return src
 
@@ -372,6 +374,8 @@ def _binlog_coordinates(event_id: str, position: dict[str, Any]) -> tuple[str, i
     """(file, pos, row) of a row event: tidegate's event id is ``file:pos:row``; a schema change's
     ``file:pos:db.table``; a snapshot row has no binlog coordinates (Debezium writes the
     snapshot's start; tidegate does not know it per row)."""
+    if "file" in position and "row" in position:  # a log row's own position
+        return str(position["file"]), int(position.get("pos") or 0), int(position["row"])
     parts = event_id.split(":")
     if len(parts) >= 3 and parts[1].isdigit():
         return parts[0], int(parts[1]), int(parts[2]) if parts[2].isdigit() else 0

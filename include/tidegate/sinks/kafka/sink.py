@@ -194,7 +194,7 @@ class KafkaSink(Sink):
         super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, tenant=pipeline.tenant,
                          required=sink.required, conn=conn,
                          secrets=secrets_of(conn, base), spec=sink)
-        if not sink.topic:
+        if not sink.topic and sink.envelope != "debezium":  # Debezium's envelope names its own topics
             raise NonRetryableSinkError(f"Kafka sink {sink.id!r} of pipeline {pipeline.pipeline!r} "
                                         f"has no topic template")
         self.spec = sink

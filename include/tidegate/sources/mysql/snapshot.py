@@ -232,13 +232,13 @@ class MySqlSnapshot:
 
         conn = self._snap_connection()
         try:
-            version = str(self._snap_all(conn, "SELECT VERSION()")[0][0])
+            version, server_id = self._snap_all(conn, "SELECT VERSION(), @@server_id")[0]
             rows = self._snap_all(
                 conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, "
                       "c.IS_NULLABLE = 'YES' FROM information_schema.COLUMNS c "
                       "WHERE c.TABLE_SCHEMA NOT IN %s "
                       "ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION", (SYSTEM_DBS,))
-            mariadb = "mariadb" in version.lower()
+            mariadb = "mariadb" in str(version).lower()
             checks = self._snap_all(
                 conn, "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM "
                       "information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%%' "
@@ -253,7 +253,7 @@ class MySqlSnapshot:
             info = tables.setdefault(f"{db}.{table}", TableInfo({}, {}))
             info.columns[column] = "json" if (db, table, column) in json_cols else str(sql_type)
             info.nullable[column] = bool(nullable)
-        return SourceInfo("mariadb" if mariadb else "mysql", "", tables)
+        return SourceInfo("mariadb" if mariadb else "mysql", "", tables, int(server_id))
 
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
         cols = ", ".join(_ident(c) for c in table.key)
