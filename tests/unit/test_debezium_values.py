@@ -103,6 +103,7 @@ def test_bits():
     assert base64.b64decode(my("bit(64)", "1" + "0" * 63)[0]) == (1 << 63).to_bytes(8, "little")
     assert pg("bit(1)", "1")[0] is True
     assert base64.b64decode(pg("bit(3)", "101")[0]) == b"\x05"
+    assert pg("bit(12)", "000000000000")[0] == ""  # PostgreSQL: as few bytes as the value needs
 
 
 def test_binary_modes():
@@ -157,8 +158,13 @@ def test_mysql_enum_set_json_geometry():
         '{"a": [1, 2]}', {"type": "string", "name": "io.debezium.data.Json", "version": 1})
     wkb = bytes.fromhex("0101000000000000000000f03f0000000000000040")  # POINT(1 2)
     value, schema = my("point", b64((4326).to_bytes(4, "little") + wkb))
-    assert value == {"wkb": b64(wkb), "srid": 4326}
+    assert value == {"x": 1.0, "y": 2.0, "wkb": b64(wkb), "srid": 4326}
+    assert schema["name"] == "io.debezium.data.geometry.Point"
+    value, schema = my("geometry", b64(bytes(4) + wkb))
+    assert value == {"wkb": b64(wkb), "srid": None}  # SRID 0 is null
     assert schema["name"] == "io.debezium.data.geometry.Geometry"
+    assert pg("point", "(1.5,-2.25)")[0] == {"x": 1.5, "y": -2.25, "wkb": "AQEAAAAAAAAAAAD4PwAAAAAAAALA",
+                                             "srid": None}
 
 
 def test_postgres_types():
@@ -181,8 +187,9 @@ def test_postgres_types():
         1704164645500000, {"type": "int64", "name": "io.debezium.time.MicroTimestamp", "version": 1})
     assert pg("timestamp(3) without time zone", "2024-01-02T03:04:05.5")[0] == 1704164645500
     assert pg("timestamp with time zone", "2024-01-02T03:04:05.120000+00:00") == (
-        "2024-01-02T03:04:05.12Z",
+        "2024-01-02T03:04:05.120000Z",  # padded to the column's precision (6 when not given)
         {"type": "string", "name": "io.debezium.time.ZonedTimestamp", "version": 1})
+    assert pg("timestamp(3) with time zone", "2038-01-18T21:44:07.999+00:00")[0] == "2038-01-18T21:44:07.999Z"
     assert pg("time without time zone", "12:00:00.25")[0] == 43_200_250_000
     assert pg("time(3) without time zone", "12:00:00.25") == (
         43_200_250, {"type": "int32", "name": "io.debezium.time.Time", "version": 1})

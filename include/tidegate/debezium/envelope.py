@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +152,13 @@ class DebeziumEncoder:
         self.clock = clock
         self._tables: dict[tuple[str, str], _Table] = {}
         self._tx: dict[str, Any] | None = None  # the open transaction's id, counts, ts
+        self._seq: tuple[str, int | None] = ("", None)  # PostgreSQL: a transaction's first LSN
+        # Debezium 3's context headers on every record: the logical name, the task, the
+        # connector's name (here the pipeline's) and a run id (here one per sink and run).
+        self.context_headers = [("__debezium.context.connectorLogicalName", self.prefix.encode()),
+                                ("__debezium.context.taskId", b"0"),
+                                ("__debezium.context.connectorName", pipeline.encode()),
+                                ("__debezium.context.runId", str(uuid.uuid4()).encode())]
 
     def reset(self) -> None:
         """Forget an open transaction (a sub-batch is delivered again from its start)."""
@@ -216,7 +224,7 @@ class DebeziumEncoder:
         payload.update(self._now())
         key_bytes = self._key_bytes(t, key, ev.key)
         value = self._wrap(payload, lambda: self._envelope_schema(t, ev.before or ev.after or {}))
-        headers = self._key_headers(t, ev.headers)
+        headers = self._key_headers(t, ev.headers) + self.context_headers
         out.append(Record(topic, key_bytes, value, headers))
         if ev.op == "d" and self.options.tombstones_on_delete:
             out.append(Record(topic, key_bytes, None, list(headers)))
@@ -241,7 +249,8 @@ class DebeziumEncoder:
                    "op": "t"}
         payload.update(self._now())
         topic = topic_of(probe) if topic_of is not None else self.topic(schema, table)
-        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, {})), [])
+        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, {})),
+                      list(self.context_headers))
 
     # ------------------------------------------------------------------ parts
 
@@ -301,7 +310,7 @@ class DebeziumEncoder:
         key = {"id": tx_id}
         return Record(self.transaction_topic,
                       self._wrap(key, lambda: _TX_KEY_SCHEMA),
-                      self._wrap(value, lambda: _TX_VALUE_SCHEMA), [])
+                      self._wrap(value, lambda: _TX_VALUE_SCHEMA), list(self.context_headers))
 
     # ------------------------------------------------------------------ source block
 
@@ -312,11 +321,11 @@ class DebeziumEncoder:
         if self.connector == "postgresql":
             lsn = lsn_int(str(ev.event_id).split(":", 1)[0])
             xid, _, commit = str(ev.tx_id).partition(":")
+            first = self._first_lsn(str(ev.tx_id), lsn)
             src.update(db=self._info.database if self._info else ev.db, sequence=_dumps(
-                [str(lsn_int(commit)) if lsn_int(commit) is not None else None,
-                 str(lsn) if lsn is not None else None]).decode(),
+                [str(first) if first is not None else None, str(lsn) if lsn is not None else None]).decode(),
                 ts_us=ts * 1000, ts_ns=ts * 1_000_000, schema=ev.schema, table=ev.table,
-                txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None)
+                txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None, origin=None, origin_lsn=None)
             return src
         pos = ev.position or {}
         file, p, row = _binlog_coordinates(str(ev.event_id), pos)
@@ -326,6 +335,13 @@ class DebeziumEncoder:
                    server_id=int(server_id), gtid=gtid, file=file, pos=p, row=row,
                    thread=None, query=None)
         return src
+
+    def _first_lsn(self, tx_id: str, lsn: int | None) -> int | None:
+        """The LSN of the first change of the row's transaction, which Debezium's PostgreSQL
+        connector writes first in ``source.sequence`` (rows come in order, so the first seen)."""
+        if self._seq[0] != tx_id:
+            self._seq = (tx_id, lsn)
+        return self._seq[1]
 
     # ------------------------------------------------------------------ schemas
 
@@ -339,7 +355,7 @@ class DebeziumEncoder:
                   f("string", "db", False), f("string", "sequence"), f("int64", "ts_us"), f("int64", "ts_ns")]
         if self.connector == "postgresql":
             rest = [f("string", "schema", False), f("string", "table", False), f("int64", "txId"),
-                    f("int64", "lsn"), f("int64", "xmin")]
+                    f("int64", "lsn"), f("int64", "xmin"), f("string", "origin"), f("int64", "origin_lsn")]
         else:
             rest = [f("string", "table"), f("int64", "server_id", False), f("string", "gtid"),
                     f("string", "file", False), f("int64", "pos", False), f("int32", "row", False),

@@ -16,6 +16,7 @@ import base64
 import datetime as dt
 import json
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -150,7 +151,7 @@ def binary_mapping(modes: Modes) -> Mapping:
     return Mapping(_same, {"type": "bytes"})
 
 
-def bits_mapping(nbits: int) -> Mapping:
+def bits_mapping(nbits: int, sized: bool = True) -> Mapping:
     """BIT(1) is a boolean; BIT(n > 1) is io.debezium.data.Bits, the bits as little-endian bytes
     (n/8 rounded up). The value arrives as ``0``/``1`` text, most significant bit first."""
     if nbits <= 1:
@@ -158,8 +159,9 @@ def bits_mapping(nbits: int) -> Mapping:
     size = (nbits + 7) // 8
 
     def convert(v: Any) -> str:
-        n = int(v, 2) if isinstance(v, str) else int(v)
-        return _b64(n.to_bytes(size, "little"))
+        n = int(v, 2) if isinstance(v, str) and v else int(v or 0)
+        # MySQL sizes the bytes to the column; PostgreSQL writes as few as the value needs (0: none)
+        return _b64(n.to_bytes(size if sized else (n.bit_length() + 7) // 8, "little"))
     return _named("bytes", "io.debezium.data.Bits", convert, 1, {"length": str(nbits)})
 
 
@@ -280,15 +282,43 @@ def _money(v: Any) -> Any:
 
 def geometry(v: str) -> dict[str, Any]:
     """A MySQL geometry value (base64 of the 4-byte little-endian SRID, then WKB) as
-    io.debezium.data.geometry.Geometry {wkb, srid}."""
+    io.debezium.data.geometry.Geometry {wkb, srid}; SRID 0 is null, as Debezium writes it."""
     raw = base64.b64decode(v)
-    return {"wkb": _b64(raw[4:]), "srid": int.from_bytes(raw[:4], "little")}
+    srid = int.from_bytes(raw[:4], "little")
+    return {"wkb": _b64(raw[4:]), "srid": srid or None}
+
+
+def _point_of_wkb(wkb: bytes, srid: int | None) -> dict[str, Any]:
+    order = "<" if wkb[:1] == b"\x01" else ">"
+    x, y = struct.unpack(order + "dd", wkb[5:21])
+    return {"x": x, "y": y, "wkb": _b64(wkb), "srid": srid}
+
+
+def mysql_point(v: str) -> dict[str, Any]:
+    """A MySQL POINT as io.debezium.data.geometry.Point {x, y, wkb, srid}."""
+    raw = base64.b64decode(v)
+    return _point_of_wkb(raw[4:], int.from_bytes(raw[:4], "little") or None)
+
+
+def postgres_point(v: str) -> dict[str, Any] | str:
+    """PostgreSQL's ``point`` text ``(x,y)`` as io.debezium.data.geometry.Point (WKB little-endian)."""
+    m = re.match(r"^\(\s*([^,]+),\s*([^)]+)\)$", str(v))
+    if not m:
+        return v
+    x, y = float(m.group(1)), float(m.group(2))
+    return {"x": x, "y": y, "wkb": _b64(struct.pack("<bIdd", 1, 1, x, y)), "srid": None}
 
 
 _GEOMETRY_SCHEMA = {"type": "struct", "name": "io.debezium.data.geometry.Geometry", "version": 1,
                     "doc": "Geometry",
                     "fields": [{"type": "bytes", "optional": False, "field": "wkb"},
                                {"type": "int32", "optional": True, "field": "srid"}]}
+_POINT_SCHEMA = {"type": "struct", "name": "io.debezium.data.geometry.Point", "version": 1,
+                 "doc": "Geometry (POINT)",
+                 "fields": [{"type": "double", "optional": False, "field": "x"},
+                            {"type": "double", "optional": False, "field": "y"},
+                            {"type": "bytes", "optional": True, "field": "wkb"},
+                            {"type": "int32", "optional": True, "field": "srid"}]}
 
 
 def _json_text(v: Any) -> str:
@@ -372,6 +402,8 @@ def mysql_mapping(sql_type: str, modes: Modes) -> Mapping:
         return _named("string", "io.debezium.data.EnumSet", members, 1, {"allowed": ",".join(allowed)})
     if base == "json":
         return _named("string", "io.debezium.data.Json", _json_text)
+    if base == "point":
+        return Mapping(mysql_point, dict(_POINT_SCHEMA))
     if base in _MYSQL_GEOMETRY:
         return Mapping(geometry, dict(_GEOMETRY_SCHEMA))
     return _plain("string")
@@ -396,7 +428,9 @@ def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
                 return v
             return [None if x is None else each(x) if isinstance(x, list) else _c(x) for x in v]
         return Mapping(each, {"type": "array", "items": {**elem.schema, "optional": True}})
-    base, args, _ = parse_type(t.replace(" without time zone", "").replace(" with time zone", " tz"))
+    zoned = t.endswith(" with time zone") or t in ("timestamptz", "timetz")
+    base, args, _ = parse_type(t.replace(" without time zone", "").replace(" with time zone", ""))
+    base = {"timestamptz": "timestamp", "timetz": "time"}.get(base, base)
     fsp = (_ints(args) or [6])[0]
     if base in _PG_INTS:
         return _plain(_PG_INTS[base])
@@ -418,21 +452,23 @@ def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
         return binary_mapping(modes)
     if base == "date":
         return date_mapping(modes)
+    if base == "time" and zoned:
+        return _named("string", "io.debezium.time.ZonedTime", zoned_time)
     if base == "time":
         return time_mapping(fsp, modes)
-    if base == "time tz" or base == "timetz":
-        return _named("string", "io.debezium.time.ZonedTime", zoned_time)
+    if base == "timestamp" and zoned:
+        return _named("string", "io.debezium.time.ZonedTimestamp", lambda v: zoned_timestamp(v, fsp))
     if base == "timestamp":
         return timestamp_mapping(fsp, modes)
-    if base in ("timestamp tz", "timestamptz"):
-        return _named("string", "io.debezium.time.ZonedTimestamp", lambda v: zoned_timestamp(v, None))
     if base == "interval":
         return _named("int64", "io.debezium.time.MicroDuration", interval_micros)
     if base == "bit" and (_ints(args) or [1])[0] == 1:
         return Mapping(lambda v: v in ("1", 1, True), {"type": "boolean"})
     if base in ("bit", "bit varying"):
         nbits = (_ints(args) or [1])[0]
-        return bits_mapping(max(nbits, 2))
+        return bits_mapping(max(nbits, 2), sized=False)
+    if base == "point":
+        return Mapping(postgres_point, dict(_POINT_SCHEMA))
     if base in _PG_NAMED_STRINGS:
         return _named("string", _PG_NAMED_STRINGS[base], _json_text if "json" in base else _same)
     return _plain("string")
