@@ -310,3 +310,20 @@ def test_a_table_with_a_column_the_compiled_path_does_not_cover_takes_the_python
     assert R.build_plan(R.TableMap(7, "db", "t", latin, [0]), lambda c: "tidegate-latin1").native is None
     covered = [R.Column(0, R.LONG, False, "id"), R.Column(1, R.VARCHAR, True, "s", length=20, collation=45)]
     assert R.build_plan(R.TableMap(7, "db", "t", covered, [0]), lambda c: "utf-8").native is not None
+
+
+def test_shipped_rows_are_rebuilt_as_the_python_loop_rebuilds_them():
+    from tidegate.events import ControlMessage
+    from tidegate.shipped import item_to_row, row_to_item
+
+    rnd = random.Random(11)
+    s, end = stream([[(B.WRITE_ROWS_EVENT_V2, [image(rnd), image(rnd)])],
+                     [(B.DELETE_ROWS_EVENT_V2, [image(rnd)])]])
+    items = read(s, end, True) + [ControlMessage("acme", "p", "gap", "g1", None, 5)]
+    items[0].__dict__["headers"] = {"__debezium.newkey": b'{"id":1}'}
+    rows = [item_to_row(i) for i in items]
+    compiled = rowcodec.events_from_rows(rows, ShippedEvent, row_to_item)
+    python = [row_to_item(r) for r in rows]
+    assert [type(i) for i in compiled] == [type(i) for i in python]
+    for c, p in zip(compiled, python, strict=True):
+        assert c.__dict__ == p.__dict__ if not isinstance(p, ControlMessage) else c is p
