@@ -7,9 +7,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: install venv servers lint test test-unit test-integration demo services-up services-down clean
+.PHONY: install venv native servers lint test test-unit test-integration demo services-up services-down clean
 
-install: venv servers
+install: venv native servers
 
 venv: $(STAMP)
 
@@ -18,6 +18,11 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@rm -f $(VENV)/.installed-* && touch $@
+
+# The compiled hot path (include/tidegate/native, docs/architecture.md): rebuilt when its
+# sources change; without it tidegate runs the pure-Python path.
+native: venv
+	$(PY) scripts/build_native.py
 
 servers:
 	@$(PYTHON) scripts/services install

@@ -22,11 +22,10 @@ acknowledged it.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from .events import ChangeEvent, PositionMark
+from .events import ChangeEvent, PositionMark, _cached
 from .positions import Position
 
 
@@ -48,7 +47,7 @@ class Transaction:
             return self.end_position >= position
         return self.end_position > position
 
-    @functools.cached_property
+    @_cached  # functools.cached_property takes a lock shared by all transactions on every first read
     def byte_size(self) -> int:
         return sum(len(e.value) for e in self.events)
 

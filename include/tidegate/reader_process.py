@@ -31,7 +31,7 @@ from typing import Any
 from .errors import SourceError, TidegateError
 from .positions import Position
 from .reading import InProcessReader, Slice
-from .shipped import item_to_row, row_to_item
+from .shipped import item_to_row, rows_to_items
 from .sources.base import Source, SourceItem
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,7 @@ def read_in_child(source: Source, start: Position | None, upto: Position,
                                   f"(exit code {child.exitcode}) before the end of ({start}, {upto}]; "
                                   "its log says why (killed for memory?)") from None
             if kind == "rows":
-                for row in payload:
-                    yield row_to_item(row)
+                yield from rows_to_items(payload)
             elif kind == "error":
                 raise payload
             else:  # "end"

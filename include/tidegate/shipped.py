@@ -40,6 +40,16 @@ def row_to_item(row: tuple) -> ChangeEvent | ControlMessage | PositionMark:
     return ShippedEvent.from_row(row)
 
 
+def rows_to_items(rows: list[tuple]) -> list[ChangeEvent | ControlMessage | PositionMark]:
+    """``[row_to_item(row) for row in rows]``, through the compiled loop where it is built
+    (tidegate.native)."""
+    from .native import rowcodec
+
+    if rowcodec is None:
+        return [row_to_item(row) for row in rows]
+    return rowcodec.events_from_rows(rows, ShippedEvent, row_to_item)
+
+
 class _FromEnvelope:
     """A field of a :class:`ShippedEvent` that did not travel: read from the envelope on first use."""
 

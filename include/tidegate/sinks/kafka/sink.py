@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CHECKPOINT_TOPIC = "_tidegate_checkpoints"
 OP_TIMEOUT_S = 30.0  # default for admin calls, init/abort of transactions, checkpoint reads
 POLL_EVERY = 2000  # serve callbacks every N produced messages
+_OP_HEADERS = {op: ("op", op.encode()) for op in ("c", "u", "d", "r")}  # one tuple per op, not per message
 
 # librdkafka properties that are the consumer's or the admin client's business only.
 _PRODUCER_ONLY = {
@@ -510,14 +511,17 @@ class KafkaSink(Sink):
         topics = [self.control_name if is_control(ev) else self._topic_of(ev) for ev in events]
         # Poison events by idempotency key: (event, why); what the broker refused in an earlier
         # attempt stays poison when the coordinator retries the sub-batch.
-        poison = {ev.idempotency_key: (ev, self._refused[ev.idempotency_key]) for ev in events
-                  if ev.idempotency_key in self._refused}
-        poison.update({ev.idempotency_key: (ev, f"{t!r} is not a valid Kafka topic name")
-                       for ev, t in zip(events, topics, strict=True) if not _VALID_TOPIC.match(t)})
+        refused = self._refused
+        poison = {ev.idempotency_key: (ev, refused[ev.idempotency_key]) for ev in events
+                  if ev.idempotency_key in refused} if refused else {}
+        distinct = dict.fromkeys(topics)  # names are checked once each, not once per event
+        if not all(_VALID_TOPIC.match(t) for t in distinct):
+            poison.update({ev.idempotency_key: (ev, f"{t!r} is not a valid Kafka topic name")
+                           for ev, t in zip(events, topics, strict=True) if not _VALID_TOPIC.match(t)})
         self._check_poison(poison)
-        self._ensure_topics([t for ev, t in zip(events, topics, strict=True)
-                             if ev.idempotency_key not in poison]
-                            + ([self.dlq_name] if self.on_poison == "dlq" else []))
+        wanted = list(distinct) if not poison else [t for ev, t in zip(events, topics, strict=True)
+                                                   if ev.idempotency_key not in poison]
+        self._ensure_topics(wanted + ([self.dlq_name] if self.on_poison == "dlq" else []))
         try:
             self._deliver_once(batch, events, topics, poison, extends)
         except SinkError:
@@ -572,7 +576,8 @@ class KafkaSink(Sink):
         assert p is not None
         produce, poll = p.produce, p.poll
         deadline = time.monotonic() + self._timeout_s
-        table_hdr: dict[tuple[str, str], bytes] = {}
+        table_hdr: dict[tuple[str, str], tuple[str, bytes]] = {}
+        op_hdr = _OP_HEADERS
         if self._debezium is not None:
             self._debezium.reset()  # a retried sub-batch starts its transactions afresh
         for i, (ev, topic) in enumerate(zip(events, topics, strict=True)):
@@ -593,9 +598,10 @@ class KafkaSink(Sink):
                 tk = (ev.schema, ev.table)
                 th = table_hdr.get(tk)
                 if th is None:
-                    th = table_hdr[tk] = f"{ev.schema}.{ev.table}".encode()
+                    th = table_hdr[tk] = ("table", f"{ev.schema}.{ev.table}".encode())
+                op = ev.op
                 value, headers = ev.value, [("idempotency_key", ev.idempotency_key.encode()),
-                                            ("op", ev.op.encode()), ("table", th)]
+                                            op_hdr.get(op) or ("op", op.encode()), th]
                 if ev.headers:  # a primary-key change: each event names the other's key
                     headers += ev.headers.items()
             try:

@@ -43,8 +43,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
+
 from ...errors import SourceError, SourceSettingError
 from ...events import ChangeEvent, split_key_change
+from ...native import rowcodec
+from ...shipped import ShippedEvent
 from ..base import SourceItem
 from .binlog_client import (
     DELETE_ROWS_EVENT_V1,
@@ -78,6 +82,7 @@ _OPS = {WRITE_ROWS_EVENT_V1: "c", WRITE_ROWS_EVENT_V2: "c", UPDATE_ROWS_EVENT_V1
         UPDATE_ROWS_EVENT_V2: "u", DELETE_ROWS_EVENT_V1: "d", DELETE_ROWS_EVENT_V2: "d"}
 _V2 = frozenset({WRITE_ROWS_EVENT_V2, UPDATE_ROWS_EVENT_V2, DELETE_ROWS_EVENT_V2})
 _SKIP = object()  # table id of a table map whose schema a filtered read does not capture
+native_rows = rowcodec.encode_rows if rowcodec is not None else None
 _PLAN_CACHE_MAX = 10_000
 
 
@@ -105,12 +110,23 @@ def collation_codecs(query: Callable[[str], list[tuple]]) -> Callable[[int | Non
     return codec_for
 
 
+def native_allowed(source: Any) -> bool:
+    """Whether a read may take the compiled path: it writes the events as they leave the log,
+    in the default envelope, so a source whose column rules rewrite values takes the Python
+    path, and so does a pipeline whose spec asks for another envelope (a spec ``envelope``
+    other than ``tidegate``; sinks that build their own message from the fields still get
+    them, parsed from the envelope on first use: shipped.ShippedEvent)."""
+    if getattr(source, "column_filters", None) is not None:
+        return False
+    return getattr(source.spec, "envelope", "tidegate") in (None, "tidegate")
+
+
 class FastReader:
     """One bounded pass over the binlog, from the raw events of a :class:`BinlogStream`."""
 
     def __init__(self, host: ReadHost, stream: BinlogStream, start: BinlogPosition,
                  upto: BinlogPosition, gtids: GtidState,
-                 codec_for: Callable[[int | None], str | None]):
+                 codec_for: Callable[[int | None], str | None], native: bool = True):
         self.host = host
         self.stream = stream
         self.start = start
@@ -126,6 +142,8 @@ class FastReader:
         self.post_header = bytes(256)  # per event type, from the format description event
         self.plans: dict[bytes, TablePlan] = {}  # by table map bytes
         self.by_id: dict[int, Any] = {}  # table id → TablePlan or _SKIP
+        # Rows through the compiled path where it is built and allowed (native_allowed)
+        self.native = native and native_rows is not None
 
     # ------------------------------------------------------------------ the event loop
 
@@ -281,6 +299,11 @@ class FastReader:
         if decode is None:
             raise SourceError(f"cannot decode rows of {schema}.{table} at {tx.file}:{pos}: "
                               f"{plan.error}")
+        if plan.native is not None and self.native:
+            events = self._native_rows(plan, op, pkt, o, end, pos, ts)
+            if events is not None:
+                yield from self._hold_last(events)
+                return
         rows = []
         flag = plan.float_flag
         flag[0] = False
@@ -342,6 +365,45 @@ class FastReader:
         tx.pending = pending
         tx.total = total
         per_table[tkey] = n
+
+    def _native_rows(self, plan: TablePlan, op: str, pkt: bytes, o: int, end: int, pos: int,
+                     ts: int) -> list[ChangeEvent] | None:
+        """The event's rows through the compiled path (tidegate.native.rowcodec): events whose
+        value, key and idempotency key are the bytes the Python path below gives, or None when
+        the compiled path leaves this event to it (see rowcodec's docstring)."""
+        tx = self.tx
+        spec = self.host.spec
+        schema, table, file, tx_id = plan.schema, plan.table, tx.file, tx.tx_id
+        dumps = orjson.dumps
+        ikey = f"{spec.tenant}|{spec.pipeline}|{schema}.{table}|{tx_id}|{file}:{pos}:"
+        ts_ms = str(ts * 1000).encode()
+        source_head = (b',"source":{"connector":"mysql","pipeline":' + dumps(spec.pipeline) + b',"db":'
+                       + dumps(schema) + b',"schema":' + dumps(schema) + b',"table":' + dumps(table)
+                       + b',"tx_id":' + dumps(tx_id) + b',"position":{"file":' + dumps(file)
+                       + b',"pos":' + str(pos).encode() + b',"row":')
+        source_tail = (b',"gtid":' + dumps(tx.tx_gtid) + b'},"ts_ms":' + ts_ms
+                       + b',"snapshot":"false"},"transaction":{"id":' + dumps(tx_id) + b',"total_order":')
+        common = {"op": op, "db": schema, "schema": schema, "table": table, "tx_id": tx_id,
+                  "tx_end": False, "end_position": None}
+        tkey = (schema, table)
+        n = tx.per_table.get(tkey, 0)
+        events = native_rows(plan.native, pkt, o, end, op, ikey.encode(), dumps(ikey)[:-1], source_head,
+                             source_tail, b'},"ts_ms":' + ts_ms + b"}", tx.total, n, ShippedEvent, common)
+        if events is not None:
+            tx.total += len(events)
+            tx.per_table[tkey] = n + len(events)
+        return events
+
+    def _hold_last(self, events: list[ChangeEvent]) -> Iterator[ChangeEvent]:
+        """Yield the held-back event and all but the last of ``events``, which is held back in
+        its place: the transaction's end marks it (TransactionAssembler)."""
+        tx = self.tx
+        if not events:
+            return
+        if tx.pending is not None:
+            yield tx.pending
+        yield from events[:-1]
+        tx.pending = events[-1]
 
     def _check_image(self, plan: TablePlan, bitmap: bytes, pos: int) -> None:
         full = plan.full_bitmap

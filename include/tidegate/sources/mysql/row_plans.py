@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from ...errors import SourceError
 from .values import (  # noqa: F401 - the column type codes are part of this module's interface
     BINARY_COLLATION,
@@ -292,6 +294,9 @@ class TablePlan:
     # from the stdlib (events.orjson_formats_like_stdlib); the reader resets it per event
     float_flag: list[bool] = field(default_factory=lambda: [False])
     error: str | None = None  # why rows of this table cannot be decoded (unsupported type)
+    # the compiled path's plan (tidegate.native.rowcodec.NativePlan), None where it does not
+    # cover every column of the table (or is not built): native_plan()
+    native: Any = None
 
 
 def build_plan(tm: TableMap, codec_for: Callable[[int | None], str | None]) -> TablePlan:
@@ -311,7 +316,61 @@ def build_plan(tm: TableMap, codec_for: Callable[[int | None], str | None]) -> T
         plan.decode = _compile(tm, codec_for, plan.float_flag)
     except UnsupportedColumn as exc:
         plan.error = str(exc)
+        return plan
+    plan.native = native_plan(tm, codec_for)
     return plan
+
+
+# --------------------------------------------------------------------------- native plans
+
+# Integer column types and their size in bytes, for the compiled path.
+_INT_SIZES = {TINY: 1, SHORT: 2, INT24: 3, LONG: 4, LONGLONG: 8}
+_BLOB_TYPES = (BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB)
+
+
+def native_plan(tm: TableMap, codec_for: Callable[[int | None], str | None]) -> Any:
+    """The table's plan for the compiled path (tidegate.native.rowcodec), or None when the
+    extension is not there or a column is of a kind it does not cover (the whole table then
+    takes the Python path). Covered: integers, DOUBLE, YEAR, DECIMAL of scale up to 6,
+    CHAR/VARCHAR/TEXT in UTF-8 and BINARY/VARBINARY/BLOB, DATE, DATETIME2, TIMESTAMP2, TIME2."""
+    from ...native import rowcodec
+
+    if rowcodec is None:
+        return None
+    k = rowcodec.KINDS
+    columns = []
+    for c in tm.columns:
+        t = c.type
+        if t in _INT_SIZES:
+            columns.append((k["int"], _INT_SIZES[t], int(c.unsigned), 0))
+        elif t == DOUBLE:
+            columns.append((k["double"], 0, 0, 0))
+        elif t == YEAR:
+            columns.append((k["year"], 0, 0, 0))
+        elif t == NEWDECIMAL and c.decimals <= 6 and c.precision <= 65:
+            columns.append((k["decimal"], c.precision, c.decimals, 0))
+        elif t in (VARCHAR, VAR_STRING, STRING) + _BLOB_TYPES:
+            codec = codec_for(c.collation)
+            if codec not in ("utf-8", None):
+                return None
+            if t in _BLOB_TYPES:
+                width = c.length
+            else:
+                width = 2 if c.length > 255 else 1
+            pad = c.length if (t == STRING and codec is None) else 0
+            columns.append((k["text"], width, int(codec == "utf-8"), pad))
+        elif t == DATE:
+            columns.append((k["date"], 0, 0, 0))
+        elif t in (DATETIME2, TIMESTAMP2, TIME2):
+            kind = {DATETIME2: "datetime2", TIMESTAMP2: "timestamp2", TIME2: "time2"}[t]
+            columns.append((k[kind], c.decimals, 0, 0))
+        else:
+            return None
+    names = [orjson.dumps(c.name) + b":" for c in tm.columns]
+    pk_set = set(tm.pk_indexes)
+    pk = [c.index for c in tm.columns if c.index in pk_set and c.name]
+    pk_sorted = sorted(pk, key=lambda i: tm.columns[i].name)
+    return rowcodec.NativePlan(columns, names, pk, pk_sorted)
 
 
 def _compile(tm: TableMap, codec_for: Callable[[int | None], str | None], float_flag: list[bool]):

@@ -30,7 +30,7 @@ from . import preflight as server_checks
 from .binlog_client import BinlogStream
 from .columns import columns_after
 from .ddl import tables_changed
-from .fast_reader import FastReader, collation_codecs
+from .fast_reader import FastReader, collation_codecs, native_allowed
 from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
 from .snapshot import MySqlSnapshot
@@ -53,7 +53,8 @@ def fast_reader(source: MySqlSource, settings: dict[str, Any], server_id: int, s
     per read from the connection settings, the replication client id, the range and the GTID
     state at ``start``; its ``run()`` yields the items and its ``stream`` is closed after."""
     stream = BinlogStream(settings, server_id, start.file, start.pos)
-    return FastReader(source, stream, start, upto, gtids, collation_codecs(source.server.query))
+    return FastReader(source, stream, start, upto, gtids, collation_codecs(source.server.query),
+                      native=native_allowed(source))
 
 
 Reader = Callable[[Any, dict[str, Any], int, BinlogPosition, BinlogPosition, GtidState], Any]
