@@ -85,7 +85,12 @@ class LazySession:
             spark = SparkSession.builder.remote(self.url).appName(self.app_name).create()
             self.timings["session_connect_s"] = time.monotonic() - t0
             for key, value in self.conf.items():
-                spark.conf.set(key, value)
+                try:
+                    spark.conf.set(key, value)
+                except Exception as exc:  # a setting fixed when the server started
+                    log.warning("spark.conf %s: not settable in a Spark Connect session (%s); the "
+                                "server's own value applies: set it where the server starts",
+                                key, type(exc).__name__)
             t1 = time.monotonic()
             if self.py_files:  # the session's tasks import this tidegate, not the server's
                 spark.addArtifacts(*self.py_files, pyfile=True)

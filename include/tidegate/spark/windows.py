@@ -48,7 +48,7 @@ def partitions_in_order(sc: Any, rdd: Any, count: int, window: int, name: str,
         sc.setJobGroup(group, f"{name}: slice {index + 1} of {count}", interruptOnCancel=True)
         return sc.runJob(rdd, lambda rows: rows, [index])
 
-    return in_order(job, lambda: sc.cancelJobGroup(group), count, window, local)
+    yield from in_order(job, lambda: sc.cancelJobGroup(group), count, window, local)
 
 
 def frames_in_order(spark: Any, frame_of: Callable[[int], Any], count: int, window: int, name: str,
@@ -66,7 +66,7 @@ def frames_in_order(spark: Any, frame_of: Callable[[int], Any], count: int, wind
         finally:
             spark.removeTag(tag)
 
-    return in_order(job, lambda: spark.interruptTag(tag), count, window, local)
+    yield from in_order(job, lambda: spark.interruptTag(tag), count, window, local)
 
 
 def in_order(job: Callable[[int], list], cancel: Callable[[], Any], count: int, window: int,
