@@ -78,6 +78,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._driver_env: dict[str, str] = {}  # the secrets and the settings spark-submit gets
         self._client_mode = True
         self._given_env_vars: dict[str, Any] | None = None
+        self._connected = False  # the run is in this task, a Spark Connect client
 
     # ------------------------------------------------------------------ building the submit
 
@@ -219,6 +220,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         if run.record is None:  # no bounds task: the record holds the spec and the plan
             with run.opened_store() as store:
                 run = run.recorded(None, store).with_store(None)
+        self._connected = True
         hook = SparkConnectHook(conn_id)
         where = BaseHook.get_connection(conn_id)
         self.log.info("pipeline %s: run %s (%s) as a Spark Connect client of %s:%s (connection %s)",
@@ -230,6 +232,12 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
                       "timings %s", run.pipeline, report.get("events"), report.get("bytes"),
                       report.get("sub_batches"), report.get("connect_timings"))
         return report
+
+
+    def on_kill(self) -> None:
+        if self._connected:  # no spark-submit process: the run ends with this task's process
+            return
+        super().on_kill()
 
 
 def spark_conn_type(conn_id: str) -> str:
