@@ -229,8 +229,10 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         report = deliver_remote(hook.get_connection_url(), run, conf=conf,
                                 py_files=[str(package_zip())] if self.ship_package else ())
         self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es); Spark Connect "
-                      "timings %s", run.pipeline, report.get("events"), report.get("bytes"),
-                      report.get("sub_batches"), report.get("connect_timings"))
+                      "session %s; timings %s", run.pipeline, report.get("events"), report.get("bytes"),
+                      report.get("sub_batches"),
+                      "opened" if report.get("spark_session_opened") else "not needed (read by this task)",
+                      report.get("connect_timings"))
         return report
 
 
