@@ -88,6 +88,7 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
     assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
     notes = executor_notes(log, pipeline)
     assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
+    assert "Spark Connect session opened" in log, log[-3000:]  # two slices: the server's tasks read them
 
     sql(f"DELETE FROM {db}.orders WHERE id = 2", "FLUSH BINARY LOGS",
         f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1",
