@@ -423,12 +423,22 @@ def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(d
     last = quiet_point(api, dag)
     sql(d, f"INSERT INTO {db}.orders VALUES (10, 'late')")
     late = wait_scheduled(api, dag, lambda r: r["run_after"] > last["run_after"], "after the late row")
+    # A Spark Connect deliver of one row takes a second or two, less than creating a backfill:
+    # its task process is stopped (SIGSTOP) as soon as it starts and continued once the
+    # backfill's deliver is scheduled, so the backfill's deliver must wait for it.
+    late_ti = ti(api, dag, late["dag_run_id"], "deliver")["id"]
     deadline = time.monotonic() + 240
-    while api.tasks(dag, late["dag_run_id"]).get("deliver") != "running":
-        assert time.monotonic() < deadline, api.tasks(dag, late["dag_run_id"])
-        time.sleep(0.5)
+    while (group := task_process_group(late_ti)) is None:  # polled closely: the task is short
+        assert time.monotonic() < deadline and api.tasks(dag, late["dag_run_id"]).get("deliver") != "success"
+        time.sleep(0.05)
+    os.killpg(group, signal.SIGSTOP)
     before = ckpts(d, "sched")
-    backfill(d, dag, second, third)
+    try:
+        backfill(d, dag, second, third)
+        wait_for(lambda: ti(api, dag, second["dag_run_id"], "deliver").get("scheduled_when"), 240,
+                 "the backfill's deliver scheduled")
+    finally:
+        os.killpg(group, signal.SIGCONT)
 
     def replays() -> dict:
         return {rid: [e for e in d["store"].runs.entries(p, rid) if e.mode == "replay"] for rid in originals}
