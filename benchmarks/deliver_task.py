@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.dag_run import BIN, airflow_env, dags_test, services  # noqa: E402
 
-TIMINGS = re.compile(r"Spark Connect timings (\{[^}]*\})")
+TIMINGS = re.compile(r"Spark Connect session (\w+)[^;]*; timings (\{[^}]*\})")
 
 PHASES = textwrap.dedent("""\
     import json, os, sys, time
@@ -159,7 +159,7 @@ def main() -> int:
                 for mode in ("submit", "connect"):
                     total, times, log = dags_test(env, f"cdc_{pipelines[mode]}", base, f"{mode}-{slices}")
                     found = TIMINGS.search(log)
-                    extra = f" {found.group(1)}" if found else ""
+                    extra = f" (session {found.group(1)}, {found.group(2)})" if found else ""
                     line.append(f"{mode} deliver {times.get('deliver', float('nan')):5.2f}s{extra}")
                 print(f"   {slices} slice(s), run {attempt + 1}: " + "  |  ".join(line), flush=True)
         print("2. the connect-mode deliver task phase by phase (one fresh process)")
