@@ -435,7 +435,9 @@ def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(d
     before = ckpts(d, "sched")
     try:
         backfill(d, dag, second, third)
-        wait_for(lambda: ti(api, dag, second["dag_run_id"], "deliver").get("scheduled_when"), 240,
+        # The backfill re-runs the scheduled run `second`: its deliver, cleared, is scheduled
+        # again once its guard and bounds ran, and waits there for the stopped one.
+        wait_for(lambda: ti(api, dag, second["dag_run_id"], "deliver")["state"] == "scheduled", 240,
                  "the backfill's deliver scheduled")
     finally:
         os.killpg(group, signal.SIGCONT)
