@@ -619,11 +619,11 @@ def task_process_group(ti_id: str) -> int | None:
     """The process group of the running task instance ``ti_id``: its task process names itself
     ``airflow worker -- <ti id>``, and the task supervisor gives it a group of its own (with the
     Connect client's threads and a reader process, if any, inside)."""
-    wanted = ti_id.encode()
+    wanted = f"airflow worker -- {ti_id}".encode()  # not "... -- LocalExecutor: <id>", its executor
     for entry in Path("/proc").iterdir():
         try:
             cmdline = (entry / "cmdline").read_bytes()
-            if cmdline.startswith(b"airflow worker -- ") and wanted in cmdline:
+            if cmdline.split(b"\0")[0].strip() == wanted:
                 return os.getpgid(int(entry.name))
         except (OSError, ValueError):
             continue
