@@ -1,13 +1,20 @@
 """Commit-to-Kafka latency of a `@continuous` pipeline under a steady load, through the real
-Airflow deployment (`scripts/services up airflow`: scheduler, LocalExecutor, Spark per run).
+Airflow deployment (`scripts/services up airflow`: scheduler, LocalExecutor), its deliver task a
+Spark Connect client of the `spark_connect` service (``--spark-conn spark_connect``, the
+default) or spark-submitting per run (``--spark-conn spark_default``).
 
 A MariaDB table gets ``--rate`` row changes per second (``--rows-per-tx`` rows per
 transaction) for ``--seconds``; a read_committed Kafka consumer notes when each row becomes
 visible. Latency = visible in Kafka (read_committed) - the workload's COMMIT returned. Prints
-the percentiles, rows written/seen/duplicated and the runs Airflow made.
+the percentiles, rows written/seen/duplicated, the runs Airflow made, and where a run's time goes:
+each task's median duration and the median wait before it starts (the upstream task's end, or
+for the first task the run's start, to its own start: scheduling, queueing, the task process).
 
     export TIDEGATE_..._PORT=...   # the servers' ports, as for the tests
-    .venv/bin/python benchmarks/continuous.py --rate 200 --seconds 180
+    .venv/bin/python benchmarks/continuous.py --rate 200 --seconds 180 [--idle-sleep 0.2]
+
+``--idle-sleep`` sets the scheduler's ``scheduler_idle_sleep_time`` (Airflow's default 1 s: how
+long a scheduler loop that found nothing to do sleeps) for this benchmark's deployment.
 
 The Airflow deployment is (re)started with this benchmark's pipelines folder and checkpoint
 store, and stopped at the end.
@@ -141,10 +148,14 @@ def main() -> int:
     ap.add_argument("--rows-per-tx", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=180)
     ap.add_argument("--drain", type=float, default=180, help="max seconds to wait for the tail")
+    ap.add_argument("--spark-conn", default="spark_connect",
+                    help="the spec's spark.conn_id: spark_connect (a Connect client) or spark_default")
+    ap.add_argument("--idle-sleep", type=float, default=None,
+                    help="the scheduler's scheduler_idle_sleep_time, seconds (Airflow's default: 1)")
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT / "include"))
-    services("up", "mysql", "kafka")
+    services("up", "mysql", "kafka", *(["spark_connect"] if args.spark_conn == "spark_connect" else []))
     senv = services_env()
     from tidegate.connections import get_connection
 
@@ -161,6 +172,7 @@ def main() -> int:
         sinks:
           - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
               exactly_once: true}}
+        spark: {{conn_id: {args.spark_conn}}}
     """))
     import pymysql
 
@@ -172,6 +184,10 @@ def main() -> int:
     env = dict(os.environ, TIDEGATE_PIPELINES_DIR=str(work / "pipelines"),
                TIDEGATE_CHECKPOINT_STORE=f"sqlite:///{work / 'store.sqlite'}")
     env.pop("TIDEGATE_STATSD", None)
+    if args.idle_sleep is not None:
+        env["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(args.idle_sleep)
+    # The deployment's tasks import the engine of this checkout (a worktree may share the venv).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "include"), env.get("PYTHONPATH")) if p)
     t0 = time.monotonic()
     services("up", "airflow", env=env)
     senv = services_env()
@@ -221,10 +237,57 @@ def main() -> int:
     if durations:
         print(f"airflow runs: {len(durations)} finished, mean {statistics.mean(durations):.1f}s, "
               f"max {max(durations):.1f}s per run")
+    task_breakdown(api, dag, [r for r in runs if r["state"] == "success"])
     with pymysql.connect(**kw, autocommit=True) as conn, conn.cursor() as c:
         c.execute(f"DROP DATABASE IF EXISTS {db}")
     services("down", "airflow")
     return 0 if len(reader.seen) == len(load.committed) and reader.duplicates == 0 else 1
+
+
+TASKS = ("guard", "bounds", "deliver", "release", "report")
+
+
+def task_breakdown(api: Api, dag: str, runs: list[dict]) -> None:
+    """Median seconds per task: the wait before it started and its own duration; runs that
+    delivered (deliver not skipped) apart from the others; and what the deliver tasks' reports
+    say of their Spark Connect session."""
+    import urllib.parse
+
+    waits: dict[str, list[float]] = {t: [] for t in TASKS}
+    took: dict[str, list[float]] = {t: [] for t in TASKS}
+    connect: list[dict] = []
+    for r in runs[-40:]:  # the last runs: the steady state
+        q = urllib.parse.quote(r["dag_run_id"], safe="")
+        tis = {t["task_id"]: t for t in api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{q}/taskInstances")
+               ["task_instances"]}
+        previous_end = _ts(r["start_date"])
+        for task in TASKS:
+            ti = tis.get(task)
+            if not ti or ti["state"] != "success" or not ti.get("start_date"):
+                continue
+            waits[task].append(_ts(ti["start_date"]) - previous_end)
+            took[task].append(ti.get("duration") or 0.0)
+            previous_end = _ts(ti["end_date"])
+        if tis.get("deliver", {}).get("state") == "success":
+            try:
+                report = api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{q}/taskInstances/deliver/xcomEntries/"
+                                         "return_value")["value"]
+                report = json.loads(report) if isinstance(report, str) else report
+                if isinstance(report, dict) and report.get("connect_timings"):
+                    connect.append(report["connect_timings"] | {"opened": report.get("spark_session_opened")})
+            except OSError:
+                pass
+    print("where a run's time goes (last runs, median seconds): wait before the task -> the task")
+    for task in TASKS:
+        if took[task]:
+            wait, own = statistics.median(waits[task]), statistics.median(took[task])
+            print(f"   {task:<8} wait {wait:5.2f}s  task {own:5.2f}s  ({len(took[task])} runs)")
+    if connect:
+        runs_s = [c["run_s"] for c in connect]
+        opened = sum(1 for c in connect if c.get("opened"))
+        print(f"   deliver's run in the task (read + deliver + commit): median "
+              f"{statistics.median(runs_s):.2f}s; Spark Connect session opened in {opened} of "
+              f"{len(connect)} delivering runs")
 
 
 def _ts(text: str) -> float:

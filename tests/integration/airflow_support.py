@@ -1,11 +1,13 @@
 """Running pipelines through `airflow dags test` in tests: a private AIRFLOW_HOME per module,
-the project's dags/ and plugins/, and readers of what a run logged."""
+the project's dags/ and plugins/, the shared Spark Connect server, and readers of what a run
+logged."""
 
 from __future__ import annotations
 
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +15,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+
+from tests.conftest import SERVICES, services_env
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -41,6 +47,26 @@ def make_airflow_env(base: Path, service_env: dict[str, str]) -> dict[str, str]:
     (base / "pipelines").mkdir(exist_ok=True)
     subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
     return env
+
+
+@pytest.fixture(scope="session", name="spark_connect")
+def spark_connect_server(service_env) -> Path:
+    """The `spark_connect` service (a Spark Connect server on local[2]), started once for the
+    session and left running like the other shared servers: a deliver task of a pipeline whose
+    ``spark.conn_id`` is ``spark_connect`` is its client. Returns the server's folder (its log,
+    and the session files it keeps, the shipped package among them)."""
+    r = subprocess.run([sys.executable, str(SERVICES), "up", "spark_connect"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"service 'spark_connect' is not available:\n{r.stderr[-2000:]}", pytrace=False)
+    return Path(services_env()["TIDEGATE_SERVICES_DIR"]) / "spark_connect"
+
+
+def executor_notes(log: str, pipeline: str) -> list[str]:
+    """The notes the pipeline's Spark tasks sent back with their rows, as the driver logged them
+    (the deliver task's log; an executor's own stderr may lose its last lines when the
+    application ends)."""
+    note = rf"tidegate: pipeline {pipeline} slice \S+: .*? in the environment: [^\[\n]*?"
+    return re.findall(rf"({note})\s*(?:\[|$)", log, re.M)  # the logger's suffix ([name] loc=...) aside
 
 
 def dags_test_cmd(dag_id: str, conf: dict | None = None) -> list[str]:

@@ -4,29 +4,34 @@ once (Kafka read_committed; NATS and Redis counted by idempotency_key), in order
 with nothing new does not start Spark; a purged binlog halts the DAG at its guard until a run
 triggered with resolve=accept_gap and a reason resumes it.
 
-The MariaDB pipeline runs on the standalone cluster of the `spark` service (its Spark connection
-is the cluster's master), with ranges over several binlog files, so executors decode slices: they
-run the tidegate of the shipped zip, with the spec and the source connection from the job and no
-AIRFLOW_CONN_*/TIDEGATE_* variable of their own (each task says so in its executor log)."""
+The MariaDB and PostgreSQL three-run pipelines deliver as Spark Connect clients (their
+``spark.conn_id`` is the `spark_connect` service's connection): no spark-submit; the MariaDB
+ranges span several binlog files, so the server's Python workers decode slices through a data
+source, with the tidegate of the package the task shipped with its session and no
+AIRFLOW_CONN_*/TIDEGATE_* variable of their own (each task says so in a note the task logs).
+The purged-binlog pipeline keeps the default spark-submit path (local[2])."""
 
 from __future__ import annotations
 
 import collections
 import json
 import re
-import subprocess
-import sys
 import textwrap
 import uuid
-from pathlib import Path
 
 import psycopg2
 import pymysql
 import pytest
 from tidegate.store import open_store
 
-from tests.conftest import SERVICES, services_env
-from tests.integration.airflow_support import dags_test, make_airflow_env, per_key, task_ended
+from tests.integration.airflow_support import (
+    dags_test,
+    executor_notes,
+    make_airflow_env,
+    per_key,
+    spark_connect_server,  # noqa: F401 - the spark_connect fixture
+    task_ended,
+)
 from tests.integration.sink_readers import kafka_changes, nats_ids, redis_events, redis_ids
 
 pytestmark = [pytest.mark.integration]
@@ -43,26 +48,8 @@ def airflow_env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_ser
 # --------------------------------------------------------------------------- MariaDB
 
 
-@pytest.fixture(scope="module")
-def spark_cluster(service_env) -> Path:
-    """The `spark` service (standalone master + worker); returns the worker's work folder, where
-    each executor keeps its log and the files the job shipped."""
-    r = subprocess.run([sys.executable, str(SERVICES), "up", "spark"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"service 'spark' is not available:\n{r.stderr[-2000:]}", pytrace=False)
-    return Path(services_env()["TIDEGATE_SERVICES_DIR"]) / "spark" / "work"
-
-
-def executor_notes(log: str, pipeline: str) -> list[str]:
-    """The notes the pipeline's Spark tasks sent back with their rows, as the driver logged them
-    (the deliver task's log; an executor's own stderr may lose its last lines when the
-    application ends)."""
-    note = rf"tidegate: pipeline {pipeline} slice \S+: .*? in the environment: [^\[\n]*?"
-    return re.findall(rf"({note})\s*(?:\[|$)", log, re.M)  # the logger's suffix ([name] loc=...) aside
-
-
 def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, mysql, kafka_bootstrap,
-                                                                nats_service, redis_service, spark_cluster):
+                                                                nats_service, redis_service, spark_connect):
     env, base = airflow_env
     tag = uuid.uuid4().hex[:6]
     db, pipeline, stream = f"e2e_{tag}", f"e2e_my_{tag}", f"E2E_MY_{tag.upper()}"
@@ -76,7 +63,7 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
               exactly_once: true}}
           - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {stream}, subject: "{{pipeline}}.{{table}}"}}
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}", required: false}}
-        spark: {{conn_id: spark_cluster}}
+        spark: {{conn_id: spark_connect}}
     """))
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     with admin.cursor() as c:
@@ -100,8 +87,8 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
     rc, log = dags_test(env, dag)
     assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
     notes = executor_notes(log, pipeline)
-    master = services_env()["TIDEGATE_SPARK_MASTER"]
-    assert f"--master {master}" in log and "--py-files" in log, log[-3000:]
+    assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
+    assert "Spark Connect session opened" in log, log[-3000:]  # two slices: the server's tasks read them
 
     sql(f"DELETE FROM {db}.orders WHERE id = 2", "FLUSH BINARY LOGS",
         f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1",
@@ -135,14 +122,15 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
     finally:
         store.close()
 
-    # The executors decoded the slices with the shipped package (a copy of the zip in their work
-    # folder, not the checkout's include/), and had no connection or tidegate setting of their own.
+    # The server's Python workers decoded the slices with the package the task shipped with its
+    # session (the server keeps it in its session's files, not the checkout's include/), and had
+    # no connection or tidegate setting of their own.
     assert len(notes) >= 4, notes  # two runs, two slices each
     events = [int(re.search(r": (\d+) events in", n).group(1)) for n in notes]
     assert sum(events) == 5 + 3
     for note in notes:
         source = re.search(r"tidegate imported from (\S+);", note).group(1)
-        assert source.startswith(str(spark_cluster)) and ".zip/" in source, note
+        assert source.startswith(str(spark_connect)) and ".zip/" in source, note
         assert note.endswith("AIRFLOW_CONN_*/TIDEGATE_* in the environment: none"), note
 
 
@@ -176,6 +164,7 @@ def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_
         sql(f"INSERT INTO {db}.t VALUES (1, 'a')")  # delivered: Kafka keeps a sink-side record
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        assert "spark-submit" in log and "Spark Connect" not in log, log[-3000:]  # the default path
         sql(f"INSERT INTO {db}.t VALUES (2, 'lost')", "FLUSH BINARY LOGS",
             f"INSERT INTO {db}.t VALUES (3, 'after the gap')")
         with admin.cursor() as c:
@@ -240,7 +229,7 @@ def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_
 
 
 def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgres, kafka_bootstrap,
-                                                            redis_service):
+                                                            redis_service, spark_connect):
     env, base = airflow_env
     tag = uuid.uuid4().hex[:6]
     table, pipeline = f"e2e_orders_{tag}", f"e2e_pg_{tag}"
@@ -253,6 +242,7 @@ def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgr
         sinks:
           - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{schema}}.{{table}}"}}
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}", required: false}}
+        spark: {{conn_id: spark_connect}}
     """))
     admin = psycopg2.connect(postgres.admin_dsn)
     admin.autocommit = True
@@ -273,6 +263,9 @@ def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgr
             f"INSERT INTO {table} VALUES (3, 'new'); COMMIT")
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        # One slice (a slot is one stream): the task reads it itself and never opens a session.
+        assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
+        assert "Spark Connect session not needed (read by this task)" in log, log[-3000:]
         sql(f"DELETE FROM {table} WHERE id = 2", f"UPDATE {table} SET status = 'shipped' WHERE id = 1")
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]

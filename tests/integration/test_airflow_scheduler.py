@@ -1,5 +1,7 @@
 """Airflow as users run it: the `airflow` service of scripts/services (api-server, scheduler,
 dag-processor, LocalExecutor, metadata DB on the project's PostgreSQL), not `airflow dags test`.
+Every pipeline here delivers as a Spark Connect client of the shared `spark_connect` server
+(``spark.conn_id: spark_connect``): a deliver task starts no JVM.
 
 One deployment for the whole module (started with this module's pipelines folder, checkpoint
 store and StatsD listener; stopped at the end). In file order:
@@ -18,8 +20,8 @@ store and StatsD listener; stopped at the end). In file order:
   `tidegate.checkpoint_age_seconds` to a real UDP StatsD listener; the tidegate page in headless
   Chromium shows the incident's range after login and nothing without; `resolve=accept_gap`
   with a reason through the REST API resumes the pipeline.
-- A deliver task whose process group (task process, spark-submit, Spark JVM and driver) is
-  SIGKILLed mid-delivery is retried by the scheduler; the retry adopts what the sinks committed
+- A deliver task whose process group (the task process, which delivers as the Connect client)
+  is SIGKILLed mid-delivery is retried by the scheduler; the retry adopts what the sinks committed
   and every change arrives once on Kafka (read_committed), NATS and Redis, in order per key.
 
 The screenshot of the page is kept in .artifacts/ui/ (git-ignored).
@@ -49,6 +51,7 @@ import pytest
 from tidegate.store import open_store
 
 from tests.conftest import SERVICES, services_env
+from tests.integration.airflow_support import spark_connect_server  # noqa: F401 - the spark_connect fixture
 from tests.integration.sink_readers import kafka_changes, nats_ids, nats_payloads, redis_events, redis_ids
 
 pytestmark = [pytest.mark.integration]
@@ -176,7 +179,7 @@ def services(*args: str, env: dict | None = None, check: bool = True) -> subproc
 
 
 @pytest.fixture(scope="module")
-def deployment(service_env, mysql, kafka, redis_service, nats_service):
+def deployment(service_env, mysql, kafka, redis_service, nats_service, spark_connect):
     base = Path(tempfile.mkdtemp(prefix="tidegate-airflow-sched-"))
     (base / "pipelines").mkdir()
     tag = uuid.uuid4().hex[:6]
@@ -190,6 +193,7 @@ def deployment(service_env, mysql, kafka, redis_service, nats_service):
               - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
                   exactly_once: true}}
               - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+            spark: {{conn_id: spark_connect}}
         """,
         "sched": f"""
             pipeline: {names['sched']}
@@ -202,11 +206,13 @@ def deployment(service_env, mysql, kafka, redis_service, nats_service):
                   subject: "{{pipeline}}.{{table}}"}}
               - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}",
                   required: false}}
+            spark: {{conn_id: spark_connect}}
         """,
         "halt": f"""
             pipeline: {names['halt']}
             source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.t], server_id: 48403, start: head}}
             sinks: [{{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}]
+            spark: {{conn_id: spark_connect}}
         """,
     }
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
@@ -417,12 +423,24 @@ def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(d
     last = quiet_point(api, dag)
     sql(d, f"INSERT INTO {db}.orders VALUES (10, 'late')")
     late = wait_scheduled(api, dag, lambda r: r["run_after"] > last["run_after"], "after the late row")
+    # A Spark Connect deliver of one row takes a second or two, less than creating a backfill:
+    # its task process is stopped (SIGSTOP) as soon as it starts and continued once the
+    # backfill's deliver is scheduled, so the backfill's deliver must wait for it.
+    late_ti = ti(api, dag, late["dag_run_id"], "deliver")["id"]
     deadline = time.monotonic() + 240
-    while api.tasks(dag, late["dag_run_id"]).get("deliver") != "running":
-        assert time.monotonic() < deadline, api.tasks(dag, late["dag_run_id"])
-        time.sleep(0.5)
+    while (group := task_process_group(late_ti)) is None:  # polled closely: the task is short
+        assert time.monotonic() < deadline, ("no deliver process", api.tasks(dag, late["dag_run_id"]))
+        time.sleep(0.05)
+    os.killpg(group, signal.SIGSTOP)
     before = ckpts(d, "sched")
-    backfill(d, dag, second, third)
+    try:
+        backfill(d, dag, second, third)
+        # The backfill re-runs the scheduled run `second`: its deliver, cleared, is scheduled
+        # again once its guard and bounds ran, and waits there for the stopped one.
+        wait_for(lambda: ti(api, dag, second["dag_run_id"], "deliver")["state"] == "scheduled", 240,
+                 "the backfill's deliver scheduled")
+    finally:
+        os.killpg(group, signal.SIGCONT)
 
     def replays() -> dict:
         return {rid: [e for e in d["store"].runs.entries(p, rid) if e.mode == "replay"] for rid in originals}
@@ -597,15 +615,15 @@ def test_statsd_names_are_plain_metric_lines(deployment):
 # --------------------------------------------------------------------------- a killed deliver, retried
 
 
-def deliver_process_group(pipeline: str) -> int | None:
-    """The process group of the deliver task running ``pipeline``, found by its Spark driver
-    (spark_jobs/deliver.py --pipeline NAME): the task supervisor gives each task process a group
-    of its own, which spark-submit, the Spark JVM and the driver inherit."""
-    wanted = b"--pipeline\0" + pipeline.encode() + b"\0"
+def task_process_group(ti_id: str) -> int | None:
+    """The process group of the running task instance ``ti_id``: its task process names itself
+    ``airflow worker -- <ti id>``, and the task supervisor gives it a group of its own (with the
+    Connect client's threads and a reader process, if any, inside)."""
+    wanted = f"airflow worker -- {ti_id}".encode()  # not "... -- LocalExecutor: <id>", its executor
     for entry in Path("/proc").iterdir():
         try:
             cmdline = (entry / "cmdline").read_bytes()
-            if b"spark_jobs/deliver.py" in cmdline and wanted in cmdline:
+            if cmdline.split(b"\0")[0].strip() == wanted:
                 return os.getpgid(int(entry.name))
         except (OSError, ValueError):
             continue
@@ -615,8 +633,8 @@ def deliver_process_group(pipeline: str) -> int | None:
 @pytest.mark.chaos
 def test_deliver_killed_under_the_scheduler_is_retried_and_delivers_exactly_once(
         deployment, kafka_bootstrap, nats_service, redis_service):
-    """The deliver task's process group (task process, spark-submit, the Spark JVM and driver) is
-    SIGKILLed mid-delivery; the scheduler retries the task (the DAG's default args give it
+    """The deliver task's process group (the task process, a Spark Connect client) is SIGKILLed
+    mid-delivery; the scheduler retries the task (the DAG's default args give it
     retries), the retry adopts what the sinks had committed, and every change arrives once."""
     from tests.integration.test_fault_matrix import Workload
 
@@ -633,6 +651,7 @@ def test_deliver_killed_under_the_scheduler_is_retried_and_delivers_exactly_once
               exactly_once: true, partitions: 3}}
           - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {stream}, subject: "{{pipeline}}.{{table}}"}}
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+        spark: {{conn_id: spark_connect}}
     """))
     dag = f"cdc_{p}"
     api.wait_dag(dag)
@@ -648,7 +667,12 @@ def test_deliver_killed_under_the_scheduler_is_retried_and_delivers_exactly_once
     def writes() -> int:
         return sum(1 for h in history(p, "events") if h.kind == "write" and h.run_id == run)
 
-    group = wait_for(lambda: deliver_process_group(p), 300, f"the deliver task of {dag} {run}")
+    def running_deliver() -> str | None:
+        found = ti(api, dag, run, "deliver")
+        return found["id"] if found["state"] == "running" else None
+
+    ti_id = wait_for(running_deliver, 300, f"the deliver task of {dag} {run} running")
+    group = wait_for(lambda: task_process_group(ti_id), 60, f"the process of the deliver task {ti_id}")
     scheduler = int((Path(d["senv"]["TIDEGATE_SERVICES_DIR"]) / "airflow" / "scheduler.pid").read_text())
     assert group not in (os.getpgid(0), os.getpgid(scheduler))  # the task's own group, nothing more
     wait_for(lambda: writes() >= 2, 300, "two sub-batches delivered")

@@ -41,6 +41,7 @@ the data source, sent to the executors inside the pickled reader.
 from __future__ import annotations
 
 import base64
+import itertools
 import logging
 import pickle
 from collections.abc import Iterable, Iterator, Sequence
@@ -52,7 +53,8 @@ from ..reading import Chunk, SegmentRead
 from ..shipped import item_to_row, row_to_item
 from ..spec import PipelineSpec
 from ..store.records import SnapshotRecord
-from .windows import partitions_in_order
+from .connect import register_task_source
+from .windows import frames_in_order, is_connect, partitions_in_order
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,21 @@ def register_source(spark: Any) -> None:
     spark.dataSource.register(SnapshotSource)
 
 
+def chunk_batches(payload: tuple, index: int) -> Iterator[Any]:
+    """The task of chunk ``index`` (of the payload's chunks) for a Spark Connect session: the
+    same read as ``ChunkReader.read``."""
+    from ..parts import fixed_connection
+    from ..snapshots import read_chunk
+
+    spec, connection, hash_salt, rec, numbers = payload
+    source = fixed_connection(connection, hash_salt).source(spec)
+    try:
+        read = read_chunk(spec, source, rec, numbers[index])
+        yield from arrow_batches(read.events, header=("upper", read.upper))
+    finally:
+        source.close()
+
+
 def payload(spec: PipelineSpec, connection: Connection, rec: SnapshotRecord, chunks: Sequence[int],
             hash_salt: bytes | None = None) -> str:
     """What the tasks get: the spec, the source connection and the salt of hashed columns (secrets
@@ -117,12 +134,18 @@ def arrow_batches(events: Iterable[ChangeEvent], rows: int = BATCH_ROWS, header:
     """Events as Arrow record batches of :data:`ROW_SCHEMA`, ``rows`` events to a Spark row
     (a task yielding Arrow is taken as it is; yielding tuples would convert every value).
     ``header``, if given, is the first row of the first batch (a chunk's upper bound)."""
+    rows_of = map(item_to_row, events)
+    return pack_batches(rows_of if header is None else itertools.chain([header], rows_of), rows)
+
+
+def pack_batches(shipped: Iterable[tuple], rows: int = BATCH_ROWS) -> Iterator[Any]:
+    """Shipped rows as Arrow record batches of :data:`ROW_SCHEMA`, ``rows`` to a Spark row."""
     import pyarrow as pa
 
     schema = pa.schema([("batch", pa.binary())])
-    batch: list[tuple] = [header] if header is not None else []
-    for ev in events:
-        batch.append(item_to_row(ev))
+    batch: list[tuple] = []
+    for row in shipped:
+        batch.append(row)
         if len(batch) >= rows:
             yield pa.RecordBatch.from_arrays([pa.array([_pack(batch)], pa.binary())], schema=schema)
             batch = []
@@ -149,16 +172,26 @@ def read_chunks(spark: Any, spec: PipelineSpec, connection: Connection, rec: Sna
     chunk); the driver runs one Spark job per partition in a window, as for the log's slices."""
     if not chunks:
         return
-    register_source(spark)
     window = max(1, min(spec.snapshot.parallelism, len(chunks)))
     log.info("pipeline %s: snapshot %s: %d chunk(s) as Spark tasks, %d at a time", spec.pipeline,
              rec.snapshot_id, len(chunks), window)
-    frame = (spark.read.format(FORMAT)
-             .option("payload", payload(spec, connection, rec, [c.number for c in chunks], hash_salt)).load())
     name = f"tidegate-snapshot-{rec.snapshot_id}"
-    for index, rows in partitions_in_order(spark.sparkContext, frame.rdd, len(chunks), window, name):
-        (_, upper), *events = unpack_rows(r[0] for r in rows)  # the task's header comes first
+    numbers = [c.number for c in chunks]
+    if is_connect(spark):  # no RDDs: a data frame per chunk, the payload inside the source's class
+        source = register_task_source(spark, (spec, connection, hash_salt, rec, numbers), chunk_batches,
+                                      ROW_SCHEMA)
+        parts = frames_in_order(spark, lambda i: spark.read.format(source).option("index", str(i)).load(),
+                                len(chunks), window, name)
+        blobs_of: Any = lambda rows: rows  # noqa: E731 - the frames' rows are the blobs already
+    else:
+        register_source(spark)
+        frame = (spark.read.format(FORMAT)
+                 .option("payload", payload(spec, connection, rec, numbers, hash_salt)).load())
+        parts = partitions_in_order(spark.sparkContext, frame.rdd, len(chunks), window, name)
+        blobs_of = lambda rows: (r[0] for r in rows)  # noqa: E731
+    for index, rows in parts:
+        (_, upper), *events = unpack_rows(blobs_of(rows))  # the task's header comes first
         yield SegmentRead(chunks[index], map(row_to_item, events), upper)
 
 
-__all__ = ["arrow_batches", "read_chunks", "register_source", "unpack_rows"]
+__all__ = ["arrow_batches", "chunk_batches", "pack_batches", "read_chunks", "register_source", "unpack_rows"]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..reader_process import ReaderProcess
 from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, log_runs, snapshot_record
 from .chunks import read_chunks
+from .connect import LazySession
 from .slices import max_task_slice_bytes, read_range
 from .windows import partitions_in_flight
 
@@ -34,8 +35,14 @@ class SparkReader:
     """Reads a run's segments in Spark tasks (see the module docstring)."""
 
     def __init__(self, spark: Any, connection: Any, store_url: str | None = None):
-        self.spark, self.connection = spark, connection
+        # ``spark``: a session, or a :class:`~.connect.LazySession` (opened when a Spark task is
+        # first needed: a log of one slice needs none).
+        self._spark, self.connection = spark, connection
         self.streaming = ReaderProcess(store_url)  # what the driver reads itself
+
+    @property
+    def spark(self) -> Any:
+        return self._spark.get() if isinstance(self._spark, LazySession) else self._spark
 
     def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
                  segments: Sequence[Any]) -> Iterator[SegmentRead]:
@@ -50,9 +57,9 @@ class SparkReader:
             yield from self.read_log(spec, source, slices)
 
     def read_log(self, spec: PipelineSpec, source: Source, slices: list[Slice]) -> Iterator[SegmentRead]:
-        limit = max_task_slice_bytes(self.spark)
         # A task's result reaches the driver in one piece: a slice too large for that is read
         # by the driver, streaming (finer slices of a binlog file need the source's help).
+        limit = max_task_slice_bytes(self.spark) if len(slices) > 1 else 0
         local = frozenset(i for i, s in enumerate(slices)
                           if s.start is not None and (s.start.bytes_to(s.end) or 0) > limit)
         first, last = slices[0], slices[-1]

@@ -43,7 +43,9 @@ from ..positions import Position
 from ..reading import MAX_SLICE_CONF, MAX_TASK_SLICE_BYTES
 from ..shipped import item_to_row, row_to_item
 from ..spec import PipelineSpec
-from .windows import partitions_in_flight, partitions_in_order
+from .chunks import ROW_SCHEMA, pack_batches, unpack_rows
+from .connect import register_task_source
+from .windows import frames_in_order, is_connect, partitions_in_flight, partitions_in_order
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +100,22 @@ def executor_note(pipeline: str, index: int, count: int, events: int, seconds: f
     return note
 
 
+def slice_batches(task: Callable[[int, Iterator[Any]], Iterator[tuple]], index: int) -> Iterator[Any]:
+    """A slice task's rows as Arrow record batches of pickled rows (chunks.py), for a data
+    source: how a Spark Connect session reads a slice."""
+    return pack_batches(task(index, iter(())))
+
+
 # --------------------------------------------------------------------------- the driver
 
 
 def max_task_slice_bytes(spark: Any) -> int:
     """The largest slice (in source log bytes) a Spark task decodes: the Spark setting
     :data:`MAX_SLICE_CONF`, else :data:`MAX_TASK_SLICE_BYTES`."""
-    configured = spark.sparkContext.getConf().get(MAX_SLICE_CONF)
+    if is_connect(spark):
+        configured = spark.conf.get(MAX_SLICE_CONF, None)
+    else:
+        configured = spark.sparkContext.getConf().get(MAX_SLICE_CONF)
     return int(configured) if configured else MAX_TASK_SLICE_BYTES
 
 
@@ -123,10 +134,19 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
 
         connection = get_connection(spec.source.conn_id)
     window = window or partitions_in_flight(spark)
-    sc = spark.sparkContext
-    rdd = sc.parallelize(range(len(slices)), len(slices)).mapPartitionsWithIndex(
-        slice_task(spec, connection, slices, hash_salt))
-    for index, rows in partitions_in_order(sc, rdd, len(slices), window, f"tidegate-{spec.pipeline}", local):
+    task = slice_task(spec, connection, slices, hash_salt)
+    name = f"tidegate-{spec.pipeline}"
+    if is_connect(spark):  # no RDDs: each slice is a data frame of a data source (connect.py)
+        source = register_task_source(spark, task, slice_batches, ROW_SCHEMA)
+        frames = frames_in_order(spark, lambda i: spark.read.format(source).option("index", str(i)).load(),
+                                 len(slices), window, name, local)
+        parts: Iterator[tuple[int, list | None]] = (
+            (i, None if blobs is None else unpack_rows(blobs)) for i, blobs in frames)
+    else:
+        sc = spark.sparkContext
+        rdd = sc.parallelize(range(len(slices)), len(slices)).mapPartitionsWithIndex(task)
+        parts = partitions_in_order(sc, rdd, len(slices), window, name, local)
+    for index, rows in parts:
         if rows is None:
             yield from read_local(index)
             continue
@@ -138,4 +158,5 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
         del items
 
 
-__all__ = ["MAX_SLICE_CONF", "MAX_TASK_SLICE_BYTES", "max_task_slice_bytes", "read_range", "slice_task"]
+__all__ = ["MAX_SLICE_CONF", "MAX_TASK_SLICE_BYTES", "max_task_slice_bytes", "read_range", "slice_batches",
+           "slice_task"]

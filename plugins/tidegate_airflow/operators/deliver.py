@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Context
+from airflow.sdk import BaseHook, Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..connections import connection_env, salt_env
@@ -77,6 +78,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._driver_env: dict[str, str] = {}  # the secrets and the settings spark-submit gets
         self._client_mode = True
         self._given_env_vars: dict[str, Any] | None = None
+        self._connected = False  # the run is in this task, a Spark Connect client
 
     # ------------------------------------------------------------------ building the submit
 
@@ -177,6 +179,9 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._hook.submit(self.application, env={**os.environ, **self._driver_env})
 
     def run(self, run: Any, context: Context) -> dict[str, Any] | None:
+        conn_id = self.spark_conn_id or run.spec.spark.conn_id
+        if spark_conn_type(conn_id) == SparkConnectHook.conn_type:
+            return self.deliver_connected(run, conn_id)
         fd, report_file = tempfile.mkstemp(prefix="tidegate-report-", suffix=".json")
         os.close(fd)
         try:
@@ -201,6 +206,53 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
                           run.pipeline, report.get("events"), report.get("bytes"),
                           report.get("sub_batches"))
         return report
+
+
+    # ------------------------------------------------------------------ Spark Connect
+
+    def deliver_connected(self, run: Any, conn_id: str) -> dict[str, Any]:
+        """The run in this task, as a client of the Spark Connect server of connection
+        ``conn_id`` (conn type ``spark_connect``): no spark-submit. The connections stay in this
+        process (the source's goes to the server's tasks inside the data source, as it goes to a
+        spark-submit driver's executors); the server URL may hold a token and is not logged."""
+        from tidegate.spark.connect import deliver_remote
+
+        if run.record is None:  # no bounds task: the record holds the spec and the plan
+            with run.opened_store() as store:
+                run = run.recorded(None, store).with_store(None)
+        self._connected = True
+        hook = SparkConnectHook(conn_id)
+        where = BaseHook.get_connection(conn_id)
+        self.log.info("pipeline %s: run %s (%s) as a Spark Connect client of %s:%s (connection %s)",
+                      run.pipeline, run.run_id, run.plan.mode, where.host, where.port, conn_id)
+        conf = {**run.spec.spark.conf, **(self.conf or {})}
+        report = deliver_remote(hook.get_connection_url(), run, conf=conf,
+                                py_files=[str(package_zip())] if self.ship_package else ())
+        self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es); Spark Connect "
+                      "session %s; timings %s", run.pipeline, report.get("events"), report.get("bytes"),
+                      report.get("sub_batches"),
+                      "opened" if report.get("spark_session_opened") else "not needed (read by this task)",
+                      report.get("connect_timings"))
+        return report
+
+
+    def on_kill(self) -> None:
+        if self._connected:  # no spark-submit process: the run ends with this task's process
+            return
+        super().on_kill()
+
+
+def spark_conn_type(conn_id: str) -> str:
+    """The conn type of the Spark connection ``conn_id``: ``spark_connect`` makes the deliver task
+    a Spark Connect client, anything else (``spark``) spark-submits."""
+    try:
+        return BaseHook.get_connection(conn_id).conn_type or ""
+    except AirflowException:
+        raise UnsafeConnectionTransportError(
+            f"Spark connection {conn_id!r} is not defined; define it, e.g. "
+            f"AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\":\"spark\",\"host\":\"local[2]\"}}' "
+            f"(spark-submit) or '{{\"conn_type\":\"spark_connect\",\"host\":\"sc://HOST\",\"port\":15002}}' "
+            f"(a Spark Connect server)") from None
 
 
 def build_args(*, pipeline: str, run_id: str, report_file: str | None = None) -> list[str]:

@@ -1,0 +1,137 @@
+"""A run delivered as a Spark Connect client (docs/architecture.md, "Processes").
+
+With a Spark Connect server (Spark 4's client/server protocol) a run needs no ``spark-submit``:
+the process that runs it (the Airflow deliver task) opens a session on the long-lived server
+and runs the same run as the spark-submit driver does (``runner.run_pipeline`` with the
+:class:`~tidegate.spark.job.SparkReader`): the Python Data Sources are registered through the
+session and read by the server's Python workers, the coordinator, the sinks and the checkpoints
+stay in this process. A Connect session has no SparkContext and no RDDs, so the log's slices
+are read through a data source too (slices.py), one data frame per slice in the same window.
+
+What the tasks need (the spec, the source connection, the salt, the segment) travels inside the
+data source's class, pickled, which the server receives as bytes of the registration
+(:func:`register_task_source`): never as an option string, which a Connect server shows, in
+part, as the text of the operation in its UI.
+
+The session is opened on first use: a run whose log is one slice is read in this process
+(streaming, as the spark-submit driver does) and never contacts the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..run import RunContext
+
+log = logging.getLogger(__name__)
+
+
+def register_task_source(spark: Any, payload: Any, task: Callable[[Any, int], Iterator[Any]],
+                         schema: str) -> str:
+    """Register a Python Data Source under a new name whose data frames (one per index, the
+    ``index`` option) have one partition: ``task(payload, index)`` run by a Spark task, yielding
+    Arrow record batches of ``schema``. ``payload`` and ``task`` reach the server inside the
+    pickled class; returns the name."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    name = f"tidegate_{uuid.uuid4().hex[:12]}"
+
+    class TaskReader(DataSourceReader):
+        def __init__(self, options: Mapping[str, str]):
+            self.index = int(options["index"])
+
+        def partitions(self) -> Sequence[InputPartition]:
+            return [InputPartition(self.index)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            yield from task(payload, partition.value)
+
+    class TaskSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> str:
+            return schema
+
+        def reader(self, schema: Any) -> TaskReader:
+            return TaskReader(self.options)
+
+    spark.dataSource.register(TaskSource)
+    return name
+
+
+class LazySession:
+    """A Spark Connect session opened on first use (``get()``); records how long opening it,
+    shipping the package and registering took (``timings``)."""
+
+    def __init__(self, url: str, app_name: str, conf: Mapping[str, str] | None = None,
+                 py_files: Sequence[str] = ()):
+        self.url, self.app_name = url, app_name
+        self.conf, self.py_files = dict(conf or {}), list(py_files)
+        self.session: Any = None
+        self.timings: dict[str, float] = {}
+
+    def get(self) -> Any:
+        if self.session is None:
+            t0 = time.monotonic()
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession.builder.remote(self.url).appName(self.app_name).create()
+            self.timings["session_connect_s"] = time.monotonic() - t0
+            for key, value in self.conf.items():
+                try:
+                    spark.conf.set(key, value)
+                except Exception as exc:  # a setting fixed when the server started
+                    log.warning("spark.conf %s: not settable in a Spark Connect session (%s); the "
+                                "server's own value applies: set it where the server starts",
+                                key, type(exc).__name__)
+            t1 = time.monotonic()
+            if self.py_files:  # the session's tasks import this tidegate, not the server's
+                spark.addArtifacts(*self.py_files, pyfile=True)
+            self.timings["ship_package_s"] = time.monotonic() - t1
+            self.session = spark
+            log.info("Spark Connect session %s opened in %.2fs (package shipped in %.2fs)",
+                     spark.session_id, self.timings["session_connect_s"], self.timings["ship_package_s"])
+        return self.session
+
+    def conf_value(self, key: str) -> str | None:
+        """A setting the run gave the session (read without opening it)."""
+        return self.conf.get(key)
+
+    def stop(self) -> None:
+        if self.session is not None:
+            self.session.stop()  # releases the server-side session and what it holds
+            self.session = None
+
+
+def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None = None,
+                   py_files: Sequence[str] = ()) -> dict[str, Any]:
+    """One bounded run read through a Spark Connect server at ``url`` (``sc://host:port/;...``,
+    which may hold a token: it is never logged) and delivered by this process; returns the run
+    report, with ``connect_timings`` (seconds: opening the session, shipping the package, the
+    run's reads, deliveries and commits)."""
+    from ..runner import run_pipeline
+    from ..store import default_url
+    from .job import SparkReader
+
+    session = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files)
+    reader = SparkReader(session, run.parts.connection(run.spec.source.conn_id), default_url())
+    t0 = time.monotonic()
+    try:
+        report = run_pipeline(run, reader=reader)
+    finally:
+        session.stop()
+    timings = dict(session.timings)
+    timings["run_s"] = time.monotonic() - t0
+    report["connect_timings"] = {k: round(v, 3) for k, v in timings.items()}
+    report["spark_session_opened"] = "session_connect_s" in timings
+    return report
+
+
+__all__ = ["LazySession", "deliver_remote", "register_task_source"]
