@@ -83,6 +83,15 @@ class SourceKind:
         return _load(self.source)(spec, conn, **kw)
 
 
+def spark_settings(spec: Any) -> dict[str, str]:
+    """The Spark settings the sinks of pipeline ``spec`` need of the deliver job's session (empty
+    when its sink kinds need none): only a spec with such a sink starts Spark with them."""
+    out: dict[str, str] = {}
+    for name in dict.fromkeys(s.kind for s in spec.sinks):
+        out.update(sink_kind(name).spark_settings())
+    return out
+
+
 def sink_kind(name: str) -> SinkKind:
     """The registered sink kind ``name``; ValueError naming the known ones otherwise."""
     return _kind(SINKS, name, "sink")

@@ -34,7 +34,7 @@ def workload(name: str, seed: int = 7) -> tuple[list[SubBatch], dict]:
     txs, next_id = [], 1
     for tx_no in range(1, 31):
         evs = []
-        for i in range(rnd.randint(1, 6)):
+        for _ in range(rnd.randint(1, 6)):
             pick = rnd.random()
             if not rows or pick < 0.4:
                 row = {"id": next_id, "name": f"n{next_id}", "qty": rnd.randint(0, 9), "price": "1.50",
@@ -66,10 +66,11 @@ def workload(name: str, seed: int = 7) -> tuple[list[SubBatch], dict]:
 
 @pytest.fixture(scope="module")
 def spark():
-    from tidegate.sinks.delta.jars import spark_conf
     from pyspark.sql import SparkSession
+    from tidegate.sinks.delta.jars import spark_conf
 
-    b = SparkSession.builder.master("local[2]").appName("tidegate-delta-test").config("spark.ui.enabled", "false")
+    b = (SparkSession.builder.master("local[2]").appName("tidegate-delta-test")
+         .config("spark.ui.enabled", "false"))
     for k, v in spark_conf().items():
         b = b.config(k, v)
     s = b.config("spark.sql.shuffle.partitions", "2").getOrCreate()
@@ -78,8 +79,8 @@ def spark():
 
 
 def sink_of(name: str, tmp_path, mode: str) -> DeltaSink:
-    spec = DeltaSinkSpec(id="lake", kind="delta", conn_id="", path=str(tmp_path) + "/{pipeline}/{schema}/{table}",
-                         mode=mode)
+    spec = DeltaSinkSpec(id="lake", kind="delta", conn_id="", mode=mode,
+                         path=str(tmp_path) + "/{pipeline}/{schema}/{table}")
     sink = DeltaSink(pipeline_spec(name, spec), spec, None)
     sink.open()
     return sink
@@ -97,7 +98,8 @@ def test_merge_and_changelog_exact_across_retries_and_replays(spark, tmp_path):
         sink.deliver(batches[0], 3)  # a replay under the current version: the table holds it
         rec = sink.committed_checkpoint()
         assert rec.position == batches[-1].end_position and rec.extends == 3
-    got = {r["id"]: r.asDict() for r in spark.read.format("delta").load(f"{tmp_path}/{name}/shop/items").collect()}
+    merged = spark.read.format("delta").load(f"{tmp_path}/{name}/shop/items").collect()
+    got = {r["id"]: r.asDict() for r in merged}
     assert got == model
     cl = spark.read.format("delta").load(f"{tmp_path}/cl/{name}/shop/items").collect()
     keys = Counter(r["idempotency_key"] for r in cl)
