@@ -23,7 +23,7 @@ from typing import Any
 # kind name -> the kind's package (imported lazily); the order is the order messages list them in
 SOURCES: Mapping[str, str] = {"mysql": "tidegate.sources.mysql", "postgres": "tidegate.sources.postgres"}
 SINKS: Mapping[str, str] = {"kafka": "tidegate.sinks.kafka", "nats": "tidegate.sinks.nats",
-                            "redis": "tidegate.sinks.redis"}
+                            "redis": "tidegate.sinks.redis", "delta": "tidegate.sinks.delta"}
 
 
 def _load(ref: str) -> Any:
@@ -44,10 +44,19 @@ class SinkKind:
     channel_chars: re.Pattern  # what a DLQ or control channel name may hold (as its data names)
     channel_what: str  # what messages call such a name: "topic", "subject", "stream key"
     sink: str  # "module:Class" of the Sink, imported when a sink is made (client library)
+    # False: ``conn_id`` is optional (a Delta table on a local path needs no connection)
+    needs_connection: bool = True
+    # "module:function" () -> the Spark settings a session needs for this kind's sinks (jars,
+    # extensions), merged into the deliver job's settings; "" when the kind needs none
+    spark_conf: str = ""
 
     def make(self, pipeline_spec: Any, sink_spec: Any, conn: Any) -> Any:
         """The Sink for ``sink_spec`` of ``pipeline_spec`` through the connection ``conn``."""
         return _load(self.sink)(pipeline_spec, sink_spec, conn)
+
+    def spark_settings(self) -> dict[str, str]:
+        """The Spark settings the deliver job needs for a sink of this kind (empty: none)."""
+        return _load(self.spark_conf)() if self.spark_conf else {}
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,15 @@ class SourceKind:
     def make(self, spec: Any, conn: Any, **kw: Any) -> Any:
         """The Source of the pipeline ``spec`` through the connection ``conn``."""
         return _load(self.source)(spec, conn, **kw)
+
+
+def spark_settings(spec: Any) -> dict[str, str]:
+    """The Spark settings the sinks of pipeline ``spec`` need of the deliver job's session (empty
+    when its sink kinds need none): only a spec with such a sink starts Spark with them."""
+    out: dict[str, str] = {}
+    for name in dict.fromkeys(s.kind for s in spec.sinks):
+        out.update(sink_kind(name).spark_settings())
+    return out
 
 
 def sink_kind(name: str) -> SinkKind:

@@ -63,7 +63,9 @@ class Parts:
         from .sinks import make_sink
 
         chosen = chosen_sinks(spec, only)
-        return [make_sink(spec, s, self.connection(s.conn_id)) for s in spec.sinks if s.id in chosen]
+        # A sink without conn_id (a Delta table on a local path) talks through no connection.
+        return [make_sink(spec, s, self.connection(s.conn_id) if s.conn_id else None)
+                for s in spec.sinks if s.id in chosen]
 
 
 class _Fixed(Parts):

@@ -438,10 +438,11 @@ def _sink(raw: Any, fp: str, probs: Problems) -> SinkSpec | None:
     own = sink_kind.fields if sink_kind else tuple(f for k in SINK_KINDS for f in kinds.sink_kind(k).fields)
     _unknown(d, tuple(dict.fromkeys(SINK_COMMON + own)), f"{fp}.", probs)
     sid = str_field(d, "id", f"{fp}.id", probs, required=True, pattern=SINK_ID_RE, allowed="[a-z0-9_-]+")
-    conn_id = str_field(d, "conn_id", f"{fp}.conn_id", probs, required=True, pattern=CONN_ID_RE,
+    needs_conn = sink_kind.needs_connection if sink_kind else True
+    conn_id = str_field(d, "conn_id", f"{fp}.conn_id", probs, required=needs_conn, pattern=CONN_ID_RE,
                    allowed="an Airflow connection id")
     required = bool_field(d, "required", f"{fp}.required", probs, default=True)
-    if sink_kind is None or sid is None or conn_id is None:
+    if sink_kind is None or sid is None or (conn_id is None and needs_conn):
         return None
     on_poison = _choice(d, "on_poison", f"{fp}.on_poison", probs, POISON_POLICIES, default="halt")
     # a DLQ or control channel name may hold what the kind's data names may hold
@@ -450,7 +451,7 @@ def _sink(raw: Any, fp: str, probs: Problems) -> SinkSpec | None:
     control = _channel(d, "control", f"{fp}.control", probs, chars, what)
     if d.get("dlq") is not None and on_poison != "dlq":
         probs.add(f"{fp}.dlq", "set but on_poison is not dlq", "on_poison: dlq, or omit dlq")
-    return sink_kind.spec_type(id=sid, kind=sink_kind.name, conn_id=conn_id, required=required,
+    return sink_kind.spec_type(id=sid, kind=sink_kind.name, conn_id=conn_id or "", required=required,
                                on_poison=on_poison or "halt", dlq=dlq, control=control,
                                **sink_kind.parse(d, fp, probs))
 

@@ -14,6 +14,7 @@ from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, Context
 from airflow.sdk.exceptions import AirflowException
+from tidegate.kinds import spark_settings
 
 from ..connections import connection_env, salt_env
 from ..exceptions import DeliverFatalError, UnsafeConnectionTransportError
@@ -93,7 +94,9 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         spec, plan = run.spec, run.plan
         self.spark_conn_id = self.spark_conn_id or spec.spark.conn_id
         self._conn_id = self.spark_conn_id
-        self.conf = {**spec.spark.conf, **(self.conf or {})}
+        # What the spec's sink kinds need of the session (Delta: its jars and SQL extension) first;
+        # the spec's spark.conf and the operator's conf may override.
+        self.conf = {**spark_settings(spec), **spec.spark.conf, **(self.conf or {})}
         if not self.packages and spec.spark.packages:
             self.packages = ",".join(spec.spark.packages)
         if self.ship_package:
@@ -124,7 +127,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
             self.conf.setdefault("spark.pyspark.driver.python", sys.executable)
         self._driver_secrets = {}
         if self.pass_connections:
-            conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks)]
+            conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks if s.conn_id)]
             self._driver_secrets = {**connection_env(conn_ids, run.parts.connection),
                                     **salt_env(spec, run.parts)}
         if self._given_env_vars is None:  # as rendered; prepare() may run again

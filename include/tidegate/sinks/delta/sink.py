@@ -1,0 +1,388 @@
+"""Delta Lake sink (delta-spark): every captured table is a Delta table, written by Spark.
+
+Per sub-batch and table, one Delta commit (docs/operations.md, "Delta Lake sink"):
+
+- ``mode: merge``: the table holds the source table's current rows. The sub-batch's changes of the
+  table become a DataFrame (the envelopes parsed by Spark's ``from_json``), reduced by a window
+  over the primary key to the last change per key in log order, and applied by one ``MERGE``:
+  a delete deletes, a create, update or snapshot row upserts. An UPDATE that changes the primary
+  key arrives as a delete of the old key and a create of the new one (two keys), so both land.
+  A ``snapshot_started`` naming the table empties it in the same MERGE (``WHEN NOT MATCHED BY
+  SOURCE THEN DELETE``): a (re)snapshot loads the table afresh.
+- ``mode: changelog``: every envelope appended as a row (``idempotency_key``, ``op``, ``before``
+  and ``after`` as typed structs, ``key``, ``tx_id``, ``total_order``, ``position``,
+  ``source_ts_ms``, ``snapshot``), partitioned by ``date`` (the source commit's UTC date).
+
+Exactly once. Every commit carries Delta's idempotent-write identifiers: ``txnAppId`` =
+``{tenant}/{pipeline}::sink::{sink_id}`` and ``txnVersion`` = the store version the delivery
+extends; Delta skips a commit whose version it already recorded for the app, so a retried
+sub-batch (a crash after some tables committed) writes each table once. After the tables, the
+sub-batch's record (:class:`~tidegate.checkpoints.SinkCheckpoint`: position and version extended)
+is committed, with the same identifiers, to the sink's checkpoint table; that is the sink-side
+checkpoint, read back on open and adopted under the rule of every other sink. A sub-batch the
+checkpoint table already covers (a replay, a rewind) is not written again: the tables hold it.
+
+Types. Columns are typed from the JSON values (integer → bigint, float → double, boolean, and
+string for text, decimals, times, binary as base64, and arrays/objects as their JSON); a table
+keeps the types it was created with, and a column added at the source is added to the table
+(``ALTER TABLE ADD COLUMNS`` in merge mode, ``mergeSchema`` in changelog mode). A dropped column
+stays, null in new rows.
+
+Control messages: a ``gap`` or ``failover`` is recorded in the ``userMetadata`` of the sub-batch's
+commits (every table's and the checkpoint table's); a ``schema_change`` evolves the schema with the
+next row; a ``snapshot_started`` empties a merged table (above). Poison events: a value that does
+not fit its column's type is written as null by ``from_json`` (never a failed commit), so this sink
+has no event it refuses on its own; a commit Delta refuses fails the whole sub-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import defaultdict
+from typing import Any
+
+from ...batching import SubBatch
+from ...checkpoints import SinkCheckpoint
+from ...connections import Connection
+from ...errors import ErrorClass, NonRetryableSinkError
+from ...positions import IncomparablePositionsError, Position
+from ...spec import PipelineSpec, render_template
+from ..base import RetryPolicy, Sink, is_control
+from . import jars
+from .spec import DeltaSinkSpec
+
+log = logging.getLogger(__name__)
+
+_SESSION_LOCK = threading.Lock()
+META_TYPES = ("gap", "failover", "schema_change", "snapshot_started", "snapshot_completed")
+CHANGELOG_COLUMNS = ("idempotency_key", "op", "before", "after", "key", "tx_id", "total_order", "position",
+                     "source_ts_ms", "snapshot", "date")
+
+
+def json_type(v: Any) -> str | None:
+    """The Spark SQL type of a column from one of its JSON values (None: no type yet)."""
+    if v is None:
+        return None
+    if v is True or v is False:
+        return "boolean"
+    if isinstance(v, int):
+        return "bigint" if -(2**63) <= v < 2**63 else "decimal(38,0)"
+    if isinstance(v, float):
+        return "double"
+    return "string"  # text, decimals, times, base64; arrays and objects as their JSON
+
+
+def learn_types(types: dict[str, str | None], row: dict[str, Any] | None) -> None:
+    """Extend ``types`` (column -> type, in order) with what ``row`` tells of columns not typed yet."""
+    if not row:
+        return
+    for k, v in row.items():
+        if types.get(k) is None:
+            types[k] = json_type(v)
+
+
+def struct_ddl(types: dict[str, str | None]) -> str:
+    return ", ".join(f"`{c.replace('`', '``')}`: {t or 'string'}" for c, t in types.items())
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class DeltaSink(Sink):
+    kind = "delta"
+    label = "Delta"
+    retry_policy = RetryPolicy(base_s=0.5, max_s=10.0, attempts=3)
+    channel_separator = "."
+
+    def __init__(self, pipeline: PipelineSpec, sink: DeltaSinkSpec, conn: Connection | None):
+        super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, tenant=pipeline.tenant,
+                         required=sink.required, conn=conn, spec=sink)
+        self.spec = sink
+        self.mode = sink.mode
+        self.path_template = sink.table_path(pipeline.pipeline)
+        self.checkpoint_path = sink.checkpoint_table_path(pipeline.pipeline)
+        self.app_id = self.checkpoint_key  # {tenant}/{pipeline}::sink::{sink_id}
+        self._spark: Any = None
+        self._types: dict[str, dict[str, dict[str, str | None]]] = {}  # path -> {"row"/"key": types}
+        self._committed: SinkCheckpoint | None = None
+
+    @property
+    def where(self) -> str:
+        return f"Delta sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.mode} mode)"
+
+    # ------------------------------------------------------------------ session
+
+    def open(self) -> None:
+        if self._spark is None:
+            self._spark = self._session()
+
+    def _session(self) -> Any:
+        """A session of its own (its SQL settings, which carry the MERGE's txnAppId, are this
+        sink's alone) over the process's Spark: the deliver job's, or a local one started with
+        Delta's settings when none runs (``tidegate run``)."""
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        with _SESSION_LOCK:
+            if SparkContext._active_spark_context is None:
+                b = SparkSession.builder.master("local[2]").appName(f"tidegate-{self.pipeline}")
+                for k, v in jars.spark_conf().items():
+                    b = b.config(k, v)
+                base = b.getOrCreate()
+            else:
+                base = SparkSession.builder.getOrCreate()
+        ext = base.conf.get("spark.sql.extensions", "") or ""
+        if jars.EXTENSION not in ext:
+            raise NonRetryableSinkError(
+                f"{self.where}: the Spark session was started without Delta Lake "
+                f"(spark.sql.extensions={ext!r}); the deliver task adds Delta's settings when the spec has "
+                f"a delta sink: start the job through it, or give spark-submit the settings of "
+                f"tidegate.sinks.delta.jars.spark_conf()")
+        return base.newSession()
+
+    def close(self) -> None:
+        self._spark = None  # the session belongs to the job; it stops it
+
+    # ------------------------------------------------------------------ paths and tables
+
+    def table_path(self, ev: Any) -> str:
+        return render_template(self.path_template, pipeline=self.pipeline, db=ev.db, schema=ev.schema,
+                               table=ev.table)
+
+    def _exists(self, path: str) -> bool:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(self._spark, path)
+
+    def _known_types(self, path: str, key: dict[str, Any] | None) -> dict[str, dict[str, str | None]]:
+        """The column types of the table at ``path``: the table's own when it exists."""
+        t = self._types.get(path)
+        if t is not None:
+            return t
+        t = {"row": {}, "key": {}}
+        if self._exists(path):
+            schema = self._spark.read.format("delta").load(path).schema
+            if self.mode == "merge":
+                t["row"] = {f.name: f.dataType.simpleString() for f in schema.fields}
+            else:
+                for part in ("after", "before"):
+                    if part in schema.names:
+                        for f in schema[part].dataType.fields:
+                            t["row"].setdefault(f.name, f.dataType.simpleString())
+        for k in key or {}:
+            t["key"][k] = t["row"].get(k)
+        self._types[path] = t
+        return t
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
+        self.open()
+        try:
+            self._deliver(batch, extends or 0)
+        except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+            raise self.error(exc, f"delivering sub-batch {batch.seq}") from None
+        return batch.end_position
+
+    def _deliver(self, batch: SubBatch, extends: int) -> None:
+        done = self._committed_position()
+        rows_part = batch
+        if done is not None:
+            try:
+                rows_part = batch.after(done)  # a replay or rewind: the tables hold that part already
+            except IncomparablePositionsError:
+                rows_part = batch  # another server's log (an accepted gap): all of it is new
+        controls = [ev for ev in batch.events if is_control(ev)]
+        meta = {"tidegate": {"pipeline": self.pipeline, "sink": self.sink_id, "extends": extends,
+                             "position": str(batch.end_position)},
+                "control": [c.to_json() for c in controls if c.type in META_TYPES]}
+        by_path: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+        resets: dict[str, int] = {}  # path -> seq of the last snapshot_started naming it
+        seq = 0
+        for ev in rows_part.events:
+            seq += 1
+            if is_control(ev):
+                if ev.type == "snapshot_started":
+                    for name in ev.fields.get("tables") or []:
+                        resets[name] = seq
+                continue
+            by_path[self.table_path(ev)].append((seq, ev))
+        user_meta = json.dumps(meta, default=str, sort_keys=True)
+        for path, evs in by_path.items():
+            first = evs[0][1]
+            cut = max(resets.get(f"{first.db}.{first.table}", 0),
+                      resets.get(f"{first.schema}.{first.table}", 0))
+            if self.mode == "merge":
+                self._merge(path, [(s, e) for s, e in evs if s > cut], extends, user_meta, reset=cut > 0)
+            else:
+                self._append(path, evs, extends, user_meta)
+        for name, _ in resets.items():  # a snapshot of a table with no row in this sub-batch
+            if self.mode == "merge":
+                db, _, table = name.partition(".")
+                path = render_template(self.path_template, pipeline=self.pipeline, db=db, schema=db,
+                                       table=table)
+                if path not in by_path and self._exists(path):
+                    self._merge(path, [], extends, user_meta, reset=True)
+        # The record never moves back: after a rewind the tables still hold what they held.
+        end = batch.end_position
+        if done is not None and rows_part is not batch and not rows_part.event_count:
+            end = done
+        self._write_checkpoint(SinkCheckpoint(end, extends), extends, user_meta)
+
+    def _frame(self, path: str, evs: list[tuple[int, Any]]) -> tuple[Any, dict[str, dict[str, str | None]]]:
+        """The events as a DataFrame parsed by Spark: ``seq`` and the envelope ``e`` (typed)."""
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+
+        types = self._known_types(path, evs[0][1].key)
+        row_t, key_t = types["row"], types["key"]
+        for _, ev in evs:
+            learn_types(row_t, ev.after)
+            learn_types(row_t, ev.before)
+            learn_types(key_t, ev.key)
+        for k in key_t:
+            if key_t[k] is None or row_t.get(k) is not None:
+                key_t[k] = row_t.get(k) or key_t[k]
+        table = pa.table({"seq": pa.array([s for s, _ in evs], pa.int64()),
+                          "value": pa.array([bytes(ev.value).decode("utf-8") for _, ev in evs], pa.string())})
+        envelope = (f"idempotency_key string, op string, before struct<{struct_ddl(row_t)}>, "
+                    f"after struct<{struct_ddl(row_t)}>, key struct<{struct_ddl(key_t)}>, "
+                    f"source struct<tx_id: string, position: string, ts_ms: bigint, snapshot: string>, "
+                    f"transaction struct<total_order: bigint>")
+        opts = {"allowNonNumericNumbers": "true"}
+        df = self._spark.createDataFrame(table).select(
+            "seq", F.from_json("value", envelope, opts).alias("e"), F.col("value").alias("raw"))
+        return df, types
+
+    def _append(self, path: str, evs: list[tuple[int, Any]], extends: int, user_meta: str) -> None:
+        from pyspark.sql import functions as F
+
+        df, _ = self._frame(path, evs)
+        key_json = F.get_json_object("raw", "$.key")
+        out = df.select(
+            F.col("e.idempotency_key").alias("idempotency_key"), F.col("e.op").alias("op"),
+            F.col("e.before").alias("before"), F.col("e.after").alias("after"), key_json.alias("key"),
+            F.col("e.source.tx_id").alias("tx_id"), F.col("e.transaction.total_order").alias("total_order"),
+            F.col("e.source.position").alias("position"), F.col("e.source.ts_ms").alias("source_ts_ms"),
+            F.col("e.source.snapshot").alias("snapshot"),
+            F.to_date(F.timestamp_millis(F.col("e.source.ts_ms"))).alias("date"))
+        (out.write.format("delta").mode("append").partitionBy("date")
+         .option("txnAppId", self.app_id).option("txnVersion", extends)
+         .option("mergeSchema", "true").option("userMetadata", user_meta).save(path))
+
+    def _merge(self, path: str, evs: list[tuple[int, Any]], extends: int, user_meta: str, *,
+               reset: bool) -> None:
+        from delta.tables import DeltaTable
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        if not evs:  # only a snapshot's start: empty the table
+            self._set_txn(extends, user_meta)
+            try:
+                DeltaTable.forPath(self._spark, path).delete()
+            finally:
+                self._clear_txn()
+            return
+        df, types = self._frame(path, evs)
+        row_t, key_t = types["row"], types["key"]
+        self._create_or_evolve(path, row_t)
+        keys = list(key_t)
+        if not keys:
+            raise NonRetryableSinkError(f"{self.where}: the events of {path} carry no primary key; "
+                                        f"mode: merge needs one (use mode: changelog)")
+        latest = Window.partitionBy(*[F.col("e.key")[k] for k in keys]).orderBy(F.col("seq").desc())
+        # Deletes carry the old row in before; everything else the new row in after.
+        row = F.when(F.col("e.op") == "d", F.col("e.before")).otherwise(F.col("e.after"))
+        src = (df.withColumn("_rn", F.row_number().over(latest)).where("_rn = 1")
+               .select(F.col("e.op").alias("_tg_op"),
+                       *[F.col("e.key")[k].alias(f"_tg_k{i}") for i, k in enumerate(keys)],
+                       *[row[c].alias(c) for c in row_t]))
+        on = " AND ".join(f"t.{quote(k)} = s._tg_k{i}" for i, k in enumerate(keys))
+        cols = {quote(c): f"s.{quote(c)}" for c in row_t}
+        m = (DeltaTable.forPath(self._spark, path).alias("t").merge(src.alias("s"), on)
+             .whenMatchedDelete("s._tg_op = 'd'")
+             .whenMatchedUpdate(set=cols)
+             .whenNotMatchedInsert("s._tg_op <> 'd'", values=cols))
+        if reset:
+            m = m.whenNotMatchedBySourceDelete()
+        self._set_txn(extends, user_meta)
+        try:
+            m.execute()
+        finally:
+            self._clear_txn()
+
+    def _create_or_evolve(self, path: str, row_t: dict[str, str | None]) -> None:
+        """Create the merged table, or add the columns the source gained (before the MERGE, which
+        then writes them)."""
+        from delta.tables import DeltaTable
+
+        if not self._exists(path):
+            b = DeltaTable.createIfNotExists(self._spark).location(path)
+            for c, t in row_t.items():
+                b = b.addColumn(c, t or "string")
+            b.execute()
+            return
+        have = set(self._spark.read.format("delta").load(path).schema.names)
+        new = [c for c in row_t if c not in have]
+        if new:
+            self._spark.sql(f"ALTER TABLE delta.{quote(path)} ADD COLUMNS ("
+                            + ", ".join(f"{quote(c)} {row_t[c] or 'string'}" for c in new) + ")")
+
+    def _set_txn(self, extends: int, user_meta: str) -> None:
+        c = self._spark.conf
+        c.set("spark.databricks.delta.write.txnAppId", self.app_id)
+        c.set("spark.databricks.delta.write.txnVersion", str(extends))
+        c.set("spark.databricks.delta.commitInfo.userMetadata", user_meta)
+
+    def _clear_txn(self) -> None:
+        for k in ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion",
+                  "spark.databricks.delta.commitInfo.userMetadata"):
+            self._spark.conf.unset(k)
+
+    # ------------------------------------------------------------------ sink-side checkpoint
+
+    def _write_checkpoint(self, record: SinkCheckpoint, extends: int, user_meta: str) -> None:
+        import pyarrow as pa
+
+        t = pa.table({"record": [record.dumps()], "extends": pa.array([extends], pa.int64())})
+        (self._spark.createDataFrame(t).write.format("delta").mode("append")
+         .option("txnAppId", self.app_id).option("txnVersion", extends)
+         .option("userMetadata", user_meta).save(self.checkpoint_path))
+        self._committed = record
+
+    def committed_checkpoint(self) -> SinkCheckpoint | None:
+        """The record of the last sub-batch committed to the checkpoint table (the row written in
+        the commit that carries the highest txnVersion of this app), or None."""
+        self.open()
+        try:
+            if not self._exists(self.checkpoint_path):
+                return None
+            from pyspark.sql import functions as F
+
+            row = (self._spark.read.format("delta").load(self.checkpoint_path)
+                   .orderBy(F.col("extends").desc()).select("record").first())
+        except Exception as exc:  # noqa: BLE001
+            raise self.error(exc, "reading the checkpoint table") from None
+        self._committed = SinkCheckpoint.loads(row["record"]) if row else None
+        return self._committed
+
+    def _committed_position(self) -> Position | None:
+        if self._committed is None:
+            self.committed_checkpoint()
+        return self._committed.position if self._committed is not None else None
+
+    def classify_client_error(self, exc: BaseException) -> ErrorClass:
+        name = type(exc).__name__
+        text = str(exc)
+        if "ConcurrentAppend" in text or "ConcurrentModification" in text or isinstance(
+                exc, (ConnectionError, TimeoutError)):
+            return ErrorClass.RETRYABLE
+        if name in ("AnalysisException", "ParseException") or "DELTA_" in text:
+            return ErrorClass.NON_RETRYABLE
+        return ErrorClass.RETRYABLE if "IOException" in text else ErrorClass.NON_RETRYABLE
+
+
+__all__ = ["DeltaSink", "json_type", "learn_types"]
