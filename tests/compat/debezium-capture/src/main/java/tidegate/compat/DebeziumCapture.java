@@ -46,8 +46,8 @@ import org.apache.kafka.connect.storage.SimpleHeaderConverter;
  *     DIR/records.schemas-on.jsonl. Records of table P are not written: the caller inserts
  *     them until "CAPTURING" is printed, which says the connector reads the log.
  * extract --in FILE --out-prefix PREFIX
- *     Reads records written with schemas on (by capture, or tidegate's read back from Kafka),
- *     applies io.debezium.transforms.ExtractNewRecordState with its default settings and
+ *     Reads records written with schemas on (by capture, or tidegate's read back from Kafka;
+ *     headers from their "text"), applies io.debezium.transforms.ExtractNewRecordState with its default settings and
  *     writes PREFIX.schemas-off.jsonl and PREFIX.schemas-on.jsonl.
  * </pre>
  *
@@ -239,6 +239,8 @@ public final class DebeziumCapture {
     private static int extract(Map<String, String> options) throws Exception {
         JsonConverter keysOn = converter(true, true);
         JsonConverter valuesOn = converter(true, false);
+        SimpleHeaderConverter headerText = new SimpleHeaderConverter();
+        headerText.configure(Map.of());
         List<SourceRecord> records = new ArrayList<>();
         for (String text : Files.readAllLines(Path.of(required(options, "in")), StandardCharsets.UTF_8)) {
             if (text.isBlank()) {
@@ -253,7 +255,10 @@ public final class DebeziumCapture {
             if (given != null) {
                 for (JsonNode header : given) {
                     String name = header.get("key").asText();
-                    headers.add(name, valuesOn.toConnectHeader(topic, name, bytes(header.get("json"))));
+                    JsonNode written = header.get("text");
+                    byte[] raw = written == null || written.isNull() ? null
+                            : written.asText().getBytes(StandardCharsets.UTF_8);
+                    headers.add(name, headerText.toConnectHeader(topic, name, raw));
                 }
             }
             records.add(new SourceRecord(null, null, topic, null, key.schema(), key.value(),
