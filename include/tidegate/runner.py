@@ -20,7 +20,7 @@ import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import snapshots
 from .coordinator import Coordinator, RunReport
@@ -40,6 +40,9 @@ from .run import Bounds, RunContext
 from .sources.base import Source, SourceItem
 from .spec import PipelineSpec
 from .store import CheckpointStore
+
+if TYPE_CHECKING:
+    from .sinks.base import Sink
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +267,7 @@ class SchemaGate:
 def _incremental(run: RunContext, source: Source, upto: Position,
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
     spec, store, run_id = run.spec, run.store, run.run_id
-    sinks = run.parts.sinks(spec, run.plan.sinks)
+    sinks = _sinks(run, source, run.plan.sinks)
     epoch = store.leases.acquire(spec.pipeline, run_id)
     if run.bounds is None:  # no bounds step: the run places new sinks itself
         _place_sinks(run, source, upto, epoch)
@@ -282,6 +285,15 @@ def _incremental(run: RunContext, source: Source, upto: Position,
     snapshots.settle(store, spec)  # snapshots every sink is past are completed
     gate.halt(run_id)
     return report
+
+
+def _sinks(run: RunContext, source: Source, only: Any) -> list[Sink]:
+    """The run's sinks, each told where the source's column types are (``envelope: debezium``
+    asks for them on its first event; other sinks never do)."""
+    sinks = run.parts.sinks(run.spec, only)
+    for sink in sinks:
+        sink.use_source(source.column_types)
+    return sinks
 
 
 def _segments(run: RunContext, source: Source, start: Position | None, upto: Position) -> list[Segment]:
@@ -319,7 +331,7 @@ def _replay(run: RunContext, source: Source, replay_of: str, reader: Reader) -> 
         _check_replayable(spec, source, replay_of, ranges)
     if not ranges:
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
-    sinks = run.parts.sinks(spec, sorted(ranges))
+    sinks = _sinks(run, source, sorted(ranges))
     epoch = store.leases.acquire(spec.pipeline, run_id)
     starts = {sid: a for sid, (a, _) in ranges.items()}
     ends = {sid: b for sid, (_, b) in ranges.items()}

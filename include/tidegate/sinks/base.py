@@ -76,6 +76,11 @@ class Sink(abc.ABC):
         self.dlq_count = 0  # events dead-lettered by committed deliveries (this sink's life)
         self.duplicates = 0  # messages the server reported as already stored (NATS)
 
+    def use_source(self, source_info: Any) -> None:
+        """Where the source's column types can be asked for (a callable; ``envelope: debezium``
+        needs them). A sink without that envelope ignores it."""
+        return None
+
     @property
     def checkpoint_key(self) -> str:
         """The key of this sink's own records (Kafka checkpoint topic, Redis keys, NATS headers):

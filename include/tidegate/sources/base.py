@@ -150,6 +150,12 @@ class Source(abc.ABC):
         None where the source cannot list them."""
         return None
 
+    def column_types(self) -> Any:
+        """What ``envelope: debezium`` needs of the source (a
+        :class:`~tidegate.debezium.envelope.SourceInfo`: the connector, the database's name,
+        every table's column types as its catalog spells them); None where the source cannot say."""
+        return None
+
     @staticmethod
     def catalog_of(rows: list[tuple]) -> dict[str, tuple[list[str], list[str]]]:
         """:meth:`table_catalog`'s answer from catalog rows (schema, table, column, is key), in

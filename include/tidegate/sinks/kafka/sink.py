@@ -63,6 +63,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ...batching import SubBatch
 from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
+from ...debezium.envelope import DebeziumEncoder
 from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
 from ...positions import Position
 from ...spec import PipelineSpec
@@ -193,7 +194,7 @@ class KafkaSink(Sink):
         super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, tenant=pipeline.tenant,
                          required=sink.required, conn=conn,
                          secrets=secrets_of(conn, base), spec=sink)
-        if not sink.topic:
+        if not sink.topic and sink.envelope != "debezium":  # Debezium's envelope names its own topics
             raise NonRetryableSinkError(f"Kafka sink {sink.id!r} of pipeline {pipeline.pipeline!r} "
                                         f"has no topic template")
         self.spec = sink
@@ -204,6 +205,14 @@ class KafkaSink(Sink):
         self.checkpoint_topic = sink.checkpoint_topic or DEFAULT_CHECKPOINT_TOPIC
         self._base = base
         self._topic_of = TemplateNames(sink.topic, self.pipeline)
+        # envelope: debezium: Debezium's records instead of the tidegate envelope; the source's
+        # catalog (column types) is asked for when the first event is encoded (use_source).
+        self._source_info: Any = lambda: None
+        self._debezium = (DebeziumEncoder(sink.debezium, self.pipeline, lambda: self._source_info())
+                          if sink.envelope == "debezium" and sink.debezium is not None else None)
+        if self._debezium is not None and not sink.topic:
+            enc = self._debezium
+            self._topic_of = lambda ev: enc.topic(ev.schema, ev.table)  # type: ignore[assignment]
         self._known_topics: set[str] = set()
         self._producer: Producer | None = None
         self._admin: AdminClient | None = None
@@ -215,6 +224,11 @@ class KafkaSink(Sink):
         self._uncertain = False  # a failed transaction may have committed: check before resending
         self._ckpt_partitions: int | None = None
         self._refused: dict[str, str] = {}  # idempotency key -> why the broker refused the event
+
+    def use_source(self, source_info: Any) -> None:
+        """Where ``envelope: debezium`` reads the source's column types: a callable returning a
+        :class:`~tidegate.debezium.envelope.SourceInfo` (asked once, on the first event)."""
+        self._source_info = source_info
 
     # ------------------------------------------------------------------ config
 
@@ -559,11 +573,19 @@ class KafkaSink(Sink):
         produce, poll = p.produce, p.poll
         deadline = time.monotonic() + self._timeout_s
         table_hdr: dict[tuple[str, str], bytes] = {}
+        if self._debezium is not None:
+            self._debezium.reset()  # a retried sub-batch starts its transactions afresh
         for i, (ev, topic) in enumerate(zip(events, topics, strict=True)):
             if poison and ev.idempotency_key in poison:
                 value = self.dlq_record(ev, poison[ev.idempotency_key][1])
                 topic = self.dlq_name
                 headers = [("idempotency_key", ev.idempotency_key.encode()), ("dlq", b"1")]
+            elif self._debezium is not None:
+                self._produce_debezium(ev, topic, deadline)
+                if i % POLL_EVERY == 0:
+                    poll(0)
+                    self._raise_client_failure()
+                continue
             elif is_control(ev):
                 value, headers = ev.value, [("idempotency_key", ev.idempotency_key.encode()),
                                             ("type", ev.type.encode())]
@@ -588,7 +610,23 @@ class KafkaSink(Sink):
                 poll(0)
                 self._raise_client_failure()
 
-    def _produce(self, topic: str, value: bytes | None, key: bytes, headers: list, deadline: float) -> None:
+    def _produce_debezium(self, item: Any, topic: str, deadline: float) -> None:
+        """Debezium's records for one item: a change (and its tombstone, its transaction's BEGIN or
+        END), or a TRUNCATE's ``op: "t"`` beside the control message; in the same transaction."""
+        enc = self._debezium
+        assert enc is not None
+        if is_control(item):
+            headers = [("idempotency_key", item.idempotency_key.encode()), ("type", item.type.encode())]
+            self._produce(topic, item.value, item.key_bytes, headers, deadline)
+            records = [r for r in [enc.truncate_record(item, self._topic_of)] if r is not None]
+        else:
+            records = enc.change_records(item, self._topic_of)
+        self._ensure_topics([r.topic for r in records])
+        for r in records:
+            self._produce(r.topic, r.value, r.key, r.headers, deadline)
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, headers: list, deadline: float
+                 ) -> None:
         """Queue one record; while the local queue is full, serve delivery reports up to the
         deadline."""
         p = self._producer

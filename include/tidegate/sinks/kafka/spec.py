@@ -7,11 +7,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ...debezium import spec as debezium_spec
+from ...debezium.envelope import DebeziumOptions
 from ...spec import Problems, SinkSpec, bool_field, int_field, str_field, template_field
 
 TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
 FIELDS = ("topic", "exactly_once", "partitions", "replication_factor", "create_topics",
-          "checkpoint_topic", "tombstones_on_delete")
+          "checkpoint_topic", "tombstones_on_delete", "envelope", "debezium")
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class KafkaSinkSpec(SinkSpec):
     create_topics: bool = True
     checkpoint_topic: str = "_tidegate_checkpoints"
     tombstones_on_delete: bool = False  # a null-valued record after each delete (log compaction)
+    envelope: str = "tidegate"  # tidegate | debezium (docs/operations.md, "Debezium envelope")
+    debezium: DebeziumOptions | None = None  # with envelope: debezium
 
     @property
     def guarantee(self) -> str:
@@ -31,8 +35,13 @@ class KafkaSinkSpec(SinkSpec):
 
 def parse(d: dict, fp: str, probs: Problems) -> dict[str, Any]:
     dflt = KafkaSinkSpec("x", "kafka", "x")
+    envelope = debezium_spec.parse(d, fp, probs)
+    # With Debezium's envelope the topic defaults to Debezium's name: <prefix>.<db or schema>.<table>.
+    debezium = envelope["envelope"] == "debezium"
     return dict(
-        topic=template_field(d, "topic", f"{fp}.topic", probs, TOPIC_CHARS, "topic", required=True),
+        **envelope,
+        topic=template_field(d, "topic", f"{fp}.topic", probs, TOPIC_CHARS, "topic", required=not debezium)
+        or "",
         exactly_once=bool_field(d, "exactly_once", f"{fp}.exactly_once", probs, default=False),
         partitions=int_field(d, "partitions", f"{fp}.partitions", probs, lo=1, default=dflt.partitions),
         replication_factor=int_field(d, "replication_factor", f"{fp}.replication_factor", probs, lo=1,

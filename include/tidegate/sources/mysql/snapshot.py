@@ -223,6 +223,38 @@ class MySqlSnapshot:
             conn.close()
         return self.catalog_of(rows)
 
+    def column_types(self) -> Any:
+        """Every base table's column types (``COLUMN_TYPE``) and nullability, for ``envelope:
+        debezium``. MariaDB stores JSON as LONGTEXT with a ``json_valid`` check; such a column is
+        reported as ``json``, as Debezium's DDL parser reads it. The connector is ``mariadb`` when
+        the server says so."""
+        from ...debezium.envelope import SourceInfo, TableInfo
+
+        conn = self._snap_connection()
+        try:
+            version, server_id = self._snap_all(conn, "SELECT VERSION(), @@server_id")[0]
+            rows = self._snap_all(
+                conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, "
+                      "c.IS_NULLABLE = 'YES' FROM information_schema.COLUMNS c "
+                      "WHERE c.TABLE_SCHEMA NOT IN %s "
+                      "ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION", (SYSTEM_DBS,))
+            mariadb = "mariadb" in str(version).lower()
+            checks = self._snap_all(
+                conn, "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM "
+                      "information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%%' "
+                      "AND CONSTRAINT_SCHEMA NOT IN %s",
+                (SYSTEM_DBS,)) if mariadb else []
+        finally:
+            conn.close()
+        json_cols = {(d, t, m.group(1)) for d, t, clause in checks
+                     for m in [re.match(r"json_valid\(`?([^`)]+)`?\)", str(clause))] if m}
+        tables: dict[str, TableInfo] = {}
+        for db, table, column, sql_type, nullable in rows:
+            info = tables.setdefault(f"{db}.{table}", TableInfo({}, {}))
+            info.columns[column] = "json" if (db, table, column) in json_cols else str(sql_type)
+            info.nullable[column] = bool(nullable)
+        return SourceInfo("mariadb" if mariadb else "mysql", "", tables, int(server_id))
+
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
         cols = ", ".join(_ident(c) for c in table.key)
         bounds: list[list[Any]] = []

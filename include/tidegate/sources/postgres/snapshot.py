@@ -116,6 +116,28 @@ class PostgresSnapshot:
             conn.close()
         return self.catalog_of(rows)
 
+    def column_types(self) -> Any:
+        """Every table's column types (``format_type``) and nullability, and the database's name
+        (Debezium's ``source.db``), for ``envelope: debezium``."""
+        from ...debezium.envelope import SourceInfo, TableInfo
+
+        conn = self._snap_connection()
+        try:
+            database = str(self._snap_all(conn, "SELECT current_database()")[0][0])
+            rows = self._snap_all(
+                conn, "SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod), "
+                      "NOT a.attnotnull FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                      "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+                      f"WHERE c.relkind IN ('r', 'p') AND {SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
+        finally:
+            conn.close()
+        tables: dict[str, TableInfo] = {}
+        for schema, table, column, sql_type, nullable in rows:
+            info = tables.setdefault(f"{schema}.{table}", TableInfo({}, {}))
+            info.columns[column] = str(sql_type)
+            info.nullable[column] = bool(nullable)
+        return SourceInfo("postgresql", database, tables)
+
     def _snap_columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, int, str, str]]:
         """(name, type oid, type with modifiers as wal2json names it, type without them)."""
         return self._snap_all(conn, "SELECT attname, atttypid::int, format_type(atttypid, atttypmod), "

@@ -1,0 +1,401 @@
+"""Debezium's records for tidegate's events (a sink's ``envelope: debezium``).
+
+One :class:`DebeziumEncoder` per sink turns each item of a sub-batch into the Kafka records the
+Debezium connector would have written for the same change with the same settings: the change
+record (key = the primary key as a struct, value = ``{before, after, source, transaction, op,
+ts_ms, ts_us, ts_ns}``), a tombstone after a delete, the ``__debezium.oldkey`` /
+``__debezium.newkey`` headers of a primary-key change (the two events come split by the source:
+``events.split_key_change``), ``op: "t"`` for a TRUNCATE, and, when asked, the BEGIN/END records
+of the transaction metadata topic. ``schemas: true`` wraps key and value in the JSON converter's
+``{schema, payload}``.
+
+Column types come from the source's catalog (:class:`SourceInfo`, asked once per run when the
+first event is encoded); values are converted by :mod:`.values`. What cannot match Debezium, and
+why, is listed in docs/operations.md ("Debezium envelope").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..events import NEW_KEY_HEADER, OLD_KEY_HEADER
+from .values import Mapping, Modes, column_mapping
+
+CONNECTORS = ("mysql", "mariadb", "postgresql")
+# The connector releases whose output this envelope reproduces (source.version).
+VERSIONS = {"mysql": "3.6.1.Final", "mariadb": "3.5.0.Final", "postgresql": "3.6.1.Final"}
+SNAPSHOT_ALLOWED = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+_MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
+_MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
+
+
+@dataclass(frozen=True)
+class DebeziumOptions:
+    """A sink's ``debezium:`` options (docs/operations.md, "Debezium envelope")."""
+
+    topic_prefix: str = ""  # Debezium's topic.prefix (source.name); "" = the pipeline's name
+    schemas: bool = False  # the JSON converter's schemas.enable
+    tombstones_on_delete: bool = True
+    skipped_operations: tuple[str, ...] = ("t",)  # Debezium's default skips TRUNCATE events
+    transaction_metadata: bool = False  # provide.transaction.metadata
+    connector: str | None = None  # mysql | mariadb | postgresql; None: what the source is
+    decimal_handling_mode: str = "precise"
+    time_precision_mode: str | None = None  # None: the connector's default
+    binary_handling_mode: str = "bytes"
+    bigint_unsigned_handling_mode: str = "long"
+
+    def modes_for(self, connector: str) -> Modes:
+        # PostgreSQL's default time.precision.mode is adaptive; MySQL's and MariaDB's keep
+        # microseconds for TIME of every precision.
+        default_time = "adaptive" if connector == "postgresql" else "adaptive_time_microseconds"
+        return Modes(decimal=self.decimal_handling_mode, time=self.time_precision_mode or default_time,
+                     binary=self.binary_handling_mode, bigint_unsigned=self.bigint_unsigned_handling_mode)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    columns: dict[str, str]  # name -> SQL type as the catalog spells it, in table order
+    nullable: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What the encoder asks of the source once: which connector it is, the database's name
+    (PostgreSQL's ``source.db``) and every captured table's column types."""
+
+    connector: str
+    database: str
+    tables: dict[str, TableInfo]  # "schema.table"
+    server_id: int = 0  # MySQL/MariaDB: the server's @@server_id (source.server_id)
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # an integer beyond 64 bits
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def lsn_int(text: str) -> int | None:
+    """PostgreSQL's ``X/Y`` LSN text as the number Debezium writes."""
+    hi, sep, lo = str(text).partition("/")
+    try:
+        return (int(hi, 16) << 32) | int(lo, 16) if sep else int(text)
+    except ValueError:
+        return None
+
+
+class _Table:
+    """One table's conversions and schemas (cached per column set)."""
+
+    def __init__(self, enc: DebeziumEncoder, schema_name: str, table: str, info: TableInfo | None):
+        self.enc = enc
+        self.info = info
+        self.name = f"{enc.prefix}.{schema_name}.{table}"
+        self.maps: dict[str, Mapping] = {}
+        self.schemas: dict[tuple, dict] = {}
+
+    def mapping(self, column: str, sample: Any) -> Mapping:
+        m = self.maps.get(column)
+        if m is None:
+            sql = self.info.columns.get(column) if self.info is not None else None
+            m = column_mapping(self.enc.connector, sql, self.enc.modes, sample)
+            if sql is not None or sample is not None:  # an unknown column waits for a value to type it
+                self.maps[column] = m
+        return m
+
+    def row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        return {k: None if v is None else self.mapping(k, v).convert(v) for k, v in row.items()}
+
+    def struct(self, row: dict[str, Any], suffix: str, optional: bool) -> dict[str, Any]:
+        cols = tuple(row)
+        key = (suffix, cols)
+        s = self.schemas.get(key)
+        if s is None:
+            nullable = self.info.nullable if self.info is not None else {}
+            fields = [{**self.mapping(c, row[c]).schema, "optional": nullable.get(c, suffix != "Key"),
+                       "field": c} for c in cols]
+            s = self.schemas[key] = {"type": "struct", "fields": fields, "optional": optional,
+                                     "name": f"{self.name}.{suffix}"}
+        return s
+
+
+class DebeziumEncoder:
+    """Debezium's records for one sink (see the module docstring). ``source_info`` is called
+    once, when the first event is encoded; ``clock`` gives the processing time in ns."""
+
+    def __init__(self, options: DebeziumOptions, pipeline: str, source_info: Callable[[], SourceInfo | None],
+                 clock: Callable[[], int] = time.time_ns):
+        self.options = options
+        self.prefix = options.topic_prefix or pipeline
+        self._source_info = source_info
+        self._info: SourceInfo | None = None
+        self._loaded = False
+        self.clock = clock
+        self._tables: dict[tuple[str, str], _Table] = {}
+        self._tx: dict[str, Any] | None = None  # the open transaction's id, counts, ts
+
+    def reset(self) -> None:
+        """Forget an open transaction (a sub-batch is delivered again from its start)."""
+        self._tx = None
+
+    # ------------------------------------------------------------------ source facts
+
+    def _load(self, connector_hint: str) -> None:
+        if self._loaded:
+            return
+        self._info = self._source_info()
+        self._loaded = True
+        connector = self.options.connector or (self._info.connector if self._info else None)
+        self.connector = connector or ("postgresql" if connector_hint == "postgresql" else "mysql")
+        self.modes = self.options.modes_for(self.connector)
+
+    def _table(self, schema: str, table: str) -> _Table:
+        t = self._tables.get((schema, table))
+        if t is None:
+            info = self._info.tables.get(f"{schema}.{table}") if self._info is not None else None
+            t = self._tables[(schema, table)] = _Table(self, schema, table, info)
+        return t
+
+    def topic(self, schema: str, table: str) -> str:
+        """Debezium's data topic: ``<prefix>.<db>.<table>`` (PostgreSQL: the schema)."""
+        return f"{self.prefix}.{schema}.{table}"
+
+    @property
+    def transaction_topic(self) -> str:
+        return f"{self.prefix}.transaction"
+
+    # ------------------------------------------------------------------ records
+
+    def records(self, items: Iterable[Any], topic_of: Callable[[Any], str] | None = None
+                ) -> list[tuple[Any, Record]]:
+        """Every record of a sub-batch's items, in order, each with the item it comes from.
+        Control messages other than a TRUNCATE give nothing here (the sink sends them on its
+        control channel as before)."""
+        out: list[tuple[Any, Record]] = []
+        for item in items:
+            if getattr(item, "type", None) is not None:  # a control message
+                rec = self.truncate_record(item, topic_of)
+                if rec is not None:
+                    out.append((item, rec))
+                continue
+            out.extend((item, r) for r in self.change_records(item, topic_of))
+        return out
+
+    def change_records(self, ev: Any, topic_of: Callable[[Any], str] | None = None) -> list[Record]:
+        self._load(ev.connector)
+        t = self._table(ev.schema, ev.table)
+        topic = topic_of(ev) if topic_of is not None else self.topic(ev.schema, ev.table)
+        key = t.row(ev.key) if ev.key is not None else None
+        tx = self._transaction(ev)
+        out: list[Record] = []
+        if tx is not None and tx["total_order"] == 1:
+            out.append(self._tx_record("BEGIN", ev.ts_ms, None))
+        payload = {"before": t.row(ev.before), "after": t.row(ev.after), "source": self._source(ev),
+                   "transaction": ({"id": tx["id"], "total_order": tx["total_order"],
+                                    "data_collection_order": tx["counts"][self._collection(ev)]}
+                                   if tx is not None else None),
+                   "op": ev.op}
+        payload.update(self._now())
+        key_bytes = self._key_bytes(t, key, ev.key)
+        value = self._wrap(payload, lambda: self._envelope_schema(t, ev.before or ev.after or {}))
+        headers = self._key_headers(t, ev.headers)
+        out.append(Record(topic, key_bytes, value, headers))
+        if ev.op == "d" and self.options.tombstones_on_delete:
+            out.append(Record(topic, key_bytes, None, list(headers)))
+        if tx is not None and ev.tx_end:
+            out.append(self._tx_record("END", ev.ts_ms, tx))
+            self._tx = None
+        return out
+
+    def truncate_record(self, msg: Any, topic_of: Callable[[Any], str] | None = None) -> Record | None:
+        """``op: "t"`` for a TRUNCATE (a ``schema_change`` with ``change: "truncate"``), unless
+        ``skipped_operations`` holds ``t`` (Debezium's default)."""
+        f = msg.fields
+        if msg.type != "schema_change" or f.get("change") != "truncate" \
+                or "t" in self.options.skipped_operations:
+            return None
+        connector = "postgresql" if str(msg.event_id).count(":truncate:") else "mysql"
+        self._load(connector)
+        schema, table = f.get("schema") or f.get("db"), f.get("table")
+        t = self._table(schema, table)
+        probe = _Probe(msg, schema, table)
+        payload = {"before": None, "after": None, "source": self._source(probe), "transaction": None,
+                   "op": "t"}
+        payload.update(self._now())
+        topic = topic_of(probe) if topic_of is not None else self.topic(schema, table)
+        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, {})), [])
+
+    # ------------------------------------------------------------------ parts
+
+    def _now(self) -> dict[str, int]:
+        ns = self.clock()
+        return {"ts_ms": ns // 1_000_000, "ts_us": ns // 1000, "ts_ns": ns}
+
+    def _key_bytes(self, t: _Table, key: dict[str, Any] | None, raw: dict[str, Any] | None) -> bytes | None:
+        if key is None:
+            return None
+        return self._wrap(key, lambda: t.struct(raw or {}, "Key", False))
+
+    def _key_headers(self, t: _Table, headers: dict[str, bytes] | None) -> list[tuple[str, bytes]]:
+        """The other key of a primary-key change, as this sink writes keys."""
+        out = []
+        for name in (NEW_KEY_HEADER, OLD_KEY_HEADER):
+            raw = (headers or {}).get(name)
+            if raw is not None:
+                other = json.loads(raw)
+                out.append((name, self._key_bytes(t, t.row(other), other) or b"null"))
+        return out
+
+    def _wrap(self, payload: Any, schema: Callable[[], dict]) -> bytes:
+        if self.options.schemas:
+            return _dumps({"schema": schema(), "payload": payload})
+        return _dumps(payload)
+
+    def _collection(self, ev: Any) -> str:
+        return f"{ev.schema}.{ev.table}"
+
+    def _transaction(self, ev: Any) -> dict[str, Any] | None:
+        """The transaction block's counters (``transaction_metadata``); snapshot rows have none."""
+        if not self.options.transaction_metadata or ev.op == "r":
+            return None
+        tx_id = self._transaction_id(ev.tx_id)
+        if self._tx is None or self._tx["id"] != tx_id:
+            self._tx = {"id": tx_id, "total_order": 0, "counts": {}}
+        self._tx["total_order"] += 1
+        coll = self._collection(ev)
+        self._tx["counts"][coll] = self._tx["counts"].get(coll, 0) + 1
+        return self._tx
+
+    def _transaction_id(self, tx_id: str) -> str:
+        if self.connector == "postgresql":
+            xid, _, lsn = tx_id.partition(":")
+            n = lsn_int(lsn)
+            return f"{xid}:{n}" if n is not None else tx_id
+        return tx_id
+
+    def _tx_record(self, status: str, ts_ms: int, tx: dict[str, Any] | None) -> Record:
+        tx_id = tx["id"] if tx is not None else self._tx["id"]  # type: ignore[index]
+        value = {"status": status, "id": tx_id,
+                 "event_count": tx["total_order"] if tx is not None else None,
+                 "data_collections": ([{"data_collection": c, "event_count": n}
+                                       for c, n in tx["counts"].items()] if tx is not None else None),
+                 "ts_ms": ts_ms}
+        key = {"id": tx_id}
+        return Record(self.transaction_topic,
+                      self._wrap(key, lambda: _TX_KEY_SCHEMA),
+                      self._wrap(value, lambda: _TX_VALUE_SCHEMA), [])
+
+    # ------------------------------------------------------------------ source block
+
+    def _source(self, ev: Any) -> dict[str, Any]:
+        ts = int(ev.ts_ms)
+        src = {"version": VERSIONS[self.connector], "connector": self.connector, "name": self.prefix,
+               "ts_ms": ts, "snapshot": ev.snapshot}
+        if self.connector == "postgresql":
+            lsn = lsn_int(str(ev.event_id).split(":", 1)[0])
+            xid, _, commit = str(ev.tx_id).partition(":")
+            src.update(db=self._info.database if self._info else ev.db, sequence=_dumps(
+                [str(lsn_int(commit)) if lsn_int(commit) is not None else None,
+                 str(lsn) if lsn is not None else None]).decode(),
+                ts_us=ts * 1000, ts_ns=ts * 1_000_000, schema=ev.schema, table=ev.table,
+                txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None)
+            return src
+        pos = ev.position or {}
+        file, p, row = _binlog_coordinates(str(ev.event_id), pos)
+        server_id = pos.get("server_id") or (self._info.server_id if self._info else 0)
+        gtid = ev.tx_id if (_MARIADB_GTID.match(str(ev.tx_id)) or _MYSQL_GTID.match(str(ev.tx_id))) else None
+        src.update(db=ev.db, sequence=None, ts_us=ts * 1000, ts_ns=ts * 1_000_000, table=ev.table,
+                   server_id=int(server_id), gtid=gtid, file=file, pos=p, row=row,
+                   thread=None, query=None)
+        return src
+
+    # ------------------------------------------------------------------ schemas
+
+    def _source_schema(self) -> dict[str, Any]:
+        def f(t: str, field_name: str, optional: bool = True, **extra: Any) -> dict[str, Any]:
+            return {"type": t, "optional": optional, **extra, "field": field_name}
+        common = [f("string", "version", False), f("string", "connector", False), f("string", "name", False),
+                  f("int64", "ts_ms", False),
+                  f("string", "snapshot", True, name="io.debezium.data.Enum", version=1,
+                    parameters={"allowed": SNAPSHOT_ALLOWED}, default="false"),
+                  f("string", "db", False), f("string", "sequence"), f("int64", "ts_us"), f("int64", "ts_ns")]
+        if self.connector == "postgresql":
+            rest = [f("string", "schema", False), f("string", "table", False), f("int64", "txId"),
+                    f("int64", "lsn"), f("int64", "xmin")]
+        else:
+            rest = [f("string", "table"), f("int64", "server_id", False), f("string", "gtid"),
+                    f("string", "file", False), f("int64", "pos", False), f("int32", "row", False),
+                    f("int64", "thread"), f("string", "query")]
+        return {"type": "struct", "fields": common + rest, "optional": False,
+                "name": f"io.debezium.connector.{self.connector}.Source"}
+
+    def _envelope_schema(self, t: _Table, row: dict[str, Any]) -> dict[str, Any]:
+        value = t.struct(row, "Value", True)
+        return {"type": "struct", "fields": [
+            {**value, "field": "before"}, {**value, "field": "after"},
+            {**self._source_schema(), "field": "source"},
+            {**_TX_BLOCK_SCHEMA, "field": "transaction"},
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+            {"type": "int64", "optional": True, "field": "ts_us"},
+            {"type": "int64", "optional": True, "field": "ts_ns"}],
+            "optional": False, "name": f"{t.name}.Envelope", "version": 2}
+
+
+class _Probe:
+    """The fields of a TRUNCATE's control message in the shape the source block reads."""
+
+    def __init__(self, msg: Any, schema: str, table: str):
+        self.ts_ms, self.snapshot, self.schema, self.table = msg.ts_ms, "false", schema, table
+        self.db = msg.fields.get("db") or schema
+        self.event_id, self.tx_id, self.position = msg.event_id, msg.tx_id, msg.position or {}
+        self.connector = None
+
+
+def _binlog_coordinates(event_id: str, position: dict[str, Any]) -> tuple[str, int, int]:
+    """(file, pos, row) of a row event: tidegate's event id is ``file:pos:row``; a schema change's
+    ``file:pos:db.table``; a snapshot row has no binlog coordinates (Debezium writes the
+    snapshot's start; tidegate does not know it per row)."""
+    if "file" in position and "row" in position:  # a log row's own position
+        return str(position["file"]), int(position.get("pos") or 0), int(position["row"])
+    parts = event_id.split(":")
+    if len(parts) >= 3 and parts[1].isdigit():
+        return parts[0], int(parts[1]), int(parts[2]) if parts[2].isdigit() else 0
+    return str(position.get("file") or ""), int(position.get("pos") or 0), 0
+
+
+_TX_BLOCK_SCHEMA = {"type": "struct", "fields": [
+    {"type": "string", "optional": False, "field": "id"},
+    {"type": "int64", "optional": False, "field": "total_order"},
+    {"type": "int64", "optional": False, "field": "data_collection_order"}],
+    "optional": True, "name": "event.block", "version": 1}
+_TX_KEY_SCHEMA = {"type": "struct", "fields": [{"type": "string", "optional": False, "field": "id"}],
+                  "optional": False, "name": "io.debezium.connector.common.TransactionMetadataKey"}
+_TX_VALUE_SCHEMA = {"type": "struct", "fields": [
+    {"type": "string", "optional": False, "field": "status"},
+    {"type": "string", "optional": False, "field": "id"},
+    {"type": "int64", "optional": True, "field": "event_count"},
+    {"type": "array", "items": {"type": "struct", "fields": [
+        {"type": "string", "optional": False, "field": "data_collection"},
+        {"type": "int64", "optional": False, "field": "event_count"}], "optional": False},
+     "optional": True, "field": "data_collections"},
+    {"type": "int64", "optional": False, "field": "ts_ms"}],
+    "optional": False, "name": "io.debezium.connector.common.TransactionMetadataValue"}

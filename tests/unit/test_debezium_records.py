@@ -1,0 +1,184 @@
+"""``envelope: debezium``: the records one sink writes for tidegate's items (pure: the encoder
+with a fixed clock and a catalog given by the test)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from tidegate.debezium.envelope import DebeziumEncoder, DebeziumOptions, SourceInfo, TableInfo
+from tidegate.events import ChangeEvent, ControlMessage, split_key_change
+from tidegate.spec import load_spec_text
+
+NOW_NS = 1_764_000_000_123_456_789
+MARIADB = SourceInfo("mariadb", "", {"shop.orders": TableInfo(
+    {"id": "int(11)", "total": "decimal(10,2)", "at": "datetime(6)", "tags": "set('a','b')"},
+    {"id": False, "total": True, "at": True, "tags": True})})
+POSTGRES = SourceInfo("postgresql", "appdb", {"public.items": TableInfo(
+    {"id": "bigint", "price": "numeric(6,2)", "seen": "timestamp with time zone"},
+    {"id": False, "price": True, "seen": True})})
+
+
+def encoder(info: SourceInfo, **options) -> DebeziumEncoder:
+    return DebeziumEncoder(DebeziumOptions(**options), "orders", lambda: info, clock=lambda: NOW_NS)
+
+
+def mysql_event(op: str, before, after, key, *, tx="0-1-42", event_id="mysql-bin.000003:1234:1", order=1,
+                tx_end=False, end=None) -> ChangeEvent:
+    position = {"kind": "mysql", "file": "mysql-bin.000003", "pos": 1234, "server_id": 7}
+    return ChangeEvent.native("default", "orders", "mysql", "shop", "shop", "orders", op, before, after, key,
+                              tx, event_id, position, 1_700_000_000_000, order, order, "false", tx_end, end)
+
+
+def pg_event(op: str, before, after, key) -> ChangeEvent:
+    return ChangeEvent.native("default", "orders", "postgresql", "public", "public", "items", op, before,
+                              after, key, "771:0/16B3748", "0/16B3700:0", {"lsn": "0/16B3700"},
+                              1_700_000_000_000, 1, 1, "false")
+
+
+def test_a_mariadb_insert_as_the_mariadb_connector_writes_it():
+    row = {"id": 7, "total": "12.34", "at": "2024-01-02T03:04:05.000001", "tags": ["b", "a"]}
+    [rec] = encoder(MARIADB).change_records(mysql_event("c", None, row, {"id": 7}))
+    assert rec.topic == "orders.shop.orders"
+    assert json.loads(rec.key) == {"id": 7} and rec.headers == []
+    value = json.loads(rec.value)
+    assert list(value) == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
+    assert value["before"] is None and value["op"] == "c" and value["transaction"] is None
+    assert value["after"] == {"id": 7, "total": base64.b64encode(bytes([0x04, 0xD2])).decode(),
+                              "at": 1704164645000001, "tags": "a,b"}
+    assert (value["ts_ms"], value["ts_us"], value["ts_ns"]) == (NOW_NS // 10**6, NOW_NS // 1000, NOW_NS)
+    assert value["source"] == {
+        "version": "3.5.0.Final", "connector": "mariadb", "name": "orders", "ts_ms": 1_700_000_000_000,
+        "snapshot": "false", "db": "shop", "sequence": None, "ts_us": 1_700_000_000_000_000,
+        "ts_ns": 1_700_000_000_000_000_000, "table": "orders", "server_id": 7, "gtid": "0-1-42",
+        "file": "mysql-bin.000003", "pos": 1234, "row": 1, "thread": None, "query": None}
+
+
+def test_a_delete_is_followed_by_its_tombstone_unless_turned_off():
+    ev = mysql_event("d", {"id": 7, "total": None, "at": None, "tags": []}, None, {"id": 7})
+    delete, tombstone = encoder(MARIADB).change_records(ev)
+    assert json.loads(delete.value)["op"] == "d" and json.loads(delete.value)["after"] is None
+    assert tombstone.value is None and tombstone.key == delete.key and tombstone.topic == delete.topic
+    assert len(encoder(MARIADB, tombstones_on_delete=False).change_records(ev)) == 1
+
+
+def test_a_primary_key_change_is_a_delete_tombstone_and_create_naming_each_others_key():
+    update = mysql_event("u", {"id": 1, "total": "1.00", "at": None, "tags": []},
+                         {"id": 2, "total": "1.00", "at": None, "tags": []}, {"id": 2})
+    delete, create = split_key_change(update, {"id": 1})
+    enc = encoder(MARIADB)
+    d, t = enc.change_records(delete)
+    [c] = enc.change_records(create)
+    assert json.loads(d.key) == {"id": 1} and json.loads(c.key) == {"id": 2}
+    assert [(n, json.loads(v)) for n, v in d.headers] == [("__debezium.newkey", {"id": 2})]
+    assert t.value is None and t.headers == d.headers
+    assert [(n, json.loads(v)) for n, v in c.headers] == [("__debezium.oldkey", {"id": 1})]
+    assert json.loads(c.value)["op"] == "c" and json.loads(c.value)["before"] is None
+
+
+def test_a_postgres_update_with_the_postgres_source_block():
+    ev = pg_event("u", {"id": 1, "price": "1.50", "seen": None},
+                  {"id": 1, "price": "2.50", "seen": "2024-01-02T03:04:05.100000+00:00"}, {"id": 1})
+    [rec] = encoder(POSTGRES, topic_prefix="srv").change_records(ev)
+    assert rec.topic == "srv.public.items"
+    value = json.loads(rec.value)
+    assert value["after"] == {"id": 1, "price": base64.b64encode((250).to_bytes(2, "big")).decode(),
+                              "seen": "2024-01-02T03:04:05.1Z"}
+    lsn = (0x0 << 32) | 0x16B3700
+    assert value["source"] == {
+        "version": "3.6.1.Final", "connector": "postgresql", "name": "srv", "ts_ms": 1_700_000_000_000,
+        "snapshot": "false", "db": "appdb",
+        "sequence": json.dumps([str(0x16B3748), str(lsn)]).replace(" ", ""),
+        "ts_us": 1_700_000_000_000_000, "ts_ns": 1_700_000_000_000_000_000, "schema": "public",
+        "table": "items", "txId": 771, "lsn": lsn, "xmin": None}
+
+
+def test_transaction_metadata_begin_and_end_around_a_transaction():
+    enc = encoder(MARIADB, transaction_metadata=True)
+    rows = [({"id": i, "total": None, "at": None, "tags": []}) for i in (1, 2)]
+    recs = enc.change_records(mysql_event("c", None, rows[0], {"id": 1}, order=1))
+    recs += enc.change_records(mysql_event("c", None, rows[1], {"id": 2}, event_id="mysql-bin.000003:1300:0",
+                                           order=2, tx_end=True, end=object()))
+    assert [r.topic for r in recs] == ["orders.transaction", "orders.shop.orders", "orders.shop.orders",
+                                       "orders.transaction"]
+    begin, end = json.loads(recs[0].value), json.loads(recs[3].value)
+    assert begin == {"status": "BEGIN", "id": "0-1-42", "event_count": None, "data_collections": None,
+                     "ts_ms": 1_700_000_000_000}
+    assert end == {"status": "END", "id": "0-1-42", "event_count": 2,
+                   "data_collections": [{"data_collection": "shop.orders", "event_count": 2}],
+                   "ts_ms": 1_700_000_000_000}
+    assert json.loads(recs[0].key) == {"id": "0-1-42"}
+    assert [json.loads(r.value)["transaction"] for r in recs[1:3]] == [
+        {"id": "0-1-42", "total_order": 1, "data_collection_order": 1},
+        {"id": "0-1-42", "total_order": 2, "data_collection_order": 2}]
+
+
+def test_truncate_is_op_t_when_not_skipped():
+    msg = ControlMessage("default", "orders", "schema_change", "0/16B3800:truncate:public.items",
+                         {"lsn": "0/16B3800"}, 1_700_000_000_000,
+                         {"change": "truncate", "db": "public", "schema": "public", "table": "items"},
+                         tx_id="772:0/16B3900")
+    assert encoder(POSTGRES).truncate_record(msg) is None  # Debezium's default skips TRUNCATE
+    rec = encoder(POSTGRES, skipped_operations=()).truncate_record(msg)
+    value = json.loads(rec.value)
+    assert rec.topic == "orders.public.items" and rec.key is None
+    assert (value["op"], value["before"], value["after"]) == ("t", None, None)
+    assert value["source"]["txId"] == 772 and value["source"]["lsn"] == 0x16B3800
+    mysql_msg = ControlMessage("default", "orders", "schema_change", "mysql-bin.000003:900:shop.orders",
+                               {"file": "mysql-bin.000003", "pos": 900}, 1_700_000_000_000,
+                               {"change": "truncate", "db": "shop", "schema": "shop", "table": "orders"},
+                               tx_id="0-1-43")
+    rec = encoder(MARIADB, skipped_operations=()).truncate_record(mysql_msg)
+    src = json.loads(rec.value)["source"]
+    assert (src["file"], src["pos"], src["row"], src["gtid"]) == ("mysql-bin.000003", 900, 0, "0-1-43")
+
+
+def test_schemas_true_wraps_key_and_value_with_the_connect_schema():
+    row = {"id": 7, "total": "12.34", "at": None, "tags": ["a"]}
+    [rec] = encoder(MARIADB, schemas=True).change_records(mysql_event("c", None, row, {"id": 7}))
+    key, value = json.loads(rec.key), json.loads(rec.value)
+    assert key == {"schema": {"type": "struct", "optional": False, "name": "orders.shop.orders.Key",
+                              "fields": [{"type": "int32", "optional": False, "field": "id"}]},
+                   "payload": {"id": 7}}
+    schema = value["schema"]
+    assert schema["name"] == "orders.shop.orders.Envelope"
+    assert [f["field"] for f in schema["fields"]] == ["before", "after", "source", "transaction", "op",
+                                                     "ts_ms", "ts_us", "ts_ns"]
+    after = schema["fields"][1]
+    assert after["name"] == "orders.shop.orders.Value" and after["optional"] is True
+    assert after["fields"][1] == {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                                  "version": 1,
+                                  "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+                                  "optional": True, "field": "total"}
+    assert schema["fields"][2]["name"] == "io.debezium.connector.mariadb.Source"
+    assert value["payload"]["after"]["total"] == base64.b64encode(bytes([0x04, 0xD2])).decode()
+
+
+def test_options_from_the_spec_and_their_errors():
+    spec = load_spec_text("""
+pipeline: p
+source: {kind: postgres, conn_id: pg}
+sinks:
+  - {id: k, kind: kafka, conn_id: c, envelope: debezium,
+     debezium: {topic_prefix: srv, schemas: true, decimal_handling_mode: string, time_precision_mode: connect,
+                binary_handling_mode: hex, bigint_unsigned_handling_mode: precise, skipped_operations: [],
+                transaction_metadata: true}}
+""")
+    opts = spec.sinks[0].debezium
+    assert spec.sinks[0].envelope == "debezium" and spec.sinks[0].topic == ""
+    assert opts.modes_for("postgresql").time == "connect" and opts.skipped_operations == ()
+    assert DebeziumOptions().modes_for("postgresql").time == "adaptive"
+    assert DebeziumOptions().modes_for("mariadb").time == "adaptive_time_microseconds"
+    from tidegate.spec import Problems, _check_text  # noqa: PLC0415 - the validation's own messages
+
+    _, problems = _check_text("""
+pipeline: p
+source: {kind: postgres, conn_id: pg}
+sinks:
+  - {id: k, kind: kafka, conn_id: c, topic: t, debezium: {schemas: true}}
+  - {id: j, kind: kafka, conn_id: c, envelope: debezium, debezium: {decimal_handling_mode: exact, nope: 1}}
+""", "<t>", None, Problems("<t>"))
+    text = "\n".join(problems)
+    assert "sinks[0].debezium" in text and "envelope: debezium" in text
+    assert "sinks[1].debezium.decimal_handling_mode" in text and "precise | string | double" in text
+    assert "sinks[1].debezium.nope" in text
