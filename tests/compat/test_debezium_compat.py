@@ -37,18 +37,25 @@ TIDEGATE_PUBLICATION = "tidegate_compat_tg"
 MARIADB_SERVER_ID = 48778
 
 
-def pipeline_spec(tmp_path: Path, pipeline: str, source: str, container: str) -> object:
-    """Two Kafka sinks with Debezium's envelope: schemas off and schemas on, one partition per
-    topic (Debezium's order per table is the order compared)."""
+def pipeline_spec(tmp_path: Path, pipeline: str, source: str, container: str, connector: str) -> object:
+    """Two Kafka sinks with Debezium's envelope, schemas off and schemas on, one partition per
+    topic (Debezium's order per table is the order compared). The settings are Debezium's
+    defaults but for the two the harness gives Debezium too: TRUNCATE is not skipped, and the
+    connector kind (MariaDB's, not MySQL's) is named."""
     path = tmp_path / f"{pipeline}.yaml"
     sink = ("{{id: {id}, kind: kafka, conn_id: kafka, topic: \"{topic}\", partitions: 1, exactly_once: true,"
-            " tombstones_on_delete: true, envelope: debezium, schemas: {schemas}}}")
+            " envelope: debezium, debezium: {{schemas: {schemas}, skipped_operations: none,"
+            " connector: {connector}}}}}")
+    plain = sink.format(id="plain", topic=f"{{pipeline}}.{{{container}}}.{{table}}", schemas="false",
+                        connector=connector)
+    schemas = sink.format(id="schemas", topic=f"{{pipeline}}_on.{{{container}}}.{{table}}", schemas="true",
+                          connector=connector)
     path.write_text(textwrap.dedent(f"""
         pipeline: {pipeline}
         source: {source}
         sinks:
-          - {sink.format(id="plain", topic=f"{{pipeline}}.{{{container}}}.{{table}}", schemas="false")}
-          - {sink.format(id="schemas", topic=f"{{pipeline}}_on.{{{container}}}.{{table}}", schemas="true")}
+          - {plain}
+          - {schemas}
     """))
     return load_spec(str(path))
 
@@ -117,7 +124,7 @@ def test_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_path):
     pipeline = f"compat_{uuid.uuid4().hex[:6]}"
     source = (f"{{kind: mysql, conn_id: src, tables: [{backlogs.MARIADB_DB}.*],"
               f" server_id: {MARIADB_SERVER_ID}, start: head}}")
-    spec = pipeline_spec(tmp_path, pipeline, source, "db")
+    spec = pipeline_spec(tmp_path, pipeline, source, "db", "mariadb")
     conns = {"src": mysql.cdc, "kafka": kafka.cdc}
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     admin_kwargs = mysql.mysql_kwargs(admin=True)
@@ -140,7 +147,7 @@ def test_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, tmp_path):
     pipeline = f"compat_{uuid.uuid4().hex[:6]}"
     source = (f"{{kind: postgres, conn_id: src, slot: {TIDEGATE_SLOT}, plugin: pgoutput,"
               f" publication: {TIDEGATE_PUBLICATION}, tables: [{backlogs.POSTGRES_SCHEMA}.*], start: head}}")
-    spec = pipeline_spec(tmp_path, pipeline, source, "schema")
+    spec = pipeline_spec(tmp_path, pipeline, source, "schema", "postgresql")
     # the admin login: the pipeline reads a schema the test made, through a slot it made
     conns = {"src": postgres.admin, "kafka": kafka.cdc}
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
