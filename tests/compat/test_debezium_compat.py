@@ -95,7 +95,14 @@ def kafka_jsonl(bootstrap: str, topic_prefix: str, out: Path) -> Path:
 
 
 def _json(b: bytes | None):
-    return None if b is None else json.loads(b)
+    """A record's key or value as JSON; bytes that are not JSON as their text (the comparison
+    then names them)."""
+    if b is None:
+        return None
+    try:
+        return json.loads(b)
+    except ValueError:
+        return b.decode(errors="replace")
 
 
 def compare_outputs(source: str, work: Path, debezium_prefix: Path, tidegate_off: Path,
