@@ -58,10 +58,11 @@ def build_dir(source: str) -> Path:
     return d
 
 
-def java_command(source: str, *args: str) -> list[str]:
+def java_command(source: str, *args: str, log_level: str = "info") -> list[str]:
     d = build_dir(source)
-    return ["java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-cp", f"{d / 'classes'}:{d / 'lib'}/*",
-            MAIN_CLASS, *args]
+    return ["java", "-Xmx512m", "-XX:TieredStopAtLevel=1",
+            f"-Dorg.slf4j.simpleLogger.defaultLogLevel={log_level}",
+            "-cp", f"{d / 'classes'}:{d / 'lib'}/*", MAIN_CLASS, *args]
 
 
 def mariadb_properties(conn, prefix: str) -> dict[str, str]:
@@ -174,7 +175,9 @@ def _table_of(source: str, table: str) -> str:
 def extract(source: str, records_on: Path, out_prefix: Path) -> Path:
     """ExtractNewRecordState (Debezium's, default settings) over records in the schemas-on form."""
     args = ["extract", "--in", str(records_on), "--out-prefix", str(out_prefix)]
-    r = subprocess.run(java_command(source, *args), capture_output=True, text=True, timeout=120)
+    # warnings only: a failure's message then ends with the exception, not the converters' settings
+    r = subprocess.run(java_command(source, *args, log_level="warn"), capture_output=True, text=True,
+                       timeout=120)
     if r.returncode != 0:
         raise RuntimeError(f"ExtractNewRecordState over {records_on} failed ({r.returncode}):\n"
                            f"{r.stdout[-2000:]}\n{r.stderr[-6000:]}")
@@ -323,9 +326,11 @@ def compare(source: str, debezium: list[dict], tidegate: list[dict]) -> list[str
 
 
 def rows_of(extracted: list[dict]) -> list[tuple[str, str, str]]:
-    """ExtractNewRecordState's output as (table, key, row) triples in order, the payload only."""
-    return [(table_of_topic(r["topic"]), json.dumps(payload(r.get("key")), sort_keys=True),
-             json.dumps(payload(r.get("value")), sort_keys=True)) for r in extracted]
+    """ExtractNewRecordState's output of the change topics as (table, key, row) triples, the
+    payload only, table by table in each table's order (Kafka orders per topic only)."""
+    rows = [(table_of_topic(r["topic"]), json.dumps(payload(r.get("key")), sort_keys=True),
+             json.dumps(payload(r.get("value")), sort_keys=True)) for r in data_records(extracted)]
+    return sorted(rows, key=lambda row: row[0])
 
 
 def row_differences(expected: list[tuple], actual: list[tuple]) -> str:

@@ -131,7 +131,7 @@ public final class DebeziumCapture {
             for (Header header : record.headers()) {
                 ObjectNode entry = headers.addObject();
                 entry.put("key", header.key());
-                entry.set("json", tree(values.fromConnectHeader(topic, header.key(), header.schema(), header.value())));
+                entry.set("json", headerJson(values, topic, header));
                 byte[] text = headerText.fromConnectHeader(topic, header.key(), header.schema(), header.value());
                 entry.put("text", text == null ? null : new String(text, StandardCharsets.UTF_8));
             }
@@ -142,6 +142,16 @@ public final class DebeziumCapture {
         public void close() throws IOException {
             schemasOff.close();
             schemasOn.close();
+        }
+    }
+
+    /** A header as the JsonConverter writes it; null when its schema does not fit its value (a
+     *  header read back from text is typed by a guess, and only "text" is compared). */
+    private static JsonNode headerJson(JsonConverter values, String topic, Header header) throws IOException {
+        try {
+            return tree(values.fromConnectHeader(topic, header.key(), header.schema(), header.value()));
+        } catch (org.apache.kafka.connect.errors.DataException unfit) {
+            return null;
         }
     }
 
