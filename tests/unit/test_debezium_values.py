@@ -103,6 +103,12 @@ def test_bits():
     assert base64.b64decode(my("bit(64)", "1" + "0" * 63)[0]) == (1 << 63).to_bytes(8, "little")
     assert pg("bit(1)", "1")[0] is True
     assert base64.b64decode(pg("bit(3)", "101")[0]) == b"\x05"
+    # PostgreSQL's bits are Java's BitSet bytes: high zero bytes dropped, none for all zeros
+    assert base64.b64decode(pg("bit(12)", "101010101010")[0]) == b"\xaa\x0a"
+    assert pg("bit(12)", "000000000000")[0] == ""
+    assert pg("bit varying(16)", "")[0] == ""
+    assert base64.b64decode(pg("bit varying(16)", "1011")[0]) == b"\x0b"
+    assert base64.b64decode(my("bit(12)", "000000000000")[0]) == b"\x00\x00"  # MySQL: n/8 bytes
 
 
 def test_binary_modes():

@@ -150,16 +150,18 @@ def binary_mapping(modes: Modes) -> Mapping:
     return Mapping(_same, {"type": "bytes"})
 
 
-def bits_mapping(nbits: int) -> Mapping:
-    """BIT(1) is a boolean; BIT(n > 1) is io.debezium.data.Bits, the bits as little-endian bytes
-    (n/8 rounded up). The value arrives as ``0``/``1`` text, most significant bit first."""
+def bits_mapping(nbits: int, *, shortest: bool = False) -> Mapping:
+    """BIT(1) is a boolean; BIT(n > 1) is io.debezium.data.Bits, the bits as little-endian bytes:
+    n/8 rounded up (MySQL/MariaDB), or ``shortest`` (PostgreSQL: Java's BitSet.toByteArray, which
+    drops the high zero bytes, so all zeros and an empty BIT VARYING are no bytes at all). The
+    value arrives as ``0``/``1`` text, most significant bit first, possibly empty."""
     if nbits <= 1:
         return Mapping(lambda v: v in ("1", 1, True), {"type": "boolean"})
     size = (nbits + 7) // 8
 
     def convert(v: Any) -> str:
-        n = int(v, 2) if isinstance(v, str) else int(v)
-        return _b64(n.to_bytes(size, "little"))
+        n = (int(v, 2) if v else 0) if isinstance(v, str) else int(v)
+        return _b64(n.to_bytes((n.bit_length() + 7) // 8 if shortest else size, "little"))
     return _named("bytes", "io.debezium.data.Bits", convert, 1, {"length": str(nbits)})
 
 
@@ -432,7 +434,7 @@ def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
         return Mapping(lambda v: v in ("1", 1, True), {"type": "boolean"})
     if base in ("bit", "bit varying"):
         nbits = (_ints(args) or [1])[0]
-        return bits_mapping(max(nbits, 2))
+        return bits_mapping(max(nbits, 2), shortest=True)
     if base in _PG_NAMED_STRINGS:
         return _named("string", _PG_NAMED_STRINGS[base], _json_text if "json" in base else _same)
     return _plain("string")
