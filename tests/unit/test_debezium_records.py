@@ -17,6 +17,9 @@ MARIADB = SourceInfo("mariadb", "", {"shop.orders": TableInfo(
 POSTGRES = SourceInfo("postgresql", "appdb", {"public.items": TableInfo(
     {"id": "bigint", "price": "numeric(6,2)", "seen": "timestamp with time zone"},
     {"id": False, "price": True, "seen": True})})
+# Debezium's context headers on every change record (its runId has no counterpart)
+CONTEXT_HEADERS = [("__debezium.context.connectorLogicalName", b"orders"),
+                   ("__debezium.context.taskId", b"0"), ("__debezium.context.connectorName", b"mariadb")]
 
 
 def encoder(info: SourceInfo, **options) -> DebeziumEncoder:
@@ -40,7 +43,7 @@ def test_a_mariadb_insert_as_the_mariadb_connector_writes_it():
     row = {"id": 7, "total": "12.34", "at": "2024-01-02T03:04:05.000001", "tags": ["b", "a"]}
     [rec] = encoder(MARIADB).change_records(mysql_event("c", None, row, {"id": 7}))
     assert rec.topic == "orders.shop.orders"
-    assert json.loads(rec.key) == {"id": 7} and rec.headers == []
+    assert json.loads(rec.key) == {"id": 7} and rec.headers == CONTEXT_HEADERS
     value = json.loads(rec.value)
     assert list(value) == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
     assert value["before"] is None and value["op"] == "c" and value["transaction"] is None
@@ -70,9 +73,12 @@ def test_a_primary_key_change_is_a_delete_tombstone_and_create_naming_each_other
     d, t = enc.change_records(delete)
     [c] = enc.change_records(create)
     assert json.loads(d.key) == {"id": 1} and json.loads(c.key) == {"id": 2}
-    assert [(n, json.loads(v)) for n, v in d.headers] == [("__debezium.newkey", {"id": 2})]
+    # the other key as Connect's header converter writes a struct: plain JSON, also with schemas on
+    assert d.headers == [("__debezium.newkey", b'{"id":2}'), *CONTEXT_HEADERS]
     assert t.value is None and t.headers == d.headers
-    assert [(n, json.loads(v)) for n, v in c.headers] == [("__debezium.oldkey", {"id": 1})]
+    assert c.headers == [("__debezium.oldkey", b'{"id":1}'), *CONTEXT_HEADERS]
+    schemas = encoder(MARIADB, schemas=True)
+    assert schemas.change_records(delete)[0].headers == d.headers
     assert json.loads(c.value)["op"] == "c" and json.loads(c.value)["before"] is None
 
 
@@ -130,7 +136,9 @@ def test_truncate_is_op_t_when_not_skipped():
                                tx_id="0-1-43")
     rec = encoder(MARIADB, skipped_operations=()).truncate_record(mysql_msg)
     src = json.loads(rec.value)["source"]
-    assert (src["file"], src["pos"], src["row"], src["gtid"]) == ("mysql-bin.000003", 900, 0, "0-1-43")
+    # Debezium's binlog connectors write row 1 for a TRUNCATE
+    assert (src["file"], src["pos"], src["row"], src["gtid"]) == ("mysql-bin.000003", 900, 1, "0-1-43")
+    assert rec.headers == CONTEXT_HEADERS
 
 
 def test_schemas_true_wraps_key_and_value_with_the_connect_schema():

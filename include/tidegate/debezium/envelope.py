@@ -216,7 +216,7 @@ class DebeziumEncoder:
         payload.update(self._now())
         key_bytes = self._key_bytes(t, key, ev.key)
         value = self._wrap(payload, lambda: self._envelope_schema(t, ev.before or ev.after or {}))
-        headers = self._key_headers(t, ev.headers)
+        headers = self._key_headers(t, ev.headers) + self._context_headers()
         out.append(Record(topic, key_bytes, value, headers))
         if ev.op == "d" and self.options.tombstones_on_delete:
             out.append(Record(topic, key_bytes, None, list(headers)))
@@ -237,11 +237,14 @@ class DebeziumEncoder:
         schema, table = f.get("schema") or f.get("db"), f.get("table")
         t = self._table(schema, table)
         probe = _Probe(msg, schema, table)
-        payload = {"before": None, "after": None, "source": self._source(probe), "transaction": None,
-                   "op": "t"}
+        source = self._source(probe)
+        if "row" in source:
+            source["row"] = 1  # what Debezium's binlog connectors write for a TRUNCATE (ground truth)
+        payload = {"before": None, "after": None, "source": source, "transaction": None, "op": "t"}
         payload.update(self._now())
         topic = topic_of(probe) if topic_of is not None else self.topic(schema, table)
-        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, {})), [])
+        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, {})),
+                      self._context_headers())
 
     # ------------------------------------------------------------------ parts
 
@@ -255,14 +258,22 @@ class DebeziumEncoder:
         return self._wrap(key, lambda: t.struct(raw or {}, "Key", False))
 
     def _key_headers(self, t: _Table, headers: dict[str, bytes] | None) -> list[tuple[str, bytes]]:
-        """The other key of a primary-key change, as this sink writes keys."""
+        """The other key of a primary-key change as Kafka Connect's default header converter
+        (SimpleHeaderConverter) writes a struct: its plain JSON, never the {schema, payload} form."""
         out = []
         for name in (NEW_KEY_HEADER, OLD_KEY_HEADER):
             raw = (headers or {}).get(name)
             if raw is not None:
-                other = json.loads(raw)
-                out.append((name, self._key_bytes(t, t.row(other), other) or b"null"))
+                out.append((name, _dumps(t.row(json.loads(raw)))))
         return out
+
+    def _context_headers(self) -> list[tuple[str, bytes]]:
+        """The headers Debezium puts on every change record: the logical name (topic.prefix),
+        the task (always 0: one task per connector) and the connector's kind. Its runId, a new
+        UUID per connector start, has no counterpart in a tidegate run and is left out."""
+        return [("__debezium.context.connectorLogicalName", self.prefix.encode()),
+                ("__debezium.context.taskId", b"0"),
+                ("__debezium.context.connectorName", self.connector.encode())]
 
     def _wrap(self, payload: Any, schema: Callable[[], dict]) -> bytes:
         if self.options.schemas:
