@@ -73,6 +73,10 @@ def test_decimal_modes():
     assert my("decimal(10,2)", "12.34", Modes(decimal="string")) == ("12.34", {"type": "string"})
     assert my("decimal(10,2)", "12.34", Modes(decimal="double")) == (12.34, {"type": "double"})
     assert pg("numeric(8,3)", "1.500")[0] == b64((1500).to_bytes(2, "big"))
+    # 38 digits: beyond Python's default 28-digit decimal context, still exact
+    unscaled = 12345678901234567890123456780123456789
+    assert my("decimal(38,10)", "1234567890123456789012345678.0123456789")[0] == b64(
+        unscaled.to_bytes(16, "big", signed=True))
 
 
 def test_unscaled_bytes_is_the_shortest_twos_complement():

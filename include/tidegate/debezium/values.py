@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 DECIMAL_MODES = ("precise", "string", "double")
@@ -75,7 +75,10 @@ def _named(t: str, name: str, convert: Callable[[Any], Any], version: int | None
 
 def unscaled_bytes(value: Decimal, scale: int) -> bytes:
     """Kafka Connect's Decimal: the unscaled value as big-endian two's complement, shortest form."""
-    unscaled = int(value.scaleb(scale).to_integral_value())
+    # exact at any precision: the default context (28 digits) would round a DECIMAL(38,10)
+    with localcontext() as ctx:
+        ctx.prec = max(ctx.prec, len(value.as_tuple().digits) + abs(scale) + 2)
+        unscaled = int(value.scaleb(scale).to_integral_value())
     length = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)
     return unscaled.to_bytes(length, "big", signed=True)
 
