@@ -165,9 +165,16 @@ def test_mysql_enum_set_json_geometry():
     assert my("set('b','a')", [])[0] == ""
     assert my("json", '{"a": [1, 2]}') == (
         '{"a": [1, 2]}', {"type": "string", "name": "io.debezium.data.Json", "version": 1})
+    # MariaDB's JSON is a LONGTEXT to its connector: a string schema without a name
+    m = mysql_mapping("json", MY, mariadb=True)
+    assert (m.convert('{"a": 1}'), m.schema) == ('{"a": 1}', {"type": "string"})
     wkb = bytes.fromhex("0101000000000000000000f03f0000000000000040")  # POINT(1 2)
     value, schema = my("point", b64((4326).to_bytes(4, "little") + wkb))
-    assert value == {"wkb": b64(wkb), "srid": 4326}
+    assert value == {"x": 1.0, "y": 2.0, "wkb": b64(wkb), "srid": 4326}
+    assert schema["name"] == "io.debezium.data.geometry.Point"
+    assert [f["field"] for f in schema["fields"]] == ["x", "y", "wkb", "srid"]
+    value, schema = my("geometry", b64((0).to_bytes(4, "little") + wkb))
+    assert value == {"wkb": b64(wkb), "srid": None}  # SRID 0: none given, null as Debezium writes it
     assert schema["name"] == "io.debezium.data.geometry.Geometry"
 
 

@@ -16,6 +16,7 @@ import base64
 import datetime as dt
 import json
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation, localcontext
@@ -285,15 +286,31 @@ def _money(v: Any) -> Any:
 
 def geometry(v: str) -> dict[str, Any]:
     """A MySQL geometry value (base64 of the 4-byte little-endian SRID, then WKB) as
-    io.debezium.data.geometry.Geometry {wkb, srid}."""
+    io.debezium.data.geometry.Geometry {wkb, srid}; SRID 0 (none given) is written as null, as
+    Debezium does."""
     raw = base64.b64decode(v)
-    return {"wkb": _b64(raw[4:]), "srid": int.from_bytes(raw[:4], "little")}
+    return {"wkb": _b64(raw[4:]), "srid": int.from_bytes(raw[:4], "little") or None}
+
+
+def point(v: str) -> dict[str, Any]:
+    """A MySQL POINT column as io.debezium.data.geometry.Point: its coordinates read from the
+    WKB (byte order byte, 4-byte type, then x and y as doubles) besides wkb and srid."""
+    g = geometry(v)
+    wkb = base64.b64decode(g["wkb"])
+    x, y = struct.unpack("<dd" if wkb[0] == 1 else ">dd", wkb[5:21])
+    return {"x": x, "y": y, **g}
 
 
 _GEOMETRY_SCHEMA = {"type": "struct", "name": "io.debezium.data.geometry.Geometry", "version": 1,
                     "doc": "Geometry",
                     "fields": [{"type": "bytes", "optional": False, "field": "wkb"},
                                {"type": "int32", "optional": True, "field": "srid"}]}
+_POINT_SCHEMA = {"type": "struct", "name": "io.debezium.data.geometry.Point", "version": 1,
+                 "doc": "Geometry (POINT)",
+                 "fields": [{"type": "double", "optional": False, "field": "x"},
+                            {"type": "double", "optional": False, "field": "y"},
+                            {"type": "bytes", "optional": True, "field": "wkb"},
+                            {"type": "int32", "optional": True, "field": "srid"}]}
 
 
 def _json_text(v: Any) -> str:
@@ -324,7 +341,7 @@ _MYSQL_GEOMETRY = {"geometry", "point", "linestring", "polygon", "multipoint", "
                    "multipolygon", "geometrycollection", "geomcollection"}
 
 
-def mysql_mapping(sql_type: str, modes: Modes) -> Mapping:
+def mysql_mapping(sql_type: str, modes: Modes, *, mariadb: bool = False) -> Mapping:
     """A MySQL/MariaDB column (``COLUMN_TYPE``: ``int(10) unsigned``, ``decimal(10,2)``,
     ``datetime(6)``, ``enum('a','b')``, ...) as the MySQL and MariaDB connectors map it."""
     base, args, unsigned = parse_type(sql_type)
@@ -376,7 +393,11 @@ def mysql_mapping(sql_type: str, modes: Modes) -> Mapping:
             return ",".join(sorted(items, key=lambda x: order.get(x, len(order))))
         return _named("string", "io.debezium.data.EnumSet", members, 1, {"allowed": ",".join(allowed)})
     if base == "json":
+        if mariadb:  # MariaDB's JSON is a LONGTEXT: its connector gives a plain string schema
+            return Mapping(_json_text, {"type": "string"})
         return _named("string", "io.debezium.data.Json", _json_text)
+    if base == "point":
+        return Mapping(point, dict(_POINT_SCHEMA))
     if base in _MYSQL_GEOMETRY:
         return Mapping(geometry, dict(_GEOMETRY_SCHEMA))
     return _plain("string")
@@ -450,7 +471,7 @@ def column_mapping(connector: str, sql_type: str | None, modes: Modes, sample: A
         return inferred_mapping(sample)
     if connector == "postgresql":
         return postgres_mapping(sql_type, modes)
-    return mysql_mapping(sql_type, modes)
+    return mysql_mapping(sql_type, modes, mariadb=connector == "mariadb")
 
 
 def inferred_mapping(sample: Any) -> Mapping:
