@@ -96,7 +96,7 @@ def test_a_postgres_update_with_the_postgres_source_block():
         "snapshot": "false", "db": "appdb",
         "sequence": json.dumps([str(0x16B3748), str(lsn)]).replace(" ", ""),
         "ts_us": 1_700_000_000_000_000, "ts_ns": 1_700_000_000_000_000_000, "schema": "public",
-        "table": "items", "txId": 771, "lsn": lsn, "xmin": None}
+        "table": "items", "txId": 771, "lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None}
 
 
 def test_transaction_metadata_begin_and_end_around_a_transaction():

@@ -327,7 +327,8 @@ class DebeziumEncoder:
                 [str(lsn_int(commit)) if lsn_int(commit) is not None else None,
                  str(lsn) if lsn is not None else None]).decode(),
                 ts_us=ts * 1000, ts_ns=ts * 1_000_000, schema=ev.schema, table=ev.table,
-                txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None)
+                txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None,
+                origin=None, origin_lsn=None)  # replication origin: none for a plain publication
             return src
         pos = ev.position or {}
         file, p, row = _binlog_coordinates(str(ev.event_id), pos)
@@ -350,13 +351,13 @@ class DebeziumEncoder:
                   f("string", "db", False), f("string", "sequence"), f("int64", "ts_us"), f("int64", "ts_ns")]
         if self.connector == "postgresql":
             rest = [f("string", "schema", False), f("string", "table", False), f("int64", "txId"),
-                    f("int64", "lsn"), f("int64", "xmin")]
+                    f("int64", "lsn"), f("int64", "xmin"), f("string", "origin"), f("int64", "origin_lsn")]
         else:
             rest = [f("string", "table"), f("int64", "server_id", False), f("string", "gtid"),
                     f("string", "file", False), f("int64", "pos", False), f("int32", "row", False),
                     f("int64", "thread"), f("string", "query")]
         return {"type": "struct", "fields": common + rest, "optional": False,
-                "name": f"io.debezium.connector.{self.connector}.Source"}
+                "name": f"io.debezium.connector.{self.connector}.Source", "version": 1}
 
     def _envelope_schema(self, t: _Table, row: dict[str, Any]) -> dict[str, Any]:
         value = t.struct(row, "Value", True)
