@@ -162,6 +162,19 @@ def test_schemas_true_wraps_key_and_value_with_the_connect_schema():
     assert value["payload"]["after"]["total"] == base64.b64encode(bytes([0x04, 0xD2])).decode()
 
 
+def test_a_column_default_is_in_its_field_schema_converted_as_its_values():
+    info = SourceInfo("mariadb", "", {"shop.orders": TableInfo(
+        {"id": "int(11)", "total": "decimal(10,2)", "n": "int(11)", "note": "varchar(9)", "pt": "point"},
+        {"id": False, "total": True, "n": True, "note": True, "pt": True},
+        {"total": "1.50", "n": "7", "note": "it's", "pt": "POINT(0 0)"})})
+    row = {"id": 1, "total": None, "n": None, "note": None, "pt": None}
+    [rec] = encoder(info, schemas=True).change_records(mysql_event("c", None, row, {"id": 1}))
+    fields = {f["field"]: f for f in json.loads(rec.value)["schema"]["fields"][1]["fields"]}
+    assert fields["n"]["default"] == 7 and fields["note"]["default"] == "it's"
+    assert fields["total"]["default"] == base64.b64encode(b"\x00\x96").decode()  # 150, sign byte
+    assert "default" not in fields["id"] and "default" not in fields["pt"]  # none; a composite
+
+
 def test_options_from_the_spec_and_their_errors():
     spec = load_spec_text("""
 pipeline: p
@@ -190,3 +203,17 @@ sinks:
     assert "sinks[0].debezium" in text and "envelope: debezium" in text
     assert "sinks[1].debezium.decimal_handling_mode" in text and "precise | string | double" in text
     assert "sinks[1].debezium.nope" in text
+
+
+def test_catalog_defaults_as_the_sources_read_them():
+    from tidegate.sources.mysql.snapshot import _default_literal as mysql_default
+    from tidegate.sources.postgres.snapshot import _default_literal as postgres_default
+
+    # MariaDB: SQL text (strings quoted, NULL a word); MySQL: the bare value, expressions flagged
+    assert [mysql_default(d, "", True) for d in ("7", "'it''s'", "NULL", "current_timestamp()", None)] == [
+        "7", "it's", None, None, None]
+    assert mysql_default("abc", "", False) == "abc"
+    assert mysql_default("CURRENT_TIMESTAMP", "DEFAULT_GENERATED", False) is None
+    assert [postgres_default(d) for d in ("7", "'-1'::integer", "'a''b'::character varying", "true",
+                                          "nextval('t_id_seq'::regclass)", "now()", None)] == [
+        "7", "-1", "a'b", "true", None, None, None]
