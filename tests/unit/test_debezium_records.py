@@ -139,6 +139,9 @@ def test_truncate_is_op_t_when_not_skipped():
     # Debezium's binlog connectors write row 1 for a TRUNCATE
     assert (src["file"], src["pos"], src["row"], src["gtid"]) == ("mysql-bin.000003", 900, 1, "0-1-43")
     assert rec.headers == CONTEXT_HEADERS
+    rec = encoder(MARIADB, skipped_operations=(), schemas=True).truncate_record(mysql_msg)
+    after = json.loads(rec.value)["schema"]["fields"][1]
+    assert [f["field"] for f in after["fields"]] == ["id", "total", "at", "tags"]  # the table's columns
 
 
 def test_schemas_true_wraps_key_and_value_with_the_connect_schema():

@@ -259,7 +259,9 @@ class DebeziumEncoder:
         payload = {"before": None, "after": None, "source": source, "transaction": None, "op": "t"}
         payload.update(self._now())
         topic = topic_of(probe) if topic_of is not None else self.topic(schema, table)
-        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, {})),
+        # no row, but the schema still lists the table's columns as the catalog knows them
+        columns = dict.fromkeys(t.info.columns) if t.info is not None else {}
+        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, columns)),
                       self._context_headers())
 
     # ------------------------------------------------------------------ parts
