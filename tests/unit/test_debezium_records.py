@@ -33,10 +33,10 @@ def mysql_event(op: str, before, after, key, *, tx="0-1-42", event_id="mysql-bin
                               tx, event_id, position, 1_700_000_000_000, order, order, "false", tx_end, end)
 
 
-def pg_event(op: str, before, after, key) -> ChangeEvent:
+def pg_event(op: str, before, after, key, *, tx="771:0/16B3748", lsn="0/16B3700", end=None) -> ChangeEvent:
     return ChangeEvent.native("default", "orders", "postgresql", "public", "public", "items", op, before,
-                              after, key, "771:0/16B3748", "0/16B3700:0", {"lsn": "0/16B3700"},
-                              1_700_000_000_000, 1, 1, "false")
+                              after, key, tx, f"{lsn}:0", {"lsn": lsn}, 1_700_000_000_000, 1, 1, "false",
+                              end is not None, end)
 
 
 def test_a_mariadb_insert_as_the_mariadb_connector_writes_it():
@@ -94,9 +94,24 @@ def test_a_postgres_update_with_the_postgres_source_block():
     assert value["source"] == {
         "version": "3.6.1.Final", "connector": "postgresql", "name": "srv", "ts_ms": 1_700_000_000_000,
         "snapshot": "false", "db": "appdb",
-        "sequence": json.dumps([str(0x16B3748), str(lsn)]).replace(" ", ""),
+        "sequence": json.dumps([None, str(lsn)]).replace(" ", ""),  # no commit seen before it yet
         "ts_us": 1_700_000_000_000_000, "ts_ns": 1_700_000_000_000_000_000, "schema": "public",
         "table": "items", "txId": 771, "lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None}
+
+
+def test_postgres_sequence_starts_with_where_the_previous_commit_ended():
+    from tidegate.sources.postgres.position import Lsn, PgPosition
+
+    enc = encoder(POSTGRES)
+    row = {"id": 1, "price": None, "seen": None}
+    first = pg_event("c", None, row, {"id": 1}, end=PgPosition(Lsn(0x16B3790)))
+    second = pg_event("c", None, row, {"id": 1}, tx="772:0/16B3900", lsn="0/16B3800")
+
+    def sequence(ev):
+        return json.loads(json.loads(enc.change_records(ev)[0].value)["source"]["sequence"])
+    assert sequence(first) == [None, str(0x16B3700)]
+    assert sequence(second) == [str(0x16B3790), str(0x16B3800)]
+    assert sequence(second) == [str(0x16B3790), str(0x16B3800)]  # a retry: the same bytes
 
 
 def test_transaction_metadata_begin_and_end_around_a_transaction():

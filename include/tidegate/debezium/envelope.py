@@ -167,6 +167,11 @@ class DebeziumEncoder:
         self.clock = clock
         self._tables: dict[tuple[str, str], _Table] = {}
         self._tx: dict[str, Any] | None = None  # the open transaction's id, counts, ts
+        # PostgreSQL source.sequence[0]: where the previous transaction's commit ended, as
+        # Debezium's lastCommitLsn. Kept per transaction id so that a retried sub-batch gives
+        # the same bytes; null until a commit was seen (as Debezium after a fresh start).
+        self._last_commit: int | None = None
+        self._prev_commit: dict[str, int | None] = {}
 
     def reset(self) -> None:
         """Forget an open transaction (a sub-batch is delivered again from its start)."""
@@ -239,6 +244,7 @@ class DebeziumEncoder:
         if tx is not None and ev.tx_end:
             out.append(self._tx_record("END", ev.ts_ms, tx))
             self._tx = None
+        self._note_commit(ev)
         return out
 
     def truncate_record(self, msg: Any, topic_of: Callable[[Any], str] | None = None) -> Record | None:
@@ -254,6 +260,7 @@ class DebeziumEncoder:
         t = self._table(schema, table)
         probe = _Probe(msg, schema, table)
         source = self._source(probe)
+        self._note_commit(msg)
         if "row" in source:
             source["row"] = 1  # what Debezium's binlog connectors write for a TRUNCATE (ground truth)
         payload = {"before": None, "after": None, "source": source, "transaction": None, "op": "t"}
@@ -334,16 +341,29 @@ class DebeziumEncoder:
 
     # ------------------------------------------------------------------ source block
 
+    def _previous_commit(self, tx_id: str) -> int | None:
+        """Where the commit before transaction ``tx_id`` ended (the same answer on a retry)."""
+        if tx_id not in self._prev_commit:
+            if len(self._prev_commit) >= 4096:  # retries only see recent transactions
+                del self._prev_commit[next(iter(self._prev_commit))]
+            self._prev_commit[tx_id] = self._last_commit
+        return self._prev_commit[tx_id]
+
+    def _note_commit(self, item: Any) -> None:
+        end = getattr(item, "end_position", None)
+        if getattr(item, "tx_end", False) and end is not None and hasattr(end, "lsn"):
+            self._last_commit = getattr(end.lsn, "value", None)
+
     def _source(self, ev: Any) -> dict[str, Any]:
         ts = int(ev.ts_ms)
         src = {"version": VERSIONS[self.connector], "connector": self.connector, "name": self.prefix,
                "ts_ms": ts, "snapshot": ev.snapshot}
         if self.connector == "postgresql":
             lsn = lsn_int(str(ev.event_id).split(":", 1)[0])
-            xid, _, commit = str(ev.tx_id).partition(":")
+            xid = str(ev.tx_id).partition(":")[0]
+            prev = self._previous_commit(str(ev.tx_id))
             src.update(db=self._info.database if self._info else ev.db, sequence=_dumps(
-                [str(lsn_int(commit)) if lsn_int(commit) is not None else None,
-                 str(lsn) if lsn is not None else None]).decode(),
+                [str(prev) if prev is not None else None, str(lsn) if lsn is not None else None]).decode(),
                 ts_us=ts * 1000, ts_ns=ts * 1_000_000, schema=ev.schema, table=ev.table,
                 txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None,
                 origin=None, origin_lsn=None)  # replication origin: none for a plain publication
