@@ -89,7 +89,7 @@ def test_a_postgres_update_with_the_postgres_source_block():
     assert rec.topic == "srv.public.items"
     value = json.loads(rec.value)
     assert value["after"] == {"id": 1, "price": base64.b64encode((250).to_bytes(2, "big")).decode(),
-                              "seen": "2024-01-02T03:04:05.1Z"}
+                              "seen": "2024-01-02T03:04:05.100000Z"}
     lsn = (0x0 << 32) | 0x16B3700
     assert value["source"] == {
         "version": "3.6.1.Final", "connector": "postgresql", "name": "srv", "ts_ms": 1_700_000_000_000,

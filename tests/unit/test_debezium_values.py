@@ -4,6 +4,7 @@ Debezium's value modes, from tidegate's JSON-native value to Debezium's, with th
 from __future__ import annotations
 
 import base64
+import struct
 
 import pytest
 from tidegate.debezium.values import (
@@ -197,9 +198,17 @@ def test_postgres_types():
     assert pg("timestamp without time zone", "2024-01-02T03:04:05.5") == (
         1704164645500000, {"type": "int64", "name": "io.debezium.time.MicroTimestamp", "version": 1})
     assert pg("timestamp(3) without time zone", "2024-01-02T03:04:05.5")[0] == 1704164645500
+    # the fraction padded to the column's precision (6 without one), as the connector writes it
     assert pg("timestamp with time zone", "2024-01-02T03:04:05.120000+00:00") == (
-        "2024-01-02T03:04:05.12Z",
+        "2024-01-02T03:04:05.120000Z",
         {"type": "string", "name": "io.debezium.time.ZonedTimestamp", "version": 1})
+    assert pg("timestamp(3) with time zone", "2038-01-19 03:14:07.999+05:30") == (
+        "2038-01-18T21:44:07.999Z",
+        {"type": "string", "name": "io.debezium.time.ZonedTimestamp", "version": 1})
+    value, schema = pg("point", "(1.5,-2.25)")
+    wkb = bytes.fromhex("0101000000") + struct.pack("<dd", 1.5, -2.25)  # little-endian WKB POINT
+    assert value == {"x": 1.5, "y": -2.25, "wkb": b64(wkb), "srid": None}
+    assert schema["name"] == "io.debezium.data.geometry.Point"
     assert pg("time without time zone", "12:00:00.25")[0] == 43_200_250_000
     assert pg("time(3) without time zone", "12:00:00.25") == (
         43_200_250, {"type": "int32", "name": "io.debezium.time.Time", "version": 1})

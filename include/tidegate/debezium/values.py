@@ -301,6 +301,13 @@ def point(v: str) -> dict[str, Any]:
     return {"x": x, "y": y, **g}
 
 
+def pg_point(v: Any) -> dict[str, Any]:
+    """PostgreSQL's ``point`` text ``(x,y)`` as io.debezium.data.geometry.Point, its WKB
+    little-endian, no SRID."""
+    x, y = (float(c) for c in str(v).strip("()").split(","))
+    return {"x": x, "y": y, "wkb": _b64(struct.pack("<BIdd", 1, 1, x, y)), "srid": None}
+
+
 _GEOMETRY_SCHEMA = {"type": "struct", "name": "io.debezium.data.geometry.Geometry", "version": 1,
                     "doc": "Geometry",
                     "fields": [{"type": "bytes", "optional": False, "field": "wkb"},
@@ -422,7 +429,12 @@ def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
                 return v
             return [None if x is None else each(x) if isinstance(x, list) else _c(x) for x in v]
         return Mapping(each, {"type": "array", "items": {**elem.schema, "optional": True}})
-    base, args, _ = parse_type(t.replace(" without time zone", "").replace(" with time zone", " tz"))
+    # "timestamp(3) with time zone": the zone words follow the precision, so they are taken off
+    # before parsing and put back on the base word
+    zoned = t.endswith(" with time zone")
+    base, args, _ = parse_type(t.replace(" without time zone", "").replace(" with time zone", ""))
+    if zoned:
+        base += " tz"
     fsp = (_ints(args) or [6])[0]
     if base in _PG_INTS:
         return _plain(_PG_INTS[base])
@@ -450,8 +462,10 @@ def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
         return _named("string", "io.debezium.time.ZonedTime", zoned_time)
     if base == "timestamp":
         return timestamp_mapping(fsp, modes)
-    if base in ("timestamp tz", "timestamptz"):
-        return _named("string", "io.debezium.time.ZonedTimestamp", lambda v: zoned_timestamp(v, None))
+    if base in ("timestamp tz", "timestamptz"):  # the fraction padded to the column's precision
+        return _named("string", "io.debezium.time.ZonedTimestamp", lambda v: zoned_timestamp(v, fsp))
+    if base == "point":
+        return Mapping(pg_point, dict(_POINT_SCHEMA))
     if base == "interval":
         return _named("int64", "io.debezium.time.MicroDuration", interval_micros)
     if base == "bit" and (_ints(args) or [1])[0] == 1:
