@@ -234,4 +234,4 @@ def test_catalog_defaults_as_the_sources_read_them():
     assert mysql_default("CURRENT_TIMESTAMP", "DEFAULT_GENERATED", False) is None
     assert [postgres_default(d) for d in ("7", "'-1'::integer", "'a''b'::character varying", "true",
                                           "nextval('t_id_seq'::regclass)", "now()", None)] == [
-        "7", "-1", "a'b", "true", None, None, None]
+        "7", "-1", "a'b", "true", "0", None, None]

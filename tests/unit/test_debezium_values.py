@@ -205,6 +205,9 @@ def test_postgres_types():
     assert pg("timestamp(3) with time zone", "2038-01-19 03:14:07.999+05:30") == (
         "2038-01-18T21:44:07.999Z",
         {"type": "string", "name": "io.debezium.time.ZonedTimestamp", "version": 1})
+    assert pg("enum('sad','ok','it''s')", "ok") == (  # the catalog's labels of an enum type
+        "ok", {"type": "string", "name": "io.debezium.data.Enum", "version": 1,
+               "parameters": {"allowed": "sad,ok,it's"}})
     value, schema = pg("point", "(1.5,-2.25)")
     wkb = bytes.fromhex("0101000000") + struct.pack("<dd", 1.5, -2.25)  # little-endian WKB POINT
     assert value == {"x": 1.5, "y": -2.25, "wkb": b64(wkb), "srid": None}

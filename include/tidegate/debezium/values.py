@@ -420,6 +420,9 @@ _PG_NAMED_STRINGS = {"uuid": "io.debezium.data.Uuid", "json": "io.debezium.data.
 def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
     """A PostgreSQL column (``format_type``: ``numeric(10,2)``, ``timestamp(3) without time zone``,
     ``integer[]``, ...) as the PostgreSQL connector maps it."""
+    if sql_type.startswith("enum("):  # a user-defined enum type, labels from the catalog
+        return _named("string", "io.debezium.data.Enum", _same, 1,
+                      {"allowed": ",".join(_enum_values(sql_type[5:-1]))})
     t = sql_type.strip().lower()
     if t.endswith("[]"):
         elem = postgres_mapping(t[:-2], modes)

@@ -127,7 +127,9 @@ class PostgresSnapshot:
             database = str(self._snap_all(conn, "SELECT current_database()")[0][0])
             rows = self._snap_all(
                 conn, "SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod), "
-                      "NOT a.attnotnull, pg_get_expr(d.adbin, d.adrelid) "
+                      "NOT a.attnotnull, pg_get_expr(d.adbin, d.adrelid), "
+                      "(SELECT string_agg(quote_literal(e.enumlabel), ',' ORDER BY e.enumsortorder) "
+                      "FROM pg_enum e WHERE e.enumtypid = a.atttypid) "
                       "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
                       "LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum "
@@ -135,9 +137,10 @@ class PostgresSnapshot:
         finally:
             conn.close()
         tables: dict[str, TableInfo] = {}
-        for schema, table, column, sql_type, nullable, default in rows:
+        for schema, table, column, sql_type, nullable, default, labels in rows:
             info = tables.setdefault(f"{schema}.{table}", TableInfo({}, {}))
-            info.columns[column] = str(sql_type)
+            # an enum type is written as MySQL spells an ENUM column, with its labels in order
+            info.columns[column] = f"enum({labels})" if labels is not None else str(sql_type)
             info.nullable[column] = bool(nullable)
             literal = _default_literal(default)
             if literal is not None:
@@ -293,10 +296,12 @@ _DEFAULT_CONSTANT = re.compile(
 
 def _default_literal(expr: str | None) -> str | None:
     """A column's constant default (``pg_get_expr``: ``7``, ``'abc'::character varying``,
-    ``'-1'::integer``, ``true``) as text, or None for none or an expression (``nextval(...)``,
-    ``now()``), which Debezium leaves out of the schema too."""
+    ``'-1'::integer``, ``true``) as text, ``0`` for a serial's ``nextval(...)``, or None for none
+    or another expression (``now()``), which is left out of the schema."""
     if expr is None:
         return None
+    if str(expr).startswith("nextval("):
+        return "0"  # a serial column: Debezium writes the type's zero as its default
     m = _DEFAULT_CONSTANT.match(str(expr).strip())
     if not m:
         return None
