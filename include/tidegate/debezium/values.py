@@ -193,8 +193,8 @@ def _days(v: str) -> int:
 
 def zoned_timestamp(v: str, fsp: int | None) -> str:
     """A UTC timestamp as io.debezium.time.ZonedTimestamp: ISO-8601 with ``Z``; the fraction
-    padded to the column's precision (MySQL) or without trailing zeros (``fsp`` None: Java's
-    ISO formatter, PostgreSQL)."""
+    padded to the column's precision (both connectors), or without trailing zeros (``fsp``
+    None: Java's ISO formatter)."""
     t = dt.datetime.fromisoformat(v)
     if t.tzinfo is not None:
         t = t.astimezone(dt.UTC).replace(tzinfo=None)
