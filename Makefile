@@ -7,9 +7,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-nodeps.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: install venv native servers lint test test-unit test-integration demo services-up services-down clean
+.PHONY: install venv native servers compat-build lint test test-unit test-integration compat demo services-up services-down clean
 
-install: venv native servers
+install: venv native servers compat-build
 
 venv: $(STAMP)
 
@@ -28,6 +28,22 @@ native: venv
 servers:
 	@$(PYTHON) scripts/services install
 
+# Debezium's own connectors for the comparison harness (tests/compat, docs/compat.md): Maven
+# fetches them from Central here, at install time (cached in ~/.m2), never during the tests.
+# Two builds, because the MariaDB connector stops at 3.5.0.Final on Central.
+COMPAT_DIR := tests/compat/debezium-capture
+COMPAT_STAMP := $(COMPAT_DIR)/target/.built-$(shell cat $(COMPAT_DIR)/pom.xml $(COMPAT_DIR)/src/main/java/tidegate/compat/*.java | sha1sum | cut -c1-12)
+
+compat-build: $(COMPAT_STAMP)
+
+$(COMPAT_STAMP): $(COMPAT_DIR)/pom.xml $(wildcard $(COMPAT_DIR)/src/main/java/tidegate/compat/*.java)
+	@command -v mvn >/dev/null && command -v java >/dev/null || { \
+	  echo "installing Maven and a JDK (Debian packages maven, openjdk-17-jdk-headless)"; \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null; }
+	cd $(COMPAT_DIR) && mvn -q -B -Dstyle.color=never -Ppostgres package && mvn -q -B -Dstyle.color=never -Pmariadb package
+	@rm -f $(COMPAT_DIR)/target/.built-* && touch $@
+
 lint: venv
 	$(VENV)/bin/ruff check .
 
@@ -39,6 +55,10 @@ test-unit: venv
 
 test-integration: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest -m integration
+
+# tidegate's envelope: debezium against Debezium's own connectors (docs/compat.md); also part of `make test`.
+compat: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest tests/compat
 
 # The demo starts servers of its own (.demo/services, other ports): `make test` never touches them.
 demo: install

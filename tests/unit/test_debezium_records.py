@@ -17,11 +17,9 @@ MARIADB = SourceInfo("mariadb", "", {"shop.orders": TableInfo(
 POSTGRES = SourceInfo("postgresql", "appdb", {"public.items": TableInfo(
     {"id": "bigint", "price": "numeric(6,2)", "seen": "timestamp with time zone"},
     {"id": False, "price": True, "seen": True})})
-
-
-def own(headers):
-    """The headers beyond Debezium 3's context headers (which every record carries)."""
-    return [(n, v) for n, v in headers if not n.startswith("__debezium.context.")]
+# Debezium's context headers on every change record (its runId has no counterpart)
+CONTEXT_HEADERS = [("__debezium.context.connectorLogicalName", b"orders"),
+                   ("__debezium.context.taskId", b"0"), ("__debezium.context.connectorName", b"mariadb")]
 
 
 def encoder(info: SourceInfo, **options) -> DebeziumEncoder:
@@ -35,18 +33,17 @@ def mysql_event(op: str, before, after, key, *, tx="0-1-42", event_id="mysql-bin
                               tx, event_id, position, 1_700_000_000_000, order, order, "false", tx_end, end)
 
 
-def pg_event(op: str, before, after, key) -> ChangeEvent:
+def pg_event(op: str, before, after, key, *, tx="771:0/16B3748", lsn="0/16B3700", end=None) -> ChangeEvent:
     return ChangeEvent.native("default", "orders", "postgresql", "public", "public", "items", op, before,
-                              after, key, "771:0/16B3748", "0/16B3700:0", {"lsn": "0/16B3700"},
-                              1_700_000_000_000, 1, 1, "false")
+                              after, key, tx, f"{lsn}:0", {"lsn": lsn}, 1_700_000_000_000, 1, 1, "false",
+                              end is not None, end)
 
 
 def test_a_mariadb_insert_as_the_mariadb_connector_writes_it():
     row = {"id": 7, "total": "12.34", "at": "2024-01-02T03:04:05.000001", "tags": ["b", "a"]}
     [rec] = encoder(MARIADB).change_records(mysql_event("c", None, row, {"id": 7}))
     assert rec.topic == "orders.shop.orders"
-    assert json.loads(rec.key) == {"id": 7} and own(rec.headers) == []
-    assert dict(rec.headers)["__debezium.context.connectorLogicalName"] == b"orders"
+    assert json.loads(rec.key) == {"id": 7} and rec.headers == CONTEXT_HEADERS
     value = json.loads(rec.value)
     assert list(value) == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
     assert value["before"] is None and value["op"] == "c" and value["transaction"] is None
@@ -76,9 +73,12 @@ def test_a_primary_key_change_is_a_delete_tombstone_and_create_naming_each_other
     d, t = enc.change_records(delete)
     [c] = enc.change_records(create)
     assert json.loads(d.key) == {"id": 1} and json.loads(c.key) == {"id": 2}
-    assert [(n, json.loads(v)) for n, v in own(d.headers)] == [("__debezium.newkey", {"id": 2})]
+    # the other key as Connect's header converter writes a struct: plain JSON, also with schemas on
+    assert d.headers == [("__debezium.newkey", b'{"id":2}'), *CONTEXT_HEADERS]
     assert t.value is None and t.headers == d.headers
-    assert [(n, json.loads(v)) for n, v in own(c.headers)] == [("__debezium.oldkey", {"id": 1})]
+    assert c.headers == [("__debezium.oldkey", b'{"id":1}'), *CONTEXT_HEADERS]
+    schemas = encoder(MARIADB, schemas=True)
+    assert schemas.change_records(delete)[0].headers == d.headers
     assert json.loads(c.value)["op"] == "c" and json.loads(c.value)["before"] is None
 
 
@@ -94,10 +94,24 @@ def test_a_postgres_update_with_the_postgres_source_block():
     assert value["source"] == {
         "version": "3.6.1.Final", "connector": "postgresql", "name": "srv", "ts_ms": 1_700_000_000_000,
         "snapshot": "false", "db": "appdb",
-        "sequence": json.dumps([str(lsn), str(lsn)]).replace(" ", ""),  # the transaction's first change
+        "sequence": json.dumps([None, str(lsn)]).replace(" ", ""),  # no commit seen before it yet
         "ts_us": 1_700_000_000_000_000, "ts_ns": 1_700_000_000_000_000_000, "schema": "public",
-        "table": "items", "txId": 771, "lsn": lsn, "xmin": None,
-        "origin": None, "origin_lsn": None}
+        "table": "items", "txId": 771, "lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None}
+
+
+def test_postgres_sequence_starts_with_where_the_previous_commit_ended():
+    from tidegate.sources.postgres.position import Lsn, PgPosition
+
+    enc = encoder(POSTGRES)
+    row = {"id": 1, "price": None, "seen": None}
+    first = pg_event("c", None, row, {"id": 1}, end=PgPosition(Lsn(0x16B3790)))
+    second = pg_event("c", None, row, {"id": 1}, tx="772:0/16B3900", lsn="0/16B3800")
+
+    def sequence(ev):
+        return json.loads(json.loads(enc.change_records(ev)[0].value)["source"]["sequence"])
+    assert sequence(first) == [None, str(0x16B3700)]
+    assert sequence(second) == [str(0x16B3790), str(0x16B3800)]
+    assert sequence(second) == [str(0x16B3790), str(0x16B3800)]  # a retry: the same bytes
 
 
 def test_transaction_metadata_begin_and_end_around_a_transaction():
@@ -137,7 +151,12 @@ def test_truncate_is_op_t_when_not_skipped():
                                tx_id="0-1-43")
     rec = encoder(MARIADB, skipped_operations=()).truncate_record(mysql_msg)
     src = json.loads(rec.value)["source"]
-    assert (src["file"], src["pos"], src["row"], src["gtid"]) == ("mysql-bin.000003", 900, 0, "0-1-43")
+    # Debezium's binlog connectors write row 1 for a TRUNCATE
+    assert (src["file"], src["pos"], src["row"], src["gtid"]) == ("mysql-bin.000003", 900, 1, "0-1-43")
+    assert rec.headers == CONTEXT_HEADERS
+    rec = encoder(MARIADB, skipped_operations=(), schemas=True).truncate_record(mysql_msg)
+    after = json.loads(rec.value)["schema"]["fields"][1]
+    assert [f["field"] for f in after["fields"]] == ["id", "total", "at", "tags"]  # the table's columns
 
 
 def test_schemas_true_wraps_key_and_value_with_the_connect_schema():
@@ -159,6 +178,19 @@ def test_schemas_true_wraps_key_and_value_with_the_connect_schema():
                                   "optional": True, "field": "total"}
     assert schema["fields"][2]["name"] == "io.debezium.connector.mariadb.Source"
     assert value["payload"]["after"]["total"] == base64.b64encode(bytes([0x04, 0xD2])).decode()
+
+
+def test_a_column_default_is_in_its_field_schema_converted_as_its_values():
+    info = SourceInfo("mariadb", "", {"shop.orders": TableInfo(
+        {"id": "int(11)", "total": "decimal(10,2)", "n": "int(11)", "note": "varchar(9)", "pt": "point"},
+        {"id": False, "total": True, "n": True, "note": True, "pt": True},
+        {"total": "1.50", "n": "7", "note": "it's", "pt": "POINT(0 0)"})})
+    row = {"id": 1, "total": None, "n": None, "note": None, "pt": None}
+    [rec] = encoder(info, schemas=True).change_records(mysql_event("c", None, row, {"id": 1}))
+    fields = {f["field"]: f for f in json.loads(rec.value)["schema"]["fields"][1]["fields"]}
+    assert fields["n"]["default"] == 7 and fields["note"]["default"] == "it's"
+    assert fields["total"]["default"] == base64.b64encode(b"\x00\x96").decode()  # 150, sign byte
+    assert "default" not in fields["id"] and "default" not in fields["pt"]  # none; a composite
 
 
 def test_options_from_the_spec_and_their_errors():
@@ -189,3 +221,17 @@ sinks:
     assert "sinks[0].debezium" in text and "envelope: debezium" in text
     assert "sinks[1].debezium.decimal_handling_mode" in text and "precise | string | double" in text
     assert "sinks[1].debezium.nope" in text
+
+
+def test_catalog_defaults_as_the_sources_read_them():
+    from tidegate.sources.mysql.snapshot import _default_literal as mysql_default
+    from tidegate.sources.postgres.snapshot import _default_literal as postgres_default
+
+    # MariaDB: SQL text (strings quoted, NULL a word); MySQL: the bare value, expressions flagged
+    assert [mysql_default(d, "", True) for d in ("7", "'it''s'", "NULL", "current_timestamp()", None)] == [
+        "7", "it's", None, None, None]
+    assert mysql_default("abc", "", False) == "abc"
+    assert mysql_default("CURRENT_TIMESTAMP", "DEFAULT_GENERATED", False) is None
+    assert [postgres_default(d) for d in ("7", "'-1'::integer", "'a''b'::character varying", "true",
+                                          "nextval('t_id_seq'::regclass)", "now()", None)] == [
+        "7", "-1", "a'b", "true", "0", None, None]

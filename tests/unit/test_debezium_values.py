@@ -4,6 +4,7 @@ Debezium's value modes, from tidegate's JSON-native value to Debezium's, with th
 from __future__ import annotations
 
 import base64
+import struct
 
 import pytest
 from tidegate.debezium.values import (
@@ -73,6 +74,10 @@ def test_decimal_modes():
     assert my("decimal(10,2)", "12.34", Modes(decimal="string")) == ("12.34", {"type": "string"})
     assert my("decimal(10,2)", "12.34", Modes(decimal="double")) == (12.34, {"type": "double"})
     assert pg("numeric(8,3)", "1.500")[0] == b64((1500).to_bytes(2, "big"))
+    # 38 digits: beyond Python's default 28-digit decimal context, still exact
+    unscaled = 12345678901234567890123456780123456789
+    assert my("decimal(38,10)", "1234567890123456789012345678.0123456789")[0] == b64(
+        unscaled.to_bytes(16, "big", signed=True))
 
 
 def test_unscaled_bytes_is_the_shortest_twos_complement():
@@ -103,7 +108,12 @@ def test_bits():
     assert base64.b64decode(my("bit(64)", "1" + "0" * 63)[0]) == (1 << 63).to_bytes(8, "little")
     assert pg("bit(1)", "1")[0] is True
     assert base64.b64decode(pg("bit(3)", "101")[0]) == b"\x05"
-    assert pg("bit(12)", "000000000000")[0] == ""  # PostgreSQL: as few bytes as the value needs
+    # PostgreSQL's bits are Java's BitSet bytes: high zero bytes dropped, none for all zeros
+    assert base64.b64decode(pg("bit(12)", "101010101010")[0]) == b"\xaa\x0a"
+    assert pg("bit(12)", "000000000000")[0] == ""
+    assert pg("bit varying(16)", "")[0] == ""
+    assert base64.b64decode(pg("bit varying(16)", "1011")[0]) == b"\x0b"
+    assert base64.b64decode(my("bit(12)", "000000000000")[0]) == b"\x00\x00"  # MySQL: n/8 bytes
 
 
 def test_binary_modes():
@@ -156,15 +166,17 @@ def test_mysql_enum_set_json_geometry():
     assert my("set('b','a')", [])[0] == ""
     assert my("json", '{"a": [1, 2]}') == (
         '{"a": [1, 2]}', {"type": "string", "name": "io.debezium.data.Json", "version": 1})
+    # MariaDB's JSON is a LONGTEXT to its connector: a string schema without a name
+    m = mysql_mapping("json", MY, mariadb=True)
+    assert (m.convert('{"a": 1}'), m.schema) == ('{"a": 1}', {"type": "string"})
     wkb = bytes.fromhex("0101000000000000000000f03f0000000000000040")  # POINT(1 2)
     value, schema = my("point", b64((4326).to_bytes(4, "little") + wkb))
     assert value == {"x": 1.0, "y": 2.0, "wkb": b64(wkb), "srid": 4326}
     assert schema["name"] == "io.debezium.data.geometry.Point"
-    value, schema = my("geometry", b64(bytes(4) + wkb))
-    assert value == {"wkb": b64(wkb), "srid": None}  # SRID 0 is null
+    assert [f["field"] for f in schema["fields"]] == ["x", "y", "wkb", "srid"]
+    value, schema = my("geometry", b64((0).to_bytes(4, "little") + wkb))
+    assert value == {"wkb": b64(wkb), "srid": None}  # SRID 0: none given, null as Debezium writes it
     assert schema["name"] == "io.debezium.data.geometry.Geometry"
-    assert pg("point", "(1.5,-2.25)")[0] == {"x": 1.5, "y": -2.25, "wkb": "AQEAAAAAAAAAAAD4PwAAAAAAAALA",
-                                             "srid": None}
 
 
 def test_postgres_types():
@@ -186,10 +198,20 @@ def test_postgres_types():
     assert pg("timestamp without time zone", "2024-01-02T03:04:05.5") == (
         1704164645500000, {"type": "int64", "name": "io.debezium.time.MicroTimestamp", "version": 1})
     assert pg("timestamp(3) without time zone", "2024-01-02T03:04:05.5")[0] == 1704164645500
+    # the fraction padded to the column's precision (6 without one), as the connector writes it
     assert pg("timestamp with time zone", "2024-01-02T03:04:05.120000+00:00") == (
-        "2024-01-02T03:04:05.120000Z",  # padded to the column's precision (6 when not given)
+        "2024-01-02T03:04:05.120000Z",
         {"type": "string", "name": "io.debezium.time.ZonedTimestamp", "version": 1})
-    assert pg("timestamp(3) with time zone", "2038-01-18T21:44:07.999+00:00")[0] == "2038-01-18T21:44:07.999Z"
+    assert pg("timestamp(3) with time zone", "2038-01-19 03:14:07.999+05:30") == (
+        "2038-01-18T21:44:07.999Z",
+        {"type": "string", "name": "io.debezium.time.ZonedTimestamp", "version": 1})
+    assert pg("enum('sad','ok','it''s')", "ok") == (  # the catalog's labels of an enum type
+        "ok", {"type": "string", "name": "io.debezium.data.Enum", "version": 1,
+               "parameters": {"allowed": "sad,ok,it's"}})
+    value, schema = pg("point", "(1.5,-2.25)")
+    wkb = bytes.fromhex("0101000000") + struct.pack("<dd", 1.5, -2.25)  # little-endian WKB POINT
+    assert value == {"x": 1.5, "y": -2.25, "wkb": b64(wkb), "srid": None}
+    assert schema["name"] == "io.debezium.data.geometry.Point"
     assert pg("time without time zone", "12:00:00.25")[0] == 43_200_250_000
     assert pg("time(3) without time zone", "12:00:00.25") == (
         43_200_250, {"type": "int32", "name": "io.debezium.time.Time", "version": 1})

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +63,7 @@ class DebeziumOptions:
 class TableInfo:
     columns: dict[str, str]  # name -> SQL type as the catalog spells it, in table order
     nullable: dict[str, bool] = field(default_factory=dict)
+    defaults: dict[str, str] = field(default_factory=dict)  # a column's constant default, as text
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,21 @@ class _Table:
                 self.maps[column] = m
         return m
 
+    def default(self, column: str) -> dict[str, Any]:
+        """``{"default": value}`` for a column with a constant default (Debezium writes it in the
+        field's schema, converted as the column's values are), else nothing."""
+        text = self.info.defaults.get(column) if self.info is not None else None
+        if text is None:
+            return {}
+        m = self.mapping(column, text)
+        if m.schema.get("type") in ("array", "struct", "map"):
+            return {}  # a composite default ('{1,2}', a POINT) is not typed here: left out
+        try:
+            value = m.convert(default_value(text, m.schema.get("type")))
+        except (ValueError, TypeError, ArithmeticError):
+            return {}  # a default this envelope cannot type: left out rather than guessed
+        return {} if value is None else {"default": value}
+
     def row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
         if row is None:
             return None
@@ -132,7 +147,7 @@ class _Table:
         if s is None:
             nullable = self.info.nullable if self.info is not None else {}
             fields = [{**self.mapping(c, row[c]).schema, "optional": nullable.get(c, suffix != "Key"),
-                       "field": c} for c in cols]
+                       **self.default(c), "field": c} for c in cols]
             s = self.schemas[key] = {"type": "struct", "fields": fields, "optional": optional,
                                      "name": f"{self.name}.{suffix}"}
         return s
@@ -152,13 +167,11 @@ class DebeziumEncoder:
         self.clock = clock
         self._tables: dict[tuple[str, str], _Table] = {}
         self._tx: dict[str, Any] | None = None  # the open transaction's id, counts, ts
-        self._seq: tuple[str, int | None] = ("", None)  # PostgreSQL: a transaction's first LSN
-        # Debezium 3's context headers on every record: the logical name, the task, the
-        # connector's name (here the pipeline's) and a run id (here one per sink and run).
-        self.context_headers = [("__debezium.context.connectorLogicalName", self.prefix.encode()),
-                                ("__debezium.context.taskId", b"0"),
-                                ("__debezium.context.connectorName", pipeline.encode()),
-                                ("__debezium.context.runId", str(uuid.uuid4()).encode())]
+        # PostgreSQL source.sequence[0]: where the previous transaction's commit ended, as
+        # Debezium's lastCommitLsn. Kept per transaction id so that a retried sub-batch gives
+        # the same bytes; null until a commit was seen (as Debezium after a fresh start).
+        self._last_commit: int | None = None
+        self._prev_commit: dict[str, int | None] = {}
 
     def reset(self) -> None:
         """Forget an open transaction (a sub-batch is delivered again from its start)."""
@@ -224,13 +237,14 @@ class DebeziumEncoder:
         payload.update(self._now())
         key_bytes = self._key_bytes(t, key, ev.key)
         value = self._wrap(payload, lambda: self._envelope_schema(t, ev.before or ev.after or {}))
-        headers = self._key_headers(t, ev.headers) + self.context_headers
+        headers = self._key_headers(t, ev.headers) + self._context_headers()
         out.append(Record(topic, key_bytes, value, headers))
         if ev.op == "d" and self.options.tombstones_on_delete:
             out.append(Record(topic, key_bytes, None, list(headers)))
         if tx is not None and ev.tx_end:
             out.append(self._tx_record("END", ev.ts_ms, tx))
             self._tx = None
+        self._note_commit(ev)
         return out
 
     def truncate_record(self, msg: Any, topic_of: Callable[[Any], str] | None = None) -> Record | None:
@@ -245,12 +259,17 @@ class DebeziumEncoder:
         schema, table = f.get("schema") or f.get("db"), f.get("table")
         t = self._table(schema, table)
         probe = _Probe(msg, schema, table)
-        payload = {"before": None, "after": None, "source": self._source(probe), "transaction": None,
-                   "op": "t"}
+        source = self._source(probe)
+        self._note_commit(msg)
+        if "row" in source:
+            source["row"] = 1  # what Debezium's binlog connectors write for a TRUNCATE (ground truth)
+        payload = {"before": None, "after": None, "source": source, "transaction": None, "op": "t"}
         payload.update(self._now())
         topic = topic_of(probe) if topic_of is not None else self.topic(schema, table)
-        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, {})),
-                      list(self.context_headers))
+        # no row, but the schema still lists the table's columns as the catalog knows them
+        columns = dict.fromkeys(t.info.columns) if t.info is not None else {}
+        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, columns)),
+                      self._context_headers())
 
     # ------------------------------------------------------------------ parts
 
@@ -264,14 +283,22 @@ class DebeziumEncoder:
         return self._wrap(key, lambda: t.struct(raw or {}, "Key", False))
 
     def _key_headers(self, t: _Table, headers: dict[str, bytes] | None) -> list[tuple[str, bytes]]:
-        """The other key of a primary-key change, as this sink writes keys."""
+        """The other key of a primary-key change as Kafka Connect's default header converter
+        (SimpleHeaderConverter) writes a struct: its plain JSON, never the {schema, payload} form."""
         out = []
         for name in (NEW_KEY_HEADER, OLD_KEY_HEADER):
             raw = (headers or {}).get(name)
             if raw is not None:
-                other = json.loads(raw)
-                out.append((name, self._key_bytes(t, t.row(other), other) or b"null"))
+                out.append((name, _dumps(t.row(json.loads(raw)))))
         return out
+
+    def _context_headers(self) -> list[tuple[str, bytes]]:
+        """The headers Debezium puts on every change record: the logical name (topic.prefix),
+        the task (always 0: one task per connector) and the connector's kind. Its runId, a new
+        UUID per connector start, has no counterpart in a tidegate run and is left out."""
+        return [("__debezium.context.connectorLogicalName", self.prefix.encode()),
+                ("__debezium.context.taskId", b"0"),
+                ("__debezium.context.connectorName", self.connector.encode())]
 
     def _wrap(self, payload: Any, schema: Callable[[], dict]) -> bytes:
         if self.options.schemas:
@@ -310,9 +337,22 @@ class DebeziumEncoder:
         key = {"id": tx_id}
         return Record(self.transaction_topic,
                       self._wrap(key, lambda: _TX_KEY_SCHEMA),
-                      self._wrap(value, lambda: _TX_VALUE_SCHEMA), list(self.context_headers))
+                      self._wrap(value, lambda: _TX_VALUE_SCHEMA), [])
 
     # ------------------------------------------------------------------ source block
+
+    def _previous_commit(self, tx_id: str) -> int | None:
+        """Where the commit before transaction ``tx_id`` ended (the same answer on a retry)."""
+        if tx_id not in self._prev_commit:
+            if len(self._prev_commit) >= 4096:  # retries only see recent transactions
+                del self._prev_commit[next(iter(self._prev_commit))]
+            self._prev_commit[tx_id] = self._last_commit
+        return self._prev_commit[tx_id]
+
+    def _note_commit(self, item: Any) -> None:
+        end = getattr(item, "end_position", None)
+        if getattr(item, "tx_end", False) and end is not None and hasattr(end, "lsn"):
+            self._last_commit = getattr(end.lsn, "value", None)
 
     def _source(self, ev: Any) -> dict[str, Any]:
         ts = int(ev.ts_ms)
@@ -320,12 +360,13 @@ class DebeziumEncoder:
                "ts_ms": ts, "snapshot": ev.snapshot}
         if self.connector == "postgresql":
             lsn = lsn_int(str(ev.event_id).split(":", 1)[0])
-            xid, _, commit = str(ev.tx_id).partition(":")
-            first = self._first_lsn(str(ev.tx_id), lsn)
+            xid = str(ev.tx_id).partition(":")[0]
+            prev = self._previous_commit(str(ev.tx_id))
             src.update(db=self._info.database if self._info else ev.db, sequence=_dumps(
-                [str(first) if first is not None else None, str(lsn) if lsn is not None else None]).decode(),
+                [str(prev) if prev is not None else None, str(lsn) if lsn is not None else None]).decode(),
                 ts_us=ts * 1000, ts_ns=ts * 1_000_000, schema=ev.schema, table=ev.table,
-                txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None, origin=None, origin_lsn=None)
+                txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None,
+                origin=None, origin_lsn=None)  # replication origin: none for a plain publication
             return src
         pos = ev.position or {}
         file, p, row = _binlog_coordinates(str(ev.event_id), pos)
@@ -335,13 +376,6 @@ class DebeziumEncoder:
                    server_id=int(server_id), gtid=gtid, file=file, pos=p, row=row,
                    thread=None, query=None)
         return src
-
-    def _first_lsn(self, tx_id: str, lsn: int | None) -> int | None:
-        """The LSN of the first change of the row's transaction, which Debezium's PostgreSQL
-        connector writes first in ``source.sequence`` (rows come in order, so the first seen)."""
-        if self._seq[0] != tx_id:
-            self._seq = (tx_id, lsn)
-        return self._seq[1]
 
     # ------------------------------------------------------------------ schemas
 
@@ -361,7 +395,7 @@ class DebeziumEncoder:
                     f("string", "file", False), f("int64", "pos", False), f("int32", "row", False),
                     f("int64", "thread"), f("string", "query")]
         return {"type": "struct", "fields": common + rest, "optional": False,
-                "name": f"io.debezium.connector.{self.connector}.Source"}
+                "name": f"io.debezium.connector.{self.connector}.Source", "version": 1}
 
     def _envelope_schema(self, t: _Table, row: dict[str, Any]) -> dict[str, Any]:
         value = t.struct(row, "Value", True)
@@ -374,6 +408,18 @@ class DebeziumEncoder:
             {"type": "int64", "optional": True, "field": "ts_us"},
             {"type": "int64", "optional": True, "field": "ts_ns"}],
             "optional": False, "name": f"{t.name}.Envelope", "version": 2}
+
+
+def default_value(text: str, schema_type: str | None) -> Any:
+    """A default's text in the form the source gives the column's values (numbers as numbers
+    for integer, floating and boolean columns, text for the rest: decimals, times, strings)."""
+    if schema_type in ("int8", "int16", "int32", "int64"):
+        return int(text)
+    if schema_type in ("float", "double"):
+        return float(text)
+    if schema_type == "boolean":
+        return text.lower() in ("1", "true", "t", "b'1'")
+    return text
 
 
 class _Probe:

@@ -19,7 +19,7 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 DECIMAL_MODES = ("precise", "string", "double")
@@ -76,7 +76,10 @@ def _named(t: str, name: str, convert: Callable[[Any], Any], version: int | None
 
 def unscaled_bytes(value: Decimal, scale: int) -> bytes:
     """Kafka Connect's Decimal: the unscaled value as big-endian two's complement, shortest form."""
-    unscaled = int(value.scaleb(scale).to_integral_value())
+    # exact at any precision: the default context (28 digits) would round a DECIMAL(38,10)
+    with localcontext() as ctx:
+        ctx.prec = max(ctx.prec, len(value.as_tuple().digits) + abs(scale) + 2)
+        unscaled = int(value.scaleb(scale).to_integral_value())
     length = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)
     return unscaled.to_bytes(length, "big", signed=True)
 
@@ -151,17 +154,18 @@ def binary_mapping(modes: Modes) -> Mapping:
     return Mapping(_same, {"type": "bytes"})
 
 
-def bits_mapping(nbits: int, sized: bool = True) -> Mapping:
-    """BIT(1) is a boolean; BIT(n > 1) is io.debezium.data.Bits, the bits as little-endian bytes
-    (n/8 rounded up). The value arrives as ``0``/``1`` text, most significant bit first."""
+def bits_mapping(nbits: int, *, shortest: bool = False) -> Mapping:
+    """BIT(1) is a boolean; BIT(n > 1) is io.debezium.data.Bits, the bits as little-endian bytes:
+    n/8 rounded up (MySQL/MariaDB), or ``shortest`` (PostgreSQL: Java's BitSet.toByteArray, which
+    drops the high zero bytes, so all zeros and an empty BIT VARYING are no bytes at all). The
+    value arrives as ``0``/``1`` text, most significant bit first, possibly empty."""
     if nbits <= 1:
         return Mapping(lambda v: v in ("1", 1, True), {"type": "boolean"})
     size = (nbits + 7) // 8
 
     def convert(v: Any) -> str:
-        n = int(v, 2) if isinstance(v, str) and v else int(v or 0)
-        # MySQL sizes the bytes to the column; PostgreSQL writes as few as the value needs (0: none)
-        return _b64(n.to_bytes(size if sized else (n.bit_length() + 7) // 8, "little"))
+        n = (int(v, 2) if v else 0) if isinstance(v, str) else int(v)
+        return _b64(n.to_bytes((n.bit_length() + 7) // 8 if shortest else size, "little"))
     return _named("bytes", "io.debezium.data.Bits", convert, 1, {"length": str(nbits)})
 
 
@@ -189,8 +193,8 @@ def _days(v: str) -> int:
 
 def zoned_timestamp(v: str, fsp: int | None) -> str:
     """A UTC timestamp as io.debezium.time.ZonedTimestamp: ISO-8601 with ``Z``; the fraction
-    padded to the column's precision (MySQL) or without trailing zeros (``fsp`` None: Java's
-    ISO formatter, PostgreSQL)."""
+    padded to the column's precision (both connectors), or without trailing zeros (``fsp``
+    None: Java's ISO formatter)."""
     t = dt.datetime.fromisoformat(v)
     if t.tzinfo is not None:
         t = t.astimezone(dt.UTC).replace(tzinfo=None)
@@ -282,31 +286,26 @@ def _money(v: Any) -> Any:
 
 def geometry(v: str) -> dict[str, Any]:
     """A MySQL geometry value (base64 of the 4-byte little-endian SRID, then WKB) as
-    io.debezium.data.geometry.Geometry {wkb, srid}; SRID 0 is null, as Debezium writes it."""
+    io.debezium.data.geometry.Geometry {wkb, srid}; SRID 0 (none given) is written as null, as
+    Debezium does."""
     raw = base64.b64decode(v)
-    srid = int.from_bytes(raw[:4], "little")
-    return {"wkb": _b64(raw[4:]), "srid": srid or None}
+    return {"wkb": _b64(raw[4:]), "srid": int.from_bytes(raw[:4], "little") or None}
 
 
-def _point_of_wkb(wkb: bytes, srid: int | None) -> dict[str, Any]:
-    order = "<" if wkb[:1] == b"\x01" else ">"
-    x, y = struct.unpack(order + "dd", wkb[5:21])
-    return {"x": x, "y": y, "wkb": _b64(wkb), "srid": srid}
+def point(v: str) -> dict[str, Any]:
+    """A MySQL POINT column as io.debezium.data.geometry.Point: its coordinates read from the
+    WKB (byte order byte, 4-byte type, then x and y as doubles) besides wkb and srid."""
+    g = geometry(v)
+    wkb = base64.b64decode(g["wkb"])
+    x, y = struct.unpack("<dd" if wkb[0] == 1 else ">dd", wkb[5:21])
+    return {"x": x, "y": y, **g}
 
 
-def mysql_point(v: str) -> dict[str, Any]:
-    """A MySQL POINT as io.debezium.data.geometry.Point {x, y, wkb, srid}."""
-    raw = base64.b64decode(v)
-    return _point_of_wkb(raw[4:], int.from_bytes(raw[:4], "little") or None)
-
-
-def postgres_point(v: str) -> dict[str, Any] | str:
-    """PostgreSQL's ``point`` text ``(x,y)`` as io.debezium.data.geometry.Point (WKB little-endian)."""
-    m = re.match(r"^\(\s*([^,]+),\s*([^)]+)\)$", str(v))
-    if not m:
-        return v
-    x, y = float(m.group(1)), float(m.group(2))
-    return {"x": x, "y": y, "wkb": _b64(struct.pack("<bIdd", 1, 1, x, y)), "srid": None}
+def pg_point(v: Any) -> dict[str, Any]:
+    """PostgreSQL's ``point`` text ``(x,y)`` as io.debezium.data.geometry.Point, its WKB
+    little-endian, no SRID."""
+    x, y = (float(c) for c in str(v).strip("()").split(","))
+    return {"x": x, "y": y, "wkb": _b64(struct.pack("<BIdd", 1, 1, x, y)), "srid": None}
 
 
 _GEOMETRY_SCHEMA = {"type": "struct", "name": "io.debezium.data.geometry.Geometry", "version": 1,
@@ -349,7 +348,7 @@ _MYSQL_GEOMETRY = {"geometry", "point", "linestring", "polygon", "multipoint", "
                    "multipolygon", "geometrycollection", "geomcollection"}
 
 
-def mysql_mapping(sql_type: str, modes: Modes) -> Mapping:
+def mysql_mapping(sql_type: str, modes: Modes, *, mariadb: bool = False) -> Mapping:
     """A MySQL/MariaDB column (``COLUMN_TYPE``: ``int(10) unsigned``, ``decimal(10,2)``,
     ``datetime(6)``, ``enum('a','b')``, ...) as the MySQL and MariaDB connectors map it."""
     base, args, unsigned = parse_type(sql_type)
@@ -401,9 +400,11 @@ def mysql_mapping(sql_type: str, modes: Modes) -> Mapping:
             return ",".join(sorted(items, key=lambda x: order.get(x, len(order))))
         return _named("string", "io.debezium.data.EnumSet", members, 1, {"allowed": ",".join(allowed)})
     if base == "json":
+        if mariadb:  # MariaDB's JSON is a LONGTEXT: its connector gives a plain string schema
+            return Mapping(_json_text, {"type": "string"})
         return _named("string", "io.debezium.data.Json", _json_text)
     if base == "point":
-        return Mapping(mysql_point, dict(_POINT_SCHEMA))
+        return Mapping(point, dict(_POINT_SCHEMA))
     if base in _MYSQL_GEOMETRY:
         return Mapping(geometry, dict(_GEOMETRY_SCHEMA))
     return _plain("string")
@@ -419,6 +420,9 @@ _PG_NAMED_STRINGS = {"uuid": "io.debezium.data.Uuid", "json": "io.debezium.data.
 def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
     """A PostgreSQL column (``format_type``: ``numeric(10,2)``, ``timestamp(3) without time zone``,
     ``integer[]``, ...) as the PostgreSQL connector maps it."""
+    if sql_type.startswith("enum("):  # a user-defined enum type, labels from the catalog
+        return _named("string", "io.debezium.data.Enum", _same, 1,
+                      {"allowed": ",".join(_enum_values(sql_type[5:-1]))})
     t = sql_type.strip().lower()
     if t.endswith("[]"):
         elem = postgres_mapping(t[:-2], modes)
@@ -428,9 +432,12 @@ def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
                 return v
             return [None if x is None else each(x) if isinstance(x, list) else _c(x) for x in v]
         return Mapping(each, {"type": "array", "items": {**elem.schema, "optional": True}})
-    zoned = t.endswith(" with time zone") or t in ("timestamptz", "timetz")
+    # "timestamp(3) with time zone": the zone words follow the precision, so they are taken off
+    # before parsing and put back on the base word
+    zoned = t.endswith(" with time zone")
     base, args, _ = parse_type(t.replace(" without time zone", "").replace(" with time zone", ""))
-    base = {"timestamptz": "timestamp", "timetz": "time"}.get(base, base)
+    if zoned:
+        base += " tz"
     fsp = (_ints(args) or [6])[0]
     if base in _PG_INTS:
         return _plain(_PG_INTS[base])
@@ -452,23 +459,23 @@ def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
         return binary_mapping(modes)
     if base == "date":
         return date_mapping(modes)
-    if base == "time" and zoned:
-        return _named("string", "io.debezium.time.ZonedTime", zoned_time)
     if base == "time":
         return time_mapping(fsp, modes)
-    if base == "timestamp" and zoned:
-        return _named("string", "io.debezium.time.ZonedTimestamp", lambda v: zoned_timestamp(v, fsp))
+    if base == "time tz" or base == "timetz":
+        return _named("string", "io.debezium.time.ZonedTime", zoned_time)
     if base == "timestamp":
         return timestamp_mapping(fsp, modes)
+    if base in ("timestamp tz", "timestamptz"):  # the fraction padded to the column's precision
+        return _named("string", "io.debezium.time.ZonedTimestamp", lambda v: zoned_timestamp(v, fsp))
+    if base == "point":
+        return Mapping(pg_point, dict(_POINT_SCHEMA))
     if base == "interval":
         return _named("int64", "io.debezium.time.MicroDuration", interval_micros)
     if base == "bit" and (_ints(args) or [1])[0] == 1:
         return Mapping(lambda v: v in ("1", 1, True), {"type": "boolean"})
     if base in ("bit", "bit varying"):
         nbits = (_ints(args) or [1])[0]
-        return bits_mapping(max(nbits, 2), sized=False)
-    if base == "point":
-        return Mapping(postgres_point, dict(_POINT_SCHEMA))
+        return bits_mapping(max(nbits, 2), shortest=True)
     if base in _PG_NAMED_STRINGS:
         return _named("string", _PG_NAMED_STRINGS[base], _json_text if "json" in base else _same)
     return _plain("string")
@@ -481,7 +488,7 @@ def column_mapping(connector: str, sql_type: str | None, modes: Modes, sample: A
         return inferred_mapping(sample)
     if connector == "postgresql":
         return postgres_mapping(sql_type, modes)
-    return mysql_mapping(sql_type, modes)
+    return mysql_mapping(sql_type, modes, mariadb=connector == "mariadb")
 
 
 def inferred_mapping(sample: Any) -> Mapping:

@@ -235,7 +235,7 @@ class MySqlSnapshot:
             version, server_id = self._snap_all(conn, "SELECT VERSION(), @@server_id")[0]
             rows = self._snap_all(
                 conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, "
-                      "c.IS_NULLABLE = 'YES' FROM information_schema.COLUMNS c "
+                      "c.IS_NULLABLE = 'YES', c.COLUMN_DEFAULT, c.EXTRA FROM information_schema.COLUMNS c "
                       "WHERE c.TABLE_SCHEMA NOT IN %s "
                       "ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION", (SYSTEM_DBS,))
             mariadb = "mariadb" in str(version).lower()
@@ -249,10 +249,13 @@ class MySqlSnapshot:
         json_cols = {(d, t, m.group(1)) for d, t, clause in checks
                      for m in [re.match(r"json_valid\(`?([^`)]+)`?\)", str(clause))] if m}
         tables: dict[str, TableInfo] = {}
-        for db, table, column, sql_type, nullable in rows:
+        for db, table, column, sql_type, nullable, default, extra in rows:
             info = tables.setdefault(f"{db}.{table}", TableInfo({}, {}))
             info.columns[column] = "json" if (db, table, column) in json_cols else str(sql_type)
             info.nullable[column] = bool(nullable)
+            literal = _default_literal(default, extra, mariadb)
+            if literal is not None:
+                info.defaults[column] = literal
         return SourceInfo("mariadb" if mariadb else "mysql", "", tables, int(server_id))
 
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
@@ -358,3 +361,21 @@ class MySqlSnapshot:
 
 
 __all__ = ["MySqlSnapshot", "after_key", "bound_from_json", "bound_to_json", "column_reader", "up_to_key"]
+
+
+_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?$")
+
+
+def _default_literal(default: Any, extra: Any, mariadb: bool) -> str | None:
+    """A column's constant default as text (the column schema's ``default`` in Debezium's
+    envelope), or None for no default, a NULL default or an expression (CURRENT_TIMESTAMP...),
+    which Debezium leaves out too. MariaDB's COLUMN_DEFAULT is SQL: strings quoted, NULL as the
+    word; MySQL's is the bare value, an expression marked DEFAULT_GENERATED in EXTRA."""
+    if default is None:
+        return None
+    text = default.decode() if isinstance(default, bytes) else str(default)
+    if not mariadb:
+        return None if "DEFAULT_GENERATED" in str(extra or "").upper() else text
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1].replace("''", "'")
+    return text if _NUMBER.match(text) else None

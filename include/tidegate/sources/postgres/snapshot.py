@@ -23,6 +23,7 @@ true/false, everything else as text) and then applies the log path's converter f
 from __future__ import annotations
 
 import decimal
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -126,16 +127,24 @@ class PostgresSnapshot:
             database = str(self._snap_all(conn, "SELECT current_database()")[0][0])
             rows = self._snap_all(
                 conn, "SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod), "
-                      "NOT a.attnotnull FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                      "NOT a.attnotnull, pg_get_expr(d.adbin, d.adrelid), "
+                      "(SELECT string_agg(quote_literal(e.enumlabel), ',' ORDER BY e.enumsortorder) "
+                      "FROM pg_enum e WHERE e.enumtypid = a.atttypid) "
+                      "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+                      "LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum "
                       f"WHERE c.relkind IN ('r', 'p') AND {SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
         finally:
             conn.close()
         tables: dict[str, TableInfo] = {}
-        for schema, table, column, sql_type, nullable in rows:
+        for schema, table, column, sql_type, nullable, default, labels in rows:
             info = tables.setdefault(f"{schema}.{table}", TableInfo({}, {}))
-            info.columns[column] = str(sql_type)
+            # an enum type is written as MySQL spells an ENUM column, with its labels in order
+            info.columns[column] = f"enum({labels})" if labels is not None else str(sql_type)
             info.nullable[column] = bool(nullable)
+            literal = _default_literal(default)
+            if literal is not None:
+                info.defaults[column] = literal
         return SourceInfo("postgresql", database, tables)
 
     def _snap_columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, int, str, str]]:
@@ -279,3 +288,21 @@ def _compose(first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callabl
 
 
 __all__ = ["PostgresSnapshot", "wal2json_value"]
+
+
+_DEFAULT_CONSTANT = re.compile(
+    r"^(?:'((?:[^']|'')*)'|(-?[0-9.]+(?:[eE][+-]?\d+)?|true|false))(?:::[\w .\[\]]+)?$")
+
+
+def _default_literal(expr: str | None) -> str | None:
+    """A column's constant default (``pg_get_expr``: ``7``, ``'abc'::character varying``,
+    ``'-1'::integer``, ``true``) as text, ``0`` for a serial's ``nextval(...)``, or None for none
+    or another expression (``now()``), which is left out of the schema."""
+    if expr is None:
+        return None
+    if str(expr).startswith("nextval("):
+        return "0"  # a serial column: Debezium writes the type's zero as its default
+    m = _DEFAULT_CONSTANT.match(str(expr).strip())
+    if not m:
+        return None
+    return m.group(1).replace("''", "'") if m.group(1) is not None else m.group(2)

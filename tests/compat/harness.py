@@ -1,0 +1,499 @@
+"""Debezium's side of the comparison: its connectors (tests/compat/debezium-capture, built by
+`make compat-build`) capture a backlog into JSON lines; its ExtractNewRecordState runs over any
+records in that form. Also the comparison itself: the join by source position and the diff.
+
+`python -m tests.compat.harness OUT_DIR` writes Debezium's own output for both backlogs to
+OUT_DIR/{mariadb,postgres}/ (ground truth for the envelope's own tests), on the shared servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from tests.compat import backlogs
+
+CAPTURE_DIR = Path(__file__).resolve().parent / "debezium-capture"
+MAIN_CLASS = "tidegate.compat.DebeziumCapture"
+# Which Maven profile (and Debezium release) serves each source: Maven Central has the MariaDB
+# connector only up to 3.5.0.Final.
+BUILDS = {"mariadb": "mariadb", "postgres": "postgres"}
+DEBEZIUM_SLOT = "tidegate_compat_dbz"
+DEBEZIUM_PUBLICATION = "tidegate_compat_dbz"
+MARIADB_SERVER_ID = 48777
+
+# Fields removed from both sides before comparing, and why (docs/compat.md has the same list).
+# A path names a field of a change event's value (the schemas-off form); in the schemas-on form
+# the same field of "payload" is removed, and its entry in "schema" is kept (the schema is the
+# same on both sides).
+IGNORED_FIELDS: dict[str, str] = {
+    "ts_ms": "processing time: when the connector handled the event, not when it happened",
+    "ts_us": "processing time (microseconds), as ts_ms",
+    "ts_ns": "processing time (nanoseconds), as ts_ms",
+    "source.version": "the connector's release string (Debezium's is 3.6.1.Final / 3.5.0.Final)",
+    "source.connector": "the connector's kind name for tidegate equals Debezium's;"
+                        " kept only if tidegate writes it",
+}
+IGNORED_FIELDS.pop("source.connector")  # written by both: compared after all
+# Headers left out of the comparison, and why. Headers are compared as Kafka Connect's default
+# header converter writes them (SimpleHeaderConverter: a struct as its JSON text).
+IGNORED_HEADERS: dict[str, str] = {
+    "__debezium.context.runId": "a new UUID each time a Debezium connector starts",
+    "idempotency_key": "tidegate's exactly-once key, on every record it writes; Debezium has none",
+}
+
+
+def build_dir(source: str) -> Path:
+    d = CAPTURE_DIR / "target" / BUILDS[source]
+    if not (d / "classes").is_dir() or not (d / "lib").is_dir():
+        raise RuntimeError(f"Debezium's capture program for {source} is not built ({d} is missing): "
+                           f"run `make compat-build` (part of `make install`) first")
+    return d
+
+
+def java_command(source: str, *args: str, log_level: str = "info") -> list[str]:
+    d = build_dir(source)
+    return ["java", "-Xmx512m", "-XX:TieredStopAtLevel=1",
+            f"-Dorg.slf4j.simpleLogger.defaultLogLevel={log_level}",
+            "-cp", f"{d / 'classes'}:{d / 'lib'}/*", MAIN_CLASS, *args]
+
+
+def mariadb_properties(conn, prefix: str) -> dict[str, str]:
+    """Debezium's MariaDB connector, default settings except where the harness needs another."""
+    return {
+        "name": prefix, "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+        "topic.prefix": prefix,
+        "database.hostname": conn.host, "database.port": str(conn.port),
+        "database.user": conn.login, "database.password": conn.password or "",
+        "database.server.id": str(MARIADB_SERVER_ID),
+        "database.include.list": backlogs.MARIADB_DB,
+        # the backlog is written after the connector reads the binlog: no data snapshot
+        "snapshot.mode": "no_data",
+        # Debezium skips TRUNCATE by default; the issue wants op "t" compared
+        "skipped.operations": "none",
+        "schema.history.internal": "io.debezium.relational.history.MemorySchemaHistory",
+        "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
+        "offset.flush.interval.ms": "60000",
+    }
+
+
+def postgres_properties(conn, prefix: str) -> dict[str, str]:
+    """Debezium's PostgreSQL connector (pgoutput, its default plugin) on a slot and publication
+    the harness made before the backlog, so it reads the backlog from the slot."""
+    return {
+        "name": prefix, "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "topic.prefix": prefix,
+        "database.hostname": conn.host, "database.port": str(conn.port),
+        "database.user": conn.login, "database.password": conn.password or "",
+        "database.dbname": conn.schema,
+        "plugin.name": "pgoutput",
+        "slot.name": DEBEZIUM_SLOT, "publication.name": DEBEZIUM_PUBLICATION,
+        "publication.autocreate.mode": "disabled",
+        "schema.include.list": backlogs.POSTGRES_SCHEMA,
+        # no data snapshot; with no stored offset the connector streams from the slot's position
+        "snapshot.mode": "no_data",
+        "skipped.operations": "none",
+        "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
+        "offset.flush.interval.ms": "60000",
+    }
+
+
+class Capture:
+    """One run of Debezium's embedded engine, from start to the stop table's row."""
+
+    def __init__(self, source: str, properties: dict[str, str], out: Path, *, probe: bool,
+                 timeout_s: int = 120):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        props = out / "connector.properties"
+        # a properties file, not argv: it holds the database password
+        props.write_text("".join(f"{k}={_escape(v)}\n" for k, v in properties.items()))
+        props.chmod(0o600)
+        args = ["capture", "--properties", str(props), "--out", str(out),
+                "--stop-table", _table_of(source, backlogs.STOP_TABLE), "--timeout-seconds", str(timeout_s)]
+        if probe:
+            args += ["--probe-table", _table_of(source, backlogs.PROBE_TABLE)]
+        self.log_path = out / "debezium.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(java_command(source, *args), stdout=subprocess.PIPE,
+                                     stderr=self._log, text=True)
+        self.lines: list[str] = []
+        self._capturing = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+            if line.startswith("CAPTURING"):
+                self._capturing.set()
+
+    def wait_capturing(self, write_probe: Callable[[], None], timeout_s: float = 90) -> None:
+        """Write probe rows until Debezium has read one: from then on it reads the log."""
+        deadline = time.monotonic() + timeout_s
+        while not self._capturing.wait(0.5):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.fail("did not start reading the log")
+            write_probe()
+
+    def finish(self) -> Path:
+        try:
+            rc = self.proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.fail("did not finish within 180 s")
+        self._reader.join(5)
+        self._log.close()
+        if rc != 0:
+            self.fail(f"exited with {rc}")
+        return self.out / "records"
+
+    def fail(self, what: str) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        log = self.log_path.read_text(errors="replace")[-6000:]
+        raise RuntimeError(f"Debezium's capture {what}; stdout {self.lines}; its log "
+                           f"({self.log_path}), last lines:\n{log}")
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _table_of(source: str, table: str) -> str:
+    return f"{backlogs.MARIADB_DB if source == 'mariadb' else backlogs.POSTGRES_SCHEMA}.{table}"
+
+
+def extract(source: str, records_on: Path, out_prefix: Path) -> Path:
+    """ExtractNewRecordState (Debezium's, default settings) over records in the schemas-on form."""
+    args = ["extract", "--in", str(records_on), "--out-prefix", str(out_prefix)]
+    # warnings only: a failure's message then ends with the exception, not the converters' settings
+    r = subprocess.run(java_command(source, *args, log_level="warn"), capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"ExtractNewRecordState over {records_on} failed ({r.returncode}):\n"
+                           f"{r.stdout[-2000:]}\n{r.stderr[-6000:]}")
+    return out_prefix
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_jsonl(path: Path, records: Iterable[dict]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+# --------------------------------------------------------------------------- the comparison
+
+
+def payload(value: Any) -> Any:
+    """A value's payload: the value itself (schemas off) or its "payload" (schemas on)."""
+    if isinstance(value, dict) and set(value) == {"schema", "payload"}:
+        return value["payload"]
+    return value
+
+
+def position_of(source: str, value: Any) -> tuple | None:
+    """Where a change event's row sits in the source log: MariaDB binlog file, position and row
+    in the event; PostgreSQL LSN and Debezium's sequence ([last commit LSN, LSN])."""
+    p = payload(value)
+    if not isinstance(p, dict) or not isinstance(p.get("source"), dict):
+        return None
+    s = p["source"]
+    if source == "mariadb":
+        return (s.get("file"), s.get("pos"), s.get("row"))
+    return (s.get("lsn"), s.get("sequence"))
+
+
+def keyed(source: str, records: list[dict]) -> tuple[dict[tuple, dict], list[str]]:
+    """Records by join key (topic's table, position, op); a tombstone joins as its delete's
+    ("tombstone") twin. Returns the map and the problems (records with no position, twins)."""
+    out: dict[tuple, dict] = {}
+    problems = []
+    last: tuple | None = None
+    for i, r in enumerate(records):
+        table = table_of_topic(r["topic"])
+        if r.get("value") is None:
+            if last is None:
+                problems.append(f"record {i} (topic {r['topic']}) is a tombstone with no delete before it")
+                continue
+            k = (table, *last[1:-1], "tombstone")
+        else:
+            pos = position_of(source, r["value"])
+            if pos is None:
+                problems.append(f"record {i} (topic {r['topic']}) has no source position: "
+                                f"{json.dumps(r['value'])[:300]}")
+                continue
+            k = (table, *pos, payload(r["value"]).get("op"))
+            last = k
+        if k in out:
+            problems.append(f"record {i}: two records join as {k}")
+        out[k] = r
+    return out, problems
+
+
+def table_of_topic(topic: str) -> str:
+    """The db.table (schema.table) part of a change topic: its last two dot-separated parts."""
+    return ".".join(topic.split(".")[-2:])
+
+
+def strip_ignored(value: Any) -> Any:
+    """A copy of a change event's value without the ignored fields (in its payload)."""
+    value = json.loads(json.dumps(value))
+    p = payload(value)
+    if not isinstance(p, dict):
+        return value
+    for path in IGNORED_FIELDS:
+        node = p
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return value
+
+
+def differences(expected: Any, actual: Any, path: str = "") -> list[str]:
+    """Every field where two JSON values differ, as 'path: debezium X, tidegate Y' lines."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        out = []
+        for k in list(expected) + [k for k in actual if k not in expected]:
+            sub = f"{path}.{k}" if path else k
+            if k not in actual:
+                out.append(f"{sub}: debezium {_short(expected[k])}, tidegate has no such field")
+            elif k not in expected:
+                out.append(f"{sub}: debezium has no such field, tidegate {_short(actual[k])}")
+            else:
+                out += differences(expected[k], actual[k], sub)
+        return out
+    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        out = []
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            out += differences(e, a, f"{path}[{i}]")
+        return out
+    if expected != actual or type(expected) is not type(actual):
+        return [f"{path or '(whole)'}: debezium {_short(expected)}, tidegate {_short(actual)}"]
+    return []
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v, ensure_ascii=False)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def headers_of(record: dict) -> dict[str, Any]:
+    return {h["key"]: h.get("text") for h in record.get("headers") or [] if h["key"] not in IGNORED_HEADERS}
+
+
+def data_records(records: list[dict]) -> list[dict]:
+    """The change events: records of the table topics (prefix.db.table), not of the schema
+    change topic (the prefix alone)."""
+    return [r for r in records if r["topic"].count(".") >= 2]
+
+
+def compare(source: str, debezium: list[dict], tidegate: list[dict]) -> list[str]:
+    """Every difference between two captures of the same backlog: events one side lacks, and
+    per joined event each differing field of key, value and headers."""
+    want, problems_d = keyed(source, debezium)
+    got, problems_t = keyed(source, tidegate)
+    report = [f"debezium: {p}" for p in problems_d] + [f"tidegate: {p}" for p in problems_t]
+    for k in want:
+        if k not in got:
+            report.append(f"{k}: debezium's event is missing from tidegate's output: "
+                          f"{_short(payload(want[k]['value']))}")
+            continue
+        d, t = want[k], got[k]
+        diffs = [f"key.{x}" for x in differences(d.get("key"), t.get("key"))]
+        values = differences(strip_ignored(d.get("value")), strip_ignored(t.get("value")))
+        diffs += [f"value.{x}" for x in values]
+        diffs += [f"headers.{x}" for x in differences(headers_of(d), headers_of(t))]
+        if diffs:
+            report.append(f"{k}: {len(diffs)} differing field(s)\n    " + "\n    ".join(diffs))
+    for k in got:
+        if k not in want:
+            report.append(f"{k}: tidegate's event has no Debezium counterpart: "
+                          f"{_short(payload(got[k]['value']))}")
+    return report
+
+
+def rows_of(extracted: list[dict]) -> list[tuple[str, str, str]]:
+    """ExtractNewRecordState's output of the change topics as (table, key, row) triples, the
+    payload only, table by table in each table's order (Kafka orders per topic only)."""
+    rows = [(table_of_topic(r["topic"]), json.dumps(payload(r.get("key")), sort_keys=True),
+             json.dumps(payload(r.get("value")), sort_keys=True)) for r in data_records(extracted)]
+    return sorted(rows, key=lambda row: row[0])
+
+
+def row_differences(expected: list[tuple], actual: list[tuple]) -> str:
+    """Where two lists of (table, key, row) differ, row by row."""
+    out = [f"debezium {len(expected)} rows, tidegate {len(actual)} rows"]
+    for i in range(max(len(expected), len(actual))):
+        e = expected[i] if i < len(expected) else None
+        a = actual[i] if i < len(actual) else None
+        if e != a:
+            out.append(f"  row {i}:\n    debezium {e}\n    tidegate {a}")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- the sources
+
+
+def run_statements(execute: Callable[[str], None], statements: Iterable[str]) -> None:
+    for s in statements:
+        execute(s)
+
+
+def mariadb_backlog(admin_kwargs: dict, before_backlog: Callable[[], None], out: Path,
+                    prefix: str) -> Path:
+    """Debezium's MariaDB capture of the backlog; before_backlog runs once it reads the binlog
+    (the tidegate pipeline takes its start there). Returns the records' path prefix."""
+    import pymysql
+
+    admin = pymysql.connect(**admin_kwargs, autocommit=True)
+    try:
+        with admin.cursor() as c:
+            c.execute("SET time_zone = '+00:00'")
+            run_statements(c.execute, backlogs.MARIADB_SETUP)
+        conn = _connection_of(admin_kwargs)
+        capture = Capture("mariadb", mariadb_properties(conn, prefix), out, probe=True)
+        try:
+            with admin.cursor() as c:
+                capture.wait_capturing(lambda: c.execute(
+                    f"INSERT INTO {backlogs.MARIADB_DB}.{backlogs.PROBE_TABLE} VALUES ()"))
+            before_backlog()
+            admin.autocommit(False)
+            with admin.cursor() as c:
+                for tx in backlogs.MARIADB_BACKLOG:
+                    run_statements(c.execute, tx)
+                    admin.commit()
+                run_statements(c.execute, backlogs.MARIADB_END)
+                admin.commit()
+            return capture.finish()
+        except BaseException:
+            if capture.proc.poll() is None:
+                capture.proc.kill()
+            raise
+    finally:
+        admin.close()
+
+
+def mariadb_teardown(admin_kwargs: dict) -> None:
+    import pymysql
+
+    admin = pymysql.connect(**admin_kwargs, autocommit=True)
+    try:
+        with admin.cursor() as c:
+            run_statements(c.execute, backlogs.MARIADB_TEARDOWN)
+    finally:
+        admin.close()
+
+
+def postgres_setup(admin_dsn: str) -> None:
+    import psycopg2
+
+    admin = psycopg2.connect(admin_dsn)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as c:
+            _drop_postgres_debezium(c)
+            run_statements(c.execute, backlogs.POSTGRES_SETUP)
+            tables = ", ".join(f"{backlogs.POSTGRES_SCHEMA}.{t}" for t in backlogs.POSTGRES_TABLES)
+            c.execute(f"CREATE PUBLICATION {DEBEZIUM_PUBLICATION} FOR TABLE {tables}")
+            c.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (DEBEZIUM_SLOT,))
+    finally:
+        admin.close()
+
+
+def postgres_backlog(admin_dsn: str) -> None:
+    import psycopg2
+
+    admin = psycopg2.connect(admin_dsn)
+    try:
+        with admin.cursor() as c:
+            for tx in [*backlogs.POSTGRES_BACKLOG, backlogs.POSTGRES_END]:
+                run_statements(c.execute, tx)
+                admin.commit()
+    finally:
+        admin.close()
+
+
+def postgres_capture(conn, out: Path, prefix: str) -> Path:
+    capture = Capture("postgres", postgres_properties(conn, prefix), out, probe=False)
+    return capture.finish()
+
+
+def _drop_postgres_debezium(c) -> None:
+    c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+              (DEBEZIUM_SLOT,))
+    c.execute(f"DROP PUBLICATION IF EXISTS {DEBEZIUM_PUBLICATION}")
+
+
+def postgres_teardown(admin_dsn: str) -> None:
+    import psycopg2
+
+    admin = psycopg2.connect(admin_dsn)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as c:
+            _drop_postgres_debezium(c)
+            run_statements(c.execute, backlogs.POSTGRES_TEARDOWN)
+    finally:
+        admin.close()
+
+
+def _connection_of(kwargs: dict):
+    class Conn:
+        host, port, login, password = kwargs["host"], kwargs["port"], kwargs["user"], kwargs["password"]
+        schema = kwargs.get("database")
+    return Conn
+
+
+def keep_own_schema_changes(path: Path) -> None:
+    """Drops the schema change records of other databases: the connector's schema snapshot
+    reads every database on the shared server, the backlog's are the only ones of interest."""
+    own = (backlogs.MARIADB_DB, backlogs.POSTGRES_SCHEMA)
+    kept = [r for r in read_jsonl(path)
+            if not (isinstance(r.get("key"), dict) and "databaseName" in payload(r["key"])
+                    and payload(r["key"])["databaseName"] not in own)]
+    write_jsonl(path, kept)
+
+
+def main(out_root: str) -> None:
+    """Debezium's own output for both backlogs, and ExtractNewRecordState over it."""
+    from tests.conftest import Service, _service, services_env
+
+    env = services_env()
+    os.environ.update(env)
+    mysql: Service = _service("mysql", "cdc_mysql", "cdc_mysql_admin", env)
+    postgres: Service = _service("postgres", "cdc_postgres", "cdc_postgres_admin", env)
+    root = Path(out_root)
+    kwargs = mysql.mysql_kwargs(admin=True)
+    kwargs.pop("database", None)
+    try:
+        prefix = mariadb_backlog(kwargs, lambda: None, root / "mariadb", "compat")
+    finally:
+        mariadb_teardown(kwargs)
+    extract("mariadb", Path(f"{prefix}.schemas-on.jsonl"), root / "mariadb" / "extracted")
+    postgres_setup(postgres.admin_dsn)
+    try:
+        postgres_backlog(postgres.admin_dsn)
+        prefix = postgres_capture(postgres.admin, root / "postgres", "compat")
+    finally:
+        postgres_teardown(postgres.admin_dsn)
+    extract("postgres", Path(f"{prefix}.schemas-on.jsonl"), root / "postgres" / "extracted")
+    for f in sorted(root.glob("*/*.jsonl")):
+        keep_own_schema_changes(f)
+        print(f, len(f.read_text().splitlines()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/compat-out")

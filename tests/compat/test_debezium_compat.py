@@ -1,0 +1,195 @@
+"""tidegate's `envelope: debezium` against Debezium itself, on the same backlog (docs/compat.md).
+
+Per source, one backlog (tests/compat/backlogs.py) is captured by Debezium's own connector
+(embedded, tests/compat/debezium-capture) and by a tidegate pipeline delivering to Kafka with
+`envelope: debezium`, once with schemas off and once with schemas on (the JsonConverter's
+{schema, payload} form). The two outputs are joined by source position (MariaDB binlog file,
+position and row; PostgreSQL LSN and Debezium's sequence) and compared field by field after
+removing only harness.IGNORED_FIELDS / IGNORED_HEADERS; the failure lists every differing field of
+every event. Then Debezium's ExtractNewRecordState runs over both sides' records and must give
+the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psycopg2
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+from tidegate import runner
+from tidegate.parts import Parts
+from tidegate.run import RunContext
+from tidegate.spec import load_spec
+from tidegate.store import open_store
+
+from tests.compat import backlogs, harness
+
+pytestmark = pytest.mark.integration
+
+TIDEGATE_SLOT = "tidegate_compat_tg"
+TIDEGATE_PUBLICATION = "tidegate_compat_tg"
+MARIADB_SERVER_ID = 48778
+
+
+def pipeline_spec(tmp_path: Path, pipeline: str, source: str, container: str, connector: str) -> object:
+    """Two Kafka sinks with Debezium's envelope, schemas off and schemas on, one partition per
+    topic (Debezium's order per table is the order compared). The settings are Debezium's
+    defaults but for the two the harness gives Debezium too: TRUNCATE is not skipped, and the
+    connector kind (MariaDB's, not MySQL's) is named."""
+    path = tmp_path / f"{pipeline}.yaml"
+    sink = ("{{id: {id}, kind: kafka, conn_id: kafka, topic: \"{topic}\", partitions: 1, exactly_once: true,"
+            " envelope: debezium, debezium: {{schemas: {schemas}, skipped_operations: none,"
+            " connector: {connector}}}}}")
+    plain = sink.format(id="plain", topic=f"{{pipeline}}.{{{container}}}.{{table}}", schemas="false",
+                        connector=connector)
+    schemas = sink.format(id="schemas", topic=f"{{pipeline}}_on.{{{container}}}.{{table}}", schemas="true",
+                          connector=connector)
+    path.write_text(textwrap.dedent(f"""
+        pipeline: {pipeline}
+        source: {source}
+        sinks:
+          - {plain}
+          - {schemas}
+    """))
+    return load_spec(str(path))
+
+
+def kafka_jsonl(bootstrap: str, topic_prefix: str, out: Path) -> Path:
+    """Every committed record of the topics `topic_prefix.*`, topic by topic in offset order,
+    as harness JSON lines (headers: their bytes as text, as Kafka Connect's default header
+    converter writes them)."""
+    topics = sorted(t for t in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+                    if t.startswith(topic_prefix + "."))
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "compat-" + uuid.uuid4().hex,
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    lines = []
+    try:
+        for topic in topics:
+            tp = TopicPartition(topic, 0)
+            low, high = c.get_watermark_offsets(tp, timeout=10)
+            c.assign([TopicPartition(topic, 0, low)])
+            deadline = time.monotonic() + 30
+            while high > low:
+                assert time.monotonic() < deadline, f"{topic} not read to its end"
+                m = c.poll(1)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        break
+                    continue
+                lines.append({"topic": topic, "key": _json(m.key()), "value": _json(m.value()),
+                              "headers": [{"key": k, "text": v.decode() if v is not None else None}
+                                          for k, v in m.headers() or []]})
+    finally:
+        c.close()
+    harness.write_jsonl(out, lines)
+    return out
+
+
+def _json(b: bytes | None):
+    """A record's key or value as JSON; bytes that are not JSON as their text (the comparison
+    then names them)."""
+    if b is None:
+        return None
+    try:
+        return json.loads(b)
+    except ValueError:
+        return b.decode(errors="replace")
+
+
+def compare_outputs(source: str, work: Path, debezium_prefix: Path, tidegate_off: Path,
+                    tidegate_on: Path) -> None:
+    data = harness.data_records
+    failures = []
+    for what, d, t in (("schemas off", Path(f"{debezium_prefix}.schemas-off.jsonl"), tidegate_off),
+                       ("schemas on", Path(f"{debezium_prefix}.schemas-on.jsonl"), tidegate_on)):
+        report = harness.compare(source, data(harness.read_jsonl(d)), data(harness.read_jsonl(t)))
+        if report:
+            failures.append(f"== {what}: {len(report)} event(s) differ\n" + "\n".join(report))
+    # a consumer written for Debezium: its ExtractNewRecordState gives the same rows over both
+    d_rows = harness.rows_of(harness.read_jsonl(harness.extract(
+        source, Path(f"{debezium_prefix}.schemas-on.jsonl"), work / "debezium-extracted").with_suffix(
+            ".schemas-off.jsonl")))
+    t_rows = harness.rows_of(harness.read_jsonl(harness.extract(
+        source, tidegate_on, work / "tidegate-extracted").with_suffix(".schemas-off.jsonl")))
+    if d_rows != t_rows:
+        failures.append("== ExtractNewRecordState: different rows\n"
+                        + harness.row_differences(d_rows, t_rows))
+    assert not failures, f"{source}: tidegate's envelope: debezium is not Debezium's output " \
+                         f"(work files in {work}):\n" + "\n".join(failures)
+
+
+def test_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_path):
+    pipeline = f"compat_{uuid.uuid4().hex[:6]}"
+    source = (f"{{kind: mysql, conn_id: src, tables: [{backlogs.MARIADB_DB}.*],"
+              f" server_id: {MARIADB_SERVER_ID}, start: head}}")
+    spec = pipeline_spec(tmp_path, pipeline, source, "db", "mariadb")
+    conns = {"src": mysql.cdc, "kafka": kafka.cdc}
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    admin_kwargs = mysql.mysql_kwargs(admin=True)
+    admin_kwargs.pop("database", None)
+    try:
+        debezium = harness.mariadb_backlog(
+            admin_kwargs, lambda: runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
+                                                                   store=store)),
+            tmp_path / "debezium", pipeline)
+        runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+    finally:
+        harness.mariadb_teardown(admin_kwargs)
+        store.close()
+    compare_outputs("mariadb", tmp_path, debezium,
+                    kafka_jsonl(kafka_bootstrap, pipeline, tmp_path / "tidegate.schemas-off.jsonl"),
+                    kafka_jsonl(kafka_bootstrap, f"{pipeline}_on", tmp_path / "tidegate.schemas-on.jsonl"))
+
+
+def test_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, tmp_path):
+    pipeline = f"compat_{uuid.uuid4().hex[:6]}"
+    source = (f"{{kind: postgres, conn_id: src, slot: {TIDEGATE_SLOT}, plugin: pgoutput,"
+              f" publication: {TIDEGATE_PUBLICATION}, tables: [{backlogs.POSTGRES_SCHEMA}.*], start: head}}")
+    spec = pipeline_spec(tmp_path, pipeline, source, "schema", "postgresql")
+    # the admin login: the pipeline reads a schema the test made, through a slot it made
+    conns = {"src": postgres.admin, "kafka": kafka.cdc}
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    try:
+        harness.postgres_setup(postgres.admin_dsn)
+        _tidegate_slot(postgres.admin_dsn, create=True)
+        runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
+        harness.postgres_backlog(postgres.admin_dsn)
+        # Debezium reads its slot while tidegate runs
+        capture = harness.Capture("postgres", harness.postgres_properties(postgres.admin, pipeline),
+                                  tmp_path / "debezium", probe=False)
+        try:
+            runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        finally:
+            debezium = capture.finish()
+    finally:
+        _tidegate_slot(postgres.admin_dsn, create=False)
+        harness.postgres_teardown(postgres.admin_dsn)
+        store.close()
+    compare_outputs("postgres", tmp_path, debezium,
+                    kafka_jsonl(kafka_bootstrap, pipeline, tmp_path / "tidegate.schemas-off.jsonl"),
+                    kafka_jsonl(kafka_bootstrap, f"{pipeline}_on", tmp_path / "tidegate.schemas-on.jsonl"))
+
+
+def _tidegate_slot(admin_dsn: str, *, create: bool) -> None:
+    admin = psycopg2.connect(admin_dsn)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as c:
+            c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                      " WHERE slot_name = %s", (TIDEGATE_SLOT,))
+            c.execute(f"DROP PUBLICATION IF EXISTS {TIDEGATE_PUBLICATION}")
+            if create:
+                tables = ", ".join(f"{backlogs.POSTGRES_SCHEMA}.{t}" for t in backlogs.POSTGRES_TABLES)
+                c.execute(f"CREATE PUBLICATION {TIDEGATE_PUBLICATION} FOR TABLE {tables}")
+                c.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (TIDEGATE_SLOT,))
+    finally:
+        admin.close()
