@@ -96,7 +96,8 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
     """The bounds step of a run; writes the run's record and returns the context holding it.
 
     Incremental: capture, place new sinks (``start: head`` / ``start: snapshot``), skip an idle
-    range. Cheap: no sink is contacted; the lease is taken only when a checkpoint moves.
+    range. Cheap: no sink is contacted (but those with a heartbeat interval, when the source has
+    nothing for them: :func:`idle_heartbeats`); the lease is taken only when a checkpoint moves.
     A replay (the plan's ``replay_of``, or a cleared run that already delivered): the head, the
     checkpoints and the range the replayed run delivered to each chosen sink; it takes no lease
     and moves nothing, so it never fences a run in flight. ``missing_ok`` (backfills): a run the

@@ -6,7 +6,8 @@ record (key = the primary key as a struct, value = ``{before, after, source, tra
 ts_ms, ts_us, ts_ns}``), a tombstone after a delete, the ``__debezium.oldkey`` /
 ``__debezium.newkey`` headers of a primary-key change (the two events come split by the source:
 ``events.split_key_change``), ``op: "t"`` for a TRUNCATE, and, when asked, the BEGIN/END records
-of the transaction metadata topic. ``schemas: true`` wraps key and value in the JSON converter's
+of the transaction metadata topic, the schema change topic's records (:mod:`.schema_changes`)
+and heartbeats. ``schemas: true`` wraps key and value in the JSON converter's
 ``{schema, payload}``.
 
 Column types come from the source's catalog (:class:`SourceInfo`, asked once per run when the
