@@ -92,6 +92,12 @@ def test_columns_the_binlog_does_not_tell_come_from_the_catalog():
     assert change["type"] == "ALTER"
     assert [(c["name"], c["typeName"], c["length"]) for c in change["table"]["columns"]] == [
         ("id", "INT", 11), ("v", "VARCHAR", 20), ("extra", "INT", 11)]
+    # a column source.columns excludes is not named by the catalog's definition either
+    hiding = DebeziumEncoder(DebeziumOptions(schema_change_topic=True), "orders", lambda: MARIADB,
+                             clock=lambda: NOW_NS, excluded=lambda db, t: frozenset({"v"}))
+    rec = hiding.schema_change_record(ddl("create_index", "CREATE INDEX ie ON shop.t_alter (extra)", None))
+    columns = json.loads(rec.value)["tableChanges"][0]["table"]["columns"]
+    assert [c["name"] for c in columns] == ["id", "extra"]
 
 
 def test_column_types_as_debeziums_ddl_parser_names_them():

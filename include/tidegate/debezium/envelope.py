@@ -151,13 +151,17 @@ class DebeziumEncoder:
     once, when the first event is encoded; ``clock`` gives the processing time in ns."""
 
     def __init__(self, options: DebeziumOptions, pipeline: str, source_info: Callable[[], SourceInfo | None],
-                 clock: Callable[[], int] = time.time_ns):
+                 clock: Callable[[], int] = time.time_ns,
+                 excluded: Callable[[str, str], frozenset[str]] = lambda db, table: frozenset()):
         self.options = options
         self.prefix = options.topic_prefix or pipeline
         self._source_info = source_info
         self._info: SourceInfo | None = None
         self._loaded = False
         self.clock = clock
+        # source.columns' excluded columns of a table: the catalog's definition (a schema change
+        # record's fallback) must not name them either
+        self.excluded = excluded
         self._tables: dict[tuple[str, str], _Table] = {}
         self._tx: dict[str, Any] | None = None  # the open transaction's id, counts, ts
         self._seq: tuple[str, int | None] = ("", None)  # PostgreSQL: a transaction's first LSN
@@ -283,7 +287,7 @@ class DebeziumEncoder:
             return None
         db, table = f.get("db") or f.get("schema"), f.get("table")
         info = self._info.tables.get(f"{db}.{table}") if self._info is not None else None
-        change = schema_changes.table_change(f, info, self.connector)
+        change = schema_changes.table_change(f, info, self.connector, self.excluded(db, table))
         if change is None:
             return None
         probe = _Probe(msg, db, table)

@@ -72,10 +72,12 @@ def column_entry(name: str, sql_type: str, position: int, *, optional: bool, cha
             "enumValues": enum_values}
 
 
-def table_change(fields: dict[str, Any], info: Any, connector: str) -> dict[str, Any] | None:
+def table_change(fields: dict[str, Any], info: Any, connector: str, excluded: frozenset[str] = frozenset()
+                 ) -> dict[str, Any] | None:
     """Debezium's table change for one ``schema_change`` message's fields (None for a TRUNCATE
     or a statement kind Debezium does not report); ``info`` is the catalog's
-    :class:`~.envelope.TableInfo` of the table, or None."""
+    :class:`~.envelope.TableInfo` of the table, or None; ``excluded``: the columns
+    ``source.columns`` keeps inside the source (the message's own list is filtered already)."""
     kind = CHANGE_TYPES.get(str(fields.get("change")))
     db, table = fields.get("db") or fields.get("schema"), fields.get("table")
     if kind is None or table is None:
@@ -92,7 +94,7 @@ def table_change(fields: dict[str, Any], info: Any, connector: str) -> dict[str,
     charsets = getattr(info, "charsets", None) or {}
     default_charset = getattr(info, "default_charset", None)
     if columns is None:  # the binlog did not tell: the catalog's definition at the run
-        columns = [{"name": n, "type": t} for n, t in catalog.items()]
+        columns = [{"name": n, "type": t} for n, t in catalog.items() if n not in excluded]
     entries = []
     for i, col in enumerate(columns, 1):
         name, sql_type = col["name"], col["type"]

@@ -66,6 +66,7 @@ from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...debezium.envelope import DebeziumEncoder
 from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ...filters import ColumnFilters
 from ...positions import Position
 from ...spec import PipelineSpec
 from .._common import TemplateNames, secrets_of
@@ -209,7 +210,8 @@ class KafkaSink(Sink):
         # envelope: debezium: Debezium's records instead of the tidegate envelope; the source's
         # catalog (column types) is asked for when the first event is encoded (use_source).
         self._source_info: Any = lambda: None
-        self._debezium = (DebeziumEncoder(sink.debezium, self.pipeline, lambda: self._source_info())
+        self._debezium = (DebeziumEncoder(sink.debezium, self.pipeline, lambda: self._source_info(),
+                                          excluded=_excluded_columns(pipeline))
                           if sink.envelope == "debezium" and sink.debezium is not None else None)
         if self._debezium is not None and not sink.topic:
             enc = self._debezium
@@ -958,6 +960,16 @@ class KafkaSink(Sink):
 
 _VALID_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _RANK = {ErrorClass.FATAL: 0, ErrorClass.NON_RETRYABLE: 1, ErrorClass.RETRYABLE: 2}
+
+
+def _excluded_columns(pipeline: PipelineSpec) -> Any:
+    """(db, table) -> the columns ``source.columns`` excludes there (none without rules)."""
+    filters = ColumnFilters.of(pipeline.source.columns, b"")
+
+    def excluded(db: str, table: str) -> frozenset[str]:
+        tr = filters.for_table(db, table) if filters is not None else None
+        return tr.excluded if tr is not None else frozenset()
+    return excluded
 
 
 def _worst(a: SinkError, b: SinkError | None) -> SinkError:
