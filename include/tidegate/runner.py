@@ -96,7 +96,8 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
     """The bounds step of a run; writes the run's record and returns the context holding it.
 
     Incremental: capture, place new sinks (``start: head`` / ``start: snapshot``), skip an idle
-    range. Cheap: no sink is contacted; the lease is taken only when a checkpoint moves.
+    range. Cheap: no sink is contacted (but those with a heartbeat interval, when the source has
+    nothing for them: :func:`idle_heartbeats`); the lease is taken only when a checkpoint moves.
     A replay (the plan's ``replay_of``, or a cleared run that already delivered): the head, the
     checkpoints and the range the replayed run delivered to each chosen sink; it takes no lease
     and moves nothing, so it never fences a run in flight. ``missing_ok`` (backfills): a run the
@@ -133,10 +134,36 @@ def _incremental_bounds(run: RunContext, source: Source, store: CheckpointStore)
     bounds = _place_snapshot_sinks(spec, source, store, bounds, holder)
     if snapshots.in_snapshot(bounds.checkpoints):
         return bounds
-    if idle_moves(bounds) and not source.has_changes(bounds.lowest(), bounds.upto):
+    idle = bool(idle_moves(bounds)) and not source.has_changes(bounds.lowest(), bounds.upto)
+    if idle or bounds.nothing_to_do(run.plan.sinks):
+        idle_heartbeats(run, bounds)  # before the checkpoints move: a failed heartbeat moves none
+    if idle:
         bounds = skip_idle_range(spec, store, bounds, run_id=holder,
                                  epoch=store.leases.acquire(spec.pipeline, holder))
     return bounds
+
+
+def idle_heartbeats(run: RunContext, bounds: Bounds) -> list[str]:
+    """A run whose source holds nothing for its sinks still tells the sinks that keep
+    heartbeats (``heartbeat_interval_ms``) how far the source got: each such sink with a
+    checkpoint and no control message owed writes one at ``upto`` when its interval has passed
+    (the sink decides). Only these sinks are contacted; returns the ids that wrote one."""
+    chosen = chosen_sinks(run.spec, run.plan.sinks)
+    ids = [s.id for s in run.spec.sinks if s.heartbeat_interval_ms > 0 and s.id in chosen
+           and s.id not in bounds.owed and bounds.checkpoints.get(s.id) is not None]
+    if not ids:
+        return []
+    written = []
+    for sink in run.parts.sinks(run.spec, ids):
+        try:
+            if sink.heartbeat(bounds.upto):
+                written.append(sink.sink_id)
+        finally:
+            sink.close()
+    if written:
+        log.info("pipeline %s: nothing to deliver; heartbeats at %s to sinks %s", run.spec.pipeline,
+                 bounds.upto, ", ".join(written))
+    return written
 
 
 def _replay_bounds(run: RunContext, source: Source, store: CheckpointStore, replay_of: str,

@@ -75,6 +75,11 @@ class SinkSpec:
         """What a consumer of this sink can rely on (a kind may promise more)."""
         return "at-least-once (dedup by idempotency_key)"
 
+    @property
+    def heartbeat_interval_ms(self) -> int:
+        """How often the sink wants a heartbeat, idle source or not (0: never; a kind may)."""
+        return 0
+
 
 @dataclass(frozen=True)
 class SnapshotSpec:

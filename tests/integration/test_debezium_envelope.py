@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tidegate import runner
 from tidegate.parts import Parts
+from tidegate.positions import position_from_json
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
@@ -30,7 +31,7 @@ from tidegate.store import open_store
 pytestmark = pytest.mark.integration
 
 
-def spec_for(tmp_path, pipeline: str, source: str):
+def spec_for(tmp_path, pipeline: str, source: str, extra: str = ""):
     path = tmp_path / f"{pipeline}.yaml"
     path.write_text(textwrap.dedent(f"""
         pipeline: {pipeline}
@@ -41,13 +42,15 @@ def spec_for(tmp_path, pipeline: str, source: str):
             conn_id: kafka
             exactly_once: true
             envelope: debezium
-            debezium: {{topic_prefix: {pipeline}, skipped_operations: [], transaction_metadata: true}}
+            debezium: {{topic_prefix: {pipeline}, skipped_operations: [], transaction_metadata: true{extra}}}
     """))
     return load_spec(str(path))
 
 
-def committed(bootstrap: str, topic: str) -> list[tuple[dict | None, dict | None, dict]]:
-    """(key, value, headers) of every committed record of a one-partition topic, in order."""
+def committed(bootstrap: str, topic: str, prefix: str | None = None
+              ) -> list[tuple[dict | None, dict | None, dict]]:
+    """(key, value, headers) of every committed record of a one-partition topic, in order
+    (``prefix``: the logical name, when the topic does not start with it)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "dbz-" + uuid.uuid4().hex,
                   "isolation.level": "read_committed", "enable.auto.commit": False,
                   "enable.partition.eof": True})
@@ -69,7 +72,8 @@ def committed(bootstrap: str, topic: str) -> list[tuple[dict | None, dict | None
             key, value = m.key(), m.value()
             headers = dict(m.headers() or [])
             # Debezium 3's context headers are on every record; the rest are JSON keys
-            assert headers.pop("__debezium.context.connectorLogicalName") == topic.split(".")[0].encode()
+            logical = prefix or topic.split(".")[0]
+            assert headers.pop("__debezium.context.connectorLogicalName") == logical.encode()
             assert headers.pop("__debezium.context.taskId") == b"0"
             assert headers.pop("__debezium.context.connectorName") in (b"mariadb", b"mysql", b"postgresql")
             out.append((json.loads(key) if key else None, json.loads(value) if value else None,
@@ -109,11 +113,61 @@ def check_transactions(records, collection: str) -> None:
     assert all(k == {"id": v["id"]} for k, v, _ in records)
 
 
+def check_schema_change(records, values, db: str) -> None:
+    """One record on the schema change topic (the TRUNCATE gives none), for the ADD COLUMN, at a
+    binlog position between the inserts and the update that first carries the new column."""
+    assert len(records) == 1, records
+    key, value, _ = records[0]
+    assert key == {"databaseName": db} and value["databaseName"] == db and value["schemaName"] is None
+    assert value["ddl"] == f"ALTER TABLE {db}.t ADD COLUMN extra INT NULL"
+    [change] = value["tableChanges"]
+    assert (change["type"], change["id"]) == ("ALTER", f'"{db}"."t"')
+    columns = change["table"]["columns"]
+    assert [c["name"] for c in columns] == ["id", "amount", "at", "stamp", "tags", "doc", "flags", "raw",
+                                            "big", "extra"]
+    assert (columns[-1]["typeName"], columns[-1]["optional"], columns[-1]["position"]) == ("INT", True, 10)
+    assert change["table"]["primaryKeyColumnNames"] == ["id"]
+    src = value["source"]
+    assert (src["connector"], src["db"], src["table"], src["snapshot"]) == ("mariadb", db, "t", "false")
+    assert values[1]["source"]["pos"] < src["pos"] < values[2]["source"]["pos"]
+    assert src["file"] == values[2]["source"]["file"]
+    assert "extra" not in values[1]["after"] and values[2]["after"]["extra"] is None
+
+
+def check_heartbeats(bootstrap: str, spec, conns: dict, store) -> None:
+    """heartbeat_interval_ms 5000: the delivering run wrote one with its first sub-batch (none was
+    written before), at that sub-batch's end; an idle run within the interval writes none, one
+    after it writes one at its upper bound, where the checkpoint moves."""
+    def idle_run():
+        return runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store)).bounds
+
+    pipeline = spec.pipeline
+    topic = f"__debezium-heartbeat.{pipeline}"
+    first = committed(bootstrap, topic, pipeline)
+    assert len(first) == 1
+    after_r1 = store.checkpoints.current(pipeline)["events"].position
+    assert first[0][0] == {"serverName": pipeline} and list(first[0][1]) == ["ts_ms"]
+    at = position_from_json(first[0][2]["tidegate.position"])
+    assert at.kind == "mysql" and at <= after_r1
+    last = first[0][1]["ts_ms"]
+    started = time.time() * 1000
+    idle_run()
+    if started < last + 5000:  # (a slow machine may already be past the interval)
+        assert len(committed(bootstrap, topic, pipeline)) == 1
+    time.sleep(max(0.0, (last + 5000 - time.time() * 1000) / 1000))
+    bounds = idle_run()
+    beats = committed(bootstrap, topic, pipeline)
+    assert len(beats) == 2 and beats[1][1]["ts_ms"] >= last + 5000
+    assert beats[1][2]["tidegate.position"] == bounds.upto.to_json()
+    assert store.checkpoints.current(pipeline)["events"].position == bounds.upto
+
+
 def test_mariadb_changes_as_the_mariadb_connector_writes_them(mysql, kafka, kafka_bootstrap, tmp_path):
     tag = uuid.uuid4().hex[:6]
     db = pipeline = f"dbz_{tag}"
     spec = spec_for(tmp_path, pipeline, f"{{kind: mysql, conn_id: src, tables: [{db}.t], server_id: 48611, "
-                                        f"start: head}}")
+                                        f"start: head}}",
+                    ", schema_change_topic: true, heartbeat_interval_ms: 5000")
     conns = {"src": mysql.cdc, "kafka": kafka.cdc}
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
@@ -131,6 +185,7 @@ def test_mariadb_changes_as_the_mariadb_connector_writes_them(mysql, kafka, kafk
                       f"18446744073709551615)")
             c.execute(f"INSERT INTO {t} (id, amount) VALUES (2, -0.01)")
             c.execute("COMMIT")
+            c.execute(f"ALTER TABLE {t} ADD COLUMN extra INT NULL")  # between the inserts and the update
             c.execute(f"UPDATE {t} SET amount = 5 WHERE id = 2")
             c.execute(f"UPDATE {t} SET id = 100 WHERE id = 1")
             c.execute(f"DELETE FROM {t} WHERE id = 2")
@@ -157,6 +212,8 @@ def test_mariadb_changes_as_the_mariadb_connector_writes_them(mysql, kafka, kafk
         assert (values[2]["before"]["amount"], values[2]["after"]["amount"]) == (b64_unscaled(-1),
                                                                                  b64_unscaled(500))
         check_transactions(committed(kafka_bootstrap, f"{pipeline}.transaction"), f"{db}.t")
+        check_schema_change(committed(kafka_bootstrap, pipeline), values, db)
+        check_heartbeats(kafka_bootstrap, spec, conns, store)
     finally:
         with admin.cursor() as c:
             c.execute(f"DROP DATABASE IF EXISTS {db}")

@@ -6,7 +6,8 @@ record (key = the primary key as a struct, value = ``{before, after, source, tra
 ts_ms, ts_us, ts_ns}``), a tombstone after a delete, the ``__debezium.oldkey`` /
 ``__debezium.newkey`` headers of a primary-key change (the two events come split by the source:
 ``events.split_key_change``), ``op: "t"`` for a TRUNCATE, and, when asked, the BEGIN/END records
-of the transaction metadata topic. ``schemas: true`` wraps key and value in the JSON converter's
+of the transaction metadata topic, the schema change topic's records (:mod:`.schema_changes`)
+and heartbeats. ``schemas: true`` wraps key and value in the JSON converter's
 ``{schema, payload}``.
 
 Column types come from the source's catalog (:class:`SourceInfo`, asked once per run when the
@@ -26,12 +27,14 @@ from typing import Any
 import orjson
 
 from ..events import NEW_KEY_HEADER, OLD_KEY_HEADER
+from . import schema_changes
 from .values import Mapping, Modes, column_mapping
 
 CONNECTORS = ("mysql", "mariadb", "postgresql")
 # The connector releases whose output this envelope reproduces (source.version).
 VERSIONS = {"mysql": "3.6.1.Final", "mariadb": "3.5.0.Final", "postgresql": "3.6.1.Final"}
 SNAPSHOT_ALLOWED = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+POSITION_HEADER = "tidegate.position"  # a heartbeat's source position (JSON)
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
 
@@ -45,6 +48,8 @@ class DebeziumOptions:
     tombstones_on_delete: bool = True
     skipped_operations: tuple[str, ...] = ("t",)  # Debezium's default skips TRUNCATE events
     transaction_metadata: bool = False  # provide.transaction.metadata
+    schema_change_topic: bool = False  # include.schema.changes (MySQL/MariaDB only)
+    heartbeat_interval_ms: int = 0  # heartbeat.interval.ms; 0: no heartbeats
     connector: str | None = None  # mysql | mariadb | postgresql; None: what the source is
     decimal_handling_mode: str = "precise"
     time_precision_mode: str | None = None  # None: the connector's default
@@ -64,6 +69,9 @@ class TableInfo:
     columns: dict[str, str]  # name -> SQL type as the catalog spells it, in table order
     nullable: dict[str, bool] = field(default_factory=dict)
     defaults: dict[str, str] = field(default_factory=dict)  # a column's constant default, as text
+    primary_key: tuple[str, ...] = ()  # MySQL/MariaDB: for the schema change topic
+    charsets: dict[str, str] = field(default_factory=dict)  # name -> character set (text columns)
+    default_charset: str | None = None  # the table's default character set
 
 
 @dataclass(frozen=True)
@@ -158,13 +166,17 @@ class DebeziumEncoder:
     once, when the first event is encoded; ``clock`` gives the processing time in ns."""
 
     def __init__(self, options: DebeziumOptions, pipeline: str, source_info: Callable[[], SourceInfo | None],
-                 clock: Callable[[], int] = time.time_ns):
+                 clock: Callable[[], int] = time.time_ns,
+                 excluded: Callable[[str, str], frozenset[str]] = lambda db, table: frozenset()):
         self.options = options
         self.prefix = options.topic_prefix or pipeline
         self._source_info = source_info
         self._info: SourceInfo | None = None
         self._loaded = False
         self.clock = clock
+        # source.columns' excluded columns of a table: the catalog's definition (a schema change
+        # record's fallback) must not name them either
+        self.excluded = excluded
         self._tables: dict[tuple[str, str], _Table] = {}
         self._tx: dict[str, Any] | None = None  # the open transaction's id, counts, ts
         # PostgreSQL source.sequence[0]: where the previous transaction's commit ended, as
@@ -202,6 +214,16 @@ class DebeziumEncoder:
     @property
     def transaction_topic(self) -> str:
         return f"{self.prefix}.transaction"
+
+    @property
+    def schema_change_topic(self) -> str:
+        """Debezium's schema change topic: the topic prefix itself."""
+        return self.prefix
+
+    @property
+    def heartbeat_topic(self) -> str:
+        """Debezium's heartbeat topic (``topic.heartbeat.prefix`` is ``__debezium-heartbeat``)."""
+        return f"__debezium-heartbeat.{self.prefix}"
 
     # ------------------------------------------------------------------ records
 
@@ -270,6 +292,41 @@ class DebeziumEncoder:
         columns = dict.fromkeys(t.info.columns) if t.info is not None else {}
         return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, columns)),
                       self._context_headers())
+
+    def schema_change_record(self, msg: Any) -> Record | None:
+        """The schema change topic's record for a ``schema_change`` message of a MySQL/MariaDB
+        source (``schema_change_topic``; :mod:`.schema_changes`); None for a TRUNCATE, for
+        PostgreSQL (its connector has no such topic) and when the option is off."""
+        f = msg.fields
+        if not self.options.schema_change_topic or msg.type != "schema_change" \
+                or str(msg.event_id).count(":truncate:") or "ddl" not in f:
+            return None
+        self._load("mysql")
+        if self.connector == "postgresql":
+            return None
+        db, table = f.get("db") or f.get("schema"), f.get("table")
+        info = self._info.tables.get(f"{db}.{table}") if self._info is not None else None
+        change = schema_changes.table_change(f, info, self.connector, self.excluded(db, table))
+        if change is None:
+            return None
+        probe = _Probe(msg, db, table)
+        value = {"source": self._source(probe), "ts_ms": self.clock() // 1_000_000, "databaseName": db,
+                 "schemaName": None, "ddl": f.get("ddl"), "tableChanges": [change]}
+        key = self._wrap({"databaseName": db}, lambda: schema_changes.key_schema(self.connector))
+        connector = self.connector
+        value_bytes = self._wrap(value, lambda: schema_changes.value_schema(connector, self._source_schema()))
+        return Record(self.schema_change_topic, key, value_bytes, self._context_headers())
+
+    def heartbeat_record(self, position: Any) -> Record:
+        """A heartbeat (``heartbeat_interval_ms``): key ``{serverName}``, value ``{ts_ms}`` as
+        Debezium writes them; the source position the sink's checkpoint moves to with it rides in
+        the ``tidegate.position`` header (Debezium keeps it in Kafka Connect's offsets)."""
+        key = self._wrap({"serverName": self.prefix}, lambda: _HEARTBEAT_KEY_SCHEMA)
+        value = self._wrap({"ts_ms": self.clock() // 1_000_000}, lambda: _HEARTBEAT_VALUE_SCHEMA)
+        where = position.to_json() if hasattr(position, "to_json") else position
+        self._load("postgresql" if isinstance(where, dict) and "lsn" in where else "mysql")
+        return Record(self.heartbeat_topic, key, value,
+                      self._context_headers() + [(POSITION_HEADER, _dumps(where))])
 
     # ------------------------------------------------------------------ parts
 
@@ -461,3 +518,9 @@ _TX_VALUE_SCHEMA = {"type": "struct", "fields": [
      "optional": True, "field": "data_collections"},
     {"type": "int64", "optional": False, "field": "ts_ms"}],
     "optional": False, "name": "io.debezium.connector.common.TransactionMetadataValue"}
+_HEARTBEAT_KEY_SCHEMA = {"type": "struct",
+                         "fields": [{"type": "string", "optional": False, "field": "serverName"}],
+                         "optional": False, "name": "io.debezium.connector.common.ServerNameKey"}
+_HEARTBEAT_VALUE_SCHEMA = {"type": "struct",
+                           "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}],
+                           "optional": False, "name": "io.debezium.connector.common.Heartbeat"}

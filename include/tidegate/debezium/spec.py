@@ -6,14 +6,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..spec import Problems, bool_field, str_field
+from ..spec import Problems, bool_field, int_field, str_field
 from .envelope import CONNECTORS, DebeziumOptions
 from .values import BIGINT_UNSIGNED_MODES, BINARY_MODES, DECIMAL_MODES, TIME_MODES
 
 ENVELOPES = ("tidegate", "debezium")
 OPTION_FIELDS = ("topic_prefix", "schemas", "tombstones_on_delete", "skipped_operations",
-                 "transaction_metadata", "connector", "decimal_handling_mode", "time_precision_mode",
-                 "binary_handling_mode", "bigint_unsigned_handling_mode")
+                 "transaction_metadata", "schema_change_topic", "heartbeat_interval_ms", "connector",
+                 "decimal_handling_mode", "time_precision_mode", "binary_handling_mode",
+                 "bigint_unsigned_handling_mode")
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]+$")
 _CHOICES = {"connector": CONNECTORS, "decimal_handling_mode": DECIMAL_MODES,
             "time_precision_mode": TIME_MODES, "binary_handling_mode": BINARY_MODES,
@@ -69,4 +70,8 @@ def options(d: dict, fp: str, probs: Problems) -> DebeziumOptions:
                                         default=dflt.tombstones_on_delete),
         transaction_metadata=bool_field(d, "transaction_metadata", f"{fp}.transaction_metadata", probs,
                                         default=dflt.transaction_metadata),
+        schema_change_topic=bool_field(d, "schema_change_topic", f"{fp}.schema_change_topic", probs,
+                                       default=dflt.schema_change_topic),
+        heartbeat_interval_ms=int_field(d, "heartbeat_interval_ms", f"{fp}.heartbeat_interval_ms", probs,
+                                        lo=0, default=dflt.heartbeat_interval_ms) or 0,
         **kw)

@@ -90,6 +90,12 @@ class Sink(abc.ABC):
     def open(self) -> None:  # noqa: B027 - optional hook
         """Connect, create what is missing (topics, streams), fence older producers."""
 
+    def heartbeat(self, position: Position) -> bool:
+        """A run whose source had nothing for this sink (an idle run): write a heartbeat at
+        ``position`` if the sink keeps heartbeats and one is due; True when one was written.
+        Only sinks whose spec sets a heartbeat interval are asked (runner.py)."""
+        return False
+
     @abc.abstractmethod
     def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
         """Deliver the sub-batch durably; return the acknowledged position. ``extends``: the

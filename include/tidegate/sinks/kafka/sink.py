@@ -57,6 +57,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -65,6 +66,7 @@ from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...debezium.envelope import DebeziumEncoder
 from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ...filters import ColumnFilters
 from ...positions import Position
 from ...spec import PipelineSpec
 from .._common import TemplateNames, secrets_of
@@ -209,7 +211,8 @@ class KafkaSink(Sink):
         # envelope: debezium: Debezium's records instead of the tidegate envelope; the source's
         # catalog (column types) is asked for when the first event is encoded (use_source).
         self._source_info: Any = lambda: None
-        self._debezium = (DebeziumEncoder(sink.debezium, self.pipeline, lambda: self._source_info())
+        self._debezium = (DebeziumEncoder(sink.debezium, self.pipeline, lambda: self._source_info(),
+                                          excluded=_excluded_columns(pipeline))
                           if sink.envelope == "debezium" and sink.debezium is not None else None)
         if self._debezium is not None and not sink.topic:
             enc = self._debezium
@@ -225,6 +228,10 @@ class KafkaSink(Sink):
         self._uncertain = False  # a failed transaction may have committed: check before resending
         self._ckpt_partitions: int | None = None
         self._refused: dict[str, str] = {}  # idempotency key -> why the broker refused the event
+        # heartbeat_interval_ms: when the last heartbeat was written (read back from its topic
+        # once, then kept), and the one queued in the delivery in progress
+        self._last_heartbeat_ms: int | None = None
+        self._heartbeat_queued: int | None = None
 
     def use_source(self, source_info: Any) -> None:
         """Where ``envelope: debezium`` reads the source's column types: a callable returning a
@@ -441,8 +448,10 @@ class KafkaSink(Sink):
                 raise self._error(tm.error, f"looking up topic {t!r}")
             if not self.spec.create_topics:
                 raise self._missing_topic_error(t)
-            # One partition keeps the control channel in order; every other topic as configured.
-            partitions = 1 if t == self.control_name else self.spec.partitions
+            # One partition keeps the control channel in order (and the heartbeats, whose last
+            # one is read back); every other topic as configured.
+            heartbeats = self._debezium.heartbeat_topic if self._debezium is not None else None
+            partitions = 1 if t in (self.control_name, heartbeats) else self.spec.partitions
             self._create_topic(t, partitions, self.spec.replication_factor, {})
             self._known_topics.add(t)
 
@@ -550,7 +559,7 @@ class KafkaSink(Sink):
         if self.exactly_once:
             self._deliver_transaction(batch, events, topics, self.sink_record(batch, extends), poison)
         else:
-            self._deliver_idempotent(events, topics, poison)
+            self._deliver_idempotent(events, topics, poison, heartbeat_at=batch.end_position)
 
     def _check_poison(self, poison: dict) -> None:
         if poison and self.on_poison != "dlq":
@@ -571,7 +580,9 @@ class KafkaSink(Sink):
                 out[ev.idempotency_key] = (ev, why.format(err.name()))
         return out
 
-    def _produce_all(self, events: list, topics: list[str], poison: dict | None = None) -> None:
+    def _produce_all(self, events: list, topics: list[str], poison: dict | None = None,
+                     heartbeat_at: Position | None = None) -> None:
+        """Queue the records of ``events`` (and a heartbeat at ``heartbeat_at`` when one is due)."""
         p = self._producer
         assert p is not None
         produce, poll = p.produce, p.poll
@@ -615,16 +626,20 @@ class KafkaSink(Sink):
             if i % POLL_EVERY == 0:
                 poll(0)
                 self._raise_client_failure()
+        if heartbeat_at is not None:
+            self._produce_heartbeat(heartbeat_at)
 
     def _produce_debezium(self, item: Any, topic: str, deadline: float) -> None:
         """Debezium's records for one item: a change (and its tombstone, its transaction's BEGIN or
-        END), or a TRUNCATE's ``op: "t"`` beside the control message; in the same transaction."""
+        END), or beside a control message a TRUNCATE's ``op: "t"`` or a DDL's schema change topic
+        record; in the same transaction."""
         enc = self._debezium
         assert enc is not None
         if is_control(item):
             headers = [("idempotency_key", item.idempotency_key.encode()), ("type", item.type.encode())]
             self._produce(topic, item.value, item.key_bytes, headers, deadline)
-            records = [r for r in [enc.truncate_record(item, self._topic_of)] if r is not None]
+            records = [r for r in [enc.truncate_record(item, self._topic_of), enc.schema_change_record(item)]
+                       if r is not None]
         else:
             records = enc.change_records(item, self._topic_of)
         self._ensure_topics([r.topic for r in records])
@@ -674,17 +689,115 @@ class KafkaSink(Sink):
                 raise RetryableSinkError(f"Kafka sink {self.sink_id!r}: {left} messages not acknowledged "
                                          f"within {self._timeout_s:.0f}s (brokers slow or down)")
 
-    def _deliver_idempotent(self, events: list, topics: list[str], poison: dict | None = None) -> None:
+    def _deliver_idempotent(self, events: list, topics: list[str], poison: dict | None = None,
+                            heartbeat_at: Position | None = None) -> None:
         self._delivery_errors.clear()
         self._client_errors.clear()
+        self._heartbeat_queued = None
         try:
-            self._produce_all(events, topics, poison)
+            self._produce_all(events, topics, poison, heartbeat_at)
             self._flush()
         except KafkaException as exc:
             raise self.error(exc, "producing") from None
         failure = self._delivery_failure()
         if failure is not None:
             raise failure
+        self._heartbeat_written()
+
+    # -- heartbeats (envelope: debezium, heartbeat_interval_ms)
+
+    def heartbeat(self, position: Position) -> bool:
+        """An idle run's heartbeat at ``position`` (its own transaction when exactly-once), if
+        ``heartbeat_interval_ms`` has passed since the last one in the heartbeat topic."""
+        if self._debezium is None or self.spec.heartbeat_interval_ms <= 0:
+            return False
+        if self._fatal is not None:
+            raise self._fatal
+        if self._producer is None:
+            self.open()
+        p = self._producer
+        assert p is not None
+        self._delivery_errors.clear()
+        self._client_errors.clear()
+        self._heartbeat_queued = None
+        if not self.exactly_once:
+            try:
+                self._produce_heartbeat(position)
+                self._flush()
+            except KafkaException as exc:
+                raise self.error(exc, "writing a heartbeat") from None
+            failure = self._delivery_failure()
+            if failure is not None:
+                raise failure
+            return self._heartbeat_written()
+        if self._needs_abort:
+            self._abort("retrying an earlier abort")
+        if not self._heartbeat_due():
+            return False
+        try:
+            p.begin_transaction()
+        except KafkaException as exc:
+            raise self._fail_tx(self.error(exc, "beginning a transaction"), abort=False) from None
+        try:
+            self._produce_heartbeat(position)
+            self._commit_transaction()
+        except Exception as exc:  # noqa: BLE001 - any error aborts the transaction
+            raise self._fail_tx(self.error(exc, "writing a heartbeat"), abort=True) from None
+        return self._heartbeat_written()
+
+    def _heartbeat_due(self) -> int | None:
+        """The time (ms) to write a heartbeat at, when one is due; None otherwise."""
+        enc = self._debezium
+        interval = self.spec.heartbeat_interval_ms
+        if enc is None or interval <= 0:
+            return None
+        if self._last_heartbeat_ms is None:
+            self._last_heartbeat_ms = self._read_last_heartbeat_ms()
+        now = enc.clock() // 1_000_000
+        return now if now - self._last_heartbeat_ms >= interval else None
+
+    def _produce_heartbeat(self, position: Position) -> None:
+        """Queue a heartbeat at ``position`` when one is due (:meth:`_heartbeat_written` records
+        it once its transaction or flush succeeded)."""
+        now = self._heartbeat_due()
+        if now is None:
+            return
+        enc = self._debezium
+        assert enc is not None
+        r = enc.heartbeat_record(position)
+        self._produce(r.topic, r.value, r.key, r.headers, time.monotonic() + self._timeout_s)
+        self._heartbeat_queued = now
+
+    def _heartbeat_written(self) -> bool:
+        if self._heartbeat_queued is None:
+            return False
+        self._last_heartbeat_ms, self._heartbeat_queued = self._heartbeat_queued, None
+        return True
+
+    def _read_last_heartbeat_ms(self) -> int:
+        """The ``ts_ms`` of the last committed heartbeat of this sink's prefix (0: none yet)."""
+        enc = self._debezium
+        assert enc is not None
+        topic = enc.heartbeat_topic
+        self._ensure_admin()
+        self._ensure_topics([topic])
+        key = enc.heartbeat_record(None).key or b""
+        try:
+            c = Consumer(self._checkpoint_reader_config())
+        except KafkaException as exc:
+            raise self.error(exc, "creating the heartbeat reader") from None
+        try:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=self.op_timeout_s)
+            raw = self._scan(c, topic, 0, max(low, high - 64), key) if high > low else None
+        except KafkaException as exc:
+            self._raise_client_failure()
+            raise self.error(exc, f"reading heartbeat topic {topic!r}") from None
+        finally:
+            c.close()
+        if raw is None:
+            return 0
+        value = orjson.loads(raw)
+        return int((value.get("payload") or value)["ts_ms"]) if isinstance(value, dict) else 0
 
     # -- exactly once
 
@@ -704,14 +817,16 @@ class KafkaSink(Sink):
                 return
         self._delivery_errors.clear()
         self._client_errors.clear()
+        self._heartbeat_queued = None
         try:
             p.begin_transaction()
         except KafkaException as exc:
             raise self._fail_tx(self.error(exc, "beginning a transaction"), abort=False) from None
         try:
-            self._produce_all(events, topics, poison)
+            self._produce_all(events, topics, poison, heartbeat_at=batch.end_position)
             self._produce_checkpoint(record)
             self._commit_transaction()
+            self._heartbeat_written()
         except BaseException as exc:  # noqa: BLE001 - any error aborts the transaction
             if not isinstance(exc, Exception):  # KeyboardInterrupt & co: abort, then re-raise as is
                 self._abort_quietly()
@@ -816,7 +931,7 @@ class KafkaSink(Sink):
             window = 512
             while True:
                 start = max(low, high - window)
-                found = self._scan(c, part, start, key)
+                found = self._scan(c, self.checkpoint_topic, part, start, key)
                 if found is not None or start == low:
                     return found
                 window *= 16
@@ -826,15 +941,17 @@ class KafkaSink(Sink):
         finally:
             c.close()
 
-    def _scan(self, c: Consumer, part: int, start: int, key: bytes) -> bytes | None:
-        c.assign([TopicPartition(self.checkpoint_topic, part, start)])
+    def _scan(self, c: Consumer, topic: str, part: int, start: int, key: bytes) -> bytes | None:
+        """The value of the last committed record with ``key`` in ``topic``'s partition ``part``
+        from offset ``start`` on (None: none)."""
+        c.assign([TopicPartition(topic, part, start)])
         last = None
         deadline = time.monotonic() + self.op_timeout_s
         while True:
             if time.monotonic() > deadline:
                 raise RetryableSinkError(
-                    f"Kafka sink {self.sink_id!r}: could not read checkpoint topic "
-                    f"{self.checkpoint_topic!r} to its end within {self.op_timeout_s:.0f}s (an open "
+                    f"Kafka sink {self.sink_id!r}: could not read topic "
+                    f"{topic!r} to its end within {self.op_timeout_s:.0f}s (an open "
                     f"transaction of another producer holds the last stable offset)")
             msg = c.poll(1.0)
             if msg is None:
@@ -849,6 +966,16 @@ class KafkaSink(Sink):
 
 _VALID_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _RANK = {ErrorClass.FATAL: 0, ErrorClass.NON_RETRYABLE: 1, ErrorClass.RETRYABLE: 2}
+
+
+def _excluded_columns(pipeline: PipelineSpec) -> Any:
+    """(db, table) -> the columns ``source.columns`` excludes there (none without rules)."""
+    filters = ColumnFilters.of(pipeline.source.columns, b"")
+
+    def excluded(db: str, table: str) -> frozenset[str]:
+        tr = filters.for_table(db, table) if filters is not None else None
+        return tr.excluded if tr is not None else frozenset()
+    return excluded
 
 
 def _worst(a: SinkError, b: SinkError | None) -> SinkError:

@@ -32,6 +32,10 @@ class KafkaSinkSpec(SinkSpec):
     def guarantee(self) -> str:
         return "exactly-once" if self.exactly_once else super().guarantee
 
+    @property
+    def heartbeat_interval_ms(self) -> int:
+        return self.debezium.heartbeat_interval_ms if self.debezium is not None else 0
+
 
 def parse(d: dict, fp: str, probs: Problems) -> dict[str, Any]:
     dflt = KafkaSinkSpec("x", "kafka", "x")

@@ -235,9 +235,21 @@ class MySqlSnapshot:
             version, server_id = self._snap_all(conn, "SELECT VERSION(), @@server_id")[0]
             rows = self._snap_all(
                 conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, "
-                      "c.IS_NULLABLE = 'YES', c.COLUMN_DEFAULT, c.EXTRA FROM information_schema.COLUMNS c "
+                      "c.IS_NULLABLE = 'YES', c.COLUMN_DEFAULT, c.EXTRA, c.CHARACTER_SET_NAME "
+                      "FROM information_schema.COLUMNS c "
                       "WHERE c.TABLE_SCHEMA NOT IN %s "
                       "ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION", (SYSTEM_DBS,))
+            # the schema change topic's primary keys and default character sets
+            keys = self._snap_all(
+                conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
+                      "WHERE CONSTRAINT_NAME = 'PRIMARY' AND TABLE_SCHEMA NOT IN %s "
+                      "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", (SYSTEM_DBS,))
+            charsets = {(d, t): cs for d, t, cs in self._snap_all(
+                conn, "SELECT t.TABLE_SCHEMA, t.TABLE_NAME, cc.CHARACTER_SET_NAME "
+                      "FROM information_schema.TABLES t "
+                      "JOIN information_schema.COLLATION_CHARACTER_SET_APPLICABILITY cc "
+                      "ON cc.COLLATION_NAME = t.TABLE_COLLATION WHERE t.TABLE_SCHEMA NOT IN %s",
+                (SYSTEM_DBS,))}
             mariadb = "mariadb" in str(version).lower()
             checks = self._snap_all(
                 conn, "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM "
@@ -248,14 +260,23 @@ class MySqlSnapshot:
             conn.close()
         json_cols = {(d, t, m.group(1)) for d, t, clause in checks
                      for m in [re.match(r"json_valid\(`?([^`)]+)`?\)", str(clause))] if m}
+        primary: dict[tuple[str, str], list[str]] = {}
+        for db, table, column in keys:
+            primary.setdefault((db, table), []).append(str(column))
         tables: dict[str, TableInfo] = {}
-        for db, table, column, sql_type, nullable, default, extra in rows:
-            info = tables.setdefault(f"{db}.{table}", TableInfo({}, {}))
+        for db, table, column, sql_type, nullable, default, extra, charset in rows:
+            info = tables.get(f"{db}.{table}")
+            if info is None:
+                info = tables[f"{db}.{table}"] = TableInfo(
+                    {}, {}, primary_key=tuple(primary.get((db, table), ())),
+                    default_charset=charsets.get((db, table)))
             info.columns[column] = "json" if (db, table, column) in json_cols else str(sql_type)
             info.nullable[column] = bool(nullable)
             literal = _default_literal(default, extra, mariadb)
             if literal is not None:
                 info.defaults[column] = literal
+            if charset:
+                info.charsets[column] = str(charset)
         return SourceInfo("mariadb" if mariadb else "mysql", "", tables, int(server_id))
 
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
