@@ -214,6 +214,11 @@ class ChangeEvent:
     end_position: Position | None = field(default=None, compare=False)
     # Message headers beyond the standard ones (the two events of a primary-key change name
     # each other's key: split_key_change); set in the instance's __dict__ when there are any.
+    # The commit time in µs since the epoch, where the source log has it finer than ``ts_ms``
+    # (PostgreSQL): ``envelope: debezium`` writes it as ``source.ts_us``. Not part of this
+    # envelope (its bytes stay as DESIGN.md fixes them); carried between processes beside the
+    # bytes (shipped.ROW_FIELDS).
+    commit_us: int | None = field(default=None, compare=False)
     headers: ClassVar[dict[str, bytes] | None] = None
 
     @classmethod
@@ -231,12 +236,13 @@ class ChangeEvent:
                key: dict[str, Any] | None, tx_id: str, event_id: str, position: dict[str, Any],
                ts_ms: int, total_order: int, data_collection_order: int, snapshot: str | bool = "false",
                tx_end: bool = False, end_position: Position | None = None,
-               floats_checked: bool = False) -> ChangeEvent:
+               floats_checked: bool = False, commit_us: int | None = None) -> ChangeEvent:
         """An event from values that are already JSON-native (what :func:`encode_row` returns)
         and fields that hold the invariants of :meth:`validate` by construction: a fast source
         path that skips re-encoding and re-validation. ``floats_checked=True`` says the source
         checked that every float lies where orjson and the stdlib agree
         (:func:`orjson_formats_like_stdlib`), so :attr:`value` need not search for floats.
+        ``commit_us``: the commit time in µs, when the source knows it (:attr:`commit_us`).
 
         The event is built through ``__dict__`` (a frozen dataclass keeps its fields there),
         which is several times cheaper than the generated ``__init__``.
@@ -248,7 +254,7 @@ class ChangeEvent:
             event_id=event_id, position=position, ts_ms=ts_ms, total_order=total_order,
             data_collection_order=data_collection_order,
             snapshot=snapshot if snapshot.__class__ is str else snapshot_mark(snapshot), tx_end=tx_end,
-            end_position=end_position)
+            end_position=end_position, commit_us=commit_us)
         if floats_checked:
             ev.__dict__["_floats_checked"] = True  # otherwise value searches the floats itself
         return ev
@@ -367,7 +373,8 @@ def split_key_change(update: ChangeEvent, old_key: dict[str, Any]) -> tuple[Chan
                                   d["table"], op, before, after, key, d["tx_id"], f"{d['event_id']}:{op}",
                                   d["position"], d["ts_ms"], d["total_order"] + shift,
                                   d["data_collection_order"] + shift,
-                                  d["snapshot"], False, None, d.get("_floats_checked", False))
+                                  d["snapshot"], False, None, d.get("_floats_checked", False),
+                                  d.get("commit_us"))
 
     delete = event("d", update.before, None, old_key, 0)
     create = event("c", None, update.after, update.key, 1)
@@ -400,6 +407,8 @@ class ControlMessage:
     tx_id: str = ""
     tx_end: bool = False
     end_position: Position | None = field(default=None, compare=False)
+    # As ChangeEvent.commit_us (a TRUNCATE's, for ``envelope: debezium``); not in the JSON.
+    commit_us: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.type not in CONTROL_TYPES:

@@ -525,7 +525,7 @@ def _event(ev: Any, tr: RowTransform) -> Any:
                              d["op"], tr.row(d["before"]), tr.row(d["after"]), tr.key(d["key"]), d["tx_id"],
                              d["event_id"], d["position"], d["ts_ms"], d["total_order"],
                              d["data_collection_order"], d["snapshot"], d["tx_end"], d["end_position"],
-                             d.get("_floats_checked", False))
+                             d.get("_floats_checked", False), d.get("commit_us"))
     headers = d.get("headers")
     if headers:  # the two events of a key change name each other's key: as it leaves, filtered
         out.__dict__["headers"] = {h: key_json_bytes(tr.row(json.loads(v))) for h, v in headers.items()}

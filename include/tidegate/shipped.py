@@ -18,7 +18,7 @@ from .events import ChangeEvent, ControlMessage, PositionMark, is_control
 # What one event carries to the run's process, in this order (a "mark" row carries only
 # its position). Everything the coordinator, the batching and the sinks read.
 ROW_FIELDS = ("value", "key_bytes", "idempotency_key", "op", "db", "schema", "table", "tx_id",
-              "tx_end", "end_position", "headers")
+              "tx_end", "end_position", "headers", "commit_us")
 
 
 def item_to_row(item: ChangeEvent | ControlMessage | PositionMark) -> tuple:
@@ -29,7 +29,7 @@ def item_to_row(item: ChangeEvent | ControlMessage | PositionMark) -> tuple:
     if is_control(item):
         return ("control", item)
     return ("event", item.value, item.key_bytes, item.idempotency_key, item.op, item.db, item.schema,
-            item.table, item.tx_id, item.tx_end, item.end_position, item.headers)
+            item.table, item.tx_id, item.tx_end, item.end_position, item.headers, item.commit_us)
 
 
 def row_to_item(row: tuple) -> ChangeEvent | ControlMessage | PositionMark:
@@ -88,10 +88,11 @@ class ShippedEvent(ChangeEvent):
     @classmethod
     def from_row(cls, row: tuple) -> ShippedEvent:
         ev = object.__new__(cls)
-        (_, value, key_bytes, ikey, op, db, schema, table, tx_id, tx_end, end_position, headers) = row
+        (_, value, key_bytes, ikey, op, db, schema, table, tx_id, tx_end, end_position, headers,
+         commit_us) = row
         ev.__dict__.update(value=value, key_bytes=key_bytes, idempotency_key=ikey, op=op, db=db,
                            schema=schema, table=table, tx_id=tx_id, tx_end=tx_end,
-                           end_position=end_position)
+                           end_position=end_position, commit_us=commit_us)
         if headers:
             ev.__dict__["headers"] = headers
         return ev

@@ -23,6 +23,7 @@ def assert_same(expected: list, got: list) -> None:
         assert b.value == a.value, (k, a.value, b.value)
         assert b.key_bytes == a.key_bytes, k
         assert (b.tx_id, b.event_id, b.tx_end) == (a.tx_id, a.event_id, a.tx_end), k
+        assert b.commit_us == a.commit_us, k  # PostgreSQL's commit time in µs (not in the envelope)
         assert (b.end_position.to_json() if b.end_position else None) == \
             (a.end_position.to_json() if a.end_position else None), k
         if not is_control(a):

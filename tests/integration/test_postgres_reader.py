@@ -203,6 +203,10 @@ def test_fast_and_reference_readers_give_identical_items(postgres, admin, schema
             ["c", "ctl", "c", "ctl", "c", "u", "u", "u", "d"]
         assert ddl_items[1].tx_id == ddl_items[2].tx_id and not ddl_items[1].tx_end
         events = [e for e in fast if isinstance(e, ChangeEvent)]
+        # every row and TRUNCATE knows its commit time to the µs, and ts_ms is that time in ms
+        timed = [i for i in fast if isinstance(i, ChangeEvent) or (is_control(i) and i.table == "ckey")]
+        assert all(i.commit_us is not None and abs(i.commit_us // 1000 - i.ts_ms) <= 1 for i in timed)
+        assert len({i.commit_us for i in timed}) > 5  # one per transaction, not one for the range
         by_table: dict[str, list[str]] = {}
         for e in events:
             by_table.setdefault(e.table, []).append(e.op)

@@ -21,7 +21,7 @@ from tidegate.events import ChangeEvent, ControlMessage, PositionMark, split_key
 from tidegate.sources.base import SourceItem
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.sources.postgres.reader import ReadHost, ended, old_key, peek_messages
-from tidegate.sources.postgres.values import commit_ms, complete_after, converter
+from tidegate.sources.postgres.values import commit_time, complete_after, converter
 
 
 def _row(cols: list[dict] | None) -> dict[str, Any] | None:
@@ -69,7 +69,7 @@ class ReferenceReader:
         skip = True
         tx_id = ""
         xid = commit = None
-        ts_ms = 0
+        ts_ms, ts_us = 0, None
         total = 0
         per_table: dict[tuple[str, str], int] = {}
         same_lsn: dict[str, int] = {}
@@ -84,7 +84,7 @@ class ReferenceReader:
                 skip = end <= start_lsn
                 xid, commit = d["xid"], d["lsn"]
                 tx_id = f"{xid}:{commit}"
-                ts_ms = commit_ms(d.get("timestamp"))
+                ts_ms, ts_us = commit_time(d.get("timestamp"))
                 total = 0
                 per_table = {}
                 same_lsn = {}
@@ -108,7 +108,7 @@ class ReferenceReader:
                     yield _built(pending)
                 pending = tracker.truncate_message(
                     schema, table, lsn=d["lsn"], position={"lsn": d["lsn"], "commit_lsn": commit, "xid": xid},
-                    ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl))
+                    ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl), commit_us=ts_us)
                 continue
             if a not in ("I", "U", "D"):
                 continue  # M (logical messages)
@@ -145,7 +145,7 @@ class ReferenceReader:
                 op={"I": "c", "U": "u", "D": "d"}[a], before=before, after=after, key=key,
                 tx_id=tx_id, event_id=f"{lsn}:{n}",
                 position={"lsn": lsn, "commit_lsn": commit, "xid": xid},
-                ts_ms=ts_ms, total_order=total, data_collection_order=k,
+                ts_ms=ts_ms, total_order=total, data_collection_order=k, commit_us=ts_us,
             )
             if a == "U" and key is not None and before:
                 update = ChangeEvent.build(**pending)

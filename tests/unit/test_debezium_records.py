@@ -99,6 +99,40 @@ def test_a_postgres_update_with_the_postgres_source_block():
         "table": "items", "txId": 771, "lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None}
 
 
+def test_a_postgres_commit_time_in_microseconds_reaches_source_ts_us_but_not_tidegates_envelope():
+    """PostgreSQL logs the commit time to the µs: Debezium writes it whole as source.ts_us/ts_ns
+    and truncates it for ts_ms; tidegate's own envelope keeps its ms and its bytes, and the µs
+    survive the trip from a reader process or a Spark task (a flat row) and a TRUNCATE."""
+    from tidegate.shipped import item_to_row, row_to_item
+
+    row = {"id": 1, "price": None, "seen": None}
+    plain = pg_event("c", None, row, {"id": 1})
+    ev = ChangeEvent.native(*(plain.__dict__[f] for f in (
+        "tenant", "pipeline", "connector", "db", "schema", "table", "op", "before", "after", "key",
+        "tx_id", "event_id", "position")), 1_700_000_000_000, 1, 1, commit_us=1_700_000_000_000_999)
+    assert ev.value == plain.value and ev.key_bytes == plain.key_bytes  # tidegate's bytes: unchanged
+    for item in (ev, row_to_item(item_to_row(ev))):
+        src = json.loads(encoder(POSTGRES).change_records(item)[0].value)["source"]
+        assert (src["ts_ms"], src["ts_us"], src["ts_ns"]) == (
+            1_700_000_000_000, 1_700_000_000_000_999, 1_700_000_000_000_999_000)
+    gone, made = split_key_change(pg_event("u", {"id": 1}, {"id": 2}, {"id": 2}), {"id": 1})
+    assert gone.commit_us is None and made.commit_us is None
+    gone, made = split_key_change(ChangeEvent.native(*(plain.__dict__[f] for f in (
+        "tenant", "pipeline", "connector", "db", "schema", "table")), "u", {"id": 1}, {"id": 2}, {"id": 2},
+        "771:0/16B3748", "0/16B3700:0", {"lsn": "0/16B3700"}, 1_700_000_000_001, 1, 1,
+        commit_us=1_700_000_000_001_500), {"id": 1})
+    assert gone.commit_us == made.commit_us == 1_700_000_000_001_500
+    msg = ControlMessage("default", "orders", "schema_change", "0/16B3800:truncate:public.items",
+                         {"lsn": "0/16B3800"}, 1_700_000_000_002,
+                         {"change": "truncate", "db": "public", "schema": "public", "table": "items"},
+                         tx_id="772:0/16B3900", commit_us=1_700_000_000_002_345)
+    assert b"commit_us" not in msg.value
+    for item in (msg, row_to_item(item_to_row(msg))):
+        src = json.loads(encoder(POSTGRES, skipped_operations=()).truncate_record(item).value)["source"]
+        assert (src["ts_ms"], src["ts_us"], src["ts_ns"]) == (
+            1_700_000_000_002, 1_700_000_000_002_345, 1_700_000_000_002_345_000)
+
+
 def test_postgres_sequence_starts_with_where_the_previous_commit_ended():
     from tidegate.sources.postgres.position import Lsn, PgPosition
 

@@ -20,7 +20,7 @@ from tidegate.sources.postgres.pgoutput import (
     PgOutputReader,
     Plan,
     ProtocolError,
-    commit_ms_of,
+    commit_us_of,
     float_number,
     json_number,
     lsn_text,
@@ -35,7 +35,7 @@ from tidegate.sources.postgres.pgoutput import (
 )
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.sources.postgres.reader import Column as Wal2JsonColumn
-from tidegate.sources.postgres.values import RowPlan, commit_ms
+from tidegate.sources.postgres.values import RowPlan, commit_time
 from tidegate.spec import PipelineSpec, SourceSpec, load_spec
 
 # --------------------------------------------------------------------------- messages, by hand
@@ -152,14 +152,23 @@ def test_numeric_text_is_the_string_of_the_exact_number(number):
 @settings(max_examples=500, deadline=None)
 @given(st.integers(min_value=-(10**15), max_value=10**16)
        | st.sampled_from([0, 1, 999, 1000, 123456, 847_000_000_123_000, 847_000_000_000_999, -1]))
-def test_commit_times_give_the_same_milliseconds_as_wal2json_text(us):
+def test_commit_times_give_the_same_milli_and_microseconds_as_wal2json_text(us):
     """wal2json writes the commit time as text, pgoutput as µs since 2000: the same ms either way
-    (floating point included: the wal2json path goes through ``datetime.timestamp()``)."""
+    (floating point included: the wal2json path goes through ``datetime.timestamp()``), and the
+    same exact µs since 1970."""
     import datetime as dt
 
     moment = dt.datetime(2000, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
     wal2json_text = moment.strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0").rstrip(".") + "+00"
-    assert commit_ms(commit_ms_of(us)) == commit_ms(wal2json_text)
+    ms, exact = commit_time(commit_us_of(us))
+    assert (ms, exact) == commit_time(wal2json_text)
+    assert exact == us + 946_684_800_000_000
+    assert ms == int(moment.timestamp() * 1000)  # what ts_ms always was (tidegate's envelope)
+
+
+def test_commit_time_of_a_zoned_text_and_of_nothing():
+    assert commit_time("2026-11-27 12:13:31.905033+02") == (1795774411905, 1795774411905033)
+    assert commit_time(None) == (0, None) and commit_time("") == (0, None)
 
 
 # (name, type oid, typmod, wal2json type name, pgoutput text, what wal2json's JSON holds)
@@ -271,7 +280,8 @@ def test_a_transaction_is_passed_on_once_its_commit_says_where_it_ends():
     got = list(r.changes(iter(msgs)))
     assert [c.action for c in got] == ["B", "I", "U", "D", "T", "C"]
     b, i, u, d, t, _ = got
-    assert (b.xid, b.lsn, b.nextlsn, b.timestamp) == (1, "0/100", Lsn(0x130), 946684800000)
+    # the commit time in µs since 1970
+    assert (b.xid, b.lsn, b.nextlsn, b.timestamp) == (1, "0/100", Lsn(0x130), 946_684_800_000_000)
     assert (i.lsn, i.schema, i.table, [k.name for k in i.pk]) == ("0/F0", "s", "t", ["id"])
     assert row(r, i.columns) == ({"id": 1, "v": "a"}, (("id", "integer"), ("v", "text")))
     assert i.identity is None

@@ -412,7 +412,10 @@ class DebeziumEncoder:
             self._last_commit = getattr(end.lsn, "value", None)
 
     def _source(self, ev: Any) -> dict[str, Any]:
-        ts = int(ev.ts_ms)
+        # The commit time: to the µs where the source has it (PostgreSQL; Debezium's ts_ms is then
+        # its µs // 1000, as Instant.toEpochMilli truncates), else tidegate's ms.
+        us = getattr(ev, "commit_us", None)
+        ts, ts_us = (int(ev.ts_ms), int(ev.ts_ms) * 1000) if us is None else (us // 1000, us)
         src = {"version": VERSIONS[self.connector], "connector": self.connector, "name": self.prefix,
                "ts_ms": ts, "snapshot": ev.snapshot}
         if self.connector == "postgresql":
@@ -421,7 +424,7 @@ class DebeziumEncoder:
             prev = self._previous_commit(str(ev.tx_id))
             src.update(db=self._info.database if self._info else ev.db, sequence=_dumps(
                 [str(prev) if prev is not None else None, str(lsn) if lsn is not None else None]).decode(),
-                ts_us=ts * 1000, ts_ns=ts * 1_000_000, schema=ev.schema, table=ev.table,
+                ts_us=ts_us, ts_ns=ts_us * 1000, schema=ev.schema, table=ev.table,
                 txId=int(xid) if xid.isdigit() else None, lsn=lsn, xmin=None,
                 origin=None, origin_lsn=None)  # replication origin: none for a plain publication
             return src
@@ -429,7 +432,7 @@ class DebeziumEncoder:
         file, p, row = _binlog_coordinates(str(ev.event_id), pos)
         server_id = pos.get("server_id") or (self._info.server_id if self._info else 0)
         gtid = ev.tx_id if (_MARIADB_GTID.match(str(ev.tx_id)) or _MYSQL_GTID.match(str(ev.tx_id))) else None
-        src.update(db=ev.db, sequence=None, ts_us=ts * 1000, ts_ns=ts * 1_000_000, table=ev.table,
+        src.update(db=ev.db, sequence=None, ts_us=ts_us, ts_ns=ts_us * 1000, table=ev.table,
                    server_id=int(server_id), gtid=gtid, file=file, pos=p, row=row,
                    thread=None, query=None)
         return src
@@ -484,6 +487,7 @@ class _Probe:
 
     def __init__(self, msg: Any, schema: str, table: str):
         self.ts_ms, self.snapshot, self.schema, self.table = msg.ts_ms, "false", schema, table
+        self.commit_us = getattr(msg, "commit_us", None)
         self.db = msg.fields.get("db") or schema
         self.event_id, self.tx_id, self.position = msg.event_id, msg.tx_id, msg.position or {}
         self.connector = None

@@ -735,6 +735,7 @@ def events_from_rows(list rows, type cls, object row_to_item):
         d["tx_id"] = row[8]
         d["tx_end"] = row[9]
         d["end_position"] = row[10]
+        d["commit_us"] = row[12]
         if row[11]:
             d["headers"] = row[11]
         out.append(ev)

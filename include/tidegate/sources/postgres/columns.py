@@ -174,13 +174,14 @@ class ColumnTracker:
                               tx_id=tx_id, end_position=end)
 
     def truncate_message(self, schema: str, table: str, *, lsn: str, position: dict[str, Any],
-                         ts_ms: int, tx_id: str, end: PgPosition | None = None) -> ControlMessage:
+                         ts_ms: int, tx_id: str, end: PgPosition | None = None,
+                         commit_us: int | None = None) -> ControlMessage:
         known = self.known(schema, table)
         return ControlMessage(self.tenant, self.pipeline, "schema_change", f"{lsn}:truncate:{schema}.{table}",
                               position, ts_ms,
                               {"change": "truncate", "db": schema, "schema": schema, "table": table,
                                "columns": as_json(known) if known is not None else None},
-                              tx_id=tx_id, end_position=end)
+                              tx_id=tx_id, end_position=end, commit_us=commit_us)
 
 
 def _covers(old: Signature, new: Signature) -> bool:

@@ -108,7 +108,7 @@ class Relation(msgspec.Struct, frozen=True):
 
 class Change(msgspec.Struct, gc=False):
     """A message as the wal2json read path reads it (:class:`~.reader.Message`'s fields), with
-    what saves it parsing text again: ``timestamp`` as milliseconds, ``nextlsn`` as an
+    what saves it parsing text again: ``timestamp`` as µs since 1970, ``nextlsn`` as an
     :class:`Lsn`; ``columns`` and ``identity`` are :class:`RowTuple` objects, ``pk`` :class:`KeyName`
     objects."""
 
@@ -137,11 +137,10 @@ def lsn_text(value: int) -> str:
     return "%X/%X" % (value >> 32, value & 0xFFFFFFFF)  # noqa: UP031 - faster than the f-string
 
 
-def commit_ms_of(us: int) -> int:
-    """A commit time (µs since 2000-01-01 UTC) in ms since 1970, computed as ``values.commit_ms``
-    computes it from wal2json's text: ``datetime.timestamp()`` divides the µs since 1970 by 10**6
-    (one correctly rounded float), then ``* 1000`` and ``int``."""
-    return int((us + _UNIX_2000_US) / 1_000_000 * 1000)
+def commit_us_of(us: int) -> int:
+    """A commit time in µs since 2000-01-01 UTC (pgoutput's) as µs since 1970 (what
+    ``values.commit_time`` takes)."""
+    return us + _UNIX_2000_US
 
 
 def parse_begin(data: bytes) -> tuple[int, int, int]:
@@ -516,7 +515,7 @@ class PgOutputReader(Wal2JsonReader):
                     for _lsn, msg in taken:
                         self._catalog(msg)
                     continue
-                yield Change("B", xid, commit_ms_of(ts), lsn_text(final), Lsn(end))
+                yield Change("B", xid, commit_us_of(ts), lsn_text(final), Lsn(end))
                 yield from self._rows(taken)
                 yield Change("C")
             else:

@@ -42,7 +42,7 @@ from .columns import ColumnTracker
 from .connection import REPLICATION_OPTIONS, PgServer
 from .position import Lsn, PgPosition
 from .slot import Slot
-from .values import RowPlan, commit_ms, complete_after
+from .values import RowPlan, commit_time, complete_after
 
 # wal2json's options, the same for both transports
 WAL2JSON = {"format-version": "2", "include-lsn": "1", "include-xids": "1", "include-timestamp": "1",
@@ -319,7 +319,7 @@ class Wal2JsonReader:
         tx_id = ""
         xid: int | None = None
         commit: str | None = None
-        ts_ms = 0
+        ts_ms, ts_us = 0, None
         total = 0
         per_table: dict[tuple[str, str], int] = {}
         same_lsn: dict[str, int] = {}
@@ -333,7 +333,7 @@ class Wal2JsonReader:
                 skip = end <= start_lsn
                 xid, commit = m.xid, m.lsn
                 tx_id = f"{xid}:{commit}"
-                ts_ms = commit_ms(m.timestamp)
+                ts_ms, ts_us = commit_time(m.timestamp)
                 total = 0
                 per_table = {}
                 same_lsn = {}
@@ -358,7 +358,7 @@ class Wal2JsonReader:
                         yield pending
                     pending = tracker.truncate_message(
                         schema, table, lsn=m.lsn, position={"lsn": m.lsn, "commit_lsn": commit, "xid": xid},
-                        ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl))
+                        ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl), commit_us=ts_us)
                 continue  # M (logical messages)
             lsn = m.lsn
             n = same_lsn.get(lsn, 0)
@@ -402,7 +402,7 @@ class Wal2JsonReader:
             per_table[tkey] = k
             ev = native(tenant, pipeline, "postgresql", schema, schema, table, op, before, after, key,
                         tx_id, f"{lsn}:{n}", {"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms,
-                        total, k, False, False, None, not flag[0])
+                        total, k, False, False, None, not flag[0], ts_us)
             if op == "u" and key is not None and before and (old := old_key(before, key)) is not None:
                 gone, ev = split_key_change(ev, old)  # the primary key changed: delete, then create
                 total += 1

@@ -180,17 +180,29 @@ def converter(typ: str) -> Callable[[Any], Any]:
     return fn
 
 
-def commit_ms(ts: str | int | None) -> int:
-    """A transaction's commit time (wal2json's ``timestamp``) in ms since the epoch; 0 if absent.
-    An int is already that (the pgoutput reader's, ``pgoutput.commit_ms_of``)."""
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_ONE_US = dt.timedelta(microseconds=1)
+
+
+def commit_time(ts: str | int | None) -> tuple[int, int | None]:
+    """A transaction's commit time as (ms, µs) since the epoch: from wal2json's ``timestamp``
+    text, or from an int that is already µs (the pgoutput reader's). (0, None) if absent.
+
+    The ms are computed as they always were, through ``datetime.timestamp()`` (one correctly
+    rounded float, then ``* 1000`` and ``int``): they are ``ts_ms`` in tidegate's envelope, whose
+    bytes must not change. The µs are exact (``envelope: debezium`` writes them as Debezium's
+    ``source.ts_us``); wal2json's text and pgoutput's binary give the same pair."""
     if ts.__class__ is int:
-        return ts  # type: ignore[return-value]
+        return int(ts / 1_000_000 * 1000), ts  # type: ignore[operator]
     if not ts:
-        return 0
+        return 0, None
     try:
-        return int(dt.datetime.fromisoformat(ts_iso(ts)).timestamp() * 1000)
+        moment = dt.datetime.fromisoformat(ts_iso(ts))
     except ValueError:
-        return 0
+        return 0, None
+    if moment.tzinfo is None:  # never from wal2json (it writes the zone); read as timestamp() does
+        moment = moment.astimezone()
+    return int(moment.timestamp() * 1000), (moment - _EPOCH) // _ONE_US
 
 
 def complete_after(after: dict[str, Any] | None, before: dict[str, Any] | None,
