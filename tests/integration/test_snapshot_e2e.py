@@ -678,7 +678,22 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         released: list[float] = []
 
         def release_later() -> None:
-            time.sleep(40)
+            # release once the run's handoff is seen waiting for the commit (its backend polls
+            # pg_locks for the waiting transaction), so the wait is proven, not guessed at
+            watcher = psycopg2.connect(postgres.admin_dsn)
+            watcher.autocommit = True
+            try:
+                deadline = time.monotonic() + 240
+                while time.monotonic() < deadline:
+                    with watcher.cursor() as c:
+                        c.execute("SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                                  "AND query LIKE '%FROM pg_locks WHERE locktype = ''transactionid''%'")
+                        if c.fetchone()[0]:
+                            break
+                    time.sleep(0.2)
+            finally:
+                watcher.close()
+            time.sleep(2)  # the handoff keeps waiting while the commit does
             released.append(time.time())
             sql("ALTER SYSTEM RESET synchronous_standby_names")
             sql("SELECT pg_reload_conf()")
