@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
 import psycopg2
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tidegate import runner
 from tidegate.parts import Parts
@@ -29,6 +27,7 @@ from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.compat import backlogs, harness
+from tests.integration.sink_readers import kafka_records
 
 pytestmark = pytest.mark.integration
 
@@ -66,30 +65,9 @@ def kafka_jsonl(bootstrap: str, topic_prefix: str, out: Path) -> Path:
     converter writes them)."""
     topics = sorted(t for t in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
                     if t.startswith(topic_prefix + "."))
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "compat-" + uuid.uuid4().hex,
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "enable.partition.eof": True})
-    lines = []
-    try:
-        for topic in topics:
-            tp = TopicPartition(topic, 0)
-            low, high = c.get_watermark_offsets(tp, timeout=10)
-            c.assign([TopicPartition(topic, 0, low)])
-            deadline = time.monotonic() + 30
-            while high > low:
-                assert time.monotonic() < deadline, f"{topic} not read to its end"
-                m = c.poll(1)
-                if m is None:
-                    continue
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        break
-                    continue
-                lines.append({"topic": topic, "key": _json(m.key()), "value": _json(m.value()),
-                              "headers": [{"key": k, "text": v.decode() if v is not None else None}
-                                          for k, v in m.headers() or []]})
-    finally:
-        c.close()
+    lines = [{"topic": topic, "key": _json(key), "value": _json(value),
+              "headers": [{"key": k, "text": v.decode() if v is not None else None} for k, v in headers]}
+             for topic in topics for _, key, value, headers in kafka_records(bootstrap, topic)]
     harness.write_jsonl(out, lines)
     return out
 

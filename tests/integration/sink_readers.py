@@ -11,7 +11,7 @@ import time
 import uuid
 
 import redis
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 
 def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
@@ -36,6 +36,36 @@ def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
                     out.append(json.loads(msg.value()))
                 if msg.offset() >= high - 1:
                     break
+    finally:
+        c.close()
+    return out
+
+
+def kafka_records(bootstrap: str, topic: str, partitions: int = 1
+                  ) -> list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    """(partition, key, value, headers) of every committed record, as a read_committed consumer
+    sees them, per partition in offset order, each partition read to its end (its last offset
+    may be a transaction's commit marker)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "records-" + uuid.uuid4().hex,
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    out = []
+    try:
+        for p in range(partitions):
+            tp = TopicPartition(topic, p)
+            low, high = c.get_watermark_offsets(tp, timeout=10)
+            c.assign([TopicPartition(topic, p, low)])
+            deadline = time.monotonic() + 30
+            while high > low:
+                assert time.monotonic() < deadline, f"{topic}[{p}] not read to its end"
+                m = c.poll(1)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        break
+                    continue
+                out.append((p, m.key(), m.value(), list(m.headers() or [])))
     finally:
         c.close()
     return out

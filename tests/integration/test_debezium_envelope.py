@@ -20,13 +20,14 @@ import uuid
 import psycopg2
 import pymysql
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.positions import position_from_json
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
+
+from tests.integration.sink_readers import kafka_records
 
 pytestmark = pytest.mark.integration
 CONTEXT = "__debezium.context."
@@ -52,41 +53,22 @@ def committed(bootstrap: str, topic: str, prefix: str | None = None
               ) -> list[tuple[dict | None, dict | None, dict]]:
     """(key, value, headers) of every committed record of a one-partition topic, in order
     (``prefix``: the logical name, when the topic does not start with it)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "dbz-" + uuid.uuid4().hex,
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "enable.partition.eof": True})
     out = []
-    try:
-        tp = TopicPartition(topic, 0)
-        low, high = c.get_watermark_offsets(tp, timeout=10)
-        c.assign([TopicPartition(topic, 0, low)])
-        deadline = time.monotonic() + 30
-        while high > low:
-            assert time.monotonic() < deadline, f"{topic} not read to its end"
-            m = c.poll(1)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    break
-                continue
-            key, value = m.key(), m.value()
-            headers = dict(m.headers() or [])
-            # Debezium's context headers (plain text) on change records, tombstones, schema change
-            # records and heartbeats, none on the transaction topic: checked, then set aside; the
-            # key-change headers are JSON
-            context = {k.removeprefix(CONTEXT): headers.pop(k).decode()
-                       for k in list(headers) if k.startswith(CONTEXT)}
-            if topic.endswith(".transaction"):
-                assert context == {}
-            else:
-                logical = prefix or topic.split(".")[0]
-                assert (context["connectorLogicalName"], context["taskId"]) == (logical, "0")
-                assert context["connectorName"] in ("mariadb", "mysql", "postgresql")
-            out.append((json.loads(key) if key else None, json.loads(value) if value else None,
-                        {k: json.loads(v) for k, v in headers.items()}))
-    finally:
-        c.close()
+    for _, key, value, raw in kafka_records(bootstrap, topic):
+        headers = dict(raw)
+        # Debezium's context headers (plain text) on change records, tombstones, schema change
+        # records and heartbeats, none on the transaction topic: checked, then set aside; the
+        # key-change headers are JSON
+        context = {k.removeprefix(CONTEXT): headers.pop(k).decode()
+                   for k in list(headers) if k.startswith(CONTEXT)}
+        if topic.endswith(".transaction"):
+            assert context == {}
+        else:
+            logical = prefix or topic.split(".")[0]
+            assert (context["connectorLogicalName"], context["taskId"]) == (logical, "0")
+            assert context["connectorName"] in ("mariadb", "mysql", "postgresql")
+        out.append((json.loads(key) if key else None, json.loads(value) if value else None,
+                    {k: json.loads(v) for k, v in headers.items()}))
     return out
 
 

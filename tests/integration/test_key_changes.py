@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 import uuid
 
 import psycopg2
 import pymysql
 import pytest
 import redis
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
@@ -27,7 +25,7 @@ from tidegate.sinks.kafka.sink import murmur2_partition
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 
-from tests.integration.sink_readers import nats_messages
+from tests.integration.sink_readers import kafka_records, nats_messages
 
 pytestmark = pytest.mark.integration
 
@@ -50,36 +48,11 @@ def spec_for(tmp_path, pipeline: str, source: str):
     return load_spec(str(path))
 
 
-def kafka_records(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None, dict]]:
-    """(partition, key, value, headers) of every committed record, per partition in offset order."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kc-" + uuid.uuid4().hex,
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "enable.partition.eof": True})
-    out = []
-    try:
-        for p in range(PARTITIONS):
-            tp = TopicPartition(topic, p)
-            low, high = c.get_watermark_offsets(tp, timeout=10)
-            c.assign([TopicPartition(topic, p, low)])
-            deadline = time.monotonic() + 30
-            while high > low:  # to the partition's end (its last offset may be a commit marker)
-                assert time.monotonic() < deadline, f"{topic}[{p}] not read to its end"
-                m = c.poll(1)
-                if m is None:
-                    continue
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        break
-                    continue
-                out.append((p, m.key(), m.value(), dict(m.headers() or [])))
-    finally:
-        c.close()
-    return out
-
 
 def check_sinks(pipeline: str, table: str, kafka_bootstrap: str, nats_conn, redis_conn, final: dict) -> None:
     """The key change on every sink, and the compacted Kafka topic folds to ``final``."""
-    records = kafka_records(kafka_bootstrap, f"{pipeline}.{table}")
+    records = [(p, k, v, dict(h)) for p, k, v, h in
+               kafka_records(kafka_bootstrap, f"{pipeline}.{table}", PARTITIONS)]
     by_key: dict[bytes, bytes | None] = {}
     for _, key, value, _ in records:
         by_key[key] = value
