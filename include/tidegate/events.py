@@ -216,7 +216,7 @@ class ChangeEvent:
     # each other's key: split_key_change); set in the instance's __dict__ when there are any.
     # The commit time in µs since the epoch, where the source log has it finer than ``ts_ms``
     # (PostgreSQL): ``envelope: debezium`` writes it as ``source.ts_us``. Not part of this
-    # envelope (its bytes stay as DESIGN.md fixes them); carried between processes beside the
+    # envelope (its bytes stay as the contract fixes them); carried between processes beside the
     # bytes (shipped.ROW_FIELDS).
     commit_us: int | None = field(default=None, compare=False)
     headers: ClassVar[dict[str, bytes] | None] = None

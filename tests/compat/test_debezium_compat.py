@@ -83,10 +83,18 @@ def _json(b: bytes | None):
         return b.decode(errors="replace")
 
 
+# Fewer change records than the backlog writes on either source would mean a capture that
+# stopped early, and a comparison of nothing passes trivially.
+BACKLOG_CHANGES = 30
+
+
 def compare_outputs(source: str, work: Path, debezium_prefix: Path, tidegate_off: Path,
-                    tidegate_on: Path) -> None:
+                    tidegate_on: Path) -> int:
+    """Fails naming every differing field; returns how many of Debezium's change records were
+    compared (schemas off)."""
     data = harness.data_records
     failures = []
+    compared = len(data(harness.read_jsonl(Path(f"{debezium_prefix}.schemas-off.jsonl"))))
     for what, d, t in (("schemas off", Path(f"{debezium_prefix}.schemas-off.jsonl"), tidegate_off),
                        ("schemas on", Path(f"{debezium_prefix}.schemas-on.jsonl"), tidegate_on)):
         report = harness.compare(source, data(harness.read_jsonl(d)), data(harness.read_jsonl(t)))
@@ -103,6 +111,7 @@ def compare_outputs(source: str, work: Path, debezium_prefix: Path, tidegate_off
                         + harness.row_differences(d_rows, t_rows))
     assert not failures, f"{source}: tidegate's envelope: debezium is not Debezium's output " \
                          f"(work files in {work}):\n" + "\n".join(failures)
+    return compared
 
 
 def test_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_path):
@@ -123,9 +132,10 @@ def test_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_path):
     finally:
         harness.mariadb_teardown(admin_kwargs)
         store.close()
-    compare_outputs("mariadb", tmp_path, debezium,
+    compared = compare_outputs("mariadb", tmp_path, debezium,
                     kafka_jsonl(kafka_bootstrap, pipeline, tmp_path / "tidegate.schemas-off.jsonl"),
                     kafka_jsonl(kafka_bootstrap, f"{pipeline}_on", tmp_path / "tidegate.schemas-on.jsonl"))
+    assert compared >= BACKLOG_CHANGES, f"only {compared} of Debezium's change records were compared"
 
 
 def test_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, tmp_path):
@@ -152,9 +162,10 @@ def test_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, tmp_path):
         _tidegate_slot(postgres.admin_dsn, create=False)
         harness.postgres_teardown(postgres.admin_dsn)
         store.close()
-    compare_outputs("postgres", tmp_path, debezium,
+    compared = compare_outputs("postgres", tmp_path, debezium,
                     kafka_jsonl(kafka_bootstrap, pipeline, tmp_path / "tidegate.schemas-off.jsonl"),
                     kafka_jsonl(kafka_bootstrap, f"{pipeline}_on", tmp_path / "tidegate.schemas-on.jsonl"))
+    assert compared >= BACKLOG_CHANGES, f"only {compared} of Debezium's change records were compared"
 
 
 def _tidegate_slot(admin_dsn: str, *, create: bool) -> None:

@@ -110,6 +110,7 @@ class Writes:
         self.live: list[int] = []
         self.next_id = first_id
         self.ops: collections.Counter = collections.Counter()
+        self.moved: list[int] = []  # the old keys of primary-key changes
 
     def insert(self, n: int) -> None:
         for _ in range(n):
@@ -125,6 +126,7 @@ class Writes:
             self.ops["u"] += 1
         for k in self.rng.sample(self.live, 2):
             self.execute(f"UPDATE {self.table} SET id = {self.next_id} WHERE id = {k}")
+            self.moved.append(k)
             self.live[self.live.index(k)] = self.next_id
             self.next_id += 1
             self.ops.update({"d": 1, "c": 1})
@@ -310,6 +312,7 @@ def test_postgres_snapshot_then_changes(airflow_env, spark, postgres):
         w.wave()
         run_ok(env, dag)
         check(lake, source_rows(), w.ops + collections.Counter({"r": snapshot_rows}))
+        assert w.moved and not set(w.moved) & set(lake.rows()), "a key change left its old key behind"
     finally:
         sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "
