@@ -74,3 +74,14 @@ KIND = SourceKind(name="mysql", fields=spec.FIELDS, parse=spec.parse,
                   replication_client=spec.replication_client,
                   position="tidegate.sources.mysql.position:BinlogPosition",
                   source="tidegate.sources.mysql.source:MySqlSource")
+
+
+def __getattr__(name: str):
+    # ``from tidegate.sources.mysql import MySqlSource`` keeps working (scripts written against the
+    # package, e.g. benchmark harnesses), without importing the reader when the package is
+    # imported for its KIND alone.
+    if name == "MySqlSource":
+        from .source import MySqlSource
+
+        return MySqlSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -75,3 +75,14 @@ KIND = SourceKind(name="postgres", fields=spec.FIELDS, parse=spec.parse,
                   position="tidegate.sources.postgres.position:PgPosition",
                   source="tidegate.sources.postgres.source:PostgresSource",
                   complete=spec.complete)
+
+
+def __getattr__(name: str):
+    # ``from tidegate.sources.postgres import PostgresSource`` keeps working (scripts written against the
+    # package, e.g. benchmark harnesses), without importing the reader when the package is
+    # imported for its KIND alone.
+    if name == "PostgresSource":
+        from .source import PostgresSource
+
+        return PostgresSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
