@@ -1,4 +1,5 @@
-"""Continuity as users meet it, through `airflow dags test` against the real servers.
+"""Continuity as users meet it, through `airflow dags test` against the real servers, the deliver
+tasks as clients of the `spark_connect` service.
 
 - MariaDB: the pipeline's connection is repointed from the primary to its GTID replica (which
   keeps replicating, so binlog files and offsets differ); the first run after the failover is
@@ -36,6 +37,7 @@ from tests.integration.airflow_support import (
     dags_test_killed_when,
     make_airflow_env,
     per_key,
+    spark_connect_server,  # noqa: F401 - the spark_connect fixture
     task_ended,
 )
 from tests.integration.sink_readers import kafka_changes, nats_ids, nats_payloads, redis_events, redis_ids
@@ -45,7 +47,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory, service_env, mysql, mysql_replica, postgres, postgres_standby, kafka,
-                redis_service, nats_service):
+                redis_service, nats_service, spark_connect):
     base = tmp_path_factory.mktemp("continuity")
     return make_airflow_env(base, service_env), base
 
@@ -113,6 +115,7 @@ def test_gtid_failover_with_a_kill_then_rewind_through_airflow(airflow_env, mysq
         pipeline: {pipeline}
         source: {{kind: mysql, conn_id: cdc_src, tables: [{table}], server_id: 48310, start: head}}
         batch: {{max_events: 4}}
+        spark: {{conn_id: spark_connect}}
         sinks:
           - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
               exactly_once: true}}
@@ -253,6 +256,7 @@ def test_postgres_promotion_halts_accept_gap_resumes_on_the_new_primary(
     (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
         pipeline: {pipeline}
         source: {{kind: postgres, conn_id: cdc_pgsrc, tables: [public.{table}], slot: {pipeline}}}
+        spark: {{conn_id: spark_connect}}
         sinks:
           - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
               exactly_once: true}}
