@@ -10,6 +10,10 @@ the guard and bounds tasks (control connections), the snapshot's chunks (Spark t
 line says so), the MariaDB log read as two binlog slices in Spark tasks (the log line and the
 executors' notes say so), the PostgreSQL log (the driver's streaming read of the slot).
 
+The MariaDB pipeline spark-submits its deliver task; the PostgreSQL one is a client of the
+`spark_connect` service, so the connection's TLS settings are proven to reach Spark tasks both ways
+(the snapshot's chunks of the PostgreSQL pipeline are read by the Connect server's Python workers).
+
 Per source: a pipeline with ``start: snapshot`` delivers to a Redis stream (the plain `redis`
 service), then three log runs; the stream holds every change once, in order per key. Then the
 same pipeline with a connection that trusts another CA, and one that names host 127.0.0.1 (the
@@ -35,7 +39,13 @@ import pytest
 from tidegate.store import open_store
 
 from tests.conftest import _service
-from tests.integration.airflow_support import dags_test, make_airflow_env, per_key, task_ended
+from tests.integration.airflow_support import (
+    dags_test,
+    make_airflow_env,
+    per_key,
+    spark_connect_server,  # noqa: F401 - the spark_connect fixture
+    task_ended,
+)
 from tests.integration.sink_readers import redis_events
 
 pytestmark = [pytest.mark.integration]
@@ -52,7 +62,7 @@ def postgres_tls(service_env):
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory, service_env, mysql_tls, postgres_tls, redis_service) -> dict:
+def outcomes(tmp_path_factory, service_env, mysql_tls, postgres_tls, redis_service, spark_connect) -> dict:
     """Both pipelines at once, each in an Airflow home of its own (migrated once): a run is
     mostly one busy process (Airflow, then the Spark driver), so two at a time on two cores take
     about half the wall time of one after the other. Each test then reports its own pipeline's
@@ -65,12 +75,13 @@ def outcomes(tmp_path_factory, service_env, mysql_tls, postgres_tls, redis_servi
         return {name: f.exception() for name, f in futures.items()}
 
 
-def write_spec(base: Path, pipeline: str, source: str) -> str:
+def write_spec(base: Path, pipeline: str, source: str, spark_conn: str = "spark_default") -> str:
     (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
         pipeline: {pipeline}
         tenant: tls
         source: {{{source}, start: snapshot}}
         snapshot: {{chunk_rows: 2, parallelism: 2}}
+        spark: {{conn_id: {spark_conn}}}
         sinks:
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
     """))
@@ -213,7 +224,8 @@ def postgres_pipeline(base: Path, service_env: dict, postgres_tls, redis_service
     table = pipeline = f"tls_pg_{tag}"
     stream = f"{pipeline}:{table}"
     dag = write_spec(base, pipeline, f"kind: postgres, conn_id: cdc_postgres_tls, "
-                                     f"tables: [public.{table}], slot: {pipeline}")
+                                     f"tables: [public.{table}], slot: {pipeline}",
+                     spark_conn="spark_connect")
     a = postgres_tls.admin
     admin = psycopg2.connect(host=a.host, port=a.port, dbname=a.schema, user=a.login, password=a.password,
                              **a.extra)
