@@ -164,6 +164,18 @@ def repo_dir() -> Path:
     return Path.cwd()
 
 
+DATA_DIR_ENV = "TIDEGATE_DATA_DIR"
+
+
+def data_dir() -> str:
+    """Where sinks that write files put them by default (a Delta sink's tables):
+    ``$TIDEGATE_DATA_DIR``, else ``.state/data`` of the project. A spark-submit driver imports
+    tidegate from the shipped zip, where no project folder can be found (:func:`repo_dir` falls
+    back to the working directory): the deliver task hands it this folder, as the task sees it,
+    in ``TIDEGATE_DATA_DIR``."""
+    return os.environ.get(DATA_DIR_ENV) or str(repo_dir() / ".state" / "data")
+
+
 def pipelines_dir() -> Path:
     env = os.environ.get("TIDEGATE_PIPELINES_DIR")
     return Path(env) if env else repo_dir() / "include" / "pipelines"

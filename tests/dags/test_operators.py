@@ -298,7 +298,8 @@ def connections(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
 
 
-def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connections, pipelines_dir):
+def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connections, pipelines_dir,
+                                                                monkeypatch):
     """The argv names the run; the driver reads the rest from the run's record, which the bounds
     task wrote (here, without a bounds task, the deliver task writes it: the spec and the plan)."""
     from tidegate.run import read_record
@@ -307,6 +308,7 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connection
     deliver = dag.get_task("deliver")
     run_id = "scheduled__2026-01-01T00:01:00+00:00"
     ctx = make_context(dag, deliver, conf={"sinks": ["events", "cache"], "max_events": 500}, run_id=run_id)
+    monkeypatch.delenv("TIDEGATE_DATA_DIR", raising=False)
     deliver.prepare(ctx, "/tmp/report.json")
     assert deliver.application_args == ["--pipeline", "shop_mysql", "--run-id", run_id,
                                         "--report-file", "/tmp/report.json"]
@@ -335,6 +337,11 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connection
         "127.0.0.1", 3306, "cdc", SECRETS[0], "shop")
     assert get_connection("cdc_kafka", env).extra["bootstrap.servers"] == "127.0.0.1:9092"
     assert deliver._driver_env["PYSPARK_PYTHON"]  # local master: the driver uses this interpreter
+    # The default Delta folder as this task sees it: the driver, importing tidegate from the zip,
+    # could not find the project folder.
+    from tidegate.spec import repo_dir
+
+    assert deliver._driver_env["TIDEGATE_DATA_DIR"] == str(repo_dir() / ".state" / "data")
 
 
 def test_deliver_takes_spark_settings_from_the_spec(pipelines_dir, connections, monkeypatch):

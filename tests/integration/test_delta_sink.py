@@ -1,6 +1,8 @@
 """The Delta sink against real Delta tables (delta-spark on a local[2] session): merge mode ends
 equal to the rows a model of the source holds, changelog mode holds every change once, and a
-sub-batch delivered again (a retry after a crash, a replay) changes nothing."""
+sub-batch delivered again (a retry after a crash, a replay) changes nothing. Then the merge's
+reduction case by case: many changes of one key in one sub-batch, a delete then a re-insert, a
+key change and a key change into a freed key, a snapshot that resets the table."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections import Counter
 import pytest
 from test_sink_support import FILE, end_pos, pipeline_spec, unique
 from tidegate.batching import SubBatch, Transaction
-from tidegate.events import ChangeEvent, split_key_change
+from tidegate.events import ChangeEvent, ControlMessage, split_key_change
 from tidegate.sinks.delta.sink import DeltaSink
 from tidegate.sinks.delta.spec import DeltaSinkSpec
 
@@ -108,3 +110,63 @@ def test_merge_and_changelog_exact_across_retries_and_replays(spark, tmp_path):
     one = next(r for r in cl if r["op"] == "u")
     assert isinstance(one["after"]["qty"], int) and isinstance(one["before"]["ratio"], float)
     assert json.loads(one["position"])["file"] == FILE
+
+
+def tx_of(name: str, tx_no: int, *changes: tuple) -> Transaction:
+    """Transaction ``tx_no`` of ``changes``: ("c", row), ("u", old, new), ("d", old), ("r", row)
+    (a snapshot row), ("k", old, new) (an UPDATE of the key: a delete and a create), or
+    ("snapshot_started",) (a snapshot of shop.items begins)."""
+    evs: list = []
+    for ch in changes:
+        op, i = ch[0], len(evs)
+        if op == "snapshot_started":
+            evs.append(ControlMessage("acme", name, "snapshot_started", f"snap-{tx_no}",
+                                      {"file": FILE, "pos": tx_no * 1000 + i}, 1_764_000_000_000,
+                                      {"snapshot": f"snap-{tx_no}", "tables": ["shop.items"]}))
+        elif op == "k":
+            upd = change(name, tx_no, i, "u", ch[1], ch[2], {"id": ch[2]["id"]})
+            evs.extend(split_key_change(upd, {"id": ch[1]["id"]}))
+        else:
+            before = ch[1] if op in ("u", "d") else None
+            after = None if op == "d" else ch[-1]
+            evs.append(change(name, tx_no, i, op, before, after, {"id": ch[1]["id"]},
+                              snapshot="true" if op == "r" else "false"))
+    evs[-1].__dict__.update(tx_end=True, end_position=end_pos(tx_no))
+    return Transaction(f"0-1-{tx_no}", end_pos(tx_no), tuple(evs))
+
+
+def row(i: int, name: str, qty: int = 0) -> dict:
+    return {"id": i, "name": name, "qty": qty}
+
+
+def test_merge_reduction_case_by_case(spark, tmp_path):
+    """Each sub-batch's table, exactly: the last change per key in log order wins, whatever came
+    before it in the sub-batch."""
+    name = unique("dr")
+    sink = sink_of(name, tmp_path, "merge")
+    r = {i: row(i, f"n{i}") for i in range(1, 6)}
+    sub_batches = [
+        [tx_of(name, 1, *[("c", r[i]) for i in range(1, 6)])],
+        [tx_of(name, 2, ("u", r[1], row(1, "n1", 10)), ("u", row(1, "n1", 10), row(1, "n1", 11)),
+               ("d", r[2]), ("c", row(2, "2 again", 2))),  # one key three times; delete, re-insert
+         tx_of(name, 3, ("u", row(1, "n1", 11), row(1, "n1", 12)),
+               ("c", row(6, "n6")), ("d", row(6, "n6")),  # a new key created and deleted
+               ("k", r[3], row(30, "n3")), ("u", row(30, "n3"), row(30, "30+"))),  # a key change, an update
+         tx_of(name, 4, ("k", r[5], row(50, "n5")), ("k", r[4], row(5, "n4")))],  # into the key just freed
+        [tx_of(name, 5, ("c", row(99, "before the snapshot"))),
+         tx_of(name, 6, ("snapshot_started",), ("r", row(1, "snap")), ("r", row(7, "snap"))),
+         tx_of(name, 7, ("u", row(7, "snap"), row(7, "snap", 70)))],
+        [tx_of(name, 8, ("snapshot_started",))],  # a snapshot of a table now empty
+    ]
+    want = [
+        [r[1], r[2], r[3], r[4], r[5]],
+        [row(1, "n1", 12), row(2, "2 again", 2), row(5, "n4"), row(30, "30+"), row(50, "n5")],
+        [row(1, "snap"), row(7, "snap", 70)],
+        [],
+    ]
+    got = []
+    for version, txs in enumerate(sub_batches, start=1):
+        sink.deliver(SubBatch(version, tuple(txs)), version)
+        table = spark.read.format("delta").load(f"{tmp_path}/{name}/shop/items")
+        got.append(sorted((x.asDict() for x in table.collect()), key=lambda d: d["id"]))
+    assert got == want

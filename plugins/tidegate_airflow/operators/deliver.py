@@ -15,6 +15,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook, Context
 from airflow.sdk.exceptions import AirflowException
 from tidegate.kinds import spark_settings
+from tidegate.spec import DATA_DIR_ENV, data_dir
 
 from ..connections import connection_env, salt_env
 from ..exceptions import DeliverFatalError, UnsafeConnectionTransportError
@@ -125,6 +126,10 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
                         if not os.environ.get(k)})
         elif not os.environ.get("PYSPARK_DRIVER_PYTHON"):
             self.conf.setdefault("spark.pyspark.driver.python", sys.executable)
+        # The default Delta table folder as this task sees it (the driver imports tidegate from the
+        # zip, where the project folder cannot be found).
+        if not os.environ.get(DATA_DIR_ENV):
+            env[DATA_DIR_ENV] = data_dir()
         self._driver_secrets = {}
         if self.pass_connections:
             conn_ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks if s.conn_id)]

@@ -3,12 +3,11 @@ their checks. Light: no Spark, no delta-spark (DAG parsing loads specs)."""
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...spec import Problems, SinkSpec, _choice, repo_dir, template_field
+from ...spec import Problems, SinkSpec, _choice, data_dir, template_field
 
 # A table path: a local folder or any Hadoop-compatible URI (file:, s3a:, abfss:, hdfs:, ...).
 PATH_CHARS = re.compile(r"^[A-Za-z0-9._/:@=+-]*$")
@@ -16,7 +15,6 @@ PATH_CHARS = re.compile(r"^[A-Za-z0-9._/:@=+-]*$")
 CHANNEL_CHARS = PATH_CHARS
 FIELDS = ("path", "mode", "checkpoint_path")
 MODES = ("merge", "changelog")
-DATA_DIR_ENV = "TIDEGATE_DATA_DIR"
 # Under the data dir: one folder per pipeline and sink, then one table per captured table.
 DEFAULT_PATH = "{pipeline}/{sink}/{schema}/{table}"
 
@@ -36,7 +34,7 @@ class DeltaSinkSpec(SinkSpec):
         data dir is read from the environment of the process that writes)."""
         if self.path:
             return self.path.replace("{pipeline}", pipeline)
-        base = os.environ.get(DATA_DIR_ENV) or str(repo_dir() / ".state" / "data")
+        base = data_dir()
         rest = DEFAULT_PATH.replace("{pipeline}", pipeline).replace("{sink}", self.id)
         return base.rstrip("/") + "/" + rest
 
