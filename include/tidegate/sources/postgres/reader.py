@@ -297,6 +297,8 @@ def compiled_rows(host: ReadHost) -> Any:
 class Wal2JsonReader:
     """One bounded pass: the transactions that end in (``start_lsn``, ``upto``]."""
 
+    use_compiled = True  # False: every message through the Python path (a subclass's choice)
+
     @staticmethod
     def messages(source: Any, upto: PgPosition) -> Iterator[bytes]:
         """The messages a read of ``source`` up to ``upto`` runs on: streamed (replication protocol)."""
@@ -330,7 +332,7 @@ class Wal2JsonReader:
     def run(self, messages: Iterator[str | bytes]) -> Iterator[SourceItem]:
         """The items of the slot's wal2json ``messages``: row changes through the compiled path
         where it applies (:func:`compiled_rows`), the rest decoded here."""
-        compiled = compiled_rows(self.host)
+        compiled = compiled_rows(self.host) if self.use_compiled else None
         if compiled is None:
             return self.items(map(MESSAGE.decode, messages))
         return self.items(messages, compiled)
