@@ -1523,3 +1523,23 @@ cdef class Wal2JsonRows:
         d["end_position"] = None
         d["commit_us"] = self.ts_us
         return ev
+
+
+def rows_from_items(list items, type cls, object item_to_row):
+    """``[item_to_row(item) for item in items]`` (tidegate.shipped), with the rows of the events
+    of class ``cls`` (the compiled paths' ShippedEvents, whose fields are all in their
+    ``__dict__``) built here: a reader process turns every item it reads into a row."""
+    cdef list out = []
+    cdef dict d
+    for item in items:
+        if type(item) is not cls:
+            out.append(item_to_row(item))
+            continue
+        d = item.__dict__
+        try:  # the fields not set are the class's defaults (ChangeEvent)
+            out.append(("event", d["value"], d["key_bytes"], d["idempotency_key"], d["op"], d["db"],
+                        d["schema"], d["table"], d["tx_id"], d.get("tx_end", False), d.get("end_position"),
+                        d.get("headers"), d.get("commit_us")))
+        except KeyError:  # a field read from the envelope on first use
+            out.append(item_to_row(item))
+    return out
