@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled hot path of the binlog reader: the rows of one ROWS event straight to the bytes a
-run sends (docs/architecture.md, "The compiled hot path").
+"""Compiled hot path of the log readers: the rows of one binlog ROWS event, or one wal2json
+row message (:class:`Wal2JsonRows`, at the end of this file), straight to the bytes a run sends
+(docs/architecture.md, "The compiled hot path").
 
 For each row image of the event it writes the ``tidegate`` envelope (``ChangeEvent.value``),
 the message key (``ChangeEvent.key_bytes``) and the idempotency key, byte for byte what the

@@ -9,7 +9,9 @@
 * :class:`Wal2JsonReader` is the read path: it parses each message with msgspec into typed
   structs (JSON numbers that are not integers are kept exact as ``Decimal``), converts rows
   with a generated :class:`~.values.RowPlan` per (table, column signature), and builds events
-  with ``ChangeEvent.native``. It applies the transaction rules of the package
+  with ``ChangeEvent.native``; where the compiled module is built, row changes are first
+  offered to it (:func:`compiled_rows`, tidegate.native.rowcodec.Wal2JsonRows), which writes
+  the same bytes from the message's JSON. It applies the transaction rules of the package
   ("Positions, ids and boundaries" in ``sources/postgres/__init__.py``): the bound, the skip of
   transactions that end at or before the start, empty transactions, a commit straddling the
   bound, unchanged TOAST values.
