@@ -19,7 +19,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, strlen
+from libc.string cimport memchr, memcmp, memcpy, strlen
 
 
 cdef extern from "Python.h":
@@ -783,8 +783,14 @@ cdef inline Py_ssize_t ws(const unsigned char* s, Py_ssize_t i, Py_ssize_t e):
 cdef Py_ssize_t scan_string(const unsigned char* s, Py_ssize_t i, Py_ssize_t e, int* esc):
     """``s[i]`` is a string's opening quote: the index after its closing quote, or -1.
     ``esc[0]``: 1 when it holds an escape."""
+    cdef const unsigned char* q
     i += 1
     esc[0] = 0
+    q = <const unsigned char*>memchr(s + i, 0x22, e - i)
+    if q == NULL:
+        return -1
+    if memchr(s + i, 0x5C, q - (s + i)) == NULL:  # no escape (most strings): the first quote ends it
+        return q - s + 1
     while i < e:
         if s[i] == 0x22:
             return i + 1
@@ -1196,6 +1202,7 @@ cdef class Wal2JsonRows:
     cdef int cap
     cdef Py_ssize_t* span_a
     cdef Py_ssize_t* span_b
+    cdef Buf bufs[5]  # before, after, envelope, message key, idempotency key: reused row to row
     cdef str tx_id
     cdef bytes tx_raw, tx_mid, tx_tail
     cdef object ts_us
@@ -1203,8 +1210,12 @@ cdef class Wal2JsonRows:
     cdef dict per_table, same_lsn
 
     def __cinit__(self):
+        cdef int k
         self.cols = self.ident = NULL
         self.span_a = self.span_b = NULL
+        for k in range(5):
+            self.bufs[k].p = NULL
+            self.bufs[k].n = self.bufs[k].cap = 0
 
     def __init__(self, str tenant, str pipeline, tables, type cls):
         self.tenant, self.pipeline, self.tables, self.cls = tenant, pipeline, tables, cls
@@ -1216,10 +1227,13 @@ cdef class Wal2JsonRows:
         self.begin("", "", None, 0, None)
 
     def __dealloc__(self):
+        cdef int k
         PyMem_Free(self.cols)
         PyMem_Free(self.ident)
         PyMem_Free(self.span_a)
         PyMem_Free(self.span_b)
+        for k in range(5):
+            PyMem_Free(self.bufs[k].p)
 
     cdef grow(self, int cap):
         PyMem_Free(self.cols)
@@ -1251,12 +1265,17 @@ cdef class Wal2JsonRows:
     def next(self, tkey, str lsn):
         """(the event's index among the transaction's events at ``lsn``, its total order, its
         order among its table's events) for the next event."""
-        n = self.same_lsn.get(lsn, 0)
-        self.same_lsn[lsn] = n + 1
-        self.total += 1
-        k = self.per_table.get(tkey, 0) + 1
-        self.per_table[tkey] = k
+        cdef long long n, k
+        self.count(tkey, lsn, &n, &k)
         return n, self.total, k
+
+    cdef int count(self, tkey, str lsn, long long* n, long long* k) except -1:
+        n[0] = self.same_lsn.get(lsn, 0)
+        self.same_lsn[lsn] = n[0] + 1
+        self.total += 1
+        k[0] = self.per_table.get(tkey, 0) + 1
+        self.per_table[tkey] = k[0]
+        return 0
 
     def extra(self, tkey):
         """One more event of ``tkey`` (a key change's second event)."""
@@ -1266,10 +1285,13 @@ cdef class Wal2JsonRows:
     cdef TableRows table_of(self, const unsigned char* s, Py_ssize_t sa, Py_ssize_t sn,
                             Py_ssize_t ta, Py_ssize_t tn):
         cdef TableRows t
+        cdef const char* last
+        if self.last is not None and PyBytes_GET_SIZE(self.last_name) == sn + 1 + tn:
+            last = PyBytes_AS_STRING(self.last_name)  # the same table as the last row's (most rows)
+            if memcmp(last, s + sa, sn) == 0 and last[sn] == 0 and memcmp(last + sn + 1, s + ta, tn) == 0:
+                return self.last
         name = PyBytes_FromStringAndSize(<const char*>s + sa, sn) + b"\0" + \
             PyBytes_FromStringAndSize(<const char*>s + ta, tn)
-        if self.last is not None and self.last_name == name:
-            return self.last
         t = self.by_name.get(name)
         if t is None:
             import orjson
@@ -1337,9 +1359,6 @@ cdef class Wal2JsonRows:
         cdef char op = 0
         cdef TableRows t
         cdef RowShape shape
-        cdef Buf img1, img2, val, key, ik
-        cdef Buf* image
-        cdef Py_ssize_t* image_span
         i = ws(s, 0, e)
         if i >= e or s[i] != b'{':
             return None
@@ -1420,23 +1439,17 @@ cdef class Wal2JsonRows:
                 shape = t.before_shape
         if not shape.compiled or shape.n == 0 or not self.resolve_pk(t, s, pa, pn, shape):
             return None
-        img1.p = img2.p = val.p = key.p = ik.p = NULL
-        img1.n = img2.n = val.n = key.n = ik.n = 0
-        img1.cap = img2.cap = val.cap = key.cap = ik.cap = 0
-        try:
-            return self.event(t, s, op, shape, la, ln, &img1, &img2, &val, &key, &ik)
-        finally:
-            PyMem_Free(img1.p)
-            PyMem_Free(img2.p)
-            PyMem_Free(val.p)
-            PyMem_Free(key.p)
-            PyMem_Free(ik.p)
+        self.bufs[0].n = self.bufs[1].n = self.bufs[2].n = self.bufs[3].n = self.bufs[4].n = 0
+        return self.event(t, s, op, shape, la, ln, &self.bufs[0], &self.bufs[1], &self.bufs[2],
+                          &self.bufs[3], &self.bufs[4])
 
     cdef object event(self, TableRows t, const unsigned char* s, char op, RowShape shape,
                       Py_ssize_t la, Py_ssize_t ln, Buf* before, Buf* after, Buf* val, Buf* key, Buf* ik):
         """The event of a scanned row change (see ``row``), or None."""
         cdef Py_ssize_t* span
-        cdef int k, col
+        cdef const char* image
+        cdef long long n, k, total
+        cdef int col
         cdef unsigned char digest[20]
         cdef char uid[36]
         cdef int j
@@ -1454,7 +1467,8 @@ cdef class Wal2JsonRows:
                                            self.span_a[2 * col + 1] - self.span_a[2 * col]) != 0):
                     return None
         lsn = PyUnicode_DecodeUTF8(<const char*>s + la, ln, "strict")
-        n, total, k = self.next(t.tkey, lsn)
+        self.count(t.tkey, lsn, &n, &k)
+        total = self.total
         # the idempotency key and the event id (uuid5 over the namespace and that key)
         put_bytes(ik, t.ikey_raw)
         put_bytes(ik, self.tx_raw)
