@@ -31,7 +31,7 @@ from typing import Any
 from .errors import SourceError, TidegateError
 from .positions import Position
 from .reading import InProcessReader, Slice
-from .shipped import item_to_row, rows_to_items
+from .shipped import items_to_rows, rows_to_items
 from .sources.base import Source, SourceItem
 
 log = logging.getLogger(__name__)
@@ -123,14 +123,14 @@ def _child_main(spec: Any, connection: Any, hash_salt: bytes | None, start: Posi
 
                 store = open_store(store_url)
                 source.use_store(store)
-            batch: list[tuple] = []
+            batch: list[Any] = []
             for item in source.read(start, upto):
-                batch.append(item_to_row(item))
+                batch.append(item)
                 if len(batch) >= BATCH_ROWS:
-                    send.send_bytes(pickle.dumps(("rows", batch), pickle.HIGHEST_PROTOCOL))
+                    send.send_bytes(pickle.dumps(("rows", items_to_rows(batch)), pickle.HIGHEST_PROTOCOL))
                     batch = []
             if batch:
-                send.send_bytes(pickle.dumps(("rows", batch), pickle.HIGHEST_PROTOCOL))
+                send.send_bytes(pickle.dumps(("rows", items_to_rows(batch)), pickle.HIGHEST_PROTOCOL))
         finally:
             source.close()
             if store is not None:

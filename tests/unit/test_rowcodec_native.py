@@ -327,3 +327,20 @@ def test_shipped_rows_are_rebuilt_as_the_python_loop_rebuilds_them():
     assert [type(i) for i in compiled] == [type(i) for i in python]
     for c, p in zip(compiled, python, strict=True):
         assert c.__dict__ == p.__dict__ if not isinstance(p, ControlMessage) else c is p
+
+
+def test_items_become_rows_as_the_python_loop_makes_them():
+    from tidegate.events import ControlMessage
+    from tidegate.shipped import item_to_row
+
+    rnd = random.Random(12)
+    s, end = stream([[(B.WRITE_ROWS_EVENT_V2, [image(rnd), image(rnd)])],
+                     [(B.DELETE_ROWS_EVENT_V2, [image(rnd)])]])
+    items = read(s, end, True) + read(s, end, False) + [ControlMessage("acme", "p", "gap", "g1", None, 5),
+                                                        PositionMark(BinlogPosition("b.000001", 4))]
+    items[0].__dict__["headers"] = {"__debezium.newkey": b'{"id":1}'}
+    assert {type(i) for i in items} == {ShippedEvent, ChangeEvent, ControlMessage, PositionMark}
+    python = [item_to_row(i) for i in items]
+    compiled = rowcodec.rows_from_items(items, ShippedEvent, item_to_row)
+    assert compiled == python
+    assert compiled[0][11] == {"__debezium.newkey": b'{"id":1}'} and compiled[1][11] is None

@@ -9,7 +9,9 @@
 * :class:`Wal2JsonReader` is the read path: it parses each message with msgspec into typed
   structs (JSON numbers that are not integers are kept exact as ``Decimal``), converts rows
   with a generated :class:`~.values.RowPlan` per (table, column signature), and builds events
-  with ``ChangeEvent.native``. It applies the transaction rules of the package
+  with ``ChangeEvent.native``; where the compiled module is built, row changes are first
+  offered to it (:func:`compiled_rows`, tidegate.native.rowcodec.Wal2JsonRows), which writes
+  the same bytes from the message's JSON. It applies the transaction rules of the package
   ("Positions, ids and boundaries" in ``sources/postgres/__init__.py``): the bound, the skip of
   transactions that end at or before the start, empty transactions, a commit straddling the
   bound, unchanged TOAST values.
@@ -256,8 +258,48 @@ def has_changes(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]]
 # ---------------------------------------------------------------------- the read path
 
 
+class TxCounts:
+    """A transaction's event counts: per LSN (an event's id), in all (``total_order``) and per
+    table (``data_collection_order``). The compiled path (tidegate.native.rowcodec.Wal2JsonRows)
+    keeps them itself, with the same methods, for the events of both paths."""
+
+    def begin(self, tx_id: str, commit: str, xid: int | None, ts_ms: int, ts_us: int | None) -> None:
+        self.total = 0
+        self.per_table: dict[tuple[str, str], int] = {}
+        self.same_lsn: dict[str, int] = {}
+
+    def next(self, tkey: tuple[str, str], lsn: str) -> tuple[int, int, int]:
+        """(index among the events at ``lsn``, total order, order within the table) of the next event."""
+        n = self.same_lsn.get(lsn, 0)
+        self.same_lsn[lsn] = n + 1
+        self.total += 1
+        k = self.per_table.get(tkey, 0) + 1
+        self.per_table[tkey] = k
+        return n, self.total, k
+
+    def extra(self, tkey: tuple[str, str]) -> None:
+        """One more event of ``tkey`` (the second event of a primary-key change)."""
+        self.total += 1
+        self.per_table[tkey] += 1
+
+
+def compiled_rows(host: ReadHost) -> Any:
+    """The compiled row path for a read of ``host`` (tidegate.native), or None where it is not
+    built, is switched off (``TIDEGATE_NATIVE=0``) or cannot apply: column filters work on the
+    values, which the compiled path never makes."""
+    from ...native import rowcodec
+    from ...shipped import ShippedEvent
+
+    if rowcodec is None or getattr(host, "column_filters", None) is not None:
+        return None
+    spec = host.spec
+    return rowcodec.Wal2JsonRows(spec.tenant, spec.pipeline, host.tables, ShippedEvent)
+
+
 class Wal2JsonReader:
     """One bounded pass: the transactions that end in (``start_lsn``, ``upto``]."""
+
+    use_compiled = True  # False: every message through the Python path (a subclass's choice)
 
     @staticmethod
     def messages(source: Any, upto: PgPosition) -> Iterator[bytes]:
@@ -290,12 +332,18 @@ class Wal2JsonReader:
         return row
 
     def run(self, messages: Iterator[str | bytes]) -> Iterator[SourceItem]:
-        """The items of the slot's wal2json ``messages``."""
-        return self.items(map(MESSAGE.decode, messages))
+        """The items of the slot's wal2json ``messages``: row changes through the compiled path
+        where it applies (:func:`compiled_rows`), the rest decoded here."""
+        compiled = compiled_rows(self.host) if self.use_compiled else None
+        if compiled is None:
+            return self.items(map(MESSAGE.decode, messages))
+        return self.items(messages, compiled)
 
-    def items(self, messages: Iterator[Any]) -> Iterator[SourceItem]:
+    def items(self, messages: Iterator[Any], compiled: Any = None) -> Iterator[SourceItem]:
         """The items of decoded messages (:class:`Message`, or objects with its fields whose
-        ``columns`` and ``identity`` :meth:`_convert` takes: the pgoutput reader's)."""
+        ``columns`` and ``identity`` :meth:`_convert` takes: the pgoutput reader's); with
+        ``compiled`` (:func:`compiled_rows`), of raw wal2json messages, each row change first
+        offered to the compiled path."""
         host = self.host
         spec = host.spec
         tenant, pipeline = spec.tenant, spec.pipeline
@@ -320,11 +368,19 @@ class Wal2JsonReader:
         xid: int | None = None
         commit: str | None = None
         ts_ms, ts_us = 0, None
-        total = 0
-        per_table: dict[tuple[str, str], int] = {}
-        same_lsn: dict[str, int] = {}
+        counts = compiled if compiled is not None else TxCounts()
         end: Lsn | None = None
+        decode = MESSAGE.decode
         for m in messages:
+            if compiled is not None:
+                if not skip:
+                    ev = compiled.row(m, seen)
+                    if ev is not None:
+                        if pending is not None:
+                            yield pending
+                        pending = ev
+                        continue
+                m = decode(m)
             a = m.action
             if a == "B":
                 end = Lsn.parse(m.nextlsn)
@@ -334,9 +390,7 @@ class Wal2JsonReader:
                 xid, commit = m.xid, m.lsn
                 tx_id = f"{xid}:{commit}"
                 ts_ms, ts_us = commit_time(m.timestamp)
-                total = 0
-                per_table = {}
-                same_lsn = {}
+                counts.begin(tx_id, commit, xid, ts_ms, ts_us)
                 pending = None
                 continue
             if skip:
@@ -361,8 +415,7 @@ class Wal2JsonReader:
                         ts_ms=ts_ms, tx_id=tx_id, end=PgPosition(end, sysid, tl), commit_us=ts_us)
                 continue  # M (logical messages)
             lsn = m.lsn
-            n = same_lsn.get(lsn, 0)
-            same_lsn[lsn] = n + 1
+            n, total, k = counts.next(tkey, lsn)
             flag[0] = False
             ident = m.identity
             before = convert(schema, table, ident) if ident is not None else None
@@ -397,16 +450,12 @@ class Wal2JsonReader:
                     key = {c.name: image.get(c.name) for c in pk}
             else:
                 key = None
-            total += 1
-            k = per_table.get(tkey, 0) + 1
-            per_table[tkey] = k
             ev = native(tenant, pipeline, "postgresql", schema, schema, table, op, before, after, key,
                         tx_id, f"{lsn}:{n}", {"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms,
                         total, k, False, False, None, not flag[0], ts_us)
             if op == "u" and key is not None and before and (old := old_key(before, key)) is not None:
                 gone, ev = split_key_change(ev, old)  # the primary key changed: delete, then create
-                total += 1
-                per_table[tkey] = k + 1
+                counts.extra(tkey)
                 if pending is not None:
                     yield pending
                 pending = gone
