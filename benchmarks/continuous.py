@@ -13,8 +13,12 @@ for the first task the run's start, to its own start: scheduling, queueing, the 
     export TIDEGATE_..._PORT=...   # the servers' ports, as for the tests
     .venv/bin/python benchmarks/continuous.py --rate 200 --seconds 180 [--idle-sleep 0.2]
 
-``--idle-sleep`` sets the scheduler's ``scheduler_idle_sleep_time`` (Airflow's default 1 s: how
-long a scheduler loop that found nothing to do sleeps) for this benchmark's deployment.
+``--idle-sleep`` sets the scheduler's ``scheduler_idle_sleep_time`` (how long a scheduler loop
+that found nothing to do sleeps; Airflow's default 1 s, scripts/services' 0.1 s) for this
+benchmark's deployment. The deployment's other settings can be compared through the
+environment, which scripts/services passes on, e.g. ``AIRFLOW__SCHEDULER__MP_START_METHOD=fork``:
+task processes without the forkserver's preloaded modules. Also printed: the CPU the
+scheduler, api-server and dag-processor used during the load.
 
 The Airflow deployment is (re)started with this benchmark's pipelines folder and checkpoint
 store, and stopped at the end.
@@ -211,10 +215,13 @@ def main() -> int:
     reader = Reader(bootstrap, f"{pipeline}.events")
     reader.start()
     load = Workload({**kw, "database": db}, f"{db}.events", args.rate, args.rows_per_tx, args.seconds)
+    services_dir = senv.get("TIDEGATE_SERVICES_DIR")
+    cpu_before = airflow_cpu(services_dir)
     t_load = time.monotonic()
     load.start()
     load.join()
     load_s = time.monotonic() - t_load
+    cpu_used = {k: v - cpu_before.get(k, 0.0) for k, v in airflow_cpu(services_dir).items()}
     deadline = time.monotonic() + args.drain
     while len(reader.seen) < len(load.committed) and time.monotonic() < deadline:
         time.sleep(1)
@@ -237,6 +244,9 @@ def main() -> int:
     if durations:
         print(f"airflow runs: {len(durations)} finished, mean {statistics.mean(durations):.1f}s, "
               f"max {max(durations):.1f}s per run")
+    if cpu_used:
+        print("airflow processes' CPU during the load (share of one core): "
+              + ", ".join(f"{k} {v / load_s:.0%}" for k, v in cpu_used.items()))
     task_breakdown(api, dag, [r for r in runs if r["state"] == "success"])
     with pymysql.connect(**kw, autocommit=True) as conn, conn.cursor() as c:
         c.execute(f"DROP DATABASE IF EXISTS {db}")
@@ -245,6 +255,10 @@ def main() -> int:
 
 
 TASKS = ("guard", "bounds", "deliver", "release", "report")
+# Each task's upstream in the DAG (release and report both follow deliver); a task's wait is
+# counted from the end of the nearest upstream task that ran (deliver is skipped in a run with
+# nothing to do), or from the run's start for the first task.
+UPSTREAM = {"guard": None, "bounds": "guard", "deliver": "bounds", "release": "deliver", "report": "deliver"}
 
 
 def task_breakdown(api: Api, dag: str, runs: list[dict]) -> None:
@@ -260,14 +274,17 @@ def task_breakdown(api: Api, dag: str, runs: list[dict]) -> None:
         q = urllib.parse.quote(r["dag_run_id"], safe="")
         tis = {t["task_id"]: t for t in api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{q}/taskInstances")
                ["task_instances"]}
-        previous_end = _ts(r["start_date"])
+        ends: dict[str | None, float] = {None: _ts(r["start_date"])}
         for task in TASKS:
             ti = tis.get(task)
+            up = UPSTREAM[task]
+            while up not in ends:
+                up = UPSTREAM[up]
             if not ti or ti["state"] != "success" or not ti.get("start_date"):
                 continue
-            waits[task].append(_ts(ti["start_date"]) - previous_end)
+            waits[task].append(_ts(ti["start_date"]) - ends[up])
             took[task].append(ti.get("duration") or 0.0)
-            previous_end = _ts(ti["end_date"])
+            ends[task] = _ts(ti["end_date"])
         if tis.get("deliver", {}).get("state") == "success":
             try:
                 report = api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{q}/taskInstances/deliver/xcomEntries/"
@@ -288,6 +305,21 @@ def task_breakdown(api: Api, dag: str, runs: list[dict]) -> None:
         print(f"   deliver's run in the task (read + deliver + commit): median "
               f"{statistics.median(runs_s):.2f}s; Spark Connect session opened in {opened} of "
               f"{len(connect)} delivering runs")
+
+
+def airflow_cpu(services_dir: str | None) -> dict[str, float]:
+    """CPU seconds so far of the deployment's long-lived processes (not of its task processes):
+    what a shorter scheduler idle sleep costs shows in the scheduler's."""
+    base = Path(services_dir or ROOT / ".services") / "airflow"
+    out = {}
+    for component in ("scheduler", "api-server", "dag-processor"):
+        try:
+            pid = int((base / f"{component}.pid").read_text().split()[0])
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except (OSError, ValueError, IndexError):
+            continue
+        out[component] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return out
 
 
 def _ts(text: str) -> float:
