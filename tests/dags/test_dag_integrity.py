@@ -188,6 +188,49 @@ def test_a_tasks_parse_builds_only_the_dag_it_runs(tmp_path):
     assert (result["dags"], result["errors"], result["heavy"]) == (["cdc_load_07"], {}, [])
 
 
+FORKSERVER_PROBE = textwrap.dedent("""\
+    import json, multiprocessing, runpy, sys
+
+    def task_parse(dag_file, out):
+        # what a task process forked from a LocalExecutor worker does first: parse the DAG file
+        before = set(sys.modules)
+        dags = sorted(k for k, v in runpy.run_path(dag_file).items() if k.startswith("cdc_"))
+        new = sorted(m for m in set(sys.modules) - before
+                     if m.split(".")[0] in ("tidegate", "tidegate_airflow", "airflow", "requests"))
+        preloaded = "tidegate.runner" in before and "tidegate.sources.mysql.source" in before
+        out.put({"dags": dags, "imported": new, "engine_preloaded": preloaded,
+                 "spark": any(m.split(".")[0] == "pyspark" for m in sys.modules)})
+
+    if __name__ == "__main__":
+        from airflow.utils.process_utils import set_component_mp_start_method
+
+        set_component_mp_start_method("scheduler")  # as the scheduler does, from its config
+        out = multiprocessing.SimpleQueue()
+        p = multiprocessing.Process(target=task_parse, args=(sys.argv[1], out))
+        p.start()
+        p.join()
+        print(json.dumps({"method": multiprocessing.get_start_method(), **out.get()}))
+    """)
+
+
+def test_forkserver_preload_leaves_a_task_process_nothing_to_import(tmp_path, pipelines_dir):
+    """scripts/services' deployment: the LocalExecutor's workers come from a forkserver that
+    imported tidegate_airflow.preload (found on PYTHONPATH), so a task process (a fork of one)
+    parses its DAG file without importing any module and holds the engine already; Spark stays
+    out."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(FORKSERVER_PROBE)
+    env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH, "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
+           "AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD": "tidegate_airflow.preload",
+           "_AIRFLOW_PARSING_CONTEXT_DAG_ID": "cdc_shop_mysql"}
+    out = subprocess.run([sys.executable, str(probe), str(DAGS / "tidegate_dags.py")], capture_output=True,
+                         text=True, env=env, cwd=str(tmp_path), timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"method": "forkserver", "dags": ["cdc_shop_mysql"], "imported": [],
+                      "engine_preloaded": True, "spark": False}
+
+
 def test_loading_the_plugin_imports_neither_the_page_nor_fastapi():
     """Every task's process loads Airflow plugins; the page's app is built on its first request."""
     probe = textwrap.dedent("""\
