@@ -53,14 +53,19 @@ def test_every_dag_is_configured_for_micro_batches(dags):
             assert task.execution_timeout is not None, task.task_id
 
 
-def test_tasks_are_wired_guard_bounds_deliver_release_report(dags):
+def test_tasks_are_wired_guard_bounds_deliver_then_release_and_report(dags):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from tidegate.plan import GUARD_ORDER
 
     for dag in dags.values():
         assert sorted(dag.task_ids) == sorted(TASKS)
-        for up, down in zip(TASKS, TASKS[1:], strict=False):
-            assert dag.get_task(up).downstream_task_ids == {down}
+        assert dag.get_task("guard").downstream_task_ids == {"bounds"}
+        assert dag.get_task("bounds").downstream_task_ids == {"deliver"}
+        # Release and report side by side: a run ends one task process sooner.
+        assert dag.get_task("deliver").downstream_task_ids == {"release", "report"}
+        assert dag.get_task("release").downstream_task_ids == set()
+        assert dag.get_task("report").downstream_task_ids == set()
+        assert dag.get_task("report").release_task_id is None  # it does not wait for release's XCom
         assert dag.get_task("release").trigger_rule == "none_failed"
         assert dag.get_task("report").trigger_rule == "none_failed"
         deliver = dag.get_task("deliver")
@@ -181,6 +186,54 @@ def test_a_tasks_parse_builds_only_the_dag_it_runs(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert (result["dags"], result["errors"], result["heavy"]) == (["cdc_load_07"], {}, [])
+
+
+FORKSERVER_PROBE = textwrap.dedent("""\
+    import json, multiprocessing, os, sys
+
+    def task_parse(dag_file, out):
+        # what a task process forked from a LocalExecutor worker does first: parse the DAG file
+        # as Airflow's task runner does (task_runner.parse)
+        before = set(sys.modules)
+        from airflow.dag_processing.dagbag import BundleDagBag
+
+        bag = BundleDagBag(dag_folder=dag_file, safe_mode=False, load_op_links=False,
+                           bundle_path=os.path.dirname(dag_file), bundle_name="dags-folder")
+        dags = sorted(bag.dags)
+        # the DAG file itself is the one module a parse adds (Airflow names it unusual_prefix_...)
+        new = sorted(m for m in set(sys.modules) - before if not m.startswith("unusual_prefix_"))
+        preloaded = "tidegate.runner" in before and "tidegate.sources.mysql.source" in before
+        out.put({"dags": dags, "imported": new, "engine_preloaded": preloaded,
+                 "spark": any(m.split(".")[0] == "pyspark" for m in sys.modules)})
+
+    if __name__ == "__main__":
+        from airflow.utils.process_utils import set_component_mp_start_method
+
+        set_component_mp_start_method("scheduler")  # as the scheduler does, from its config
+        out = multiprocessing.SimpleQueue()
+        p = multiprocessing.Process(target=task_parse, args=(sys.argv[1], out))
+        p.start()
+        p.join()
+        print(json.dumps({"method": multiprocessing.get_start_method(), **out.get()}))
+    """)
+
+
+def test_forkserver_preload_leaves_a_task_process_nothing_to_import(tmp_path, pipelines_dir):
+    """scripts/services' deployment: the LocalExecutor's workers come from a forkserver that
+    imported tidegate_airflow.preload (found on PYTHONPATH), so a task process (a fork of one)
+    parses its DAG file as the task runner does without importing any module (the DagBag's
+    imports alone were 0.4 s of every task) and holds the engine already; Spark stays out."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(FORKSERVER_PROBE)
+    env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH, "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
+           "AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD": "tidegate_airflow.preload",
+           "_AIRFLOW_PARSING_CONTEXT_DAG_ID": "cdc_shop_mysql"}
+    out = subprocess.run([sys.executable, str(probe), str(DAGS / "tidegate_dags.py")], capture_output=True,
+                         text=True, env=env, cwd=str(tmp_path), timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"method": "forkserver", "dags": ["cdc_shop_mysql"], "imported": [],
+                      "engine_preloaded": True, "spark": False}
 
 
 def test_loading_the_plugin_imports_neither_the_page_nor_fastapi():

@@ -495,7 +495,15 @@ def test_report_per_sink_numbers_and_metrics(dags, monkeypatch):
     by = {s["id"]: s for s in summary["sinks"]}
     assert (by["events"]["events"], by["events"]["lag_bytes"], by["events"]["behind"]) == (10, 0, False)
     assert (by["cache"]["status"], by["cache"]["lag_bytes"], by["cache"]["behind"]) == ("failed", 4096, True)
-    assert summary["events"] == 10 and summary["released_to"] == {"lsn": "0/2000"}
+    # The DAG's report runs beside release, not after it: it does not read release's XCom.
+    assert summary["events"] == 10 and summary["released_to"] is None
+    assert "released to" not in report_mod.format_summary(summary)[0]
+    # A report wired after release (release_task_id) names where the source was released to.
+    sink = SimpleNamespace(id="events", kind="kafka", required=True)
+    after = report_mod.summarize(SimpleNamespace(pipeline="shop_postgres", sinks=[sink]), report=run,
+                                 bounds={"upto": upto}, released={"released_to": {"lsn": "0/2000"}})
+    assert after["released_to"] == {"lsn": "0/2000"}
+    assert "released to {'lsn': '0/2000'}" in report_mod.format_summary(after)[0]
 
     sent = {(kind, name): v for kind, name, v in stats.sent}
     assert sent == {("incr", "tidegate.events.shop_postgres.events"): 10,

@@ -11,17 +11,19 @@ from .base import TidegateBaseOperator
 
 
 class TidegateReportOperator(TidegateBaseOperator):
-    """Summarise the run from its record (the bounds) and the XComs of the deliver and release
-    tasks; log one line per sink and emit metrics through Airflow's ``Stats`` (names in
-    tidegate_airflow/metrics.py): the run's ``tidegate.events`` / ``bytes`` (/ ``dlq`` /
-    ``duplicates``) per sink, then the pipeline's state from the store: ``incidents_open``, and
-    per sink ``lag_bytes``, ``lag_seconds`` (against the run's upper bound: the report contacts
-    no source and reads no spec folder), ``checkpoint_age_seconds``. A dry run emits only the state.
+    """Summarise the run from its record (the bounds) and the XComs of the deliver task (and of
+    the release task, when this one runs after it); log one line per sink and emit metrics
+    through Airflow's ``Stats`` (names in tidegate_airflow/metrics.py): the run's
+    ``tidegate.events`` / ``bytes`` (/ ``dlq`` / ``duplicates``) per sink, then the pipeline's
+    state from the store: ``incidents_open``, and per sink ``lag_bytes``, ``lag_seconds``
+    (against the run's upper bound: the report contacts no source and reads no spec folder),
+    ``checkpoint_age_seconds``. A dry run emits only the state.
 
     :param pipeline: the pipeline name.
     :param deliver_task_id: task whose XCom is the run report (None when it was skipped).
     :param bounds_task_id: task whose XCom is the bounds (read when the run has no record).
-    :param release_task_id: task whose XCom says where the source was released to.
+    :param release_task_id: task whose XCom says where the source was released to (None: not
+        read; the DAG factory runs report beside release, not after it, and release logs it).
     :param emit_metrics: send metrics.
     """
 
@@ -113,7 +115,9 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
             + ("nothing to do" if summary["nothing_to_do"] else
                f"{summary['events']} events, {summary['bytes']} bytes in {summary['sub_batches']} "
                f"sub-batch(es)")
-            + f"; upper bound {summary['upto']}; released to {summary['released_to']}")
+            + f"; upper bound {summary['upto']}"
+            # Known only when the report runs after release (the DAG factory runs them side by side).
+            + (f"; released to {summary['released_to']}" if summary["released_to"] is not None else ""))
     lines = [head]
     for s in summary["sinks"]:
         lines.append(f"  sink {s['id']} ({s['kind']}{', required' if s['required'] else ''}): "
