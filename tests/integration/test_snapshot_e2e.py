@@ -1,4 +1,6 @@
-"""Snapshots as users meet them, through `airflow dags test` against the real servers.
+"""Snapshots as users meet them, through `airflow dags test` against the real servers, the
+deliver tasks as clients of the `spark_connect` service (the snapshot's chunks are Spark tasks of
+its server; test_tls_sources reads a snapshot through spark-submit).
 
 Two tables of 100k rows in all (``orders``, key ``id``; ``lines``, composite key
 ``(order_id, line)``), a pipeline with ``start: snapshot`` delivering to Kafka (exactly-once),
@@ -50,6 +52,7 @@ from tests.integration.airflow_support import (
     dags_test,
     dags_test_killed_when,
     make_airflow_env,
+    spark_connect_server,  # noqa: F401 - the spark_connect fixture
     task_ended,
 )
 from tests.integration.sink_readers import is_marker, kafka_changes, redis_events
@@ -61,7 +64,8 @@ EXTRA = 30_000  # the table added to a running pipeline
 
 
 @pytest.fixture(scope="module")
-def airflow_env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_service, nats_service):
+def airflow_env(tmp_path_factory, service_env, mysql, postgres, kafka, redis_service, nats_service,
+                spark_connect):
     base = tmp_path_factory.mktemp("snapshots")
     return make_airflow_env(base, service_env), base
 
@@ -72,6 +76,7 @@ def spec_text(pipeline: str, kind: str, conn_id: str, tables: list[str], extra: 
         source: {{kind: {kind}, conn_id: {conn_id}, tables: [{', '.join(tables)}], {extra} start: snapshot}}
         batch: {{max_events: 4000}}
         snapshot: {{chunk_rows: 10000, parallelism: 2}}
+        spark: {{conn_id: spark_connect}}
         sinks:
           - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
               exactly_once: true, partitions: 3}}
@@ -217,7 +222,7 @@ def nats_messages(conn, stream: str, subject: str) -> list[tuple[str, str, dict]
                 ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL))
             total = (await sub.consumer_info()).num_pending
             out = []
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300  # a bound for a stuck read, not a speed check
             while len(out) < total:
                 assert time.monotonic() < deadline, f"read {len(out)} of {total} messages of {stream}"
                 try:
