@@ -4,7 +4,7 @@ PostgreSQL, with two Delta sinks per pipeline: ``merged`` (mode merge) and ``log
 The deliver tasks are Spark Connect clients of the shared `spark_connect` server (``spark.conn_id:
 spark_connect``; the sinks write through sessions of their own on it), but for one: MariaDB's
 kill-before-commit run spark-submits, so that path stays proven, and it is the case that needs the
-writer itself to die (a Connect server finishes a write whose client was killed). The test reads
+writer itself to die (a Connect server may finish a write whose client was killed). The test reads
 the tables through the same server.
 
 Each pipeline starts with a snapshot, then runs with inserts, updates (some changing the primary
@@ -245,7 +245,7 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
         check(lake, source_rows(), collections.Counter({"r": snapshot_rows}))
 
         # killed before any Delta commit of the sub-batch: at its first new data file. Through
-        # spark-submit: the kill takes the driver that writes (a Connect server would finish a
+        # spark-submit: the kill takes the driver that writes (a Connect server may finish a
         # write whose client died, and commit it).
         w.wave()
         commits = [Lake.commits(t) for t in (lake.merged, lake.log)]
