@@ -21,6 +21,13 @@ COPY --chown=airflow:root dags /opt/tidegate/dags
 COPY --chown=airflow:root plugins /opt/tidegate/plugins
 COPY --chown=airflow:root spark_jobs /opt/tidegate/spark_jobs
 RUN pip install --no-cache-dir --no-deps -e /opt/tidegate
+# Delta Lake's jars (kind: delta sinks; the io.delta artifacts scripts/delta/pom.xml fetches for
+# `make install`), where tidegate.sinks.delta.jars looks: jars/delta of the project.
+ARG DELTA_VERSION=4.4.0
+RUN mkdir -p /opt/tidegate/jars/delta && cd /opt/tidegate/jars/delta \
+ && for a in delta-spark_4.2_2.13 delta-storage delta-kernel-api delta-kernel-defaults delta-kernel-unitycatalog; do \
+      curl -fsSLO "https://repo1.maven.org/maven2/io/delta/$a/${DELTA_VERSION}/$a-${DELTA_VERSION}.jar" || exit 1; \
+    done
 
 ENV AIRFLOW__CORE__DAGS_FOLDER=/opt/tidegate/dags \
     AIRFLOW__CORE__PLUGINS_FOLDER=/opt/tidegate/plugins \

@@ -1,16 +1,25 @@
 """The Delta sink as users meet it, through `airflow dags test` against real MariaDB and
 PostgreSQL, with two Delta sinks per pipeline: ``merged`` (mode merge) and ``log`` (mode changelog).
 
+The deliver tasks are Spark Connect clients of the shared `spark_connect` server (``spark.conn_id:
+spark_connect``; the sinks write through sessions of their own on it), but for one: MariaDB's
+kill-before-commit run spark-submits, so that path stays proven, and it is the case that needs the
+writer itself to die (a Connect server may finish a write whose client was killed). The test reads
+the tables through the same server.
+
 Each pipeline starts with a snapshot, then runs with inserts, updates (some changing the primary
 key) and deletes. After every run the merged table equals the source table row by row (every
-column, compared in the envelope's JSON form), and the changelog holds every change exactly once
-(no idempotency key twice; as many rows per op as the writes made).
+column, compared in the envelope's JSON form, over every column type of the sources' type tests:
+MariaDB JSON, SET, ENUM, BIT, YEAR, TIME, DECIMAL, BLOB...; PostgreSQL timestamptz, jsonb, int[],
+text[], numeric, uuid, bytea, interval...), and the changelog holds every change exactly once (no
+idempotency key twice; as many rows per op as the writes made).
 
 MariaDB then goes through the faults: the deliver task SIGKILLed before any Delta commit of its
-sub-batch (when the first data file of the run appears), and SIGKILLed after the Delta commits and
-before the checkpoint-store write (another process holds the SQLite store's write lock from the first
-data commit, so the run is stopped right there, and the kill comes once both checkpoint tables show
-the commit); each rerun leaves the tables exact. Then a replay of an earlier run and a rewind of
+sub-batch (when the first data file of the run appears; spark-submit: the kill takes the Spark
+driver writing it), and SIGKILLed after the Delta commits and before the checkpoint-store write
+(Connect: the server made the commits; another process holds the SQLite store's write lock from the
+first data commit, so the task is stopped right there, and the kill comes once both checkpoint tables
+show the commit); each rerun leaves the tables exact. Then a replay of an earlier run and a rewind of
 both sinks to an older version: the merged table stays exact, and the changelog shows no
 re-delivery (the sink skips what its checkpoint table says the tables hold; docs/operations.md).
 """
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import json
 import random
 import re
 import sqlite3
@@ -38,6 +48,7 @@ from tests.integration.airflow_support import (
     dags_test,
     dags_test_killed_when,
     make_airflow_env,
+    spark_connect_server,  # noqa: F401 - the spark_connect fixture
     task_ended,
 )
 
@@ -45,31 +56,31 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 
 @pytest.fixture(scope="module")
-def airflow_env(tmp_path_factory, service_env, mysql, postgres):
+def airflow_env(tmp_path_factory, service_env, mysql, postgres, spark_connect):
     base = tmp_path_factory.mktemp("delta")
     return make_airflow_env(base, service_env), base
 
 
 @pytest.fixture(scope="module")
-def spark():
-    """A reader of the tables (its own JVM; the deliver task's job writes them)."""
+def spark(service_env, spark_connect):
+    """A reader of the tables: a session on the shared Spark Connect server (no JVM of its own)."""
     from pyspark.sql import SparkSession
-    from tidegate.sinks.delta.jars import spark_conf
 
-    b = (SparkSession.builder.master("local[1]").appName("tidegate-delta-e2e")
-         .config("spark.ui.enabled", "false"))
-    for k, v in {**spark_conf(), "spark.sql.shuffle.partitions": "1"}.items():
-        b = b.config(k, v)
-    s = b.getOrCreate()
+    conn = json.loads(service_env["AIRFLOW_CONN_SPARK_CONNECT"])
+    s = SparkSession.builder.remote(f"{conn['host']}:{conn['port']}").appName("tidegate-delta-e2e").create()
+    if "Delta" not in (s.conf.get("spark.sql.extensions", "") or ""):
+        pytest.fail("the spark_connect server runs without Delta Lake: it was started before the jars "
+                    "were in jars/delta; restart it (scripts/services down spark_connect)", pytrace=False)
     yield s
     s.stop()
 
 
-def spec_text(pipeline: str, source: str, lake: Path) -> str:
+def spec_text(pipeline: str, source: str, lake: Path, spark_conn: str = "spark_connect") -> str:
     return textwrap.dedent(f"""
         pipeline: {pipeline}
         source: {source}
         batch: {{max_events: 5000}}
+        spark: {{conn_id: {spark_conn}}}
         sinks:
           - {{id: merged, kind: delta, mode: merge, path: "{lake}/{{pipeline}}/merged/{{schema}}/{{table}}"}}
           - {{id: log, kind: delta, mode: changelog, path: "{lake}/{{pipeline}}/log/{{schema}}/{{table}}"}}
@@ -136,20 +147,27 @@ class Writes:
             self.ops["d"] += 1
 
 
-TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?$")
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d)?$")
 
 
 def same_value(v):
     """A timestamp as its time: the PostgreSQL source writes fractional seconds without trailing
-    zeros (.00001), Python's isoformat with six digits (.000010); both are the same instant."""
+    zeros (.00001), Python's isoformat with six digits (.000010); both are the same instant (and a
+    timestamptz the same instant in any offset)."""
     return dt.datetime.fromisoformat(v) if isinstance(v, str) and TIMESTAMP.match(v) else v
+
+
+def table_value(v, source):
+    """What the merged table holds for an envelope value that is a JSON array or object (a SET, an
+    array, a jsonb): a string column with that JSON's text (docs/operations.md, "Delta Lake sink")."""
+    return json.loads(v) if isinstance(source, (list, dict)) and isinstance(v, str) else v
 
 
 def check(lake: Lake, source_rows: dict, ops: collections.Counter) -> None:
     got = lake.rows()
     assert sorted(got) == sorted(source_rows)
     for k, row in source_rows.items():
-        have = {c: same_value(v) for c, v in got[k].items()}
+        have = {c: same_value(table_value(v, row.get(c))) for c, v in got[k].items()}
         assert have == {c: same_value(v) for c, v in row.items()}, (k, got[k], row)
     log = lake.changelog()
     keys = collections.Counter(r["idempotency_key"] for r in log)
@@ -166,14 +184,32 @@ def run_ok(env, dag: str, conf: dict | None = None) -> str:
 # --------------------------------------------------------------------------- MariaDB
 
 MARIADB_TABLE = ("id INT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2), qty BIGINT, ratio DOUBLE, "
-                 "flag TINYINT, d DATE, ts DATETIME(6), t TIME, b VARBINARY(16), e ENUM('x','y'), "
-                 "note TEXT NULL")
+                 "flag TINYINT, d DATE, ts DATETIME(6), t TIME(3), b VARBINARY(16), e ENUM('x','y'), "
+                 "note TEXT NULL, j JSON, s SET('a','b','c'), bt BIT(5), y YEAR, bl BLOB, "
+                 "big DECIMAL(30,10)")
+MARIADB_BITS = {"bt": 5}  # BIT columns and their width: the envelope writes n 0/1 digits
+
+
+def mariadb_value(column: str, v):
+    """A value as the envelope holds it, from what pymysql returns: BIT(n) as n 0/1 digits, a SET
+    (pymysql's text "a,c") as the sorted list of its members, anything else by encode_value."""
+    if v is None:
+        return None
+    if column in MARIADB_BITS:
+        return format(int.from_bytes(v, "big"), f"0{MARIADB_BITS[column]}b")
+    if column == "s":
+        return sorted(x for x in (v.split(",") if isinstance(v, str) else v) if x)
+    return encode_value(v)
 
 
 def mariadb_row(i: int) -> str:
     return (f"{i}, 'n{i}', {i}.25, {i * 1000}, {i / 8}, {i % 2}, '2026-01-{1 + i % 28:02d}', "
-            f"'2026-02-03 04:05:{i % 60:02d}.{i:06d}', '{i % 24:02d}:30:00', UNHEX('{i:04x}ff'), "
-            f"'{'xy'[i % 2]}', {'NULL' if i % 3 == 0 else repr(f'note {i}')}")
+            f"'2026-02-03 04:05:{i % 60:02d}.{i:06d}', "
+            f"'{'-' if i % 5 == 0 else ''}{i % 24 + 30:02d}:30:00.{i:03d}', UNHEX('{i:04x}ff'), "
+            f"'{'xy'[i % 2]}', {'NULL' if i % 3 == 0 else repr(f'note {i}')}, "
+            f"{'NULL' if i % 4 == 0 else repr(json.dumps({'k': i, 'l': [1, 2.5, 'x'], 'n': None}))}, "
+            f"'{['', 'a', 'a,c', 'b,c'][i % 4]}', b'{i % 32:05b}', {1901 + i % 254}, "
+            f"UNHEX('{i:06x}00ff'), '-{i % 9}2345678901234567890.0123456789'")
 
 
 def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, mysql):
@@ -181,9 +217,10 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
     tag = uuid.uuid4().hex[:6]
     db = pipeline = f"dlm_{tag}"
     dag = f"cdc_{pipeline}"
-    (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(
-        pipeline, f"{{kind: mysql, conn_id: cdc_mysql, tables: [{db}.items], "
-                  f"server_id: {48700 + random.randint(0, 99)}, start: snapshot}}", base / "lake"))
+    spec_file = base / "pipelines" / f"{pipeline}.yaml"
+    source = (f"{{kind: mysql, conn_id: cdc_mysql, tables: [{db}.items], "
+              f"server_id: {48700 + random.randint(0, 99)}, start: snapshot}}")
+    spec_file.write_text(spec_text(pipeline, source, base / "lake"))
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
 
     def sql(stmt: str) -> None:
@@ -193,7 +230,7 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
     def source_rows() -> dict:
         with admin.cursor(pymysql.cursors.DictCursor) as c:
             c.execute(f"SELECT * FROM {db}.items")
-            return {r["id"]: {k: encode_value(v) for k, v in r.items()} for r in c.fetchall()}
+            return {r["id"]: {k: mariadb_value(k, v) for k, v in r.items()} for r in c.fetchall()}
 
     lake = Lake(spark, base / "lake", pipeline, db)
     store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
@@ -207,14 +244,20 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
         run_ok(env, dag)
         check(lake, source_rows(), collections.Counter({"r": snapshot_rows}))
 
-        # killed before any Delta commit of the sub-batch: at its first new data file
+        # killed before any Delta commit of the sub-batch: at its first new data file. Through
+        # spark-submit: the kill takes the driver that writes (a Connect server may finish a
+        # write whose client died, and commit it).
         w.wave()
         commits = [Lake.commits(t) for t in (lake.merged, lake.log)]
         files = [Lake.data_files(t) for t in (lake.merged, lake.log)]
-        dags_test_killed_when(env, dag, lambda: any(
+        spec_file.write_text(spec_text(pipeline, source, base / "lake", spark_conn="spark_default"))
+        killed = dags_test_killed_when(env, dag, lambda: any(
             Lake.data_files(t) > n for t, n in zip((lake.merged, lake.log), files, strict=True)))
+        assert "Spark Connect client" not in killed  # the spark-submit path
+        spec_file.write_text(spec_text(pipeline, source, base / "lake"))
         assert [Lake.commits(t) for t in (lake.merged, lake.log)] == commits  # nothing committed
-        run_ok(env, dag)
+        log = run_ok(env, dag)
+        assert "as a Spark Connect client" in log
         check(lake, source_rows(), w.ops + collections.Counter({"r": snapshot_rows}))
 
         # killed after the Delta commits, before the store write
@@ -266,13 +309,18 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
 # --------------------------------------------------------------------------- PostgreSQL
 
 PG_TABLE = ("id int PRIMARY KEY, name text, price numeric(10,2), qty bigint, ratio double precision, "
-            "flag boolean, d date, ts timestamp, b bytea, u uuid, note text")
+            "flag boolean, d date, ts timestamp, b bytea, u uuid, note text, tz timestamptz, jb jsonb, "
+            "ia int[], ta text[], big numeric, iv interval")
 
 
 def pg_row(i: int) -> str:
     return (f"{i}, 'n{i}', {i}.25, {i * 1000}, {i / 8}, {'true' if i % 2 else 'false'}, "
             f"'2026-01-{1 + i % 28:02d}', '2026-02-03 04:05:{i % 60:02d}.{i:06d}', '\\x{i:04x}ff', "
-            f"'{uuid.UUID(int=i)}', {'NULL' if i % 3 == 0 else repr(f'note {i}')}")
+            f"'{uuid.UUID(int=i)}', {'NULL' if i % 3 == 0 else repr(f'note {i}')}, "
+            f"'2026-02-03 04:05:{i % 60:02d}.{i:03d}+0{i % 6}:30', "
+            f"{'NULL' if i % 4 == 0 else repr(json.dumps({'k': i, 'l': [1, 2.5, 'x'], 'n': None}))}, "
+            f"ARRAY[{i}, NULL, {-i}], ARRAY['a b', 'c,d', NULL, 'q\"{i}', '{{y}}'], "
+            f"{i}12345678901234567890.{i:04d}5, '{i} days {i % 24:02d}:03:04.5'")
 
 
 def test_postgres_snapshot_then_changes(airflow_env, spark, postgres):
@@ -292,7 +340,8 @@ def test_postgres_snapshot_then_changes(airflow_env, spark, postgres):
 
     def source_rows() -> dict:
         with admin.cursor() as c:
-            c.execute(f"SELECT * FROM {schema}.items")
+            # the tables' interval is PostgreSQL's text of it (the envelope's): read it as text
+            c.execute(f"SELECT *, iv::text AS iv FROM {schema}.items")
             cols = [d[0] for d in c.description]
             return {r[0]: {k: encode_value(v) for k, v in zip(cols, r, strict=True)} for r in c.fetchall()}
 

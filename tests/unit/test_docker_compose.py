@@ -218,3 +218,25 @@ def test_every_variable_a_service_reads_is_defined(compose):
             if src.startswith("./"):
                 read |= _script_variables((ROOT / src).read_text())
         assert read <= defined, f"{name} reads {sorted(read - defined)}, which it does not define"
+
+
+def test_the_connect_server_starts_with_the_delta_settings_and_the_image_has_their_jars(compose, monkeypatch,
+                                                                                       tmp_path):
+    """The Connect server's Delta settings are tidegate's (sinks/delta/jars.py) for jars in the
+    image's /opt/tidegate/jars/delta, and the Dockerfile fetches every one of them."""
+    from tidegate.sinks.delta import jars
+
+    cmd = compose["services"]["spark-connect"]["command"]
+    conf = dict(c.split("=", 1) for c in (cmd[i + 1] for i, a in enumerate(cmd) if a == "--conf"))
+    names = [Path(j).name for j in conf["spark.jars"].split(",")]
+    for name in names:
+        (tmp_path / name).touch()
+    monkeypatch.setenv(jars.JARS_ENV, str(tmp_path))
+    want = {k: v for k, v in jars.spark_conf().items() if k != "spark.jars"}
+    assert {k: conf.get(k) for k in want} == want
+    assert all(j.startswith("/opt/tidegate/jars/delta/") for j in conf["spark.jars"].split(","))
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    version = re.search(r"ARG DELTA_VERSION=(\S+)", dockerfile).group(1)
+    fetched = re.search(r"for a in ([^;]+);", dockerfile).group(1).split()
+    assert sorted(names) == sorted(f"{a}-{version}.jar" for a in fetched)
+    assert "/opt/tidegate/jars/delta" in dockerfile

@@ -6,6 +6,7 @@
 * ``chunks.py``: the Python Data Source whose tasks read a snapshot's chunks;
 * ``windows.py``: partitions computed a few at once, handed over in order.
 
-Nothing here is imported by the engine outside this package; pyspark is imported only where a
-Spark session is used.
+Nothing here is imported by the engine outside this package, but for the Delta sink, which
+asks ``connect.active_session()`` for the run's Spark Connect server; pyspark is imported only
+where a Spark session is used.
 """

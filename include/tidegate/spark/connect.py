@@ -80,17 +80,8 @@ class LazySession:
     def get(self) -> Any:
         if self.session is None:
             t0 = time.monotonic()
-            from pyspark.sql import SparkSession
-
-            spark = SparkSession.builder.remote(self.url).appName(self.app_name).create()
+            spark = self._open(self.app_name)
             self.timings["session_connect_s"] = time.monotonic() - t0
-            for key, value in self.conf.items():
-                try:
-                    spark.conf.set(key, value)
-                except Exception as exc:  # a setting fixed when the server started
-                    log.warning("spark.conf %s: not settable in a Spark Connect session (%s); the "
-                                "server's own value applies: set it where the server starts",
-                                key, type(exc).__name__)
             t1 = time.monotonic()
             if self.py_files:  # the session's tasks import this tidegate, not the server's
                 spark.addArtifacts(*self.py_files, pyfile=True)
@@ -100,6 +91,26 @@ class LazySession:
                      spark.session_id, self.timings["session_connect_s"], self.timings["ship_package_s"])
         return self.session
 
+    def sibling(self, app_name: str) -> Any:
+        """Another session on the same server with the run's settings: its SQL settings are its
+        own (a sink that carries its commits' identifiers in them needs that). No package is
+        shipped: it runs no Python task. The caller stops it."""
+        return self._open(app_name)
+
+    def _open(self, app_name: str) -> Any:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.remote(self.url).appName(app_name).create()
+        for key, value in self.conf.items():
+            try:
+                spark.conf.set(key, value)
+            except Exception as exc:  # a setting fixed when the server started
+                if _server_value(spark, key) != value:  # the server has it already: nothing to say
+                    log.warning("spark.conf %s: not settable in a Spark Connect session (%s); the "
+                                "server's own value applies: set it where the server starts",
+                                key, type(exc).__name__)
+        return spark
+
     def conf_value(self, key: str) -> str | None:
         """A setting the run gave the session (read without opening it)."""
         return self.conf.get(key)
@@ -108,6 +119,23 @@ class LazySession:
         if self.session is not None:
             self.session.stop()  # releases the server-side session and what it holds
             self.session = None
+
+
+def _server_value(spark: Any, key: str) -> str | None:
+    try:
+        return spark.conf.get(key, None)
+    except Exception:  # noqa: BLE001 - a setting the server does not show
+        return None
+
+
+# The Connect session of the run this process delivers (deliver_remote), for the sinks that write
+# through Spark themselves (the Delta sink); None outside such a run.
+_ACTIVE: LazySession | None = None
+
+
+def active_session() -> LazySession | None:
+    """The run's :class:`LazySession` while this process delivers a run as a Connect client."""
+    return _ACTIVE
 
 
 def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None = None,
@@ -120,12 +148,15 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     from ..store import default_url
     from .job import SparkReader
 
+    global _ACTIVE
     session = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files)
     reader = SparkReader(session, run.parts.connection(run.spec.source.conn_id), default_url())
     t0 = time.monotonic()
+    _ACTIVE = session
     try:
         report = run_pipeline(run, reader=reader)
     finally:
+        _ACTIVE = None
         session.stop()
     timings = dict(session.timings)
     timings["run_s"] = time.monotonic() - t0
@@ -134,4 +165,4 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     return report
 
 
-__all__ = ["LazySession", "deliver_remote", "register_task_source"]
+__all__ = ["LazySession", "active_session", "deliver_remote", "register_task_source"]

@@ -1,5 +1,10 @@
 """Delta Lake sink (delta-spark): every captured table is a Delta table, written by Spark.
 
+Spark: a session of the sink's own, over the spark-submit driver's Spark (or a local one under
+``tidegate run``), or, when the run is a Spark Connect client, on the run's Connect server. One code
+path for both: DataFrame writes and Spark SQL (``MERGE INTO delta.`path```, ``CREATE TABLE``,
+``ALTER TABLE``), no DeltaTable API (which needs a classic session or Delta Connect's server plugin).
+
 Per sub-batch and table, one Delta commit (docs/operations.md, "Delta Lake sink"):
 
 - ``mode: merge``: the table holds the source table's current rows. The sub-batch's changes of the
@@ -40,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from collections import defaultdict
 from typing import Any
 
@@ -48,6 +54,7 @@ from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...errors import ErrorClass, NonRetryableSinkError
 from ...positions import IncomparablePositionsError, Position
+from ...spark import connect
 from ...spec import PipelineSpec, render_template
 from ..base import RetryPolicy, Sink, is_control
 from . import jars
@@ -57,6 +64,8 @@ log = logging.getLogger(__name__)
 
 _SESSION_LOCK = threading.Lock()
 META_TYPES = ("gap", "failover", "schema_change", "snapshot_started", "snapshot_completed")
+# What a read of a path that holds no Delta table fails with.
+NO_TABLE = ("PATH_NOT_FOUND", "DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE")
 CHANGELOG_COLUMNS = ("idempotency_key", "op", "before", "after", "key", "tx_id", "total_order", "position",
                      "source_ts_ms", "snapshot", "date")
 
@@ -106,6 +115,7 @@ class DeltaSink(Sink):
         self.checkpoint_path = sink.checkpoint_table_path(pipeline.pipeline)
         self.app_id = self.checkpoint_key  # {tenant}/{pipeline}::sink::{sink_id}
         self._spark: Any = None
+        self._own: Any = None  # a Spark Connect session this sink opened
         self._types: dict[str, dict[str, dict[str, str | None]]] = {}  # path -> {"row"/"key": types}
         self._committed: SinkCheckpoint | None = None
 
@@ -120,9 +130,29 @@ class DeltaSink(Sink):
             self._spark = self._session()
 
     def _session(self) -> Any:
-        """A session of its own (its SQL settings, which carry the MERGE's txnAppId, are this
-        sink's alone) over the process's Spark: the deliver job's, or a local one started with
-        Delta's settings when none runs (``tidegate run``)."""
+        """A session of its own (its SQL settings, which carry the commits' txnAppId, are this
+        sink's alone): when the run is a Spark Connect client, a new session on the run's server;
+        else one over the process's Spark: the deliver job's, or a local one started with Delta's
+        settings when none runs (``tidegate run``)."""
+        remote = connect.active_session()
+        if remote is not None:
+            spark = self._own = remote.sibling(f"tidegate-{self.pipeline}-{self.sink_id}")
+            fix = ("start the Spark Connect server with the settings of tidegate.sinks.delta.jars."
+                   "spark_conf() (static: they must be given when it starts; `scripts/services up "
+                   "spark_connect` gives them when jars/delta holds the jars)")
+        else:
+            spark = self._classic_session().newSession()
+            fix = ("the deliver task adds Delta's settings when the spec has a delta sink: start the job "
+                   "through it, or give spark-submit the settings of tidegate.sinks.delta.jars.spark_conf()")
+        ext = spark.conf.get("spark.sql.extensions", "") or ""
+        if jars.EXTENSION not in ext:
+            self.close()
+            raise NonRetryableSinkError(
+                f"{self.where}: the Spark session was started without Delta Lake "
+                f"(spark.sql.extensions={ext!r}); {fix}")
+        return spark
+
+    def _classic_session(self) -> Any:
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
@@ -131,20 +161,14 @@ class DeltaSink(Sink):
                 b = SparkSession.builder.master("local[2]").appName(f"tidegate-{self.pipeline}")
                 for k, v in jars.spark_conf().items():
                     b = b.config(k, v)
-                base = b.getOrCreate()
-            else:
-                base = SparkSession.builder.getOrCreate()
-        ext = base.conf.get("spark.sql.extensions", "") or ""
-        if jars.EXTENSION not in ext:
-            raise NonRetryableSinkError(
-                f"{self.where}: the Spark session was started without Delta Lake "
-                f"(spark.sql.extensions={ext!r}); the deliver task adds Delta's settings when the spec has "
-                f"a delta sink: start the job through it, or give spark-submit the settings of "
-                f"tidegate.sinks.delta.jars.spark_conf()")
-        return base.newSession()
+                return b.getOrCreate()
+            return SparkSession.builder.getOrCreate()
 
     def close(self) -> None:
-        self._spark = None  # the session belongs to the job; it stops it
+        if self._own is not None:  # a Connect session of this sink's: released on the server
+            self._own.stop()
+            self._own = None
+        self._spark = None  # a classic session belongs to the job; it stops it
 
     # ------------------------------------------------------------------ paths and tables
 
@@ -152,10 +176,20 @@ class DeltaSink(Sink):
         return render_template(self.path_template, pipeline=self.pipeline, db=ev.db, schema=ev.schema,
                                table=ev.table)
 
-    def _exists(self, path: str) -> bool:
-        from delta.tables import DeltaTable
+    def _schema(self, path: str) -> Any:
+        """The schema of the Delta table at ``path``, None when there is none. Asked through a read,
+        which works over Spark Connect (delta's DeltaTable API needs a classic session)."""
+        from pyspark.errors import AnalysisException
 
-        return DeltaTable.isDeltaTable(self._spark, path)
+        try:
+            return self._spark.read.format("delta").load(path).schema
+        except AnalysisException as exc:
+            if exc.getCondition() in NO_TABLE:
+                return None
+            raise
+
+    def _exists(self, path: str) -> bool:
+        return self._schema(path) is not None
 
     def _known_types(self, path: str, key: dict[str, Any] | None) -> dict[str, dict[str, str | None]]:
         """The column types of the table at ``path``: the table's own when it exists."""
@@ -163,8 +197,8 @@ class DeltaSink(Sink):
         if t is not None:
             return t
         t = {"row": {}, "key": {}}
-        if self._exists(path):
-            schema = self._spark.read.format("delta").load(path).schema
+        schema = self._schema(path)
+        if schema is not None:
             if self.mode == "merge":
                 t["row"] = {f.name: f.dataType.simpleString() for f in schema.fields}
             else:
@@ -275,16 +309,13 @@ class DeltaSink(Sink):
 
     def _merge(self, path: str, evs: list[tuple[int, Any]], extends: int, user_meta: str, *,
                reset: bool) -> None:
-        from delta.tables import DeltaTable
+        """One ``MERGE`` (Spark SQL, so the same over Spark Connect) of the last change per key."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
+        table = f"delta.{quote(path)}"
         if not evs:  # only a snapshot's start: empty the table
-            self._set_txn(extends, user_meta)
-            try:
-                DeltaTable.forPath(self._spark, path).delete()
-            finally:
-                self._clear_txn()
+            self._commit(extends, user_meta, f"DELETE FROM {table}")
             return
         df, types = self._frame(path, evs)
         row_t, key_t = types["row"], types["key"]
@@ -300,33 +331,40 @@ class DeltaSink(Sink):
                .select(F.col("e.op").alias("_tg_op"),
                        *[F.col("e.key")[k].alias(f"_tg_k{i}") for i, k in enumerate(keys)],
                        *[row[c].alias(c) for c in row_t]))
+        view = f"_tg_src_{uuid.uuid4().hex[:12]}"  # the session is this sink's: no other sees it
+        src.createOrReplaceTempView(view)
         on = " AND ".join(f"t.{quote(k)} = s._tg_k{i}" for i, k in enumerate(keys))
-        cols = {quote(c): f"s.{quote(c)}" for c in row_t}
-        m = (DeltaTable.forPath(self._spark, path).alias("t").merge(src.alias("s"), on)
-             .whenMatchedDelete("s._tg_op = 'd'")
-             .whenMatchedUpdate(set=cols)
-             .whenNotMatchedInsert("s._tg_op <> 'd'", values=cols))
-        if reset:
-            m = m.whenNotMatchedBySourceDelete()
+        cols = [quote(c) for c in row_t]
+        stmt = (f"MERGE INTO {table} AS t USING {view} AS s ON {on} "
+                f"WHEN MATCHED AND s._tg_op = 'd' THEN DELETE "
+                f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{c} = s.{c}' for c in cols)} "
+                f"WHEN NOT MATCHED AND s._tg_op <> 'd' THEN INSERT ({', '.join(cols)}) "
+                f"VALUES ({', '.join(f's.{c}' for c in cols)})"
+                + (" WHEN NOT MATCHED BY SOURCE THEN DELETE" if reset else ""))
+        try:
+            self._commit(extends, user_meta, stmt)
+        finally:
+            self._spark.catalog.dropTempView(view)
+
+    def _commit(self, extends: int, user_meta: str, stmt: str) -> None:
+        """Run the DML ``stmt`` with the commit's identifiers in the session's settings (the
+        session is this sink's alone), which Delta reads for SQL commands."""
         self._set_txn(extends, user_meta)
         try:
-            m.execute()
+            self._spark.sql(stmt)
         finally:
             self._clear_txn()
 
     def _create_or_evolve(self, path: str, row_t: dict[str, str | None]) -> None:
         """Create the merged table, or add the columns the source gained (before the MERGE, which
         then writes them)."""
-        from delta.tables import DeltaTable
-
-        if not self._exists(path):
-            b = DeltaTable.createIfNotExists(self._spark).location(path)
-            for c, t in row_t.items():
-                b = b.addColumn(c, t or "string")
-            b.execute()
+        schema = self._schema(path)
+        if schema is None:
+            self._spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quote(path)} ("
+                            + ", ".join(f"{quote(c)} {t or 'string'}" for c, t in row_t.items())
+                            + ") USING delta")
             return
-        have = set(self._spark.read.format("delta").load(path).schema.names)
-        new = [c for c in row_t if c not in have]
+        new = [c for c in row_t if c not in set(schema.names)]
         if new:
             self._spark.sql(f"ALTER TABLE delta.{quote(path)} ADD COLUMNS ("
                             + ", ".join(f"{quote(c)} {row_t[c] or 'string'}" for c in new) + ")")
@@ -358,10 +396,10 @@ class DeltaSink(Sink):
         the commit that carries the highest txnVersion of this app), or None."""
         self.open()
         try:
-            if not self._exists(self.checkpoint_path):
-                return None
             from pyspark.sql import functions as F
 
+            if not self._exists(self.checkpoint_path):
+                return None
             row = (self._spark.read.format("delta").load(self.checkpoint_path)
                    .orderBy(F.col("extends").desc()).select("record").first())
         except Exception as exc:  # noqa: BLE001
