@@ -258,7 +258,8 @@ class DeltaSink(Sink):
                 db, _, table = name.partition(".")
                 path = render_template(self.path_template, pipeline=self.pipeline, db=db, schema=db,
                                        table=table)
-                if path not in by_path and self._exists(path):
+                # (the table's name gives its schema, not a PostgreSQL database: docs/operations.md)
+                if path not in by_path:
                     self._merge(path, [], extends, user_meta, reset=True)
         # The record never moves back: after a rewind the tables still hold what they held.
         end = batch.end_position
@@ -314,8 +315,9 @@ class DeltaSink(Sink):
         from pyspark.sql import functions as F
 
         table = f"delta.{quote(path)}"
-        if not evs:  # only a snapshot's start: empty the table
-            self._commit(extends, user_meta, f"DELETE FROM {table}")
+        if not evs:  # only a snapshot's start: empty the table (none yet: nothing to empty)
+            if self._exists(path):
+                self._commit(extends, user_meta, f"DELETE FROM {table}")
             return
         df, types = self._frame(path, evs)
         row_t, key_t = types["row"], types["key"]
