@@ -97,6 +97,23 @@ cdef inline int put_bytes(Buf* b, bytes s) except -1:
     return put(b, PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
 
 
+cdef inline void uuid5_text(const unsigned char* digest, char* uid) noexcept:
+    """The 36 characters of the version-5 UUID whose SHA-1 is ``digest`` (as uuid.uuid5 prints it)."""
+    cdef int k, j = 0
+    for k in range(16):
+        if k == 4 or k == 6 or k == 8 or k == 10:
+            uid[j] = b'-'
+            j += 1
+        if k == 6:
+            uid[j] = b'5'
+        elif k == 8:
+            uid[j] = HEX[((digest[k] >> 4) & 0x3) | 0x8]
+        else:
+            uid[j] = HEX[digest[k] >> 4]
+        uid[j + 1] = HEX[digest[k] & 15]
+        j += 2
+
+
 cdef int put_u64(Buf* b, uint64_t v) except -1:
     cdef char tmp[24]
     cdef int i = 24
@@ -649,21 +666,7 @@ def encode_rows(NativePlan plan, bytes pkt, Py_ssize_t o, Py_ssize_t end, str op
             put_bytes(&ik, ikey_raw)
             put_u64(&ik, row)
             tg_sha1(<const unsigned char*>ns, 16, <const unsigned char*>ik.p, ik.n, digest)
-            j = 0
-            for k in range(16):
-                if k in (4, 6, 8, 10):
-                    uid[j] = b'-'
-                    j += 1
-                if k == 6:
-                    uid[j] = b'5'
-                    uid[j + 1] = HEX[digest[k] & 15]
-                elif k == 8:
-                    uid[j] = HEX[((digest[k] >> 4) & 0x3) | 0x8]
-                    uid[j + 1] = HEX[digest[k] & 15]
-                else:
-                    uid[j] = HEX[digest[k] >> 4]
-                    uid[j + 1] = HEX[digest[k] & 15]
-                j += 2
+            uuid5_text(digest, uid)
             put(&val, b'{"id":"', 7)
             put(&val, uid, 36)
             put(&val, b'","idempotency_key":', 20)
@@ -1478,21 +1481,7 @@ cdef class Wal2JsonRows:
         put_u64(ik, <uint64_t>n)
         tg_sha1(<const unsigned char*>PyBytes_AS_STRING(NAMESPACE), 16, <const unsigned char*>ik.p, ik.n,
                 digest)
-        j = 0
-        for col in range(16):
-            if col in (4, 6, 8, 10):
-                uid[j] = b'-'
-                j += 1
-            if col == 6:
-                uid[j] = b'5'
-                uid[j + 1] = HEX[digest[col] & 15]
-            elif col == 8:
-                uid[j] = HEX[((digest[col] >> 4) & 0x3) | 0x8]
-                uid[j + 1] = HEX[digest[col] & 15]
-            else:
-                uid[j] = HEX[digest[col] >> 4]
-                uid[j + 1] = HEX[digest[col] & 15]
-            j += 2
+        uuid5_text(digest, uid)
         put(val, b'{"id":"', 7)
         put(val, uid, 36)
         put(val, b'","idempotency_key":', 20)
