@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import json
+import os
 import random
 import re
 import sqlite3
@@ -66,13 +67,21 @@ def spark(service_env, spark_connect):
     """A reader of the tables: a session on the shared Spark Connect server (no JVM of its own)."""
     from pyspark.sql import SparkSession
 
+    # A Connect session marks the whole process as Spark Connect (SPARK_CONNECT_MODE_ENABLED, which
+    # pyspark's functions dispatch on) and stop() does not unmark it: the later test modules' local
+    # sessions need it gone.
+    marked = "SPARK_CONNECT_MODE_ENABLED" in os.environ
     conn = json.loads(service_env["AIRFLOW_CONN_SPARK_CONNECT"])
     s = SparkSession.builder.remote(f"{conn['host']}:{conn['port']}").appName("tidegate-delta-e2e").create()
-    if "Delta" not in (s.conf.get("spark.sql.extensions", "") or ""):
-        pytest.fail("the spark_connect server runs without Delta Lake: it was started before the jars "
-                    "were in jars/delta; restart it (scripts/services down spark_connect)", pytrace=False)
-    yield s
-    s.stop()
+    try:
+        if "Delta" not in (s.conf.get("spark.sql.extensions", "") or ""):
+            pytest.fail("the spark_connect server runs without Delta Lake: it was started before the jars "
+                        "were in jars/delta; restart it (scripts/services down spark_connect)", pytrace=False)
+        yield s
+    finally:
+        s.stop()
+        if not marked:
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 def spec_text(pipeline: str, source: str, lake: Path, spark_conn: str = "spark_connect") -> str:
