@@ -2,7 +2,8 @@
 equal to the rows a model of the source holds, changelog mode holds every change once, and a
 sub-batch delivered again (a retry after a crash, a replay) changes nothing. Then the merge's
 reduction case by case: many changes of one key in one sub-batch, a delete then a re-insert, a
-key change and a key change into a freed key, a snapshot that resets the table."""
+key change and a key change into a freed key, a snapshot that resets the table, a column the
+source added (the table gains it; rows without it hold null)."""
 
 from __future__ import annotations
 
@@ -157,12 +158,18 @@ def test_merge_reduction_case_by_case(spark, tmp_path):
          tx_of(name, 6, ("snapshot_started",), ("r", row(1, "snap")), ("r", row(7, "snap"))),
          tx_of(name, 7, ("u", row(7, "snap"), row(7, "snap", 70)))],
         [tx_of(name, 8, ("snapshot_started",))],  # a snapshot of a table now empty
+        [tx_of(name, 9, ("c", {**row(8, "n8"), "color": "red"}), ("c", row(9, "n9")))],  # a column added
+        [tx_of(name, 10, ("u", {**row(8, "n8"), "color": "red"}, {**row(8, "n8"), "color": "blue"}),
+               ("c", {**row(10, "n10"), "color": "green"}))],  # the table has it now: no second ALTER
     ]
     want = [
         [r[1], r[2], r[3], r[4], r[5]],
         [row(1, "n1", 12), row(2, "2 again", 2), row(5, "n4"), row(30, "30+"), row(50, "n5")],
         [row(1, "snap"), row(7, "snap", 70)],
         [],
+        [{**row(8, "n8"), "color": "red"}, {**row(9, "n9"), "color": None}],
+        [{**row(8, "n8"), "color": "blue"}, {**row(9, "n9"), "color": None},
+         {**row(10, "n10"), "color": "green"}],
     ]
     got = []
     for version, txs in enumerate(sub_batches, start=1):

@@ -117,6 +117,9 @@ class DeltaSink(Sink):
         self._spark: Any = None
         self._own: Any = None  # a Spark Connect session this sink opened
         self._types: dict[str, dict[str, dict[str, str | None]]] = {}  # path -> {"row"/"key": types}
+        # path -> the columns the table has (None: no table yet), read with its types and kept up to
+        # date by this sink, the table's one writer: a MERGE then needs no second read of its log
+        self._columns: dict[str, set[str] | None] = {}
         self._committed: SinkCheckpoint | None = None
 
     @property
@@ -198,6 +201,7 @@ class DeltaSink(Sink):
             return t
         t = {"row": {}, "key": {}}
         schema = self._schema(path)
+        self._columns[path] = set(schema.names) if schema is not None else None
         if schema is not None:
             if self.mode == "merge":
                 t["row"] = {f.name: f.dataType.simpleString() for f in schema.fields}
@@ -359,17 +363,19 @@ class DeltaSink(Sink):
 
     def _create_or_evolve(self, path: str, row_t: dict[str, str | None]) -> None:
         """Create the merged table, or add the columns the source gained (before the MERGE, which
-        then writes them)."""
-        schema = self._schema(path)
-        if schema is None:
+        then writes them). The table's columns are those :meth:`_known_types` read."""
+        have = self._columns.get(path)
+        if have is None:
             self._spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quote(path)} ("
                             + ", ".join(f"{quote(c)} {t or 'string'}" for c, t in row_t.items())
                             + ") USING delta")
+            self._columns[path] = set(row_t)
             return
-        new = [c for c in row_t if c not in set(schema.names)]
+        new = [c for c in row_t if c not in have]
         if new:
             self._spark.sql(f"ALTER TABLE delta.{quote(path)} ADD COLUMNS ("
                             + ", ".join(f"{quote(c)} {row_t[c] or 'string'}" for c in new) + ")")
+            have.update(new)
 
     def _set_txn(self, extends: int, user_meta: str) -> None:
         c = self._spark.conf
