@@ -413,25 +413,32 @@ def backfill(d, dag: str, start: dict, end: dict) -> None:
 
 
 def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(deployment, kafka_bootstrap,
-                                                                              redis_service):
+                                                                              redis_service, spark_connect):
     d, api = deployment, deployment["api"]
     dag, p, db = d["dags"]["sched"], d["names"]["sched"], d["db"]
     first, second, third, keys = d["scheduled"]
     originals = {r["dag_run_id"]: d["store"].runs.entries(p, r["dag_run_id"])[0] for r in (second, third)}
 
     # A scheduled run with something to deliver; the backfill is created while its deliver runs.
+    # A Spark Connect deliver of one row takes about a second, less than creating a backfill and
+    # less than it takes to see the run through the API: the Connect server is stopped
+    # (SIGSTOP) before the row is written, so that deliver waits at its session until its task
+    # process is found and stopped in turn; it is continued once the backfill's deliver is
+    # scheduled, so the backfill's deliver must wait for it.
     last = quiet_point(api, dag)
-    sql(d, f"INSERT INTO {db}.orders VALUES (10, 'late')")
-    late = wait_scheduled(api, dag, lambda r: r["run_after"] > last["run_after"], "after the late row")
-    # A Spark Connect deliver of one row takes a second or two, less than creating a backfill:
-    # its task process is stopped (SIGSTOP) as soon as it starts and continued once the
-    # backfill's deliver is scheduled, so the backfill's deliver must wait for it.
-    late_ti = ti(api, dag, late["dag_run_id"], "deliver")["id"]
-    deadline = time.monotonic() + 240
-    while (group := task_process_group(late_ti)) is None:  # polled closely: the task is short
-        assert time.monotonic() < deadline, ("no deliver process", api.tasks(dag, late["dag_run_id"]))
-        time.sleep(0.05)
-    os.killpg(group, signal.SIGSTOP)
+    server = int((spark_connect / "pid").read_text())
+    os.kill(server, signal.SIGSTOP)
+    try:
+        sql(d, f"INSERT INTO {db}.orders VALUES (10, 'late')")
+        late = wait_scheduled(api, dag, lambda r: r["run_after"] > last["run_after"], "after the late row")
+        late_ti = ti(api, dag, late["dag_run_id"], "deliver")["id"]
+        deadline = time.monotonic() + 240
+        while (group := task_process_group(late_ti)) is None:
+            assert time.monotonic() < deadline, ("no deliver process", api.tasks(dag, late["dag_run_id"]))
+            time.sleep(0.2)
+        os.killpg(group, signal.SIGSTOP)
+    finally:
+        os.kill(server, signal.SIGCONT)
     before = ckpts(d, "sched")
     try:
         backfill(d, dag, second, third)
