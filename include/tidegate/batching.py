@@ -79,8 +79,8 @@ class SubBatch:
     def after(self, position: Position | None) -> SubBatch:
         """The part of this sub-batch a sink at ``position`` still needs: the transactions that
         end after it. A sink that is ahead gets an empty (but still positioned) sub-batch."""
-        if position is None:
-            return self
+        if position is None or self.transactions[0].needed_after(position):
+            return self  # transactions end in source order: if the first is needed, all are
         keep = tuple(tx for tx in self.transactions if tx.needed_after(position))
         if len(keep) == len(self.transactions):
             return self
