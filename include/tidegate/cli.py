@@ -132,8 +132,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             if run.bounds.nothing_to_do(plan.sinks):
                 print(json.dumps({**report, "nothing_to_do": True}, indent=2, default=str))
                 return 0
-        # The range is decoded in a reader process while this one delivers (reader_process.py).
-        report.update(runner.run_pipeline(run, reader=ReaderProcess(default_url())))
+        # The range is decoded in a reader process while this one delivers (reader_process.py),
+        # started now so that its start-up overlaps the opening of the sinks.
+        with ReaderProcess(default_url()) as reader:
+            if plan.mode != "dry_run":
+                reader.warm_up(spec.source.kind)
+            report.update(runner.run_pipeline(run, reader=reader))
         if plan.mode == "incremental":
             report["released_to"] = position_to_json(runner.release(run))
     print(json.dumps(report, indent=2, default=str))

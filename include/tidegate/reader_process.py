@@ -14,11 +14,15 @@ What the run sees does not change: the same items in the same order, the source'
 again as themselves (a purged position is still a ``PositionPurgedError``). Memory stays
 bounded: the child blocks once the pipe is full, so it is at most one batch ahead of what the
 run has taken. A run that stops early (a failed sink, a schema-change halt) stops the child.
-Small ranges are read in-process: a child costs a Python start-up (about 0.3 s).
+Small ranges are read in-process: a child costs a Python start-up (about 0.3 s). A caller that
+knows a range is coming (``tidegate run`` once its bounds are set) starts the child early with
+:meth:`ReaderProcess.warm_up`: its interpreter start and imports then overlap the opening of
+the sinks, and it waits for the range; unused, :meth:`ReaderProcess.close` stops it.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing
 import os
@@ -51,12 +55,32 @@ class ReaderProcess(InProcessReader):
     def __init__(self, store_url: str | None = None, *, min_bytes: int | None = None):
         self.store_url = store_url
         self.min_bytes = int(os.environ.get(MIN_BYTES_ENV) or MIN_BYTES) if min_bytes is None else min_bytes
+        self._warm: _Child | None = None
+
+    def warm_up(self, source_kind: str) -> None:
+        """Start the child now, importing ``source_kind``'s source; the next range read in a
+        child goes to it."""
+        if self._warm is None:
+            self._warm = _Child.start(source_kind)
 
     def read_log(self, source: Source, run: Slice) -> Iterable[SourceItem]:
         size = _log_bytes(source, run.start, run.end)
         if size is not None and size < self.min_bytes:
             return source.read(run.start, run.end)
-        return read_in_child(source, run.start, run.end, self.store_url)
+        child, self._warm = self._warm, None
+        return read_in_child(source, run.start, run.end, self.store_url, child)
+
+    def close(self) -> None:
+        """Stop a warmed-up child no range went to."""
+        child, self._warm = self._warm, None
+        if child is not None:
+            child.stop(finished=False)
+
+    def __enter__(self) -> ReaderProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _log_bytes(source: Source, start: Position | None, upto: Position) -> int | None:
@@ -68,25 +92,56 @@ def _log_bytes(source: Source, start: Position | None, upto: Position) -> int | 
         return None
 
 
+class _Child:
+    """A spawned reader process: the job goes down one pipe, the rows come back up another."""
+
+    def __init__(self, process: Any, jobs: Any, rows: Any):
+        self.process, self.jobs, self.rows = process, jobs, rows
+
+    @classmethod
+    def start(cls, source_kind: str | None = None) -> _Child:
+        ctx = multiprocessing.get_context("spawn")  # a fork would copy the sink clients' threads
+        rows_in, rows_out = ctx.Pipe(duplex=False)
+        jobs_in, jobs_out = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=_child_main, name="tidegate-read", daemon=True,
+                              args=(source_kind, jobs_in, rows_out))
+        process.start()
+        rows_out.close()  # the child holds the only writing end: its exit shows as EOF here
+        jobs_in.close()
+        return cls(process, jobs_out, rows_in)
+
+    def stop(self, finished: bool) -> None:
+        self.jobs.close()
+        self.rows.close()
+        if not finished and self.process.is_alive():
+            self.process.terminate()  # the run stopped reading: the rest of the range is not needed
+        self.process.join(STOP_TIMEOUT_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
 def read_in_child(source: Source, start: Position | None, upto: Position,
-                  store_url: str | None = None) -> Iterator[SourceItem]:
-    """``source.read(start, upto)``, read by a spawned child process."""
-    ctx = multiprocessing.get_context("spawn")  # a fork would copy the sink clients' threads
-    receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child_main, name=f"tidegate-read-{source.spec.pipeline}", daemon=True,
-                        args=(source.spec, source.conn, source.hash_salt, start, upto, store_url, send))
-    child.start()
-    send.close()  # the child holds the only writing end: its exit shows as EOF here
-    log.info("pipeline %s: reading (%s, %s] in process %d", source.spec.pipeline, start, upto, child.pid)
+                  store_url: str | None = None, child: _Child | None = None) -> Iterator[SourceItem]:
+    """``source.read(start, upto)``, read by a spawned child process (``child``, when one was
+    started ahead)."""
+    child = child or _Child.start()
+    job = (source.spec, source.conn, source.hash_salt, start, upto, store_url)
+    try:
+        child.jobs.send_bytes(pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
+    except OSError:
+        pass  # the child is gone: the read below says so
+    log.info("pipeline %s: reading (%s, %s] in process %d", source.spec.pipeline, start, upto,
+             child.process.pid)
     finished = False
     try:
         while True:
             try:
-                kind, payload = pickle.loads(receive.recv_bytes())
+                kind, payload = pickle.loads(child.rows.recv_bytes())
             except EOFError:
-                child.join(STOP_TIMEOUT_S)
-                raise SourceError(f"the reader process of pipeline {source.spec.pipeline!r} ended "
-                                  f"(exit code {child.exitcode}) before the end of ({start}, {upto}]; "
+                child.process.join(STOP_TIMEOUT_S)
+                raise SourceError(f"the reader process of pipeline {source.spec.pipeline!r} ended (exit "
+                                  f"code {child.process.exitcode}) before the end of ({start}, {upto}]; "
                                   "its log says why (killed for memory?)") from None
             if kind == "rows":
                 yield from rows_to_items(payload)
@@ -96,26 +151,26 @@ def read_in_child(source: Source, start: Position | None, upto: Position,
                 finished = True
                 return
     finally:
-        receive.close()
-        _stop(child, finished)
+        child.stop(finished)
 
 
-def _stop(child: Any, finished: bool) -> None:
-    if not finished and child.is_alive():
-        child.terminate()  # the run stopped reading: the rest of the range is not needed
-    child.join(STOP_TIMEOUT_S)
-    if child.is_alive():
-        child.kill()
-        child.join()
-
-
-def _child_main(spec: Any, connection: Any, hash_salt: bytes | None, start: Position | None,
-                upto: Position, store_url: str | None, send: Any) -> None:
-    """The child's body: read the range, ship it in batches, then ``end`` (or the error)."""
+def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
+    """The child's body: import the source kind, wait for the job, read the range, ship it in
+    batches, then ``end`` (or the error)."""
+    from .kinds import source_kind as kind_of
     from .parts import fixed_connection
 
     store = None
     try:
+        if source_kind:
+            kinds_source = kind_of(source_kind).source
+            importlib.import_module(kinds_source.partition(":")[0])  # while the run opens its sinks
+        try:
+            spec, connection, hash_salt, start, upto, store_url = pickle.loads(jobs.recv_bytes())
+        except EOFError:
+            return  # warmed up, then not needed
+        finally:
+            jobs.close()
         source = fixed_connection(connection, hash_salt).source(spec)
         try:
             if store_url:

@@ -267,6 +267,15 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     assert [(e.idempotency_key, e.op, e.db, e.table, e.tx_id, e.key_bytes) for e in rows(shipped)] == \
         [(e.idempotency_key, e.op, e.db, e.table, e.tx_id, e.key_bytes) for e in rows(whole)]
     assert [e.after for e in rows(shipped)[:50]] == [e.after for e in rows(whole)[:50]]  # parsed on use
+    # a child started ahead (tidegate run starts it once its bounds are set) reads the same
+    from tidegate.reader_process import ReaderProcess
+    from tidegate.reading import Slice
+
+    with ReaderProcess(min_bytes=0) as reader:
+        reader.warm_up("mysql")
+        warmed = list(reader.read_log(src, Slice(h[0], h[3])))
+    assert [(e.idempotency_key, e.value) for e in rows(warmed)] == \
+        [(e.idempotency_key, e.value) for e in rows(whole)]
 
     # the stream cuts into sub-batches without ever splitting a transaction
     batches = list(cut_sub_batches(iter(whole), max_events=10_000, max_bytes=1 << 30))
@@ -292,6 +301,21 @@ def test_a_reader_process_that_is_not_read_to_the_end_is_stopped(mysql, admin, d
     it.close()  # the run stopped reading (a failed sink, a halt)
     assert not reader.is_alive() and reader.exitcode is not None
     src.close()
+
+
+def test_a_reader_process_started_ahead_and_not_needed_is_stopped():
+    """The child `tidegate run` starts ahead ends when the run closes the reader without having
+    read in a child (a range too small for one is read in-process)."""
+    import multiprocessing
+
+    from tidegate.reader_process import ReaderProcess
+
+    before = set(multiprocessing.active_children())
+    with ReaderProcess() as reader:
+        reader.warm_up("mysql")
+        [child] = set(multiprocessing.active_children()) - before
+        assert child.is_alive()
+    assert not child.is_alive() and child.exitcode is not None
 
 
 def test_writes_made_while_a_run_reads_are_in_the_next_run(mysql, admin, db):
