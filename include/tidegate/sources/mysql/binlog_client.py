@@ -29,6 +29,7 @@ from typing import Any
 import pymysql
 
 from ...errors import SourceError
+from .tls import PyMySqlConnection
 
 COM_BINLOG_DUMP = 0x12
 BINLOG_DUMP_NON_BLOCK = 0x01
@@ -92,7 +93,7 @@ class BinlogStream:
         self._conn: pymysql.connections.Connection | None = None
 
     def open(self) -> None:
-        conn = pymysql.connect(**self.settings)
+        conn = PyMySqlConnection(**self.settings)
         self._conn = conn
         with conn.cursor() as cur:
             cur.execute("SELECT @@global.binlog_checksum")

@@ -19,7 +19,7 @@ import pymysql
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError, SourceSettingError
 from .position import BinlogPosition, GtidSet
-from .tls import pymysql_tls, tls_failure
+from .tls import PyMySqlConnection, pymysql_tls, tls_failure
 from .transactions import file_seq
 
 
@@ -46,7 +46,7 @@ class MySqlServer:
         raises :class:`~tidegate.errors.TlsVerificationError`; any other failure a
         :class:`SourceError` (``what`` says what the connection was for)."""
         try:
-            return pymysql.connect(**self.connection_settings(**kw))
+            return PyMySqlConnection(**self.connection_settings(**kw))
         except pymysql.err.OperationalError as exc:
             raise self.connect_error(exc, what) from None
 
