@@ -82,8 +82,6 @@ class SubBatch:
         if position is None or self.transactions[0].needed_after(position):
             return self  # transactions end in source order: if the first is needed, all are
         keep = tuple(tx for tx in self.transactions if tx.needed_after(position))
-        if len(keep) == len(self.transactions):
-            return self
         # Keep a positioned, event-less tail so the caller still knows where this batch ends.
         tail = Transaction(None, self.end_position, ())
         return SubBatch(self.seq, keep or (tail,))

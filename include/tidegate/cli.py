@@ -135,8 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # The range is decoded in a reader process while this one delivers (reader_process.py),
         # started now so that its start-up overlaps the opening of the sinks.
         with ReaderProcess(default_url()) as reader:
-            if plan.mode != "dry_run":
-                reader.warm_up(spec.source.kind)
+            reader.warm_up(spec.source.kind)
             report.update(runner.run_pipeline(run, reader=reader))
         if plan.mode == "incremental":
             report["released_to"] = position_to_json(runner.release(run))

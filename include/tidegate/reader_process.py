@@ -162,9 +162,8 @@ def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
 
     store = None
     try:
-        if source_kind:
-            kinds_source = kind_of(source_kind).source
-            importlib.import_module(kinds_source.partition(":")[0])  # while the run opens its sinks
+        if source_kind:  # the Source class's module ("module:Class"), while the run opens its sinks
+            importlib.import_module(kind_of(source_kind).source.partition(":")[0])
         try:
             spec, connection, hash_salt, start, upto, store_url = pickle.loads(jobs.recv_bytes())
         except EOFError:

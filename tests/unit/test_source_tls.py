@@ -12,7 +12,7 @@ import pymysql
 import pytest
 from tidegate.connections import Connection, get_connection
 from tidegate.errors import ConnectionConfigError, TlsVerificationError
-from tidegate.sources.mysql.tls import pymysql_tls
+from tidegate.sources.mysql.tls import PyMySqlConnection, pymysql_tls
 from tidegate.sources.mysql.tls import tls_failure as mysql_failure
 from tidegate.sources.postgres.tls import libpq_tls
 from tidegate.sources.postgres.tls import tls_failure as pg_failure
@@ -203,3 +203,15 @@ def test_postgres_certificate_verification_failures_become_the_named_error():
 def test_tls_verification_error_is_a_fatal_connection_error():
     err = TlsVerificationError("x")
     assert isinstance(err, ConnectionConfigError) and err.fatal
+
+
+def test_mysql_connections_without_tls_settings_share_one_unverified_context():
+    """PyMySQL's PREFERRED default (no TLS settings) verifies nothing: one context serves every
+    connection of the process. Any setting (here ssl_mode REQUIRED's) still gets its own."""
+    make = object.__new__(PyMySqlConnection)._create_ssl_ctx  # a connection not connected
+    preferred = make({})
+    assert make({}) is preferred
+    assert preferred.verify_mode == ssl.CERT_NONE and preferred.check_hostname is False
+    required = pymysql_tls(mysql_conn({"ssl_mode": "REQUIRED"}))["ssl"]
+    own = make(required)
+    assert own is not preferred and make(required) is not own
