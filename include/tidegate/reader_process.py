@@ -35,7 +35,7 @@ from typing import Any
 from .errors import SourceError, TidegateError
 from .positions import Position
 from .reading import InProcessReader, Slice
-from .shipped import items_to_rows, rows_to_items
+from .shipped import pack, unpack
 from .sources.base import Source, SourceItem
 
 log = logging.getLogger(__name__)
@@ -137,16 +137,17 @@ def read_in_child(source: Source, start: Position | None, upto: Position,
     try:
         while True:
             try:
-                kind, payload = pickle.loads(child.rows.recv_bytes())
+                message = pickle.loads(child.rows.recv_bytes())
             except EOFError:
                 child.process.join(STOP_TIMEOUT_S)
                 raise SourceError(f"the reader process of pipeline {source.spec.pipeline!r} ended (exit "
                                   f"code {child.process.exitcode}) before the end of ({start}, {upto}]; "
                                   "its log says why (killed for memory?)") from None
-            if kind == "rows":
-                yield from rows_to_items(payload)
+            kind = message[0]
+            if kind in ("packed", "rows"):
+                yield from unpack(message)
             elif kind == "error":
-                raise payload
+                raise message[1]
             else:  # "end"
                 finished = True
                 return
@@ -181,10 +182,10 @@ def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
             for item in source.read(start, upto):
                 batch.append(item)
                 if len(batch) >= BATCH_ROWS:
-                    send.send_bytes(pickle.dumps(("rows", items_to_rows(batch)), pickle.HIGHEST_PROTOCOL))
+                    send.send_bytes(pickle.dumps(pack(batch), pickle.HIGHEST_PROTOCOL))
                     batch = []
             if batch:
-                send.send_bytes(pickle.dumps(("rows", items_to_rows(batch)), pickle.HIGHEST_PROTOCOL))
+                send.send_bytes(pickle.dumps(pack(batch), pickle.HIGHEST_PROTOCOL))
         finally:
             source.close()
             if store is not None:

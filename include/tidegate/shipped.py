@@ -60,6 +60,29 @@ def rows_to_items(rows: list[tuple]) -> list[ChangeEvent | ControlMessage | Posi
     return rowcodec.events_from_rows(rows, ShippedEvent, row_to_item)
 
 
+def pack(items: list) -> tuple:
+    """A batch of items as the message a reader process sends: packed (one bytes object for the
+    events' bytes and keys, see tidegate.native.rowcodec) where the compiled path is built, else
+    rows. :func:`unpack` gives the items back."""
+    from .native import rowcodec
+
+    if rowcodec is None:
+        return ("rows", items_to_rows(items))
+    return ("packed", *rowcodec.pack_items(items, ShippedEvent, item_to_row))
+
+
+def unpack(message: tuple) -> list[ChangeEvent | ControlMessage | PositionMark]:
+    if message[0] == "rows":
+        return rows_to_items(message[1])
+    from .native import rowcodec
+
+    if rowcodec is None:
+        raise RuntimeError("a packed batch needs tidegate.native.rowcodec, which this process "
+                           "did not load (TIDEGATE_NATIVE=0 on one side only?)")
+    _, blob, metas, others = message
+    return rowcodec.unpack_items(blob, metas, others, ShippedEvent, row_to_item)
+
+
 class _FromEnvelope:
     """A field of a :class:`ShippedEvent` that did not travel: read from the envelope on first use."""
 

@@ -344,3 +344,44 @@ def test_items_become_rows_as_the_python_loop_makes_them():
     compiled = rowcodec.rows_from_items(items, ShippedEvent, item_to_row)
     assert compiled == python
     assert compiled[0][11] == {"__debezium.newkey": b'{"id":1}'} and compiled[1][11] is None
+
+
+def test_a_packed_batch_gives_back_the_items_the_rows_give():
+    """What a reader process sends (shipped.pack, a packed batch) rebuilds the same items as the
+    rows it sent before: events of both paths, headers, a key-less event, marks, a control."""
+    import pickle
+
+    from tidegate.events import ControlMessage
+    from tidegate.shipped import item_to_row, pack, row_to_item, unpack
+
+    rnd = random.Random(13)
+    s, end = stream([[(B.WRITE_ROWS_EVENT_V2, [image(rnd), image(rnd), image(rnd)])],
+                     [(B.UPDATE_ROWS_EVENT_V2, [image(rnd) + image(rnd)])],
+                     [(B.DELETE_ROWS_EVENT_V2, [image(rnd)])]])
+    items = read(s, end, True) + read(s, end, False) + [ControlMessage("acme", "p", "gap", "g1", None, 5),
+                                                        PositionMark(BinlogPosition("b.000001", 4))]
+    items[0].__dict__["headers"] = {"__debezium.newkey": b'{"id":1}'}
+    items[1].__dict__["key_bytes"] = None
+    items[2].__dict__["commit_us"] = 1_700_000_000_123_456
+    assert {type(i) for i in items} == {ShippedEvent, ChangeEvent, ControlMessage, PositionMark}
+    assert any(i.tx_end and i.end_position is not None for i in items if isinstance(i, ShippedEvent))
+    message = pickle.loads(pickle.dumps(pack(items), pickle.HIGHEST_PROTOCOL))
+    assert message[0] == "packed"
+    expected = [row_to_item(item_to_row(i)) for i in items]
+    got = unpack(message)
+    assert [type(i) for i in got] == [type(i) for i in expected]
+    for g, e in zip(got, expected, strict=True):
+        assert g.__dict__ == e.__dict__ if not isinstance(e, ControlMessage) else g == e
+    assert got[0].headers == {"__debezium.newkey": b'{"id":1}'} and got[1].key_bytes is None
+    assert got[2].commit_us == 1_700_000_000_123_456
+
+
+def test_a_cut_packed_batch_is_an_error_not_a_short_read():
+    from tidegate.shipped import pack, unpack
+
+    rnd = random.Random(14)
+    s, end = stream([[(B.WRITE_ROWS_EVENT_V2, [image(rnd), image(rnd)])]])
+    _, blob, metas, others = pack(read(s, end, True))
+    for cut in (1, 5, 7, len(blob) - 1):
+        with pytest.raises(ValueError, match="ends inside a record"):
+            unpack(("packed", blob[:cut], metas, others))
