@@ -22,12 +22,16 @@ the sinks, and it waits for the range; unused, :meth:`ReaderProcess.close` stops
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib
 import logging
 import multiprocessing
 import os
 import pickle
+import queue
 import sys
+import threading
 import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -43,6 +47,8 @@ log = logging.getLogger(__name__)
 MIN_BYTES = 4 * 1024 * 1024  # ranges of fewer log bytes are read in-process
 MIN_BYTES_ENV = "TIDEGATE_READER_PROCESS_MIN_BYTES"  # overrides MIN_BYTES (0: every range)
 BATCH_ROWS = 1000  # items per message through the pipe
+SEND_AHEAD = 4  # messages the child may have read ahead of the pipe (about 1 MB each)
+PIPE_BYTES = 1 << 20
 STOP_TIMEOUT_S = 5.0
 
 
@@ -102,6 +108,7 @@ class _Child:
     def start(cls, source_kind: str | None = None) -> _Child:
         ctx = multiprocessing.get_context("spawn")  # a fork would copy the sink clients' threads
         rows_in, rows_out = ctx.Pipe(duplex=False)
+        _widen(rows_in)
         jobs_in, jobs_out = ctx.Pipe(duplex=False)
         process = ctx.Process(target=_child_main, name="tidegate-read", daemon=True,
                               args=(source_kind, jobs_in, rows_out))
@@ -119,6 +126,14 @@ class _Child:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+
+
+def _widen(pipe: Any) -> None:
+    """A 1 MiB pipe (Linux; the most an unprivileged process may set): a message then usually
+    goes through in one read, and the run's process, whose threads share one interpreter lock,
+    takes the lock once per message rather than once per 64 KiB."""
+    with contextlib.suppress(AttributeError, OSError):  # another system, a lower limit: the default
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
 def read_in_child(source: Source, start: Position | None, upto: Position,
@@ -162,6 +177,7 @@ def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
     from .parts import fixed_connection
 
     store = None
+    sender = _Sender(send)
     try:
         if source_kind:  # the Source class's module ("module:Class"), while the run opens its sinks
             importlib.import_module(kind_of(source_kind).source.partition(":")[0])
@@ -182,21 +198,56 @@ def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
             for item in source.read(start, upto):
                 batch.append(item)
                 if len(batch) >= BATCH_ROWS:
-                    send.send_bytes(pickle.dumps(pack(batch), pickle.HIGHEST_PROTOCOL))
+                    sender.put(pickle.dumps(pack(batch), pickle.HIGHEST_PROTOCOL))
                     batch = []
             if batch:
-                send.send_bytes(pickle.dumps(pack(batch), pickle.HIGHEST_PROTOCOL))
+                sender.put(pickle.dumps(pack(batch), pickle.HIGHEST_PROTOCOL))
         finally:
             source.close()
             if store is not None:
                 store.close()
-        send.send_bytes(pickle.dumps(("end", None)))
+        sender.put(pickle.dumps(("end", None)))
     except (BrokenPipeError, KeyboardInterrupt):
         pass  # the run stopped reading
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the run, as itself
-        send.send_bytes(_error_message(exc))
+        with contextlib.suppress(OSError):
+            sender.put(_error_message(exc))
     finally:
+        sender.close()
         send.close()
+
+
+class _Sender:
+    """Sends the child's messages from a thread of its own, so decoding goes on while the run's
+    process is not reading: its threads share one interpreter lock, and while one produces to
+    the sinks the pipe drains in bursts. At most :data:`SEND_AHEAD` messages wait here."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+        self.queue: queue.Queue = queue.Queue(maxsize=SEND_AHEAD)
+        self.failed: OSError | None = None
+        self.thread = threading.Thread(target=self._send, name="tidegate-read-send", daemon=True)
+        self.thread.start()
+
+    def put(self, message: bytes) -> None:
+        """Queue ``message``; the pipe's error (BrokenPipeError: the run stopped reading) once
+        a send failed."""
+        if self.failed is not None:
+            raise self.failed
+        self.queue.put(message)
+
+    def _send(self) -> None:
+        while (message := self.queue.get()) is not None:
+            if self.failed is None:  # after a failure, the rest is taken and dropped: put never blocks
+                try:
+                    self.conn.send_bytes(message)
+                except OSError as exc:
+                    self.failed = exc
+
+    def close(self) -> None:
+        """Send what is queued, then stop the thread."""
+        self.queue.put(None)
+        self.thread.join()
 
 
 def _error_message(exc: BaseException) -> bytes:
