@@ -337,6 +337,40 @@ def test_writes_made_while_a_run_reads_are_in_the_next_run(mysql, admin, db):
     src.close()
 
 
+def test_heads_taken_while_transactions_commit_carry_the_gtid_state_at_their_position(mysql, admin, db):
+    """MariaDB: head() reads the GTID state around SHOW MASTER STATUS instead of scanning the
+    binlog; under concurrent commits every head it gives is the state the scan gives there."""
+    create_workload_tables(admin, db)
+    src = source(mysql, [f"{db}.orders"])
+    stop, writing = threading.Event(), threading.Event()
+    writes = 0
+
+    def write() -> None:
+        nonlocal writes
+        conn = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+        while not stop.is_set():
+            ex(conn, f"INSERT INTO {db}.orders VALUES ({writes}, 'during', 1)")
+            writes += 1
+            writing.set()
+        conn.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert writing.wait(30)
+        heads = []
+        while writes < 300:
+            heads.append(src.head())
+    finally:
+        stop.set()
+        writer.join()
+    heads = list({h.pos: h for h in heads}.values())
+    assert len(heads) > 10  # the heads moved while taken
+    for h in heads:
+        assert h.gtid_set == src.server.gtid_at(h.file, h.pos), h
+    src.close()
+
+
 def test_ddl_in_range_rows_keep_their_own_columns_and_a_schema_change_message_sits_between(
         mysql, admin, db):
     ex(admin, f"CREATE TABLE {db}.t (id INT PRIMARY KEY, a VARCHAR(10))",

@@ -22,6 +22,8 @@ from .position import BinlogPosition, GtidSet
 from .tls import PyMySqlConnection, pymysql_tls, tls_failure
 from .transactions import file_seq
 
+HEAD_TRIES = 3  # MariaDB: reads of the GTID state around the head before scanning the binlog for it
+
 
 class MySqlServer:
     def __init__(self, conn: Connection, *, connect_timeout: float = 10.0):
@@ -117,6 +119,23 @@ class MySqlServer:
 
     def head(self) -> BinlogPosition:
         """The current end of the binlog: (file, pos) and the executed GTID set at it."""
+        if not self.is_mariadb:
+            row = self._binlog_status()
+            return self.position(row[0], int(row[1]), GtidSet.parse(row[4]) if len(row) > 4 else None)
+        # MariaDB's BINLOG_GTID_POS(file, pos) reads the file from its start up to pos: at the head
+        # of a large file, a second or more. @@gtid_binlog_pos is the GTID state at the end of the
+        # binlog. A transaction's GTID is logged under the binlog's lock, which SHOW MASTER STATUS
+        # takes too; equal values read before and after it mean no transaction was logged in
+        # between, so the value is the state at that position. A busy server falls back to the scan.
+        for _ in range(HEAD_TRIES):
+            (before,), = self.query("SELECT @@GLOBAL.gtid_binlog_pos")
+            row = self._binlog_status()
+            (after,), = self.query("SELECT @@GLOBAL.gtid_binlog_pos")
+            if before == after:
+                return self.position(row[0], int(row[1]), GtidSet.parse(after))
+        return self.position(row[0], int(row[1]), self.gtid_at(row[0], int(row[1])))
+
+    def _binlog_status(self) -> tuple:
         try:
             rows = self.query("SHOW MASTER STATUS")
         except pymysql.err.ProgrammingError:
@@ -127,12 +146,7 @@ class MySqlServer:
         if not rows:
             raise SourceSettingError(f"binary logging is off on {self.conn}: set log_bin "
                                      f"(log-bin=<basename>) in the server config and restart")
-        file, pos = rows[0][0], int(rows[0][1])
-        if self.is_mariadb:
-            gtid = self.gtid_at(file, pos)
-        else:
-            gtid = GtidSet.parse(rows[0][4]) if len(rows[0]) > 4 else None
-        return self.position(file, pos, gtid)
+        return rows[0]
 
     def gtid_at(self, file: str, pos: int) -> GtidSet | None:
         """MariaDB: the GTID position (last GTID per domain) at a binlog coordinate."""
