@@ -212,6 +212,7 @@ def test_mysql_connections_without_tls_settings_share_one_unverified_context():
     preferred = make({})
     assert make({}) is preferred
     assert preferred.verify_mode == ssl.CERT_NONE and preferred.check_hostname is False
+    assert preferred.cert_store_stats()["x509_ca"] == 0  # the system CA store is never read
     required = pymysql_tls(mysql_conn({"ssl_mode": "REQUIRED"}))["ssl"]
     own = make(required)
     assert own is not preferred and make(required) is not own

@@ -100,7 +100,8 @@ class PyMySqlConnection(pymysql.connections.Connection):
     """PyMySQL's connection, but without TLS settings (its PREFERRED mode: TLS when the server
     offers it, nothing verified) every connection of the process shares one SSL context.
     PyMySQL makes a new one per connection, loading the system's CA store it then never uses:
-    about 20 ms, paid by every control, snapshot and replication connection."""
+    about 20 ms, paid by every control, snapshot and replication connection. The shared one
+    does not load it at all."""
 
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         if sslp == {}:
@@ -110,8 +111,12 @@ class PyMySqlConnection(pymysql.connections.Connection):
 
 @functools.cache
 def _unverified_context() -> ssl.SSLContext:
-    # PyMySQL's own context for no settings (it reads nothing of the connection it is made for)
-    return pymysql.connections.Connection._create_ssl_ctx(None, {})  # type: ignore[arg-type]
+    # PyMySQL's context for no settings (TLS client, no host-name check, nothing verified) without
+    # the system's CA store it would load and never read: another 20-40 ms per process.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def tls_failure(conn: Connection, exc: BaseException):
