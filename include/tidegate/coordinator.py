@@ -30,6 +30,7 @@ from typing import Any
 
 from .batching import SubBatch, Transaction, cut_sub_batches
 from .checkpoints import Adoption, SinkCheckpoint, adopt
+from .collector import fewer_collections
 from .errors import CommitPolicyError, ErrorClass, FatalRunError
 from .events import ControlMessage
 from .positions import Position, later, lowest_start, position_to_json
@@ -244,7 +245,8 @@ class Coordinator:
         self.open()
         status = "failed"
         try:
-            with ThreadPoolExecutor(max_workers=len(self.sinks), thread_name_prefix="deliver") as pool:
+            with fewer_collections(), \
+                    ThreadPoolExecutor(max_workers=len(self.sinks), thread_name_prefix="deliver") as pool:
                 for batch in read_ahead(cut_sub_batches(items, max_events=self.policy.max_events,
                                                         max_bytes=self.policy.max_bytes,
                                                         respect_source_tx=self.policy.respect_source_tx)):

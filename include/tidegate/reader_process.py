@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import importlib
 import logging
 import multiprocessing
@@ -36,6 +37,7 @@ import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from .collector import RUN_THRESHOLDS
 from .errors import SourceError, TidegateError
 from .positions import Position
 from .reading import InProcessReader, Slice
@@ -195,6 +197,7 @@ def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
                 store = open_store(store_url)
                 source.use_store(store)
             batch: list[Any] = []
+            gc.set_threshold(*RUN_THRESHOLDS)  # the child only reads: see collector.py
             for item in source.read(start, upto):
                 batch.append(item)
                 if len(batch) >= BATCH_ROWS:
