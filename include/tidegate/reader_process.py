@@ -6,14 +6,16 @@ the other. Threads share one interpreter lock, so overlapping them in one proces
 :class:`ReaderProcess` is a :class:`~tidegate.reading.Reader` that reads the log's slices in a
 spawned child process instead: the child builds the source from the spec and the connection it
 was sent (never argv or a file), calls the same ``source.read``, serializes every envelope where
-it is built and ships the items as rows (shipped.py) in batches through a pipe. A snapshot's
-chunks are read in the run's process, as :class:`~tidegate.reading.InProcessReader` does. The run's process
-rebuilds them as :class:`~tidegate.shipped.ShippedEvent` without parsing anything again.
+it is built and ships the items in packed batches (``shipped.pack``) through a pipe. A
+snapshot's chunks are read in the run's process, as :class:`~tidegate.reading.InProcessReader`
+does. The run's process rebuilds them as :class:`~tidegate.shipped.ShippedEvent` without
+parsing anything again.
 
 What the run sees does not change: the same items in the same order, the source's errors raised
 again as themselves (a purged position is still a ``PositionPurgedError``). Memory stays
-bounded: the child blocks once the pipe is full, so it is at most one batch ahead of what the
-run has taken. A run that stops early (a failed sink, a schema-change halt) stops the child.
+bounded: the child's sender thread holds at most :data:`SEND_AHEAD` batches and the pipe one,
+so the child is at most about 5 MB ahead of what the run has taken. A run that stops early
+(a failed sink, a schema-change halt) stops the child.
 Small ranges are read in-process: a child costs a Python start-up (about 0.3 s). A caller that
 knows a range is coming (``tidegate run`` once its bounds are set) starts the child early with
 :meth:`ReaderProcess.warm_up`: its interpreter start and imports then overlap the opening of

@@ -6,6 +6,10 @@ few fields the coordinator, the batching and the sinks read beside them (:data:`
 the receiving side rebuilds it as a :class:`ShippedEvent`, which parses the envelope only if
 something asks for a field that did not travel (``before``, ``after``, ...). Position marks
 travel as their position; control messages, rare and small, travel whole (pickled).
+
+Spark tasks ship rows. A reader process ships a batch as one message (:func:`pack`): packed
+where the compiled path is built (the events' bytes in one bytes object, see
+``tidegate.native.rowcodec.pack_items``), rows where it is not.
 """
 
 from __future__ import annotations
