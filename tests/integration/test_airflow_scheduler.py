@@ -414,19 +414,22 @@ def backfill(d, dag: str, start: dict, end: dict) -> None:
 
 def test_backfill_overlapping_a_scheduled_run_waits_for_it_and_replays_exactly(deployment, kafka_bootstrap,
                                                                               redis_service, spark_connect):
+    from tests.integration.test_fault_matrix import server_pid
+
     d, api = deployment, deployment["api"]
     dag, p, db = d["dags"]["sched"], d["names"]["sched"], d["db"]
     first, second, third, keys = d["scheduled"]
     originals = {r["dag_run_id"]: d["store"].runs.entries(p, r["dag_run_id"])[0] for r in (second, third)}
 
     # A scheduled run with something to deliver; the backfill is created while its deliver runs.
-    # A Spark Connect deliver of one row takes about a second, less than creating a backfill and
-    # less than it takes to see the run through the API: the Connect server is stopped
-    # (SIGSTOP) before the row is written, so that deliver waits at its session until its task
-    # process is found and stopped in turn; it is continued once the backfill's deliver is
-    # scheduled, so the backfill's deliver must wait for it.
+    # A deliver of one row takes under a second (it reads in-process and opens no Spark
+    # session), less than it takes to see the run through the API: Redis, the `cache` sink, is
+    # stopped (SIGSTOP) before the row is written, so that deliver waits at opening its sinks
+    # (up to the sink's 30 s socket timeout, then it retries) until its task process is found
+    # and stopped in turn; Redis is continued once it is, and the deliver once the backfill's
+    # deliver is scheduled, so the backfill's deliver must wait for it.
     last = quiet_point(api, dag)
-    server = int((spark_connect / "pid").read_text())
+    server = server_pid("redis")
     os.kill(server, signal.SIGSTOP)
     try:
         sql(d, f"INSERT INTO {db}.orders VALUES (10, 'late')")
