@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gc
 import importlib
 import logging
 import multiprocessing
@@ -39,7 +38,7 @@ import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .collector import RUN_THRESHOLDS
+from .collector import fewer_collections
 from .errors import SourceError, TidegateError
 from .positions import Position
 from .reading import InProcessReader, Slice
@@ -156,9 +155,7 @@ def read_in_child(source: Source, start: Position | None, upto: Position,
     try:
         while True:
             try:
-                message = pickle.loads(child.rows.recv_bytes())
-                if message[0] == "packed":  # its bytes follow, as they are (see _parts)
-                    message = ("packed", child.rows.recv_bytes(), *message[1:])
+                message = _receive(child.rows)
             except EOFError:
                 child.process.join(STOP_TIMEOUT_S)
                 raise SourceError(f"the reader process of pipeline {source.spec.pipeline!r} ended (exit "
@@ -201,12 +198,12 @@ def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
                 store = open_store(store_url)
                 source.use_store(store)
             batch: list[Any] = []
-            gc.set_threshold(*RUN_THRESHOLDS)  # the child only reads: see collector.py
-            for item in source.read(start, upto):
-                batch.append(item)
-                if len(batch) >= BATCH_ROWS:
-                    sender.put(_parts(pack(batch)))
-                    batch = []
+            with fewer_collections():
+                for item in source.read(start, upto):
+                    batch.append(item)
+                    if len(batch) >= BATCH_ROWS:
+                        sender.put(_parts(pack(batch)))
+                        batch = []
             if batch:
                 sender.put(_parts(pack(batch)))
         finally:
@@ -232,6 +229,14 @@ def _parts(message: tuple) -> list[bytes]:
         _, blob, *rest = message
         return [pickle.dumps(("packed", *rest), pickle.HIGHEST_PROTOCOL), blob]
     return [pickle.dumps(message, pickle.HIGHEST_PROTOCOL)]
+
+
+def _receive(conn: Any) -> tuple:
+    """The next message :func:`_parts` sent."""
+    message = pickle.loads(conn.recv_bytes())
+    if message[0] == "packed":
+        return ("packed", conn.recv_bytes(), *message[1:])
+    return message
 
 
 class _Sender:

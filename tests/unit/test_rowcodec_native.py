@@ -385,3 +385,5 @@ def test_a_cut_packed_batch_is_an_error_not_a_short_read():
     for cut in (1, 5, 7, len(blob) - 1):
         with pytest.raises(ValueError, match="ends inside a record"):
             unpack(("packed", blob[:cut], metas, others))
+    with pytest.raises(ValueError, match="unknown kind 7"):
+        unpack(("packed", b"\x07" + blob[1:], metas, others))

@@ -1647,6 +1647,8 @@ def unpack_items(bytes blob, list metas, list others, type cls, object row_to_it
             out.append(row_to_item(others[get_u32(p, i + 1, n)]))
             i += 5
             continue
+        if p[i] != P_EVENT:
+            raise ValueError(f"a packed batch has a record of unknown kind {p[i]} at byte {i}")
         meta = metas[get_u32(p, i + 1, n)]
         if i + 6 > n:
             raise ValueError("a packed batch ends inside a record")
