@@ -121,7 +121,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                                who=_os_user())
     if args.no_guards and plan.resolve:
         raise RunParamsError(["--resolve resolves incidents in the guards step: drop --no-guards"])
-    with open_store() as store:
+    # The range is decoded in a reader process while this one delivers (reader_process.py). It
+    # starts now, its start-up overlapping the guards and the bounds; the run hands it the
+    # planned range before it opens the sinks.
+    with open_store() as store, ReaderProcess(default_url()) as reader:
+        reader.warm_up(spec.source.kind)
         run = RunContext(spec, plan, run_id, store=store)
         if not args.no_guards:
             guards.run_guards(run)
@@ -132,11 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if run.bounds.nothing_to_do(plan.sinks):
                 print(json.dumps({**report, "nothing_to_do": True}, indent=2, default=str))
                 return 0
-        # The range is decoded in a reader process while this one delivers (reader_process.py),
-        # started now so that its start-up overlaps the opening of the sinks.
-        with ReaderProcess(default_url()) as reader:
-            reader.warm_up(spec.source.kind)
-            report.update(runner.run_pipeline(run, reader=reader))
+        report.update(runner.run_pipeline(run, reader=reader))
         if plan.mode == "incremental":
             report["released_to"] = position_to_json(runner.release(run))
     print(json.dumps(report, indent=2, default=str))

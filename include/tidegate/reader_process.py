@@ -17,9 +17,11 @@ bounded: the child's sender thread holds at most :data:`SEND_AHEAD` batches and 
 so the child is at most about 5 MB ahead of what the run has taken. A run that stops early
 (a failed sink, a schema-change halt) stops the child.
 Small ranges are read in-process: a child costs a Python start-up (about 0.3 s). A caller that
-knows a range is coming (``tidegate run`` once its bounds are set) starts the child early with
-:meth:`ReaderProcess.warm_up`: its interpreter start and imports then overlap the opening of
-the sinks, and it waits for the range; unused, :meth:`ReaderProcess.close` stops it.
+knows a range may come (``tidegate run``, before its guards) starts the child early with
+:meth:`ReaderProcess.warm_up`: its interpreter start and imports then overlap the guards and
+the bounds, and it waits for the range. The run hands its planned range over before it opens
+its sinks (:meth:`ReaderProcess.ahead`), so the source decodes while the sinks open; unused,
+:meth:`ReaderProcess.close` stops the child.
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ import queue
 import sys
 import threading
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .collector import fewer_collections
 from .errors import SourceError, TidegateError
 from .positions import Position
-from .reading import InProcessReader, Slice
+from .reading import InProcessReader, Segment, Slice, log_runs
 from .shipped import pack, unpack
 from .sources.base import Source, SourceItem
 
@@ -65,6 +67,7 @@ class ReaderProcess(InProcessReader):
         self.store_url = store_url
         self.min_bytes = int(os.environ.get(MIN_BYTES_ENV) or MIN_BYTES) if min_bytes is None else min_bytes
         self._warm: _Child | None = None
+        self._early: tuple[Slice, _Child] | None = None  # a range sent to a child by ahead()
 
     def warm_up(self, source_kind: str) -> None:
         """Start the child now, importing ``source_kind``'s source; the next range read in a
@@ -72,18 +75,42 @@ class ReaderProcess(InProcessReader):
         if self._warm is None:
             self._warm = _Child.start(source_kind)
 
+    def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
+        """A plan that only reads the log, and enough of it for a child, goes to the child now:
+        the source decodes (a PostgreSQL WAL sender, a binlog dump) while the run opens its
+        sinks. :meth:`read_log` takes that read when the run asks for the same range; asked for
+        another (the run planned again: a checkpoint moved back since the bounds), it stops it."""
+        runs = log_runs(segments)
+        if self._early is not None or len(runs) != 1 or not all(isinstance(s, Slice) for s in segments) \
+                or not self._in_child(source, runs[0]):
+            return
+        child, self._warm = self._warm, None
+        self._early = (runs[0], _start_read(source, runs[0].start, runs[0].end, self.store_url, child))
+
     def read_log(self, source: Source, run: Slice) -> Iterable[SourceItem]:
-        size = _log_bytes(source, run.start, run.end)
-        if size is not None and size < self.min_bytes:
+        early, self._early = self._early, None
+        if early is not None:
+            if early[0] == run:
+                return _items(source, early[1], run.start, run.end)
+            # Closing its pipes stops the child at its next send, through the source's own
+            # clean-up: a PostgreSQL child lets go of the slot, which the read below needs.
+            early[1].stop(terminate=False)
+        if not self._in_child(source, run):
             return source.read(run.start, run.end)
         child, self._warm = self._warm, None
         return read_in_child(source, run.start, run.end, self.store_url, child)
 
+    def _in_child(self, source: Source, run: Slice) -> bool:
+        size = _log_bytes(source, run.start, run.end)
+        return size is None or size >= self.min_bytes
+
     def close(self) -> None:
-        """Stop a warmed-up child no range went to."""
+        """Stop a child no read went to: warmed up, or started ahead on a range never taken."""
         child, self._warm = self._warm, None
-        if child is not None:
-            child.stop(finished=False)
+        early, self._early = self._early, None
+        for c in (child, early[1] if early is not None else None):
+            if c is not None:
+                c.stop(terminate=True)
 
     def __enter__(self) -> ReaderProcess:
         return self
@@ -120,11 +147,14 @@ class _Child:
         jobs_in.close()
         return cls(process, jobs_out, rows_in)
 
-    def stop(self, finished: bool) -> None:
+    def stop(self, *, terminate: bool) -> None:
+        """Close the pipes and wait for the child (up to :data:`STOP_TIMEOUT_S`), which ends at
+        its next send; or, ``terminate``, terminate it first (the run stopped reading: the rest
+        of the range is not needed)."""
         self.jobs.close()
         self.rows.close()
-        if not finished and self.process.is_alive():
-            self.process.terminate()  # the run stopped reading: the rest of the range is not needed
+        if terminate and self.process.is_alive():
+            self.process.terminate()
         self.process.join(STOP_TIMEOUT_S)
         if self.process.is_alive():
             self.process.kill()
@@ -143,14 +173,26 @@ def read_in_child(source: Source, start: Position | None, upto: Position,
                   store_url: str | None = None, child: _Child | None = None) -> Iterator[SourceItem]:
     """``source.read(start, upto)``, read by a spawned child process (``child``, when one was
     started ahead)."""
+    yield from _items(source, _start_read(source, start, upto, store_url, child), start, upto)
+
+
+def _start_read(source: Source, start: Position | None, upto: Position, store_url: str | None,
+                child: _Child | None) -> _Child:
+    """Send the read of (start, upto] to ``child`` (or a new one)."""
     child = child or _Child.start()
     job = (source.spec, source.conn, source.hash_salt, start, upto, store_url)
     try:
         child.jobs.send_bytes(pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
     except OSError:
-        pass  # the child is gone: the read below says so
+        pass  # the child is gone: the read says so
     log.info("pipeline %s: reading (%s, %s] in process %d", source.spec.pipeline, start, upto,
              child.process.pid)
+    return child
+
+
+def _items(source: Source, child: _Child, start: Position | None, upto: Position) -> Iterator[SourceItem]:
+    """The items ``child`` reads of (start, upto]; the child is stopped when they end or the
+    caller stops taking them."""
     finished = False
     try:
         while True:
@@ -170,7 +212,7 @@ def read_in_child(source: Source, start: Position | None, upto: Position,
                 finished = True
                 return
     finally:
-        child.stop(finished)
+        child.stop(terminate=not finished)
 
 
 def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:

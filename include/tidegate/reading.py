@@ -91,6 +91,10 @@ class Reader(Protocol):
     def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
                  segments: Sequence[Segment]) -> Iterator[SegmentRead]: ...
 
+    def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
+        """The run's planned segments, told before its sinks open: a reader may start on them
+        (the plan the run then reads can still differ)."""
+
 
 # --------------------------------------------------------------------------- the plan
 
@@ -192,6 +196,9 @@ class InProcessReader:
 
     def read_log(self, source: Source, run: Slice) -> Iterable[SourceItem]:
         return source.read(run.start, run.end)
+
+    def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
+        """Nothing is read before the run asks: this process is busy opening the sinks."""
 
 
 # --------------------------------------------------------------------------- the run's items

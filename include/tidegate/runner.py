@@ -294,8 +294,10 @@ class SchemaGate:
 def _incremental(run: RunContext, source: Source, upto: Position,
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
     spec, store, run_id = run.spec, run.store, run.run_id
-    sinks = _sinks(run, source, run.plan.sinks)
     epoch = store.leases.acquire(spec.pipeline, run_id)
+    if run.record is not None and run.record.segments:
+        reader.ahead(source, run.record.segments)  # the bounds step's plan: _segments says if it holds
+    sinks = _sinks(run, source, run.plan.sinks)
     if run.bounds is None:  # no bounds step: the run places new sinks itself
         _place_sinks(run, source, upto, epoch)
     start, end = data_interval or (None, None)

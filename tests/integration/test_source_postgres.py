@@ -243,6 +243,48 @@ def test_three_bounded_runs_equal_one_read(admin, schema, make):
     assert Lsn.parse(src.slot_info()["confirmed_flush_lsn"]) <= h[0].lsn
 
 
+def test_a_range_handed_to_a_reader_process_ahead_is_what_the_run_reads(admin, schema, make):
+    """`tidegate run` hands the bounds step's plan to its reader process before it opens the
+    sinks, so the WAL sender decodes meanwhile. Asked for that range, the run gets what the child
+    read; asked for another (the run planned again: a checkpoint moved back), the early read is
+    stopped, letting go of the slot, and the range asked for is read; handed over and never asked
+    for, closing the reader stops it. Nothing moves the slot."""
+    import multiprocessing
+
+    from tidegate.reader_process import ReaderProcess
+    from tidegate.reading import Slice
+
+    create_workload_tables(admin, schema)
+    src = make(["orders", "items"])
+    h0 = src.head()
+    workload_phase(admin, schema, 0)
+    h1 = src.head()
+    workload_phase(admin, schema, 2)
+    h2 = src.head()
+    whole, later = list(src.read(h0, h2)), list(src.read(h1, h2))
+    assert len(rows(later)) < len(rows(whole))
+
+    def started(before: set) -> multiprocessing.Process:
+        [child] = set(multiprocessing.active_children()) - before
+        return child
+
+    before = set(multiprocessing.active_children())
+    with ReaderProcess(min_bytes=0) as reader:
+        reader.warm_up("postgres")
+        reader.ahead(src, [Slice(h0, h1), Slice(h1, h2)])  # touching slices: one read
+        early = started(before)
+        assert fingerprint(reader.read_log(src, Slice(h0, h2))) == fingerprint(whole)
+        assert not early.is_alive()
+        reader.ahead(src, [Slice(h0, h2)])
+        early = started(before)
+        assert fingerprint(reader.read_log(src, Slice(h1, h2))) == fingerprint(later)
+        assert not early.is_alive()
+        reader.ahead(src, [Slice(h0, h2)])
+        unread = started(before)
+    assert not unread.is_alive()
+    assert Lsn.parse(src.slot_info()["confirmed_flush_lsn"]) <= h0.lsn
+
+
 def test_writes_made_while_a_run_reads_are_in_the_next_run(admin, schema, make):
     create_workload_tables(admin, schema)
     src = make(["orders"])

@@ -157,6 +157,7 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
         report = run_pipeline(run, reader=reader)
     finally:
         _ACTIVE = None
+        reader.close()
         session.stop()
     timings = dict(session.timings)
     timings["run_s"] = time.monotonic() - t0

@@ -56,6 +56,16 @@ class SparkReader:
         if slices:
             yield from self.read_log(spec, source, slices)
 
+    def ahead(self, source: Source, segments: Sequence[Any]) -> None:
+        """A plan of one slice is read on the driver (:meth:`read_log`): its reader process may
+        start on it while the sinks open."""
+        if len(segments) == 1:
+            self.streaming.ahead(source, segments)
+
+    def close(self) -> None:
+        """Stop a reader process that :meth:`ahead` started and the run never read."""
+        self.streaming.close()
+
     def read_log(self, spec: PipelineSpec, source: Source, slices: list[Slice]) -> Iterator[SegmentRead]:
         # A task's result reaches the driver in one piece: a slice too large for that is read
         # by the driver, streaming (finer slices of a binlog file need the source's help).
@@ -91,7 +101,10 @@ def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
     # What the run costs the driver's side, its start-up left out (benchmarks/cluster.py): with
     # executors on cores of their own, the driver's delivery is what bounds a run.
     t0, cpu0, jvm0 = time.monotonic(), cpu_seconds(), cpu_seconds(os.getppid())
-    report = run_pipeline(run, reader=reader)
+    try:
+        report = run_pipeline(run, reader=reader)
+    finally:
+        reader.close()
     report["driver_run_seconds"] = round(time.monotonic() - t0, 3)
     report["driver_peak_rss_bytes"] = _peak_rss()
     report["driver_jvm_peak_rss_bytes"] = _peak_rss(os.getppid())
