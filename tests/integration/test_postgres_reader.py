@@ -362,6 +362,34 @@ def test_a_range_without_transactions_of_this_database_ends_at_the_bound(postgre
     src.close()
 
 
+def test_the_quick_look_past_its_first_rows_finds_a_change_or_none(postgres, admin, schema, slot):
+    """has_changes looks at FIRST_LOOK rows first, then, when those hold no change of the
+    pipeline's tables and more follow, up to its limit: a change after many transactions of
+    other tables is found, and a range of only those is idle; a cut-off look says there may be
+    work."""
+    from tidegate.sources.postgres.source import FIRST_LOOK
+
+    q(admin, f"CREATE TABLE {schema}.t (id int PRIMARY KEY)",
+      f"CREATE TABLE {schema}.other (id int PRIMARY KEY)")
+    src = source(postgres, schema, slot, ["t"])
+    h0 = src.head()
+    for k in range(FIRST_LOOK):  # each one a BEGIN and a COMMIT message: twice FIRST_LOOK rows
+        q(admin, f"INSERT INTO {schema}.other VALUES ({k})")
+    h1 = src.head()
+    q(admin, f"INSERT INTO {schema}.t VALUES (1)")
+    h2 = src.head()
+    assert src.has_changes(h0, h1) is False
+    assert src.has_changes(h0, h2) is True
+    assert src.has_changes(h1, h2) is True
+    assert src.has_changes(h0, h2, limit=FIRST_LOOK) is True  # cut off at the limit: maybe
+    # the first look alone is cut off before the change (the second one found it above)
+    from tidegate.sources.postgres import reader as wal2json
+
+    assert wal2json.has_changes(src.server, src.replication_slot, src.tables, h0.lsn, h2, FIRST_LOOK) is None
+    assert [e.after for e in src.read(h0, h2) if isinstance(e, ChangeEvent)] == [{"id": 1}]
+    src.close()
+
+
 def test_asynchronous_commits_are_in_exactly_one_run(postgres, admin, schema, slot):
     """A transaction committed with synchronous_commit=off may be written but not yet flushed
     (the WAL writer flushes at most every wal_writer_delay): the bound is the flushed WAL, so

@@ -386,10 +386,10 @@ def peek_sql() -> str:
 
 
 def has_changes(server: PgServer, slot: Slot, publication: str, tables: frozenset[tuple[str, str]],
-                start_lsn: Lsn, upto: PgPosition, limit: int) -> bool:
+                start_lsn: Lsn, upto: PgPosition, limit: int) -> bool | None:
     """``reader.has_changes`` for a pgoutput slot: a row change or truncate of a captured table
     in a transaction whose commit record starts in [start, upto) (a bound or a start is never
-    inside a commit record: ``PgServer.head``)."""
+    inside a commit record: ``PgServer.head``); None when the look was cut off before one."""
     try:
         rows = server.query(peek_sql(), (slot.name, str(upto.lsn), limit, publication))
     except psycopg2.Error as exc:
@@ -411,7 +411,7 @@ def has_changes(server: PgServer, slot: Slot, publication: str, tables: frozense
         elif counts and kind == _T:
             if not tables or any(names.get(r) in tables for r in parse_truncate(data)):
                 return True
-    return len(rows) >= limit
+    return None if len(rows) >= limit else False
 
 
 # ---------------------------------------------------------------------- the read path

@@ -233,10 +233,10 @@ _BOUNDARY = msgspec.json.Decoder(_Boundary, float_hook=Decimal)
 
 
 def has_changes(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]], start_lsn: Lsn,
-                upto: PgPosition, limit: int) -> bool:
+                upto: PgPosition, limit: int) -> bool | None:
     """Peek at most ``limit`` decoded messages (whole transactions) of the slot for a row change
-    of the pipeline's tables committed in (start, upto]. When the look is cut off by ``limit``
-    the answer is True (there may be work)."""
+    of the pipeline's tables committed in (start, upto]: True, False, or None when the look was
+    cut off by ``limit`` before it met one (there may be work)."""
     table_options = table_list(tables)
     args: list[Any] = [slot.name, str(upto.lsn), limit, *table_options.values()]
     try:
@@ -252,7 +252,7 @@ def has_changes(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]]
             counts = start_lsn < end <= upto.lsn
         elif counts and a in ("I", "U", "D", "T") and (not tables or (m.schema, m.table) in tables):
             return True
-    return len(rows) >= limit
+    return None if len(rows) >= limit else False
 
 
 # ---------------------------------------------------------------------- the read path
