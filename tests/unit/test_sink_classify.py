@@ -99,6 +99,18 @@ def test_kafka_client_config_from_connection_maps_sasl_and_keeps_extras():
     assert "p4ss-word" not in repr(c)
 
 
+def test_kafka_clients_start_with_tidegates_defaults_which_the_connection_overrides():
+    plain = KafkaSink(spec_for(KAFKA), KAFKA, Connection("k", "kafka", extra={"bootstrap.servers": "h:1"}))
+    for cfg in (plain.producer_config(), plain._admin_config(), plain._checkpoint_reader_config()):
+        assert cfg["reconnect.backoff.ms"] == 20
+    assert plain.producer_config()["linger.ms"] == 25
+    own = KafkaSink(spec_for(KAFKA), KAFKA, Connection("k", "kafka", extra={
+        "bootstrap.servers": "h:1", "reconnect.backoff.ms": 250, "linger.ms": 0}))
+    for cfg in (own.producer_config(), own._admin_config(), own._checkpoint_reader_config()):
+        assert cfg["reconnect.backoff.ms"] == 250
+    assert own.producer_config()["linger.ms"] == 0
+
+
 def test_kafka_connection_without_broker_is_a_clear_error():
     with pytest.raises(NonRetryableSinkError, match="bootstrap.servers"):
         client_config(Connection("k", "kafka"))
