@@ -275,8 +275,13 @@ class KafkaSink(Sink):
         cfg["logger"] = logging.getLogger(__name__ + ".librdkafka")
         return cfg
 
+    def _client_base(self) -> dict[str, Any]:
+        """The connection's settings that are not the producer's, over :data:`_CLIENT_DEFAULTS`:
+        the start of the admin client's and the checkpoint reader's configurations."""
+        return {**_CLIENT_DEFAULTS, **{k: v for k, v in self._base.items() if k not in _PRODUCER_ONLY}}
+
     def _admin_config(self) -> dict[str, Any]:
-        cfg = {**_CLIENT_DEFAULTS, **{k: v for k, v in self._base.items() if k not in _PRODUCER_ONLY}}
+        cfg = self._client_base()
         cfg["logger"] = logging.getLogger(__name__ + ".librdkafka")
         cfg["error_cb"] = self._on_error  # a refused certificate or login shows here first
         return cfg
@@ -284,7 +289,7 @@ class KafkaSink(Sink):
     def _checkpoint_reader_config(self) -> dict[str, Any]:
         """The consumer that reads the checkpoint topic back: the connection's security settings
         (as the producer's and the admin client's), read_committed."""
-        cfg = {**_CLIENT_DEFAULTS, **{k: v for k, v in self._base.items() if k not in _PRODUCER_ONLY}}
+        cfg = self._client_base()
         cfg.update({"group.id": f"tidegate-ckpt-{uuid.uuid4().hex}", "enable.auto.commit": False,
                     "isolation.level": "read_committed", "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
