@@ -6,14 +6,14 @@ FROM apache/airflow:3.3.2-python3.11
 
 USER root
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64
 
 USER airflow
 # The exact pins of requirements.txt for what tidegate adds to Airflow.
 COPY --chown=airflow:root requirements.txt /tmp/requirements.txt
-RUN pip install --no-cache-dir "apache-airflow==3.3.2" $(grep -E '^(apache-airflow-providers-apache-spark|pyspark|pyspark-client|py4j|confluent-kafka|nats-py|nkeys|PyNaCl|redis|psycopg2-binary|PyMySQL|mysql-replication|PyYAML|asyncpg|pyarrow|pandas|statsd)==' /tmp/requirements.txt)
+RUN pip install --no-cache-dir "apache-airflow==3.3.2" $(grep -E '^(apache-airflow-providers-apache-spark|pyspark|pyspark-client|py4j|confluent-kafka|nats-py|nkeys|PyNaCl|redis|psycopg2-binary|PyMySQL|mysql-replication|PyYAML|asyncpg|pyarrow|pandas|statsd|orjson|msgspec|Cython)==' /tmp/requirements.txt)
 
 COPY --chown=airflow:root pyproject.toml README.md /opt/tidegate/
 COPY --chown=airflow:root include /opt/tidegate/include
@@ -21,6 +21,12 @@ COPY --chown=airflow:root dags /opt/tidegate/dags
 COPY --chown=airflow:root plugins /opt/tidegate/plugins
 COPY --chown=airflow:root spark_jobs /opt/tidegate/spark_jobs
 RUN pip install --no-cache-dir --no-deps -e /opt/tidegate
+# The compiled hot path (include/tidegate/native, docs/architecture.md), built as `make install`
+# builds it: without it every run in the stack would take the slower pure-Python path. The
+# import fails the build if the module is missing.
+COPY --chown=airflow:root scripts/build_native.py /opt/tidegate/scripts/build_native.py
+RUN python /opt/tidegate/scripts/build_native.py --force \
+ && python -c "import tidegate.native.rowcodec"
 # Delta Lake's jars (kind: delta sinks; the io.delta artifacts scripts/delta/pom.xml fetches for
 # `make install`), where tidegate.sinks.delta.jars looks: jars/delta of the project.
 ARG DELTA_VERSION=4.4.0

@@ -240,3 +240,54 @@ def test_the_connect_server_starts_with_the_delta_settings_and_the_image_has_the
     fetched = re.search(r"for a in ([^;]+);", dockerfile).group(1).split()
     assert sorted(names) == sorted(f"{a}-{version}.jar" for a in fetched)
     assert "/opt/tidegate/jars/delta" in dockerfile
+
+
+def _conf(cmd: list[str]) -> dict[str, str]:
+    return dict(c.split("=", 1) for c in (cmd[i + 1] for i, a in enumerate(cmd) if a == "--conf"))
+
+
+def test_the_connect_server_and_spark_submit_runs_get_cores_of_their_own(compose):
+    """The Connect server is a long-lived application: without a cap it holds every core of the
+    worker, and a spark-submit run waits for executors forever."""
+    svcs = compose["services"]
+    worker = words(svcs["spark-worker"]["command"])
+    worker_cores = int(worker[worker.index("--cores") + 1])
+    connect_cores = int(_conf(svcs["spark-connect"]["command"])["spark.cores.max"])
+    assert 0 < connect_cores < worker_cores
+    master_opts = svcs["spark-master"]["environment"]["SPARK_MASTER_OPTS"]
+    default = int(re.search(r"-Dspark\.deploy\.defaultCores=(\d+)", master_opts).group(1))
+    assert 0 < default <= worker_cores - connect_cores
+    # the master keeps the rest of the shared environment (connections are not secrets here)
+    assert "AIRFLOW__CORE__EXECUTOR" in svcs["spark-master"]["environment"]
+
+
+def test_the_kafka_broker_keeps_its_data_and_transaction_state_on_its_volume(compose):
+    kafka = compose["services"]["kafka"]
+    mounts = {v.split(":")[1] for v in kafka["volumes"] if not v.startswith("./")}
+    assert kafka["environment"]["KAFKA_LOG_DIRS"] in mounts
+
+
+def test_the_image_builds_the_compiled_hot_path_and_fails_without_it():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"apt-get install[^\n]*\bgcc\b", dockerfile)
+    assert re.search(r"^RUN python /opt/tidegate/scripts/build_native\.py", dockerfile, re.M)
+    assert 'import tidegate.native.rowcodec' in dockerfile
+
+
+def test_the_image_installs_every_library_the_engine_imports():
+    """Each third-party module imported by the engine, the Spark entry points or the plugins is
+    installed by the image's pip line (Airflow and what it brings aside)."""
+    import importlib.metadata as md
+    import sys
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    listed = {n.lower() for n in re.search(r"grep -E '\^\(([^)]*)\)==", dockerfile).group(1).split("|")}
+    dists = md.packages_distributions()
+    imported = set()
+    for folder in ("include/tidegate", "spark_jobs", "plugins", "dags"):
+        for path in (ROOT / folder).rglob("*.py"):
+            imported |= set(re.findall(r"^\s*(?:import|from) ([a-zA-Z_]\w*)", path.read_text(), re.M))
+    own = {"tidegate", "tidegate_airflow", "airflow", "fastapi"}  # fastapi: Airflow's API server's
+    third = {m for m in imported - own if m not in sys.stdlib_module_names and m in dists}
+    missing = {m: dists[m] for m in third if not {d.lower() for d in dists[m]} & listed}
+    assert not missing, f"the Dockerfile's pip line lacks {missing}"
