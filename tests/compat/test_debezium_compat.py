@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tidegate import runner
 from tidegate.parts import Parts
@@ -31,7 +32,6 @@ from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.compat import backlogs, harness
-from tests.integration.sink_readers import kafka_records
 
 pytestmark = pytest.mark.integration
 
@@ -67,23 +67,62 @@ def pipeline_spec(tmp_path: Path, pipeline: str, source: str, container: str, co
     return load_spec(str(path))
 
 
-def kafka_jsonl(bootstrap: str, topic_prefix: str, out: Path, tables: Iterable[str] = ()) -> Path:
-    """Every committed record of the topics `topic_prefix.*`, topic by topic in offset order,
-    as harness JSON lines (headers: their bytes as text, as Kafka Connect's default header
-    converter writes them). The topics of ``tables`` (db.table) are waited for a few seconds:
-    a topic the sink made a moment ago may be missing from the first metadata answer."""
+def kafka_jsonl(bootstrap: str, topic_prefix: str, out: Path, tables: Iterable[str] = (),
+                only: Iterable[str] | None = None) -> Path:
+    """Every committed record of the topics `topic_prefix.*` (of the db.tables ``only``, when
+    given), topic by topic in offset order, as harness JSON lines (headers: their bytes as text,
+    as Kafka Connect's default header converter writes them). The topics of ``tables`` are
+    waited for a few seconds: a topic the sink made a moment ago may be missing from the first
+    metadata answer. One read_committed consumer reads every partition at once."""
     wanted = {f"{topic_prefix}.{t}" for t in tables}
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + 15
     while True:
-        topics = sorted(t for t in admin.list_topics(timeout=10).topics if t.startswith(topic_prefix + "."))
+        metadata = admin.list_topics(timeout=10).topics
+        topics = sorted(t for t in metadata if t.startswith(topic_prefix + "."))
         if wanted <= set(topics) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
+    if only is not None:
+        keep = set(only)
+        topics = [t for t in topics if harness.table_of_topic(t) in keep]
+    records = read_committed(bootstrap, {t: len(metadata[t].partitions) for t in topics})
     lines = [{"topic": topic, "key": _json(key), "value": _json(value),
               "headers": [{"key": k, "text": v.decode() if v is not None else None} for k, v in headers]}
-             for topic in topics for _, key, value, headers in kafka_records(bootstrap, topic)]
+             for topic in topics for key, value, headers in records[topic]]
     harness.write_jsonl(out, lines)
+    return out
+
+
+def read_committed(bootstrap: str, partitions: dict[str, int]) -> dict[str, list[tuple]]:
+    """(key, value, headers) of every committed record of the topics, per topic in offset
+    order (one partition each here), each partition read to its end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "compat-" + uuid.uuid4().hex,
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    out: dict[str, list[tuple]] = {t: [] for t in partitions}
+    try:
+        assigned = []
+        for topic, n in partitions.items():
+            for p in range(n):
+                low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high > low:
+                    assigned.append(TopicPartition(topic, p, low))
+        c.assign(assigned)
+        left = {(tp.topic, tp.partition) for tp in assigned}
+        deadline = time.monotonic() + 60
+        while left:
+            assert time.monotonic() < deadline, f"not read to their end: {sorted(left)}"
+            m = c.poll(1)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    left.discard((m.topic(), m.partition()))
+                continue
+            out[m.topic()].append((m.key(), m.value(), list(m.headers() or [])))
+    finally:
+        c.close()
     return out
 
 
@@ -165,7 +204,7 @@ def test_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_path):
                     kafka_jsonl(kafka_bootstrap, pipeline, tmp_path / "tidegate.schemas-off.jsonl", tables),
                     kafka_jsonl(kafka_bootstrap, f"{pipeline}_on", tmp_path / "tidegate.schemas-on.jsonl",
                                 tables),
-                    variant=_variant_files(kafka_bootstrap, pipeline, tmp_path, debezium_modes))
+                    variant=_variant_files("mariadb", kafka_bootstrap, pipeline, tmp_path, debezium_modes))
     assert compared >= BACKLOG_CHANGES, f"only {compared} of Debezium's change records were compared"
 
 
@@ -201,24 +240,24 @@ def test_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, tmp_path):
                     kafka_jsonl(kafka_bootstrap, pipeline, tmp_path / "tidegate.schemas-off.jsonl", tables),
                     kafka_jsonl(kafka_bootstrap, f"{pipeline}_on", tmp_path / "tidegate.schemas-on.jsonl",
                                 tables),
-                    variant=_variant_files(kafka_bootstrap, pipeline, tmp_path, debezium_modes))
+                    variant=_variant_files("postgres", kafka_bootstrap, pipeline, tmp_path, debezium_modes))
     assert compared >= BACKLOG_CHANGES, f"only {compared} of Debezium's change records were compared"
 
 
-def _tables_of(debezium_prefix: Path) -> set[str]:
-    """The db.table of every change topic Debezium wrote to."""
-    records = harness.data_records(harness.read_jsonl(Path(f"{debezium_prefix}.schemas-off.jsonl")))
+def _tables_of(debezium_prefix: Path, only: Iterable[str] | None = None) -> set[str]:
+    """The db.table of every change topic Debezium wrote to (of the tables ``only``)."""
+    records = harness.data_records(harness.read_jsonl(Path(f"{debezium_prefix}.schemas-off.jsonl")), only)
     return {harness.table_of_topic(r["topic"]) for r in records}
 
 
-def _variant_files(bootstrap: str, pipeline: str, tmp_path: Path, debezium_modes: Path
+def _variant_files(source: str, bootstrap: str, pipeline: str, tmp_path: Path, debezium_modes: Path
                    ) -> tuple[Path, Path, Path]:
-    tables = _tables_of(debezium_modes)
+    tables = _tables_of(debezium_modes, harness.VARIANTS[source]["tables"])
     return (debezium_modes,
             kafka_jsonl(bootstrap, f"{pipeline}_modes", tmp_path / "tidegate-modes.schemas-off.jsonl",
-                        tables),
+                        tables, only=tables),
             kafka_jsonl(bootstrap, f"{pipeline}_modes_on", tmp_path / "tidegate-modes.schemas-on.jsonl",
-                        tables))
+                        tables, only=tables))
 
 
 def _tidegate_slot(admin_dsn: str, *, create: bool) -> None:
