@@ -1,5 +1,10 @@
 """The backlog both Debezium and tidegate capture, per source: every column type the issue
-lists, NULLs, multi-row transactions, a key change, deletes, TRUNCATE and an ADD COLUMN.
+lists, NULLs, multi-row transactions, a key change, deletes, TRUNCATE and an ADD COLUMN; column
+defaults of every kind and NULL written into such columns, FLOAT(M,D), NaN/Infinity/-0 and
+NUMERIC without scale ending in zeros, PostgreSQL domains, tables left at REPLICA IDENTITY
+DEFAULT (updates, a key change, deletes) and an unchanged TOASTed bytea and text. The tables
+of harness.VARIANTS (MariaDB t_modes, PostgreSQL t_floats, and t_trunc) are compared a second
+time with other connector modes.
 
 Each source has SETUP (tables, made before either side starts reading), BACKLOG (a list of
 transactions, each a list of statements, run in order) and END (the stop table's row: Debezium's
@@ -38,6 +43,16 @@ MARIADB_SETUP = [
     f"CREATE TABLE {_M}.t_composite (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))",
     f"CREATE TABLE {_M}.t_trunc (id INT PRIMARY KEY, v VARCHAR(20))",
     f"CREATE TABLE {_M}.t_alter (id INT PRIMARY KEY, v VARCHAR(20))",
+    # defaults in the schema, and NULL written into columns that have one (the JSON converter
+    # writes the default instead)
+    f"""CREATE TABLE {_M}.t_defaults (id INT PRIMARY KEY, i INT NULL DEFAULT 5,
+        v VARCHAR(10) NULL DEFAULT 'dflt', dt DATE NULL DEFAULT '2020-01-02',
+        dtm DATETIME NULL DEFAULT '2020-01-02 03:04:05', tm3 TIME(3) NULL DEFAULT '12:34:56.789',
+        b12 BIT(12) NULL DEFAULT b'101', biu BIGINT UNSIGNED NULL DEFAULT 18446744073709551615,
+        d DECIMAL(6,2) NULL DEFAULT 1.50)""",
+    f"CREATE TABLE {_M}.t_floats (id INT PRIMARY KEY, f73 FLOAT(7,3), f FLOAT, db DOUBLE)",
+    # the values of the mode variant (MODES_VARIANT): decimal string, time connect
+    f"CREATE TABLE {_M}.t_modes (id INT PRIMARY KEY, d65 DECIMAL(65,30), tm TIME, tm6 TIME(6))",
     f"CREATE TABLE {_M}.{STOP_TABLE} (id INT PRIMARY KEY)",
     f"CREATE TABLE {_M}.{PROBE_TABLE} (id INT AUTO_INCREMENT PRIMARY KEY)",
 ]
@@ -83,6 +98,16 @@ MARIADB_BACKLOG = [
     [f"INSERT INTO {_M}.t_trunc VALUES (1, 'gone'), (2, 'gone too')"],
     [f"TRUNCATE TABLE {_M}.t_trunc"],
     [f"INSERT INTO {_M}.t_trunc VALUES (3, 'after')"],
+    [f"INSERT INTO {_M}.t_defaults VALUES (1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+     f"INSERT INTO {_M}.t_defaults (id) VALUES (2)",
+     f"INSERT INTO {_M}.t_defaults VALUES (3, 1, 'x', '2001-01-01', '2001-01-01 00:00:00', '01:00:00',"
+     f" b'1', 1, 0.25)",
+     f"UPDATE {_M}.t_defaults SET i = NULL, v = NULL WHERE id = 3"],
+    [f"INSERT INTO {_M}.t_floats VALUES (1, 1234.567, 1234.567, -0e0), (2, -0.001, 0.1, 1e-300),"
+     f" (3, NULL, NULL, NULL)"],
+    [f"INSERT INTO {_M}.t_modes VALUES (1, -0.000000000000000000000000000001, '-838:59:59',"
+     f" '100:00:00.000001'), (2, 0, '12:00:00', '23:59:59.999999'),"
+     f" (3, 12345.5, '838:59:59', '-00:00:01'), (4, NULL, '00:00:00', '24:00:00')"],
     [f"INSERT INTO {_M}.t_alter VALUES (1, 'before')"],
     [f"ALTER TABLE {_M}.t_alter ADD COLUMN extra INT NULL DEFAULT 7"],
     [f"INSERT INTO {_M}.t_alter VALUES (2, 'after', 8)",
@@ -95,7 +120,10 @@ MARIADB_TEARDOWN = [f"DROP DATABASE IF EXISTS {_M}"]
 _P = POSTGRES_SCHEMA
 
 POSTGRES_TABLES = ["t_ints", "t_nums", "t_times", "t_texts", "t_misc", "t_keys", "t_composite",
-                   "t_trunc", "t_alter", STOP_TABLE]
+                   "t_trunc", "t_alter", "t_defaults", "t_domains", "t_floats", STOP_TABLE]
+# tables left at PostgreSQL's default REPLICA IDENTITY (the primary key): old rows are partial
+POSTGRES_DEFAULT_IDENTITY = ["t_ident", "t_toast"]
+POSTGRES_PUBLISHED = POSTGRES_TABLES + POSTGRES_DEFAULT_IDENTITY
 
 POSTGRES_SETUP = [
     f"DROP SCHEMA IF EXISTS {_P} CASCADE",
@@ -116,6 +144,16 @@ POSTGRES_SETUP = [
     f"CREATE TABLE {_P}.t_composite (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))",
     f"CREATE TABLE {_P}.t_trunc (id INT PRIMARY KEY, v VARCHAR(20))",
     f"CREATE TABLE {_P}.t_alter (id INT PRIMARY KEY, v VARCHAR(20))",
+    f"""CREATE TABLE {_P}.t_defaults (id INT PRIMARY KEY, i INT DEFAULT 5, v VARCHAR(10) DEFAULT 'dflt',
+        dt DATE DEFAULT '2020-01-02', ts TIMESTAMP DEFAULT '2020-01-02 03:04:05',
+        ts3 TIMESTAMP(3) DEFAULT '2020-01-02 03:04:05.678', by BYTEA DEFAULT '\\x00ff',
+        n NUMERIC(6,2) DEFAULT 1.5)""",
+    f"CREATE DOMAIN {_P}.posint AS integer CHECK (VALUE > 0)",
+    f"CREATE DOMAIN {_P}.amount AS NUMERIC(12,2)",
+    f"CREATE TABLE {_P}.t_domains (id {_P}.posint PRIMARY KEY, amt {_P}.amount)",
+    f"CREATE TABLE {_P}.t_floats (id INT PRIMARY KEY, r REAL, dp DOUBLE PRECISION, dn NUMERIC)",
+    f"CREATE TABLE {_P}.t_ident (id INT PRIMARY KEY, v TEXT, n INT)",
+    f"CREATE TABLE {_P}.t_toast (id INT PRIMARY KEY, n INT, by BYTEA, tx TEXT)",
     f"CREATE TABLE {_P}.{STOP_TABLE} (id INT PRIMARY KEY)",
     *[f"ALTER TABLE {_P}.{t} REPLICA IDENTITY FULL" for t in POSTGRES_TABLES],
 ]
@@ -163,6 +201,25 @@ POSTGRES_BACKLOG = [
     [f"INSERT INTO {_P}.t_trunc VALUES (1, 'gone'), (2, 'gone too')"],
     [f"TRUNCATE TABLE {_P}.t_trunc"],
     [f"INSERT INTO {_P}.t_trunc VALUES (3, 'after')"],
+    [f"INSERT INTO {_P}.t_defaults VALUES (1, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+     f"INSERT INTO {_P}.t_defaults (id) VALUES (2)",
+     f"INSERT INTO {_P}.t_defaults VALUES (3, 1, 'x', '2001-01-01', '2001-01-01 00:00:00',"
+     f" '2001-01-01 00:00:00.5', '\\x01', 0.25)",
+     f"UPDATE {_P}.t_defaults SET i = NULL, v = NULL WHERE id = 3"],
+    [f"INSERT INTO {_P}.t_domains VALUES (1, 12.5), (2, NULL)",
+     f"UPDATE {_P}.t_domains SET amt = 1000.01 WHERE id = 1"],
+    [f"INSERT INTO {_P}.t_floats VALUES (1, 'NaN', 'Infinity', 1.50), (2, '-Infinity', '-0', 10.0),"
+     f" (3, 'Infinity', 'NaN', 0.000000000000000000000000000010), (4, 0, '-Infinity', 100),"
+     f" (5, 1.5, 2.5, 'NaN'), (6, NULL, NULL, 12345678901234567890.123456789012345678901234567890)"],
+    [f"INSERT INTO {_P}.t_ident VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3)"],
+    [f"UPDATE {_P}.t_ident SET v = 'changed' WHERE id = 1",
+     f"UPDATE {_P}.t_ident SET id = 20 WHERE id = 2",
+     f"DELETE FROM {_P}.t_ident WHERE id = 3"],
+    # an unchanged TOASTed bytea and text (4800 bytes of MD5s: too big and random to stay inline)
+    [f"INSERT INTO {_P}.t_toast VALUES (1, 1,"
+     f" (SELECT string_agg(decode(md5(i::text), 'hex'), ''::bytea) FROM generate_series(1, 300) i),"
+     f" (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 300) i))"],
+    [f"UPDATE {_P}.t_toast SET n = 2 WHERE id = 1"],
     [f"INSERT INTO {_P}.t_alter VALUES (1, 'before')"],
     [f"ALTER TABLE {_P}.t_alter ADD COLUMN extra INT NULL DEFAULT 7"],
     [f"INSERT INTO {_P}.t_alter VALUES (2, 'after', 8)",

@@ -241,7 +241,8 @@ def test_postgres_changes_as_the_postgres_connector_writes_them(postgres, kafka,
         values = check_changes(committed(kafka_bootstrap, f"{pipeline}.public.{pipeline}"))
         first = values[0]
         assert first["after"] == {
-            "id": 1, "amount": b64_unscaled(1234), "loose": {"scale": 3, "value": b64_unscaled(1250)},
+            # NUMERIC without scale: its trailing fraction zero stripped, as Debezium does (make compat)
+            "id": 1, "amount": b64_unscaled(1234), "loose": {"scale": 2, "value": b64_unscaled(125)},
             # timestamptz: padded to the column's precision (6), as Debezium writes it (make compat)
             "at": 1704164645500000, "stamp": "2024-01-02T03:04:05.120000Z",
             "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "doc": '{"a": 1}', "nums": [1, 2],

@@ -63,3 +63,27 @@ def test_postgres_joins_by_lsn_and_sequence():
         return r
     assert harness.compare("postgres", [pg(10, '["5","10"]')], [pg(10, '["5","10"]')]) == []
     assert len(harness.compare("postgres", [pg(10, '["5","10"]')], [pg(10, '[null,"10"]')])) == 2
+
+
+def test_the_sign_of_a_zero_is_compared():
+    d, t = [change(4, 0, "c", {"id": 1, "x": -0.0})], [change(4, 0, "c", {"id": 1, "x": 0.0})]
+    (report,) = harness.compare("mariadb", d, t)
+    assert "value.after.x: debezium -0.0, tidegate 0.0" in report
+
+
+def test_only_the_declared_pair_of_a_declared_column_is_forgiven():
+    def pg(after: dict) -> dict:
+        value = {"before": None, "after": after, "op": "c",
+                 "source": {"lsn": 10, "sequence": "[null,\"10\"]"}}
+        return {"topic": "p.tidegate_compat.t_floats", "key": {"id": 1}, "value": value, "headers": []}
+    assert harness.compare("postgres", [pg({"id": 1, "r": "NaN", "dp": -0.0})],
+                           [pg({"id": 1, "r": None, "dp": 0.0})]) == []
+    (report,) = harness.compare("postgres", [pg({"id": 1, "r": "NaN", "dp": 1.5, "v": "NaN"})],
+                                [pg({"id": 1, "r": 0.0, "dp": None, "v": None})])
+    assert "value.after.r:" in report and "value.after.dp:" in report and "value.after.v:" in report
+    (report,) = harness.compare("mariadb", [change(4, 0, "c", {"id": 1, "r": "NaN"})],
+                                [change(4, 0, "c", {"id": 1, "r": None})])  # another source, table
+    assert "value.after.r:" in report
+    rows = [("tidegate_compat.t_floats", '{"id": 1}', '{"dp": 0.0, "id": 1, "r": 0.0}')]
+    tidegate = [(*rows[0][:2], '{"dp": null, "id": 1, "r": null}')]
+    assert harness.forgive_declared_rows("postgres", rows, tidegate) == rows

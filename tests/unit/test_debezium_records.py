@@ -265,7 +265,86 @@ def test_catalog_defaults_as_the_sources_read_them():
     assert [mysql_default(d, "", True) for d in ("7", "'it''s'", "NULL", "current_timestamp()", None)] == [
         "7", "it's", None, None, None]
     assert mysql_default("abc", "", False) == "abc"
+    assert mysql_default("b'101'", "", True) == "b'101'"  # a BIT default: the envelope reads its bits
     assert mysql_default("CURRENT_TIMESTAMP", "DEFAULT_GENERATED", False) is None
     assert [postgres_default(d) for d in ("7", "'-1'::integer", "'a''b'::character varying", "true",
                                           "nextval('t_id_seq'::regclass)", "now()", None)] == [
         "7", "-1", "a'b", "true", "0", None, None]
+
+
+def _after_and_fields(info: SourceInfo, ev) -> tuple[dict, dict]:
+    [rec] = encoder(info, schemas=True).change_records(ev)[:1]
+    value = json.loads(rec.value)
+    fields = {f["field"]: f for f in value["schema"]["fields"][1]["fields"]}
+    return value["payload"]["after"], fields
+
+
+def test_defaults_of_every_logical_type_and_null_written_as_the_default():
+    """Debezium's output for tests/compat's t_defaults: the default in the field schema as the
+    column's values are converted, and a NULL in such a column written as the default (Kafka
+    Connect's Struct and JSON converter replace null with the schema's default)."""
+    types = {"id": "int(11)", "i": "int(11)", "dt": "date", "dtm": "datetime", "tm3": "time(3)",
+             "b12": "bit(12)", "biu": "bigint(20) unsigned", "d": "decimal(6,2)"}
+    info = SourceInfo("mariadb", "", {"shop.orders": TableInfo(
+        types, dict.fromkeys(types, True) | {"id": False},
+        {"i": "5", "dt": "2020-01-02", "dtm": "2020-01-02 03:04:05", "tm3": "12:34:56.789",
+         "b12": "b'101'", "biu": "18446744073709551615", "d": "1.50"})})
+    nulls = dict.fromkeys(types) | {"id": 1}
+    after, fields = _after_and_fields(info, mysql_event("c", None, nulls, {"id": 1}))
+    want = {"i": 5, "dt": 18263, "dtm": 1577934245000, "tm3": 45296789000, "b12": "BQA=",
+            "biu": 9223372036854775807, "d": "AJY="}
+    assert {c: fields[c].get("default") for c in want} == want
+    assert after == {"id": 1, **want}
+    # a value is itself, the unsigned maximum wrapped as the connector does
+    after, _ = _after_and_fields(info, mysql_event("c", None, dict.fromkeys(types) | {
+        "id": 2, "i": 1, "biu": 18446744073709551615}, {"id": 2}))
+    assert (after["i"], after["biu"]) == (1, -1)
+
+
+def test_postgres_date_and_timestamp_defaults_and_no_bytea_default():
+    info = SourceInfo("postgresql", "appdb", {"public.items": TableInfo(
+        {"id": "integer", "dt": "date", "ts": "timestamp without time zone",
+         "ts3": "timestamp(3) without time zone", "by": "bytea"},
+        {"id": False, "dt": True, "ts": True, "ts3": True, "by": True},
+        {"dt": "2020-01-02", "ts": "2020-01-02 03:04:05", "ts3": "2020-01-02 03:04:05.678",
+         "by": "\\x00ff"})})
+    after, fields = _after_and_fields(info, pg_event("c", None, {"id": 1, "dt": None, "ts": None, "ts3": None,
+                                                                  "by": None}, {"id": 1}))
+    assert [fields[c].get("default") for c in ("dt", "ts", "ts3", "by")] == [
+        18263, 1577934245000000, 1577934245678, None]
+    assert after == {"id": 1, "dt": 18263, "ts": 1577934245000000, "ts3": 1577934245678, "by": None}
+
+
+def test_postgres_replica_identity_default_old_rows_as_debezium_writes_them():
+    """Under REPLICA IDENTITY DEFAULT the log holds only the key of the old row: Debezium's
+    UPDATE that kept the key has before null, its DELETE every column (null where unknown),
+    and the Value schema lists every column (tests/compat, t_ident)."""
+    info = SourceInfo("postgresql", "appdb", {"public.items": TableInfo(
+        {"id": "integer", "v": "text", "n": "integer"}, {"id": False, "v": True, "n": True})})
+    enc = encoder(info, schemas=True)
+    [upd] = enc.change_records(pg_event("u", {"id": 1}, {"id": 1, "v": "x", "n": 2}, {"id": 1}))
+    value = json.loads(upd.value)
+    assert value["payload"]["before"] is None and value["payload"]["after"] == {"id": 1, "v": "x", "n": 2}
+    assert [f["field"] for f in value["schema"]["fields"][0]["fields"]] == ["id", "v", "n"]
+    dele = enc.change_records(pg_event("d", {"id": 3}, None, {"id": 3}))[0]
+    value = json.loads(dele.value)
+    assert value["payload"]["before"] == {"id": 3, "v": None, "n": None}
+    assert [f["field"] for f in value["schema"]["fields"][0]["fields"]] == ["id", "v", "n"]
+    # REPLICA IDENTITY FULL: the whole old row, kept
+    [full] = enc.change_records(pg_event("u", {"id": 1, "v": "a", "n": 1}, {"id": 1, "v": "b", "n": 1},
+                                         {"id": 1}))
+    assert json.loads(full.value)["payload"]["before"] == {"id": 1, "v": "a", "n": 1}
+
+
+def test_a_skipped_truncate_still_moves_the_next_sequence():
+    from tidegate.sources.postgres.position import Lsn, PgPosition
+
+    enc = encoder(POSTGRES)  # TRUNCATE skipped, as by default
+    msg = ControlMessage("default", "orders", "schema_change", "0/16B3800:truncate:public.items",
+                         {"lsn": "0/16B3800"}, 1_700_000_000_000,
+                         {"change": "truncate", "db": "public", "schema": "public", "table": "items"},
+                         tx_id="772:0/16B3900", tx_end=True, end_position=PgPosition(Lsn(0x16B3900)))
+    assert enc.records([msg]) == []
+    row = {"id": 1, "price": None, "seen": None}
+    [rec] = enc.change_records(pg_event("c", None, row, {"id": 1}, tx="773:0/16B3A00", lsn="0/16B3980"))
+    assert json.loads(json.loads(rec.value)["source"]["sequence"]) == [str(0x16B3900), str(0x16B3980)]

@@ -91,7 +91,8 @@ def test_unscaled_bytes_is_the_shortest_twos_complement():
 
 def test_postgres_numeric_without_scale_is_a_variable_scale_decimal():
     value, schema = pg("numeric", "-1.250")
-    assert value == {"scale": 3, "value": b64((-1250).to_bytes(2, "big", signed=True))}
+    # trailing fraction zeros stripped, as Debezium does (tests/compat: 1.50 is 15 at scale 1)
+    assert value == {"scale": 2, "value": b64((-125).to_bytes(1, "big", signed=True))}
     assert schema["name"] == "io.debezium.data.VariableScaleDecimal"
     assert [f["field"] for f in schema["fields"]] == ["scale", "value"]
     assert pg("numeric", None)[0] is None  # numeric NaN arrives as null
@@ -249,3 +250,60 @@ def test_a_column_the_catalog_does_not_know_maps_by_its_value():
     assert column_mapping("mysql", None, MY, 3).schema == {"type": "int64"}
     assert column_mapping("postgresql", None, PG, "x").schema == {"type": "string"}
     assert column_mapping("mysql", None, MY, {"a": 1}).convert({"a": 1}) == '{"a":1}'
+
+
+def test_variable_scale_strips_fraction_zeros_only():
+    # Debezium's output for NUMERIC without scale (tests/compat, t_floats.dn)
+    assert pg("numeric", "1.50")[0] == {"scale": 1, "value": b64(bytes([15]))}
+    assert pg("numeric", "10.0")[0] == {"scale": 0, "value": b64(bytes([10]))}
+    assert pg("numeric", "100")[0] == {"scale": 0, "value": b64(bytes([100]))}
+    assert pg("numeric", "0.000000000000000000000000000010")[0] == {"scale": 29, "value": b64(bytes([1]))}
+    assert pg("numeric", "0.000")[0] == {"scale": 0, "value": b64(bytes([0]))}
+    big = "12345678901234567890.123456789012345678901234567890"
+    assert pg("numeric", big)[0]["scale"] == 29  # exact beyond 28 digits: no context rounding
+
+
+def test_decimal_string_mode_is_plain_notation_and_double_mode_writes_nan_as_jackson_does():
+    string = Modes(decimal="string")
+    assert my("decimal(65,30)", "-0.000000000000000000000000000001", string)[0] == \
+        "-0.000000000000000000000000000001"
+    assert my("decimal(65,30)", "0E-30", string)[0] == "0.000000000000000000000000000000"
+    assert my("decimal(65,30)", "12345.5", string)[0] == "12345.5"
+    assert pg("numeric", "NaN", string)[0] == "NaN"
+    double = Modes(decimal="double")
+    assert [pg("numeric", v, double)[0] for v in ("NaN", "Infinity", "-Infinity", "1.5")] == [
+        "NaN", "Infinity", "-Infinity", 1.5]
+
+
+def test_time_connect_mode_is_null_outside_a_day():
+    connect = Modes(time="connect")
+    assert [my("time", v, connect)[0] for v in ("-838:59:59", "100:00:00.000001", "-00:00:01")] == [None] * 3
+    assert [my("time(6)", v, connect)[0] for v in ("00:00:00", "23:59:59.999999", "24:00:00")] == [
+        0, 86_399_999, 86_400_000]
+    assert my("time", "-838:59:59")[0] == -3_020_399_000_000  # MicroTime keeps it
+
+
+def test_mysql_float_m_d_is_the_float32_widened_to_a_double():
+    assert my("float(7,3)", 1234.567) == (1234.5670166015625, {"type": "double"})
+    assert my("float(7,3)", -0.001)[0] == -0.0010000000474974513
+    assert my("float", 1234.567) == (1234.567, {"type": "float"})  # a float32: its shortest text
+    assert my("float(30)", 0.1) == (0.1, {"type": "double"})  # MySQL made it a DOUBLE
+
+
+def test_unchanged_toast_placeholder_in_a_binary_column_is_its_bytes():
+    placeholder = "__debezium_unavailable_value"
+    as_bytes = b64(placeholder.encode())
+    assert as_bytes == "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="  # Debezium's (tests/compat, t_toast)
+    assert pg("bytea", placeholder)[0] == as_bytes
+    assert pg("bytea", placeholder, Modes(time="adaptive", binary="hex"))[0] == placeholder.encode().hex()
+    assert pg("text", placeholder)[0] == placeholder
+    assert pg("bytea", b64(b"\x00\xff"))[0] == b64(b"\x00\xff")
+
+
+def test_postgres_domain_values_come_as_text_and_map_by_their_base_type():
+    # the catalog names a domain's base type (sources/postgres/snapshot.py column_types)
+    assert pg("integer", "1") == (1, {"type": "int32"})
+    assert pg("bigint", 7) == (7, {"type": "int64"})
+    assert pg("numeric(12,2)", "12.50")[0] == b64((1250).to_bytes(2, "big", signed=True))
+    assert pg("double precision", "2.5")[0] == 2.5
+    assert pg("double precision", float("nan"))[0] == "NaN"

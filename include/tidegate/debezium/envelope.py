@@ -37,6 +37,7 @@ SNAPSHOT_ALLOWED = "true,first,first_in_data_collection,last_in_data_collection,
 POSITION_HEADER = "tidegate.position"  # a heartbeat's source position (JSON)
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
+_BIT_LITERAL = re.compile(r"^b'([01]*)'$")
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ class _Table:
         self.name = f"{enc.prefix}.{schema_name}.{table}"
         self.maps: dict[str, Mapping] = {}
         self.schemas: dict[tuple, dict] = {}
+        self.defaults: dict[str, dict[str, Any]] = {}
 
     def mapping(self, column: str, sample: Any) -> Mapping:
         m = self.maps.get(column)
@@ -131,22 +133,38 @@ class _Table:
     def default(self, column: str) -> dict[str, Any]:
         """``{"default": value}`` for a column with a constant default (Debezium writes it in the
         field's schema, converted as the column's values are), else nothing."""
+        d = self.defaults.get(column)
+        if d is None:
+            d = self.defaults[column] = self._default(column)
+        return d
+
+    def _default(self, column: str) -> dict[str, Any]:
         text = self.info.defaults.get(column) if self.info is not None else None
         if text is None:
             return {}
         m = self.mapping(column, text)
         if m.schema.get("type") in ("array", "struct", "map"):
             return {}  # a composite default ('{1,2}', a POINT) is not typed here: left out
+        if self.enc.connector == "postgresql" and self.info is not None \
+                and self.info.columns.get(column, "").startswith("bytea"):
+            return {}  # the PostgreSQL connector gives a bytea column no default (ground truth)
         try:
-            value = m.convert(default_value(text, m.schema.get("type")))
+            value = m.convert(default_value(text, m.schema))
         except (ValueError, TypeError, ArithmeticError):
             return {}  # a default this envelope cannot type: left out rather than guessed
         return {} if value is None else {"default": value}
 
     def row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A row's values as Debezium's; a NULL in a column with a default is the default, as
+        Kafka Connect writes it (Struct.get and the JSON converter's replace.null.with.default)."""
         if row is None:
             return None
-        return {k: None if v is None else self.mapping(k, v).convert(v) for k, v in row.items()}
+        out = {}
+        for k, v in row.items():
+            if v is not None:
+                v = self.mapping(k, v).convert(v)
+            out[k] = self.default(k).get("default") if v is None else v
+        return out
 
     def struct(self, row: dict[str, Any], suffix: str, optional: bool) -> dict[str, Any]:
         cols = tuple(row)
@@ -251,14 +269,15 @@ class DebeziumEncoder:
         out: list[Record] = []
         if tx is not None and tx["total_order"] == 1:
             out.append(self._tx_record("BEGIN", ev.ts_ms, None))
-        payload = {"before": t.row(ev.before), "after": t.row(ev.after), "source": self._source(ev),
+        before = self._before(t, ev)
+        payload = {"before": t.row(before), "after": t.row(ev.after), "source": self._source(ev),
                    "transaction": ({"id": tx["id"], "total_order": tx["total_order"],
                                     "data_collection_order": tx["counts"][self._collection(ev)]}
                                    if tx is not None else None),
                    "op": ev.op}
         payload.update(self._now())
         key_bytes = self._key_bytes(t, key, ev.key)
-        value = self._wrap(payload, lambda: self._envelope_schema(t, ev.before or ev.after or {}))
+        value = self._wrap(payload, lambda: self._envelope_schema(t, before or ev.after or {}))
         headers = self._key_headers(t, ev.headers) + self._context_headers()
         out.append(Record(topic, key_bytes, value, headers))
         if ev.op == "d" and self.options.tombstones_on_delete:
@@ -273,8 +292,11 @@ class DebeziumEncoder:
         """``op: "t"`` for a TRUNCATE (a ``schema_change`` with ``change: "truncate"``), unless
         ``skipped_operations`` holds ``t`` (Debezium's default)."""
         f = msg.fields
-        if msg.type != "schema_change" or f.get("change") != "truncate" \
-                or "t" in self.options.skipped_operations:
+        if msg.type != "schema_change" or f.get("change") != "truncate":
+            return None
+        if "t" in self.options.skipped_operations:
+            # skipped, but its transaction's commit still moves source.sequence[0] of the next
+            self._note_commit(msg)
             return None
         connector = "postgresql" if str(msg.event_id).count(":truncate:") else "mysql"
         self._load(connector)
@@ -329,6 +351,20 @@ class DebeziumEncoder:
                       self._context_headers() + [(POSITION_HEADER, _dumps(where))])
 
     # ------------------------------------------------------------------ parts
+
+    def _before(self, t: _Table, ev: Any) -> dict[str, Any] | None:
+        """The old row as Debezium's PostgreSQL connector gives it when the log holds only the
+        replica identity (REPLICA IDENTITY DEFAULT: the key): an UPDATE that kept the key has no
+        old row (null), a DELETE has every column, null where the log does not tell. tidegate's
+        source gives the key columns as the old row in both cases."""
+        before = ev.before
+        if self.connector != "postgresql" or before is None or ev.key is None or set(before) != set(ev.key):
+            return before
+        if ev.op == "u" and ev.after is not None and len(ev.after) > len(before):
+            return None
+        if ev.op == "d" and t.info is not None and len(t.info.columns) > len(before):
+            return {c: before.get(c) for c in t.info.columns}
+        return before
 
     def _now(self) -> dict[str, int]:
         ns = self.clock()
@@ -470,11 +506,23 @@ class DebeziumEncoder:
             "optional": False, "name": f"{t.name}.Envelope", "version": 2}
 
 
-def default_value(text: str, schema_type: str | None) -> Any:
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def default_value(text: str, schema: dict[str, Any]) -> Any:
     """A default's text in the form the source gives the column's values (numbers as numbers
-    for integer, floating and boolean columns, text for the rest: decimals, times, strings)."""
+    for plain integer, floating and boolean columns, text for the rest: decimals, strings and
+    the logical types, dates and times, whose conversion reads text). An integer default
+    beyond a Java long is the nearest long, as Debezium's default parser gives it (BIGINT
+    UNSIGNED's 18446744073709551615 is 9223372036854775807; its values wrap instead)."""
+    schema_type = schema.get("type")
+    bits = _BIT_LITERAL.match(text)
+    if bits and (schema.get("name") == "io.debezium.data.Bits" or schema_type == "boolean"):
+        return bits.group(1)  # a MySQL/MariaDB BIT default is written b'101'
+    if schema.get("name") is not None:
+        return text
     if schema_type in ("int8", "int16", "int32", "int64"):
-        return int(text)
+        return min(max(int(text), LONG_MIN), LONG_MAX)
     if schema_type in ("float", "double"):
         return float(text)
     if schema_type == "boolean":

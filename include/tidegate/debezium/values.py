@@ -26,6 +26,9 @@ DECIMAL_MODES = ("precise", "string", "double")
 TIME_MODES = ("adaptive_time_microseconds", "adaptive", "connect")
 BINARY_MODES = ("bytes", "base64", "base64-url-safe", "hex")
 BIGINT_UNSIGNED_MODES = ("long", "precise")
+# PostgreSQL's placeholder for an unchanged TOASTed value the log does not carry; Debezium writes
+# it in the column's own type: as text in a text column, as its UTF-8 bytes in a binary one.
+UNAVAILABLE = "__debezium_unavailable_value"
 
 # Debezium's MicroDuration counts a month as the average Gregorian month.
 DAYS_PER_MONTH_AVG = 365.25 / 12
@@ -95,21 +98,54 @@ def _as_decimal(v: Any) -> Decimal | None:
         return None
 
 
+def json_double(x: float) -> float | str:
+    """A double as Kafka Connect's JSON converter writes it: NaN and the infinities as the
+    strings Jackson writes for them (JSON has no such numbers)."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def decimal_text(v: Any) -> str | None:
+    """``decimal.handling.mode: string``: Java's BigDecimal.toPlainString, never an exponent
+    (``-0.000000000000000000000000000001``, not ``-1E-30``; ``0E-30`` keeps its 30 zeros)."""
+    d = _as_decimal(v)
+    return None if d is None else format(d, "f")
+
+
+def decimal_double(v: Any) -> float | str | None:
+    d = _as_decimal(v)
+    return None if d is None else json_double(float(d))
+
+
+def variable_scale(d: Decimal) -> int:
+    """The scale Debezium gives a NUMERIC without scale: the value's own with trailing
+    fraction zeros stripped (``1.50`` is 15 at scale 1, ``10.0`` is 10 at scale 0)."""
+    _, digits, exponent = d.as_tuple()
+    scale = max(0, -int(exponent))
+    n = len(digits)
+    while scale > 0 and n > 1 and digits[n - 1] == 0:
+        n -= 1
+        scale -= 1
+    return scale if any(digits) else 0
+
+
 def decimal_mapping(precision: int | None, scale: int | None, modes: Modes) -> Mapping:
     """DECIMAL/NUMERIC. ``precise``: Kafka Connect Decimal (bytes of the unscaled value at the
     column's scale); a PostgreSQL NUMERIC without scale is Debezium's VariableScaleDecimal
     ({scale, value}). ``string``: the decimal's text; ``double``: a float."""
     if modes.decimal == "string":
-        return Mapping(lambda v: str(_as_decimal(v)) if _as_decimal(v) is not None else None,
-                       {"type": "string"})
+        return Mapping(decimal_text, {"type": "string"})
     if modes.decimal == "double":
-        return Mapping(lambda v: float(v) if _as_decimal(v) is not None else None, {"type": "double"})
+        return Mapping(decimal_double, {"type": "double"})
     if scale is None:
         def variable(v: Any) -> Any:
             d = _as_decimal(v)
             if d is None or not d.is_finite():
                 return None  # NaN/Infinity: Debezium precise mode has no bytes for them
-            s = max(0, -d.as_tuple().exponent)
+            s = variable_scale(d)
             return {"scale": s, "value": _b64(unscaled_bytes(d, s))}
         return Mapping(variable, {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal",
                                   "version": 1, "doc": "Variable scaled decimal",
@@ -130,6 +166,14 @@ def _unsigned_long(v: Any) -> Any:
     return v - (1 << 64) if v >= 1 << 63 else v  # a Java long holds the bits
 
 
+def _widened_float(v: Any) -> Any:
+    """A 4-byte FLOAT as the double Java's (double) cast of it gives: 1234.567 is
+    1234.5670166015625 (the source gives the shortest text that reads back as the float)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return v  # "NaN"/"Infinity" text
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
 def bigint_unsigned_mapping(modes: Modes) -> Mapping:
     if modes.bigint_unsigned == "precise":
         return _named("bytes", "org.apache.kafka.connect.data.Decimal",
@@ -141,17 +185,22 @@ def bigint_unsigned_mapping(modes: Modes) -> Mapping:
 # --------------------------------------------------------------------------- binary
 
 
+def _binary(v: Any) -> bytes:
+    """A binary value's bytes: base64 as it arrives, or the unchanged-TOAST placeholder, which
+    Debezium writes as its UTF-8 bytes in a binary column."""
+    return UNAVAILABLE.encode() if v == UNAVAILABLE else base64.b64decode(v)
+
+
 def binary_mapping(modes: Modes) -> Mapping:
     """Binary values arrive as base64; Debezium's ``bytes`` mode is bytes, which the JSON
     converter writes as base64 too."""
     if modes.binary == "hex":
-        return Mapping(lambda v: base64.b64decode(v).hex(), {"type": "string"})
+        return Mapping(lambda v: _binary(v).hex(), {"type": "string"})
     if modes.binary == "base64-url-safe":
-        return Mapping(lambda v: base64.urlsafe_b64encode(base64.b64decode(v)).decode("ascii"),
-                       {"type": "string"})
+        return Mapping(lambda v: base64.urlsafe_b64encode(_binary(v)).decode("ascii"), {"type": "string"})
     if modes.binary == "base64":
-        return Mapping(_same, {"type": "string"})
-    return Mapping(_same, {"type": "bytes"})
+        return Mapping(lambda v: _b64(_binary(v)), {"type": "string"})
+    return Mapping(lambda v: _b64(_binary(v)), {"type": "bytes"})
 
 
 def bits_mapping(nbits: int, *, shortest: bool = False) -> Mapping:
@@ -219,6 +268,14 @@ def zoned_time(v: str) -> str:
     return f"{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}" + (f".{frac}" if frac else "") + "Z"
 
 
+def _connect_time(v: str) -> int | None:
+    """``time.precision.mode: connect``: milliseconds past midnight; a TIME outside a day
+    (negative, or beyond 24:00:00, as MySQL's -838:59:59..838:59:59 allows) has no Kafka
+    Connect Time, and Debezium writes null for it."""
+    micros = _time_micros(v)
+    return micros // 1000 if 0 <= micros <= 86_400_000_000 else None
+
+
 def date_mapping(modes: Modes) -> Mapping:
     name = "org.apache.kafka.connect.data.Date" if modes.time == "connect" else "io.debezium.time.Date"
     return _named("int32", name, _days)
@@ -228,8 +285,7 @@ def time_mapping(fsp: int, modes: Modes) -> Mapping:
     """TIME: microseconds (MicroTime) unless ``adaptive`` with a precision of 3 or less or
     ``connect``, which give milliseconds (Time)."""
     if modes.time == "connect":
-        return _named("int32", "org.apache.kafka.connect.data.Time",
-                      lambda v: _time_micros(v) // 1000)
+        return _named("int32", "org.apache.kafka.connect.data.Time", _connect_time)
     if modes.time == "adaptive" and fsp <= 3:
         return _named("int32", "io.debezium.time.Time", lambda v: _time_micros(v) // 1000)
     return _named("int64", "io.debezium.time.MicroTime", _time_micros)
@@ -365,7 +421,9 @@ def mysql_mapping(sql_type: str, modes: Modes, *, mariadb: bool = False) -> Mapp
         return decimal_mapping(nums[0] if nums else 10, nums[1] if len(nums) > 1 else 0, modes)
     if base == "float":
         nums = _ints(args)
-        return _plain("double" if len(nums) == 2 or (nums and nums[0] > 23) else "float")
+        if len(nums) == 2:  # FLOAT(M,D): a 4-byte float the connector widens to a double
+            return Mapping(_widened_float, {"type": "double"})
+        return _plain("double" if nums and nums[0] > 23 else "float")
     if base in ("double", "double precision", "real"):
         return _plain("double")
     if base in ("bool", "boolean"):
@@ -410,6 +468,20 @@ def mysql_mapping(sql_type: str, modes: Modes, *, mariadb: bool = False) -> Mapp
     return _plain("string")
 
 
+def _integer(v: Any) -> Any:
+    return int(v) if isinstance(v, str) else v
+
+
+def _double(v: Any) -> Any:
+    """A float, or a domain's text of one (non-finite text stays as it is: Jackson's spelling)."""
+    if isinstance(v, str) and v not in ("NaN", "Infinity", "-Infinity"):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return json_double(v) if isinstance(v, float) else v
+
+
 _PG_INTS = {"smallint": "int16", "int2": "int16", "integer": "int32", "int": "int32", "int4": "int32",
             "bigint": "int64", "int8": "int64", "oid": "int64"}
 _PG_NAMED_STRINGS = {"uuid": "io.debezium.data.Uuid", "json": "io.debezium.data.Json",
@@ -439,12 +511,12 @@ def postgres_mapping(sql_type: str, modes: Modes) -> Mapping:
     if zoned:
         base += " tz"
     fsp = (_ints(args) or [6])[0]
-    if base in _PG_INTS:
-        return _plain(_PG_INTS[base])
+    if base in _PG_INTS:  # a domain's value comes as text ("1"): the catalog gives its base type
+        return Mapping(_integer, {"type": _PG_INTS[base]})
     if base in ("real", "float4"):
-        return _plain("float")
+        return Mapping(_double, {"type": "float"})
     if base in ("double precision", "float8"):
-        return _plain("double")
+        return Mapping(_double, {"type": "double"})
     if base in ("boolean", "bool"):
         return _plain("boolean")
     if base in ("numeric", "decimal"):
@@ -501,5 +573,5 @@ def inferred_mapping(sample: Any) -> Mapping:
     return Mapping(lambda v: v if isinstance(v, str) else _json_text(v), {"type": "string"})
 
 
-__all__ = ["BIGINT_UNSIGNED_MODES", "BINARY_MODES", "DECIMAL_MODES", "TIME_MODES", "Mapping", "Modes",
-           "column_mapping", "interval_micros", "parse_type", "unscaled_bytes", "zoned_timestamp"]
+__all__ = ["BIGINT_UNSIGNED_MODES", "BINARY_MODES", "DECIMAL_MODES", "TIME_MODES", "UNAVAILABLE", "Mapping",
+           "Modes", "column_mapping", "interval_micros", "parse_type", "unscaled_bytes", "zoned_timestamp"]

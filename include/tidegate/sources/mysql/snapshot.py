@@ -385,6 +385,7 @@ __all__ = ["MySqlSnapshot", "after_key", "bound_from_json", "bound_to_json", "co
 
 
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?$")
+_BIT_LITERAL = re.compile(r"^b'[01]*'$")
 
 
 def _default_literal(default: Any, extra: Any, mariadb: bool) -> str | None:
@@ -399,4 +400,5 @@ def _default_literal(default: Any, extra: Any, mariadb: bool) -> str | None:
         return None if "DEFAULT_GENERATED" in str(extra or "").upper() else text
     if len(text) >= 2 and text[0] == text[-1] == "'":
         return text[1:-1].replace("''", "'")
-    return text if _NUMBER.match(text) else None
+    # a number, or a BIT literal (b'101', which the envelope reads as the column's bits)
+    return text if _NUMBER.match(text) or _BIT_LITERAL.match(text) else None

@@ -118,20 +118,24 @@ class PostgresSnapshot:
         return self.catalog_of(rows)
 
     def column_types(self) -> Any:
-        """Every table's column types (``format_type``) and nullability, and the database's name
-        (Debezium's ``source.db``), for ``envelope: debezium``."""
+        """Every table's column types (``format_type``; a domain's is its base type's, which is
+        how Debezium types a domain column) and nullability, and the database's name (Debezium's
+        ``source.db``), for ``envelope: debezium``."""
         from ...debezium.envelope import SourceInfo, TableInfo
 
         conn = self._snap_connection()
         try:
             database = str(self._snap_all(conn, "SELECT current_database()")[0][0])
             rows = self._snap_all(
-                conn, "SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod), "
+                conn, "SELECT n.nspname, c.relname, a.attname, CASE WHEN ty.typtype = 'd' "
+                      "THEN format_type(ty.typbasetype, ty.typtypmod) "
+                      "ELSE format_type(a.atttypid, a.atttypmod) END, "
                       "NOT a.attnotnull, pg_get_expr(d.adbin, d.adrelid), "
                       "(SELECT string_agg(quote_literal(e.enumlabel), ',' ORDER BY e.enumsortorder) "
                       "FROM pg_enum e WHERE e.enumtypid = a.atttypid) "
                       "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+                      "JOIN pg_type ty ON ty.oid = a.atttypid "
                       "LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum "
                       f"WHERE c.relkind IN ('r', 'p') AND {SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
         finally:
