@@ -62,6 +62,7 @@ class SinkReport:
     deliveries: int = 0  # deliver() calls that succeeded
     dlq: int = 0  # events the sink dead-lettered (on_poison: dlq)
     duplicates: int = 0  # NATS: messages the server had already stored
+    skipped: int = 0  # NATS: messages read back as stored by an earlier attempt, not published again
     status: str = "ok"  # ok | failed
     error: str | None = None
     error_class: str | None = None
@@ -75,7 +76,7 @@ class SinkReport:
                 "start": position_to_json(self.start), "end": position_to_json(self.end),
                 "checkpoint": position_to_json(self.checkpoint), "version": self.version,
                 "events": self.events, "bytes": self.bytes, "deliveries": self.deliveries,
-                "dlq": self.dlq, "duplicates": self.duplicates,
+                "dlq": self.dlq, "duplicates": self.duplicates, "skipped": self.skipped,
                 "status": self.status, "error": self.error, "error_class": self.error_class}
 
 
@@ -262,7 +263,7 @@ class Coordinator:
     def _count_sink_tallies(self) -> None:
         for sink in self.sinks:
             rep = self.report.sinks[sink.sink_id]
-            rep.dlq, rep.duplicates = sink.dlq_count, sink.duplicates
+            rep.dlq, rep.duplicates, rep.skipped = sink.dlq_count, sink.duplicates, sink.skipped
 
     def _settle_owed(self, pool: ThreadPoolExecutor) -> None:
         """Owed control messages of sinks that received nothing in this run: delivered alone,

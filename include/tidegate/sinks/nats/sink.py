@@ -65,13 +65,14 @@ import logging
 import re
 import ssl
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 import nats
 import nats.errors as nerr
 import nats.js.errors as jerr
-from nats.js.api import StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 
 from ...batching import SubBatch
 from ...checkpoints import SinkCheckpoint
@@ -89,6 +90,7 @@ POSITION_HEADER = "Tidegate-Position"
 EXTENDS_HEADER = "Tidegate-Extends"
 CHECKPOINT_KEY_HEADER = "Tidegate-Checkpoint-Key"
 EPOCH_HEADER = "Tidegate-Epoch"
+COMMIT_SEQ_HEADER = "Tidegate-Commit-Seq"  # on a claim: the stream sequence of the last commit marker
 EXPECT_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
 HEADER_OVERHEAD = 512  # NATS/1.0 line, Nats-Msg-Id, expected-stream and position headers, roughly
@@ -206,7 +208,38 @@ def classify_nats_error(exc: BaseException) -> ErrorClass:
     return ErrorClass.NON_RETRYABLE
 
 
+# --------------------------------------------------------------------------- markers
+
+
+def commit_seq_of(last: Any) -> int:
+    """The stream sequence of the last commit marker, given the checkpoint subject's last
+    message: a commit marker (it has a ``Nats-Msg-Id``) is its own; a claim carries it in
+    ``Tidegate-Commit-Seq`` (a claim written before that header: its own sequence, where the
+    read-back then starts); no message: 0."""
+    if last is None:
+        return 0
+    h = last.headers or {}
+    if "Nats-Msg-Id" in h:
+        return int(last.seq)
+    carried = h.get(COMMIT_SEQ_HEADER, "")
+    return int(carried) if carried.isdigit() else int(last.seq)
+
+
 # --------------------------------------------------------------------------- the sink
+
+
+def _publish_timeout(conn: Connection) -> float:
+    """Seconds to wait for an ack: the connection's extra ``publish_timeout`` (default 10)."""
+    raw = (conn.extra or {}).get("publish_timeout", NatsSink.publish_timeout_s)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if value <= 0:
+        raise NonRetryableSinkError(f"NATS connection {conn.conn_id!r}: extra publish_timeout {raw!r} is "
+                                    f"not a positive number of seconds; set it to e.g. 10 or remove it")
+    return value
+
 
 
 class NatsSink(Sink):
@@ -231,9 +264,13 @@ class NatsSink(Sink):
         self.stream_duplicate_window_s: float | None = None  # the existing stream's, once known
         self.duplicates = 0  # messages the server reported as already stored (this sink's life)
         self.published = 0
+        self.publish_timeout_s = _publish_timeout(conn)
         self._subject_of = TemplateNames(sink.subject, self.pipeline)
         self.checkpoint_subject = f"{self.pipeline}.__checkpoint.{self.sink_id}"
         self._marker_seq: int | None = None  # the stream sequence of this sink's last marker/claim
+        self._commit_seq = 0  # the stream sequence of the sink's last commit marker (0: none)
+        self._read_back_due = True  # read what the stream holds after _commit_seq before publishing
+        self._stored_ids: set[str] = set()  # Nats-Msg-Ids found after the last commit marker
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._nc: Any = None
@@ -370,6 +407,7 @@ class NatsSink(Sink):
 
     def close(self) -> None:
         nc, self._nc, self._js, self._marker_seq = self._nc, None, None, None
+        self._read_back_due, self._stored_ids = True, set()
         loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None:
             return
@@ -458,15 +496,26 @@ class NatsSink(Sink):
                     else (self.dlq_name, self.dlq_record(ev, poison[ev.idempotency_key][1]),
                           "dlq|" + ev.idempotency_key, None) for ev, subj in out]
         timeout = self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
+        if self._read_back_due:  # reading back is bounded by what follows the last marker
+            timeout += self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
         try:
-            dups = self._run(self._publish(messages, self.sink_record(batch, extends)), timeout + 5)
+            dups, skipped = self._run(self._publish(messages, self.sink_record(batch, extends)), timeout + 5)
         except SinkError:
+            self._read_back_due = True
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+            # Some of the sub-batch may be stored without its marker: read back before the retry.
+            self._read_back_due = True
             raise self.error(exc, f"publishing sub-batch {batch.seq}") from None
-        self.published += len(events)
+        self.published += len(events) - len(skipped)
+        self.skipped += len(skipped)
+        self._stored_ids.difference_update(skipped)
         self.duplicates += dups
         self.dlq_count += len(poison)
+        if skipped:
+            log.info("NATS sink %r: %d of %d messages of sub-batch %d were already in stream %r after the "
+                     "sink's last commit marker (an earlier attempt stored them); not published again",
+                     self.sink_id, len(skipped), len(events), batch.seq, self.stream)
         if dups:
             log.info("NATS sink %r: %d of %d messages of sub-batch %d were duplicates already stored in "
                      "stream %r (same Nats-Msg-Id within duplicate_window); %d so far", self.sink_id, dups,
@@ -489,14 +538,29 @@ class NatsSink(Sink):
         return bad
 
     async def _publish(self, messages: list[tuple[str, bytes, str, dict | None]],
-                       record: SinkCheckpoint) -> int:
+                       record: SinkCheckpoint) -> tuple[int, list[str]]:
         """Publish (subject, payload, Nats-Msg-Id, extra headers) in order, then, once every one
-        was acknowledged, the commit marker: its presence proves the whole sub-batch."""
+        was acknowledged, the commit marker: its presence proves the whole sub-batch. What the
+        stream already holds after the sink's last commit marker is skipped (read back first
+        when an earlier attempt or run may have left some): returns (duplicates the server
+        reported, the ids skipped)."""
         timeout = self.publish_timeout_s
+        if self._read_back_due:
+            self._stored_ids |= await self._read_back()
+            self._read_back_due = False
+        skipped = [m[2] for m in messages if m[2] in self._stored_ids]
+        if skipped:
+            messages = [m for m in messages if m[2] not in self._stored_ids]
         await self._check_claim()
+        checked, fresh_s = time.monotonic(), self._claim_fresh_s()
         futs: list[asyncio.Future] = []
         try:
             for subj, payload, msg_id, extra in messages:
+                if time.monotonic() - checked > fresh_s:
+                    # Stalled since the check (a stopped process, a long wait for acks): a newer
+                    # run may have stored these ids longer than the window ago. Ask again.
+                    await self._check_claim()
+                    checked = time.monotonic()
                 headers = {"Nats-Msg-Id": msg_id}
                 if extra:  # a primary-key change: each event names the other's key
                     headers.update((k, v.decode()) for k, v in extra.items())
@@ -514,7 +578,62 @@ class NatsSink(Sink):
             worst = min(errors, key=lambda e: 0 if classify_nats_error(e) is ErrorClass.NON_RETRYABLE else 1)
             raise worst
         await self._publish_marker(record)
-        return sum(1 for a in acks if a.duplicate)
+        return sum(1 for a in acks if a.duplicate), skipped
+
+    def _claim_fresh_s(self) -> float:
+        """How long a passed claim check covers publishing: half the stream's duplicate window.
+        A newer run claims after the check and stores its copies after its claim; what this
+        run publishes within the window after its check is then deduplicated against them."""
+        window = self.stream_duplicate_window_s or self.duplicate_window_s
+        return max(0.05, window / 2)
+
+    # ------------------------------------------------------------------ reading back
+
+    def _read_back_filters(self) -> list[str]:
+        """The subjects this sink publishes to, as few filters as cover them (NATS 2.9: one
+        filter per consumer)."""
+        return [self.subjects] + [c for c in (self.control_name, self.dlq_name)
+                                  if not subject_covers(self.subjects, c)]
+
+    async def _read_back(self) -> set[str]:
+        """The Nats-Msg-Ids of the messages on this sink's subjects with a stream sequence
+        after its last commit marker: what an attempt (of this run or an earlier one) stored
+        without the marker that would have proved it. Checkpoint subjects are not data."""
+        ids: set[str] = set()
+        markers = f"{self.pipeline}.__checkpoint."
+        for subject in self._read_back_filters():
+            for msg_subject, msg_id in await self._headers_after(subject, self._commit_seq):
+                if msg_id and not msg_subject.startswith(markers):
+                    ids.add(msg_id)
+        if ids:
+            log.info("NATS sink %r: stream %r holds %d message(s) after the sink's last commit marker "
+                     "(sequence %d); they are skipped, not published again", self.sink_id, self.stream,
+                     len(ids), self._commit_seq)
+        return ids
+
+    async def _headers_after(self, subject: str, seq: int) -> list[tuple[str, str | None]]:
+        """(subject, Nats-Msg-Id) of every message on ``subject`` (a filter) after stream
+        sequence ``seq``, through an ephemeral headers-only pull consumer."""
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=seq + 1,
+                                ack_policy=AckPolicy.NONE, headers_only=True, filter_subject=subject,
+                                inactive_threshold=max(30.0, self.publish_timeout_s * 3))
+        sub = await self._js.pull_subscribe(subject, stream=self.stream, config=config)
+        out: list[tuple[str, str | None]] = []
+        try:
+            pending = (await sub.consumer_info()).num_pending
+            while len(out) < pending:
+                try:
+                    got = await sub.fetch(min(pending - len(out), 1000), timeout=self.publish_timeout_s)
+                except nerr.TimeoutError:  # fewer than counted: removed since (stream limits)
+                    break
+                out.extend((m.subject, (m.headers or {}).get("Nats-Msg-Id")) for m in got)
+        finally:
+            try:
+                await self._js.delete_consumer(self.stream, config.name)
+            except Exception:  # noqa: BLE001, S110 - an ephemeral consumer expires by itself
+                pass
+            await sub.unsubscribe()
+        return out
 
     # ------------------------------------------------------------------ markers and fencing
 
@@ -557,7 +676,7 @@ class NatsSink(Sink):
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
             ack = await self._after_refused_marker(headers["Nats-Msg-Id"])
-        self._marker_seq = ack.seq
+        self._marker_seq = self._commit_seq = ack.seq
 
     async def _after_refused_marker(self, msg_id: str) -> Any:
         """The marker was refused: the subject's last message is not our previous marker. It is
@@ -593,8 +712,9 @@ class NatsSink(Sink):
             held = h.get(EPOCH_HEADER)
             if held and held.isdigit() and int(held) > (self.epoch or 0):
                 raise self.fenced_error(int(held))
+            commit_seq = commit_seq_of(last)
             headers = {**{k: v for k, v in h.items() if k in (POSITION_HEADER, EXTENDS_HEADER)},
-                       **self._marker_headers(None, self.epoch),
+                       **self._marker_headers(None, self.epoch), COMMIT_SEQ_HEADER: str(commit_seq),
                        EXPECT_LAST_SUBJECT_SEQ: str(last.seq if last is not None else 0)}
             try:
                 ack = await self._js.publish(self.checkpoint_subject, self._marker_body(headers),
@@ -604,7 +724,7 @@ class NatsSink(Sink):
                 if exc.err_code == WRONG_LAST_SEQUENCE:
                     continue
                 raise
-            self._marker_seq = ack.seq
+            self._marker_seq, self._commit_seq, self._read_back_due = ack.seq, commit_seq, True
             return
 
     async def _last_marker(self) -> Any:
