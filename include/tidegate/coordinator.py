@@ -333,7 +333,23 @@ class Coordinator:
         if cls is ErrorClass.FATAL:
             self._stop.set()  # other sinks stop retrying; the run ends now
             raise FatalRunError(f"pipeline {self.pipeline!r}: sink {sink.sink_id!r} failed fatally "
-                                f"({rep.error}); the run stops and must not be retried") from exc
+                                f"({rep.error}){self._lease_note()}; the run stops and must not be "
+                                f"retried") from exc
+
+    def _lease_note(self) -> str:
+        """Who holds the pipeline's lease now: tells a sink fenced by a run that took over from
+        one that failed on its own (e.g. a Kafka transaction that timed out). Empty when the
+        store cannot say."""
+        try:
+            lease = self.store.leases.get(self.pipeline)
+        except Exception:  # noqa: BLE001 - a note; the sink's error is what is reported
+            return ""
+        if lease is None:
+            return ""
+        if lease["epoch"] == self.epoch:
+            return f"; the pipeline's lease is still this run's (epoch {self.epoch}): no other run took over"
+        return (f"; run {lease['run_id']!r} took the pipeline's lease (epoch {lease['epoch']}, this run's "
+                f"{self.epoch}) at {lease['acquired_at']}")
 
     def _retry(self, sink: Sink, fn: Callable[[], Any]) -> Any:
         return call_with_retry(fn, policy_for(sink), sink.classify, sleep=self._sleep, rng=self._rng,
