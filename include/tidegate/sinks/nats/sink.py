@@ -613,26 +613,41 @@ class NatsSink(Sink):
 
     async def _headers_after(self, subject: str, seq: int) -> list[tuple[str, str | None]]:
         """(subject, Nats-Msg-Id) of every message on ``subject`` (a filter) after stream
-        sequence ``seq``, through an ephemeral headers-only pull consumer."""
+        sequence ``seq``, through an ephemeral headers-only push consumer (about twice as fast
+        as fetching from a pull consumer with nats-py)."""
+        out: list[tuple[str, str | None]] = []
+        progress = asyncio.Event()
+
+        async def take(m: Any) -> None:
+            out.append((m.subject, (m.headers or {}).get("Nats-Msg-Id")))
+            progress.set()
+
+        inbox = self._nc.new_inbox()
+        # Headers only: ~200 bytes a message, so no sub-batch's worth can make this a slow consumer.
+        sub = await self._nc.subscribe(inbox, cb=take, pending_msgs_limit=1 << 22,
+                                       pending_bytes_limit=1 << 31)
         config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=seq + 1,
                                 ack_policy=AckPolicy.NONE, headers_only=True, filter_subject=subject,
+                                deliver_subject=inbox,
                                 inactive_threshold=max(30.0, self.publish_timeout_s * 3))
-        sub = await self._js.pull_subscribe(subject, stream=self.stream, config=config)
-        out: list[tuple[str, str | None]] = []
+        info = None
         try:
-            pending = (await sub.consumer_info()).num_pending
-            while len(out) < pending:
+            info = await self._js.add_consumer(self.stream, config)
+            total = info.delivered.consumer_seq + info.num_pending  # delivered already + still to come
+            while len(out) < total:
+                progress.clear()
                 try:
-                    got = await sub.fetch(min(pending - len(out), 1000), timeout=self.publish_timeout_s)
-                except nerr.TimeoutError:  # fewer than counted: removed since (stream limits)
-                    break
-                out.extend((m.subject, (m.headers or {}).get("Nats-Msg-Id")) for m in got)
+                    await asyncio.wait_for(progress.wait(), self.publish_timeout_s)
+                except TimeoutError:
+                    raise TimeoutError(f"reading back {subject!r} after sequence {seq}: {len(out)} of "
+                                       f"{total} messages within {self.publish_timeout_s:g}s") from None
         finally:
-            try:
-                await self._js.delete_consumer(self.stream, config.name)
-            except Exception:  # noqa: BLE001, S110 - an ephemeral consumer expires by itself
-                pass
             await sub.unsubscribe()
+            if info is not None:
+                try:
+                    await self._js.delete_consumer(self.stream, info.name)
+                except Exception:  # noqa: BLE001, S110 - an ephemeral consumer goes away by itself
+                    pass
         return out
 
     # ------------------------------------------------------------------ markers and fencing
