@@ -5,7 +5,8 @@ data publish the run sends (an ``HPUB`` on the data subjects) makes the relay ke
 the server sends back on that connection (the publish acks among them) instead of passing it
 on. The server stores what it was sent; the run waits for acks that do not come, so it
 cannot have published its commit marker. ``cut()`` then breaks the held connections, as a
-network that drops them would: the held bytes are lost and the client reconnects.
+network that drops them would: the held bytes are lost and the client reconnects;
+``release()`` passes them on instead, late, as a slow network would.
 """
 
 from __future__ import annotations
@@ -46,6 +47,20 @@ class NatsGate:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
+    def release(self) -> None:
+        """Pass on what the held connections held, and everything from now on (a network that
+        was slow, not broken)."""
+        async def go() -> None:
+            self.armed = False
+            for client, _, state in list(self._conns):
+                if state["hold"]:
+                    state["hold"] = False
+                    client.write(b"".join(state["held"]))
+                    state["held"].clear()
+            self.holding.clear()
+
+        asyncio.run_coroutine_threadsafe(go(), self._loop).result(10)
+
     def cut(self) -> None:
         """Break every connection whose answers are held (what they held is lost); pass
         everything on again from now on."""
@@ -61,7 +76,7 @@ class NatsGate:
 
     async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
         s_reader, s_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        state = {"hold": False}
+        state: dict = {"hold": False, "held": []}
         self._conns.append((c_writer, s_writer, state))
         await asyncio.gather(self._to_server(c_reader, s_writer, state),
                              self._to_client(s_reader, c_writer, state), return_exceptions=True)
@@ -86,6 +101,7 @@ class NatsGate:
         while data := await reader.read(65536):
             if state["hold"]:
                 self.held_bytes += len(data)
+                state["held"].append(data)
                 continue
             writer.write(data)
             await writer.drain()

@@ -61,6 +61,36 @@ class Stall:
     def stream(self) -> str:
         return self.name.upper()
 
+    def write_spec(self, max_in_flight: int = 1000) -> None:
+        # No schedule: the preflight then does not compare the 2 s window with an interval.
+        (self.base / "pipelines" / f"{self.name}.yaml").write_text(textwrap.dedent(f"""
+            pipeline: {self.name}
+            source: {{kind: postgres, conn_id: cdc_postgres, tables: [public.{self.name}], slot: {self.name}}}
+            batch: {{max_events: 100}}
+            sinks:
+              - {{id: bus, kind: nats, conn_id: stall_nats, stream: {self.stream},
+                  subject: "{{pipeline}}.{{schema}}.{{table}}", duplicate_window: {WINDOW_S},
+                  max_in_flight: {max_in_flight}}}
+        """))
+
+    def workload(self) -> int:
+        """ROWS inserts, then an update of each: 2 * ROWS changes, one sub-batch."""
+        for i in range(1, ROWS + 1):
+            self.execute(f"INSERT INTO {self.name} VALUES ({i}, 'new')")
+        for i in range(1, ROWS + 1):
+            self.execute(f"UPDATE {self.name} SET status = 'paid' WHERE id = {i}")
+        return 2 * ROWS
+
+    def assert_exactly_once(self) -> list:
+        """Every change once (no Nats-Msg-Id stored twice), in commit order per key."""
+        got = changes(self.data())
+        ids = [i for i, _, _ in got]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        assert dup == [], f"{len(ids) - len(set(ids))} message(s) stored twice: {dup[:3]}"
+        per_key = {k: [op for _, key, op in got if key == k] for k in range(1, ROWS + 1)}
+        assert per_key == {k: ["c", "u"] for k in range(1, ROWS + 1)}
+        return got
+
     def execute(self, sql: str) -> None:
         with self.db.cursor() as c:
             c.execute(sql)
@@ -105,15 +135,7 @@ def stall(tmp_path, service_env, postgres, nats_service) -> Iterator[Stall]:
         s = Stall(name, env, tmp_path, db, gate, c)
         s.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, status text)")
         s.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
-        # No schedule: the preflight then does not compare the 2 s window with an interval.
-        (tmp_path / "pipelines" / f"{name}.yaml").write_text(textwrap.dedent(f"""
-            pipeline: {name}
-            source: {{kind: postgres, conn_id: cdc_postgres, tables: [public.{name}], slot: {name}}}
-            batch: {{max_events: 100}}
-            sinks:
-              - {{id: bus, kind: nats, conn_id: stall_nats, stream: {name.upper()},
-                  subject: "{{pipeline}}.{{schema}}.{{table}}", duplicate_window: {WINDOW_S}}}
-        """))
+        s.write_spec()
         try:
             yield s
         finally:
@@ -145,11 +167,7 @@ def changes(msgs: list) -> list[tuple[str, int, str]]:
 def test_a_sub_batch_stored_before_a_stall_longer_than_the_window_is_not_stored_again(stall, then):
     s = stall
     s.run("place")  # the slot and the pipeline's start
-    for i in range(1, ROWS + 1):
-        s.execute(f"INSERT INTO {s.name} VALUES ({i}, 'new')")
-    for i in range(1, ROWS + 1):
-        s.execute(f"UPDATE {s.name} SET status = 'paid' WHERE id = {i}")
-    want = 2 * ROWS
+    want = s.workload()
 
     s.gate.armed = True
     run = s.start("stalled")
@@ -179,14 +197,43 @@ def test_a_sub_batch_stored_before_a_stall_longer_than_the_window_is_not_stored_
     print(f"{then}: stored before the stall {len(before)}, report of the run that finished it: "
           f"skipped {bus.get('skipped')}, duplicates {bus['duplicates']}, events {bus['events']}")
 
-    got = changes(s.data())
-    ids = [i for i, _, _ in got]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    assert dup == [], f"{len(ids) - len(set(ids))} message(s) stored twice: {dup[:3]}"
-    assert ids == [i for i, _, _ in changes(before)]  # exactly the data stored before the stall
-    per_key = {k: [op for _, key, op in got if key == k] for k in range(1, ROWS + 1)}
-    assert per_key == {k: ["c", "u"] for k in range(1, ROWS + 1)}
+    got = s.assert_exactly_once()
+    assert [i for i, _, _ in got] == [i for i, _, _ in changes(before)]  # what was stored before the stall
     assert bus.get("skipped") == len(before) == want
     assert bus["status"] == "ok"
     assert s.run("after").get("nothing_to_do")
 
+
+
+def test_a_zombie_resumed_after_the_window_is_fenced_before_it_publishes_again(stall):
+    """A run stopped in the middle of its sub-batch (5 of 20 published, waiting for room: at
+    most 5 un-acked, and the relay holds the acks), a newer run takes over and delivers it all,
+    then, longer than the window later, the first run's acks arrive and it is resumed: its claim
+    check is older than half the window, so it checks again before its next publish and is
+    fenced. Without that re-check it would store the other 15 a second time."""
+    s = stall
+    s.write_spec(max_in_flight=5)
+    s.run("place")
+    want = s.workload()
+    s.gate.armed = True
+    zombie = s.start("zombie")
+    try:
+        wait_for(lambda: s.gate.holding.is_set() and len(s.data()) == 5, "5 messages stored", zombie)
+        os.killpg(zombie.pid, signal.SIGSTOP)
+        assert len(s.data()) == 5  # it waits for room: no more than max_in_flight un-acked
+        s.gate.armed = False
+        taken = s.run("takeover")  # a newer lease epoch: reads back the 5, publishes the 15
+        bus = next(r for r in taken["sinks"] if r["id"] == "bus")
+        assert (bus["skipped"], bus["events"]) == (5, want)
+        time.sleep(STALL_S)  # the zombie stays stopped longer than the window after the takeover
+        s.gate.release()  # its acks arrive, late
+        os.killpg(zombie.pid, signal.SIGCONT)
+        rc, _, err = s.finish(zombie, "zombie")
+    finally:
+        if zombie.poll() is None:
+            os.killpg(zombie.pid, signal.SIGKILL)
+            zombie.wait(30)
+    said = [ln for ln in err.splitlines() if ln.startswith("tidegate: ")]
+    print(f"zombie: rc={rc}, {said[-1:]}")
+    assert rc != 0 and said and "fenced" in said[-1], err[-3000:]
+    assert len(s.assert_exactly_once()) == want
