@@ -31,7 +31,10 @@ Errors (``classify_kafka_error``):
 * non-retryable: authentication/authorization failures, message too large, unknown topic
   (with ``create_topics: false``), invalid configuration;
 * fatal: producer fenced by a newer instance of the same ``transactional.id``, and every
-  error librdkafka marks fatal (the producer is unusable; the run must stop).
+  error librdkafka marks fatal (the producer is unusable; the run must stop). A transaction
+  open longer than ``transaction.timeout.ms`` is aborted by the broker, which fences the
+  producer too: when the failed transaction had been open that long, the error says the
+  transaction timed out (and names the setting) instead of "another run took over".
 
 A broker certificate that fails verification and a refused SASL login show first in the error
 callback (every client has one: producer, admin client, checkpoint reader); a metadata call only

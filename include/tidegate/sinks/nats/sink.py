@@ -1,10 +1,12 @@
-"""NATS JetStream sink (nats-py), at-least-once with server-side dedup.
+"""NATS JetStream sink (nats-py): exactly once per stream, by server-side dedup within the
+window and by reading back what an earlier attempt stored.
 
 Each event is published to the subject from the sink's ``subject`` template with header
 ``Nats-Msg-Id`` = its ``idempotency_key``: JetStream stores a message once per id within the
 stream's ``duplicate_window``, so a re-delivered sub-batch is not stored twice. Acks are awaited
-with at most ``max_in_flight`` publishes outstanding; duplicates the server reports are
-counted (:attr:`NatsSink.duplicates`) and logged.
+with at most ``max_in_flight`` publishes outstanding (each ack for up to the connection's extra
+``publish_timeout``, 10 s by default); duplicates the server reports are counted
+(:attr:`NatsSink.duplicates`) and logged.
 
 Control messages go to ``{pipeline}.__control`` (or the sink's ``control``) with their own
 stable ``Nats-Msg-Id``; the stream captures that subject and the DLQ subject too (added to a
@@ -21,15 +23,34 @@ and ``Tidegate-Epoch`` (the run's lease epoch). So the last marker names a posit
 event is stored; :meth:`NatsSink.committed_checkpoint` reads it, and a crash between the
 publish and the checkpoint-store write needs no re-publish.
 
+Reading back: what a stream holds after the sink's last commit marker was stored by an attempt
+whose marker never came (a run stalled past its ack wait, killed, cut off). Before the first
+publish of a run and before every retry of a failed attempt, the sink reads the ``Nats-Msg-Id``
+of every message on its subjects (data, control, DLQ) with a stream sequence after that marker
+(an ephemeral headers-only consumer per subject filter) and does not publish those again; the
+run report counts them (``skipped``). So a sub-batch is stored once also when its retry comes
+after ``duplicate_window``. A claim carries the last commit marker's stream sequence forward in
+``Tidegate-Commit-Seq``, so a run that died before committing anything does not hide what it
+stored from the next. Skipping keeps per-key order when what was stored is a prefix of the
+sub-batch (publishes are pipelined in order on one connection); a message refused in the middle
+of an attempt (an error) and published by the retry after later ones of the same key would not
+be.
+
 Zombie writers are fenced with JetStream's per-subject optimistic concurrency. On open the
 sink claims the checkpoint subject: it reads the last marker (refusing when a newer epoch
 wrote it) and publishes a claim (the last record carried forward, with its own epoch) with
 ``Nats-Expected-Last-Subject-Sequence`` set to the marker it read. Every commit marker then
 expects the subject's last sequence to be this sink's own previous marker: once a newer run has
 claimed the subject, the old run's marker is refused by the server and the old run stops with a
-fatal "fenced" error. Its data messages, published before the marker, carry the same
-``Nats-Msg-Id`` as the newer run's copies (ids are replay-stable), so within the duplicate
-window the stream stores none of them twice.
+fatal "fenced" error. Data publishes cannot be made conditional on the checkpoint subject, so
+the claim is checked before a sub-batch's data and again before any publish once that check is
+older than half the window (room for the publish is awaited first): a newer run claims after
+the check and stores its copies after its claim, so what the old run publishes within the
+window after its check carries the same ``Nats-Msg-Id`` (ids are replay-stable) and is
+deduplicated, and what it would publish later meets the fence first. What a zombie can still
+store twice: messages its client had already handed to the connection when it stalled (at most
+``max_in_flight`` of one sub-batch, sent when it resumes), if the newer run stored them more
+than ``duplicate_window`` earlier.
 
 The stream is created when missing (subjects derived from the template: ``{pipeline}`` filled
 in, other placeholders as wildcards; ``duplicate_window`` from the spec). An existing stream must
@@ -46,14 +67,15 @@ JetStream API errors other than 503 → non-retryable; timeouts, connection loss
 503 → retryable.
 
 Connection: ``host``/``port`` (or extra ``servers``: list or comma-separated URLs), ``login`` /
-``password`` (user/password), extras ``token``, ``user_credentials`` (a .creds file: user JWT and
-seed, for servers run with an operator), ``nkeys_seed`` (a file holding a user's nkey seed, for
-servers whose users are nkeys; both need the ``nkeys`` package), ``tls`` (true) with ``tls_ca``,
-``tls_cert``, ``tls_key``, ``tls_hostname`` (the name to check instead of the host), and
-``connect_timeout`` (s). With TLS the server's certificate is verified against ``tls_ca`` (or the
-system's CAs) and the host name is checked. A refused certificate or an authorization violation
-ends the connection attempt at once (the client would retry until its timeout) with a
-non-retryable error naming the sink and the connection. Secrets never reach logs or exceptions.
+``password`` (user/password), extras ``token``, ``user_credentials`` (a .creds file: user JWT
+and seed, for servers run with an operator), ``nkeys_seed`` (a file holding a user's nkey seed,
+for servers whose users are nkeys; both need the ``nkeys`` package), ``tls`` (true) with
+``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_hostname`` (the name to check instead of the
+host), ``connect_timeout`` (s) and ``publish_timeout`` (s, the ack wait). With TLS the
+server's certificate is verified against ``tls_ca`` (or the system's CAs) and the host name is
+checked. A refused certificate or an authorization violation ends the connection attempt at
+once (the client would retry until its timeout) with a non-retryable error naming the sink and
+the connection. Secrets never reach logs or exceptions.
 """
 
 from __future__ import annotations
@@ -605,6 +627,8 @@ class NatsSink(Sink):
         """The Nats-Msg-Ids of the messages on this sink's subjects with a stream sequence
         after its last commit marker: what an attempt (of this run or an earlier one) stored
         without the marker that would have proved it. Checkpoint subjects are not data."""
+        if self._marker_seq is None:  # unfenced (no epoch, so no claim): from the last marker
+            self._commit_seq = commit_seq_of(await self._last_marker())
         ids: set[str] = set()
         markers = f"{self.pipeline}.__checkpoint."
         for subject in self._read_back_filters():
