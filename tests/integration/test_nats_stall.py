@@ -16,6 +16,10 @@ are lost, as with a network that drops it) and then:
 * ``killed``: SIGKILLs the run; a new run (a newer lease epoch) opens the sink, reads back,
   skips what is stored and reports it.
 
+And a zombie: a run stopped in the middle of a sub-batch, a newer run takes over and delivers
+it, the window passes, the zombie's acks arrive and it is resumed: it re-checks its claim
+before its next publish and is fenced, storing nothing twice.
+
 Oracle: every change (by idempotency key, the workload's rows and their commit order) is in
 the stream exactly once, in order per key, no Nats-Msg-Id stored twice.
 """
