@@ -575,13 +575,16 @@ class NatsSink(Sink):
             messages = [m for m in messages if m[2] not in self._stored_ids]
         await self._check_claim()
         checked, fresh_s = time.monotonic(), self._claim_fresh_s()
-        # Room for the next publish is waited for here, not inside publish_async (same size as its
-        # own limit, so that never waits): the freshness check then runs after the wait.
-        room = asyncio.Semaphore(self.max_in_flight)
         futs: list[asyncio.Future] = []
+        oldest = 0  # futs before this one are acknowledged (acks come in publish order)
         try:
             for subj, payload, msg_id, extra in messages:
-                await room.acquire()
+                # Room for the next publish is waited for here, not inside publish_async (its own
+                # limit is the same), so the freshness check runs after any wait.
+                while len(futs) - oldest >= self.max_in_flight:
+                    if not futs[oldest].done():
+                        await asyncio.wait((futs[oldest],))
+                    oldest += 1
                 if time.monotonic() - checked > fresh_s:
                     # Stalled since the check (a stopped process, a long wait for acks): a newer
                     # run may have stored these ids longer than the window ago. Ask again.
@@ -592,9 +595,7 @@ class NatsSink(Sink):
                     headers.update((k, v.decode()) for k, v in extra.items())
                 # No wait_stall: it wraps every publish in a timed task (7x slower); the whole
                 # sub-batch is bounded by the caller's timeout instead.
-                fut = await self._js.publish_async(subj, payload, stream=self.stream, headers=headers)
-                fut.add_done_callback(lambda _: room.release())
-                futs.append(fut)
+                futs.append(await self._js.publish_async(subj, payload, stream=self.stream, headers=headers))
             acks = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True),
                                           timeout * (1 + len(futs) / self.max_in_flight))
         except BaseException:
