@@ -62,6 +62,7 @@ class SinkReport:
     deliveries: int = 0  # deliver() calls that succeeded
     dlq: int = 0  # events the sink dead-lettered (on_poison: dlq)
     duplicates: int = 0  # NATS: messages the server had already stored
+    skipped: int = 0  # NATS: messages read back as stored by an earlier attempt, not published again
     status: str = "ok"  # ok | failed
     error: str | None = None
     error_class: str | None = None
@@ -75,7 +76,7 @@ class SinkReport:
                 "start": position_to_json(self.start), "end": position_to_json(self.end),
                 "checkpoint": position_to_json(self.checkpoint), "version": self.version,
                 "events": self.events, "bytes": self.bytes, "deliveries": self.deliveries,
-                "dlq": self.dlq, "duplicates": self.duplicates,
+                "dlq": self.dlq, "duplicates": self.duplicates, "skipped": self.skipped,
                 "status": self.status, "error": self.error, "error_class": self.error_class}
 
 
@@ -262,7 +263,7 @@ class Coordinator:
     def _count_sink_tallies(self) -> None:
         for sink in self.sinks:
             rep = self.report.sinks[sink.sink_id]
-            rep.dlq, rep.duplicates = sink.dlq_count, sink.duplicates
+            rep.dlq, rep.duplicates, rep.skipped = sink.dlq_count, sink.duplicates, sink.skipped
 
     def _settle_owed(self, pool: ThreadPoolExecutor) -> None:
         """Owed control messages of sinks that received nothing in this run: delivered alone,
@@ -332,7 +333,23 @@ class Coordinator:
         if cls is ErrorClass.FATAL:
             self._stop.set()  # other sinks stop retrying; the run ends now
             raise FatalRunError(f"pipeline {self.pipeline!r}: sink {sink.sink_id!r} failed fatally "
-                                f"({rep.error}); the run stops and must not be retried") from exc
+                                f"({rep.error}){self._lease_note()}; the run stops and must not be "
+                                f"retried") from exc
+
+    def _lease_note(self) -> str:
+        """Who holds the pipeline's lease now: tells a sink fenced by a run that took over from
+        one that failed on its own (e.g. a Kafka transaction that timed out). Empty when the
+        store cannot say."""
+        try:
+            lease = self.store.leases.get(self.pipeline)
+        except Exception:  # noqa: BLE001 - a note; the sink's error is what is reported
+            return ""
+        if lease is None:
+            return ""
+        if lease["epoch"] == self.epoch:
+            return f"; the pipeline's lease is still this run's (epoch {self.epoch}): no other run took over"
+        return (f"; run {lease['run_id']!r} took the pipeline's lease (epoch {lease['epoch']}, this run's "
+                f"{self.epoch}) at {lease['acquired_at']}")
 
     def _retry(self, sink: Sink, fn: Callable[[], Any]) -> Any:
         return call_with_retry(fn, policy_for(sink), sink.classify, sleep=self._sleep, rng=self._rng,

@@ -77,6 +77,11 @@ def is_marker(subject: str) -> bool:
 
 def stored_messages(conn, stream: str) -> list:
     """Every message of a JetStream stream in stream order, the sinks' commit markers left out."""
+    return [m for m in all_messages(conn, stream) if not is_marker(m.subject)]
+
+
+def all_messages(conn, stream: str) -> list:
+    """Every message of a JetStream stream in stream order, commit markers and claims too."""
     import nats
 
     async def go():
@@ -91,7 +96,7 @@ def stored_messages(conn, stream: str) -> list:
         finally:
             await nc.close()
 
-    return [m for m in asyncio.run(go()) if not is_marker(m.subject)]
+    return asyncio.run(go())
 
 
 def nats_ids(conn, stream: str) -> list[str]:

@@ -654,6 +654,10 @@ def test_zombie_run_resumed_after_a_newer_run_writes_nothing(mysql_pipeline, sto
     # write under the stale epoch): either way the error says another run took over.
     if rc == 0 or not re.search(r"^tidegate: .*(fenced|another run took the lease)", out, re.M):
         problems["exit"] = f"rc={rc}, no error naming the fencing: {out.strip().splitlines()[-1:]}"
+    last = ([ln for ln in out.splitlines() if ln.startswith("tidegate: ")] or [""])[-1]
+    # Fenced by a sink: a takeover, not a timed-out transaction, and the run that took the lease.
+    if "failed fatally" in last and ("timed out" in last or "took the pipeline's lease" not in last):
+        problems["fenced"] = f"not told as a takeover: {last}"
     assert problems == {}, out[-4000:]
     assert_exactly_once(p, "zombie run resumed after a takeover")
 

@@ -75,6 +75,7 @@ class Sink(abc.ABC):
         self.epoch: int | None = None
         self.dlq_count = 0  # events dead-lettered by committed deliveries (this sink's life)
         self.duplicates = 0  # messages the server reported as already stored (NATS)
+        self.skipped = 0  # messages found stored by an earlier attempt, not sent again (NATS)
 
     def use_source(self, source_info: Any) -> None:
         """Where the source's column types can be asked for (a callable; ``envelope: debezium``

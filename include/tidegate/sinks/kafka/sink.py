@@ -31,7 +31,10 @@ Errors (``classify_kafka_error``):
 * non-retryable: authentication/authorization failures, message too large, unknown topic
   (with ``create_topics: false``), invalid configuration;
 * fatal: producer fenced by a newer instance of the same ``transactional.id``, and every
-  error librdkafka marks fatal (the producer is unusable; the run must stop).
+  error librdkafka marks fatal (the producer is unusable; the run must stop). A transaction
+  open longer than ``transaction.timeout.ms`` is aborted by the broker, which fences the
+  producer too: when the failed transaction had been open that long, the error says the
+  transaction timed out (and names the setting) instead of "another run took over".
 
 A broker certificate that fails verification and a refused SASL login show first in the error
 callback (every client has one: producer, admin client, checkpoint reader); a metadata call only
@@ -85,6 +88,7 @@ _OP_HEADERS = {op: ("op", op.encode()) for op in ("c", "u", "d", "r")}  # one tu
 # default 100 ms, 11 ms with 20 ms (later reconnects still back off up to
 # reconnect.backoff.max.ms).
 _CLIENT_DEFAULTS = {"reconnect.backoff.ms": 20}
+TRANSACTION_TIMEOUT_MS = 120_000  # the producer's transaction.timeout.ms unless the connection sets it
 
 # librdkafka properties that are the consumer's or the admin client's business only.
 _PRODUCER_ONLY = {
@@ -233,6 +237,7 @@ class KafkaSink(Sink):
         self._fatal: SinkError | None = None
         self._needs_abort = False  # an abort that timed out must be retried before anything else
         self._uncertain = False  # a failed transaction may have committed: check before resending
+        self._tx_began: float | None = None  # time.monotonic() at begin_transaction, while one is open
         self._ckpt_partitions: int | None = None
         self._refused: dict[str, str] = {}  # idempotency key -> why the broker refused the event
         # heartbeat_interval_ms: when the last heartbeat was written (read back from its topic
@@ -266,7 +271,7 @@ class KafkaSink(Sink):
         }
         if self.exactly_once:
             cfg["transactional.id"] = self.transactional_id
-            cfg["transaction.timeout.ms"] = 120_000
+            cfg["transaction.timeout.ms"] = TRANSACTION_TIMEOUT_MS
         else:
             cfg["message.timeout.ms"] = 120_000
         cfg.update(self._base)
@@ -346,6 +351,9 @@ class KafkaSink(Sink):
             return None
         code = err.code()
         if code in _FENCED or (classify_kafka_error(err) is ErrorClass.FATAL and "fenc" in text.lower()):
+            timed_out = self._timed_out_transaction(text, doing)
+            if timed_out is not None:
+                return timed_out
             return (f"{self.where}: producer with transactional.id {self.transactional_id!r} was fenced by "
                     f"a newer instance (another run took over this pipeline and sink) while {doing}: "
                     f"{text}. This run must stop; its transaction is aborted.")
@@ -356,6 +364,32 @@ class KafkaSink(Sink):
             return (f"{self.where}: not authorized while {doing} ({text}); grant the connection's "
                     f"principal the needed ACLs")
         return None
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        """The producer's transaction.timeout.ms (the connection's extra, else the sink's default)."""
+        return int(self._base.get("transaction.timeout.ms") or TRANSACTION_TIMEOUT_MS)
+
+    def _timed_out_transaction(self, text: str, doing: str) -> str | None:
+        """The message of a producer fenced because its own transaction outlived
+        transaction.timeout.ms (a stalled process, a sub-batch too slow): the broker aborted the
+        transaction and bumped the producer's epoch, which the producer then reads as "fenced by
+        a newer instance" although no other run may exist. None when the open transaction is
+        younger than the timeout (then another instance did fence it)."""
+        if self._tx_began is None:
+            return None
+        open_s = time.monotonic() - self._tx_began
+        timeout_ms = self.transaction_timeout_ms
+        if open_s * 1000 < timeout_ms:
+            return None
+        # What happened and the fix first: reports cut long messages.
+        conn = self.conn.conn_id if self.conn is not None else "?"
+        return (f"{self.where}: the transaction timed out: open {open_s:.1f}s, longer than "
+                f"transaction.timeout.ms ({timeout_ms} ms), so the broker aborted it and fenced this "
+                f"producer (a stalled run or a slow sub-batch, not necessarily another run; if sub-batches "
+                f"take that long, raise transaction.timeout.ms in the extra of connection {conn!r}, at "
+                f"most the broker's transaction.max.timeout.ms) while {doing}. None of it is visible to "
+                f"read_committed consumers; a rerun delivers it again. The client said: {text}")
 
     def _error(self, err: KafkaError, doing: str) -> SinkError:
         """A SinkError for a librdkafka error object (from a callback or metadata)."""
@@ -774,6 +808,7 @@ class KafkaSink(Sink):
             p.begin_transaction()
         except KafkaException as exc:
             raise self._fail_tx(self.error(exc, "beginning a transaction"), abort=False) from None
+        self._tx_began = time.monotonic()
         try:
             self._produce_heartbeat(position)
             self._commit_transaction()
@@ -858,6 +893,7 @@ class KafkaSink(Sink):
             p.begin_transaction()
         except KafkaException as exc:
             raise self._fail_tx(self.error(exc, "beginning a transaction"), abort=False) from None
+        self._tx_began = time.monotonic()
         try:
             self._produce_all(events, topics, poison, heartbeat_at=batch.end_position)
             self._produce_checkpoint(record)
@@ -887,11 +923,13 @@ class KafkaSink(Sink):
                 self._uncertain = True
                 p.commit_transaction(self._timeout_s)  # librdkafka: retry the commit once
                 self._uncertain = False
+                self._tx_began = None
                 return
             raise
         # Committed: every message of the transaction was delivered (a failed message fails the
         # commit). Reports still arriving belong to earlier, aborted transactions (purged).
         self._delivery_errors.clear()
+        self._tx_began = None
 
     def _fail_tx(self, failure: SinkError, *, abort: bool) -> SinkError:
         """Abort the failed transaction and pick the error to raise: the worst of the call's error
@@ -924,6 +962,7 @@ class KafkaSink(Sink):
         try:
             p.abort_transaction(self.op_timeout_s)
             self._needs_abort = False
+            self._tx_began = None
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() == KafkaError._STATE:  # no transaction in progress: nothing to abort

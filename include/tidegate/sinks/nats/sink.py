@@ -1,10 +1,12 @@
-"""NATS JetStream sink (nats-py), at-least-once with server-side dedup.
+"""NATS JetStream sink (nats-py): exactly once per stream, by server-side dedup within the
+window and by reading back what an earlier attempt stored.
 
 Each event is published to the subject from the sink's ``subject`` template with header
 ``Nats-Msg-Id`` = its ``idempotency_key``: JetStream stores a message once per id within the
 stream's ``duplicate_window``, so a re-delivered sub-batch is not stored twice. Acks are awaited
-with at most ``max_in_flight`` publishes outstanding; duplicates the server reports are
-counted (:attr:`NatsSink.duplicates`) and logged.
+with at most ``max_in_flight`` publishes outstanding (each ack for up to the connection's extra
+``publish_timeout``, 10 s by default); duplicates the server reports are counted
+(:attr:`NatsSink.duplicates`) and logged.
 
 Control messages go to ``{pipeline}.__control`` (or the sink's ``control``) with their own
 stable ``Nats-Msg-Id``; the stream captures that subject and the DLQ subject too (added to a
@@ -21,15 +23,34 @@ and ``Tidegate-Epoch`` (the run's lease epoch). So the last marker names a posit
 event is stored; :meth:`NatsSink.committed_checkpoint` reads it, and a crash between the
 publish and the checkpoint-store write needs no re-publish.
 
+Reading back: what a stream holds after the sink's last commit marker was stored by an attempt
+whose marker never came (a run stalled past its ack wait, killed, cut off). Before the first
+publish of a run and before every retry of a failed attempt, the sink reads the ``Nats-Msg-Id``
+of every message on its subjects (data, control, DLQ) with a stream sequence after that marker
+(an ephemeral headers-only consumer per subject filter) and does not publish those again; the
+run report counts them (``skipped``). So a sub-batch is stored once also when its retry comes
+after ``duplicate_window``. A claim carries the last commit marker's stream sequence forward in
+``Tidegate-Commit-Seq``, so a run that died before committing anything does not hide what it
+stored from the next. Skipping keeps per-key order when what was stored is a prefix of the
+sub-batch (publishes are pipelined in order on one connection); a message refused in the middle
+of an attempt (an error) and published by the retry after later ones of the same key would not
+be.
+
 Zombie writers are fenced with JetStream's per-subject optimistic concurrency. On open the
 sink claims the checkpoint subject: it reads the last marker (refusing when a newer epoch
 wrote it) and publishes a claim (the last record carried forward, with its own epoch) with
 ``Nats-Expected-Last-Subject-Sequence`` set to the marker it read. Every commit marker then
 expects the subject's last sequence to be this sink's own previous marker: once a newer run has
 claimed the subject, the old run's marker is refused by the server and the old run stops with a
-fatal "fenced" error. Its data messages, published before the marker, carry the same
-``Nats-Msg-Id`` as the newer run's copies (ids are replay-stable), so within the duplicate
-window the stream stores none of them twice.
+fatal "fenced" error. Data publishes cannot be made conditional on the checkpoint subject, so
+the claim is checked before a sub-batch's data and again before any publish once that check is
+older than half the window (room for the publish is awaited first): a newer run claims after
+the check and stores its copies after its claim, so what the old run publishes within the
+window after its check carries the same ``Nats-Msg-Id`` (ids are replay-stable) and is
+deduplicated, and what it would publish later meets the fence first. What a zombie can still
+store twice: messages its client had already handed to the connection when it stalled (at most
+``max_in_flight`` of one sub-batch, sent when it resumes), if the newer run stored them more
+than ``duplicate_window`` earlier.
 
 The stream is created when missing (subjects derived from the template: ``{pipeline}`` filled
 in, other placeholders as wildcards; ``duplicate_window`` from the spec). An existing stream must
@@ -46,14 +67,15 @@ JetStream API errors other than 503 → non-retryable; timeouts, connection loss
 503 → retryable.
 
 Connection: ``host``/``port`` (or extra ``servers``: list or comma-separated URLs), ``login`` /
-``password`` (user/password), extras ``token``, ``user_credentials`` (a .creds file: user JWT and
-seed, for servers run with an operator), ``nkeys_seed`` (a file holding a user's nkey seed, for
-servers whose users are nkeys; both need the ``nkeys`` package), ``tls`` (true) with ``tls_ca``,
-``tls_cert``, ``tls_key``, ``tls_hostname`` (the name to check instead of the host), and
-``connect_timeout`` (s). With TLS the server's certificate is verified against ``tls_ca`` (or the
-system's CAs) and the host name is checked. A refused certificate or an authorization violation
-ends the connection attempt at once (the client would retry until its timeout) with a
-non-retryable error naming the sink and the connection. Secrets never reach logs or exceptions.
+``password`` (user/password), extras ``token``, ``user_credentials`` (a .creds file: user JWT
+and seed, for servers run with an operator), ``nkeys_seed`` (a file holding a user's nkey seed,
+for servers whose users are nkeys; both need the ``nkeys`` package), ``tls`` (true) with
+``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_hostname`` (the name to check instead of the
+host), ``connect_timeout`` (s) and ``publish_timeout`` (s, the ack wait). With TLS the
+server's certificate is verified against ``tls_ca`` (or the system's CAs) and the host name is
+checked. A refused certificate or an authorization violation ends the connection attempt at
+once (the client would retry until its timeout) with a non-retryable error naming the sink and
+the connection. Secrets never reach logs or exceptions.
 """
 
 from __future__ import annotations
@@ -65,13 +87,14 @@ import logging
 import re
 import ssl
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 import nats
 import nats.errors as nerr
 import nats.js.errors as jerr
-from nats.js.api import StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 
 from ...batching import SubBatch
 from ...checkpoints import SinkCheckpoint
@@ -89,6 +112,7 @@ POSITION_HEADER = "Tidegate-Position"
 EXTENDS_HEADER = "Tidegate-Extends"
 CHECKPOINT_KEY_HEADER = "Tidegate-Checkpoint-Key"
 EPOCH_HEADER = "Tidegate-Epoch"
+COMMIT_SEQ_HEADER = "Tidegate-Commit-Seq"  # on a claim: the stream sequence of the last commit marker
 EXPECT_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
 HEADER_OVERHEAD = 512  # NATS/1.0 line, Nats-Msg-Id, expected-stream and position headers, roughly
@@ -206,7 +230,38 @@ def classify_nats_error(exc: BaseException) -> ErrorClass:
     return ErrorClass.NON_RETRYABLE
 
 
+# --------------------------------------------------------------------------- markers
+
+
+def commit_seq_of(last: Any) -> int:
+    """The stream sequence of the last commit marker, given the checkpoint subject's last
+    message: a commit marker (it has a ``Nats-Msg-Id``) is its own; a claim carries it in
+    ``Tidegate-Commit-Seq`` (a claim written before that header: its own sequence, where the
+    read-back then starts); no message: 0."""
+    if last is None:
+        return 0
+    h = last.headers or {}
+    if "Nats-Msg-Id" in h:
+        return int(last.seq)
+    carried = h.get(COMMIT_SEQ_HEADER, "")
+    return int(carried) if carried.isdigit() else int(last.seq)
+
+
 # --------------------------------------------------------------------------- the sink
+
+
+def _publish_timeout(conn: Connection) -> float:
+    """Seconds to wait for an ack: the connection's extra ``publish_timeout`` (default 10)."""
+    raw = (conn.extra or {}).get("publish_timeout", NatsSink.publish_timeout_s)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if value <= 0:
+        raise NonRetryableSinkError(f"NATS connection {conn.conn_id!r}: extra publish_timeout {raw!r} is "
+                                    f"not a positive number of seconds; set it to e.g. 10 or remove it")
+    return value
+
 
 
 class NatsSink(Sink):
@@ -231,9 +286,13 @@ class NatsSink(Sink):
         self.stream_duplicate_window_s: float | None = None  # the existing stream's, once known
         self.duplicates = 0  # messages the server reported as already stored (this sink's life)
         self.published = 0
+        self.publish_timeout_s = _publish_timeout(conn)
         self._subject_of = TemplateNames(sink.subject, self.pipeline)
         self.checkpoint_subject = f"{self.pipeline}.__checkpoint.{self.sink_id}"
         self._marker_seq: int | None = None  # the stream sequence of this sink's last marker/claim
+        self._commit_seq = 0  # the stream sequence of the sink's last commit marker (0: none)
+        self._read_back_due = True  # read what the stream holds after _commit_seq before publishing
+        self._stored_ids: set[str] = set()  # Nats-Msg-Ids found after the last commit marker
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._nc: Any = None
@@ -370,6 +429,7 @@ class NatsSink(Sink):
 
     def close(self) -> None:
         nc, self._nc, self._js, self._marker_seq = self._nc, None, None, None
+        self._read_back_due, self._stored_ids = True, set()
         loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None:
             return
@@ -458,15 +518,26 @@ class NatsSink(Sink):
                     else (self.dlq_name, self.dlq_record(ev, poison[ev.idempotency_key][1]),
                           "dlq|" + ev.idempotency_key, None) for ev, subj in out]
         timeout = self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
+        if self._read_back_due:  # reading back is bounded by what follows the last marker
+            timeout += self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
         try:
-            dups = self._run(self._publish(messages, self.sink_record(batch, extends)), timeout + 5)
+            dups, skipped = self._run(self._publish(messages, self.sink_record(batch, extends)), timeout + 5)
         except SinkError:
+            self._read_back_due = True
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+            # Some of the sub-batch may be stored without its marker: read back before the retry.
+            self._read_back_due = True
             raise self.error(exc, f"publishing sub-batch {batch.seq}") from None
-        self.published += len(events)
+        self.published += len(events) - len(skipped)
+        self.skipped += len(skipped)
+        self._stored_ids.difference_update(skipped)
         self.duplicates += dups
         self.dlq_count += len(poison)
+        if skipped:
+            log.info("NATS sink %r: %d of %d messages of sub-batch %d were already in stream %r after the "
+                     "sink's last commit marker (an earlier attempt stored them); not published again",
+                     self.sink_id, len(skipped), len(events), batch.seq, self.stream)
         if dups:
             log.info("NATS sink %r: %d of %d messages of sub-batch %d were duplicates already stored in "
                      "stream %r (same Nats-Msg-Id within duplicate_window); %d so far", self.sink_id, dups,
@@ -489,14 +560,36 @@ class NatsSink(Sink):
         return bad
 
     async def _publish(self, messages: list[tuple[str, bytes, str, dict | None]],
-                       record: SinkCheckpoint) -> int:
+                       record: SinkCheckpoint) -> tuple[int, list[str]]:
         """Publish (subject, payload, Nats-Msg-Id, extra headers) in order, then, once every one
-        was acknowledged, the commit marker: its presence proves the whole sub-batch."""
+        was acknowledged, the commit marker: its presence proves the whole sub-batch. What the
+        stream already holds after the sink's last commit marker is skipped (read back first
+        when an earlier attempt or run may have left some): returns (duplicates the server
+        reported, the ids skipped)."""
         timeout = self.publish_timeout_s
+        if self._read_back_due:
+            self._stored_ids |= await self._read_back()
+            self._read_back_due = False
+        skipped = [m[2] for m in messages if m[2] in self._stored_ids]
+        if skipped:
+            messages = [m for m in messages if m[2] not in self._stored_ids]
         await self._check_claim()
+        checked, fresh_s = time.monotonic(), self._claim_fresh_s()
         futs: list[asyncio.Future] = []
+        oldest = 0  # futs before this one are acknowledged (acks come in publish order)
         try:
             for subj, payload, msg_id, extra in messages:
+                # Room for the next publish is waited for here, not inside publish_async (its own
+                # limit is the same), so the freshness check runs after any wait.
+                while len(futs) - oldest >= self.max_in_flight:
+                    if not futs[oldest].done():
+                        await asyncio.wait((futs[oldest],))
+                    oldest += 1
+                if time.monotonic() - checked > fresh_s:
+                    # Stalled since the check (a stopped process, a long wait for acks): a newer
+                    # run may have stored these ids longer than the window ago. Ask again.
+                    await self._check_claim()
+                    checked = time.monotonic()
                 headers = {"Nats-Msg-Id": msg_id}
                 if extra:  # a primary-key change: each event names the other's key
                     headers.update((k, v.decode()) for k, v in extra.items())
@@ -514,7 +607,79 @@ class NatsSink(Sink):
             worst = min(errors, key=lambda e: 0 if classify_nats_error(e) is ErrorClass.NON_RETRYABLE else 1)
             raise worst
         await self._publish_marker(record)
-        return sum(1 for a in acks if a.duplicate)
+        return sum(1 for a in acks if a.duplicate), skipped
+
+    def _claim_fresh_s(self) -> float:
+        """How long a passed claim check covers publishing: half the stream's duplicate window.
+        A newer run claims after the check and stores its copies after its claim; what this
+        run publishes within the window after its check is then deduplicated against them."""
+        window = self.stream_duplicate_window_s or self.duplicate_window_s
+        return max(0.05, window / 2)
+
+    # ------------------------------------------------------------------ reading back
+
+    def _read_back_filters(self) -> list[str]:
+        """The subjects this sink publishes to, as few filters as cover them (NATS 2.9: one
+        filter per consumer)."""
+        return [self.subjects] + [c for c in (self.control_name, self.dlq_name)
+                                  if not subject_covers(self.subjects, c)]
+
+    async def _read_back(self) -> set[str]:
+        """The Nats-Msg-Ids of the messages on this sink's subjects with a stream sequence
+        after its last commit marker: what an attempt (of this run or an earlier one) stored
+        without the marker that would have proved it. Checkpoint subjects are not data."""
+        if self._marker_seq is None:  # unfenced (no epoch, so no claim): from the last marker
+            self._commit_seq = commit_seq_of(await self._last_marker())
+        ids: set[str] = set()
+        markers = f"{self.pipeline}.__checkpoint."
+        for subject in self._read_back_filters():
+            for msg_subject, msg_id in await self._headers_after(subject, self._commit_seq):
+                if msg_id and not msg_subject.startswith(markers):
+                    ids.add(msg_id)
+        if ids:
+            log.info("NATS sink %r: stream %r holds %d message(s) after the sink's last commit marker "
+                     "(sequence %d); they are skipped, not published again", self.sink_id, self.stream,
+                     len(ids), self._commit_seq)
+        return ids
+
+    async def _headers_after(self, subject: str, seq: int) -> list[tuple[str, str | None]]:
+        """(subject, Nats-Msg-Id) of every message on ``subject`` (a filter) after stream
+        sequence ``seq``, through an ephemeral headers-only push consumer (about twice as fast
+        as fetching from a pull consumer with nats-py)."""
+        out: list[tuple[str, str | None]] = []
+        progress = asyncio.Event()
+
+        async def take(m: Any) -> None:
+            out.append((m.subject, (m.headers or {}).get("Nats-Msg-Id")))
+            progress.set()
+
+        inbox = self._nc.new_inbox()
+        # Headers only: ~200 bytes a message, so no sub-batch's worth can make this a slow consumer.
+        sub = await self._nc.subscribe(inbox, cb=take, pending_msgs_limit=1 << 22,
+                                       pending_bytes_limit=1 << 31)
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=seq + 1,
+                                ack_policy=AckPolicy.NONE, headers_only=True, filter_subject=subject,
+                                deliver_subject=inbox,
+                                inactive_threshold=max(30.0, self.publish_timeout_s * 3))
+        info = None
+        try:
+            info = await self._js.add_consumer(self.stream, config)
+            total = info.delivered.consumer_seq + info.num_pending  # delivered already + still to come
+            while len(out) < total:
+                progress.clear()
+                try:
+                    await asyncio.wait_for(progress.wait(), self.publish_timeout_s)
+                except TimeoutError:
+                    raise TimeoutError(f"reading back {subject!r} after sequence {seq}: {len(out)} of "
+                                       f"{total} messages within {self.publish_timeout_s:g}s") from None
+        finally:
+            await sub.unsubscribe()
+            if info is not None:
+                try:
+                    await self._js.delete_consumer(self.stream, info.name)
+                except Exception:  # noqa: BLE001, S110 - an ephemeral consumer goes away by itself
+                    pass
+        return out
 
     # ------------------------------------------------------------------ markers and fencing
 
@@ -557,7 +722,7 @@ class NatsSink(Sink):
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
             ack = await self._after_refused_marker(headers["Nats-Msg-Id"])
-        self._marker_seq = ack.seq
+        self._marker_seq = self._commit_seq = ack.seq
 
     async def _after_refused_marker(self, msg_id: str) -> Any:
         """The marker was refused: the subject's last message is not our previous marker. It is
@@ -593,8 +758,9 @@ class NatsSink(Sink):
             held = h.get(EPOCH_HEADER)
             if held and held.isdigit() and int(held) > (self.epoch or 0):
                 raise self.fenced_error(int(held))
+            commit_seq = commit_seq_of(last)
             headers = {**{k: v for k, v in h.items() if k in (POSITION_HEADER, EXTENDS_HEADER)},
-                       **self._marker_headers(None, self.epoch),
+                       **self._marker_headers(None, self.epoch), COMMIT_SEQ_HEADER: str(commit_seq),
                        EXPECT_LAST_SUBJECT_SEQ: str(last.seq if last is not None else 0)}
             try:
                 ack = await self._js.publish(self.checkpoint_subject, self._marker_body(headers),
@@ -604,7 +770,7 @@ class NatsSink(Sink):
                 if exc.err_code == WRONG_LAST_SEQUENCE:
                     continue
                 raise
-            self._marker_seq = ack.seq
+            self._marker_seq, self._commit_seq, self._read_back_due = ack.seq, commit_seq, True
             return
 
     async def _last_marker(self) -> Any:
