@@ -13,6 +13,8 @@ name                                            type     value
 ``tidegate.bytes.<pipeline>.<sink>``            counter  bytes the sink received in the run
 ``tidegate.dlq.<pipeline>.<sink>``              counter  events sent to the sink's dead-letter queue
 ``tidegate.duplicates.<pipeline>.<sink>``       counter  NATS: messages JetStream reported as duplicates
+``tidegate.skipped.<pipeline>.<sink>``          counter  NATS: messages a retry or a new run found stored
+                                                         after the last commit marker and did not send
 ``tidegate.lag_bytes.<pipeline>.<sink>``        gauge    source log bytes between checkpoint and head
 ``tidegate.lag_seconds.<pipeline>.<sink>``      gauge    0 at the head, else seconds since the
                                                          checkpoint last moved
@@ -20,8 +22,8 @@ name                                            type     value
 ``tidegate.incidents_open.<pipeline>``          gauge    open continuity incidents (halted when > 0)
 ==============================================  =======  ==========================================
 
-``dlq`` and ``duplicates`` are sent when the run report carries them. A dry run emits no counters.
-Emitting never fails a task: a metrics problem is logged and swallowed.
+``dlq``, ``duplicates`` and ``skipped`` are sent when the run report carries them. A dry run
+emits no counters. Emitting never fails a task: a metrics problem is logged and swallowed.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-COUNTERS = ("events", "bytes", "dlq", "duplicates")
+COUNTERS = ("events", "bytes", "dlq", "duplicates", "skipped")
 SINK_GAUGES = ("lag_bytes", "lag_seconds", "checkpoint_age_seconds")
 
 

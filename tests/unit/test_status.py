@@ -116,10 +116,10 @@ def test_state_metrics_name_and_tag_pipeline_and_sink(store):
 
     rec = Recorder()
     emit_run({"pipeline": "orders", "mode": "incremental", "sinks": [
-        {"id": "bus", "events": 3, "bytes": 30, "duplicates": 1, "dlq": None}]}, rec)
+        {"id": "bus", "events": 3, "bytes": 30, "duplicates": 1, "dlq": None, "skipped": 2}]}, rec)
     assert [(k, n, v) for k, n, v, _ in rec.sent] == [
         ("incr", "tidegate.events.orders.bus", 3), ("incr", "tidegate.bytes.orders.bus", 30),
-        ("incr", "tidegate.duplicates.orders.bus", 1)]
+        ("incr", "tidegate.duplicates.orders.bus", 1), ("incr", "tidegate.skipped.orders.bus", 2)]
     rec = Recorder()
     emit_run({"pipeline": "orders", "mode": "dry_run", "sinks": [{"id": "bus", "events": 3}]}, rec)
     assert rec.sent == []
