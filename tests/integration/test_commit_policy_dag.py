@@ -3,8 +3,9 @@
 exactly-once, NATS JetStream and Redis Streams, while sink servers are really down (SIGKILL,
 restarted later from their own storage: Redis AOF, JetStream files).
 
-- `all`, Redis down: the deliver task fails and no sink's checkpoint moves (store history);
-  Redis comes back and Airflow's retry of the task (in the same DAG run) delivers.
+- `all`, Redis down (SIGKILL), and Redis hung (SIGSTOP; the connection's socket_timeout is 3 s):
+  the deliver task fails and no sink's checkpoint moves (store history); Redis comes back
+  (restart, SIGCONT) and Airflow's retry of the task (in the same DAG run) delivers.
 - `quorum: 2`, Redis down: the run succeeds, Kafka's and NATS's checkpoints advance, Redis's
   stays; the next run catches Redis up from its own checkpoint. Then NATS and Redis down: the
   task fails, nothing moves; Airflow's retry after they are back delivers.
@@ -26,6 +27,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
 import pymysql
 import pytest
@@ -40,7 +42,7 @@ from tests.integration.airflow_support import (
     task_ended,
 )
 from tests.integration.sink_readers import kafka_changes, nats_messages, redis_events
-from tests.integration.test_fault_matrix import Workload, restarted, stop_server, wait_for
+from tests.integration.test_fault_matrix import Workload, restarted, server_pid, stop_server, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -50,7 +52,10 @@ SINKS = ("events", "bus", "cache")
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory, service_env, mysql, kafka, redis_service, nats_service, spark_connect):
     base = tmp_path_factory.mktemp("policy_dag")
-    return make_airflow_env(base, service_env), base
+    env = make_airflow_env(base, service_env)
+    # A hung Redis fails a delivery after 3 s per attempt instead of the default 30 s.
+    env["AIRFLOW_CONN_CDC_REDIS"] += "?socket_timeout=3"
+    return env, base
 
 
 @pytest.fixture()
@@ -110,13 +115,20 @@ def dag_run_in_background(env: dict[str, str], dag_id: str) -> Iterator[subproce
                 proc.wait()
 
 
-def fails_then_retry_delivers(env, store, pipeline: str, servers: tuple[str, ...]) -> None:
-    """A DAG run with ``servers`` killed: its deliver attempt fails without moving any
-    checkpoint; the servers come back; Airflow's retry in the same DAG run delivers."""
+def fails_then_retry_delivers(env, store, pipeline: str, servers: tuple[str, ...],
+                              hang: bool = False) -> None:
+    """A DAG run with ``servers`` killed (``hang``: SIGSTOPped): its deliver attempt fails
+    without moving any checkpoint; the servers come back (restarted; SIGCONT); Airflow's
+    retry in the same DAG run delivers."""
     before = history(store, pipeline)
     failed = failed_attempts(store, pipeline)
-    for server in servers:
-        stop_server(server, signal.SIGKILL)
+    stopped = [server_pid(server) for server in servers]
+    for server, pid in zip(servers, stopped, strict=True):
+        if hang:
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            stop_server(server, signal.SIGKILL, pid)
+    t_start = time.monotonic()
     with dag_run_in_background(env, f"cdc_{pipeline}") as proc:
         try:
             wait_for(lambda: failed_attempts(store, pipeline) > failed or proc.poll() is not None,
@@ -124,12 +136,17 @@ def fails_then_retry_delivers(env, store, pipeline: str, servers: tuple[str, ...
             assert proc.poll() is None, proc.log()[-3000:]
             assert history(store, pipeline) == before  # no checkpoint of any sink moved
             [entry] = [e for e in store.runs.entries(pipeline) if e.status == "failed"][failed:]
-            print("failed attempt:", {s: (j.status, j.events, (j.error or "")[:120])
-                                      for s, j in entry.sinks.items()})
+            took = (datetime.fromisoformat(entry.finished_at) - datetime.fromisoformat(entry.started_at))
+            print(f"failed attempt ({took.total_seconds():.1f}s in the deliver's journal, "
+                  f"{time.monotonic() - t_start:.0f}s after the DAG run started):",
+                  {s: (j.status, j.events, (j.error or "")[:120]) for s, j in entry.sinks.items()})
         finally:
-            for server in servers:
-                with restarted(server):
-                    pass
+            for server, pid in zip(servers, stopped, strict=True):
+                if hang:
+                    os.kill(pid, signal.SIGCONT)
+                else:
+                    with restarted(server):
+                        pass
         t0 = time.monotonic()
         rc = proc.wait(300)
         log = proc.log()
@@ -155,8 +172,9 @@ def checkpoints(store, pipeline: str) -> dict:
     return {sid: rec.position for sid, rec in store.checkpoints.current(pipeline).items()}
 
 
+@pytest.mark.parametrize("hang", [False, True], ids=["killed", "hung"])
 @pytest.mark.parametrize("pipeline", ["commit_policy: all"], indirect=True)
-def test_all_one_sink_down_nothing_moves_the_retry_delivers(airflow_env, pipeline, kafka_bootstrap,
+def test_all_one_sink_down_nothing_moves_the_retry_delivers(airflow_env, pipeline, hang, kafka_bootstrap,
                                                              nats_service, redis_service):
     env, _ = airflow_env
     name, work = pipeline
@@ -165,7 +183,7 @@ def test_all_one_sink_down_nothing_moves_the_retry_delivers(airflow_env, pipelin
         rc, log = dags_test(env, f"cdc_{name}")  # places the sinks at the head
         assert rc == 0, log[-3000:]
         work.wave(10)
-        fails_then_retry_delivers(env, store, name, ("redis",))
+        fails_then_retry_delivers(env, store, name, ("redis",), hang=hang)
         cp = checkpoints(store, name)
         assert cp["events"] == cp["bus"] == cp["cache"]
         assert_exactly_once(env, kafka_bootstrap, nats_service, redis_service, name, work)
