@@ -90,8 +90,11 @@ class PostgresStore(CheckpointStore):
                     f"packets): the run stops here and the next one starts from what the store "
                     f"holds. Raise {TIMEOUT_ENV} if the server is only slow") from None
             if conn.closed:
+                # The rollback on the way out fails too ("connection already closed") and hides
+                # the error that says why: report that one.
+                why = exc.__context__ if isinstance(exc, psycopg2.InterfaceError) and exc.__context__ else exc
                 raise StoreError(f"the Postgres checkpoint store {self.url} went away: "
-                                 f"{_first_line(exc)}") from exc
+                                 f"{_first_line(why)}") from exc
             raise
 
     def _lock_migrations(self, tx: Tx) -> None:
