@@ -150,12 +150,18 @@ def pg_scratch_dsn(postgres):
     from psycopg2.extensions import make_dsn, parse_dsn
 
     dbname = f"tidegate_scratch_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(postgres.admin_dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{dbname}"')
+
+    def admin_sql(sql: str) -> None:
+        # A connection per statement: a test may have restarted the server in between.
+        admin = psycopg2.connect(postgres.admin_dsn)
+        admin.autocommit = True
+        try:
+            with admin.cursor() as cur:
+                cur.execute(sql)
+        finally:
+            admin.close()
+
+    admin_sql(f'CREATE DATABASE "{dbname}"')
     params = {k: v for k, v in parse_dsn(postgres.admin_dsn).items() if k != "dbname"}
     yield make_dsn(**params, dbname=dbname)
-    with admin.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    admin.close()
+    admin_sql(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')

@@ -258,7 +258,19 @@ class Coordinator:
         finally:
             self._stop.set()
             self._count_sink_tallies()
+            self._journal_after(status)
+
+    def _journal_after(self, status: str) -> None:
+        """Journal the run's end. When the run failed, a journal write that fails too (the
+        store's server gone or hung: the likely cause of the failure itself) is logged and
+        the run's own error propagates, not this second one."""
+        try:
             self._journal(status)
+        except Exception as exc:  # noqa: BLE001 - re-raised below unless the run failed anyway
+            if status == "success":
+                raise
+            log.warning("pipeline %s run %s: cannot journal the failed run: %s", self.pipeline,
+                        self.run_id, exc)
 
     def _count_sink_tallies(self) -> None:
         for sink in self.sinks:

@@ -29,6 +29,7 @@ from typing import Any
 import pymysql
 
 from ...errors import SourceError
+from ..timeouts import READ_TIMEOUT_ENV, read_timeout_s
 from .tls import PyMySqlConnection
 
 COM_BINLOG_DUMP = 0x12
@@ -83,12 +84,12 @@ class BinlogStream:
     """
 
     def __init__(self, settings: dict[str, Any], server_id: int, file: str, pos: int, *,
-                 read_timeout: float = 300.0):
+                 read_timeout: float | None = None):
         self.settings = settings
         self.server_id = server_id
         self.file = file
         self.pos = pos
-        self.read_timeout = read_timeout
+        self.read_timeout = read_timeout_s() if read_timeout is None else read_timeout
         self.checksum = False
         self._conn: pymysql.connections.Connection | None = None
 
@@ -176,8 +177,10 @@ class BinlogStream:
                 parts.append(part)
             return b"".join(parts)
         except TimeoutError:
-            raise SourceError(f"the server sent nothing for {self.read_timeout:.0f}s while "
-                              f"streaming its binlog from {self.file}:{self.pos}") from None
+            raise SourceError(f"the server sent nothing for {self.read_timeout:g}s "
+                              f"({READ_TIMEOUT_ENV}) while streaming its binlog from "
+                              f"{self.file}:{self.pos}: it hangs, or the network drops packets. "
+                              f"Raise {READ_TIMEOUT_ENV} if the server is only slow") from None
         except OSError as exc:
             raise pymysql.err.OperationalError(
                 ER_LOST_CONNECTION, f"Lost connection to server during binlog read: {exc}") from None

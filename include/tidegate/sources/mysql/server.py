@@ -18,6 +18,7 @@ import pymysql
 
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError, SourceSettingError
+from ..timeouts import read_timeout_s
 from .position import BinlogPosition, GtidSet
 from .tls import PyMySqlConnection, pymysql_tls, tls_failure
 from .transactions import file_seq
@@ -60,7 +61,10 @@ class MySqlServer:
 
     def _cursor(self):
         if self._ctl is None or not self._ctl.open:
-            self._ctl = self.connect(autocommit=True, charset="utf8mb4")
+            # Bounded reads and writes: a server that hangs must not hold the run forever.
+            timeout = read_timeout_s()
+            self._ctl = self.connect(autocommit=True, charset="utf8mb4", read_timeout=timeout,
+                                     write_timeout=timeout)
         else:
             self._ctl.ping(reconnect=True)
         return self._ctl.cursor()

@@ -18,6 +18,8 @@ import psycopg2.extras
 
 from ...connections import Connection
 from ...errors import SourceError
+from ...watchdog import Watchdog
+from ..timeouts import READ_TIMEOUT_ENV, read_timeout_s
 from .position import Lsn, PgPosition
 from .tls import libpq_tls, tls_failure
 
@@ -68,14 +70,30 @@ class PgServer:
         return self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection,
                             options=options)
 
-    def query(self, sql: str, args: Any = None) -> list[tuple]:
-        """Rows of one statement on the control connection (autocommit)."""
+    def query(self, sql: str, args: Any = None, *, bounded: bool = True) -> list[tuple]:
+        """Rows of one statement on the control connection (autocommit), within
+        ``TIDEGATE_SOURCE_READ_TIMEOUT_S`` unless ``bounded`` is false (statements that wait
+        on the server's own work: creating or advancing a slot can take long on a busy or
+        far-behind server)."""
         if self._ctl is None or self._ctl.closed:
             self._ctl = self.connect()
             self._ctl.autocommit = True
-        with self._ctl.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else []
+        ctl = self._ctl
+        if not bounded:
+            with ctl.cursor() as cur:
+                cur.execute(sql, args)
+                return cur.fetchall() if cur.description else []
+        timeout = read_timeout_s()
+        try:
+            with Watchdog(ctl, timeout) as dog, ctl.cursor() as cur:
+                cur.execute(sql, args)
+                return cur.fetchall() if cur.description else []
+        except psycopg2.Error:
+            if dog.fired:
+                raise SourceError(f"{self.conn} did not answer within {READ_TIMEOUT_ENV}={timeout:g}s: "
+                                  f"the server hangs, or the network drops packets. Raise "
+                                  f"{READ_TIMEOUT_ENV} if it is only slow") from None
+            raise
 
     def close(self) -> None:
         try:

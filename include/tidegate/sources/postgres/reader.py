@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import select
+import time
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any, Protocol
@@ -36,10 +37,12 @@ from typing import Any, Protocol
 import msgspec
 import psycopg2
 
+from ...errors import SourceError
 from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
 from ...filters import table_list
 from ...spec import PipelineSpec
 from ..base import SourceItem
+from ..timeouts import READ_TIMEOUT_ENV, read_timeout_s
 from .columns import ColumnTracker
 from .connection import REPLICATION_OPTIONS, PgServer
 from .position import Lsn, PgPosition
@@ -171,15 +174,28 @@ def replication_stream(server: PgServer, slot: Slot, upto: PgPosition, options: 
                                   status_interval=_NO_FEEDBACK_S)
             read = cur.read_message
             bound = upto.lsn.value
+            # A server that hangs keeps the session open and silent: the read gives up when
+            # nothing at all (no change, no keepalive moving wal_end) came for the timeout.
+            timeout = read_timeout_s()
+            heard, quiet_since, wal_end = False, time.monotonic(), cur.wal_end
             while True:
                 msg = read()
                 if msg is None:
                     if cur.wal_end >= bound:
                         return
+                    if heard or cur.wal_end != wal_end:
+                        heard, quiet_since, wal_end = False, time.monotonic(), cur.wal_end
+                    elif time.monotonic() - quiet_since > timeout:
+                        raise SourceError(
+                            f"{server.conn} sent nothing for {timeout:g}s ({READ_TIMEOUT_ENV}) while "
+                            f"streaming slot {slot.name!r} up to {upto.lsn}: the server hangs, or the "
+                            f"network drops packets. Raise {READ_TIMEOUT_ENV} if it is only slow")
                     select.select([cur], [], [], _WAIT_S)
                 elif with_lsn:
+                    heard = True
                     yield msg.data_start, msg.payload
                 else:
+                    heard = True
                     yield msg.payload
         except psycopg2.Error as exc:
             raise slot.read_error(exc) from None

@@ -94,7 +94,7 @@ class Slot:
             self.prepare(plugin)
         try:
             (lsn,) = self.server.query("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)",
-                                       (self.name, plugin))[0]
+                                       (self.name, plugin), bounded=False)[0]  # waits for open txs
         except psycopg2.errors.DuplicateObject:
             return None
         except psycopg2.Error as exc:
@@ -181,7 +181,9 @@ class Slot:
         lsn = position.lsn if isinstance(position, PgPosition) else Lsn.parse(position)
         if info["confirmed_flush_lsn"] and lsn <= Lsn.parse(info["confirmed_flush_lsn"]):
             return
-        self.server.query("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.name, str(lsn)))
+        # Unbounded: advancing decodes the WAL in between, which takes long when far behind.
+        self.server.query("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.name, str(lsn)),
+                          bounded=False)
         log.info("advanced slot %r to %s", self.name, lsn)
 
     def wait_released(self, pid: int, timeout_s: float = 30.0) -> None:
