@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg2
+import psycopg2.extras
 import pytest
 from tidegate.store import open_store
 
@@ -186,3 +187,78 @@ def test_stalled_run_slot_taken_over_by_the_next_run(pg_pipeline):
     for sid in SINKS:  # checkpoints never moved back
         lsns = [h.position.lsn for h in p.store.checkpoints.history(p.name, sid)]
         assert lsns == sorted(lsns), (sid, [str(x) for x in lsns])
+
+
+def hold_slot(dsn: str, slot: str, application_name: str):
+    """A replication session holding ``slot`` (started, never read, never confirming anything:
+    it cannot move the slot), as a client other than the run would."""
+    conn = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection,
+                            application_name=application_name, options="-c wal_sender_timeout=0")
+    conn.cursor().start_replication(slot_name=slot, decode=False, status_interval=366 * 86400)
+    return conn
+
+
+def run_error(r: subprocess.CompletedProcess) -> str:
+    return ([ln for ln in r.stderr.splitlines() if ln.startswith("tidegate: ")] or [r.stderr[-2000:]])[-1]
+
+
+def test_slot_held_by_another_client_is_an_error_naming_it(pg_pipeline, postgres):
+    """Not a run of this pipeline: the run refuses to touch it, names the pid and the
+    application, and moves nothing."""
+    p = pg_pipeline
+    assert p.run("place").returncode == 0
+    p.work.wave(5)
+    holder = hold_slot(postgres.admin_dsn, p.name, "etl-tool")
+    try:
+        pid = holder.get_backend_pid()
+        before = p.history()
+        r = p.run("refused", timeout=60)
+        err = run_error(r)
+        print(err)
+        assert r.returncode != 0 and f"PID {pid}" in err and "'etl-tool'" in err, r.stderr[-3000:]
+        assert p.history() == before
+        assert p.slot_holder() == (pid, "etl-tool")  # left alone
+    finally:
+        holder.close()
+    assert p.run("after").returncode == 0
+    assert len({e["idempotency_key"] for e in p.contents()["redis"]}) == p.work.changes
+
+
+@pytest.fixture()
+def other_role(postgres, pg_pipeline) -> Iterator[str]:
+    """A second CDC role (another deployment's worker, say): LOGIN REPLICATION, not superuser."""
+    role, password = f"{pg_pipeline.name}_w2", uuid.uuid4().hex
+    pg_pipeline.execute(f"CREATE ROLE {role} LOGIN REPLICATION PASSWORD '{password}'")
+    c = postgres.cdc
+    try:
+        yield (f"host={c.host} port={c.port} dbname={c.schema} user={role} password={password}")
+    finally:
+        pg_pipeline.execute(f"REVOKE pg_signal_backend FROM {c.login}")
+        pg_pipeline.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            f"WHERE usename = '{role}'")
+        time.sleep(0.3)
+        pg_pipeline.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_takeover_from_another_role_needs_pg_signal_backend(pg_pipeline, postgres, other_role):
+    """A stalled run of this pipeline under another role: the run fails in preflight naming
+    pg_signal_backend; once granted, it takes the slot over."""
+    p = pg_pipeline
+    assert p.run("place").returncode == 0
+    p.work.wave(5)
+    stalled = hold_slot(other_role, p.name, f"tidegate/1/{p.name}")  # an older lease epoch
+    try:
+        pid = stalled.get_backend_pid()
+        r = p.run("refused", timeout=60)
+        err = run_error(r)
+        print(err)
+        assert r.returncode != 0 and "pg_signal_backend" in err and f"PID {pid}" in err, r.stderr[-3000:]
+        p.execute(f"GRANT pg_signal_backend TO {postgres.cdc.login}")
+        r = p.run("granted", timeout=60)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"took replication slot {p.name!r} over from PID {pid}" in r.stderr
+    finally:
+        stalled.close()
+    got = p.contents()
+    for sink, events in got.items():
+        assert len(events) == len({e["idempotency_key"] for e in events}) == p.work.changes, sink
