@@ -39,6 +39,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 SINKS = ("events", "cache")
 TAKEOVER_S = 60  # the second run must finish within this, though the first still holds the slot
+# source.stall_timeout: a WAL sender blocked sending to the stopped run (its socket full) cannot be
+# terminated; the server's kernel drops its connection after this (tcp_user_timeout)
+STALL = "5s"
 
 
 class PgPipeline:
@@ -48,6 +51,7 @@ class PgPipeline:
         self.db.autocommit = True
         self.store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
         self.work = Workload(self.execute, name)
+        self.wave_size = 600
 
     def execute(self, stmt: str) -> None:
         with self.db.cursor() as c:
@@ -97,17 +101,27 @@ class PgPipeline:
         self.store.close()
 
 
+# How the stalled run reads: in its own process (a small range: the default), or in its reader
+# process (TIDEGATE_READER_PROCESS_MIN_BYTES=0), which reads up to ~6000 items ahead of delivery:
+# there the range must be larger than that for the WAL sender still to hold the slot when stopped.
+READS = {"in-process": {"wave": 600, "max_events": 10, "env": {}},
+         "reader-process": {"wave": 8000, "max_events": 200,
+                            "env": {"TIDEGATE_READER_PROCESS_MIN_BYTES": "0"}}}
+
+
 @pytest.fixture()
-def pg_pipeline(tmp_path, service_env, postgres, kafka, redis_service) -> Iterator[PgPipeline]:
+def pg_pipeline(request, tmp_path, service_env, postgres, kafka, redis_service) -> Iterator[PgPipeline]:
+    reads = READS[getattr(request, "param", "in-process")]
     name = f"tk_{uuid.uuid4().hex[:6]}"
     (tmp_path / "pipelines").mkdir()
     env = dict(os.environ, **service_env, TIDEGATE_PIPELINES_DIR=str(tmp_path / "pipelines"),
                TIDEGATE_CHECKPOINT_STORE=f"sqlite:///{tmp_path / 'store.sqlite'}",
-               PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+               PATH=f"{VENV_BIN}:{os.environ['PATH']}", **reads["env"])
     (tmp_path / "pipelines" / f"{name}.yaml").write_text(textwrap.dedent(f"""
         pipeline: {name}
-        source: {{kind: postgres, conn_id: cdc_postgres, tables: [public.{name}], slot: {name}}}
-        batch: {{max_events: 10}}
+        source: {{kind: postgres, conn_id: cdc_postgres, tables: [public.{name}], slot: {name},
+                  stall_timeout: {STALL}}}
+        batch: {{max_events: {reads["max_events"]}}}
         sinks:
           - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
               exactly_once: true, partitions: 3}}
@@ -118,6 +132,7 @@ def pg_pipeline(tmp_path, service_env, postgres, kafka, redis_service) -> Iterat
     p.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, status text, note text NOT NULL DEFAULT "
               f"'{'x' * 500}')")
     p.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
+    p.wave_size = reads["wave"]
     try:
         yield p
     finally:
@@ -140,11 +155,12 @@ def stop_mid_delivery(p: PgPipeline, run: Run) -> None:
     raise AssertionError("the run held the store's write lock whenever it was stopped")
 
 
+@pytest.mark.parametrize("pg_pipeline", list(READS), indirect=True)
 def test_stalled_run_slot_taken_over_by_the_next_run(pg_pipeline):
     p = pg_pipeline
     placed = p.run("place")
     assert placed.returncode == 0, placed.stderr[-3000:]
-    p.work.wave(600)
+    p.work.wave(p.wave_size)
     stalled = p.start("stalled")
     try:
         stop_mid_delivery(p, stalled)

@@ -168,7 +168,7 @@ def replication_stream(server: PgServer, slot: Slot, upto: PgPosition, options: 
     the server has let go of the slot, so the next statement on it does not find it busy.
     """
     slot.take_over()  # a stalled older run of the pipeline may still hold the slot
-    conn = server.connect_replication(session, slot.holder)
+    conn = server.connect_replication(slot.session_options(session), slot.holder)
     pid = conn.get_backend_pid()
     try:
         cur = conn.cursor()

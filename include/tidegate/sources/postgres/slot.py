@@ -38,7 +38,7 @@ WAL2JSON, PGOUTPUT = PLUGINS  # the order a new slot without source.plugin tries
 # so a later run can tell a stalled one of its own pipeline from anything else holding the slot.
 HOLDER_PREFIX = "tidegate/"
 NAMEDATALEN = 63  # the server cuts application_name to this many bytes
-TAKEOVER_WAIT_S = 30.0  # how long a takeover waits for a terminated WAL sender to let go of the slot
+TAKEOVER_WAIT_S = 30.0  # how long a takeover waits for a terminated WAL sender, beyond stall_timeout
 
 
 def holder_name(pipeline: str, epoch: int | None) -> str:
@@ -75,6 +75,7 @@ class Slot:
         self.name = name
         self.pipeline = pipeline
         self.epoch: int | None = None  # the lease epoch of the run reading (use_lease)
+        self.stall_timeout_s = 0  # source.stall_timeout: the WAL sender's tcp_user_timeout (0: none)
         self.plugin = plugin  # source.plugin; None: the server's choice (module docstring)
         self.choices = choices  # without source.plugin, the plugins a new slot tries, in order
         # called with the plugin just before a slot is created with it (pgoutput: the
@@ -231,13 +232,28 @@ class Slot:
             "WHERE s.slot_name = %s AND s.active_pid IS NOT NULL", (self.name,))
         return (int(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
 
-    def take_over(self, timeout_s: float = TAKEOVER_WAIT_S) -> None:
+    def session_options(self, options: str) -> str:
+        """A replication session's settings ``options`` with the stall timeout: ``tcp_user_timeout``
+        makes the server's kernel drop the connection once data it sent stays unacknowledged, or
+        the reader's receive window stays shut (Linux 5.11 and later), that long. A WAL sender
+        blocked sending to a stopped run cannot be terminated otherwise: pg_terminate_backend
+        makes it report the termination to its client, and that write blocks too."""
+        if not self.stall_timeout_s:
+            return options
+        return f"{options} -c tcp_user_timeout={self.stall_timeout_s * 1000}"
+
+    def take_over(self, timeout_s: float | None = None) -> None:
         """Free the slot for this run when a WAL sender of an older run of the pipeline (a lower
         lease epoch: a stalled, frozen or cut-off run the lease already moved away from) still
         holds it: terminate that backend (pg_terminate_backend: the same role, or
-        pg_signal_backend) and wait, at most ``timeout_s``, until the server let go of the slot.
-        Anything else holding it (not tidegate's, another pipeline's, a newer run's) is a
-        :class:`SlotBusyError` naming the pid and its application."""
+        pg_signal_backend) and wait until the server let go of the slot: at once when the WAL
+        sender was waiting for WAL, at most ``source.stall_timeout`` (then the connection is
+        dropped) when it was blocked sending to the stalled run; ``timeout_s`` (default: the
+        stall timeout plus :data:`TAKEOVER_WAIT_S`) bounds the wait. Anything else holding the
+        slot (not tidegate's, another pipeline's, a newer run's) is a :class:`SlotBusyError`
+        naming the pid and its application."""
+        if timeout_s is None:
+            timeout_s = self.stall_timeout_s + TAKEOVER_WAIT_S
         held = self.active_holder()
         if held is None:
             return
@@ -278,8 +294,12 @@ class Slot:
         deadline = time.monotonic() + timeout_s
         while (held := self.active_holder()) is not None and held[0] == pid:
             if time.monotonic() >= deadline:
-                raise SlotBusyError(f"replication slot {self.name!r} on {self.conn} is still held by PID "
-                                    f"{pid} {timeout_s:.0f}s after pg_terminate_backend({pid})")
+                stall = (f"source.stall_timeout is {self.stall_timeout_s}s" if self.stall_timeout_s else
+                         "source.stall_timeout is 0, so the server never drops it")
+                raise SlotBusyError(
+                    f"replication slot {self.name!r} on {self.conn} is still held by PID {pid} "
+                    f"{timeout_s:.0f}s after pg_terminate_backend({pid}): the WAL sender is blocked sending "
+                    f"to its stalled client ({stall}); kill that client, or set source.stall_timeout")
             time.sleep(0.05)
 
     def wait_released(self, pid: int, timeout_s: float = 30.0) -> None:

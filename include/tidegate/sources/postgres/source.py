@@ -57,6 +57,7 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
                                        owned=src.publication is None)
         self.replication_slot = Slot(self.server, slot or src.slot or f"tidegate_{spec.pipeline}",
                                      plugin=src.plugin, prepare=self._before_slot, pipeline=spec.pipeline)
+        self.replication_slot.stall_timeout_s = src.stall_timeout_s
         self.itersize = itersize
         # The reader class of each read: ``reader.messages(source, upto)`` gets the slot's
         # messages, ``reader(source, start_lsn, upto).run(messages)`` the items. None: the one of
