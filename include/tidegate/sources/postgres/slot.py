@@ -353,7 +353,6 @@ class Slot:
             return err2
         return SourceError(f"reading slot {self.name!r} on {self.conn} failed: {msg}")
 
-
     def _holder_text(self) -> str:
         try:
             held = self.active_holder()
