@@ -180,7 +180,7 @@ def _start_read(source: Source, start: Position | None, upto: Position, store_ur
                 child: _Child | None) -> _Child:
     """Send the read of (start, upto] to ``child`` (or a new one)."""
     child = child or _Child.start()
-    job = (source.spec, source.conn, source.hash_salt, start, upto, store_url)
+    job = (source.spec, source.conn, source.hash_salt, source.lease_epoch, start, upto, store_url)
     try:
         child.jobs.send_bytes(pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
     except OSError:
@@ -227,12 +227,14 @@ def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
         if source_kind:  # the Source class's module ("module:Class"), while the run opens its sinks
             importlib.import_module(kind_of(source_kind).source.partition(":")[0])
         try:
-            spec, connection, hash_salt, start, upto, store_url = pickle.loads(jobs.recv_bytes())
+            spec, connection, hash_salt, epoch, start, upto, store_url = pickle.loads(jobs.recv_bytes())
         except EOFError:
             return  # warmed up, then not needed
         finally:
             jobs.close()
         source = fixed_connection(connection, hash_salt).source(spec)
+        if epoch is not None:
+            source.use_lease(epoch)  # the run's lease: its sessions are named for it
         try:
             if store_url:
                 from .store import open_store

@@ -295,6 +295,7 @@ def _incremental(run: RunContext, source: Source, upto: Position,
                  data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
     spec, store, run_id = run.spec, run.store, run.run_id
     epoch = store.leases.acquire(spec.pipeline, run_id)
+    source.use_lease(epoch)  # its reads are this run's: a stalled older run's hold is taken over
     if run.record is not None and run.record.segments:
         reader.ahead(source, run.record.segments)  # the bounds step's plan: _segments says if it holds
     sinks = _sinks(run, source, run.plan.sinks)
@@ -362,6 +363,7 @@ def _replay(run: RunContext, source: Source, replay_of: str, reader: Reader) -> 
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
     sinks = _sinks(run, source, sorted(ranges))
     epoch = store.leases.acquire(spec.pipeline, run_id)
+    source.use_lease(epoch)
     starts = {sid: a for sid, (a, _) in ranges.items()}
     ends = {sid: b for sid, (_, b) in ranges.items()}
     journal_id = store.runs.begin(spec.pipeline, run_id, mode="replay")

@@ -43,6 +43,9 @@ class SourceSpec:
     on_schema_change: str = "continue"  # continue | halt (a DDL on a captured table)
     # postgres: seconds release keeps the slot behind the checkpoints (replays, backfills, rewinds)
     replay_retention_s: int = 0
+    # postgres: seconds the server keeps sending to a reader that takes nothing (a stopped, frozen
+    # or cut-off run) before it drops the connection and frees the slot (0: never)
+    stall_timeout_s: int = 120
     # column rules (exclude, mask, hash, truncate) per table or pattern (filters.py)
     columns: tuple[filters.ColumnRules, ...] = ()
     # where the salt of hashed columns comes from: ("conn_id", id) or ("variable", name)

@@ -303,6 +303,15 @@ class Source(abc.ABC):
 
     # ------------------------------------------------------------------ memory between runs
 
+    # The lease epoch of the run that reads (None: a read outside a run's lease): shipped to a
+    # reader process beside the connection.
+    lease_epoch: int | None = None
+
+    def use_lease(self, epoch: int) -> None:
+        """Reads from now on belong to the run holding lease ``epoch`` (a source may name its
+        sessions for it: a PostgreSQL slot held by an older epoch's stalled read is taken over)."""
+        self.lease_epoch = epoch
+
     def use_store(self, store: CheckpointStore) -> None:  # noqa: B027 - optional hook
         """The checkpoint store, for facts about its log a source keeps between runs (Postgres:
         the column set of each table as of a position). Given where a run reads (the runner's

@@ -62,13 +62,13 @@ class PgServer:
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SourceError(f"cannot connect to {self.conn}{what}: {msg}") from None
 
-    def connect_replication(self, options: str = REPLICATION_OPTIONS):
+    def connect_replication(self, options: str = REPLICATION_OPTIONS, application_name: str = "tidegate"):
         """A logical replication session (``replication=database``) with the settings
         ``options``: it needs the REPLICATION attribute and a free WAL sender
         (``max_wal_senders``), nothing in pg_hba.conf beyond what a normal session to the
-        database needs."""
+        database needs. ``application_name`` names the run holding the slot (slot.holder_name)."""
         return self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection,
-                            options=options)
+                            options=options, application_name=application_name)
 
     def query(self, sql: str, args: Any = None, *, bounded: bool = True) -> list[tuple]:
         """Rows of one statement on the control connection (autocommit), within

@@ -17,7 +17,7 @@ from ...errors import SourceError
 from ..preflight import ERROR, INFO, WARNING, Problem, human_bytes, human_seconds, setting_problem
 from .connection import PgServer
 from .position import Lsn, PgPosition
-from .slot import Slot
+from .slot import Slot, holder_epoch
 from .values import UNAVAILABLE
 
 DEFAULT_HEADROOM_WARN_BYTES = 1 << 30
@@ -95,6 +95,8 @@ def check_server(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]
                                      WARNING, detail))
         if info["held_bytes"] is not None:
             probs.append(held_report(slot.name, info, replay_retention_s))
+        if info["active_pid"] is not None:
+            probs += takeover_problems(server, slot, role, bool(superuser))
     probs += replica_identity_problems(server, tables)
     return probs
 
@@ -108,6 +110,28 @@ def held_report(name: str, info: dict, replay_retention_s: int) -> Problem:
                    f"restart_lsn {info['restart_lsn']} to the current WAL LSN){window}", INFO,
                    {"held_bytes": info["held_bytes"], "restart_lsn": info["restart_lsn"],
                     "replay_retention_s": replay_retention_s})
+
+def takeover_problems(server: PgServer, slot: Slot, role: str, superuser: bool) -> list[Problem]:
+    """A run of the pipeline holds the slot now (a stalled one, if no run is going on): the next
+    run terminates it (``Slot.take_over``), which PostgreSQL allows for backends of the same
+    role, and of another role only with the privileges of pg_signal_backend (a superuser's
+    backend only to a superuser)."""
+    held = slot.active_holder()
+    if held is None or superuser or holder_epoch(held[1], slot.pipeline) is None:
+        return []
+    pid, app, holder_role = held
+    if holder_role == role:
+        return []
+    (signal,) = server.query("SELECT pg_has_role(current_user, 'pg_signal_backend', 'USAGE')")[0]
+    if signal:
+        return []
+    return [Problem("privilege", "pg_signal_backend",
+                    f"replication slot {slot.name!r} is held by PID {pid} ({app!r}), a run of this "
+                    f"pipeline as role {holder_role!r}; if it is stalled, the run takes the slot over "
+                    f"by terminating that backend, which the CDC role {role!r} may not do for another "
+                    f"role's backend without the pg_signal_backend privilege: GRANT pg_signal_backend "
+                    f"TO {role} (or run every run of the pipeline as one role)")]
+
 
 def replica_identity_problems(server: PgServer, tables: frozenset[tuple[str, str]]) -> list[Problem]:
     sql = ("SELECT n.nspname, c.relname, c.relreplident, "

@@ -106,7 +106,8 @@ def peek_messages(server: PgServer, slot: Slot, upto: PgPosition, tables: frozen
     iterator early closes the cursor and the session."""
     table_options = table_list(tables)  # the server leaves other tables out where it can
     args: list[Any] = [slot.name, str(upto.lsn), *table_options.values()]
-    conn = server.connect()
+    slot.take_over()
+    conn = server.connect(application_name=slot.holder)
     try:
         cur = conn.cursor(name=f"tidegate_peek_{slot.name}")
         cur.itersize = itersize
@@ -158,6 +159,10 @@ def replication_stream(server: PgServer, slot: Slot, upto: PgPosition, options: 
     background writer logs the next standby snapshot, every 15 seconds while WAL is written,
     which the WAL writer then flushes.)
 
+    The session's application_name names the pipeline and the run's lease epoch
+    (``Slot.holder``): a later run that finds this one stalled while it holds the slot
+    terminates its WAL sender and takes the slot over (``Slot.take_over``).
+
     Nothing is ever confirmed to the server, so reading never moves the slot: the session
     runs with ``wal_sender_timeout=0`` (the server never asks for a status reply) and
     psycopg2's periodic status messages are off. (psycopg2 would otherwise report the
@@ -165,7 +170,8 @@ def replication_stream(server: PgServer, slot: Slot, upto: PgPosition, options: 
     slot stays :meth:`Slot.release`. Closing the iterator closes the session, and waits until
     the server has let go of the slot, so the next statement on it does not find it busy.
     """
-    conn = server.connect_replication(session)
+    slot.take_over()  # a stalled older run of the pipeline may still hold the slot
+    conn = server.connect_replication(slot.session_options(session), slot.holder)
     pid = conn.get_backend_pid()
     try:
         cur = conn.cursor()

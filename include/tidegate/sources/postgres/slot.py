@@ -34,6 +34,34 @@ log = logging.getLogger(__name__)
 
 WAL2JSON, PGOUTPUT = PLUGINS  # the order a new slot without source.plugin tries them in
 
+# A run's WAL sender is named for its pipeline and lease epoch (its session's application_name),
+# so a later run can tell a stalled one of its own pipeline from anything else holding the slot.
+HOLDER_PREFIX = "tidegate/"
+NAMEDATALEN = 63  # the server cuts application_name to this many bytes
+TAKEOVER_WAIT_S = 30.0  # how long a takeover waits for a terminated WAL sender, beyond stall_timeout
+
+
+def holder_name(pipeline: str, epoch: int | None) -> str:
+    """The application_name of a run's replication session: ``tidegate/<epoch>/<pipeline>``
+    (``-`` for no epoch: a read outside a run's lease), cut as the server cuts it."""
+    name = f"{HOLDER_PREFIX}{'-' if epoch is None else epoch}/{pipeline}"
+    return name.encode()[:NAMEDATALEN].decode(errors="ignore")
+
+
+def holder_epoch(application_name: str | None, pipeline: str) -> int | None:
+    """The lease epoch of a replication session of ``pipeline`` named by :func:`holder_name`;
+    None for any other session (another pipeline's, a read without a lease, not tidegate's)."""
+    if not application_name or not application_name.startswith(HOLDER_PREFIX):
+        return None
+    epoch, _, rest = application_name[len(HOLDER_PREFIX):].partition("/")
+    if not epoch.isdigit() or rest != holder_name(pipeline, int(epoch)).split("/", 2)[2]:
+        return None
+    return int(epoch)
+
+
+class SlotBusyError(SourceError):
+    """The slot is held by a WAL sender this run may not take it from."""
+
 
 class PluginMissingError(SourceSettingError):
     """The server cannot load the output plugin a slot was to be created with."""
@@ -41,9 +69,13 @@ class PluginMissingError(SourceSettingError):
 
 class Slot:
     def __init__(self, server: PgServer, name: str, plugin: str | None = None,
-                 prepare: Callable[[str], None] | None = None, choices: tuple[str, ...] = PLUGINS):
+                 prepare: Callable[[str], None] | None = None, choices: tuple[str, ...] = PLUGINS,
+                 pipeline: str = ""):
         self.server = server
         self.name = name
+        self.pipeline = pipeline
+        self.epoch: int | None = None  # the lease epoch of the run reading (use_lease)
+        self.stall_timeout_s = 0  # source.stall_timeout: the WAL sender's tcp_user_timeout (0: none)
         self.plugin = plugin  # source.plugin; None: the server's choice (module docstring)
         self.choices = choices  # without source.plugin, the plugins a new slot tries, in order
         # called with the plugin just before a slot is created with it (pgoutput: the
@@ -186,6 +218,92 @@ class Slot:
                           bounded=False)
         log.info("advanced slot %r to %s", self.name, lsn)
 
+    # ------------------------------------------------------------------ who holds the slot
+
+    @property
+    def holder(self) -> str:
+        """The application_name of this run's replication sessions (:func:`holder_name`)."""
+        return holder_name(self.pipeline, self.epoch)
+
+    def active_holder(self) -> tuple[int, str | None, str | None] | None:
+        """(pid, application_name, role) of the WAL sender holding the slot, or None when it is
+        free. A role sees the application_name of every session (pg_stat_activity)."""
+        rows = self.server.query(
+            "SELECT s.active_pid, a.application_name, a.usename FROM pg_replication_slots s "
+            "LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid "
+            "WHERE s.slot_name = %s AND s.active_pid IS NOT NULL", (self.name,))
+        return (int(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
+
+    def session_options(self, options: str) -> str:
+        """A replication session's settings ``options`` with the stall timeout: ``tcp_user_timeout``
+        makes the server's kernel drop the connection once data it sent stays unacknowledged, or
+        the reader's receive window stays shut (Linux 5.11 and later), that long. A WAL sender
+        blocked sending to a stopped run cannot be terminated otherwise: pg_terminate_backend
+        makes it report the termination to its client, and that write blocks too."""
+        if not self.stall_timeout_s:
+            return options
+        return f"{options} -c tcp_user_timeout={self.stall_timeout_s * 1000}"
+
+    def take_over(self, timeout_s: float | None = None) -> None:
+        """Free the slot for this run when a WAL sender of an older run of the pipeline (a lower
+        lease epoch: a stalled, frozen or cut-off run the lease already moved away from) still
+        holds it: terminate that backend (pg_terminate_backend: the same role, or
+        pg_signal_backend) and wait until the server let go of the slot: at once when the WAL
+        sender was waiting for WAL, at most ``source.stall_timeout`` (then the connection is
+        dropped) when it was blocked sending to the stalled run; ``timeout_s`` (default: the
+        stall timeout plus :data:`TAKEOVER_WAIT_S`) bounds the wait. Anything else holding the
+        slot (not tidegate's, another pipeline's, a newer run's) is a :class:`SlotBusyError`
+        naming the pid and its application."""
+        if timeout_s is None:
+            timeout_s = self.stall_timeout_s + TAKEOVER_WAIT_S
+        held = self.active_holder()
+        if held is None:
+            return
+        pid, app, role = held
+        theirs = holder_epoch(app, self.pipeline)
+        if self.epoch is None or theirs is None or theirs >= self.epoch:
+            if theirs is None:
+                who = "a session that is not a read of this pipeline under a lease"
+            elif self.epoch is None:
+                who = f"a run of this pipeline (lease epoch {theirs}), and this read holds no lease"
+            else:
+                who = (f"a newer run of this pipeline (lease epoch {theirs} >= {self.epoch}): "
+                       f"this run is stale")
+            raise SlotBusyError(
+                f"replication slot {self.name!r} on {self.conn} is held by PID {pid} (application_name "
+                f"{app!r}, role {role!r}), {who}. Stop that client, or terminate it: "
+                f"SELECT pg_terminate_backend({pid})")
+        log.warning("replication slot %r is held by PID %s (%s, role %s) of an older run of pipeline %s "
+                    "(lease epoch %s < %s): terminating it", self.name, pid, app, role, self.pipeline,
+                    theirs, self.epoch)
+        self._terminate(pid, app, role)
+        self._wait_free(pid, timeout_s)
+        log.warning("took replication slot %r over from PID %s (lease epoch %s)", self.name, pid, theirs)
+
+    def _terminate(self, pid: int, app: str | None, role: str | None) -> None:
+        try:
+            self.server.query("SELECT pg_terminate_backend(%s)", (pid,))
+        except psycopg2.Error as exc:
+            msg = (exc.pgerror or str(exc)).strip().splitlines()[0]
+            raise SlotBusyError(
+                f"replication slot {self.name!r} on {self.conn} is held by PID {pid} ({app!r}, role "
+                f"{role!r}), a stalled run of this pipeline, and the CDC role cannot terminate it: {msg}. "
+                f"Terminating another role's backend needs the pg_signal_backend privilege: GRANT "
+                f"pg_signal_backend TO <the CDC role> (or run every run of the pipeline as one role)"
+            ) from None
+
+    def _wait_free(self, pid: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (held := self.active_holder()) is not None and held[0] == pid:
+            if time.monotonic() >= deadline:
+                stall = (f"source.stall_timeout is {self.stall_timeout_s}s" if self.stall_timeout_s else
+                         "source.stall_timeout is 0, so the server never drops it")
+                raise SlotBusyError(
+                    f"replication slot {self.name!r} on {self.conn} is still held by PID {pid} "
+                    f"{timeout_s:.0f}s after pg_terminate_backend({pid}): the WAL sender is blocked sending "
+                    f"to its stalled client ({stall}); kill that client, or set source.stall_timeout")
+            time.sleep(0.05)
+
     def wait_released(self, pid: int, timeout_s: float = 30.0) -> None:
         """Wait until the WAL sender ``pid`` (a closed streaming session) has let go of the
         slot: it exits a moment after its client leaves, and until then the slot is busy."""
@@ -218,6 +336,15 @@ class Slot:
                 f"over: drop the slot (SELECT pg_drop_replication_slot('{self.name}')); the next run halts "
                 f"on the missing slot, and a run with resolve: resnapshot (or accept_gap) creates a new "
                 f"slot after the publication (docs/operations.md)")
+        if "is active for PID" in msg:
+            return SlotBusyError(f"replication slot {self.name!r} on {self.conn} is busy: "
+                                 f"{msg.splitlines()[0]}; {self._holder_text()}")
+        if _connection_lost(exc, msg):
+            return SourceError(
+                f"lost the replication connection to slot {self.name!r} on {self.conn}: "
+                f"{msg.splitlines()[0] if msg else type(exc).__name__}. Either the server went away, or "
+                f"a newer run of the pipeline took the slot over from this one (a stalled run is "
+                f"terminated, and fenced: it delivers nothing more)")
         if "does not exist" in msg and "replication slot" in msg:
             err = SlotMissingError(f"replication slot {self.name!r} disappeared during the read: {msg}")
             attach(err, self.name, None, None, None)
@@ -227,6 +354,26 @@ class Slot:
             attach(err2, self.name, None, None, None)
             return err2
         return SourceError(f"reading slot {self.name!r} on {self.conn} failed: {msg}")
+
+    def _holder_text(self) -> str:
+        try:
+            held = self.active_holder()
+        except (SourceError, psycopg2.Error):
+            return "its holder could not be looked up"
+        if held is None:
+            return "it is free now"
+        return f"held by PID {held[0]} (application_name {held[1]!r}, role {held[2]!r})"
+
+
+def _connection_lost(exc: psycopg2.Error, msg: str) -> bool:
+    """The session died under the read: terminated by the server or the network."""
+    if isinstance(exc, psycopg2.errors.AdminShutdown):
+        return True
+    return isinstance(exc, psycopg2.OperationalError) and any(s in msg for s in _LOST)
+
+
+_LOST = ("terminating connection", "closed the connection", "connection has been closed", "SSL SYSCALL",
+         "no connection to the server", "could not receive data")
 
 
 def attach(err: Exception, slot: str, requested: Any, earliest: Any, last_confirmed: Any) -> None:

@@ -23,14 +23,18 @@ true/false, everything else as text) and then applies the log path's converter f
 from __future__ import annotations
 
 import decimal
+import json
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import psycopg2
+
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
 from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
+from .position import Lsn
 from .values import converter
 
 FETCH_ROWS = 5000
@@ -243,43 +247,100 @@ class PostgresSnapshot:
             conn.close()
 
     def snapshot_handoff(self, at: Any) -> Any:
-        """``at``, once every transaction that had committed when it was chosen is visible.
+        """``at``, once every transaction whose commit record lies before it is visible.
 
-        A commit waiting for a synchronous standby is flushed to WAL (so it can lie before
-        ``at``) and invisible to new snapshots until the standby answers (its backend waits on
-        ``SyncRep``): wait until those waiting now have ended (a transaction committing later has
-        its commit record after ``at``, and the log delivers it)."""
-        time.sleep(SYNC_SETTLE_S)  # a commit flushed at ``at`` starts its wait right after
-        conn = self._snap_connection()
+        A commit waiting for a synchronous standby is flushed to WAL (so its commit record can
+        lie before ``at``) and invisible to new snapshots until the standby answers: a chunk read
+        now would miss it, and the log from ``at`` does not have it. Such a transaction is still
+        running in a snapshot taken now (its xid is in ``pg_current_snapshot()``'s xip list, as
+        is every transaction that has not committed yet); of those, the ones whose commit record
+        lies before ``at`` are found in the WAL itself (the slot decoded up to ``at``, row changes
+        left out), and the handoff waits until they are visible. No sleep and no privilege: the
+        snapshot, the slot and ``pg_xact_status`` answer any REPLICATION role, where
+        pg_stat_activity's wait events of other roles' sessions need pg_monitor. A transaction
+        that commits later has its commit record after ``at``, and the log delivers it."""
+        conn = self.server.connect(" for the snapshot's handoff", application_name="tidegate-snapshot")
         try:
             conn.autocommit = True
-            waiting = [r[0] for r in self._snap_all(conn, SYNC_WAITERS_SQL)]
+            xmax, xip = self._snapshot_now(conn)  # taken after ``at`` was chosen
+            waiting = [x for x in self._committed_before(conn, at, xmax) if x in xip or x >= xmax]
             deadline = time.monotonic() + HANDOFF_WAIT_S
             while waiting:
-                still = [r[0] for r in self._snap_all(conn, RUNNING_XIDS_SQL, (waiting,))]
-                if not still:
+                waiting = [int(x) for (x,) in self._snap_all(
+                    conn, "SELECT x FROM unnest(%s::text[]) x WHERE pg_xact_status(x::xid8) = 'in progress'",
+                    ([str(x) for x in waiting],))]
+                if not waiting:
                     break
                 if time.monotonic() > deadline:
                     raise SnapshotError(
-                        f"transaction(s) {', '.join(still)} on {self.conn} committed before the snapshot's "
-                        f"handoff but are still not visible after {HANDOFF_WAIT_S:.0f}s (waiting for a "
-                        f"synchronous standby, synchronous_standby_names?): the snapshot would miss them; "
-                        f"the run is retried")
-                time.sleep(0.2)
+                        f"transaction(s) {', '.join(map(str, waiting))} on {self.conn} committed before the "
+                        f"snapshot's handoff {at} but are still not visible after {HANDOFF_WAIT_S:.0f}s "
+                        f"(waiting for a synchronous standby, synchronous_standby_names?): the snapshot "
+                        f"would miss them; the run is retried")
+                time.sleep(0.05)
         finally:
             conn.close()
         return at
 
+    def _snapshot_now(self, conn: Any) -> tuple[int, set[int]]:
+        """A new snapshot's xmax and xip list (full 64-bit xids): a transaction is invisible to it
+        when it is in the list or at or after xmax (a commit still waiting when it was taken, or
+        one that has not committed)."""
+        xmax, xip = self._snap_all(conn, "SELECT pg_snapshot_xmax(s)::text, ARRAY(SELECT pg_snapshot_xip(s))"
+                                         "::text[] FROM (SELECT pg_current_snapshot() s) q")[0]
+        return int(xmax), {int(x) for x in xip}
 
-# Commits waiting for a synchronous standby: their backends wait on SyncRep, and their
-# transaction id is still running (pg_xact_status says "in progress" for them, so only the wait
-# tells them apart). Other roles' sessions show their wait events to a role with pg_monitor
-# (or pg_read_all_stats), which the CDC role needs for this.
-SYNC_WAITERS_SQL = ("SELECT backend_xid::text FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND "
-                    "backend_xid IS NOT NULL")
-RUNNING_XIDS_SQL = ("SELECT transactionid::text FROM pg_locks WHERE locktype = 'transactionid' AND "
-                    "mode = 'ExclusiveLock' AND granted AND transactionid::text = ANY(%s)")
-SYNC_SETTLE_S = 0.05
+    def _committed_before(self, conn: Any, at: Any, xmax: int) -> list[int]:
+        """The transactions whose commit record starts before ``at``, as full xids (the WAL has
+        32 bits; the epoch is xmax's): the slot decoded up to ``at`` without its row changes (a
+        peek: the slot does not move). Its confirmed position is at or before ``at`` (a snapshot's
+        handoff is the head, a new slot's start or a checkpoint the slot was released to)."""
+        slot = self.replication_slot  # type: ignore[attr-defined]
+        if slot.check(at)["plugin"] == "pgoutput":
+            sql = ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+                   "'proto_version', '1', 'publication_names', %s)")
+            args: tuple = (slot.name, str(at.lsn), self.publication.name)  # type: ignore[attr-defined]
+        else:
+            sql = ("SELECT data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, NULL, 'format-version', "
+                   "'2', 'include-xids', '1', 'include-lsn', '1', 'filter-tables', '*.*')")
+            args = (slot.name, str(at.lsn))
+        found: list[int] = []
+        conn.autocommit = False
+        try:
+            cur = conn.cursor(name="tidegate_handoff_commits")
+            cur.itersize = FETCH_ROWS
+            cur.execute(sql, args)
+            for (data,) in cur:
+                xid, commit = _begin_of(data)
+                if xid is not None and commit < at.lsn.value:
+                    full = (xmax >> 32 << 32) | xid
+                    found.append(full - (1 << 32) if full > xmax + (1 << 31) else full)
+            cur.close()
+        except psycopg2.Error as exc:
+            raise slot.read_error(exc) from None
+        finally:
+            conn.rollback()
+            conn.autocommit = True
+        return found
+
+
+def _begin_of(data: Any) -> tuple[int | None, int]:
+    """(xid, start of the commit record) of a transaction's begin message (wal2json format 2 or
+    pgoutput); (None, 0) for any other message."""
+    if isinstance(data, str):  # wal2json: {"action":"B","xid":..,"lsn":"X/Y",..}
+        if not data.startswith('{"action":"B"'):
+            return None, 0
+        m = json.loads(data)
+        return int(m["xid"]), Lsn.parse(m["lsn"]).value
+    from .pgoutput import parse_begin  # pgoutput.py imports the package's snapshot reads
+
+    data = bytes(data)
+    if data[:1] != b"B":
+        return None, 0
+    final, _ts, xid = parse_begin(data)
+    return xid, final
+
+
 HANDOFF_WAIT_S = 600.0
 
 

@@ -11,6 +11,7 @@ contract it keeps is in ``sources/postgres/__init__.py``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,8 +31,10 @@ from .pgoutput import PgOutputReader
 from .position import Lsn, PgPosition
 from .publication import Publication
 from .reader import Wal2JsonReader
-from .slot import PGOUTPUT, WAL2JSON, Slot
+from .slot import PGOUTPUT, WAL2JSON, Slot, SlotBusyError
 from .snapshot import SYSTEM_SCHEMAS_SQL, PostgresSnapshot
+
+log = logging.getLogger(__name__)
 
 READERS = {WAL2JSON: Wal2JsonReader, PGOUTPUT: PgOutputReader}  # the read path of a slot's plugin
 FIRST_LOOK = 100  # rows the first look of has_changes decodes
@@ -53,7 +56,8 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         self.publication = Publication(self.server, src.publication or f"tidegate_{spec.pipeline}",
                                        owned=src.publication is None)
         self.replication_slot = Slot(self.server, slot or src.slot or f"tidegate_{spec.pipeline}",
-                                     plugin=src.plugin, prepare=self._before_slot)
+                                     plugin=src.plugin, prepare=self._before_slot, pipeline=spec.pipeline)
+        self.replication_slot.stall_timeout_s = src.stall_timeout_s
         self.itersize = itersize
         # The reader class of each read: ``reader.messages(source, upto)`` gets the slot's
         # messages, ``reader(source, start_lsn, upto).run(messages)`` the items. None: the one of
@@ -87,6 +91,13 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         return self.replication_slot.earliest()
 
     # ------------------------------------------------------------------ slot
+
+    def use_lease(self, epoch: int) -> None:
+        """Reads from now on are the run's of lease ``epoch``: its replication sessions are named
+        for it, and a WAL sender of an older epoch still holding the slot is taken over
+        (``Slot.take_over``)."""
+        super().use_lease(epoch)
+        self.replication_slot.epoch = epoch
 
     def slot_info(self) -> dict[str, Any] | None:
         return self.replication_slot.info()
@@ -226,15 +237,26 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         start_lsn = Lsn.parse(info["confirmed_flush_lsn"]) if start is None else start.lsn
         if upto.lsn <= start_lsn:
             return False
-        server, slot, tables = self.server, self.replication_slot, self.tables
+        if info["active_pid"] is not None:
+            # A look needs the slot; a run that holds it (a stalled one, taken over by the read
+            # under the next lease) leaves the answer open: there may be work.
+            log.info("slot %r is held by PID %s: the look for changes is left to the read",
+                     self.slot, info["active_pid"])
+            return True
         for n in dict.fromkeys((min(FIRST_LOOK, limit), limit)):
-            if info["plugin"] == PGOUTPUT:
-                found = pgoutput.has_changes(server, slot, self.publication.name, tables, start_lsn, upto, n)
-            else:
-                found = reader.has_changes(server, slot, tables, start_lsn, upto, n)
+            found = self._look(info["plugin"], start_lsn, upto, n)
             if found is not None:
                 return found
         return True
+
+    def _look(self, plugin: str, start_lsn: Lsn, upto: PgPosition, n: int) -> bool | None:
+        server, slot, tables = self.server, self.replication_slot, self.tables
+        try:
+            if plugin == PGOUTPUT:
+                return pgoutput.has_changes(server, slot, self.publication.name, tables, start_lsn, upto, n)
+            return reader.has_changes(server, slot, tables, start_lsn, upto, n)
+        except SlotBusyError:
+            return True  # taken a moment ago (see has_changes): there may be work
 
     def table_columns(self, schema: str, table: str) -> list[str]:
         """The table's columns (catalog, remembered for the source's life): what an UPDATE's

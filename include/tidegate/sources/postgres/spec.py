@@ -1,6 +1,6 @@
 """The ``source:`` section of a spec with ``kind: postgres`` (README.md, "Pipelines"): the fields
-only this kind reads (``slot``, ``replay_retention``, ``plugin``, ``publication``) and their
-checks. Light: no client library (DAG parsing loads specs)."""
+only this kind reads (``slot``, ``replay_retention``, ``stall_timeout``, ``plugin``,
+``publication``) and their checks. Light: no client library (DAG parsing loads specs)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ PUBLICATION_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 PLUGINS = ("wal2json", "pgoutput")  # the logical decoding output plugins the source reads
 DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-FIELDS = ("slot", "replay_retention", "plugin", "publication")
+FIELDS = ("slot", "replay_retention", "stall_timeout", "plugin", "publication")
+STALL_TIMEOUT_S = 120
 
 
 def parse(d: dict, probs: Problems) -> dict[str, Any]:
@@ -27,7 +28,8 @@ def parse(d: dict, probs: Problems) -> dict[str, Any]:
         probs.add("source.publication", "only read with plugin: pgoutput (source.plugin is wal2json)",
                   "omit it, or set source.plugin: pgoutput")
     return {"slot": str_field(d, "slot", "source.slot", probs, pattern=SLOT_RE, allowed="[a-z0-9_]+"),
-            "replay_retention_s": _replay_retention(d, probs), "plugin": plugin, "publication": publication}
+            "replay_retention_s": _replay_retention(d, probs), "plugin": plugin, "publication": publication,
+            "stall_timeout_s": _stall_timeout(d, probs)}
 
 
 def _plugin(d: dict, probs: Problems) -> str | None:
@@ -55,6 +57,25 @@ def _replay_retention(d: dict, probs: Problems) -> int:
         probs.add(fp, f"bad value {v!r}{hint}", "a duration such as 24h, 90m, 3600s or 7d, or 0 (no "
                                                  "replay window: release moves the slot to the checkpoints)")
         return 0
+    return int(m.group(1)) * DURATION_UNITS[m.group(2)]
+
+
+def _stall_timeout(d: dict, probs: Problems) -> int:
+    """``source.stall_timeout``: how long the server keeps sending to a reader that takes nothing
+    (its run stopped, frozen or cut off) before it drops the replication connection, which frees
+    the slot for the next run (the WAL sender's ``tcp_user_timeout``); a duration (``2m``,
+    ``30s``), default 2m; ``0``: never (a stalled run then holds the slot until it is killed)."""
+    fp, v = "source.stall_timeout", d.get("stall_timeout")
+    if v is None:
+        return STALL_TIMEOUT_S
+    if (v == 0 and not isinstance(v, bool)) or (isinstance(v, str) and v.strip() == "0"):
+        return 0
+    m = DURATION_RE.match(v.strip()) if isinstance(v, str) else None
+    if m is None:
+        hint = " (a number needs a unit)" if type(v) in (int, float) else ""
+        probs.add(fp, f"bad value {v!r}{hint}", "a duration such as 2m or 30s, or 0 (never: a stalled run "
+                                                 "holds the slot until it is killed)")
+        return STALL_TIMEOUT_S
     return int(m.group(1)) * DURATION_UNITS[m.group(2)]
 
 
