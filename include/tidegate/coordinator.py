@@ -31,7 +31,7 @@ from typing import Any
 from .batching import SubBatch, Transaction, cut_sub_batches
 from .checkpoints import Adoption, SinkCheckpoint, adopt
 from .collector import fewer_collections
-from .errors import CommitPolicyError, ErrorClass, FatalRunError
+from .errors import CommitPolicyError, ErrorClass, FatalRunError, SinkTimedOutError, TimedOutTransactionError
 from .events import ControlMessage
 from .positions import Position, later, lowest_start, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
@@ -344,9 +344,22 @@ class Coordinator:
         rep.status, rep.error, rep.error_class = "failed", _describe(exc), cls.value
         if cls is ErrorClass.FATAL:
             self._stop.set()  # other sinks stop retrying; the run ends now
+            cause = exc.cause if isinstance(exc, RetryFailure) else exc
+            if isinstance(cause, TimedOutTransactionError) and self._holds_lease():
+                # Nothing took over: a new attempt (a new producer) delivers what was aborted.
+                raise SinkTimedOutError(f"pipeline {self.pipeline!r}: sink {sink.sink_id!r} failed "
+                                        f"({rep.error}){self._lease_note()}; a new attempt of the run "
+                                        f"delivers it") from exc
             raise FatalRunError(f"pipeline {self.pipeline!r}: sink {sink.sink_id!r} failed fatally "
                                 f"({rep.error}){self._lease_note()}; the run stops and must not be "
                                 f"retried") from exc
+
+    def _holds_lease(self) -> bool:
+        try:
+            lease = self.store.leases.get(self.pipeline)
+        except Exception:  # noqa: BLE001 - cannot tell: treat as taken over (the safe answer)
+            return False
+        return lease is not None and lease["epoch"] == self.epoch
 
     def _lease_note(self) -> str:
         """Who holds the pipeline's lease now: tells a sink fenced by a run that took over from

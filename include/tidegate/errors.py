@@ -104,6 +104,18 @@ class FatalSinkError(SinkError):
     error_class = ErrorClass.FATAL
 
 
+class TimedOutTransactionError(FatalSinkError):
+    """The sink's transaction outlived its timeout and the server aborted it (a Kafka producer
+    fenced by its own transaction.timeout.ms): the sink cannot go on in this process, but nothing
+    else took over, so a new attempt of the run can deliver it (the coordinator fails the run
+    as retryable while the run still holds the lease)."""
+
+
+class SinkTimedOutError(TidegateError):
+    """A sink's transaction timed out (a stall, a sub-batch too slow) while the run still held
+    the lease: the run fails and a new attempt delivers it; Airflow retries it."""
+
+
 class SourceError(TidegateError):
     """A source cannot be read as configured (settings, privileges, connection)."""
 

@@ -8,7 +8,7 @@ import time
 
 from confluent_kafka import KafkaError
 from tidegate.connections import Connection
-from tidegate.errors import ErrorClass
+from tidegate.errors import ErrorClass, TimedOutTransactionError
 from tidegate.sinks.kafka.sink import TRANSACTION_TIMEOUT_MS, KafkaSink
 from tidegate.sinks.kafka.spec import KafkaSinkSpec
 from tidegate.spec import PipelineSpec, SourceSpec
@@ -30,7 +30,8 @@ def test_a_transaction_older_than_its_timeout_says_it_timed_out():
     s._tx_began = time.monotonic() - 3.0  # begun 3 s ago
     e = s._error(FENCED, "delivering a transaction")
     text = str(e)
-    assert e.error_class is ErrorClass.FATAL
+    assert e.error_class is ErrorClass.FATAL  # this producer is done ...
+    assert isinstance(e, TimedOutTransactionError)  # ... but a new attempt of the run can deliver it
     assert "the transaction timed out: open 3.0s, longer than transaction.timeout.ms (2000 ms)" in text
     assert "extra of connection 'short_tx'" in text
     assert "another run took over" not in text
@@ -42,6 +43,8 @@ def test_a_younger_transaction_or_none_open_is_fenced_by_another_run():
     assert s.transaction_timeout_ms == TRANSACTION_TIMEOUT_MS
     for began in (None, time.monotonic() - 3.0):
         s._tx_began = began
-        text = str(s._error(FENCED, "committing"))
+        e = s._error(FENCED, "committing")
+        assert not isinstance(e, TimedOutTransactionError)
+        text = str(e)
         assert "fenced by a newer instance (another run took over this pipeline and sink)" in text
         assert "timed out" not in text

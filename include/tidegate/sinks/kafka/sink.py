@@ -68,7 +68,13 @@ from ...batching import SubBatch
 from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...debezium.envelope import DebeziumEncoder
-from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ...errors import (
+    ErrorClass,
+    NonRetryableSinkError,
+    RetryableSinkError,
+    SinkError,
+    TimedOutTransactionError,
+)
 from ...filters import ColumnFilters
 from ...positions import Position
 from ...spec import PipelineSpec
@@ -343,6 +349,22 @@ class KafkaSink(Sink):
         err = self._kafka_error_of(exc)
         return f"{err.name()}: {err.str()}" if err is not None else super().describe_client_error(exc)
 
+    def error(self, exc: BaseException, doing: str) -> SinkError:
+        """As :meth:`Sink.error`; a producer fenced by its own timed-out transaction is a
+        :class:`TimedOutTransactionError` (a new attempt of the run can deliver it)."""
+        err = super().error(exc, doing)
+        if (err.error_class is ErrorClass.FATAL and not isinstance(exc, SinkError)
+                and self._fenced(exc) and self._tx_open_past_timeout() is not None):
+            return TimedOutTransactionError(str(err))
+        return err
+
+    def _fenced(self, exc: BaseException) -> bool:
+        err = self._kafka_error_of(exc)
+        if err is None:
+            return False
+        return err.code() in _FENCED or (classify_kafka_error(err) is ErrorClass.FATAL
+                                         and "fenc" in err.str().lower())
+
     def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
         if isinstance(exc, BufferError):
             return f"{self.where}: local producer queue full while {doing}"
@@ -376,12 +398,10 @@ class KafkaSink(Sink):
         transaction and bumped the producer's epoch, which the producer then reads as "fenced by
         a newer instance" although no other run may exist. None when the open transaction is
         younger than the timeout (then another instance did fence it)."""
-        if self._tx_began is None:
+        open_s = self._tx_open_past_timeout()
+        if open_s is None:
             return None
-        open_s = time.monotonic() - self._tx_began
         timeout_ms = self.transaction_timeout_ms
-        if open_s * 1000 < timeout_ms:
-            return None
         # What happened and the fix first: reports cut long messages.
         conn = self.conn.conn_id if self.conn is not None else "?"
         return (f"{self.where}: the transaction timed out: open {open_s:.1f}s, longer than "
@@ -390,6 +410,14 @@ class KafkaSink(Sink):
                 f"take that long, raise transaction.timeout.ms in the extra of connection {conn!r}, at "
                 f"most the broker's transaction.max.timeout.ms) while {doing}. None of it is visible to "
                 f"read_committed consumers; a rerun delivers it again. The client said: {text}")
+
+    def _tx_open_past_timeout(self) -> float | None:
+        """Seconds the open transaction has been open, when that is at least
+        transaction.timeout.ms; else None."""
+        if self._tx_began is None:
+            return None
+        open_s = time.monotonic() - self._tx_began
+        return open_s if open_s * 1000 >= self.transaction_timeout_ms else None
 
     def _error(self, err: KafkaError, doing: str) -> SinkError:
         """A SinkError for a librdkafka error object (from a callback or metadata)."""
