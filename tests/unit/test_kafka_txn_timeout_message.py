@@ -48,3 +48,16 @@ def test_a_younger_transaction_or_none_open_is_fenced_by_another_run():
         text = str(e)
         assert "fenced by a newer instance (another run took over this pipeline and sink)" in text
         assert "timed out" not in text
+
+
+def test_any_fatal_transaction_error_past_the_timeout_is_the_timeout():
+    """After a broker restart the client may say INVALID_TXN_STATE rather than fenced; past the
+    timeout it is the same story, and a new attempt of the run can deliver it."""
+    s = sink(**{"transaction.timeout.ms": 2000})
+    s._tx_began = time.monotonic() - 5.0
+    state = KafkaError(KafkaError.INVALID_TXN_STATE, "Failed to end transaction", fatal=True)
+    e = s._error(state, "committing")
+    assert isinstance(e, TimedOutTransactionError)
+    assert "the transaction timed out" in str(e)
+    s._tx_began = time.monotonic() - 0.5  # younger than its timeout: stays what it was
+    assert not isinstance(s._error(state, "committing"), TimedOutTransactionError)

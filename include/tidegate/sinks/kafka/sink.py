@@ -353,17 +353,10 @@ class KafkaSink(Sink):
         """As :meth:`Sink.error`; a producer fenced by its own timed-out transaction is a
         :class:`TimedOutTransactionError` (a new attempt of the run can deliver it)."""
         err = super().error(exc, doing)
-        if (err.error_class is ErrorClass.FATAL and not isinstance(exc, SinkError)
-                and self._fenced(exc) and self._tx_open_past_timeout() is not None):
+        if (err.error_class is ErrorClass.FATAL and self._kafka_error_of(exc) is not None
+                and self._tx_open_past_timeout() is not None):
             return TimedOutTransactionError(str(err))
         return err
-
-    def _fenced(self, exc: BaseException) -> bool:
-        err = self._kafka_error_of(exc)
-        if err is None:
-            return False
-        return err.code() in _FENCED or (classify_kafka_error(err) is ErrorClass.FATAL
-                                         and "fenc" in err.str().lower())
 
     def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
         if isinstance(exc, BufferError):
@@ -372,10 +365,14 @@ class KafkaSink(Sink):
         if err is None:
             return None
         code = err.code()
-        if code in _FENCED or (classify_kafka_error(err) is ErrorClass.FATAL and "fenc" in text.lower()):
-            timed_out = self._timed_out_transaction(text, doing)
-            if timed_out is not None:
-                return timed_out
+        fatal = classify_kafka_error(err) is ErrorClass.FATAL
+        # A transaction open past its timeout was aborted by the broker, which fenced the
+        # producer; the client then says "fenced", INVALID_TXN_STATE or INVALID_PRODUCER_EPOCH
+        # (after a broker restart) although no other run may exist.
+        timed_out = self._timed_out_transaction(text, doing) if fatal else None
+        if timed_out is not None:
+            return timed_out
+        if code in _FENCED or (fatal and "fenc" in text.lower()):
             return (f"{self.where}: producer with transactional.id {self.transactional_id!r} was fenced by "
                     f"a newer instance (another run took over this pipeline and sink) while {doing}: "
                     f"{text}. This run must stop; its transaction is aborted.")
