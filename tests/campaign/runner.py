@@ -251,12 +251,12 @@ class Pipe:
             if run.proc.poll() is None:
                 run.signal(signal.SIGCONT)
                 try:
-                    self.finish(run, outcome)
+                    self.finish(run, outcome, zombie=True)  # a stopped leftover: fenced is right
                 except Finding as f:
                     outcome.findings.append(f.what)
         self.live = []
 
-    def finish(self, run: Run, outcome: Outcome, killed: bool = False) -> str:
+    def finish(self, run: Run, outcome: Outcome, killed: bool = False, zombie: bool = False) -> str:
         """Wait for a run: "ok", "idle" (nothing to do), "killed" (``killed``: SIGKILLed by the
         schedule) or its one-line error (a halt or a silent failure is a finding; a hang too; and
         an error classified fatal after a transient fault, which Airflow would not retry)."""
@@ -277,7 +277,7 @@ class Pipe:
             return "killed"
         try:
             said = explained_failure(text)
-            if "fatal" in said.lower():
+            if "fatal" in said.lower() and not zombie:  # a fenced zombie must stop for good
                 outcome.findings.append(f"run {run.run_id} failed fatally (Airflow would not retry) "
                                         f"after a transient fault: {said[:400]}")
             return said
@@ -384,7 +384,7 @@ def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome) 
             p.catch_up(f"s{i}_takeover{t}", out)
     finally:
         run.signal(signal.SIGCONT)
-    ended = p.finish(run, out)
+    ended = p.finish(run, out, zombie=True)
     out.notes.append(f"{i + 1}: zombie stopped after {at} sub-batches, woken after {step.takeovers} "
                      f"takeover(s); it ended {ended[:200]}")
     if ended in ("ok", "idle"):
