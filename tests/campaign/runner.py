@@ -76,6 +76,7 @@ class Outcome:
     findings: list[str] = field(default_factory=list)  # halts, hangs, stuck, silent failures
     failures: list[str] = field(default_factory=list)  # failed runs that said why (then retried)
     incidents: int = 0
+    options: str = ""  # the subsets the schedule was drawn within (part of what a seed means)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -89,7 +90,8 @@ class Outcome:
         lines += [f"  failed run (retried): {f}" for f in self.failures]
         lines += [f"  FINDING: {f}" for f in self.findings]
         lines += [f"  ORACLE {v.problems()}" for v in self.verdicts if not v.ok]
-        verdict = "ok" if self.ok else f"FAILED (reproduce: make campaign SEED={self.schedule.seed})"
+        repro = f"make campaign SEED={self.schedule.seed}{self.options}"
+        verdict = "ok" if self.ok else f"FAILED (reproduce: {repro})"
         lines.append(f"  -> {verdict} in {self.seconds:.0f}s; "
                      + ", ".join(f"{v.sink} {v.received}/{v.events}" for v in self.verdicts))
         return "\n".join(lines)
@@ -395,8 +397,8 @@ def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome) 
 # --------------------------------------------------------------------------- one schedule
 
 
-def run_schedule(sv: Services, sched: Schedule) -> Outcome:
-    out = Outcome(sched)
+def run_schedule(sv: Services, sched: Schedule, options: str = "") -> Outcome:
+    out = Outcome(sched, options=options)
     t0 = time.monotonic()
     p = Pipe(sv, sched)
     work = Workload(random.Random(f"{sched.seed}/workload"), p.db)
@@ -419,6 +421,11 @@ def run_schedule(sv: Services, sched: Schedule) -> Outcome:
         out.verdicts = verdicts(p, work, p.history())
     except Exception:  # noqa: BLE001 - the campaign's own trouble, reported with the seed
         out.findings.append("campaign error: " + traceback.format_exc()[-1500:])
+    except KeyboardInterrupt:  # the campaign is stopped: no run of it left behind
+        for run in p.live:
+            run.signal(signal.SIGCONT)
+            run.signal(signal.SIGKILL)
+        raise
     finally:
         p.drop()
         out.seconds = time.monotonic() - t0
@@ -458,15 +465,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     a = ap.parse_args(argv)
     seeds = [a.seed] if a.seed is not None else list(range(a.first, a.first + a.seeds))
+    # a seed means a schedule only together with the subsets it was drawn within
+    options = "".join(f" {var}={val}" for var, val, default in (
+        ("SOURCES", a.sources, ",".join(SOURCES)), ("SINKS", a.sinks, "kafka,nats,redis,delta"),
+        ("KINDS", a.kinds, ",".join(FAULT_KINDS))) if val != default)
+    if a.delta_share != 0.1:
+        options += f" (--delta-share {a.delta_share})"
     with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
         sv = Services(Path(tmp))
         outcomes = []
-        for seed in seeds:
-            sched = draw(seed, tuple(a.sources.split(",")), tuple(a.sinks.split(",")),
-                         tuple(a.kinds.split(",")), a.delta_share)
-            o = run_schedule(sv, sched)
-            print(o.report(), flush=True)
-            outcomes.append(o)
+        try:
+            for seed in seeds:
+                sched = draw(seed, tuple(a.sources.split(",")), tuple(a.sinks.split(",")),
+                             tuple(a.kinds.split(",")), a.delta_share)
+                o = run_schedule(sv, sched, options)
+                print(o.report(), flush=True)
+                outcomes.append(o)
+        except KeyboardInterrupt:  # Ctrl-C: the figures of the seeds that ran
+            print(f"\ninterrupted during seed {seed}: the table covers the seeds before it")
     print()
     print(figure_table(outcomes))
     failed = [o.schedule.seed for o in outcomes if not o.ok]
@@ -476,4 +492,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM (timeout, kill) stops the campaign as Ctrl-C does: its runs killed, the table printed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     sys.exit(main())

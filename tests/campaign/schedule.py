@@ -72,7 +72,8 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     rng = random.Random(seed)
     source = rng.choice(sorted(sources))
     chosen = [s for s in CORE_SINKS if s in sinks]
-    with_delta = "delta" in sinks and (not chosen or rng.random() < delta_share)
+    delta_roll = rng.random()  # drawn whatever the subsets, so the rest of the draw stays the same
+    with_delta = "delta" in sinks and (not chosen or delta_roll < delta_share)
     if with_delta:
         chosen += list(DELTA_SINKS)
     policy = rng.choice(("required", "all", "quorum"))
