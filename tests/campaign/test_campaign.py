@@ -1,4 +1,4 @@
-"""The fault campaign's fixed seeds, run by `make test`: between them every fault kind on both
+"""The fault campaign's fixed seeds, run by `make test`: between them every fault kind, both
 sources, and every sink (Kafka exactly-once, NATS, Redis, Delta merge and changelog). Each seed is
 the same schedule and workload `make campaign SEED=s` runs (tests/campaign/runner.py), checked by
 the same oracle: every change exactly once per sink, per-key order, the replay equal to the source
@@ -7,6 +7,7 @@ table, checkpoints never back, every failed run retried to success or halted lou
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 # Chosen (greedy, by their drawn schedules) so that between them every fault kind runs at least
 # once, both sources and every sink are there, at the least cost: 15 is the one Delta seed (MariaDB,
 # the run SIGKILLed after a sub-batch), the others are Kafka + NATS + Redis. The cross product
-# (every kind on each source) needs ten more: 2102 1397 1552 2562 851 1030 1596 415 2488
+# (every kind on each source) needs eight more: 2102 1397 1552 2562 851 1030 1596 415
 # (`make campaign SEED=s`, or TIDEGATE_CAMPAIGN_SEEDS="..." for this test).
 # 2488 is the zombie on PostgreSQL: it meets a known defect (below) and stays in the list, xfail
 # strict, so that the fix flips it.
@@ -26,6 +27,15 @@ SLOT_HELD = pytest.mark.xfail(strict=True, reason="defect: a stalled (SIGSTOPped
                               "replication slot active, so every takeover run fails with 'replication slot "
                               "... is active for PID'")
 SEEDS = [15, 2703, 2976, 971, 3273, 874, pytest.param(2488, marks=SLOT_HELD)]
+
+# A known defect a seed meets or not depending on timing: a run stalled (or a broker down) longer
+# than the Kafka transaction timeout fails fatally with INVALID_TXN_STATE instead of naming the
+# timeout and being retried (seed 415 met it; 3273 and 874 can). A seed whose only findings are
+# this, with every sink exact, is an xfail; anything else fails. Remove the entry once the fix is in.
+TIMING_DEFECTS = {
+    "Kafka transaction timeout reported as fatal INVALID_TXN_STATE": re.compile(
+        r"failed fatally .*INVALID_TXN_STATE"),
+}
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     SEEDS = [int(s) for s in os.environ["TIDEGATE_CAMPAIGN_SEEDS"].replace(",", " ").split()]
 
@@ -39,4 +49,8 @@ def services(tmp_path_factory, service_env) -> Services:
 def test_campaign_seed(services, seed):
     outcome = run_schedule(services, draw(seed))
     print(outcome.report())
+    if not outcome.ok and all(v.ok for v in outcome.verdicts):
+        known = {name for f in outcome.findings for name, pat in TIMING_DEFECTS.items() if pat.search(f)}
+        if known and all(any(p.search(f) for p in TIMING_DEFECTS.values()) for f in outcome.findings):
+            pytest.xfail(f"defect: {', '.join(sorted(known))}")
     assert outcome.ok, outcome.report()
