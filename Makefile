@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-nodeps.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: install venv native servers compat-build lint test test-unit test-integration compat demo services-up services-down clean
+.PHONY: install venv native servers compat-build lint test test-unit test-integration compat campaign demo services-up services-down clean
 
 install: venv native servers compat-build
 
@@ -59,6 +59,14 @@ test-integration: install
 # tidegate's envelope: debezium against Debezium's own connectors (docs/compat.md); also part of `make test`.
 compat: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest tests/compat
+
+# The seeded fault campaign (tests/campaign/runner.py): `make campaign SEEDS=20`, `make campaign SEED=7`
+# (reproduces one seed), FIRST=100 (first seed), SOURCES=mysql,postgres SINKS=kafka,nats,redis,delta
+# KINDS=run_kill,zombie,... (subsets); prints each seed's schedule and verdict, then the figure table.
+campaign: venv servers
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m tests.campaign.runner \
+	  $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),10)) $(if $(FIRST),--first $(FIRST)) \
+	  $(if $(SOURCES),--sources $(SOURCES)) $(if $(SINKS),--sinks $(SINKS)) $(if $(KINDS),--kinds $(KINDS))
 
 # The demo starts servers of its own (.demo/services, other ports): `make test` never touches them.
 demo: install

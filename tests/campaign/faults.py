@@ -1,0 +1,106 @@
+"""The faults, real ones: signals to the `tidegate run` process group (SIGKILL, SIGSTOP then
+SIGCONT, a zombie woken after takeover runs) and to the servers (kill -9 and restart, SIGSTOP then
+SIGCONT). The servers' processes are found and restarted through `scripts/services`, as in
+tests/integration/test_fault_matrix.py, whose helpers these reuse."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.integration.test_fault_matrix import gone, restarted, server_pid, stop_server, store_writable
+
+
+def server_name(role: str, source: str) -> str:
+    """The `scripts/services` name of a server role: the store's PostgreSQL is the test
+    PostgreSQL (a database of its own on it)."""
+    if role == "source":
+        return source
+    return "postgres" if role == "store" else role
+
+
+def kill_server(name: str, hold: float) -> None:
+    """kill -9 (PostgreSQL: SIGQUIT, its immediate shutdown: every backend killed at once and WAL
+    recovery on the next start, as after a crash; a SIGKILLed postmaster would leave its backends
+    running), ``hold`` seconds down, then started again and waited for until healthy."""
+    sig = signal.SIGQUIT if name == "postgres" else signal.SIGKILL
+    with restarted(name):
+        stop_server(name, sig)
+        time.sleep(hold)
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a PostgreSQL postmaster's backends: stopping the postmaster
+    alone would leave every open connection served)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(") ", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def hang_server(name: str, hold: float) -> None:
+    """SIGSTOP the server (and its children) for ``hold`` seconds, then SIGCONT."""
+    pids = process_tree(server_pid(name))
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
+    try:
+        time.sleep(hold)
+    finally:
+        for p in reversed(pids):
+            try:
+                os.kill(p, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def stop_clean(run, writes: Callable[[], int], store_free: Callable[[], bool]) -> bool:
+    """SIGSTOP the run right after it committed another sub-batch, holding no store lock (a writer
+    stopped inside a store transaction would block every other one: not the fault under test).
+    False when the run ended first."""
+    for _ in range(20):
+        seen = writes()
+        while writes() == seen:
+            if run.proc.poll() is not None:
+                return False
+        run.signal(signal.SIGSTOP)
+        if store_free():
+            return True
+        run.signal(signal.SIGCONT)
+    return False
+
+
+def sqlite_free(path: Path) -> Callable[[], bool]:
+    return lambda: store_writable(path)
+
+
+def postgres_store_free(admin_connect: Callable[[], object], dbname: str) -> Callable[[], bool]:
+    """No session of the store's database inside a transaction."""
+    def free() -> bool:
+        conn = admin_connect()
+        try:
+            with conn.cursor() as c:
+                c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND state LIKE "
+                          "'idle in transaction%%' OR (datname = %s AND state = 'active' AND "
+                          "pid <> pg_backend_pid())", (dbname, dbname))
+                return c.fetchone()[0] == 0
+        finally:
+            conn.close()
+    return free
+
+
+__all__ = ["gone", "hang_server", "kill_server", "postgres_store_free", "process_tree", "server_name",
+           "sqlite_free", "stop_clean"]

@@ -1,0 +1,198 @@
+"""The seeded workload: random transactions on a few tables of one source (MariaDB or PostgreSQL),
+mirrored in a model so the oracle knows each key's history in commit order.
+
+Tables (each with a primary key): ``items (id)``, ``pairs (k1, k2)`` (composite) and ``notes (id)``
+(a larger text column, so a run's range is more than a socket buffer). A transaction holds 1-4
+statements, possibly on several tables: inserts, multi-row updates (``v = v + 1`` on a list of
+keys), deletes, primary-key changes (an UPDATE of the key: the sinks see a delete of the old key
+and a create of the new one); now and then one is rolled back (the sinks must see nothing of it)
+and now and then a column is added to a table (DDL, outside any transaction).
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+KEY_COLUMNS = {"items": ("id",), "pairs": ("k1", "k2"), "notes": ("id",)}
+TABLES = tuple(KEY_COLUMNS)
+
+Key = tuple  # (table, ((column, value), ...)) with the key columns sorted
+
+
+def key_of(table: str, row: dict) -> Key:
+    return table, tuple((c, row[c]) for c in sorted(KEY_COLUMNS[table]))
+
+
+class SourceDb:
+    """The workload's admin connection (reopened after the server restarted), and the SQL that
+    differs between the two sources."""
+
+    def __init__(self, kind: str, connect: Callable[[], object], schema: str):
+        self.kind, self.connect, self.schema = kind, connect, schema
+        self.conn = connect()
+
+    def reconnect(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001, S110 - the server it talked to may be gone
+            pass
+        self.conn = self.connect()
+
+    def execute(self, stmt: str, *, retries: int = 30) -> None:
+        """One autocommit statement, retried over a reconnect while the server restarts."""
+        self.transaction([stmt], retries=retries)
+
+    def transaction(self, stmts: list[str], *, rollback: bool = False, retries: int = 30) -> None:
+        """The statements in one transaction. A transaction that failed on a lost connection is
+        retried only when it certainly did not commit (the failure came before COMMIT)."""
+        import time
+
+        for attempt in range(retries + 1):
+            try:
+                with self.conn.cursor() as c:
+                    c.execute("BEGIN")
+                    for s in stmts:
+                        c.execute(s)
+                    committing = True
+                    c.execute("ROLLBACK" if rollback else "COMMIT")
+                return
+            except Exception:
+                if locals().get("committing") or attempt == retries:
+                    raise
+                time.sleep(0.5)
+                try:
+                    self.reconnect()
+                except Exception:  # noqa: BLE001, S110 - still down: the next attempt retries
+                    pass
+
+    def rows(self, table: str) -> list[dict]:
+        with self.conn.cursor() as c:
+            c.execute(f"SELECT * FROM {self.schema}.{table}")
+            cols = [d[0] for d in c.description]
+            return [dict(zip(cols, r, strict=True)) for r in c.fetchall()]
+
+    def create_tables(self) -> None:
+        text = "TEXT" if self.kind == "postgres" else "MEDIUMTEXT"
+        ddl = {"items": "id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40)",
+               "pairs": "k1 INT NOT NULL, k2 VARCHAR(8) NOT NULL, v INT NOT NULL, PRIMARY KEY (k1, k2)",
+               "notes": f"id INT PRIMARY KEY, v INT NOT NULL, body {text}"}
+        if self.kind == "mysql":
+            self.execute(f"CREATE DATABASE {self.schema}")
+        else:
+            self.execute(f"CREATE SCHEMA {self.schema}")
+        for t, cols in ddl.items():
+            self.execute(f"CREATE TABLE {self.schema}.{t} ({cols})")
+            if self.kind == "postgres":
+                self.execute(f"ALTER TABLE {self.schema}.{t} REPLICA IDENTITY FULL")
+
+    def drop(self) -> None:
+        self.reconnect()
+        self.execute(f"DROP {'DATABASE' if self.kind == 'mysql' else 'SCHEMA'} IF EXISTS {self.schema}"
+                     + (" CASCADE" if self.kind == "postgres" else ""))
+
+
+@dataclass
+class Workload:
+    """Random transactions, reproducible from the seed's ``random.Random``; ``expected`` is
+    each key's [(op, v)] in commit order, ``changes`` the row changes committed."""
+
+    rng: random.Random
+    db: SourceDb
+    model: dict[str, dict[Key, dict]] = field(default_factory=lambda: {t: {} for t in TABLES})
+    expected: dict[Key, list[tuple]] = field(default_factory=lambda: collections.defaultdict(list))
+    changes: int = 0
+    transactions: int = 0
+    ddl: list[str] = field(default_factory=list)
+    next_id: int = 1
+
+    def _new_row(self, table: str) -> dict:
+        i, self.next_id = self.next_id, self.next_id + 1
+        v = self.rng.randrange(1_000_000)
+        if table == "pairs":
+            return {"k1": i, "k2": self.rng.choice("abcdefgh") * self.rng.randint(1, 3), "v": v}
+        if table == "notes":
+            return {"id": i, "v": v, "body": "n" * self.rng.choice((10, 500, 3000, 9000))}
+        return {"id": i, "v": v, "s": self.rng.choice(("new", "paid", "sent", None))}
+
+    def _where(self, table: str, keys: list[Key]) -> str:
+        cols = sorted(KEY_COLUMNS[table])
+        tuples = ", ".join("(" + ", ".join(sql_value(v) for _, v in k[1]) + ")" for k in keys)
+        return f"({', '.join(cols)}) IN ({tuples})"
+
+    def _statement(self, staged: dict[str, dict[Key, dict]], log: list) -> str:
+        """One random statement on ``staged`` (the model inside the transaction); appends its
+        row changes to ``log``."""
+        table = self.rng.choice(TABLES)
+        rows = staged[table]
+        kind = self.rng.choices(("insert", "update", "delete", "rekey"), (5, 4, 2, 1))[0]
+        if kind == "insert" or len(rows) < 3:
+            n = self.rng.randint(1, 3)
+            new = [self._new_row(table) for _ in range(n)]
+            for r in new:
+                rows[key_of(table, r)] = r
+                log.append((key_of(table, r), "c", r["v"]))
+            cols = list(new[0])
+            values = ", ".join("(" + ", ".join(sql_value(r[c]) for c in cols) + ")" for r in new)
+            return f"INSERT INTO {self.db.schema}.{table} ({', '.join(cols)}) VALUES {values}"
+        keys = self.rng.sample(sorted(rows, key=repr), min(len(rows), self.rng.randint(1, 3)))
+        if kind == "update":
+            for k in keys:
+                rows[k]["v"] += 1
+                log.append((k, "u", rows[k]["v"]))
+            return f"UPDATE {self.db.schema}.{table} SET v = v + 1 WHERE {self._where(table, keys)}"
+        if kind == "delete":
+            for k in keys:
+                del rows[k]
+                log.append((k, "d", None))
+            return f"DELETE FROM {self.db.schema}.{table} WHERE {self._where(table, keys)}"
+        k = keys[0]  # rekey: a new value of the (last) key column
+        row = rows.pop(k)
+        col = sorted(KEY_COLUMNS[table])[-1]
+        i, self.next_id = self.next_id, self.next_id + 1
+        row = {**row, col: i if col != "k2" else f"r{i}"}
+        rows[key_of(table, row)] = row
+        log += [(k, "d", None), (key_of(table, row), "c", row["v"])]
+        return (f"UPDATE {self.db.schema}.{table} SET {col} = {sql_value(row[col])} "
+                f"WHERE {self._where(table, [k])}")
+
+    def transaction(self) -> None:
+        staged = {t: {k: dict(r) for k, r in rows.items()} for t, rows in self.model.items()}
+        log: list = []
+        stmts = [self._statement(staged, log) for _ in range(self.rng.randint(1, 4))]
+        rollback = self.rng.random() < 0.05
+        self.db.transaction(stmts, rollback=rollback)
+        if rollback:
+            return
+        self.model = staged
+        self.transactions += 1
+        for k, op, v in log:
+            self.expected[k].append((op, v))
+        self.changes += len(log)
+
+    def add_column(self) -> None:
+        table = self.rng.choice(TABLES)
+        col = f"c{len(self.ddl) + 1}"
+        self.db.execute(f"ALTER TABLE {self.db.schema}.{table} ADD COLUMN {col} INT NULL")
+        self.ddl.append(f"{table}.{col}")
+
+    def wave(self, n: int) -> None:
+        """n transactions, and a column added now and then (about one wave in four)."""
+        ddl_at = self.rng.randrange(n * 4)
+        for i in range(n):
+            if i == ddl_at:
+                self.add_column()
+            self.transaction()
+
+    def source_rows(self) -> dict[Key, dict]:
+        return {key_of(t, r): r for t in TABLES for r in self.db.rows(t)}
+
+
+def sql_value(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, int):
+        return str(v)
+    return "'" + str(v).replace("'", "''") + "'"

@@ -1,0 +1,498 @@
+"""The campaign runner: for each seed, a pipeline of its own on MariaDB or PostgreSQL, a random
+workload, a random schedule of real faults while `tidegate run` delivers it, runs until caught up
+(failed runs retried, as Airflow would), then the oracle (oracle.py) per sink.
+
+Usage (the project's root; `make campaign` wraps it)::
+
+    make campaign SEEDS=20                 # seeds 1..20
+    make campaign SEED=7                   # one seed (reproduces a failure it printed)
+    make campaign SEEDS=10 FIRST=100       # seeds 100..109
+    make campaign SEEDS=10 SOURCES=postgres SINKS=kafka,nats KINDS=run_kill,zombie
+    make campaign SEEDS=4 SINKS=delta      # Delta schedules only (every delivering run starts Spark)
+
+    python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
+        [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--keep-going]
+
+Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
+what the oracle found, and the command that reproduces it. The figure table at the end: fault
+kind x sink x source: schedules, events, duplicates, lost, incidents (a schedule with several
+faults counts under each of its kinds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg2
+import pymysql
+from tidegate.connections import get_connection
+from tidegate.store import open_store
+
+from tests.campaign import faults
+from tests.campaign.generator import TABLES, SourceDb, Workload
+from tests.campaign.oracle import SinkVerdict, verdicts
+from tests.campaign.schedule import (
+    FAULT_KINDS,
+    KAFKA_TXN_TIMEOUT_MS,
+    NATS_WINDOW_S,
+    SINK_GROUPS,
+    SOURCES,
+    Schedule,
+    Step,
+    draw,
+)
+from tests.conftest import services_cmd, services_env
+from tests.integration.airflow_support import VENV_BIN
+from tests.integration.test_fault_matrix import IN_PROCESS_READS, Run, explained_failure
+
+RUN_TIMEOUT_S = 180  # a run still going after this is a finding (hung)
+DELTA_RUN_TIMEOUT_S = 900  # with Delta sinks: every delivering run starts Spark (local[2])
+MAX_RETRIES = 8
+VERBOSE = bool(os.environ.get("CAMPAIGN_VERBOSE"))  # failed runs retried before a schedule is declared stuck
+
+
+@dataclass
+class Finding(Exception):
+    what: str
+
+
+@dataclass
+class Outcome:
+    schedule: Schedule
+    verdicts: list[SinkVerdict] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)  # halts, hangs, stuck, silent failures
+    failures: list[str] = field(default_factory=list)  # failed runs that said why (then retried)
+    incidents: int = 0
+    options: str = ""  # the subsets the schedule was drawn within (part of what a seed means)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and all(v.ok for v in self.verdicts)
+
+    def report(self) -> str:
+        lines = [self.schedule.describe()]
+        lines += [f"  step {n}" for n in self.notes]
+        lines += [f"  failed run (retried): {f}" for f in self.failures]
+        lines += [f"  FINDING: {f}" for f in self.findings]
+        lines += [f"  ORACLE {v.problems()}" for v in self.verdicts if not v.ok]
+        repro = f"make campaign SEED={self.schedule.seed}{self.options}"
+        verdict = "ok" if self.ok else f"FAILED (reproduce: {repro})"
+        lines.append(f"  -> {verdict} in {self.seconds:.0f}s; "
+                     + ", ".join(f"{v.sink} {v.received}/{v.events}" for v in self.verdicts))
+        return "\n".join(lines)
+
+
+class Services:
+    """The servers (scripts/services) and what every schedule shares."""
+
+    def __init__(self, base: Path):
+        services_cmd("up", "mysql", "postgres", "kafka", "redis", "nats")
+        self.env = services_env()
+        self.base = base
+        conns = {c: get_connection(c, self.env) for c in ("cdc_mysql_admin", "cdc_postgres_admin",
+                                                          "cdc_kafka", "cdc_nats", "cdc_redis")}
+        self.mysql_admin, self.pg_admin = conns["cdc_mysql_admin"], conns["cdc_postgres_admin"]
+        self.bootstrap = conns["cdc_kafka"].extra["bootstrap.servers"]
+        self.nats, self.redis = conns["cdc_nats"], conns["cdc_redis"]
+
+    def pg_connect(self, dbname: str | None = None):
+        c = self.pg_admin
+        conn = psycopg2.connect(host=c.host, port=c.port, dbname=dbname or c.schema, user=c.login,
+                                password=c.password, connect_timeout=5)
+        conn.autocommit = True
+        return conn
+
+    def mysql_connect(self):
+        c = self.mysql_admin
+        return pymysql.connect(host=c.host, port=c.port, user=c.login, password=c.password,
+                               database=c.schema, autocommit=True, connect_timeout=5)
+
+    def pg_store_url(self, dbname: str) -> str:
+        c = self.pg_admin
+        return f"postgresql://{c.login}:{c.password}@{c.host}:{c.port}/{dbname}"
+
+
+class Pipe:
+    """One schedule's pipeline: its spec, store, runs and readers."""
+
+    def __init__(self, sv: Services, sched: Schedule):
+        self.sv, self.sched = sv, sched
+        self.name = f"cg{sched.seed}_{random.Random().getrandbits(24):06x}"
+        self.schema = self.name
+        self.dir = sv.base / self.name
+        (self.dir / "pipelines").mkdir(parents=True)
+        self.lake = self.dir / "lake"
+        self.sinks = sched.sinks
+        self.bootstrap, self.nats, self.redis = sv.bootstrap, sv.nats, sv.redis
+        if sched.store == "postgres":
+            self.store_db = f"{self.name}_store"
+            conn = sv.pg_connect()
+            with conn.cursor() as c:
+                c.execute(f'CREATE DATABASE "{self.store_db}"')
+            conn.close()
+            self.store_url = sv.pg_store_url(self.store_db)
+            self.store_free = faults.postgres_store_free(sv.pg_connect, self.store_db)
+        else:
+            self.store_db = None
+            self.store_url = f"sqlite:///{self.dir / 'store.sqlite'}"
+            self.store_free = faults.sqlite_free(self.dir / "store.sqlite")
+        kafka_conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": sv.bootstrap,
+                                                      "transaction.timeout.ms": KAFKA_TXN_TIMEOUT_MS}}
+        self.env = dict(os.environ, **sv.env, TIDEGATE_PIPELINES_DIR=str(self.dir / "pipelines"),
+                        TIDEGATE_CHECKPOINT_STORE=self.store_url,
+                        TIDEGATE_READER_PROCESS_MIN_BYTES=IN_PROCESS_READS,
+                        AIRFLOW_CONN_CAMPAIGN_KAFKA=json.dumps(kafka_conn),
+                        PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+        connect = sv.mysql_connect if sched.source == "mysql" else sv.pg_connect
+        self.db = SourceDb(sched.source, connect, self.schema)
+        self.db.create_tables()
+        (self.dir / "pipelines" / f"{self.name}.yaml").write_text(self.spec())
+        self._store = None
+        self.runs = 0
+        self.live: list[Run] = []
+        self.run_timeout = DELTA_RUN_TIMEOUT_S if "delta_merge" in self.sinks else RUN_TIMEOUT_S
+
+    def spec(self) -> str:
+        s = self.sched
+        tables = ", ".join(f"{self.schema}.{t}" for t in TABLES)
+        if s.source == "mysql":
+            source = (f"{{kind: mysql, conn_id: cdc_mysql, tables: [{tables}], "
+                      f"server_id: {49000 + s.seed % 10000}, start: head}}")
+        else:
+            source = f"{{kind: postgres, conn_id: cdc_postgres, tables: [{tables}], slot: {self.name}}}"
+        batch = f"{{max_events: {s.max_events}, commit_policy: {s.policy}" + (
+            f", quorum: {s.quorum}}}" if s.quorum else "}")
+        sinks = {
+            "kafka": '{id: kafka, kind: kafka, conn_id: campaign_kafka, topic: "{pipeline}.{table}", '
+                     "exactly_once: true, partitions: 3",
+            "nats": f"{{id: nats, kind: nats, conn_id: cdc_nats, stream: {self.name.upper()}, "
+                    f'subject: "{{pipeline}}.{{table}}", duplicate_window: {NATS_WINDOW_S}',
+            "redis": '{id: redis, kind: redis, conn_id: cdc_redis, stream: "{pipeline}:{table}"',
+            "delta_merge": f'{{id: delta_merge, kind: delta, mode: merge, '
+                           f'path: "{self.lake}/{{pipeline}}/merged/{{schema}}/{{table}}"',
+            "delta_log": f'{{id: delta_log, kind: delta, mode: changelog, '
+                         f'path: "{self.lake}/{{pipeline}}/log/{{schema}}/{{table}}"',
+        }
+        lines = [sinks[k] + (", required: false}" if k in s.optional else "}") for k in s.sinks]
+        return textwrap.dedent(f"""\
+            pipeline: {self.name}
+            source: {source}
+            batch: {batch}
+            sinks:
+            """) + "".join(f"  - {ln}\n" for ln in lines)
+
+    # ------------------------------------------------------------------ the store
+
+    def history(self) -> dict[str, list]:
+        return {sid: self._store_call(lambda st, sid=sid: st.checkpoints.history(self.name, sid))
+                for sid in self.sinks}
+
+    def writes(self, run_id: str) -> int:
+        """Sub-batches the run has committed to the store (for any sink)."""
+        try:
+            if self._store is None:
+                self._store = open_store(self.store_url)
+            return max(sum(1 for h in self._store.checkpoints.history(self.name, sid)
+                           if h.kind == "write" and h.run_id == run_id) for sid in self.sinks)
+        except Exception:  # noqa: BLE001 - the store's server is down: nothing seen to move
+            self.close_store()
+            return -1
+
+    def _store_call(self, fn):
+        for attempt in range(30):
+            try:
+                if self._store is None:
+                    self._store = open_store(self.store_url)
+                return fn(self._store)
+            except Exception:
+                self.close_store()
+                if attempt == 29:
+                    raise
+                time.sleep(1)
+
+    def close_store(self) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:  # noqa: BLE001, S110 - a broken connection
+                pass
+            self._store = None
+
+    # ------------------------------------------------------------------ runs
+
+    def start(self, run_id: str) -> Run:
+        self.runs += 1
+        out = self.dir / f"{run_id}.log"
+        with open(out, "wb") as f:
+            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
+                                    env=self.env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        run = Run(run_id, proc, out)
+        run.started = time.monotonic()
+        self.live.append(run)
+        return run
+
+    def settle(self, outcome: Outcome) -> None:
+        """After a finding: every run still there woken and waited for (a zombie finishes or
+        fails), so the oracle reads sinks nobody writes to."""
+        for run in self.live:
+            if run.proc.poll() is None:
+                run.signal(signal.SIGCONT)
+                try:
+                    self.finish(run, outcome, zombie=True)  # a stopped leftover: fenced is right
+                except Finding as f:
+                    outcome.findings.append(f.what)
+        self.live = []
+
+    def finish(self, run: Run, outcome: Outcome, killed: bool = False, zombie: bool = False) -> str:
+        """Wait for a run: "ok", "idle" (nothing to do), "killed" (``killed``: SIGKILLed by the
+        schedule) or its one-line error (a halt or a silent failure is a finding; a hang too; and
+        an error classified fatal after a transient fault, which Airflow would not retry)."""
+        try:
+            rc = run.wait(self.run_timeout)
+        except AssertionError:
+            raise Finding(f"run {run.run_id} hung (still running after {self.run_timeout}s; "
+                          f"its log: {run.out})") from None
+        finally:
+            run.signal(signal.SIGKILL)
+        text = run.output()
+        if VERBOSE:
+            print(f"    {time.strftime('%H:%M:%S')} run {run.run_id} rc={rc} "
+                  f"{time.monotonic() - run.started:.1f}s", flush=True)
+        if rc == 0:
+            return "idle" if '"nothing_to_do": true' in text else "ok"
+        if killed and rc == -signal.SIGKILL:
+            return "killed"
+        try:
+            said = explained_failure(text)
+            if "fatal" in said.lower() and not zombie:  # a fenced zombie must stop for good
+                outcome.findings.append(f"run {run.run_id} failed fatally (Airflow would not retry) "
+                                        f"after a transient fault: {said[:400]}")
+            return said
+        except AssertionError as exc:
+            outcome.findings.append(f"run {run.run_id}: {str(exc).splitlines()[0][:400]}")
+            if "halted" in str(exc):
+                outcome.incidents += 1
+                raise Finding(str(exc)) from None
+            return "silent failure"
+
+    def catch_up(self, tag: str, outcome: Outcome) -> None:
+        """Runs until one finds nothing to do; failed runs retried up to MAX_RETRIES."""
+        failed = 0
+        for i in range(100):
+            ended = self.finish(self.start(f"{tag}_{i}"), outcome)
+            if ended == "idle":
+                return
+            if ended != "ok":
+                outcome.failures.append(f"{tag}_{i}: {ended[:300]}")
+                failed += 1
+                if failed > MAX_RETRIES:
+                    raise Finding(f"{tag}: not caught up after {failed} failed runs")
+                time.sleep(1)
+        raise Finding(f"{tag}: still delivering after 100 runs")
+
+    def drop(self) -> None:
+        self.close_store()
+        try:
+            self.db.drop()
+            if self.sched.source == "postgres":
+                self.db.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                                f"WHERE slot_name = '{self.name}' AND NOT active")
+            if self.store_db:
+                conn = self.sv.pg_connect()
+                with conn.cursor() as c:
+                    c.execute(f'DROP DATABASE IF EXISTS "{self.store_db}" WITH (FORCE)')
+                conn.close()
+        except Exception as exc:  # noqa: BLE001 - clean-up only
+            print(f"  (clean-up of {self.name}: {exc})")
+
+
+# --------------------------------------------------------------------------- one step
+
+
+def wait_moment(p: Pipe, run: Run, moment: tuple[str, float]) -> bool:
+    """Until the moment: k sub-batches committed, or s seconds. False when the run ended first."""
+    what, n = moment
+    deadline = time.monotonic() + (n if what == "delay" else p.run_timeout)
+    while run.proc.poll() is None:
+        if what == "commits" and p.writes(run.run_id) >= n:
+            return True
+        if time.monotonic() >= deadline:
+            return what == "delay"
+        time.sleep(0.02 if what == "commits" else 0.05)
+    return False
+
+
+def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> None:
+    work.wave(step.wave)
+    run = p.start(f"s{i}_fault")
+    if step.fault == "zombie":
+        zombie(p, work, i, step, run, out)
+        return
+    if not wait_moment(p, run, step.moment):
+        out.notes.append(f"{i + 1}: {step.fault} missed: the run ended before {step.moment}")
+        p.finish(run, out)
+        return
+    at = p.writes(run.run_id)
+    if step.fault == "run_kill":
+        run.signal(signal.SIGKILL)
+    elif step.fault.startswith("run_"):  # run_stop, run_stall_nats, run_stall_kafka
+        run.signal(signal.SIGSTOP)
+        time.sleep(step.hold)
+        run.signal(signal.SIGCONT)
+    else:
+        how, role = step.fault.split("_", 1)
+        name = faults.server_name(role, p.sched.source)
+        if how == "kill":
+            faults.kill_server(name, step.hold)
+        else:
+            faults.hang_server(name, step.hold)
+        if name in ("mysql", "postgres"):
+            p.close_store()
+    ended = p.finish(run, out, killed=step.fault == "run_kill")
+    out.notes.append(f"{i + 1}: {step.fault} after {at} sub-batches; the run ended {ended[:200]}")
+    if step.writes_between:
+        work.wave(step.writes_between)  # between the crash and the rerun
+    p.catch_up(f"s{i}_after", out)
+
+
+def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome) -> None:
+    """Stop the run right after a commit, let takeover runs finish the work (with source writes
+    between), then wake it: it must write nothing and fail naming the fencing."""
+    if not wait_moment(p, run, step.moment) or not faults.stop_clean(run, lambda: p.writes(run.run_id),
+                                                                       p.store_free):
+        out.notes.append(f"{i + 1}: zombie missed: the run ended first")
+        p.finish(run, out)
+        return
+    at = p.writes(run.run_id)
+    try:
+        for t in range(step.takeovers):
+            if step.writes_between:
+                work.wave(step.writes_between)
+            p.catch_up(f"s{i}_takeover{t}", out)
+    finally:
+        run.signal(signal.SIGCONT)
+    ended = p.finish(run, out, zombie=True)
+    out.notes.append(f"{i + 1}: zombie stopped after {at} sub-batches, woken after {step.takeovers} "
+                     f"takeover(s); it ended {ended[:200]}")
+    if ended in ("ok", "idle"):
+        out.findings.append(f"the zombie of step {i + 1} exited 0 after a takeover (not fenced)")
+    p.catch_up(f"s{i}_after", out)
+
+
+# --------------------------------------------------------------------------- one schedule
+
+
+def run_schedule(sv: Services, sched: Schedule, options: str = "") -> Outcome:
+    out = Outcome(sched, options=options)
+    t0 = time.monotonic()
+    p = Pipe(sv, sched)
+    work = Workload(random.Random(f"{sched.seed}/workload"), p.db)
+    try:
+        try:
+            p.catch_up("place", out)  # the sinks placed at the source's head
+            for i, step in enumerate(sched.steps):
+                apply_step(p, work, i, step, out)
+            if "delta_merge" not in sched.sinks:  # (a Delta run starts Spark: one run fewer)
+                work.wave(10)  # the pipeline still delivers after the faults
+                p.catch_up("final", out)
+        except Finding as f:
+            out.findings.append(f.what)
+            p.settle(out)
+            try:  # what is lost for good, rather than what a stuck run has not delivered yet
+                p.catch_up("recover", out)
+            except Finding as again:
+                out.findings.append(again.what)
+            p.settle(out)
+        out.verdicts = verdicts(p, work, p.history())
+    except Exception:  # noqa: BLE001 - the campaign's own trouble, reported with the seed
+        out.findings.append("campaign error: " + traceback.format_exc()[-1500:])
+    except KeyboardInterrupt:  # the campaign is stopped: no run of it left behind
+        for run in p.live:
+            run.signal(signal.SIGCONT)
+            run.signal(signal.SIGKILL)
+        raise
+    finally:
+        p.drop()
+        out.seconds = time.monotonic() - t0
+    return out
+
+
+# --------------------------------------------------------------------------- the figure table
+
+
+def figure_table(outcomes: list[Outcome]) -> str:
+    rows: dict[tuple, list[int]] = collections.defaultdict(lambda: [0, 0, 0, 0, 0])
+    for o in outcomes:
+        for kind in sorted({s.fault for s in o.schedule.steps}):
+            for v in o.verdicts:
+                r = rows[(kind, v.sink, o.schedule.source)]
+                r[0] += 1
+                r[1] += v.events
+                r[2] += v.duplicates
+                r[3] += v.lost
+                r[4] += o.incidents
+    head = "| fault kind | sink | source | schedules | events | duplicates | lost | incidents |"
+    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|"]
+    for (kind, sink, source), r in sorted(rows.items()):
+        lines.append(f"| {kind} | {sink} | {source} | " + " | ".join(map(str, r)) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="make campaign", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=10, help="how many seeds (from --first)")
+    ap.add_argument("--first", type=int, default=1)
+    ap.add_argument("--seed", type=int, help="one seed (overrides --seeds)")
+    ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--sinks", default="kafka,nats,redis,delta", help="subset of " + ",".join(SINK_GROUPS))
+    ap.add_argument("--kinds", default=",".join(FAULT_KINDS), help="fault kinds to draw from")
+    ap.add_argument("--delta-share", type=float, default=0.1, help="share of seeds with Delta sinks")
+    ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
+    a = ap.parse_args(argv)
+    seeds = [a.seed] if a.seed is not None else list(range(a.first, a.first + a.seeds))
+    # a seed means a schedule only together with the subsets it was drawn within
+    options = "".join(f" {var}={val}" for var, val, default in (
+        ("SOURCES", a.sources, ",".join(SOURCES)), ("SINKS", a.sinks, "kafka,nats,redis,delta"),
+        ("KINDS", a.kinds, ",".join(FAULT_KINDS))) if val != default)
+    if a.delta_share != 0.1:
+        options += f" (--delta-share {a.delta_share})"
+    with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
+        sv = Services(Path(tmp))
+        outcomes = []
+        try:
+            for seed in seeds:
+                sched = draw(seed, tuple(a.sources.split(",")), tuple(a.sinks.split(",")),
+                             tuple(a.kinds.split(",")), a.delta_share)
+                o = run_schedule(sv, sched, options)
+                print(o.report(), flush=True)
+                outcomes.append(o)
+        except KeyboardInterrupt:  # Ctrl-C: the figures of the seeds that ran
+            print(f"\ninterrupted during seed {seed}: the table covers the seeds before it")
+    print()
+    print(figure_table(outcomes))
+    failed = [o.schedule.seed for o in outcomes if not o.ok]
+    print(f"\n{len(outcomes) - len(failed)} of {len(outcomes)} seeds passed" + (
+        f"; failed: {failed}" if failed else ""))
+    return 1 if failed and not a.keep_going else 0
+
+
+if __name__ == "__main__":
+    # SIGTERM (timeout, kill) stops the campaign as Ctrl-C does: its runs killed, the table printed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
+    sys.exit(main())

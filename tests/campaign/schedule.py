@@ -1,0 +1,119 @@
+"""A seed's schedule: the source, the sinks, the commit policy, the checkpoint store and the list
+of (moment, fault) steps, all drawn from ``random.Random(seed)`` (so `make campaign SEED=s`
+replays the same schedule and the same workload)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+SOURCES = ("mysql", "postgres")
+CORE_SINKS = ("kafka", "nats", "redis")
+DELTA_SINKS = ("delta_merge", "delta_log")
+SINK_GROUPS = ("kafka", "nats", "redis", "delta")
+
+# What a fault does (faults.py) ; the server ones name a role: the source's server, the
+# checkpoint store's PostgreSQL, or a sink's server.
+RUN_FAULTS = ("run_kill", "run_stop", "run_stall_nats", "run_stall_kafka", "zombie")
+SERVER_ROLES = ("source", "store", "kafka", "nats", "redis")
+SERVER_FAULTS = tuple(f"{how}_{role}" for role in SERVER_ROLES for how in ("kill", "stop"))
+FAULT_KINDS = RUN_FAULTS + SERVER_FAULTS
+
+NATS_WINDOW_S = 2.0  # the campaign's NATS duplicate_window: a stall of the run can exceed it
+KAFKA_TXN_TIMEOUT_MS = 4000  # the campaign's Kafka transaction.timeout.ms (its connection's extra)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One fault: ``moment`` is ("commits", k) (once the faulted run has committed k sub-batches,
+    as the store shows) or ("delay", s) (s seconds after the run started); ``hold`` how long a
+    stopped process or server stays stopped (or a killed server down); ``wave`` the transactions
+    written before the faulted run; ``writes_between`` those written after the fault, before the
+    runs that follow; ``takeovers`` (zombie) the runs that finish the work before it wakes."""
+
+    fault: str
+    moment: tuple[str, float]
+    hold: float
+    wave: int
+    writes_between: int
+    takeovers: int = 0
+
+    def __str__(self) -> str:
+        extra = f", takeovers={self.takeovers}" if self.fault == "zombie" else ""
+        return (f"({self.moment[0]}={self.moment[1]}, {self.fault}, hold={self.hold}s, wave={self.wave}, "
+                f"writes_between={self.writes_between}{extra})")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    source: str
+    sinks: tuple[str, ...]
+    policy: str  # required | all | quorum
+    optional: tuple[str, ...]  # sinks with required: false (policy required)
+    quorum: int | None
+    store: str  # sqlite | postgres
+    max_events: int
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+    def describe(self) -> str:
+        policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
+            f", optional {list(self.optional)}" if self.optional else "")
+        return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
+                f"store {self.store}, max_events {self.max_events}\n"
+                + "\n".join(f"  {i + 1}. {s}" for i, s in enumerate(self.steps)))
+
+
+def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] = SINK_GROUPS,
+         kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1) -> Schedule:
+    """The schedule of ``seed``, drawn within the given subsets. Delta (slow: every delivering run
+    starts Spark) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of the
+    seeds unless it is the only choice."""
+    rng = random.Random(seed)
+    source = rng.choice(sorted(sources))
+    chosen = [s for s in CORE_SINKS if s in sinks]
+    delta_roll = rng.random()  # drawn whatever the subsets, so the rest of the draw stays the same
+    with_delta = "delta" in sinks and (not chosen or delta_roll < delta_share)
+    if with_delta:
+        chosen += list(DELTA_SINKS)
+    policy = rng.choice(("required", "all", "quorum"))
+    optional: tuple[str, ...] = ()
+    quorum = None
+    if policy == "required" and len(chosen) > 1 and rng.random() < 0.5:
+        optional = (rng.choice(chosen),)
+    if policy == "quorum":
+        quorum = max(1, len(chosen) - 1)
+    usable = [k for k in kinds if sink_of(k) is None or sink_of(k) in chosen]
+    if with_delta:  # a Delta run is slow: one fault, no zombie (two runs at once, both starting Spark)
+        usable = [k for k in usable if k != "zombie"] or usable
+    n_steps = 1 if with_delta else rng.randint(2, 4)
+    steps = tuple(_step(rng, rng.choice(usable), with_delta) for _ in range(n_steps))
+    store = "postgres" if any(s.fault.endswith("_store") for s in steps) else "sqlite"
+    # Delta: a few large sub-batches (each is a Delta commit per table, a second or more)
+    max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
+    return Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps)
+
+
+def sink_of(kind: str) -> str | None:
+    """The sink a fault kind needs in the pipeline (a stall past the NATS window needs NATS)."""
+    for s in CORE_SINKS:
+        if kind.endswith("_" + s):
+            return s
+    return None
+
+
+def _step(rng: random.Random, fault: str, with_delta: bool = False) -> Step:
+    if rng.random() < 0.7:
+        moment: tuple[str, float] = ("commits", rng.randint(1, 2 if with_delta else 4))
+    else:
+        moment = ("delay", round(rng.uniform(1.0, 4.0), 1))
+    if fault == "run_stall_nats":
+        hold = NATS_WINDOW_S + round(rng.uniform(0.5, 3), 1)
+    elif fault == "run_stall_kafka":
+        hold = KAFKA_TXN_TIMEOUT_MS / 1000 + round(rng.uniform(0.5, 3), 1)
+    else:
+        hold = round(rng.uniform(0.5, 4), 1)
+    writes = rng.choice((0, 0, rng.randint(3, 15)))
+    wave = rng.randint(25, 40) if with_delta else rng.randint(15, 50)
+    return Step(fault, moment, hold, wave=wave, writes_between=writes,
+                takeovers=rng.randint(1, 2) if fault == "zombie" else 0)
