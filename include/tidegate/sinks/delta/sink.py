@@ -18,14 +18,25 @@ Per sub-batch and table, one Delta commit (docs/operations.md, "Delta Lake sink"
   and ``after`` as typed structs, ``key``, ``tx_id``, ``total_order``, ``position``,
   ``source_ts_ms``, ``snapshot``), partitioned by ``date`` (the source commit's UTC date).
 
-Exactly once. Every commit carries Delta's idempotent-write identifiers: ``txnAppId`` =
-``{tenant}/{pipeline}::sink::{sink_id}`` and ``txnVersion`` = the store version the delivery
-extends; Delta skips a commit whose version it already recorded for the app, so a retried
-sub-batch (a crash after some tables committed) writes each table once. After the tables, the
-sub-batch's record (:class:`~tidegate.checkpoints.SinkCheckpoint`: position and version extended)
-is committed, with the same identifiers, to the sink's checkpoint table; that is the sink-side
-checkpoint, read back on open and adopted under the rule of every other sink. A sub-batch the
-checkpoint table already covers (a replay, a rewind) is not written again: the tables hold it.
+Exactly once (:mod:`.ledger`). Every commit carries Delta's idempotent-write identifiers:
+``txnAppId`` = ``{tenant}/{pipeline}::sink::{sink_id}`` and ``txnVersion`` = the run's lease epoch
+(high 32 bits) and the store version the delivery extends + 1: Delta skips a commit whose version
+is not above the app's recorded one, so a retried sub-batch is written once. Its ``userMetadata``
+records the source position the commit covers; at the first sub-batch that touches a table in a
+run, the sink reads the table's newest such commit (``DESCRIBE HISTORY``) and writes the table only
+the transactions after the later of that and the sink's record: a rerun after a crash between two
+tables' commits (same store version, a longer range) writes each table exactly what it lacks, and a
+replay or rewind writes nothing a table holds. After the tables, the sub-batch's record
+(:class:`~tidegate.checkpoints.SinkCheckpoint`: position and version extended) is committed to the
+sink's checkpoint table; that is the sink-side checkpoint, read back on open and adopted under the
+rule of every other sink.
+
+Fencing. On open a run claims the checkpoint table (a row carrying the last record forward, at its
+epoch's lowest txnVersion); before a sub-batch's first commit and after its record the sink reads
+that table's newest commit, and a newer epoch's fences it (a fatal error). Delta itself skips, with
+the commit, every commit of an older epoch to a table a newer run has committed to. Left open: a
+zombie resumed between that check and its commits can commit to a table the newer run has not
+written (the newer run then writes that table only what follows).
 
 Types. Columns are typed from the JSON values (integer → bigint, float → double, boolean, and
 string for text, decimals, times, binary as base64, and arrays/objects as their JSON); a table
