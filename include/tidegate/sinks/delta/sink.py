@@ -135,6 +135,7 @@ class DeltaSink(Sink):
         # from its history at the first sub-batch that touches it in this run
         self._covers: dict[str, Position | None] = {}
         self._claimed = False  # the checkpoint table claimed for self.epoch (open)
+        self._just_read = False
 
     @property
     def where(self) -> str:
@@ -340,6 +341,7 @@ class DeltaSink(Sink):
         import pyarrow as pa
 
         rec = self.committed_checkpoint()
+        self._just_read = True  # the coordinator's committed_checkpoint() right after open: this one
         meta = ledger.commit_metadata(app=self.app_id, pipeline=self.pipeline, sink=self.sink_id,
                                       epoch=self.epoch, extends=-1, covers=None, claim=True)
         extends = rec.extends if rec is not None and rec.extends is not None else -1
@@ -505,6 +507,9 @@ class DeltaSink(Sink):
         """The record of the last sub-batch committed to the checkpoint table (the row written in
         the commit that carries the highest txnVersion of this app), or None."""
         self.open()
+        if self._just_read:  # read by the claim in open(), just now; nothing else writes it
+            self._just_read = False
+            return self._committed
         try:
             from pyspark.sql import functions as F
 
