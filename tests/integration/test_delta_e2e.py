@@ -261,7 +261,7 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
         files = [Lake.data_files(t) for t in (lake.merged, lake.log)]
         spec_file.write_text(spec_text(pipeline, source, base / "lake", spark_conn="spark_default"))
         killed = dags_test_killed_when(env, dag, lambda: any(
-            Lake.data_files(t) > n for t, n in zip((lake.merged, lake.log), files, strict=True)))
+            Lake.data_files(t) > n for t, n in zip((lake.merged, lake.log), files, strict=True)), timeout=900)
         assert "Spark Connect client" not in killed  # the spark-submit path
         spec_file.write_text(spec_text(pipeline, source, base / "lake"))
         assert [Lake.commits(t) for t in (lake.merged, lake.log)] == commits  # nothing committed
@@ -285,7 +285,7 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
                 Lake.commits(t) > n for t, n in zip(lake.checkpoints, marks, strict=True))
 
         try:
-            dags_test_killed_when(env, dag, committed_not_stored)
+            dags_test_killed_when(env, dag, committed_not_stored, timeout=900)
         finally:
             lock.rollback() if lock.in_transaction else None
             lock.close()
