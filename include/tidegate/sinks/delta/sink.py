@@ -18,14 +18,25 @@ Per sub-batch and table, one Delta commit (docs/operations.md, "Delta Lake sink"
   and ``after`` as typed structs, ``key``, ``tx_id``, ``total_order``, ``position``,
   ``source_ts_ms``, ``snapshot``), partitioned by ``date`` (the source commit's UTC date).
 
-Exactly once. Every commit carries Delta's idempotent-write identifiers: ``txnAppId`` =
-``{tenant}/{pipeline}::sink::{sink_id}`` and ``txnVersion`` = the store version the delivery
-extends; Delta skips a commit whose version it already recorded for the app, so a retried
-sub-batch (a crash after some tables committed) writes each table once. After the tables, the
-sub-batch's record (:class:`~tidegate.checkpoints.SinkCheckpoint`: position and version extended)
-is committed, with the same identifiers, to the sink's checkpoint table; that is the sink-side
-checkpoint, read back on open and adopted under the rule of every other sink. A sub-batch the
-checkpoint table already covers (a replay, a rewind) is not written again: the tables hold it.
+Exactly once (:mod:`.ledger`). Every commit carries Delta's idempotent-write identifiers:
+``txnAppId`` = ``{tenant}/{pipeline}::sink::{sink_id}`` and ``txnVersion`` = the run's lease epoch
+(high 32 bits) and the store version the delivery extends + 1: Delta skips a commit whose version
+is not above the app's recorded one, so a retried sub-batch is written once. Its ``userMetadata``
+records the source position the commit covers; at the first sub-batch that touches a table in a
+run, the sink reads the table's newest such commit (``DESCRIBE HISTORY``) and writes the table only
+the transactions after the later of that and the sink's record: a rerun after a crash between two
+tables' commits (same store version, a longer range) writes each table exactly what it lacks, and a
+replay or rewind writes nothing a table holds. After the tables, the sub-batch's record
+(:class:`~tidegate.checkpoints.SinkCheckpoint`: position and version extended) is committed to the
+sink's checkpoint table; that is the sink-side checkpoint, read back on open and adopted under the
+rule of every other sink.
+
+Fencing. On open a run claims the checkpoint table (a row carrying the last record forward, at its
+epoch's lowest txnVersion); before a sub-batch's first commit and after its record the sink reads
+that table's newest commit, and a newer epoch's fences it (a fatal error). Delta itself skips, with
+the commit, every commit of an older epoch to a table a newer run has committed to. Left open: a
+zombie resumed between that check and its commits can commit to a table the newer run has not
+written (the newer run then writes that table only what follows).
 
 Types. Columns are typed from the JSON values (integer → bigint, float → double, boolean, and
 string for text, decimals, times, binary as base64, and arrays/objects as their JSON); a table
@@ -42,7 +53,6 @@ has no event it refuses on its own; a commit Delta refuses fails the whole sub-b
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid
@@ -52,12 +62,12 @@ from typing import Any
 from ...batching import SubBatch
 from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
-from ...errors import ErrorClass, NonRetryableSinkError
-from ...positions import IncomparablePositionsError, Position
+from ...errors import ErrorClass, NonRetryableSinkError, SinkError
+from ...positions import Position
 from ...spark import connect
 from ...spec import PipelineSpec, render_template
 from ..base import RetryPolicy, Sink, is_control
-from . import jars
+from . import jars, ledger
 from .spec import DeltaSinkSpec
 
 log = logging.getLogger(__name__)
@@ -121,6 +131,11 @@ class DeltaSink(Sink):
         # date by this sink, the table's one writer: a MERGE then needs no second read of its log
         self._columns: dict[str, set[str] | None] = {}
         self._committed: SinkCheckpoint | None = None
+        # path -> up to where the table holds this sink's changes (its commits' ``covers``), read
+        # from its history at the first sub-batch that touches it in this run
+        self._covers: dict[str, Position | None] = {}
+        self._claimed = False  # the checkpoint table claimed for self.epoch (open)
+        self._just_read = False
 
     @property
     def where(self) -> str:
@@ -131,6 +146,13 @@ class DeltaSink(Sink):
     def open(self) -> None:
         if self._spark is None:
             self._spark = self._session()
+        if self.epoch is not None and not self._claimed:
+            self._claimed = True
+            try:
+                self._claim()
+            except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+                self._claimed = False
+                raise self.error(exc, "claiming the checkpoint table") from None
 
     def _session(self) -> Any:
         """A session of its own (its SQL settings, which carry the commits' txnAppId, are this
@@ -222,54 +244,136 @@ class DeltaSink(Sink):
         try:
             self._deliver(batch, extends or 0)
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
+            # A commit refused because a newer run committed to the table meanwhile (Delta's
+            # conflict on the app's transaction) is the fence, whatever Delta called it.
+            newer = None if isinstance(exc, SinkError) else self._newer_epoch_or_none()
+            if newer is not None:
+                raise self.fenced_error(newer) from None
             raise self.error(exc, f"delivering sub-batch {batch.seq}") from None
         return batch.end_position
 
     def _deliver(self, batch: SubBatch, extends: int) -> None:
         done = self._committed_position()
-        rows_part = batch
-        if done is not None:
-            try:
-                rows_part = batch.after(done)  # a replay or rewind: the tables hold that part already
-            except IncomparablePositionsError:
-                rows_part = batch  # another server's log (an accepted gap): all of it is new
-        controls = [ev for ev in batch.events if is_control(ev)]
-        meta = {"tidegate": {"pipeline": self.pipeline, "sink": self.sink_id, "extends": extends,
-                             "position": str(batch.end_position)},
-                "control": [c.to_json() for c in controls if c.type in META_TYPES]}
-        by_path: dict[str, list[tuple[int, Any]]] = defaultdict(list)
-        resets: dict[str, int] = {}  # path -> seq of the last snapshot_started naming it
-        seq = 0
-        for ev in rows_part.events:
-            seq += 1
-            if is_control(ev):
-                if ev.type == "snapshot_started":
-                    for name in ev.fields.get("tables") or []:
-                        resets[name] = seq
-                continue
-            by_path[self.table_path(ev)].append((seq, ev))
-        user_meta = json.dumps(meta, default=str, sort_keys=True)
+        self._check_fence("before writing")
+        txn = ledger.txn_version(self.epoch, extends)
+        controls = [c.to_json() for c in batch.events if is_control(c) and c.type in META_TYPES]
+        user_meta = ledger.commit_metadata(app=self.app_id, pipeline=self.pipeline, sink=self.sink_id,
+                                           epoch=self.epoch, extends=extends, covers=batch.end_position,
+                                           controls=controls)
+        by_path, resets = self._parts(batch, done)
         for path, evs in by_path.items():
             first = evs[0][1]
             cut = max(resets.get(f"{first.db}.{first.table}", 0),
                       resets.get(f"{first.schema}.{first.table}", 0))
             if self.mode == "merge":
-                self._merge(path, [(s, e) for s, e in evs if s > cut], extends, user_meta, reset=cut > 0)
+                self._merge(path, [(s, e) for s, e in evs if s > cut], txn, user_meta, reset=cut > 0)
             else:
-                self._append(path, evs, extends, user_meta)
-        for name, _ in resets.items():  # a snapshot of a table with no row in this sub-batch
-            if self.mode == "merge":
-                db, _, table = name.partition(".")
-                path = render_template(self.path_template, pipeline=self.pipeline, db=db, schema=db,
-                                       table=table)
-                # (the table's name gives its schema, not a PostgreSQL database: docs/operations.md)
-                if path not in by_path:
-                    self._merge(path, [], extends, user_meta, reset=True)
+                self._append(path, evs, txn, user_meta)
+            self._covers[path] = batch.end_position
+        for name in resets:  # a snapshot of a table with no row in this sub-batch
+            path = self._path_of(name)
+            if self.mode == "merge" and path not in by_path:
+                self._merge(path, [], txn, user_meta, reset=True)
+                self._covers[path] = batch.end_position
         # The record never moves back: after a rewind the tables still hold what they held.
-        end = batch.end_position
-        if done is not None and rows_part is not batch and not rows_part.event_count:
-            end = done
-        self._write_checkpoint(SinkCheckpoint(end, extends), extends, user_meta)
+        end = ledger.table_covers(batch.end_position, done)
+        self._write_checkpoint(SinkCheckpoint(end, extends), txn, user_meta)
+        self._check_fence("after writing")  # a skipped record: a newer run has the checkpoint table
+
+    def _parts(self, batch: SubBatch, done: Position | None) -> tuple[dict[str, list[tuple[int, Any]]],
+                                                                      dict[str, int]]:
+        """Per table path, the ``(seq, event)`` pairs the table lacks: those of the transactions after
+        what it holds (its own commits' ``covers``, or the sink's record if later); and per table
+        name the seq of the last ``snapshot_started`` naming it that the table lacks. A replay or a
+        rewind gets nothing the tables hold; a rerun after a crash between two tables' commits
+        gets, per table, exactly the rest."""
+        by_path: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+        resets: dict[str, int] = {}
+        seq = 0
+        for tx in batch.transactions:
+            for ev in tx.events:
+                seq += 1
+                if not is_control(ev):
+                    path = self.table_path(ev)
+                    if ledger.needs(tx.end_position, tx.partial, self._holds(path, done)):
+                        by_path[path].append((seq, ev))
+                elif ev.type == "snapshot_started":
+                    for name in ev.fields.get("tables") or []:
+                        if ledger.needs(tx.end_position, tx.partial, self._holds(self._path_of(name), done)):
+                            resets[name] = seq
+        return by_path, resets
+
+    def _path_of(self, name: str) -> str:
+        # (the table's name gives its schema, not a PostgreSQL database: docs/operations.md)
+        db, _, table = name.partition(".")
+        return render_template(self.path_template, pipeline=self.pipeline, db=db, schema=db, table=table)
+
+    def _holds(self, path: str, done: Position | None) -> Position | None:
+        """Up to where the table at ``path`` holds this sink's changes: read from its history once
+        per run (this run is its one writer afterwards), then kept by the commits made."""
+        if path not in self._covers:
+            self._covers[path] = ledger.covered_position(self._history(path), self.app_id)
+        return ledger.table_covers(self._covers[path], done)
+
+    def _history(self, path: str, limit: int | None = 50) -> list[str | None]:
+        """The userMetadata of the table's newest commits, newest first ([] when there is no table).
+        The newest ``limit`` first; the whole history only when none of them is this sink's."""
+        from pyspark.errors import AnalysisException
+
+        stmt = f"DESCRIBE HISTORY delta.{quote(path)}" + (f" LIMIT {limit}" if limit else "")
+        try:
+            rows = self._spark.sql(stmt).select("version", "userMetadata").collect()
+        except AnalysisException:
+            if not self._exists(path):  # no table (yet): no history
+                return []
+            raise
+        metas = [r["userMetadata"] for r in sorted(rows, key=lambda r: -r["version"])]
+        if limit and len(rows) >= limit and all(ledger.parse_metadata(m, self.app_id) is None for m in metas):
+            return self._history(path, None)
+        return metas
+
+    # ------------------------------------------------------------------ fencing
+
+    def _claim(self) -> None:
+        """Claim the checkpoint table for this run's lease epoch: a row carrying the last record
+        forward (or none), committed with the epoch's lowest txnVersion. From then on Delta skips
+        every commit of an older epoch to it; a newer epoch's claim found here fences this run."""
+        import pyarrow as pa
+
+        rec = self.committed_checkpoint()
+        self._just_read = True  # the coordinator's committed_checkpoint() right after open: this one
+        meta = ledger.commit_metadata(app=self.app_id, pipeline=self.pipeline, sink=self.sink_id,
+                                      epoch=self.epoch, extends=-1, covers=None, claim=True)
+        extends = rec.extends if rec is not None and rec.extends is not None else -1
+        t = pa.table({"record": pa.array([rec.dumps() if rec else None], pa.string()),
+                      "extends": pa.array([extends], pa.int64())})
+        (self._spark.createDataFrame(t).write.format("delta").mode("append")
+         .option("txnAppId", self.app_id).option("txnVersion", ledger.txn_version(self.epoch, -1))
+         .option("userMetadata", meta).save(self.checkpoint_path))
+        self._check_fence("claiming the checkpoint table")
+
+    def _newer_epoch(self) -> int | None:
+        """The lease epoch of a newer run that has committed to the checkpoint table, or None."""
+        if self.epoch is None:
+            return None
+        txn = ledger.newest_txn(self._history(self.checkpoint_path, 5), self.app_id)
+        newer = ledger.txn_epoch(txn) if txn is not None else None
+        return newer if newer is not None and newer > self.epoch else None
+
+    def _newer_epoch_or_none(self) -> int | None:
+        try:
+            return self._newer_epoch()
+        except Exception:  # noqa: BLE001 - the delivery's own error is the one to report
+            return None
+
+    def _check_fence(self, when: str) -> None:
+        """Raise the fenced error when a newer run has claimed the sink. Checked before a sub-batch's
+        first commit (a check, then commits: a newer run claiming in between is refused by Delta only
+        on the tables it has committed to) and after its record (which Delta skipped if so)."""
+        newer = self._newer_epoch()
+        if newer is not None:
+            log.warning("%s: a newer run (lease epoch %d) has claimed the sink (%s)", self.where, newer, when)
+            raise self.fenced_error(newer)
 
     def _frame(self, path: str, evs: list[tuple[int, Any]]) -> tuple[Any, dict[str, dict[str, str | None]]]:
         """The events as a DataFrame parsed by Spark: ``seq`` and the envelope ``e`` (typed)."""
@@ -296,7 +400,7 @@ class DeltaSink(Sink):
             "seq", F.from_json("value", envelope, opts).alias("e"), F.col("value").alias("raw"))
         return df, types
 
-    def _append(self, path: str, evs: list[tuple[int, Any]], extends: int, user_meta: str) -> None:
+    def _append(self, path: str, evs: list[tuple[int, Any]], txn: int, user_meta: str) -> None:
         from pyspark.sql import functions as F
 
         df, _ = self._frame(path, evs)
@@ -309,10 +413,10 @@ class DeltaSink(Sink):
             F.col("e.source.snapshot").alias("snapshot"),
             F.to_date(F.timestamp_millis(F.col("e.source.ts_ms"))).alias("date"))
         (out.write.format("delta").mode("append").partitionBy("date")
-         .option("txnAppId", self.app_id).option("txnVersion", extends)
+         .option("txnAppId", self.app_id).option("txnVersion", txn)
          .option("mergeSchema", "true").option("userMetadata", user_meta).save(path))
 
-    def _merge(self, path: str, evs: list[tuple[int, Any]], extends: int, user_meta: str, *,
+    def _merge(self, path: str, evs: list[tuple[int, Any]], txn: int, user_meta: str, *,
                reset: bool) -> None:
         """One ``MERGE`` (Spark SQL, so the same over Spark Connect) of the last change per key."""
         from pyspark.sql import Window
@@ -321,7 +425,7 @@ class DeltaSink(Sink):
         table = f"delta.{quote(path)}"
         if not evs:  # only a snapshot's start: empty the table (none yet: nothing to empty)
             if self._exists(path):
-                self._commit(extends, user_meta, f"DELETE FROM {table}")
+                self._commit(txn, user_meta, f"DELETE FROM {table}")
             return
         df, types = self._frame(path, evs)
         row_t, key_t = types["row"], types["key"]
@@ -348,14 +452,14 @@ class DeltaSink(Sink):
                 f"VALUES ({', '.join(f's.{c}' for c in cols)})"
                 + (" WHEN NOT MATCHED BY SOURCE THEN DELETE" if reset else ""))
         try:
-            self._commit(extends, user_meta, stmt)
+            self._commit(txn, user_meta, stmt)
         finally:
             self._spark.catalog.dropTempView(view)
 
-    def _commit(self, extends: int, user_meta: str, stmt: str) -> None:
+    def _commit(self, txn: int, user_meta: str, stmt: str) -> None:
         """Run the DML ``stmt`` with the commit's identifiers in the session's settings (the
         session is this sink's alone), which Delta reads for SQL commands."""
-        self._set_txn(extends, user_meta)
+        self._set_txn(txn, user_meta)
         try:
             self._spark.sql(stmt)
         finally:
@@ -377,10 +481,10 @@ class DeltaSink(Sink):
                             + ", ".join(f"{quote(c)} {row_t[c] or 'string'}" for c in new) + ")")
             have.update(new)
 
-    def _set_txn(self, extends: int, user_meta: str) -> None:
+    def _set_txn(self, txn: int, user_meta: str) -> None:
         c = self._spark.conf
         c.set("spark.databricks.delta.write.txnAppId", self.app_id)
-        c.set("spark.databricks.delta.write.txnVersion", str(extends))
+        c.set("spark.databricks.delta.write.txnVersion", str(txn))
         c.set("spark.databricks.delta.commitInfo.userMetadata", user_meta)
 
     def _clear_txn(self) -> None:
@@ -390,12 +494,12 @@ class DeltaSink(Sink):
 
     # ------------------------------------------------------------------ sink-side checkpoint
 
-    def _write_checkpoint(self, record: SinkCheckpoint, extends: int, user_meta: str) -> None:
+    def _write_checkpoint(self, record: SinkCheckpoint, txn: int, user_meta: str) -> None:
         import pyarrow as pa
 
-        t = pa.table({"record": [record.dumps()], "extends": pa.array([extends], pa.int64())})
+        t = pa.table({"record": [record.dumps()], "extends": pa.array([record.extends], pa.int64())})
         (self._spark.createDataFrame(t).write.format("delta").mode("append")
-         .option("txnAppId", self.app_id).option("txnVersion", extends)
+         .option("txnAppId", self.app_id).option("txnVersion", txn)
          .option("userMetadata", user_meta).save(self.checkpoint_path))
         self._committed = record
 
@@ -403,13 +507,16 @@ class DeltaSink(Sink):
         """The record of the last sub-batch committed to the checkpoint table (the row written in
         the commit that carries the highest txnVersion of this app), or None."""
         self.open()
+        if self._just_read:  # read by the claim in open(), just now; nothing else writes it
+            self._just_read = False
+            return self._committed
         try:
             from pyspark.sql import functions as F
 
             if not self._exists(self.checkpoint_path):
                 return None
             row = (self._spark.read.format("delta").load(self.checkpoint_path)
-                   .orderBy(F.col("extends").desc()).select("record").first())
+                   .where("record IS NOT NULL").orderBy(F.col("extends").desc()).select("record").first())
         except Exception as exc:  # noqa: BLE001
             raise self.error(exc, "reading the checkpoint table") from None
         self._committed = SinkCheckpoint.loads(row["record"]) if row else None

@@ -27,7 +27,8 @@ class DeltaSinkSpec(SinkSpec):
 
     @property
     def guarantee(self) -> str:
-        return ("exactly-once (Delta idempotent writes: txnAppId/txnVersion, checkpoint in the Delta log)")
+        return ("exactly-once per table (Delta idempotent writes: txnAppId, txnVersion with the lease epoch; "
+                "each table's commits record what they cover; checkpoint in the Delta log; fenced)")
 
     def table_path(self, pipeline: str) -> str:
         """The path template with {pipeline} filled in and the default resolved (run time: the

@@ -1,0 +1,114 @@
+"""What the Delta sink's commits say about themselves, and the identifiers they carry. Light: no
+Spark (the rules are unit-tested on their own).
+
+Every commit of the sink (a table's MERGE, DELETE or append, the checkpoint table's row) carries
+
+- Delta's idempotent-write identifiers: ``txnAppId`` = the sink's key and ``txnVersion`` =
+  :func:`txn_version` of the run's lease epoch and the store version the delivery extends. Delta
+  skips a commit whose txnVersion is not above the highest it recorded for the app in that table,
+  atomically with the commit (a concurrent commit of the app is a conflict). So within a run a
+  retried sub-batch is written once, and a run of an older lease epoch (a zombie) can no longer
+  commit to a table a newer run has committed to.
+- ``userMetadata``: :func:`commit_metadata`, with ``covers``: the source position up to which the
+  table holds every change of this pipeline (the sub-batch's end). A rerun reads it back per table
+  (:func:`covered_position` over the table's history) and writes each table only what follows it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ...positions import IncomparablePositionsError, Position, position_from_json, position_to_json
+
+EPOCH_BITS = 32  # txnVersion = epoch in the high bits, (store version extended + 1) in the low ones
+MAX_EXTENDS = (1 << EPOCH_BITS) - 2
+
+
+def txn_version(epoch: int | None, extends: int) -> int:
+    """The txnVersion of a commit by a run of lease ``epoch`` (None: no lease, 0) extending store
+    version ``extends``; ``extends=-1`` is a claim (the lowest of the epoch). Every epoch's versions
+    are above every older epoch's, and within one epoch they grow with the store version."""
+    if not -1 <= extends <= MAX_EXTENDS:
+        raise ValueError(f"store version {extends} does not fit a Delta txnVersion's low {EPOCH_BITS} bits")
+    return ((epoch or 0) << EPOCH_BITS) | (extends + 1)
+
+
+def txn_epoch(txn: int) -> int:
+    """The lease epoch a txnVersion was written under (0 for versions of the sink's first form,
+    which were the bare store version)."""
+    return txn >> EPOCH_BITS
+
+
+def commit_metadata(*, app: str, pipeline: str, sink: str, epoch: int | None, extends: int,
+                    covers: Position | None, controls: list[dict[str, Any]] | None = None,
+                    claim: bool = False) -> str:
+    """The ``userMetadata`` of one commit (JSON): who wrote it, its txnVersion, what it covers."""
+    meta: dict[str, Any] = {"tidegate": {
+        "app": app, "pipeline": pipeline, "sink": sink, "epoch": epoch, "extends": extends,
+        "txn": txn_version(epoch, extends), "covers": position_to_json(covers)}}
+    if claim:
+        meta["tidegate"]["claim"] = True
+    if controls:
+        meta["control"] = controls
+    return json.dumps(meta, default=str, sort_keys=True)
+
+
+def parse_metadata(text: str | None, app: str) -> dict[str, Any] | None:
+    """The ``tidegate`` part of a commit's userMetadata when this app (sink) wrote it, else None
+    (another writer's commit, a DDL commit without metadata, the sink's first form without ``app``)."""
+    if not text:
+        return None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        return None
+    mine = meta.get("tidegate") if isinstance(meta, dict) else None
+    return mine if isinstance(mine, dict) and mine.get("app") == app else None
+
+
+def covered_position(history: Iterable[str | None], app: str) -> Position | None:
+    """Up to where a table holds this app's changes: the ``covers`` of the newest commit of the app
+    that has one (``history``: the table's userMetadata, newest commit first). None: no such commit."""
+    for text in history:
+        mine = parse_metadata(text, app)
+        if mine is not None and mine.get("covers") is not None:
+            return position_from_json(mine["covers"])
+    return None
+
+
+def newest_txn(history: Iterable[str | None], app: str) -> int | None:
+    """The txnVersion of the newest commit of the app (``history`` newest first), or None."""
+    for text in history:
+        mine = parse_metadata(text, app)
+        if mine is not None and mine.get("txn") is not None:
+            return int(mine["txn"])
+    return None
+
+
+def table_covers(table: Position | None, record: Position | None) -> Position | None:
+    """What a table holds: the later of its own commits' ``covers`` and the sink's checkpoint record
+    (written after every table of its sub-batch, so every table holds what it covers). Of two
+    positions of different sources (an accepted gap), the table's own."""
+    if table is None or record is None:
+        return table or record
+    try:
+        return record if record > table else table
+    except IncomparablePositionsError:
+        return table
+
+
+def needs(tx_end: Position, partial: bool, covers: Position | None) -> bool:
+    """Whether a table that holds everything up to ``covers`` still needs a transaction ending at
+    ``tx_end`` (``partial``: a leading part of a split transaction; see batching.Transaction)."""
+    if covers is None:
+        return True
+    try:
+        return tx_end >= covers if partial else tx_end > covers
+    except IncomparablePositionsError:
+        return True  # another server's log (an accepted gap): all of it is new
+
+
+__all__ = ["EPOCH_BITS", "commit_metadata", "covered_position", "needs", "newest_txn", "parse_metadata",
+           "table_covers", "txn_epoch", "txn_version"]

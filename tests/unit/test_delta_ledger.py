@@ -1,0 +1,72 @@
+"""The Delta sink's commit ledger (tidegate.sinks.delta.ledger): txnVersions ordered by lease epoch
+first, what a table's history says it covers, and which transactions a table still needs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tidegate.positions import IncomparablePositionsError
+from tidegate.sinks.delta import ledger
+from tidegate.sources.mysql.position import BinlogPosition
+
+APP = "acme/orders::sink::lake"
+
+
+def pos(n: int, server_id: int = 1) -> BinlogPosition:
+    return BinlogPosition("mysql-bin.000003", n, server_id=server_id)
+
+
+def meta(**kw) -> str:
+    args = dict(app=APP, pipeline="orders", sink="lake", epoch=3, extends=7, covers=pos(100))
+    return ledger.commit_metadata(**{**args, **kw})
+
+
+def test_txn_versions_order_by_epoch_then_store_version():
+    assert ledger.txn_version(2, 5) < ledger.txn_version(2, 6)  # a run's next sub-batch
+    assert ledger.txn_version(2, 10**6) < ledger.txn_version(3, -1)  # any newer epoch, even its claim
+    assert ledger.txn_version(3, -1) < ledger.txn_version(3, 0)  # the claim below the epoch's commits
+    assert ledger.txn_version(None, 4) == 5  # no lease (the sink used alone): the store version + 1
+    assert ledger.txn_version(2, 5) > 10**6  # above every txnVersion of the sink's first form (extends)
+    assert ledger.txn_epoch(ledger.txn_version(9, 123)) == 9 and ledger.txn_epoch(41) == 0
+    with pytest.raises(ValueError, match="does not fit"):
+        ledger.txn_version(1, 1 << 32)
+
+
+def test_metadata_names_the_app_the_txn_and_what_the_commit_covers():
+    d = json.loads(meta(controls=[{"type": "gap"}]))
+    assert d["tidegate"]["app"] == APP and d["tidegate"]["txn"] == ledger.txn_version(3, 7)
+    assert d["control"] == [{"type": "gap"}]
+    assert ledger.parse_metadata(meta(), APP)["covers"] == pos(100).to_json()
+    for other in (None, "", "not json", json.dumps({"tidegate": {"app": "x/y::sink::z"}}),
+                  json.dumps({"tidegate": {"pipeline": "orders", "sink": "lake", "position": "..."}})):
+        assert ledger.parse_metadata(other, APP) is None  # another writer, DDL, the sink's first form
+
+
+def test_covered_position_is_the_newest_covering_commit_of_the_app():
+    history = [None,  # an ALTER TABLE without metadata
+               meta(app="other/orders::sink::lake", covers=pos(900)),  # another sink's commit
+               meta(covers=None, claim=True, extends=-1),  # a claim covers nothing
+               meta(covers=pos(300)), meta(covers=pos(200))]
+    assert ledger.covered_position(history, APP) == pos(300)
+    assert ledger.covered_position([None, "x"], APP) is None
+    assert ledger.newest_txn(history, APP) == ledger.txn_version(3, -1)
+    assert ledger.newest_txn([None], APP) is None
+
+
+def test_a_table_holds_the_later_of_its_commits_and_the_sink_record():
+    assert ledger.table_covers(pos(300), pos(200)) == pos(300)  # committed past the record (a crash)
+    assert ledger.table_covers(pos(100), pos(200)) == pos(200)  # untouched since the record
+    assert ledger.table_covers(None, pos(200)) == pos(200) and ledger.table_covers(pos(5), None) == pos(5)
+    assert ledger.table_covers(None, None) is None
+    with pytest.raises(IncomparablePositionsError):
+        pos(1) > pos(2, server_id=2)  # noqa: B015 - the premise: two servers' positions do not compare
+    assert ledger.table_covers(pos(1), pos(2, server_id=2)) == pos(1)
+
+
+def test_needs_the_transactions_after_what_the_table_holds():
+    assert ledger.needs(pos(400), False, pos(300))
+    assert not ledger.needs(pos(300), False, pos(300)) and not ledger.needs(pos(200), False, pos(300))
+    assert ledger.needs(pos(300), True, pos(300))  # a split transaction's part: the whole is needed
+    assert ledger.needs(pos(1), False, None)
+    assert ledger.needs(pos(1), False, pos(9, server_id=2))  # another server's log: all of it
