@@ -46,18 +46,8 @@ def _plugin(d: dict, probs: Problems) -> str | None:
 def _replay_retention(d: dict, probs: Problems) -> int:
     """``source.replay_retention``: how long release keeps the slot behind the checkpoints, as a
     duration (``24h``, ``90m``, ``3600s``, ``7d``; ``0``: not at all)."""
-    fp, v = "source.replay_retention", d.get("replay_retention")
-    if v is None or (v == 0 and not isinstance(v, bool)):
-        return 0
-    if isinstance(v, str) and v.strip() == "0":
-        return 0
-    m = DURATION_RE.match(v.strip()) if isinstance(v, str) else None
-    if m is None:
-        hint = " (a number needs a unit)" if type(v) in (int, float) else ""
-        probs.add(fp, f"bad value {v!r}{hint}", "a duration such as 24h, 90m, 3600s or 7d, or 0 (no "
-                                                 "replay window: release moves the slot to the checkpoints)")
-        return 0
-    return int(m.group(1)) * DURATION_UNITS[m.group(2)]
+    return _duration(d, "replay_retention", 0, probs, "a duration such as 24h, 90m, 3600s or 7d, or 0 (no "
+                     "replay window: release moves the slot to the checkpoints)")
 
 
 def _stall_timeout(d: dict, probs: Problems) -> int:
@@ -65,17 +55,23 @@ def _stall_timeout(d: dict, probs: Problems) -> int:
     (its run stopped, frozen or cut off) before it drops the replication connection, which frees
     the slot for the next run (the WAL sender's ``tcp_user_timeout``); a duration (``2m``,
     ``30s``), default 2m; ``0``: never (a stalled run then holds the slot until it is killed)."""
-    fp, v = "source.stall_timeout", d.get("stall_timeout")
+    return _duration(d, "stall_timeout", STALL_TIMEOUT_S, probs, "a duration such as 2m or 30s, or 0 "
+                     "(never: a stalled run holds the slot until it is killed)")
+
+
+def _duration(d: dict, field: str, default: int, probs: Problems, fix: str) -> int:
+    """``source.<field>`` in seconds: left out, ``default``; ``0`` or ``"0"``, 0; a bad value is a
+    problem naming the field (and ``default`` stands in)."""
+    v = d.get(field)
     if v is None:
-        return STALL_TIMEOUT_S
+        return default
     if (v == 0 and not isinstance(v, bool)) or (isinstance(v, str) and v.strip() == "0"):
         return 0
     m = DURATION_RE.match(v.strip()) if isinstance(v, str) else None
     if m is None:
         hint = " (a number needs a unit)" if type(v) in (int, float) else ""
-        probs.add(fp, f"bad value {v!r}{hint}", "a duration such as 2m or 30s, or 0 (never: a stalled run "
-                                                 "holds the slot until it is killed)")
-        return STALL_TIMEOUT_S
+        probs.add(f"source.{field}", f"bad value {v!r}{hint}", fix)
+        return default
     return int(m.group(1)) * DURATION_UNITS[m.group(2)]
 
 
