@@ -29,8 +29,12 @@ COVERING = [15, 2703, 2976, 971, 3273, 874]
 #   transaction timeout failed fatally (INVALID_TXN_STATE, or "fenced by a newer instance" with no
 #   other run), so Airflow would not have retried it (fixed: a timed-out transaction is said so and
 #   is retryable while the run holds the lease).
+# CI runs one seed per defect (2488, 415); the others replay with TIDEGATE_CAMPAIGN_FOUND=1 or
+# `make campaign SEED=111 SINKS=kafka,nats,redis` (and 112, 113), within the CI time budget.
 MESSAGE_SINKS = ("kafka", "nats", "redis")
-FOUND = [(2488, None), (415, None), (111, MESSAGE_SINKS), (112, MESSAGE_SINKS), (113, MESSAGE_SINKS)]
+FOUND = [(2488, None), (415, None)]
+if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
+    FOUND += [(111, MESSAGE_SINKS), (112, MESSAGE_SINKS), (113, MESSAGE_SINKS)]
 CASES = [(seed, None) for seed in COVERING] + FOUND
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     CASES = [(int(s), None) for s in os.environ["TIDEGATE_CAMPAIGN_SEEDS"].replace(",", " ").split()]

@@ -172,7 +172,12 @@ def checkpoints(store, pipeline: str) -> dict:
     return {sid: rec.position for sid, rec in store.checkpoints.current(pipeline).items()}
 
 
-@pytest.mark.parametrize("hang", [False, True], ids=["killed", "hung"])
+# "hung" (Redis SIGSTOPped, socket_timeout 3 s) passes too (2.5 min); CI runs "killed" only, within
+# its time budget: the campaign's stop_redis schedules cover a hung sink under every policy.
+HANGS = [False, True] if os.environ.get("TIDEGATE_SLOW_VARIANTS") else [False]
+
+
+@pytest.mark.parametrize("hang", HANGS, ids=["killed", "hung"][:len(HANGS)])
 @pytest.mark.parametrize("pipeline", ["commit_policy: all"], indirect=True)
 def test_all_one_sink_down_nothing_moves_the_retry_delivers(airflow_env, pipeline, hang, kafka_bootstrap,
                                                              nats_service, redis_service):

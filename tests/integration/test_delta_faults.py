@@ -194,8 +194,14 @@ def when(pred: Callable[[], bool], run: Run, sig: int, timeout: float = 600) -> 
     run.signal(sig)
 
 
-@pytest.mark.parametrize(("source", "mode"), [("mariadb", "merge"), ("mariadb", "changelog"),
-                                              ("postgres", "merge")], indirect=["source"])
+# ("mariadb", "changelog") passes too; CI runs the two below within its time budget (changelog mode
+# meets the same kill in the campaign's Delta seed and in test_delta_e2e).
+CASES = [("mariadb", "merge"), ("postgres", "merge")]
+if os.environ.get("TIDEGATE_SLOW_VARIANTS"):
+    CASES.append(("mariadb", "changelog"))
+
+
+@pytest.mark.parametrize(("source", "mode"), CASES, indirect=["source"])
 def test_killed_between_tables_the_rerun_writes_each_table_what_it_lacks(base, spark, source, mode):
     p = Pipeline(base, source, mode)
     p.run_ok("place")  # start: head
