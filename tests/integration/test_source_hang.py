@@ -43,7 +43,8 @@ def server_processes(name: str) -> list[int]:
     return [pid, *map(int, children)]
 
 
-def hang_mid_read(p: Pipeline, server: str) -> None:
+def hang_mid_read(p: Pipeline, server: str) -> str:
+    """Hang ``server`` mid-read; the hung run's last words (the caller checks what they name)."""
     p.cdc.env["TIDEGATE_SOURCE_READ_TIMEOUT_S"] = str(READ_TIMEOUT_S)
     p.run_ok("place")
     p.work.wave(600)
@@ -82,11 +83,14 @@ def hang_mid_read(p: Pipeline, server: str) -> None:
     later = p.catch_up(f"after_hang_{server}")
     print(f"the runs after it: {later or 'ok'}")
     assert_exactly_once(p, f"{server} SIGSTOP mid-read")
+    return ended
 
 
 def test_mariadb_hangs_mid_read(mysql_pipeline):  # noqa: F811 - the imported fixture
-    hang_mid_read(mysql_pipeline, "mysql")
+    ended = hang_mid_read(mysql_pipeline, "mysql")
+    assert "TIDEGATE_SOURCE_READ_TIMEOUT_S" in ended, ended
 
 
 def test_postgres_hangs_mid_read(postgres_pipeline):  # noqa: F811 - the imported fixture
-    hang_mid_read(postgres_pipeline, "postgres")
+    ended = hang_mid_read(postgres_pipeline, "postgres")
+    assert "TIDEGATE_SOURCE_READ_TIMEOUT_S" in ended, ended
