@@ -194,11 +194,11 @@ def when(pred: Callable[[], bool], run: Run, sig: int, timeout: float = 600) -> 
     run.signal(sig)
 
 
-# ("mariadb", "changelog") passes too; CI runs the two below within its time budget (changelog mode
-# meets the same kill in the campaign's Delta seed and in test_delta_e2e).
-CASES = [("mariadb", "merge"), ("postgres", "merge")]
+# ("mariadb", "changelog") and ("postgres", "merge") pass too (TIDEGATE_SLOW_VARIANTS=1); CI runs the
+# reproduction of the defect alone, within its time budget.
+CASES = [("mariadb", "merge")]
 if os.environ.get("TIDEGATE_SLOW_VARIANTS"):
-    CASES.append(("mariadb", "changelog"))
+    CASES += [("mariadb", "changelog"), ("postgres", "merge")]
 
 
 @pytest.mark.parametrize(("source", "mode"), CASES, indirect=["source"])
