@@ -684,7 +684,7 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
 
         def release_later() -> None:
             # release once the run's handoff is seen waiting for the commit (its backend polls
-            # pg_locks for the waiting transaction), so the wait is proven, not guessed at
+            # pg_xact_status for the waiting transaction), so the wait is proven, not guessed at
             watcher = psycopg2.connect(postgres.admin_dsn)
             watcher.autocommit = True
             try:
@@ -692,7 +692,7 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
                 while time.monotonic() < deadline:
                     with watcher.cursor() as c:
                         c.execute("SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                                  "AND query LIKE '%FROM pg_locks WHERE locktype = ''transactionid''%'")
+                                  "AND query LIKE '%pg_xact_status(x::xid8)%'")
                         if c.fetchone()[0]:
                             break
                     time.sleep(0.2)
