@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 TX_TIMEOUT_MS = 2000
 NOTE = "x" * 6000  # rows of 6 KB: a transaction of 20 of them stays open long enough to be seen
-ROWS = 200
+ROWS = 800  # 1,000 changes in 50 transactions: the run lasts long enough to be caught in one
 
 
 @dataclass
