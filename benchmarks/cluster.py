@@ -43,7 +43,6 @@ import argparse
 import contextlib
 import datetime as dt
 import fcntl
-import importlib.util
 import json
 import os
 import re
@@ -101,13 +100,10 @@ class Cluster:
 
 
 def package_zip(folder: Path) -> Path:
-    """The tidegate zip the deliver operator ships (plugins/tidegate_airflow/package.py, loaded
-    by file: the plugin package imports Airflow)."""
-    spec = importlib.util.spec_from_file_location("tidegate_package", ROOT / "plugins" / "tidegate_airflow"
-                                                  / "package.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.package_zip(folder)
+    """The tidegate zip the deliver operator ships (tidegate.spark.package)."""
+    from tidegate.spark.package import package_zip as build
+
+    return build(folder)
 
 
 # --------------------------------------------------------------------------- pipelines

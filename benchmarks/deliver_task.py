@@ -129,7 +129,7 @@ def main() -> int:
                            autocommit=True)
     sc_url = senv["TIDEGATE_SPARK_CONNECT_URL"]
     sys.path.insert(0, str(ROOT / "plugins"))
-    from tidegate_airflow.package import package_zip
+    from tidegate.spark.package import package_zip
 
     zip_path = str(package_zip())
     print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs; machine shared with "

@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 a problem was found (invalid spec, store refused), 2 usage e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import sys
@@ -107,9 +108,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     import datetime as dt
     import logging
 
-    from . import guards, runner
     from .reader_process import ReaderProcess
     from .run import RunContext
+    from .spark.connect import spec_connect_url
     from .store import default_url, open_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -121,26 +122,45 @@ def cmd_run(args: argparse.Namespace) -> int:
                                who=_os_user())
     if args.no_guards and plan.resolve:
         raise RunParamsError(["--resolve resolves incidents in the guards step: drop --no-guards"])
-    # The range is decoded in a reader process while this one delivers (reader_process.py). It
-    # starts now, its start-up overlapping the guards and the bounds; the run hands it the
-    # planned range before it opens the sinks.
-    with open_store() as store, ReaderProcess(default_url()) as reader:
-        reader.warm_up(spec.source.kind)
+    with open_store() as store:
         run = RunContext(spec, plan, run_id, store=store)
-        if not args.no_guards:
-            guards.run_guards(run)
-        report: dict[str, Any] = {}
-        if plan.mode != "dry_run":
-            run = runner.prepare_bounds(run)  # writes the run's record, which the delivery reads
-            report["bounds"] = run.bounds.to_json()
-            if run.bounds.nothing_to_do(plan.sinks):
-                print(json.dumps({**report, "nothing_to_do": True}, indent=2, default=str))
-                return 0
-        report.update(runner.run_pipeline(run, reader=reader))
-        if plan.mode == "incremental":
-            report["released_to"] = position_to_json(runner.release(run))
+        # As the deliver task decides: a spec whose spark.conn_id is a Spark Connect connection
+        # is delivered as a client of that server (a Delta sink writes there; no local Spark).
+        remote = None if plan.mode == "dry_run" else spec_connect_url(spec, run.parts.connection)
+        # Else the range is decoded in a reader process while this one delivers
+        # (reader_process.py). It starts now, its start-up overlapping the guards and the bounds;
+        # the run hands it the planned range before it opens the sinks.
+        with contextlib.nullcontext() if remote else ReaderProcess(default_url()) as reader:
+            if reader is not None:
+                reader.warm_up(spec.source.kind)
+            report = _run_steps(run, args, reader, remote)
     print(json.dumps(report, indent=2, default=str))
     return 0
+
+
+def _run_steps(run: Any, args: argparse.Namespace, reader: Any, remote: str | None) -> dict[str, Any]:
+    """The guards, the bounds (nothing to do: the report says so), the delivery (in this
+    process, or as a client of the Spark Connect server at ``remote``), the release."""
+    from . import guards, runner
+    from .spark.connect import deliver_remote
+    from .spark.package import package_zip
+
+    plan = run.plan
+    if not args.no_guards:
+        guards.run_guards(run)
+    report: dict[str, Any] = {}
+    if plan.mode != "dry_run":
+        run = runner.prepare_bounds(run)  # writes the run's record, which the delivery reads
+        report["bounds"] = run.bounds.to_json()
+        if run.bounds.nothing_to_do(plan.sinks):
+            return {**report, "nothing_to_do": True}
+    if remote:
+        report.update(deliver_remote(remote, run.with_store(None), py_files=[str(package_zip())]))
+    else:
+        report.update(runner.run_pipeline(run, reader=reader))
+    if plan.mode == "incremental":
+        report["released_to"] = position_to_json(runner.release(run))
+    return report
 
 
 # --------------------------------------------------------------------------- status

@@ -54,7 +54,7 @@ def run_guards(run: RunContext, checks: Sequence[str] = GUARD_ORDER) -> dict[str
     plan = run.plan
     with run.opened_store() as store:
         run = run.with_store(store)
-        out: dict[str, Any] = {"resolved": [], "checks": {}, "warnings": []}
+        out: dict[str, Any] = {"resolved": [], "checks": {}, "warnings": [], "headroom": {}}
         if plan.resolve:
             out["resolved"] = resolve_incidents(run, resolution=plan.resolve, reason=plan.reason or "",
                                                 who=plan.who, tables=plan.tables)
@@ -68,9 +68,11 @@ def _run_check(check: str, run: RunContext, out: dict[str, Any]) -> Any:
         check_halted(run)
         return {"status": "ok"}
     if check == "preflight":
-        warnings = preflight(run)
-        out["warnings"] += warnings
-        return {"status": "warnings" if warnings else "ok", "warnings": warnings}
+        result = preflight(run)
+        out["warnings"] += result.warnings
+        out["headroom"] = result.headroom
+        return {"status": "warnings" if result.warnings else "ok", "warnings": result.warnings,
+                "headroom": result.headroom}
     guard = guard_failover if check == "failover" else guard_retention
     result = guard(run)
     log.info("pipeline %s: %s guard: %s", run.pipeline, check, result)
@@ -217,10 +219,21 @@ def guard_retention(run: RunContext) -> dict[str, Any]:
             raise  # not reached: _halt raises
 
 
-def preflight(run: RunContext) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class PreflightResult:
+    """The preflight's warnings (sentences) and the source's retention headroom, as figures
+    (``seconds``: MySQL/MariaDB binlog expiry minus the oldest checkpoint's age; ``bytes``:
+    the PostgreSQL slot's safe_wal_size); a figure is absent when the source keeps its log
+    without a limit."""
+
+    warnings: list[str]
+    headroom: dict[str, float]
+
+
+def preflight(run: RunContext) -> PreflightResult:
     """Source settings and privileges (raises SourceSettingError on a hard problem) and
-    retention headroom warnings against the oldest sink checkpoint; figures worth knowing (the
-    WAL a slot holds) are logged."""
+    retention headroom against the oldest sink checkpoint: a warning when it runs low, a figure
+    on every run; figures worth knowing (the WAL a slot holds) are logged."""
     from .sources.preflight import INFO, WARNING, raise_for_problems
 
     spec = run.spec
@@ -238,7 +251,20 @@ def preflight(run: RunContext) -> list[str]:
     warnings = [p.message for p in problems if p.severity == WARNING]
     for w in warnings:
         log.warning("pipeline %s: %s", spec.pipeline, w)
-    return warnings
+    return PreflightResult(warnings, retention_headroom(problems))
+
+
+def retention_headroom(problems: Sequence[Any]) -> dict[str, float]:
+    """The headroom figures the preflight's retention findings carry."""
+    out: dict[str, float] = {}
+    for p in problems:
+        if p.code != "retention":
+            continue
+        if p.detail.get("headroom_s") is not None:
+            out["seconds"] = float(p.detail["headroom_s"])
+        if p.detail.get("safe_wal_size") is not None:
+            out["bytes"] = float(p.detail["safe_wal_size"])
+    return out
 
 
 # --------------------------------------------------------------------------- resolve

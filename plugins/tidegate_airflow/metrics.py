@@ -20,6 +20,13 @@ name                                            type     value
                                                          checkpoint last moved
 ``tidegate.checkpoint_age_seconds.<p>.<sink>``  gauge    seconds since the checkpoint was written
 ``tidegate.incidents_open.<pipeline>``          gauge    open continuity incidents (halted when > 0)
+``tidegate.retention_headroom_seconds.<p>``     gauge    MySQL/MariaDB: binlog expiry minus the age
+                                                         of the oldest checkpoint (sent by the guard
+                                                         task, on every run, when an expiry is set)
+``tidegate.retention_headroom_bytes.<p>``       gauge    PostgreSQL: WAL the slot may still fall
+                                                         behind before the server invalidates it
+                                                         (safe_wal_size; when max_slot_wal_keep_size
+                                                         is set)
 ==============================================  =======  ==========================================
 
 ``dlq``, ``duplicates`` and ``skipped`` are sent when the run report carries them. A dry run
@@ -79,6 +86,17 @@ def emit_state(pipeline: str, *, stats: Any = None, parts: Any = None, status: A
             log.warning("pipeline %s: lag unknown: %s", pipeline, status["head_error"])
     except Exception:  # noqa: BLE001 - metrics must never fail a task or mask its error
         log.exception("pipeline %s: could not emit the state metrics", pipeline)
+
+
+def emit_headroom(pipeline: str, headroom: Mapping[str, float], stats: Any = None) -> None:
+    """The retention headroom the guard's preflight measured (``seconds`` / ``bytes``), so an
+    alert can fire before the source drops changes the pipeline still needs."""
+    try:
+        stats = _stats(stats)
+        for unit, value in headroom.items():
+            stats.gauge(f"tidegate.retention_headroom_{unit}.{pipeline}", value, tags={"pipeline": pipeline})
+    except Exception:  # noqa: BLE001 - metrics must never fail a task or mask its error
+        log.exception("pipeline %s: could not emit the headroom metrics", pipeline)
 
 
 def pipeline_of(context: Mapping[str, Any]) -> str | None:

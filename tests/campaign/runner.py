@@ -59,7 +59,12 @@ from tests.integration.airflow_support import VENV_BIN
 from tests.integration.test_fault_matrix import IN_PROCESS_READS, Run, explained_failure
 
 RUN_TIMEOUT_S = 180  # a run still going after this is a finding (hung)
-DELTA_RUN_TIMEOUT_S = 900  # with Delta sinks: every delivering run starts Spark (local[2])
+DELTA_RUN_TIMEOUT_S = 900  # with Delta sinks: a run may start Spark (local[2])
+# Delta runs are clients of the shared Spark Connect server (the spec's spark.conn_id, as the
+# DAGs deploy them): no Spark start per run, and a killed run's last Delta write may still be
+# finished by the server. CAMPAIGN_DELTA_SPARK=local: each run starts a local Spark instead,
+# and a kill takes the writer with it.
+DELTA_SPARK = os.environ.get("CAMPAIGN_DELTA_SPARK", "connect")
 MAX_RETRIES = 8
 VERBOSE = bool(os.environ.get("CAMPAIGN_VERBOSE"))  # failed runs retried before a schedule is declared stuck
 
@@ -109,6 +114,13 @@ class Services:
         self.mysql_admin, self.pg_admin = conns["cdc_mysql_admin"], conns["cdc_postgres_admin"]
         self.bootstrap = conns["cdc_kafka"].extra["bootstrap.servers"]
         self.nats, self.redis = conns["cdc_nats"], conns["cdc_redis"]
+        self.connect_up = False
+
+    def spark_connect(self) -> None:
+        """The Spark Connect server Delta runs are clients of, started on first use."""
+        if not self.connect_up:
+            services_cmd("up", "spark_connect")
+            self.connect_up = True
 
     def pg_connect(self, dbname: str | None = None):
         c = self.pg_admin
@@ -158,6 +170,8 @@ class Pipe:
                         TIDEGATE_READER_PROCESS_MIN_BYTES=IN_PROCESS_READS,
                         AIRFLOW_CONN_CAMPAIGN_KAFKA=json.dumps(kafka_conn),
                         PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+        if "delta_merge" in self.sinks and DELTA_SPARK == "connect":
+            sv.spark_connect()
         connect = sv.mysql_connect if sched.source == "mysql" else sv.pg_connect
         self.db = SourceDb(sched.source, connect, self.schema)
         self.db.create_tables()
@@ -189,12 +203,17 @@ class Pipe:
                          f'path: "{self.lake}/{{pipeline}}/log/{{schema}}/{{table}}"',
         }
         lines = [sinks[k] + (", required: false}" if k in s.optional else "}") for k in s.sinks]
+        connect = "delta_merge" in s.sinks and DELTA_SPARK == "connect"
         return textwrap.dedent(f"""\
             pipeline: {self.name}
             source: {source}
             batch: {batch}
-            sinks:
-            """) + "".join(f"  - {ln}\n" for ln in lines)
+            """) + ("spark: {conn_id: spark_connect}\n" if connect else "") + "sinks:\n" + "".join(
+            f"  - {ln}\n" for ln in lines)
+
+    def delta_commits(self) -> int:
+        """Commits in the Delta data tables' logs (the sinks' checkpoint tables left out)."""
+        return sum(1 for f in self.lake.glob("*/*/*/*/_delta_log/*.json") if "_tidegate" not in f.parts)
 
     # ------------------------------------------------------------------ the store
 
@@ -325,15 +344,19 @@ class Pipe:
 
 
 def wait_moment(p: Pipe, run: Run, moment: tuple[str, float]) -> bool:
-    """Until the moment: k sub-batches committed, or s seconds. False when the run ended first."""
+    """Until the moment: k sub-batches committed, k Delta table commits made, or s seconds.
+    False when the run ended first."""
     what, n = moment
     deadline = time.monotonic() + (n if what == "delay" else p.run_timeout)
+    before = p.delta_commits() if what == "delta_commits" else 0
     while run.proc.poll() is None:
         if what == "commits" and p.writes(run.run_id) >= n:
             return True
+        if what == "delta_commits" and p.delta_commits() - before >= n:
+            return True
         if time.monotonic() >= deadline:
             return what == "delay"
-        time.sleep(0.02 if what == "commits" else 0.05)
+        time.sleep(0.05 if what == "delay" else 0.02)
     return False
 
 

@@ -26,7 +26,9 @@ KAFKA_TXN_TIMEOUT_MS = 4000  # the campaign's Kafka transaction.timeout.ms (its 
 @dataclass(frozen=True)
 class Step:
     """One fault: ``moment`` is ("commits", k) (once the faulted run has committed k sub-batches,
-    as the store shows) or ("delay", s) (s seconds after the run started); ``hold`` how long a
+    as the store shows), ("delta_commits", k) (once it has made k commits to the Delta data
+    tables: a sub-batch's commits go table by table, so this lands between two tables' commits of
+    one sub-batch as often as not) or ("delay", s) (s seconds after the run started); ``hold`` how long a
     stopped process or server stays stopped (or a killed server down); ``wave`` the transactions
     written before the faulted run; ``writes_between`` those written after the fault, before the
     runs that follow; ``takeovers`` (zombie) the runs that finish the work before it wakes."""
@@ -105,6 +107,8 @@ def sink_of(kind: str) -> str | None:
 def _step(rng: random.Random, fault: str, with_delta: bool = False) -> Step:
     if rng.random() < 0.7:
         moment: tuple[str, float] = ("commits", rng.randint(1, 2 if with_delta else 4))
+        if with_delta and rng.random() < 0.5:  # (drawn for Delta schedules only: others keep theirs)
+            moment = ("delta_commits", rng.randint(1, 6))
     else:
         moment = ("delay", round(rng.uniform(1.0, 4.0), 1))
     if fault == "run_stall_nats":

@@ -46,6 +46,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import psycopg2
 import pymysql
 import pytest
 from tidegate.store import open_store
@@ -179,11 +180,11 @@ def services(*args: str, env: dict | None = None, check: bool = True) -> subproc
 
 
 @pytest.fixture(scope="module")
-def deployment(service_env, mysql, kafka, redis_service, nats_service, spark_connect):
+def deployment(service_env, mysql, postgres, kafka, redis_service, nats_service, spark_connect):
     base = Path(tempfile.mkdtemp(prefix="tidegate-airflow-sched-"))
     (base / "pipelines").mkdir()
     tag = uuid.uuid4().hex[:6]
-    names = {k: f"af_{k}_{tag}" for k in ("rest", "sched", "halt")}
+    names = {k: f"af_{k}_{tag}" for k in ("rest", "sched", "halt", "pg")}
     db = f"af_{tag}"
     specs = {
         "rest": f"""
@@ -214,7 +215,18 @@ def deployment(service_env, mysql, kafka, redis_service, nats_service, spark_con
             sinks: [{{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}]
             spark: {{conn_id: spark_connect}}
         """,
+        "pg": f"""
+            pipeline: {names['pg']}
+            source: {{kind: postgres, conn_id: cdc_postgres, tables: [{db}.t], slot: {names['pg']}}}
+            sinks: [{{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}]
+            spark: {{conn_id: spark_connect}}
+        """,
     }
+    pg = psycopg2.connect(postgres.admin_dsn)
+    pg.autocommit = True
+    with pg.cursor() as c:
+        c.execute(f"CREATE SCHEMA {db}")
+        c.execute(f"CREATE TABLE {db}.t (id int PRIMARY KEY, status text)")
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     with admin.cursor() as c:
         c.execute(f"CREATE DATABASE {db}")
@@ -242,7 +254,7 @@ def deployment(service_env, mysql, kafka, redis_service, nats_service, spark_con
     print(f"airflow deployment ready in {time.monotonic() - t0:.0f}s", file=sys.stderr)
     store = open_store(store_url)
     d = {"api": api, "names": names, "dags": dags, "db": db, "admin": admin, "store": store,
-         "statsd": statsd, "env": env, "senv": senv, "base": base}
+         "statsd": statsd, "env": env, "senv": senv, "base": base, "pg": pg}
     yield d
     for dag_id in dags.values():
         try:
@@ -254,6 +266,11 @@ def deployment(service_env, mysql, kafka, redis_service, nats_service, spark_con
     with admin.cursor() as c:
         c.execute(f"DROP DATABASE IF EXISTS {db}")
     admin.close()
+    with pg.cursor() as c:
+        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                  "WHERE slot_name = %s AND NOT active", (names["pg"],))
+        c.execute(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    pg.close()
     # Stop it: it was started with this module's folders, and it costs memory and CPU.
     services("down", "airflow", check=False)
 
@@ -535,6 +552,45 @@ def wait_for(pred, timeout: float, what: str):
             return v
         time.sleep(0.5)
     raise AssertionError(f"not within {timeout:.0f}s: {what}")
+
+
+def test_the_guard_sends_retention_headroom_on_both_sources(deployment):
+    """On every run the guard task sends how much log the source keeps beyond the oldest
+    checkpoint: MariaDB's binlog expiry minus the checkpoint's age (seconds), the PostgreSQL
+    slot's safe_wal_size (bytes), to the real StatsD listener, so an alert can fire before a
+    purge or an invalidation. Both limits are set on the shared servers for this test only."""
+    d, api, statsd = deployment, deployment["api"], deployment["statsd"]
+    week, keep = 7 * 86400, 4 << 30
+    with d["admin"].cursor() as c:
+        c.execute("SELECT @@GLOBAL.binlog_expire_logs_seconds")
+        (expire_was,) = c.fetchone()
+        c.execute(f"SET GLOBAL binlog_expire_logs_seconds = {week}")
+    with d["pg"].cursor() as c:
+        c.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '4GB'")
+        c.execute("SELECT pg_reload_conf()")
+    try:
+        for key in ("rest", "pg"):  # a run with checkpoints (the first one places them)
+            for _ in range(2):
+                run = api.trigger(d["dags"][key])
+                assert api.wait_run(d["dags"][key], run) == "success", api.tasks(d["dags"][key], run)
+        mysql_name = f"airflow.tidegate.retention_headroom_seconds.{d['names']['rest']}"
+        pg_name = f"airflow.tidegate.retention_headroom_bytes.{d['names']['pg']}"
+        seconds = wait_for(lambda: statsd.values(mysql_name), 60, f"{mysql_name} in {statsd.lines[-20:]}")
+        wal = wait_for(lambda: statsd.values(pg_name), 60, f"{pg_name} in {statsd.lines[-20:]}")
+        # a checkpoint written minutes ago: a week less a few minutes of binlog left
+        assert all(v.endswith("|g") and week - 900 < float(v[:-2]) <= week for v in seconds), seconds
+        # the slot holds next to nothing: about the whole 4 GB (less the WAL since its restart_lsn,
+        # give or take the segment it is in)
+        low, high = keep - (256 << 20), keep + (64 << 20)
+        assert all(v.endswith("|g") and low < float(v[:-2]) <= high for v in wal), wal
+        assert not statsd.values(f"airflow.tidegate.retention_headroom_bytes.{d['names']['rest']}")
+        assert not statsd.values(f"airflow.tidegate.retention_headroom_seconds.{d['names']['pg']}")
+    finally:
+        with d["admin"].cursor() as c:
+            c.execute(f"SET GLOBAL binlog_expire_logs_seconds = {int(expire_was)}")
+        with d["pg"].cursor() as c:
+            c.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
+            c.execute("SELECT pg_reload_conf()")
 
 
 def test_purge_halts_failed_run_emits_metrics_page_shows_incident_accept_gap_resumes(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-import importlib.util
 import json
 import os
 import random
@@ -29,6 +28,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pymysql
 import pytest
+from tidegate.spark.package import package_zip
 
 from tests.conftest import ROOT, SERVICES, services_env
 
@@ -117,17 +117,12 @@ def submit(spec, run_id: str, tmp_path: Path) -> dict:
     from tidegate.connections import get_connection
     from tidegate.kinds import spark_settings
 
-    # The plugin's package module, loaded by file: the plugin package itself imports Airflow.
-    mod = importlib.util.spec_from_file_location("tidegate_package",
-                                                 ROOT / "plugins" / "tidegate_airflow" / "package.py")
-    package = importlib.util.module_from_spec(mod)
-    mod.loader.exec_module(package)
     conn = get_connection(spec.spark.conn_id)
     master = f"{conn.host}:{conn.port}"
     conf = {**spark_settings(spec), **spec.spark.conf, "spark.pyspark.driver.python": sys.executable}
     report_file = tmp_path / "report.json"
     cmd = [str(SPARK_SUBMIT), "--master", master, "--name", f"tidegate-{spec.pipeline}",
-           "--py-files", str(package.package_zip(tmp_path)),
+           "--py-files", str(package_zip(tmp_path)),
            *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")),
            str(ROOT / "spark_jobs" / "deliver.py"), "--pipeline", spec.pipeline, "--run-id", run_id,
            "--report-file", str(report_file)]

@@ -118,3 +118,35 @@ def test_the_driver_reports_its_cpu_and_its_jvms():
     # The same process read through /proc (as the driver reads its JVM's) agrees within ticks.
     assert abs(cpu_seconds(os.getpid()) - mine) < 0.5
     assert cpu_seconds(2**22 + 1) is None  # no such process: nothing to report
+
+
+# --------------------------------------------------------------------------- Spark Connect URL
+
+
+def test_connect_url_is_built_as_airflows_hook_builds_it():
+    from tidegate.connections import Connection
+    from tidegate.spark.connect import connect_url
+
+    plain = Connection("sc", "spark_connect", host="127.0.0.1", port=15002)
+    assert connect_url(plain) == "sc://127.0.0.1:15002"
+    full = Connection("sc", "spark_connect", host="sc://spark.example", port=443, login="etl",
+                      password="t/k n", extra={"use_ssl": True})
+    assert connect_url(full) == "sc://spark.example:443/;user_id=etl;token=t/k%20n;use_ssl=True"
+
+
+def test_tidegate_run_delivers_through_connect_only_when_the_spec_names_a_connect_connection():
+    from tidegate.connections import get_connection
+    from tidegate.spark.connect import spec_connect_url
+    from tidegate.spec import load_spec_text
+
+    spec = load_spec_text("""
+        pipeline: p
+        source: {kind: mysql, conn_id: src, tables: [d.t], server_id: 7}
+        sinks: [{id: k, kind: redis, conn_id: r, stream: s}]
+        spark: {conn_id: sc}
+    """)
+    environ = {"AIRFLOW_CONN_SC": '{"conn_type": "spark_connect", "host": "127.0.0.1", "port": 15002}'}
+    assert spec_connect_url(spec, lambda c: get_connection(c, environ)) == "sc://127.0.0.1:15002"
+    environ = {"AIRFLOW_CONN_SC": '{"conn_type": "spark", "host": "local[2]"}'}
+    assert spec_connect_url(spec, lambda c: get_connection(c, environ)) is None  # spark-submit's
+    assert spec_connect_url(spec, lambda c: get_connection(c, {})) is None  # not defined: in-process

@@ -138,6 +138,43 @@ def active_session() -> LazySession | None:
     return _ACTIVE
 
 
+CONNECT_CONN_TYPE = "spark_connect"  # Airflow's Spark Connect connection type
+
+
+def connect_url(conn: Any) -> str:
+    """The ``sc://`` URL of a Spark Connect connection, built as Airflow's SparkConnectHook
+    builds it (host, port; login as ``user_id``, password as ``token``, extra ``use_ssl``). It may
+    hold a token: never log it."""
+    from urllib.parse import quote
+
+    host = conn.host or ""
+    url = host if "://" in host else f"sc://{host}"
+    if conn.port:
+        url = f"{url}:{conn.port}"
+    params = []
+    if conn.login:
+        params.append(f"user_id={quote(conn.login)}")
+    if conn.password:
+        params.append(f"token={quote(conn.password)}")
+    if conn.extra.get("use_ssl") is not None:
+        params.append(f"use_ssl={quote(str(conn.extra['use_ssl']))}")
+    return url + ("/;" + ";".join(params) if params else "")
+
+
+def spec_connect_url(spec: Any, connection: Callable[[str], Any]) -> str | None:
+    """The Spark Connect server a run outside Airflow (``tidegate run``) delivers through: the
+    spec's ``spark.conn_id`` when that connection is defined and of type ``spark_connect``, as
+    the deliver task decides; None otherwise (the run reads in its own process, and a Delta sink
+    starts a local Spark)."""
+    from ..errors import ConnectionConfigError
+
+    try:
+        conn = connection(spec.spark.conn_id)
+    except ConnectionConfigError:
+        return None
+    return connect_url(conn) if conn.conn_type == CONNECT_CONN_TYPE else None
+
+
 def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None = None,
                    py_files: Sequence[str] = ()) -> dict[str, Any]:
     """One bounded run read through a Spark Connect server at ``url`` (``sc://host:port/;...``,
@@ -166,4 +203,5 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     return report
 
 
-__all__ = ["LazySession", "active_session", "deliver_remote", "register_task_source"]
+__all__ = ["LazySession", "active_session", "connect_url", "deliver_remote", "register_task_source",
+           "spec_connect_url"]

@@ -15,11 +15,11 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook, Context
 from airflow.sdk.exceptions import AirflowException
 from tidegate.kinds import spark_settings
+from tidegate.spark.package import package_zip
 from tidegate.spec import DATA_DIR_ENV, data_dir
 
 from ..connections import connection_env, salt_env
 from ..exceptions import DeliverFatalError, UnsafeConnectionTransportError
-from ..package import package_zip
 from .base import TidegateTaskMixin
 
 DEFAULT_APPLICATION = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "deliver.py")

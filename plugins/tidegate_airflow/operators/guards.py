@@ -7,6 +7,7 @@ from typing import Any
 
 from tidegate.plan import GUARD_ORDER
 
+from ..metrics import emit_headroom
 from .base import TidegateBaseOperator, without_resolution
 
 
@@ -56,6 +57,7 @@ class TidegateGuardOperator(TidegateBaseOperator):
                           plan.resolve)
         for w in out["warnings"]:
             self.log.warning("pipeline %s: preflight: %s", pipeline, w)
+        emit_headroom(pipeline, out["headroom"])
         self.log.info("pipeline %s: guards passed (%s)", pipeline, ", ".join(self.checks))
 
 

@@ -16,7 +16,7 @@ import pymysql
 
 from ...errors import PositionPurgedError, SourceError, SourceSettingError
 from ...store.records import CheckpointRecord
-from ..preflight import ERROR, WARNING, Problem, human_seconds, setting_problem
+from ..preflight import ERROR, INFO, WARNING, Problem, human_seconds, setting_problem
 from .position import BinlogPosition
 from .server import MySqlServer
 
@@ -112,6 +112,10 @@ def check_server(server: MySqlServer, checkpoint: BinlogPosition | None = None,
                                  f"retention headroom is {human_seconds(headroom)}: the oldest "
                                  f"checkpoint is {human_seconds(checkpoint_age)} old and binlogs "
                                  f"expire after {human_seconds(expiry)}", WARNING, detail))
+        else:  # the figure still goes out (a metric), so an alert can fire before the warning
+            probs.append(Problem("retention", "binlog_expire_logs_seconds",
+                                 f"retention headroom is {human_seconds(headroom)} (binlogs expire "
+                                 f"after {human_seconds(expiry)})", INFO, detail))
     return probs
 
 

@@ -87,12 +87,12 @@ def check_server(server: PgServer, slot: Slot, tables: frozenset[tuple[str, str]
                                      f"{human_bytes(safe)}): it will be invalidated at the next "
                                      f"checkpoint; run the pipeline or raise max_slot_wal_keep_size",
                                      ERROR, detail))
-            elif safe < headroom_warn_bytes:
+            else:  # a warning when it runs low; the figure goes out either way (a metric)
                 probs.append(Problem("retention", "max_slot_wal_keep_size",
                                      f"slot {slot.name!r} has {human_bytes(safe)} of WAL headroom "
                                      f"(safe_wal_size) before the server invalidates it; it is "
                                      f"{human_bytes(info['lag_bytes'])} behind",
-                                     WARNING, detail))
+                                     WARNING if safe < headroom_warn_bytes else INFO, detail))
         if info["held_bytes"] is not None:
             probs.append(held_report(slot.name, info, replay_retention_s))
         if info["active_pid"] is not None:

@@ -1,5 +1,6 @@
-"""The ``tidegate`` package as a zip for ``spark-submit --py-files``: executors on a cluster get
-the same engine code as the Airflow worker, without installing anything."""
+"""The ``tidegate`` package as a zip for ``spark-submit --py-files`` and a Spark Connect session's
+artifacts: executors on a cluster (and a Connect server's Python workers) get the same engine code
+as the process that starts the run, without installing anything."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from pathlib import Path
 
 def package_zip(folder: Path | None = None) -> Path:
     """A zip of the importable ``tidegate`` package, rebuilt only when its files change."""
-    import tidegate
-
-    pkg = Path(tidegate.__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]
     files = sorted(p for p in pkg.rglob("*.py") if "__pycache__" not in p.parts)
     digest = hashlib.sha1()
     for p in files:
