@@ -48,31 +48,48 @@ class SourceDb:
     def transaction(self, stmts: list[str], *, rollback: bool = False, retries: int = 30) -> None:
         """The statements in one transaction. A transaction that failed on a lost connection is
         retried only when it certainly did not commit (the failure came before COMMIT)."""
+        committing = [False]
+
+        def once() -> None:
+            committing[0] = False
+            with self.conn.cursor() as c:
+                c.execute("BEGIN")
+                for s in stmts:
+                    c.execute(s)
+                committing[0] = True
+                c.execute("ROLLBACK" if rollback else "COMMIT")
+
+        self._retried(once, retries, unsafe=lambda: committing[0])
+
+    def rows(self, table: str, *, retries: int = 30) -> list[dict]:
+        """The table's rows, read over a reconnect when the connection was lost (a fault of the
+        server, or of the checkpoint store's, which is the same PostgreSQL)."""
+
+        def once() -> list[dict]:
+            with self.conn.cursor() as c:
+                c.execute(f"SELECT * FROM {self.schema}.{table}")
+                cols = [d[0] for d in c.description]
+                return [dict(zip(cols, r, strict=True)) for r in c.fetchall()]
+
+        return self._retried(once, retries)
+
+    def _retried(self, once, retries: int, unsafe=lambda: False):
+        """``once()``, again over a reconnect while the server restarts, unless ``unsafe()``
+        says the failed attempt may have taken effect."""
         import time
 
         for attempt in range(retries + 1):
             try:
-                with self.conn.cursor() as c:
-                    c.execute("BEGIN")
-                    for s in stmts:
-                        c.execute(s)
-                    committing = True
-                    c.execute("ROLLBACK" if rollback else "COMMIT")
-                return
+                return once()
             except Exception:
-                if locals().get("committing") or attempt == retries:
+                if unsafe() or attempt == retries:
                     raise
                 time.sleep(0.5)
                 try:
                     self.reconnect()
                 except Exception:  # noqa: BLE001, S110 - still down: the next attempt retries
                     pass
-
-    def rows(self, table: str) -> list[dict]:
-        with self.conn.cursor() as c:
-            c.execute(f"SELECT * FROM {self.schema}.{table}")
-            cols = [d[0] for d in c.description]
-            return [dict(zip(cols, r, strict=True)) for r in c.fetchall()]
+        raise AssertionError("not reached")
 
     def create_tables(self) -> None:
         text = "TEXT" if self.kind == "postgres" else "MEDIUMTEXT"
