@@ -33,12 +33,16 @@ if os.environ.get("TIDEGATE_SLOW_VARIANTS"):
 #   transaction timeout failed fatally (INVALID_TXN_STATE, or "fenced by a newer instance" with no
 #   other run), so Airflow would not have retried it (fixed: a timed-out transaction is said so and
 #   is retryable while the run holds the lease).
+# - 1155 (message sinks): a NATS zombie stalled past the duplicate window stored the 9 messages
+#   its client had buffered a second time when it resumed: the limit the README's guarantees
+#   state (at most max_in_flight), which the oracle now lets pass within that bound and counts.
 # CI runs one seed per defect (2488, 415); the others replay with TIDEGATE_CAMPAIGN_FOUND=1 or
-# `make campaign SEED=111 SINKS=kafka,nats,redis` (and 112, 113), within the CI time budget.
+# `make campaign SEED=111 SINKS=kafka,nats,redis` (and 112, 113, 1155), within the CI time budget
+# (test_nats_stall.py holds the NATS zombie's bound in CI).
 MESSAGE_SINKS = ("kafka", "nats", "redis")
 FOUND = [(2488, None), (415, None)]
 if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
-    FOUND += [(111, MESSAGE_SINKS), (112, MESSAGE_SINKS), (113, MESSAGE_SINKS)]
+    FOUND += [(111, MESSAGE_SINKS), (112, MESSAGE_SINKS), (113, MESSAGE_SINKS), (1155, MESSAGE_SINKS)]
 CASES = [(seed, None) for seed in COVERING] + FOUND
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     CASES = [(int(s), None) for s in os.environ["TIDEGATE_CAMPAIGN_SEEDS"].replace(",", " ").split()]
