@@ -25,13 +25,15 @@ def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
             tp = TopicPartition(topic, p)
             low, high = c.get_watermark_offsets(tp, timeout=10)
             c.assign([TopicPartition(topic, p, low)])
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            stalled = time.monotonic() + 30  # a bound on a read that makes no progress, not on its length
+            while True:
                 msg = c.poll(1.0)
                 if msg is None:
                     if c.position([tp])[0].offset >= high:
                         break
+                    assert time.monotonic() < stalled, f"{topic}[{p}]: no message for 30s, read {len(out)}"
                     continue
+                stalled = time.monotonic() + 30
                 if not msg.error():
                     out.append(json.loads(msg.value()))
                 if msg.offset() >= high - 1:
@@ -55,12 +57,13 @@ def kafka_records(bootstrap: str, topic: str, partitions: int = 1
             tp = TopicPartition(topic, p)
             low, high = c.get_watermark_offsets(tp, timeout=10)
             c.assign([TopicPartition(topic, p, low)])
-            deadline = time.monotonic() + 30
+            stalled = time.monotonic() + 30  # no progress for that long: a stuck read
             while high > low:
-                assert time.monotonic() < deadline, f"{topic}[{p}] not read to its end"
+                assert time.monotonic() < stalled, f"{topic}[{p}] not read to its end"
                 m = c.poll(1)
                 if m is None:
                     continue
+                stalled = time.monotonic() + 30
                 if m.error():
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         break

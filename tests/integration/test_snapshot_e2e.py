@@ -222,14 +222,15 @@ def nats_messages(conn, stream: str, subject: str) -> list[tuple[str, str, dict]
                 ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL))
             total = (await sub.consumer_info()).num_pending
             out = []
-            deadline = time.monotonic() + 300  # a bound for a stuck read, not a speed check
+            stalled = time.monotonic() + 60  # a bound on a read that makes no progress, not a speed check
             while len(out) < total:
-                assert time.monotonic() < deadline, f"read {len(out)} of {total} messages of {stream}"
+                assert time.monotonic() < stalled, f"read {len(out)} of {total} messages of {stream}"
                 try:
                     msgs = await sub.fetch(min(1000, total - len(out)), timeout=5)
                 except nats.errors.TimeoutError:
                     continue
                 out += msgs
+                stalled = time.monotonic() + 60
             return [(m.subject, m.headers["Nats-Msg-Id"], json.loads(m.data))
                     for m in out if not is_marker(m.subject)]
         finally:
