@@ -152,7 +152,13 @@ class Coordinator:
     # ------------------------------------------------------------------ life cycle
 
     def __enter__(self) -> Coordinator:
-        self.open()
+        try:
+            self.open()
+        except BaseException:
+            # __exit__ does not run when __enter__ raises: close the sinks opened so far here
+            # (a Spark Connect session left open hangs the process's exit in gRPC's close).
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -38,10 +38,15 @@ COVERING = [140, 2703, 2976, 971, 3273, 874]
 # CI runs one seed per defect (2488, 415); the others replay with TIDEGATE_CAMPAIGN_FOUND=1 or
 # `make campaign SEED=111 SINKS=kafka,nats,redis` (and 112, 113, 1155), within the CI time budget
 # (test_nats_stall.py holds the NATS zombie's bound in CI).
+# - 1198 (Delta only): the checkpoint store (PostgreSQL) killed while a Connect client's Delta
+#   sinks opened: the run said the store went away, then never exited (the sinks' Connect
+#   sessions were left open and gRPC's close hung at exit; fixed: a failed open closes the sinks;
+#   tests/unit/test_coordinator.py holds it in CI).
 MESSAGE_SINKS = ("kafka", "nats", "redis")
 FOUND = [(2488, None), (415, None)]
 if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
-    FOUND += [(111, MESSAGE_SINKS), (112, MESSAGE_SINKS), (113, MESSAGE_SINKS), (1155, MESSAGE_SINKS)]
+    FOUND += [(111, MESSAGE_SINKS), (112, MESSAGE_SINKS), (113, MESSAGE_SINKS), (1155, MESSAGE_SINKS),
+              (1198, ("delta",))]
 CASES = [(seed, None) for seed in COVERING] + FOUND
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     CASES = [(int(s), None) for s in os.environ["TIDEGATE_CAMPAIGN_SEEDS"].replace(",", " ").split()]

@@ -240,3 +240,16 @@ def test_a_sink_that_lost_its_record_is_named_and_gets_what_follows_the_store(st
     assert k.delivered == [e.idempotency_key for e in items][2:]
     assert "sink k keeps no checkpoint record of its own, yet the store says it received" in caplog.text
     assert "tidegate checkpoints rewind p k --to-version N" in caplog.text
+
+
+def test_a_failed_open_closes_every_sink_it_opened(store):
+    """__exit__ does not run when __enter__ raises: the coordinator closes its sinks itself (a
+    Delta sink's Spark Connect session left open hung the process's exit; campaign seed 1198
+    SINKS=delta: the checkpoint store killed while the sinks opened)."""
+    a, b = FakeSink("a"), FakeSink("b")
+    co = _coordinator(store, [a, b])
+    store.close()  # the store goes away while the sinks open
+    with pytest.raises(Exception):  # noqa: B017, PT011 - whatever the store raises
+        with co:
+            pass
+    assert a.opened and b.opened and a.closed and b.closed
