@@ -8,7 +8,7 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEED=7                   # one seed (reproduces a failure it printed)
     make campaign SEEDS=10 FIRST=100       # seeds 100..109
     make campaign SEEDS=10 SOURCES=postgres SINKS=kafka,nats KINDS=run_kill,zombie
-    make campaign SEEDS=4 SINKS=delta      # Delta schedules only (every delivering run starts Spark)
+    make campaign SEEDS=4 SINKS=delta      # Delta schedules only (Spark Connect clients)
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
         [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--keep-going]
@@ -432,7 +432,7 @@ def run_schedule(sv: Services, sched: Schedule, options: str = "") -> Outcome:
             p.catch_up("place", out)  # the sinks placed at the source's head
             for i, step in enumerate(sched.steps):
                 apply_step(p, work, i, step, out)
-            if "delta_merge" not in sched.sinks:  # (a Delta run starts Spark: one run fewer)
+            if "delta_merge" not in sched.sinks:  # (a Delta run is slow: one run fewer)
                 work.wave(10)  # the pipeline still delivers after the faults
                 p.catch_up("final", out)
         except Finding as f:

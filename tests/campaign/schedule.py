@@ -68,9 +68,9 @@ class Schedule:
 
 def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] = SINK_GROUPS,
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1) -> Schedule:
-    """The schedule of ``seed``, drawn within the given subsets. Delta (slow: every delivering run
-    starts Spark) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of the
-    seeds unless it is the only choice."""
+    """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
+    per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
+    the seeds unless it is the only choice."""
     rng = random.Random(seed)
     source = rng.choice(sorted(sources))
     chosen = [s for s in CORE_SINKS if s in sinks]
