@@ -128,7 +128,7 @@ def test_connect_url_is_built_as_airflows_hook_builds_it():
     from tidegate.spark.connect import connect_url
 
     plain = Connection("sc", "spark_connect", host="127.0.0.1", port=15002)
-    assert connect_url(plain) == "sc://127.0.0.1:15002"
+    assert connect_url(plain) == "sc://127.0.0.1:15002/"
     full = Connection("sc", "spark_connect", host="sc://spark.example", port=443, login="etl",
                       password="t/k n", extra={"use_ssl": True})
     assert connect_url(full) == "sc://spark.example:443/;user_id=etl;token=t/k%20n;use_ssl=True"
@@ -146,7 +146,7 @@ def test_tidegate_run_delivers_through_connect_only_when_the_spec_names_a_connec
         spark: {conn_id: sc}
     """)
     environ = {"AIRFLOW_CONN_SC": '{"conn_type": "spark_connect", "host": "127.0.0.1", "port": 15002}'}
-    assert spec_connect_url(spec, lambda c: get_connection(c, environ)) == "sc://127.0.0.1:15002"
+    assert spec_connect_url(spec, lambda c: get_connection(c, environ)) == "sc://127.0.0.1:15002/"
     environ = {"AIRFLOW_CONN_SC": '{"conn_type": "spark", "host": "local[2]"}'}
     assert spec_connect_url(spec, lambda c: get_connection(c, environ)) is None  # spark-submit's
     assert spec_connect_url(spec, lambda c: get_connection(c, {})) is None  # not defined: in-process

@@ -143,9 +143,9 @@ CONNECT_CONN_TYPE = "spark_connect"  # Airflow's Spark Connect connection type
 
 def connect_url(conn: Any) -> str:
     """The ``sc://`` URL of a Spark Connect connection, built as Airflow's SparkConnectHook
-    builds it (host, port; login as ``user_id``, password as ``token``, extra ``use_ssl``). It may
-    hold a token: never log it."""
-    from urllib.parse import quote
+    builds it (host, port; login as ``user_id``, password as ``token``, extra ``use_ssl``; a
+    twin test holds them equal). It may hold a token: never log it."""
+    from urllib.parse import quote, urlparse, urlunparse
 
     host = conn.host or ""
     url = host if "://" in host else f"sc://{host}"
@@ -158,7 +158,7 @@ def connect_url(conn: Any) -> str:
         params.append(f"token={quote(conn.password)}")
     if conn.extra.get("use_ssl") is not None:
         params.append(f"use_ssl={quote(str(conn.extra['use_ssl']))}")
-    return url + ("/;" + ";".join(params) if params else "")
+    return urlunparse(("sc", urlparse(url).netloc, "/", ";".join(params), "", ""))
 
 
 def spec_connect_url(spec: Any, connection: Callable[[str], Any]) -> str | None:
