@@ -15,7 +15,6 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook, Context
 from airflow.sdk.exceptions import AirflowException
 from tidegate.kinds import spark_settings
-from tidegate.spark.package import package_zip
 from tidegate.spec import DATA_DIR_ENV, data_dir
 
 from ..connections import connection_env, salt_env
@@ -100,7 +99,9 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self.conf = {**spark_settings(spec), **spec.spark.conf, **(self.conf or {})}
         if not self.packages and spec.spark.packages:
             self.packages = ",".join(spec.spark.packages)
-        if self.ship_package:
+        if self.ship_package:  # (imported here: a DAG's parse imports none of the engine's Spark code)
+            from tidegate.spark.package import package_zip
+
             self.py_files = ",".join(p for p in (self.py_files, str(package_zip())) if p)
         self.application_args = build_args(pipeline=spec.pipeline, run_id=run.run_id, report_file=report_file)
         master, deploy_mode = self._check_transport()
@@ -224,6 +225,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         process (the source's goes to the server's tasks inside the data source, as it goes to a
         spark-submit driver's executors); the server URL may hold a token and is not logged."""
         from tidegate.spark.connect import deliver_remote
+        from tidegate.spark.package import package_zip
 
         if run.record is None:  # no bounds task: the record holds the spec and the plan
             with run.opened_store() as store:
