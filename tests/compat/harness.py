@@ -451,21 +451,24 @@ def run_statements(execute: Callable[[str], None], statements: Iterable[str]) ->
 
 
 def mariadb_backlog(admin_kwargs: dict, before_backlog: Callable[[], None], out: Path,
-                    prefix: str) -> tuple[Path, Path]:
-    """Debezium's MariaDB captures of the backlog, with the default settings and the modes
-    variant's (two connectors at once); before_backlog runs once both read the binlog (the
-    tidegate pipeline takes its start there). Returns the records' path prefixes."""
+                    prefix: str, backlog: Any = backlogs, variant: bool = True) -> tuple[Path, Path | None]:
+    """Debezium's MariaDB captures of the backlog (``backlog``: tests.compat.backlogs or a
+    generated one), with the default settings and, when ``variant``, the modes variant's (two
+    connectors at once); before_backlog runs once they read the binlog (the tidegate pipeline
+    takes its start there). Returns the records' path prefixes (None: no variant)."""
     import pymysql
 
     admin = pymysql.connect(**admin_kwargs, autocommit=True)
     try:
         with admin.cursor() as c:
             c.execute("SET time_zone = '+00:00'")
-            run_statements(c.execute, backlogs.MARIADB_SETUP)
+            run_statements(c.execute, backlog.MARIADB_SETUP)
         conn = _connection_of(admin_kwargs)
         properties = mariadb_properties(conn, prefix)
-        captures = [Capture("mariadb", properties, out, probe=True),
-                    Capture("mariadb", variant_properties("mariadb", properties), out / "modes", probe=True)]
+        captures = [Capture("mariadb", properties, out, probe=True)]
+        if variant:
+            captures.append(Capture("mariadb", variant_properties("mariadb", properties), out / "modes",
+                                    probe=True))
         try:
             with admin.cursor() as c:
                 for capture in captures:
@@ -474,13 +477,13 @@ def mariadb_backlog(admin_kwargs: dict, before_backlog: Callable[[], None], out:
             before_backlog()
             admin.autocommit(False)
             with admin.cursor() as c:
-                for tx in backlogs.MARIADB_BACKLOG:
+                for tx in backlog.MARIADB_BACKLOG:
                     run_statements(c.execute, tx)
                     admin.commit()
-                run_statements(c.execute, backlogs.MARIADB_END)
+                run_statements(c.execute, backlog.MARIADB_END)
                 admin.commit()
-            main, variant = (capture.finish() for capture in captures)
-            return main, variant
+            finished = [capture.finish() for capture in captures]
+            return finished[0], (finished[1] if variant else None)
         except BaseException:
             for capture in captures:
                 if capture.proc.poll() is None:
@@ -501,7 +504,7 @@ def mariadb_teardown(admin_kwargs: dict) -> None:
         admin.close()
 
 
-def postgres_setup(admin_dsn: str) -> None:
+def postgres_setup(admin_dsn: str, backlog: Any = backlogs) -> None:
     import psycopg2
 
     admin = psycopg2.connect(admin_dsn)
@@ -509,8 +512,8 @@ def postgres_setup(admin_dsn: str) -> None:
     try:
         with admin.cursor() as c:
             _drop_postgres_debezium(c)
-            run_statements(c.execute, backlogs.POSTGRES_SETUP)
-            tables = ", ".join(f"{backlogs.POSTGRES_SCHEMA}.{t}" for t in backlogs.POSTGRES_PUBLISHED)
+            run_statements(c.execute, backlog.POSTGRES_SETUP)
+            tables = ", ".join(f"{backlogs.POSTGRES_SCHEMA}.{t}" for t in backlog.POSTGRES_PUBLISHED)
             c.execute(f"CREATE PUBLICATION {DEBEZIUM_PUBLICATION} FOR TABLE {tables}")
             for slot in (DEBEZIUM_SLOT, VARIANT_SLOT):
                 c.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
@@ -518,13 +521,13 @@ def postgres_setup(admin_dsn: str) -> None:
         admin.close()
 
 
-def postgres_backlog(admin_dsn: str) -> None:
+def postgres_backlog(admin_dsn: str, backlog: Any = backlogs) -> None:
     import psycopg2
 
     admin = psycopg2.connect(admin_dsn)
     try:
         with admin.cursor() as c:
-            for tx in [*backlogs.POSTGRES_BACKLOG, backlogs.POSTGRES_END]:
+            for tx in [*backlog.POSTGRES_BACKLOG, backlog.POSTGRES_END]:
                 run_statements(c.execute, tx)
                 admin.commit()
     finally:

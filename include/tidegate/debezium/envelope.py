@@ -17,18 +17,20 @@ why, is listed in docs/operations.md ("Debezium envelope").
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from ..events import NEW_KEY_HEADER, OLD_KEY_HEADER
 from . import schema_changes
-from .values import Mapping, Modes, column_mapping
+from .values import DECIMAL_SCHEMA, Mapping, Modes, at_scale, column_mapping
 
 CONNECTORS = ("mysql", "mariadb", "postgresql")
 # The connector releases whose output this envelope reproduces (source.version).
@@ -37,6 +39,9 @@ SNAPSHOT_ALLOWED = "true,first,first_in_data_collection,last_in_data_collection,
 POSITION_HEADER = "tidegate.position"  # a heartbeat's source position (JSON)
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
+_FALLBACKS = {"string": "", "bytes": "", "boolean": False, "int8": 0, "int16": 0, "int32": 0, "int64": 0,
+              "float": 0.0, "double": 0.0}
+_BINARY_TYPE = re.compile(r"^(var)?binary\b|^(tiny|medium|long)?blob\b", re.I)
 _BIT_LITERAL = re.compile(r"^b'([01]*)'$")
 
 
@@ -73,6 +78,7 @@ class TableInfo:
     primary_key: tuple[str, ...] = ()  # MySQL/MariaDB: for the schema change topic
     charsets: dict[str, str] = field(default_factory=dict)  # name -> character set (text columns)
     default_charset: str | None = None  # the table's default character set
+    type_names: dict[str, str] = field(default_factory=dict)  # PostgreSQL: name -> pg_type.typname
 
 
 @dataclass(frozen=True)
@@ -146,8 +152,13 @@ class _Table:
         if m.schema.get("type") in ("array", "struct", "map"):
             return {}  # a composite default ('{1,2}', a POINT) is not typed here: left out
         if self.enc.connector == "postgresql" and self.info is not None \
-                and self.info.columns.get(column, "").startswith("bytea"):
-            return {}  # the PostgreSQL connector gives a bytea column no default (ground truth)
+                and self.info.type_names.get(column) not in POSTGRES_DEFAULT_TYPES \
+                and not self.info.columns.get(column, "").startswith("enum("):
+            return {}  # a type Debezium's PostgreSQL connector parses no default of
+        if self.enc.connector != "postgresql" and self.info is not None \
+                and _BINARY_TYPE.match(self.info.columns.get(column, "")):
+            # a binary column's default is its bytes as text; its values arrive as base64
+            text = base64.b64encode(text.encode("utf-8")).decode("ascii")
         try:
             value = m.convert(default_value(text, m.schema))
         except (ValueError, TypeError, ArithmeticError):
@@ -163,8 +174,19 @@ class _Table:
         for k, v in row.items():
             if v is not None:
                 v = self.mapping(k, v).convert(v)
-            out[k] = self.default(k).get("default") if v is None else v
+            out[k] = self.default(k).get("default", self._fallback(k)) if v is None else v
         return out
+
+    def _fallback(self, column: str) -> Any:
+        """What Debezium writes for a NOT NULL column whose value the log does not hold (a
+        REPLICA IDENTITY DEFAULT delete's other columns) and that has no default: its converters'
+        fallback, the type's zero ("" for text, 0, false, no bytes); null for a nullable one."""
+        if self.info is None or self.info.nullable.get(column, True):
+            return None
+        schema = self.mapping(column, None).schema
+        if schema.get("name") == DECIMAL_SCHEMA:
+            return self.mapping(column, None).convert(0)
+        return _FALLBACKS.get(schema.get("type"))
 
     def struct(self, row: dict[str, Any], suffix: str, optional: bool) -> dict[str, Any]:
         cols = tuple(row)
@@ -177,6 +199,25 @@ class _Table:
             s = self.schemas[key] = {"type": "struct", "fields": fields, "optional": optional,
                                      "name": f"{self.name}.{suffix}"}
         return s
+
+
+def _header_struct(t: _Table, raw: dict[str, Any]) -> bytes:
+    """A key as SimpleHeaderConverter writes a struct: JSON, with a Decimal field as its number
+    (Java's BigDecimal.toString at the column's scale, which Python's str of a Decimal matches),
+    not the bytes of the record's JSON converter."""
+    row = t.row(raw)
+    if row is None:
+        return _dumps(None)
+    parts = []
+    for column, value in row.items():
+        schema = t.mapping(column, raw.get(column)).schema
+        if raw.get(column) is not None and schema.get("name") == DECIMAL_SCHEMA:
+            scale = int(schema.get("parameters", {}).get("scale", 0))
+            text = str(at_scale(Decimal(str(raw[column])), scale))
+        else:
+            text = _dumps(value).decode()
+        parts.append(f"{json.dumps(column)}:{text}")
+    return ("{" + ",".join(parts) + "}").encode()
 
 
 class DebeziumEncoder:
@@ -382,7 +423,7 @@ class DebeziumEncoder:
         for name in (NEW_KEY_HEADER, OLD_KEY_HEADER):
             raw = (headers or {}).get(name)
             if raw is not None:
-                out.append((name, _dumps(t.row(json.loads(raw)))))
+                out.append((name, _header_struct(t, json.loads(raw))))
         return out
 
     def _context_headers(self) -> list[tuple[str, bytes]]:
@@ -507,6 +548,13 @@ class DebeziumEncoder:
 
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+# The types (pg_type.typname) whose column defaults the PostgreSQL connector writes in the schema:
+# its default value converter has a parser for these only. Others (bytea, money, inet, macaddr,
+# timetz, arrays, enums, and any domain, named by its own name) have no default, so a NULL in
+# them stays null. Found by the generated comparison (tests/compat/test_generated.py).
+POSTGRES_DEFAULT_TYPES = frozenset({
+    "bit", "varbit", "bool", "bpchar", "varchar", "text", "date", "time", "timestamp", "timestamptz",
+    "int2", "int4", "int8", "float4", "float8", "numeric", "interval", "uuid", "json", "jsonb", "xml"})
 
 
 def default_value(text: str, schema: dict[str, Any]) -> Any:

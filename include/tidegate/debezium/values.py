@@ -36,6 +36,8 @@ EPOCH_DATE = dt.date(1970, 1, 1)
 EPOCH = dt.datetime(1970, 1, 1)
 _TYPE_WORDS = re.compile(r"^\s*([a-z][a-z0-9_ ]*?)\s*(?:\((.*)\))?\s*((?:unsigned|zerofill|\s)*)$")
 
+DECIMAL_SCHEMA = "org.apache.kafka.connect.data.Decimal"  # Kafka Connect's logical type
+
 
 @dataclass(frozen=True)
 class Modes:
@@ -85,6 +87,14 @@ def unscaled_bytes(value: Decimal, scale: int) -> bytes:
         unscaled = int(value.scaleb(scale).to_integral_value())
     length = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)
     return unscaled.to_bytes(length, "big", signed=True)
+
+
+def at_scale(value: Decimal, scale: int) -> Decimal:
+    """The value with exactly ``scale`` digits after the point (Java's BigDecimal.setScale), exact
+    at any precision."""
+    with localcontext() as ctx:
+        ctx.prec = max(ctx.prec, len(value.as_tuple().digits) + abs(scale) + 2)
+        return value.quantize(Decimal(1).scaleb(-scale))
 
 
 def _b64(data: bytes) -> str:
@@ -158,7 +168,7 @@ def decimal_mapping(precision: int | None, scale: int | None, modes: Modes) -> M
     def fixed(v: Any) -> Any:
         d = _as_decimal(v)
         return None if d is None or not d.is_finite() else _b64(unscaled_bytes(d, scale))
-    return _named("bytes", "org.apache.kafka.connect.data.Decimal", fixed, 1, params)
+    return _named("bytes", DECIMAL_SCHEMA, fixed, 1, params)
 
 
 def _unsigned_long(v: Any) -> Any:
@@ -176,7 +186,7 @@ def _widened_float(v: Any) -> Any:
 
 def bigint_unsigned_mapping(modes: Modes) -> Mapping:
     if modes.bigint_unsigned == "precise":
-        return _named("bytes", "org.apache.kafka.connect.data.Decimal",
+        return _named("bytes", DECIMAL_SCHEMA,
                       lambda v: _b64(unscaled_bytes(Decimal(int(v)), 0)), 1,
                       {"scale": "0", "connect.decimal.precision": "20"})
     return Mapping(_unsigned_long, {"type": "int64"})

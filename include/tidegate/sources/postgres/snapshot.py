@@ -134,7 +134,7 @@ class PostgresSnapshot:
                 conn, "SELECT n.nspname, c.relname, a.attname, CASE WHEN ty.typtype = 'd' "
                       "THEN format_type(ty.typbasetype, ty.typtypmod) "
                       "ELSE format_type(a.atttypid, a.atttypmod) END, "
-                      "NOT a.attnotnull, pg_get_expr(d.adbin, d.adrelid), "
+                      "NOT a.attnotnull, pg_get_expr(d.adbin, d.adrelid), ty.typname, "
                       "(SELECT string_agg(quote_literal(e.enumlabel), ',' ORDER BY e.enumsortorder) "
                       "FROM pg_enum e WHERE e.enumtypid = a.atttypid) "
                       "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -145,11 +145,12 @@ class PostgresSnapshot:
         finally:
             conn.close()
         tables: dict[str, TableInfo] = {}
-        for schema, table, column, sql_type, nullable, default, labels in rows:
+        for schema, table, column, sql_type, nullable, default, type_name, labels in rows:
             info = tables.setdefault(f"{schema}.{table}", TableInfo({}, {}))
             # an enum type is written as MySQL spells an ENUM column, with its labels in order
             info.columns[column] = f"enum({labels})" if labels is not None else str(sql_type)
             info.nullable[column] = bool(nullable)
+            info.type_names[column] = str(type_name)  # a domain's or an enum's own name
             literal = _default_literal(default)
             if literal is not None:
                 info.defaults[column] = literal
@@ -356,7 +357,7 @@ __all__ = ["PostgresSnapshot", "wal2json_value"]
 
 
 _DEFAULT_CONSTANT = re.compile(
-    r"^(?:'((?:[^']|'')*)'|(-?[0-9.]+(?:[eE][+-]?\d+)?|true|false))(?:::[\w .\[\]]+)?$")
+    r"^(?:'((?:[^']|'')*)'|(-?[0-9.]+(?:[eE][+-]?\d+)?|true|false))(?:::[\w .\"\[\]]+)?$")
 
 
 def _default_literal(expr: str | None) -> str | None:
