@@ -261,15 +261,38 @@ def test_catalog_defaults_as_the_sources_read_them():
     from tidegate.sources.mysql.snapshot import _default_literal as mysql_default
     from tidegate.sources.postgres.snapshot import _default_literal as postgres_default
 
-    # MariaDB: SQL text (strings quoted, NULL a word); MySQL: the bare value, expressions flagged
-    assert [mysql_default(d, "", True) for d in ("7", "'it''s'", "NULL", "current_timestamp()", None)] == [
-        "7", "it's", None, None, None]
+    # MariaDB: SQL text (strings quoted, NULL a word), the quotes' content kept as written, as
+    # Debezium's parser of SHOW CREATE TABLE keeps it; MySQL: the bare value, expressions flagged
+    assert [mysql_default(d, "", True) for d in ("7", "'it''s'", "'a\\\\b'", "NULL", "current_timestamp()",
+                                                  None)] == ["7", "it''s", "a\\\\b", None, None, None]
     assert mysql_default("abc", "", False) == "abc"
     assert mysql_default("b'101'", "", True) == "b'101'"  # a BIT default: the envelope reads its bits
     assert mysql_default("CURRENT_TIMESTAMP", "DEFAULT_GENERATED", False) is None
     assert [postgres_default(d) for d in ("7", "'-1'::integer", "'a''b'::character varying", "true",
                                           "nextval('t_id_seq'::regclass)", "now()", None)] == [
         "7", "-1", "a'b", "true", "0", None, None]
+
+
+def test_defaults_as_debeziums_default_parsers_read_them():
+    """Where Debezium reads a default otherwise than the column's values (the generated
+    comparison's seeds 14, 15, 25, 28): a MariaDB BIGINT default through a double (rounded beyond
+    2^53, saturated beyond a long), a FLOAT(7,3) default not widened from a float; PostgreSQL's
+    time 24:00:00 default is 23:59:59.999999999, an empty BIT VARYING(1) default none."""
+    info = SourceInfo("mariadb", "shop", {"shop.orders": TableInfo(
+        {"id": "int(11)", "b": "bigint(20)", "u": "bigint(20) unsigned", "f": "float(7,3)"},
+        {"id": False, "b": True, "u": True, "f": True},
+        {"b": "5836695642711428122", "u": "18446744073709551615", "f": "-0.001"})})
+    ev = mysql_event("c", None, {"id": 1, "b": None, "u": None, "f": None}, {"id": 1})
+    [rec] = encoder(info).change_records(ev)
+    assert json.loads(rec.value)["after"] == {"id": 1, "b": 5836695642711428096, "u": 9223372036854775807,
+                                              "f": -0.001}
+    pg = SourceInfo("postgresql", "appdb", {"public.items": TableInfo(
+        {"id": "integer", "t": "time without time zone", "vb": "bit varying(1)"},
+        {"id": False, "t": True, "vb": True}, {"t": "24:00:00", "vb": ""},
+        type_names={"id": "int4", "t": "time", "vb": "varbit"})})
+    after, fields = _after_and_fields(pg, pg_event("c", None, {"id": 1, "t": None, "vb": ""}, {"id": 1}))
+    assert (fields["t"].get("default"), fields["vb"].get("default")) == (86399999999, None)
+    assert after == {"id": 1, "t": 86399999999, "vb": None}
 
 
 def _after_and_fields(info: SourceInfo, ev) -> tuple[dict, dict]:
