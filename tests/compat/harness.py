@@ -34,7 +34,9 @@ MARIADB_SERVER_ID = 48777
 # sinks with the same settings over the tables that exercise them (the other tables are
 # compared once, with the default settings). TRUNCATE is skipped there, as Debezium's default.
 VARIANT_SLOT = "tidegate_compat_dbz_modes"
+EXTRA_SLOTS = "tidegate_compat_dbz_x"  # and a suffix: the extra captures' slots
 VARIANT_SERVER_ID = 48779
+EXTRA_SERVER_IDS = 48790  # and up: the extra captures of generated backlogs, one per value-mode set
 VARIANTS: dict[str, dict[str, Any]] = {
     "mariadb": {"properties": {"decimal.handling.mode": "string", "time.precision.mode": "connect"},
                 "options": "decimal_handling_mode: string, time_precision_mode: connect",
@@ -451,11 +453,14 @@ def run_statements(execute: Callable[[str], None], statements: Iterable[str]) ->
 
 
 def mariadb_backlog(admin_kwargs: dict, before_backlog: Callable[[], None], out: Path,
-                    prefix: str, backlog: Any = backlogs, variant: bool = True) -> tuple[Path, Path | None]:
+                    prefix: str, backlog: Any = backlogs, variant: bool = True,
+                    extra: dict[str, dict[str, str]] | None = None) -> tuple[Path, Path | None]:
     """Debezium's MariaDB captures of the backlog (``backlog``: tests.compat.backlogs or a
     generated one), with the default settings and, when ``variant``, the modes variant's (two
-    connectors at once); before_backlog runs once they read the binlog (the tidegate pipeline
-    takes its start there). Returns the records' path prefixes (None: no variant)."""
+    connectors at once); ``extra``: more captures of the whole backlog, each with these
+    settings over the defaults, written to out/NAME/records. before_backlog runs once they all
+    read the binlog (the tidegate pipeline takes its start there). Returns the records' path
+    prefixes (None: no variant)."""
     import pymysql
 
     admin = pymysql.connect(**admin_kwargs, autocommit=True)
@@ -469,6 +474,9 @@ def mariadb_backlog(admin_kwargs: dict, before_backlog: Callable[[], None], out:
         if variant:
             captures.append(Capture("mariadb", variant_properties("mariadb", properties), out / "modes",
                                     probe=True))
+        for i, (name, settings) in enumerate((extra or {}).items()):
+            own = {**properties, **settings, "database.server.id": str(EXTRA_SERVER_IDS + i)}
+            captures.append(Capture("mariadb", own, out / name, probe=True))
         try:
             with admin.cursor() as c:
                 for capture in captures:
@@ -504,7 +512,7 @@ def mariadb_teardown(admin_kwargs: dict) -> None:
         admin.close()
 
 
-def postgres_setup(admin_dsn: str, backlog: Any = backlogs) -> None:
+def postgres_setup(admin_dsn: str, backlog: Any = backlogs, extra_slots: Iterable[str] = ()) -> None:
     import psycopg2
 
     admin = psycopg2.connect(admin_dsn)
@@ -515,7 +523,7 @@ def postgres_setup(admin_dsn: str, backlog: Any = backlogs) -> None:
             run_statements(c.execute, backlog.POSTGRES_SETUP)
             tables = ", ".join(f"{backlogs.POSTGRES_SCHEMA}.{t}" for t in backlog.POSTGRES_PUBLISHED)
             c.execute(f"CREATE PUBLICATION {DEBEZIUM_PUBLICATION} FOR TABLE {tables}")
-            for slot in (DEBEZIUM_SLOT, VARIANT_SLOT):
+            for slot in (DEBEZIUM_SLOT, VARIANT_SLOT, *extra_slots):
                 c.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
     finally:
         admin.close()
@@ -540,8 +548,8 @@ def postgres_capture(conn, out: Path, prefix: str) -> Path:
 
 
 def _drop_postgres_debezium(c) -> None:
-    c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN %s",
-              ((DEBEZIUM_SLOT, VARIANT_SLOT),))
+    c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN %s"
+              " OR slot_name LIKE %s", ((DEBEZIUM_SLOT, VARIANT_SLOT), EXTRA_SLOTS + "%"))
     c.execute(f"DROP PUBLICATION IF EXISTS {DEBEZIUM_PUBLICATION}")
 
 

@@ -6,12 +6,17 @@ connector and by a tidegate pipeline, schemas off and on, and compared as tests/
 backlog is (harness.compare: every record, key, value field and header, only the declared
 differences forgiven; then ExtractNewRecordState's rows). A failure names the seed, the table and
 its statements. ``TIDEGATE_COMPAT_SEEDS=1,2,...`` (or ``make compat SEEDS=N``) compares others.
+
+Every value mode the spec exposes is compared: besides the defaults, each MODE_SETS entry is a
+second Debezium capture of the same backlog with those settings, against two more tidegate
+sinks (schemas off and on) with the same options.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -19,6 +24,7 @@ import pytest
 from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
+from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.compat import backlogs, generator, harness
@@ -30,7 +36,6 @@ from tests.compat.test_debezium_compat import (
     _tidegate_slot,
     compare_outputs,
     kafka_jsonl,
-    pipeline_spec,
 )
 
 pytestmark = pytest.mark.integration
@@ -38,11 +43,54 @@ pytestmark = pytest.mark.integration
 COMPAT_SEEDS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 # Fewer compared change records than this means the backlog or a capture came out short.
 MIN_RECORDS = 1000
+# Value modes other than the connector's defaults, in sets (one Debezium capture each): between
+# them every mode of decimal.handling.mode, time.precision.mode, binary.handling.mode and (MariaDB)
+# bigint.unsigned.handling.mode. Debezium's names; the spec's are the same with "_".
+MODE_SETS: dict[str, dict[str, dict[str, str]]] = {
+    "mariadb": {
+        "ma": {"decimal.handling.mode": "string", "time.precision.mode": "connect",
+               "binary.handling.mode": "hex", "bigint.unsigned.handling.mode": "precise"},
+        "mb": {"decimal.handling.mode": "double", "binary.handling.mode": "base64"},
+        "mc": {"binary.handling.mode": "base64-url-safe"},
+    },
+    "postgres": {
+        "ma": {"decimal.handling.mode": "string", "time.precision.mode": "connect",
+               "binary.handling.mode": "hex"},
+        "mb": {"decimal.handling.mode": "double", "time.precision.mode": "adaptive_time_microseconds",
+               "binary.handling.mode": "base64"},
+        "mc": {"binary.handling.mode": "base64-url-safe"},
+    },
+}
 
 
 def seeds() -> list[int]:
     raw = os.environ.get("TIDEGATE_COMPAT_SEEDS")
     return [int(s) for s in raw.split(",")] if raw else COMPAT_SEEDS
+
+
+def generated_spec(tmp_path: Path, pipeline: str, source: str, container: str, connector: str,
+                   mode_sets: dict[str, dict[str, str]]) -> object:
+    """Kafka sinks with Debezium's envelope, one partition per topic, TRUNCATE not skipped (as
+    the harness's Debezium): schemas off and on with the default modes (topics pipeline.* and
+    pipeline_on.*), and the same pair per mode set (pipeline_NAME.*, pipeline_NAME_on.*)."""
+    sinks = []
+    for name, settings in {"": {}, **mode_sets}.items():
+        options = "".join(f", {k.replace('.', '_')}: {v}" for k, v in settings.items())
+        for schemas, suffix in (("false", ""), ("true", "_on")):
+            sink_id = f"{name or 'plain'}{suffix}"
+            topic = f"{{pipeline}}{'_' + name if name else ''}{suffix}.{{{container}}}.{{table}}"
+            sinks.append(f'{{id: {sink_id}, kind: kafka, conn_id: kafka, topic: "{topic}", partitions: 1,'
+                         f" exactly_once: true, envelope: debezium, debezium: {{schemas: {schemas},"
+                         f" skipped_operations: none, connector: {connector}{options}}}}}")
+    path = tmp_path / f"{pipeline}.yaml"
+    listed = "\n".join(f"          - {s}" for s in sinks)
+    path.write_text(textwrap.dedent(f"""
+        pipeline: {pipeline}
+        source: {source}
+        sinks:
+{listed}
+    """))
+    return load_spec(str(path))
 
 
 def reproduction(backlog: generator.Backlog, source: str, report: str, limit: int = 3) -> str:
@@ -56,16 +104,28 @@ def reproduction(backlog: generator.Backlog, source: str, report: str, limit: in
     return "\n".join(out)
 
 
-def _compare(source: str, backlog: generator.Backlog, work: Path, debezium: Path, pipeline: str,
-             bootstrap: str) -> int:
-    tables = _tables_of(debezium)
-    off = kafka_jsonl(bootstrap, pipeline, work / "tidegate.schemas-off.jsonl", tables)
-    on = kafka_jsonl(bootstrap, f"{pipeline}_on", work / "tidegate.schemas-on.jsonl", tables)
-    try:
-        return compare_outputs(source, work, debezium, off, on)
-    except AssertionError as e:
-        raise AssertionError(f"seeds {backlog.seeds}: {e}\n\nreproduction:\n"
-                             f"{reproduction(backlog, source, str(e))}") from None
+def compare_all(source: str, backlog: generator.Backlog, work: Path, debezium: Path, pipeline: str,
+                bootstrap: str) -> int:
+    """The defaults' comparison, then each mode set's; fails with every set's differences and
+    a reproduction. Returns how many of Debezium's change records were compared in all."""
+    compared, failures = 0, []
+    for name in ("", *MODE_SETS[source]):
+        d_prefix = debezium if not name else debezium.parent / name / "records"
+        topics = pipeline if not name else f"{pipeline}_{name}"
+        side = work / (name or "default")
+        side.mkdir(exist_ok=True)
+        tables = _tables_of(d_prefix)
+        off = kafka_jsonl(bootstrap, topics, side / "tidegate.schemas-off.jsonl", tables)
+        on = kafka_jsonl(bootstrap, f"{topics}_on", side / "tidegate.schemas-on.jsonl", tables)
+        try:
+            compared += compare_outputs(source, side, d_prefix, off, on)
+        except AssertionError as e:
+            failures.append(f"=== modes {MODE_SETS[source].get(name, 'default')}: {e}")
+    if failures:
+        report = "\n".join(failures)
+        raise AssertionError(f"seeds {backlog.seeds}: {report}\n\nreproduction:\n"
+                             f"{reproduction(backlog, source, report)}")
+    return compared
 
 
 def test_generated_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_path):
@@ -73,7 +133,7 @@ def test_generated_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_p
     pipeline = f"gen_{uuid.uuid4().hex[:6]}"
     source = (f"{{kind: mysql, conn_id: src, tables: [{backlogs.MARIADB_DB}.*],"
               f" server_id: {MARIADB_SERVER_ID}, start: head}}")
-    spec = pipeline_spec(tmp_path, pipeline, source, "db", "mariadb", harness.VARIANTS["mariadb"]["options"])
+    spec = generated_spec(tmp_path, pipeline, source, "db", "mariadb", MODE_SETS["mariadb"])
     conns = {"src": mysql.cdc, "kafka": kafka.cdc}
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     admin_kwargs = mysql.mysql_kwargs(admin=True)
@@ -82,13 +142,13 @@ def test_generated_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_p
         debezium, _ = harness.mariadb_backlog(
             admin_kwargs, lambda: runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
                                                                    store=store)),
-            tmp_path / "debezium", pipeline, backlog=backlog, variant=False)
+            tmp_path / "debezium", pipeline, backlog=backlog, variant=False, extra=MODE_SETS["mariadb"])
         runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
     finally:
         harness.mariadb_teardown(admin_kwargs)
         store.close()
-    compared = _compare("mariadb", backlog, tmp_path, debezium, pipeline, kafka_bootstrap)
-    assert compared >= MIN_RECORDS, f"only {compared} of Debezium's change records were compared"
+    compared = compare_all("mariadb", backlog, tmp_path, debezium, pipeline, kafka_bootstrap)
+    assert compared >= MIN_RECORDS * (1 + len(MODE_SETS["mariadb"])), f"only {compared} records compared"
 
 
 def test_generated_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, tmp_path):
@@ -96,24 +156,27 @@ def test_generated_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, t
     pipeline = f"gen_{uuid.uuid4().hex[:6]}"
     source = (f"{{kind: postgres, conn_id: src, slot: {TIDEGATE_SLOT}, plugin: pgoutput,"
               f" publication: {TIDEGATE_PUBLICATION}, tables: [{backlogs.POSTGRES_SCHEMA}.*], start: head}}")
-    spec = pipeline_spec(tmp_path, pipeline, source, "schema", "postgresql",
-                         harness.VARIANTS["postgres"]["options"])
+    spec = generated_spec(tmp_path, pipeline, source, "schema", "postgresql", MODE_SETS["postgres"])
     conns = {"src": postgres.admin, "kafka": kafka.cdc}
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    slots = {name: f"{harness.EXTRA_SLOTS}{name}" for name in MODE_SETS["postgres"]}
     try:
-        harness.postgres_setup(postgres.admin_dsn, backlog)
+        harness.postgres_setup(postgres.admin_dsn, backlog, extra_slots=slots.values())
         _tidegate_slot(postgres.admin_dsn, create=True, backlog=backlog)
         runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
         harness.postgres_backlog(postgres.admin_dsn, backlog)
-        capture = harness.Capture("postgres", harness.postgres_properties(postgres.admin, pipeline),
-                                  tmp_path / "debezium", probe=False)
+        properties = harness.postgres_properties(postgres.admin, pipeline)
+        captures = [harness.Capture("postgres", properties, tmp_path / "debezium", probe=False)]
+        captures += [harness.Capture("postgres", {**properties, **settings, "slot.name": slots[name]},
+                                     tmp_path / "debezium" / name, probe=False)
+                     for name, settings in MODE_SETS["postgres"].items()]
         try:
             runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
         finally:
-            debezium = capture.finish()
+            debezium = [capture.finish() for capture in captures][0]
     finally:
         _tidegate_slot(postgres.admin_dsn, create=False)
         harness.postgres_teardown(postgres.admin_dsn)
         store.close()
-    compared = _compare("postgres", backlog, tmp_path, debezium, pipeline, kafka_bootstrap)
-    assert compared >= MIN_RECORDS, f"only {compared} of Debezium's change records were compared"
+    compared = compare_all("postgres", backlog, tmp_path, debezium, pipeline, kafka_bootstrap)
+    assert compared >= MIN_RECORDS * (1 + len(MODE_SETS["postgres"])), f"only {compared} records compared"

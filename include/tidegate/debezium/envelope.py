@@ -23,14 +23,14 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from ..events import NEW_KEY_HEADER, OLD_KEY_HEADER
 from . import schema_changes
-from .values import DECIMAL_SCHEMA, Mapping, Modes, at_scale, column_mapping
+from .headers import header_value
+from .values import DECIMAL_SCHEMA, Mapping, Modes, column_mapping
 
 CONNECTORS = ("mysql", "mariadb", "postgresql")
 # The connector releases whose output this envelope reproduces (source.version).
@@ -223,22 +223,14 @@ class _Table:
 
 
 def _header_struct(t: _Table, raw: dict[str, Any]) -> bytes:
-    """A key as SimpleHeaderConverter writes a struct: JSON, with a Decimal field as its number
-    (Java's BigDecimal.toString at the column's scale, which Python's str of a Decimal matches),
-    not the bytes of the record's JSON converter."""
+    """A key as SimpleHeaderConverter writes a struct (headers.py): JSON-like, Java's renderings
+    of its values, not the record's JSON converter's."""
     row = t.row(raw)
     if row is None:
         return _dumps(None)
-    parts = []
-    for column, value in row.items():
-        schema = t.mapping(column, raw.get(column)).schema
-        if raw.get(column) is not None and schema.get("name") == DECIMAL_SCHEMA:
-            scale = int(schema.get("parameters", {}).get("scale", 0))
-            text = str(at_scale(Decimal(str(raw[column])), scale))
-        else:
-            text = _dumps(value).decode()
-        parts.append(f"{json.dumps(column)}:{text}")
-    return ("{" + ",".join(parts) + "}").encode()
+    fields = (f"{json.dumps(c)}:{header_value(t.mapping(c, raw.get(c)).schema, raw.get(c), v, _dumps)}"
+              for c, v in row.items())
+    return ("{" + ",".join(fields) + "}").encode()
 
 
 class DebeziumEncoder:
