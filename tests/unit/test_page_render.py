@@ -54,8 +54,10 @@ def test_a_chart_has_one_bar_per_run_with_its_value_and_a_stub_when_unknown():
     runs = [{"run_id": "a", "lag_bytes": None}, {"run_id": "b", "lag_bytes": 300},
             {"run_id": "c", "lag_bytes": 150}]
     svg = bar_chart("lag_bytes", "lag", runs, "B", "#000")
-    bars = re.findall(r"<rect class='(bar[^']*)' data-run='(\w)' data-value='(\d*)'[^>]*height='([\d.]+)'", svg)
-    assert [(k, r, v) for k, r, v, _ in bars] == [("bar unknown", "a", ""), ("bar", "b", "300"), ("bar", "c", "150")]
+    bar = r"<rect class='(bar[^']*)' data-run='(\w)' data-value='(\d*)'[^>]*height='([\d.]+)'"
+    bars = re.findall(bar, svg)
+    assert [(k, r, v) for k, r, v, _ in bars] == [
+        ("bar unknown", "a", ""), ("bar", "b", "300"), ("bar", "c", "150")]
     heights = [float(h) for *_, h in bars]
     assert heights[1] == pytest.approx(2 * heights[2])  # to scale
     assert "<title>b: 300B</title>" in svg
