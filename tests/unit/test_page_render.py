@@ -6,14 +6,19 @@ tests/integration/test_airflow_scheduler.py ("the page")."""
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from tidegate.positions import position_from_json, position_text
 from tidegate.status import run_history
 from tidegate.store.records import JournalEntry, JournalSink
-from tidegate_airflow.charts import bar_chart, history_charts, human
-from tidegate_airflow.page_actions import FormError, resolution_conf, resolutions_for
-from tidegate_airflow.ui import render
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins"))  # as Airflow puts it
+
+from tidegate_airflow.charts import bar_chart, history_charts, human  # noqa: E402
+from tidegate_airflow.page_actions import FormError, resolution_conf, resolutions_for  # noqa: E402
+from tidegate_airflow.ui import render  # noqa: E402
 
 MARIADB = {"kind": "mysql", "file": "mysql-bin.000007", "pos": 1234, "gtid_set": "0-1-42",
            "server_id": 1, "server_uuid": None}
