@@ -167,7 +167,8 @@ def run_history(journal: list[Any], limit: int = HISTORY_RUNS) -> list[dict[str,
     sinks (the sink furthest behind)."""
     shown = journal[-(limit + 1):] if limit else []
     out = []
-    for prev, e in zip([None, *shown[:-1]], shown, strict=True):
+    previous = [None, *shown[:-1]] if shown else []
+    for prev, e in zip(previous, shown, strict=True):
         if len(shown) > limit and prev is None:
             continue  # the entry before the window: only the previous run of the first shown
         waited = _seconds_between(prev.started_at, e.finished_at) if prev is not None else None

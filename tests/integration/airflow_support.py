@@ -165,9 +165,16 @@ def page_call(url: str, path: str, *, token: str | None = None, cookie: str | No
         req.add_header("Cookie", f"_token={cookie}")
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read() or b"{}")
+            return r.status, _json_or_text(r.read())
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
+        return exc.code, _json_or_text(exc.read())
+
+
+def _json_or_text(body: bytes) -> dict:
+    try:
+        return json.loads(body or b"{}")
+    except ValueError:
+        return {"text": body.decode(errors="replace")[:2000]}
 
 
 def browser_login(browser, url: str, user: str, password: str) -> None:

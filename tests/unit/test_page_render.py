@@ -50,6 +50,7 @@ def test_run_history_is_events_and_lag_per_run_oldest_first():
     assert [h["events"] for h in history] == [0, 3, 0]
     assert [h["lag_bytes"] for h in history] == [None, 300, 0]  # no checkpoint before run1
     assert [h["lag_seconds"] for h in history] == [None, 72.0, 65.0]  # previous start .. this end
+    assert run_history([]) == []
     # A window of the last two runs still measures its first run from the one before it.
     assert [(h["run_id"], h["lag_seconds"]) for h in run_history(journal, limit=2)] == [
         ("run2", 72.0), ("run3", 65.0)]
