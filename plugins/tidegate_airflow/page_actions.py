@@ -71,21 +71,20 @@ def set_paused(dag_id: str, paused: bool) -> None:
     """Pause or resume the DAG (``is_paused``), as ``PATCH /api/v2/dags/{dag_id}`` does."""
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
-    from sqlalchemy import update
 
-    with create_session() as session:
-        done = session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=paused))
-        if not done.rowcount:
+    with create_session() as session:  # commits on exit
+        dag = DagModel.get_dagmodel(dag_id, session=session)
+        if dag is None:
             raise FormError(f"DAG {dag_id} is not known to Airflow (yet): its spec may not be parsed")
+        dag.is_paused = paused
 
 
 def paused_states(dag_ids: list[str]) -> dict[str, bool]:
     """``is_paused`` of the DAGs Airflow knows among ``dag_ids``."""
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
-    from sqlalchemy import select
 
     with create_session() as session:
-        rows = session.execute(select(DagModel.dag_id, DagModel.is_paused)
-                               .where(DagModel.dag_id.in_(dag_ids)))
-        return {dag_id: bool(paused) for dag_id, paused in rows}
+        known = [dag_id for dag_id in dag_ids if DagModel.get_dagmodel(dag_id, session=session)]
+        paused = DagModel.get_paused_dag_ids(known, session=session)
+    return {dag_id: dag_id in paused for dag_id in known}
