@@ -266,6 +266,11 @@ def _resolve_form(p: dict[str, Any], open_: list[dict[str, Any]], csrf: str) -> 
     if not (p.get("may") or {}).get("resolve"):
         return "<p class=muted>you may not trigger runs of this DAG: ask someone who may to resolve it</p>"
     ways = page_actions.resolutions_for(i["kind"] for i in open_)
+    if not ways:
+        return ("<p class=muted>the open incidents need different resolutions: resolve them from the "
+                "DAG's trigger form, or with <code>tidegate run --resolve</code></p>")
+    waits = ("<p class=muted>the DAG is paused: the run waits until it is resumed</p>"
+             if p.get("paused") else "")
     options = "".join(f"<option value='{w}'>{w}</option>" for w in ways)
     tables = ("<label>tables (resnapshot only; schema.table, space-separated; empty: all) "
               "<input name=tables size=40></label><br>" if "resnapshot" in ways else "")
@@ -273,7 +278,7 @@ def _resolve_form(p: dict[str, Any], open_: list[dict[str, Any]], csrf: str) -> 
             f"<label>resolve <select name=resolve>{options}</select></label><br>{tables}"
             "<label>reason (required, kept with the incident)<br><textarea name=reason rows=2 required "
             "placeholder='why this resolution is right'></textarea></label><br>"
-            "<button type=submit>Resolve: trigger a run as me</button></form>")
+            f"<button type=submit>Resolve: trigger a run as me</button>{waits}</form>")
 
 
 def _incidents(p: dict[str, Any], csrf: str) -> str:

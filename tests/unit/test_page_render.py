@@ -114,3 +114,12 @@ def test_a_resolution_needs_a_reason_and_a_way_that_fits_the_open_incidents():
                                                          "tables": ["s.a", "s.b"]}
     assert resolutions_for(["binlog_purged", "failover"]) == ["accept_gap", "resnapshot"]
     assert resolutions_for(["binlog_purged", "schema_change"]) == []
+
+
+def test_the_resolve_form_says_when_the_run_would_wait_or_cannot_fit_every_open_incident():
+    assert "the DAG is paused: the run waits until it is resumed" in render(_doc(paused=True), "ops")
+    mixed = _doc()
+    mixed["pipelines"][0]["incidents"].append({**mixed["pipelines"][0]["incidents"][0], "id": 5,
+                                               "kind": "schema_change"})
+    page = render(mixed, "ops")
+    assert "form class=resolve" not in page and "need different resolutions" in page
