@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .catalog import scan
@@ -60,10 +60,12 @@ def resolve_params(incident_kind: str) -> list[dict[str, Any]]:
 
 def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterable[str] | None = None,
                      parts: Parts | None = None, with_lag: bool = True, runs: int = RUNS_SHOWN,
-                     head_timeout_s: float = 5.0, now: dt.datetime | None = None) -> dict[str, Any]:
+                     head_timeout_s: float = 5.0, now: dt.datetime | None = None,
+                     include: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """The status document of every pipeline (spec files and pipelines the store knows), or of
-    the named ones. Never raises for one pipeline's trouble (a broken spec, an unreachable
-    source): it is reported in that pipeline's entry."""
+    the named ones, of those ``include`` accepts (e.g. what a user may see; decided before any
+    source is asked for its head). Never raises for one pipeline's trouble (a broken spec, an
+    unreachable source): it is reported in that pipeline's entry."""
     now = now or dt.datetime.now(dt.UTC)
     own = store is None
     store = store or open_store()
@@ -72,6 +74,7 @@ def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterabl
         specs, spec_errors = catalog.by_name(), catalog.problems
         names = (sorted(set(specs) | set(store.checkpoints.pipelines())) if pipelines is None
                  else list(pipelines))
+        names = [n for n in names if include is None or include(n)]
         shown = [specs[n] for n in names if n in specs]
         heads = _heads(shown, parts or Parts(), head_timeout_s) if with_lag else {}
         return {"generated_at": now.isoformat(timespec="seconds"), "store": store.url,

@@ -40,27 +40,30 @@ def _connection_lookup(conn_id: str):
         return from_airflow(conn_id, Connection.get_connection_from_secrets(conn_id))
 
 
-def status_document() -> dict[str, Any]:
+def visible_document(user: Any) -> dict[str, Any]:
+    """The status document of the pipelines whose DAG ``user`` may read (no other source is
+    even asked for its head), each with its DAG's ``paused`` state and what the user may do
+    (``may``). Spec errors can name any pipeline: shown only to a user who sees every one."""
     from tidegate.parts import Parts
     from tidegate.status import pipelines_status
 
-    return pipelines_status(parts=Parts(_connection_lookup))
+    hidden: set[str] = set()
 
+    def readable(pipeline: str) -> bool:
+        if page_auth.may(user, dag_id_of(pipeline), "GET"):
+            return True
+        hidden.add(pipeline)
+        return False
 
-def visible_document(user: Any) -> dict[str, Any]:
-    """The status document with only the pipelines whose DAG ``user`` may read, each with its
-    DAG's ``paused`` state and what the user may do (``may``). Spec errors can name any
-    pipeline: they are shown only to a user who sees every pipeline."""
-    doc = status_document()
-    shown = [p for p in doc["pipelines"] if page_auth.may(user, p["dag_id"], "GET")]
-    paused = page_actions.paused_states([p["dag_id"] for p in shown])
-    for p in shown:
+    doc = pipelines_status(parts=Parts(_connection_lookup), include=readable)
+    paused = page_actions.paused_states([p["dag_id"] for p in doc["pipelines"]])
+    for p in doc["pipelines"]:
         p["paused"] = paused.get(p["dag_id"])
         p["may"] = {"resolve": page_auth.may(user, p["dag_id"], "POST", runs=True),
                     "pause": page_auth.may(user, p["dag_id"], "PUT")}
-    if len(shown) < len(doc["pipelines"]):
+    if hidden:
         doc["spec_errors"] = []
-    return {**doc, "pipelines": shown}
+    return doc
 
 
 User = Annotated[Any, Depends(page_auth.current_user)]
