@@ -209,6 +209,10 @@ def _print_pipeline(p: dict) -> None:
         fix = " ".join(f"{r['resolve']}" for r in i.get("resolve_with") or [])
         print(f"  incident #{i.get('id')} {i['kind']} detected {i['detected_at']}: {what}"
               + (f" (resolve with: {fix} and a reason)" if fix else ""))
+    # The last resolutions: who decided what, when and why (the audit trail of a halt).
+    for i in [i for i in p["incidents"] if i["resolved"]][-3:]:
+        print(f"  resolved #{i.get('id')} {i['kind']}: {i['resolution']} by {i.get('resolved_by') or '?'}"
+              f" at {i.get('resolved_at') or '?'}: {i.get('reason') or ''}".rstrip(": "))
 
 
 # --------------------------------------------------------------------------- checkpoints

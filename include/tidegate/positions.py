@@ -197,6 +197,19 @@ def position_to_json(p: Position | None) -> dict[str, Any] | None:
     return None if p is None else p.to_json()
 
 
+def position_text(d: dict[str, Any] | str | None) -> str | None:
+    """A position (or its JSON) as people read it: MariaDB/MySQL ``file:pos [gtid set]``,
+    PostgreSQL's LSN ``X/Y``, a snapshot's chunk and handoff. None for None; JSON that is not a
+    position is returned as compact JSON rather than raising (a page must still render)."""
+    if d is None:
+        return None
+    try:
+        pos = position_from_json(d) if isinstance(d, (dict, str)) else d
+    except (ValueError, KeyError, TypeError):
+        return json.dumps(d, sort_keys=True) if not isinstance(d, str) else d
+    return str(pos)
+
+
 def same_lineage(a: Position, b: Position) -> bool:
     """Whether ``a`` and ``b`` are coordinates in the same log (a position without lineage
     matches any)."""

@@ -16,6 +16,10 @@ Lag is measured against the source head read now (one cheap query per pipeline, 
   oldest change it misses is.
 * ``checkpoint_age_seconds``: seconds since the checkpoint's current version was written.
 
+Positions come as JSON and, beside it, as people read them (``*_text``: MariaDB/MySQL
+``file:pos [gtid set]``, PostgreSQL ``X/Y``). ``history`` is the run journal per run (oldest first):
+events delivered and the lag each run found (:func:`run_history`), for the page's charts.
+
 With the head, the pipeline's ``log_held`` says what the server keeps of its log for the
 pipeline (PostgreSQL: the slot, its ``restart_lsn`` and the WAL ``bytes`` from there to the
 current WAL LSN, the cost of ``source.replay_retention``; None for a binlog, kept for the
@@ -30,19 +34,20 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .catalog import scan
 from .errors import TidegateError
 from .parts import Parts
-from .positions import Position, position_from_json, position_to_json, same_lineage
+from .positions import Position, position_from_json, position_text, position_to_json, same_lineage
 from .spec import PipelineSpec
 from .store import CheckpointStore, open_store
 
 log = logging.getLogger(__name__)
 
 RUNS_SHOWN = 5
+HISTORY_RUNS = 20  # runs the page charts
 
 
 def resolve_params(incident_kind: str) -> list[dict[str, Any]]:
@@ -55,10 +60,12 @@ def resolve_params(incident_kind: str) -> list[dict[str, Any]]:
 
 def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterable[str] | None = None,
                      parts: Parts | None = None, with_lag: bool = True, runs: int = RUNS_SHOWN,
-                     head_timeout_s: float = 5.0, now: dt.datetime | None = None) -> dict[str, Any]:
+                     head_timeout_s: float = 5.0, now: dt.datetime | None = None,
+                     include: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """The status document of every pipeline (spec files and pipelines the store knows), or of
-    the named ones. Never raises for one pipeline's trouble (a broken spec, an unreachable
-    source): it is reported in that pipeline's entry."""
+    the named ones, of those ``include`` accepts (e.g. what a user may see; decided before any
+    source is asked for its head). Never raises for one pipeline's trouble (a broken spec, an
+    unreachable source): it is reported in that pipeline's entry."""
     now = now or dt.datetime.now(dt.UTC)
     own = store is None
     store = store or open_store()
@@ -67,6 +74,7 @@ def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterabl
         specs, spec_errors = catalog.by_name(), catalog.problems
         names = (sorted(set(specs) | set(store.checkpoints.pipelines())) if pipelines is None
                  else list(pipelines))
+        names = [n for n in names if include is None or include(n)]
         shown = [specs[n] for n in names if n in specs]
         heads = _heads(shown, parts or Parts(), head_timeout_s) if with_lag else {}
         return {"generated_at": now.isoformat(timespec="seconds"), "store": store.url,
@@ -98,6 +106,7 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
         s = sink_specs.get(sid)
         entry = {"id": sid, "kind": getattr(s, "kind", None), "required": getattr(s, "required", None),
                  "position": position_to_json(rec.position) if rec else None,
+                 "position_text": position_text(rec.position) if rec else None,
                  "version": rec.version if rec else None, "updated_at": rec.written_at if rec else None,
                  "checkpoint_age_seconds": _age(rec.written_at, now) if rec else None,
                  "at_head": None, "lag_bytes": None, "lag_seconds": None, "dlq": dead[sid]}
@@ -118,13 +127,17 @@ def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None
         "has_spec": spec is not None,
         "halted": bool(open_incidents),
         "head": position_to_json(head_pos) if head_pos is not None else None,
+        "head_text": position_text(head_pos),
         "head_error": head_error,
         "log_held": log_held,
-        "incidents": [{**i.to_json(), "resolve_with": [] if i.resolved else resolve_params(i.kind)}
+        "incidents": [{**i.to_json(), "from_text": position_text(i.from_position),
+                       "to_text": position_text(i.to_position), "resolved_at": i.resolved_at,
+                       "resolve_with": [] if i.resolved else resolve_params(i.kind)}
                       for i in incidents],
         "incidents_open": len(open_incidents),
         "sinks": sinks,
         "runs": recent_runs(store, name, runs),
+        "history": run_history(journal),
         "snapshots": [s.to_json() for s in store.snapshots.all(name)[-runs:]],  # snapshots (newest last)
     }
 
@@ -139,6 +152,54 @@ def recent_runs(store: CheckpointStore, pipeline: str, limit: int = RUNS_SHOWN) 
                              "end": position_to_json(js.end), "error": js.error, "dlq": js.dlq}
                        for sid, js in e.sinks.items()}}
             for e in reversed(entries)]
+
+
+def run_history(journal: list[Any], limit: int = HISTORY_RUNS) -> list[dict[str, Any]]:
+    """Per journaled run, oldest first (the last ``limit``), what the page charts. Per sink:
+
+    * ``events``: the events it received;
+    * ``lag_bytes``: source log bytes from its checkpoint at the run's start to where the run
+      took it (how far behind it was when the run read its bound; None when unknown: no
+      checkpoint yet, a failed delivery, or a MariaDB range across binlog files, whose sizes
+      the journal does not keep);
+    * ``lag_seconds``: from the previous journaled run's start to this run's end, an upper
+      bound of how long a change this run delivered waited (it was written after the previous
+      run read its bound). None for the first run journaled.
+
+    ``events``, ``lag_bytes`` and ``lag_seconds`` of the run itself are the largest over its
+    sinks (the sink furthest behind)."""
+    shown = journal[-(limit + 1):] if limit else []
+    out = []
+    previous = [None, *shown[:-1]] if shown else []
+    for prev, e in zip(previous, shown, strict=True):
+        if len(shown) > limit and prev is None:
+            continue  # the entry before the window: only the previous run of the first shown
+        waited = _seconds_between(prev.started_at, e.finished_at) if prev is not None else None
+        sinks = {sid: {"events": js.events, "lag_seconds": waited,
+                       "lag_bytes": js.start.bytes_to(js.end) if js.start and js.end else None}
+                 for sid, js in e.sinks.items()}
+        out.append({"run_id": e.run_id, "mode": e.mode, "status": e.status, "started_at": e.started_at,
+                    "finished_at": e.finished_at, "sinks": sinks,
+                    "events": _largest(s["events"] for s in sinks.values()),
+                    "lag_bytes": _largest(s["lag_bytes"] for s in sinks.values()),
+                    "lag_seconds": waited})
+    return out
+
+
+def _largest(values: Iterable[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _seconds_between(a: str | None, b: str | None) -> float | None:
+    if not a or not b:
+        return None
+    try:
+        ta, tb = (dt.datetime.fromisoformat(t) for t in (a, b))
+    except ValueError:
+        return None
+    ta, tb = (t if t.tzinfo else t.replace(tzinfo=dt.UTC) for t in (ta, tb))
+    return round(max(0.0, (tb - ta).total_seconds()), 3)
 
 
 # --------------------------------------------------------------------------- helpers

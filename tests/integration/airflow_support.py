@@ -119,3 +119,94 @@ def per_key(changes: list[dict], field: str = "status") -> dict[int, list[tuple]
     for ch in changes:
         out[ch["key"]["id"]].append((ch["op"], (ch["after"] or {}).get(field)))
     return dict(out)
+
+
+# --------------------------------------------------------------------------- the tidegate page
+
+PAGE_AUTH_MANAGER = "tests.integration.dag_allowlist_auth.DagAllowListAuthManager"
+
+
+def page_users(base: Path, access: dict[str, list[str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """Users besides admin for a deployment started by scripts/services, each with the role
+    ``user`` and rights on the DAGs ``access`` lists for it only (the test auth manager of
+    tests/integration/dag_allowlist_auth.py). Returns the environment for `services up airflow`
+    and each user's password. The files are mode 600 under ``base``."""
+    import secrets
+
+    passwords = {user: secrets.token_urlsafe(12) for user in access}
+    for name, content in (("page_passwords.json", passwords), ("page_dag_access.json", access)):
+        fd = os.open(base / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(content, f)
+    env = {"TIDEGATE_AIRFLOW_AUTH_MANAGER": PAGE_AUTH_MANAGER,
+           "TIDEGATE_AIRFLOW_USERS": ",".join(f"{user}:user" for user in access),
+           "TIDEGATE_AIRFLOW_PASSWORDS_FILE": str(base / "page_passwords.json"),
+           "TIDEGATE_TEST_DAG_ACCESS": str(base / "page_dag_access.json"),
+           # The api-server imports the auth manager from this checkout's tests package.
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return env, passwords
+
+
+def page_call(url: str, path: str, *, token: str | None = None, cookie: str | None = None,
+              form: dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
+    """GET (or, with ``form``, POST) a path of the tidegate page as an API client; returns the
+    HTTP status and the JSON body."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    data = None if form is None else urllib.parse.urlencode(form).encode()
+    req = urllib.request.Request(url.rstrip("/") + "/tidegate" + path, data=data,
+                                 method="GET" if form is None else "POST",
+                                 headers={"Accept": "application/json", **(headers or {})})
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if cookie:
+        req.add_header("Cookie", f"_token={cookie}")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, _json_or_text(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, _json_or_text(exc.read())
+
+
+def _json_or_text(body: bytes) -> dict:
+    try:
+        return json.loads(body or b"{}")
+    except ValueError:
+        return {"text": body.decode(errors="replace")[:2000]}
+
+
+def browser_login(browser, url: str, user: str, password: str) -> None:
+    """Open ``url`` (a page behind Airflow's login), log in through Airflow's login form and
+    come back to ``url``."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(url)
+    _wait(lambda: "/auth/login" in browser.current_url, 30, "redirect to the login page")
+    name = _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "input:not([type=password])"), 30,
+                 "the login form")[0]
+    name.send_keys(user)
+    browser.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(password, Keys.ENTER)
+    _wait(lambda: "/auth/login" not in browser.current_url, 30, "login")
+    if browser.current_url.rstrip("/") != url.rstrip("/"):
+        browser.get(url)
+
+
+def _wait(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.3)
+    raise AssertionError(f"not within {timeout:.0f}s: {what}")
+
+
+def chart_bars(svg_element) -> list[tuple[str, str]]:
+    """(run id, value) of every bar of a page chart (an SVG WebElement), left to right."""
+    from selenium.webdriver.common.by import By
+
+    return [(b.get_attribute("data-run"), b.get_attribute("data-value"))
+            for b in svg_element.find_elements(By.CSS_SELECTOR, "rect.bar")]

@@ -24,7 +24,15 @@ store and StatsD listener; stopped at the end). In file order:
   is SIGKILLed mid-delivery is retried by the scheduler; the retry adopts what the sinks committed
   and every change arrives once on Kafka (read_committed), NATS and Redis, in order per key.
 
-The screenshot of the page is kept in .artifacts/ui/ (git-ignored).
+- The page (two users besides admin, with rights on different DAGs through the test auth manager
+  of dag_allowlist_auth.py): each sees only its pipelines, on the page and in /api/status, and
+  gets 403 on an action against another's DAG (401 without login; a cookie without the form's
+  CSRF token, or from another origin, is refused); pause and resume from the page set the DAG's
+  is_paused; the lag and events charts have one bar per journaled run, with the journal's
+  values; a dropped slot resolved from the page with a reason (a blank one is refused) is
+  recorded with the page user, the next run delivers, and `tidegate status` shows who and why.
+
+The screenshots of the page are kept in .artifacts/ui/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -52,7 +60,13 @@ import pytest
 from tidegate.store import open_store
 
 from tests.conftest import SERVICES, services_env
-from tests.integration.airflow_support import spark_connect_server  # noqa: F401 - the spark_connect fixture
+from tests.integration.airflow_support import (
+    browser_login,
+    chart_bars,
+    page_call,
+    page_users,
+    spark_connect_server,  # noqa: F401 - the spark_connect fixture
+)
 from tests.integration.sink_readers import kafka_changes, nats_ids, nats_payloads, redis_events, redis_ids
 
 pytestmark = [pytest.mark.integration]
@@ -237,8 +251,12 @@ def deployment(service_env, mysql, postgres, kafka, redis_service, nats_service,
 
     statsd = StatsdListener()
     store_url = f"sqlite:///{base / 'store.sqlite'}"
+    # Two page users besides admin, each with rights on its own DAGs only ("the page").
+    page_env, page_passwords = page_users(base, {
+        "halt_ops": [f"cdc_{names['halt']}", f"cdc_{names['pg']}"],
+        "feed_ops": [f"cdc_{names['rest']}", f"cdc_{names['sched']}"]})
     env = dict(os.environ, TIDEGATE_PIPELINES_DIR=str(base / "pipelines"),
-               TIDEGATE_CHECKPOINT_STORE=store_url, TIDEGATE_STATSD=f"127.0.0.1:{statsd.port}")
+               TIDEGATE_CHECKPOINT_STORE=store_url, TIDEGATE_STATSD=f"127.0.0.1:{statsd.port}", **page_env)
     t0 = time.monotonic()
     services("up", "airflow", env=env)
     senv = services_env()
@@ -254,7 +272,8 @@ def deployment(service_env, mysql, postgres, kafka, redis_service, nats_service,
     print(f"airflow deployment ready in {time.monotonic() - t0:.0f}s", file=sys.stderr)
     store = open_store(store_url)
     d = {"api": api, "names": names, "dags": dags, "db": db, "admin": admin, "store": store,
-         "statsd": statsd, "env": env, "senv": senv, "base": base, "pg": pg}
+         "statsd": statsd, "env": env, "senv": senv, "base": base, "pg": pg,
+         "page_passwords": page_passwords}
     yield d
     for dag_id in dags.values():
         try:
@@ -761,3 +780,244 @@ def test_deliver_killed_under_the_scheduler_is_retried_and_delivers_exactly_once
     cached = [json.loads(e) for e in redis_events(redis_service.cdc, f"{p}:{table}")]
     assert per_key(cached) == work.expected
     assert collections.Counter(e["idempotency_key"] for e in cached) == keys
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def page_token(d, user: str) -> str:
+    """A bearer token of a page user (POST /auth/token)."""
+    return AirflowApi(d["senv"]["TIDEGATE_AIRFLOW_URL"], user, d["page_passwords"][user]).token
+
+
+def page_browser(d, tmp_path: Path, user: str):
+    """Headless Chromium logged in to the tidegate page as ``user`` (its own profile)."""
+    browser = chromium(tmp_path / f"chromium-{user}")
+    browser.set_page_load_timeout(60)
+    password = d["senv"]["TIDEGATE_AIRFLOW_PASSWORD"] if user == "admin" else d["page_passwords"][user]
+    browser_login(browser, d["senv"]["TIDEGATE_AIRFLOW_URL"] + "/tidegate/", user, password)
+    return browser
+
+
+def shot(browser, name: str, element=None) -> None:
+    """A screenshot of the page (or of one element of it) kept in .artifacts/ui/."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    if element is not None:
+        element.screenshot(str(ARTIFACTS / name))
+    else:
+        browser.save_screenshot(str(ARTIFACTS / name))
+
+
+def is_paused(d, dag_id: str) -> bool:
+    return d["api"].call("GET", f"/api/v2/dags/{dag_id}")["is_paused"]
+
+
+def test_page_lists_only_pipelines_whose_dag_a_user_may_read_and_refuses_other_actions(deployment, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    d, n = deployment, deployment["names"]
+    url = d["senv"]["TIDEGATE_AIRFLOW_URL"]
+    tokens = {user: page_token(d, user) for user in d["page_passwords"]}
+    seen = {}
+    for user, token in [*tokens.items(), ("admin", d["api"].token)]:
+        code, doc = page_call(url, "/api/status", token=token)
+        assert code == 200, doc
+        seen[user] = {p["pipeline"] for p in doc["pipelines"]}
+    assert seen["halt_ops"] == {n["halt"], n["pg"]}
+    assert seen["feed_ops"] == {n["rest"], n["sched"]}
+    assert seen["admin"] >= set(n.values())
+
+    rest_paused = is_paused(d, d["dags"]["rest"])
+    # 403: an action on a pipeline whose DAG the user may not touch, naming user, DAG and fix.
+    code, body = page_call(url, f"/pipelines/{n['halt']}/pause", token=tokens["feed_ops"], form={})
+    assert code == 403 and "'feed_ops' may not pause" in body["detail"], body
+    assert d["dags"]["halt"] in body["detail"]
+    code, body = page_call(url, f"/pipelines/{n['rest']}/resolve", token=tokens["halt_ops"],
+                           form={"resolve": "accept_gap", "reason": "not mine"})
+    assert code == 403 and "may not trigger runs" in body["detail"], body
+    # 401 without login, for reads and actions.
+    assert page_call(url, "/api/status")[0] == 401
+    assert page_call(url, f"/pipelines/{n['rest']}/pause", form={})[0] == 401
+    # CSRF: the session cookie alone does not make an action (no form token; a foreign origin).
+    code, body = page_call(url, f"/pipelines/{n['rest']}/pause", cookie=tokens["feed_ops"], form={},
+                           headers={"Origin": url})
+    assert code == 403 and "csrf_token" in body["detail"], body
+    code, body = page_call(url, f"/pipelines/{n['rest']}/pause", cookie=tokens["feed_ops"],
+                           form={"csrf_token": "0" * 64}, headers={"Origin": "http://evil.example"})
+    assert code == 403 and "Origin" in body["detail"], body
+    assert is_paused(d, d["dags"]["rest"]) == rest_paused  # nothing happened
+
+    # In the browser each user sees exactly its pipelines.
+    for user, mine in (("halt_ops", {"halt", "pg"}), ("feed_ops", {"rest", "sched"})):
+        browser = page_browser(d, tmp_path, user)
+        try:
+            sections = wait_for(lambda b=browser: b.find_elements(By.CSS_SELECTOR, "section.pipeline"), 30,
+                                f"{user}'s pipelines")
+            assert {s.get_attribute("id") for s in sections} == {f"pipeline-{n[k]}" for k in mine}
+            assert f"logged in as {user}" in browser.page_source
+            shot(browser, f"tidegate_page_{user}.png")
+        finally:
+            browser.quit()
+
+
+def test_pause_and_resume_from_the_page_set_the_dags_is_paused(deployment, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    d, n = deployment, deployment["names"]
+    dag = d["dags"]["rest"]
+    browser = page_browser(d, tmp_path, "feed_ops")
+    try:
+        for _ in range(2):  # pause, then resume (or the other way round): the state comes back
+            before = is_paused(d, dag)
+            section = browser.find_element(By.ID, f"pipeline-{n['rest']}")
+            assert section.get_attribute("data-paused") == str(before).lower()
+            section.find_element(By.CSS_SELECTOR, "h2 form button").click()
+            note = wait_for(lambda: browser.find_elements(By.ID, "done"), 30, "the action's note")[0].text
+            assert note == f"{dag} {'resumed' if before else 'paused'} by feed_ops"
+            assert is_paused(d, dag) is (not before)  # through the REST API
+            section = browser.find_element(By.ID, f"pipeline-{n['rest']}")
+            assert ("PAUSED" in section.find_element(By.TAG_NAME, "h2").text) is (not before)
+            if not before:
+                shot(browser, "tidegate_page_paused.png")
+    finally:
+        browser.quit()
+
+
+def test_lag_and_events_charts_have_one_bar_per_journaled_run_matching_the_journal(deployment, tmp_path):
+    import datetime as dt
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    # The PostgreSQL pipeline: the MariaDB ones are behind the binlogs the purge test purged.
+    d, api, n = deployment, deployment["api"], deployment["names"]
+    dag, p, db = d["dags"]["pg"], n["pg"], d["db"]
+    for i in range(8):  # at least 5 journaled runs (the first run only places checkpoints)
+        if len(d["store"].runs.entries(p)) >= 5:
+            break
+        with d["pg"].cursor() as c:
+            c.execute(f"INSERT INTO {db}.t VALUES ({900 + i}, 'charted')")
+        run = api.trigger(dag)
+        assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    journal = d["store"].runs.entries(p)[-20:]
+    assert len(journal) >= 5
+
+    def seconds(a: str, b: str) -> float:
+        ta, tb = (dt.datetime.fromisoformat(t) for t in (a, b))
+        return round((tb - ta).total_seconds(), 3)
+
+    full = d["store"].runs.entries(p)
+    before = {e.id: full[k - 1] if k else None for k, e in enumerate(full)}
+    def largest(values) -> str:
+        known = [v for v in values if v is not None]
+        return str(max(known)) if known else ""
+
+    expected = {
+        "events": [largest(js.events for js in e.sinks.values()) for e in journal],
+        "lag_bytes": [largest(js.start.bytes_to(js.end) for js in e.sinks.values() if js.start and js.end)
+                      for e in journal],
+        "lag_seconds": [str(seconds(before[e.id].started_at, e.finished_at)) if before[e.id] else ""
+                        for e in journal],
+    }
+    assert any(v not in ("", "0") for v in expected["events"])  # the rows inserted above
+    browser = page_browser(d, tmp_path, "halt_ops")
+    try:
+        section = browser.find_element(By.ID, f"pipeline-{p}")
+        for series, values in expected.items():
+            svg = section.find_element(By.CSS_SELECTOR, f"svg.chart[data-series={series}]")
+            assert chart_bars(svg) == list(zip([e.run_id for e in journal], values, strict=True)), series
+        browser.execute_script("arguments[0].scrollIntoView()", section.find_element(By.CLASS_NAME, "charts"))
+        shot(browser, "tidegate_page_charts.png", section)
+        # Checkpoints read as an LSN X/Y, the raw JSON one click away.
+        ck = d["store"].checkpoints.current(p)["cache"].position
+        row = section.find_element(By.CSS_SELECTOR, "tr.sink[data-sink=cache]")
+        lsn = row.find_element(By.CSS_SELECTOR, "code.pos").text
+        assert lsn == str(ck) and re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", lsn), lsn
+        raw = row.find_element(By.CSS_SELECTOR, "details pre")
+        assert not raw.is_displayed()
+        row.find_element(By.CSS_SELECTOR, "details summary").click()
+        assert raw.is_displayed() and json.loads(raw.text) == ck.to_json()
+    finally:
+        browser.quit()
+
+
+def test_an_incident_resolved_from_the_page_records_who_and_why_and_the_next_run_delivers(
+        deployment, redis_service, tmp_path):
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    d, api, n = deployment, deployment["api"], deployment["names"]
+    dag, p, db = d["dags"]["pg"], n["pg"], d["db"]
+    if not d["store"].checkpoints.current(p):  # a first run creates the slot, places the checkpoints
+        run = api.trigger(dag)
+        assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+
+    def drop_slot() -> bool:
+        with d["pg"].cursor() as c:
+            c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                      "WHERE slot_name = %s AND NOT active", (p,))
+            return c.rowcount == 1
+    wait_for(drop_slot, 30, f"slot {p} dropped")
+    with d["pg"].cursor() as c:
+        c.execute(f"INSERT INTO {db}.t VALUES (1, 'lost')")
+    run = api.trigger(dag)
+    assert api.wait_run(dag, run) == "failed"
+    inc = [i for i in d["store"].incidents.all(p) if not i.resolved][0]
+    assert inc.kind == "slot_dropped"
+
+    reason = "slot dropped by a DBA cleanup; row 1 re-sent by the app team"
+    url = d["senv"]["TIDEGATE_AIRFLOW_URL"] + "/tidegate/"
+    browser = page_browser(d, tmp_path, "halt_ops")
+    try:
+        def resolve_form():
+            return browser.find_element(By.CSS_SELECTOR, f"#pipeline-{p} form.resolve")
+        assert browser.find_element(By.ID, f"pipeline-{p}").get_attribute("data-halted") == "true"
+        assert [o.get_attribute("value") for o in resolve_form().find_elements(By.TAG_NAME, "option")] == [
+            "accept_gap", "resnapshot"]
+        # A blank reason is refused by the server, with a message naming the field.
+        resolve_form().find_element(By.NAME, "reason").send_keys("   ")
+        resolve_form().find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        error = wait_for(lambda: browser.find_elements(By.CLASS_NAME, "error"), 30, "the refusal")[0].text
+        assert error.startswith("reason: required. Say why the incident is resolved this way")
+        shot(browser, "tidegate_page_reason_refused.png")
+        assert [i.resolved for i in d["store"].incidents.all(p)][-1] is False  # no run was made
+
+        browser.get(url)
+        resolve_form().find_element(By.NAME, "reason").send_keys(reason)
+        resolve_form().find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        note = wait_for(lambda: browser.find_elements(By.ID, "done"), 30, "the trigger's note")[0].text
+        run = re.fullmatch(rf"{dag}: run (\S+) triggered by halt_ops with resolve=accept_gap", note).group(1)
+        assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+        assert api.run(dag, run)["triggering_user_name"] == "halt_ops"
+        done = d["store"].incidents.get(inc.id)
+        assert (done.resolved, done.resolution, done.resolved_by, done.reason) == (
+            True, "accept_gap", "halt_ops", reason)
+        browser.get(url)
+        row = browser.find_element(By.CSS_SELECTOR, f"#pipeline-{p} tr.incident.resolved")
+        assert (row.find_element(By.CLASS_NAME, "who").text, row.find_element(By.CLASS_NAME, "why").text) == (
+            "halt_ops", reason)
+        shot(browser, "tidegate_page_resolved.png")
+    finally:
+        browser.quit()
+
+    # The next run delivers: the row after the gap reaches the sink, the lost one never does.
+    delivered = len(redis_events(redis_service.cdc, f"{p}:t"))
+    with d["pg"].cursor() as c:
+        c.execute(f"INSERT INTO {db}.t VALUES (2, 'after the gap')")
+    run = api.trigger(dag)
+    assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    cached = [json.loads(e) for e in redis_events(redis_service.cdc, f"{p}:t")]
+    assert [(e["after"]["id"], e["after"]["status"]) for e in cached[delivered:]] == [(2, "after the gap")]
+    assert 1 not in [e["after"]["id"] for e in cached]
+    control = map(json.loads, redis_events(redis_service.cdc, f"{p}:__control"))
+    gaps = [g for g in control if g["type"] == "gap"]
+    assert [(g["incident"], g["reason"]) for g in gaps] == [(inc.id, reason)]
+
+    # `tidegate status` tells who resolved it, when and why.
+    r = subprocess.run([sys.executable, "-m", "tidegate.cli", "status", p], env=d["env"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = next(ln for ln in r.stdout.splitlines() if f"resolved #{inc.id} " in ln)
+    assert line.strip() == (f"resolved #{inc.id} slot_dropped: accept_gap by halt_ops at "
+                            f"{done.resolved_at}: {reason}"), r.stdout

@@ -86,6 +86,20 @@ def test_pipelines_status_reports_a_dead_source_and_broken_specs_without_raising
     assert any("broken.yaml" in line for line in doc["spec_errors"])
 
 
+def test_pipelines_status_asks_no_source_of_a_pipeline_include_leaves_out(store):
+    asked = []
+
+    class Parts:
+        def source(self, spec, **kw):
+            asked.append(spec.pipeline)
+            raise OSError("not reached")
+
+    doc = pipelines_status(store=store, parts=Parts(), include=lambda name: name != "orders")
+    assert doc["pipelines"] == [] and asked == []
+    every = pipelines_status(store=store, parts=Parts(), include=None)["pipelines"]
+    assert [p["pipeline"] for p in every] == ["orders"] and asked == ["orders"]
+
+
 class Recorder:
     def __init__(self):
         self.sent = []
