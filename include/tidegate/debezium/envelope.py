@@ -207,6 +207,8 @@ class _Table:
         schema = self.mapping(column, None).schema
         if schema.get("name") == DECIMAL_SCHEMA:
             return self.mapping(column, None).convert(0)
+        if self.info.columns.get(column, "").startswith("money"):
+            return self.mapping(column, None).convert("0.00")  # money's zero has its two places (seed 29)
         return _FALLBACKS.get(schema.get("name"), _FALLBACKS.get(schema.get("type")))
 
     def struct(self, row: dict[str, Any], suffix: str, optional: bool) -> dict[str, Any]:
