@@ -575,11 +575,14 @@ class Backlog:
             *[s for g in self.parts.get("postgres", []) for s in g.setup],
             f"CREATE TABLE {p}.{backlogs.STOP_TABLE} (id INT PRIMARY KEY)",
             f"ALTER TABLE {p}.{backlogs.STOP_TABLE} REPLICA IDENTITY FULL",
+            # a snapshot capture's probe (test_generated: Debezium reads the log once it sees a row)
+            f"CREATE TABLE {p}.{backlogs.PROBE_TABLE} (id SERIAL PRIMARY KEY)",
         ]
 
     @property
     def POSTGRES_PUBLISHED(self) -> list[str]:  # noqa: N802
-        return [t.name for g in self.parts.get("postgres", []) for t in g.tables] + [backlogs.STOP_TABLE]
+        return [t.name for g in self.parts.get("postgres", []) for t in g.tables] + [backlogs.STOP_TABLE,
+                                                                                     backlogs.PROBE_TABLE]
 
     @property
     def POSTGRES_BACKLOG(self) -> list[list[str]]:  # noqa: N802

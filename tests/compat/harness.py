@@ -443,6 +443,84 @@ def compare(source: str, debezium: list[dict], tidegate: list[dict]) -> list[str
     return report
 
 
+# A snapshot row's source block says where the snapshot stood, not where the row was written: the
+# fields below differ by nature between two snapshots taken at different moments (docs/compat.md).
+SNAPSHOT_IGNORED_SOURCE = ("file", "pos", "row", "gtid", "server_id", "thread", "lsn", "sequence", "txId",
+                           "xmin", "ts_ms", "ts_us", "ts_ns",
+                           # declared (docs/compat.md): tidegate marks "true" and a table's "last"
+                           # row; Debezium also "first", "first_in_data_collection" and
+                           # "last_in_data_collection", in its own row order
+                           "snapshot")
+
+
+def _snapshot_float(source: str, debezium: Any, tidegate: Any) -> bool:
+    """Declared (docs/compat.md): a MariaDB FLOAT in Debezium's snapshot is the server's text
+    of it, 6 significant digits (171935.0 for 171935.02); tidegate writes the float exactly, as
+    both write it in log events."""
+    return (source == "mariadb" and isinstance(debezium, float) and isinstance(tidegate, float)
+            and debezium == float(f"{tidegate:.6g}"))
+
+
+def _forgive_snapshot_floats(source: str, debezium: Any, tidegate: Any) -> None:
+    d, t = payload(debezium), payload(tidegate)
+    d_row = d.get("after") if isinstance(d, dict) else None
+    t_row = t.get("after") if isinstance(t, dict) else None
+    if isinstance(d_row, dict) and isinstance(t_row, dict):
+        for column, value in d_row.items():
+            if _snapshot_float(source, value, t_row.get(column)):
+                t_row[column] = value
+
+
+def snapshot_rows(source: str, records: list[dict]) -> tuple[dict[tuple, dict], list[str]]:
+    """The snapshot's read records ("op": "r") by (table, key); a table without a key joins its
+    rows by their content. Returns the map and the problems (twins)."""
+    out: dict[tuple, dict] = {}
+    problems = []
+    for r in data_records(records):
+        p = payload(r.get("value"))
+        if not isinstance(p, dict) or p.get("op") != "r":
+            continue
+        key = payload(r.get("key"))
+        joined = key if key is not None else p.get("after")
+        k = (table_of_topic(r["topic"]), json.dumps(joined, sort_keys=True))
+        if k in out:
+            problems.append(f"{k}: two snapshot records")
+        out[k] = r
+    return out, problems
+
+
+def compare_snapshot(source: str, debezium: list[dict], tidegate: list[dict]) -> tuple[list[str], int]:
+    """Every difference between two snapshots of the same tables (rows one side lacks; per row,
+    each differing field but the snapshot's own position, SNAPSHOT_IGNORED_SOURCE); and how
+    many of Debezium's rows were compared."""
+    want, problems_d = snapshot_rows(source, debezium)
+    got, problems_t = snapshot_rows(source, tidegate)
+    report = [f"debezium: {p}" for p in problems_d] + [f"tidegate: {p}" for p in problems_t]
+    for k, d in want.items():
+        t = got.get(k)
+        if t is None:
+            report.append(f"{k}: debezium's snapshot row is missing from tidegate's: "
+                          f"{_short(payload(d['value']))}")
+            continue
+        d_value, t_value = (_without_snapshot_position(strip_ignored(r.get("value"))) for r in (d, t))
+        forgive_declared(source, k[0], d_value, t_value)
+        _forgive_snapshot_floats(source, d_value, t_value)
+        diffs = [f"key.{x}" for x in differences(d.get("key"), t.get("key"))]
+        diffs += [f"value.{x}" for x in differences(d_value, t_value)]
+        if diffs:
+            report.append(f"{k}: {len(diffs)} differing field(s)\n    " + "\n    ".join(diffs))
+    report += [f"{k}: tidegate's snapshot row has no Debezium counterpart" for k in got if k not in want]
+    return report, len(want)
+
+
+def _without_snapshot_position(value: Any) -> Any:
+    p = payload(value)
+    if isinstance(p, dict) and isinstance(p.get("source"), dict):
+        for field_name in SNAPSHOT_IGNORED_SOURCE:
+            p["source"].pop(field_name, None)
+    return value
+
+
 def rows_of(extracted: list[dict]) -> list[tuple[str, str, str]]:
     """ExtractNewRecordState's output of the change topics as (table, key, row) triples, the
     payload only, table by table in each table's order (Kafka orders per topic only)."""

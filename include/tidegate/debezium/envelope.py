@@ -42,6 +42,14 @@ _MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
 _FALLBACKS = {"string": "", "bytes": "", "boolean": False, "int8": 0, "int16": 0, "int32": 0, "int64": 0,
               "float": 0.0, "double": 0.0, "io.debezium.time.ZonedTime": "00:00:00Z",
               "io.debezium.data.VariableScaleDecimal": {"scale": 0, "value": "AA=="}}
+ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+_TRAILING_FRACTION = re.compile(r"(\.\d+)Z$")
+
+
+def _fraction_trimmed(m: re.Match) -> str:
+    return m.group(1).rstrip("0").rstrip(".") + "Z"
+
+
 _NUMBER_TEXT = re.compile(r"^-?\d+(\.\d*)?([eE][+-]?\d+)?$")
 _BINARY_TYPE = re.compile(r"^(var)?binary\b|^(tiny|medium|long)?blob\b", re.I)
 _BIT_LITERAL = re.compile(r"^b'([01]*)'$")
@@ -198,6 +206,18 @@ class _Table:
             out[k] = self.default(k).get("default", self._fallback(k)) if v is None else v
         return out
 
+    def as_snapshot_read(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A MySQL/MariaDB snapshot row's TIMESTAMP as Debezium's snapshot writes it: read over
+        JDBC and formatted ISO-style, its fraction without trailing zeros ("03:14:07Z" where its
+        binlog events write "03:14:07.000000Z"); the generated snapshot comparison, seed 6."""
+        if row is None:
+            return None
+        out = dict(row)
+        for column, value in row.items():
+            if isinstance(value, str) and self.mapping(column, value).schema.get("name") == ZONED_TIMESTAMP:
+                out[column] = _TRAILING_FRACTION.sub(_fraction_trimmed, value)
+        return out
+
     def _fallback(self, column: str) -> Any:
         """What Debezium writes for a NOT NULL column whose value the log does not hold (a
         REPLICA IDENTITY DEFAULT delete's other columns) and that has no default: its converters'
@@ -326,7 +346,10 @@ class DebeziumEncoder:
         if tx is not None and tx["total_order"] == 1:
             out.append(self._tx_record("BEGIN", ev.ts_ms, None))
         before = self._before(t, ev)
-        payload = {"before": t.row(before), "after": t.row(ev.after), "source": self._source(ev),
+        after = t.row(ev.after)
+        if ev.op == "r" and self.connector != "postgresql":
+            after = t.as_snapshot_read(after)
+        payload = {"before": t.row(before), "after": after, "source": self._source(ev),
                    "transaction": ({"id": tx["id"], "total_order": tx["total_order"],
                                     "data_collection_order": tx["counts"][self._collection(ev)]}
                                    if tx is not None else None),
