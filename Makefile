@@ -57,8 +57,12 @@ test-integration: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest -m integration
 
 # tidegate's envelope: debezium against Debezium's own connectors (docs/compat.md); also part of `make test`.
+# `make compat SEEDS=100` compares generated backlogs of seeds 1..100 (FIRST=101: from 101 on; the
+# fixed backlog and CI's seeds are compared without SEEDS); SEED=7 compares one seed.
 compat: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest tests/compat
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 \
+	  $(if $(or $(SEEDS),$(SEED)),TIDEGATE_COMPAT_SEEDS=$(or $(SEED),$$(seq -s, $(or $(FIRST),1) $$(( $(or $(FIRST),1) + $(or $(SEEDS),1) - 1 ))))) \
+	  $(PY) -m pytest $(if $(or $(SEEDS),$(SEED)),tests/compat/test_generated.py -s -o addopts=-ra,tests/compat)
 
 # The seeded fault campaign (tests/campaign/runner.py): `make campaign SEEDS=20`, `make campaign SEED=7`
 # (reproduces one seed), FIRST=100 (first seed), SOURCES=mysql,postgres SINKS=kafka,nats,redis,delta
