@@ -66,9 +66,10 @@ class SinkReport:
     status: str = "ok"  # ok | failed
     error: str | None = None
     error_class: str | None = None
-    # Events delivered per target (topic, subject, stream, table path: Sink.target_of), for the
-    # tables that had any; what the deliver task's asset events count.
-    targets: dict[str, int] = field(default_factory=dict)
+    # Per target (topic, subject, stream, table path: Sink.target_of) that got events in this run:
+    # {"events": n, "tables": ["schema.table", ...]}, the source tables it got them from. What the
+    # deliver task's asset events and lineage report.
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -81,7 +82,7 @@ class SinkReport:
                 "events": self.events, "bytes": self.bytes, "deliveries": self.deliveries,
                 "dlq": self.dlq, "duplicates": self.duplicates, "skipped": self.skipped,
                 "status": self.status, "error": self.error, "error_class": self.error_class,
-                "targets": dict(self.targets)}
+                "targets": {k: dict(v) for k, v in self.targets.items()}}
 
 
 @dataclass
@@ -113,11 +114,15 @@ def policy_holds(policy: BatchSpec, sinks: Sequence[Sink], acked: set[str]) -> b
     raise ValueError(f"unknown commit policy {policy.commit_policy!r}")
 
 
-def _count_targets(targets: dict[str, int], sink: Sink, part: SubBatch) -> None:
+def _count_targets(targets: dict[str, dict[str, Any]], sink: Sink, part: SubBatch) -> None:
     for table, n in part.table_counts.items():
         name = sink.target_of(table)
-        if name is not None:
-            targets[name] = targets.get(name, 0) + n
+        if name is None:
+            continue
+        entry = targets.setdefault(name, {"events": 0, "tables": []})
+        entry["events"] += n
+        if (spelled := f"{table.schema}.{table.table}") not in entry["tables"]:
+            entry["tables"].append(spelled)
 
 
 def _describe(exc: BaseException) -> str:
