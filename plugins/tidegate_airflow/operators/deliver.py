@@ -197,6 +197,14 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
             self.log.info("pipeline %s: asset events for %s", run.pipeline, ", ".join(uris))
         return report
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (called by the provider's listener, only when a transport is set): the
+        source tables the run delivered as inputs, the targets as outputs (tidegate_airflow/lineage.py)."""
+        from ..lineage import deliver_lineage
+
+        run, report = self._delivered or (None, None)
+        return deliver_lineage(run, report)
+
     def deliver(self, run: Any, context: Context) -> dict[str, Any] | None:
         conn_id = self.spark_conn_id or run.spec.spark.conn_id
         if spark_conn_type(conn_id) == SparkConnectHook.conn_type:

@@ -1,0 +1,82 @@
+"""OpenLineage datasets of a run, for apache-airflow-providers-openlineage (docs/operations.md,
+"Assets and lineage"): the source tables it read (inputs, with their columns as a schema facet)
+and the targets it delivered to (outputs, with the events each got). Named after OpenLineage's
+dataset naming: ``mysql://host:port`` + ``database.table``, ``postgres://host:port`` +
+``database.schema.table``; the targets as :mod:`tidegate_airflow.assets` names them.
+
+Only called by the provider's listener, which is off when no transport is configured: a
+deployment without OpenLineage never gets here (no catalog query, no import of the client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .assets import _host_port, delivered_targets
+
+DEFAULT_PORTS = {"mysql": 3306, "postgres": 5432}
+
+
+def source_namespace(kind: str, conn: Any) -> str:
+    return f"{kind}://{_host_port(conn, DEFAULT_PORTS[kind])}"
+
+
+def delivered_tables(report: Mapping[str, Any]) -> list[str]:
+    """The source tables (``schema.table``) any sink got events of in the run."""
+    return sorted({t for s in report.get("sinks") or () for got in (s.get("targets") or {}).values()
+                   if got.get("events") for t in got.get("tables") or ()})
+
+
+def input_datasets(run: Any, tables: list[str]) -> list[Any]:
+    """The source tables as OpenLineage input datasets with a schema facet (one catalog query)."""
+    from airflow.providers.common.compat.openlineage.facet import (
+        InputDataset,
+        SchemaDatasetFacet,
+        SchemaDatasetFacetFields,
+    )
+    from tidegate.lineage import source_tables
+
+    if not tables:
+        return []
+    spec = run.spec
+    namespace = source_namespace(spec.source.kind, run.parts.connection(spec.source.conn_id))
+    source = run.parts.source(spec, reads_rows=False)
+    try:
+        found = source_tables(spec, source, tables)
+    finally:
+        source.close()
+    return [InputDataset(namespace=namespace, name=_table_name(spec.source.kind, t),
+                         facets={"schema": SchemaDatasetFacet(fields=[
+                             SchemaDatasetFacetFields(name=c, type=typ) for c, typ in t.columns])}
+                         if t.columns else {})
+            for t in found]
+
+
+def output_datasets(run: Any, report: Mapping[str, Any]) -> list[Any]:
+    """Every target the run delivered to, with its event count (``outputStatistics.rowCount``)."""
+    from airflow.providers.common.compat.openlineage.facet import (
+        OutputDataset,
+        OutputStatisticsOutputDatasetFacet,
+    )
+
+    return [OutputDataset(namespace=where.namespace, name=where.name,
+                          outputFacets={"outputStatistics": OutputStatisticsOutputDatasetFacet(
+                              rowCount=got["events"])})
+            for _, where, got in delivered_targets(report, run.spec, run.parts.connection)]
+
+
+def deliver_lineage(run: Any, report: Mapping[str, Any] | None) -> Any:
+    """The deliver task's ``OperatorLineage``: empty for a run that delivered nothing."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    if not report:
+        return OperatorLineage()
+    return OperatorLineage(inputs=input_datasets(run, delivered_tables(report)),
+                           outputs=output_datasets(run, report))
+
+
+def _table_name(kind: str, table: Any) -> str:
+    if kind == "postgres":  # database.schema.table
+        return f"{table.database}.{table.name}"
+    return table.name  # MySQL/MariaDB: database.table, and the database is the schema
