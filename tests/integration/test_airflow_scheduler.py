@@ -772,15 +772,14 @@ def test_deliver_killed_under_the_scheduler_is_retried_and_delivers_exactly_once
 # --------------------------------------------------------------------------- assets and lineage
 
 
-def asset_events(api, uri: str, run_id: str) -> list[dict]:
-    """The asset events of asset ``uri`` that the deliver task of DAG run ``run_id`` emitted
-    (the REST API's /api/v2/assets/events)."""
-    found = api.call("GET", "/api/v2/assets?uri_pattern=" + urllib.parse.quote(uri, safe=""))["assets"]
-    ids = [a["id"] for a in found if a["uri"] == uri]
-    if not ids:
-        return []
-    events = api.call("GET", f"/api/v2/assets/events?asset_id={ids[0]}&limit=100")["asset_events"]
-    return [e for e in events if e["source_run_id"] == run_id]
+def asset_events(api, dag: str, run_id: str) -> dict[str, dict]:
+    """{asset URI: event} of the asset events the deliver task of DAG run ``run_id`` emitted (the
+    REST API's /api/v2/assets/events)."""
+    events = api.call("GET", f"/api/v2/assets/events?source_dag_id={dag}&source_run_id={api.q(run_id)}"
+                             "&limit=100")["asset_events"]
+    by_uri = {e["uri"]: e for e in events}
+    assert len(by_uri) == len(events), events  # one event per target
+    return by_uri
 
 
 def lineage_events(d, dag: str, run: str, expected: int) -> list[dict]:
@@ -826,8 +825,10 @@ def test_assets_trigger_downstream_after_delivering_runs_only(deployment, kafka_
     assert api.wait_run(downstream, triggered[0]["dag_run_id"]) == "success"
 
     stream_uri = f"redis://127.0.0.1:{redis_service.port}/0/{p}:items"
+    emitted = asset_events(api, dag, run)
+    assert set(emitted) == {topic_uri, stream_uri}, emitted
     for uri, sink in ((topic_uri, "events"), (stream_uri, "cache")):
-        [event] = asset_events(api, uri, run)
+        event = emitted[uri]
         assert (event["source_dag_id"], event["source_task_id"]) == (dag, "deliver")
         s = sinks[sink]
         assert event["extra"] == {
@@ -842,7 +843,7 @@ def test_assets_trigger_downstream_after_delivering_runs_only(deployment, kafka_
     assert api.tasks(dag, idle)["deliver"] == "skipped"
     time.sleep(45)  # a bounded wait: the scheduler would have queued a run within a few loops
     assert len(api.runs(downstream)) == 1
-    assert asset_events(api, topic_uri, idle) == []
+    assert asset_events(api, dag, idle) == {}
 
     # OpenLineage: the delivering run's events, START and COMPLETE of the DAG run and each task.
     tasks = ("guard", "bounds", "deliver", "release", "report")
