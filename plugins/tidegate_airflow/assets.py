@@ -42,10 +42,10 @@ def target(kind: str, conn: Any, name: str) -> Target:
         server = f"kafka://{_first_bootstrap_server(conn)}"
         return Target(server, name, f"{server}/{name}")
     if kind == "nats":  # no Airflow scheme: the server's URL, then the subject
-        server = f"nats://{_host_port(conn, 4222)}"
+        server = f"nats://{host_port(conn, 4222)}"
         return Target(server, name, f"{server}/{name}")
     if kind == "redis":  # no Airflow scheme: the server's URL with its database, then the key
-        server = f"redis://{_host_port(conn, 6379)}/{_redis_db(conn)}"
+        server = f"redis://{host_port(conn, 6379)}/{_redis_db(conn)}"
         return Target(server, name, f"{server}/{name}")
     if kind == "delta":
         return _table_path(name)
@@ -93,7 +93,8 @@ def emit_asset_events(context: Mapping[str, Any], pipeline: str, report: Mapping
 # ---------------------------------------------------------------------- naming the servers
 
 
-def _host_port(conn: Any, default_port: int) -> str:
+def host_port(conn: Any, default_port: int) -> str:
+    """``host:port`` of a connection (its login and password left out)."""
     host = conn.host or "127.0.0.1"
     if "://" in host:  # a connection host written as a URL: keep its host[:port] only
         host = urlsplit(host).netloc.rpartition("@")[2]
@@ -107,7 +108,7 @@ def _first_bootstrap_server(conn: Any) -> str:
     first = servers.split(",")[0].strip()
     if first:
         return first.rpartition("://")[2]
-    return _host_port(conn, 9092).split(",")[0]
+    return host_port(conn, 9092).split(",")[0]
 
 
 def _redis_db(conn: Any) -> int:

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .assets import _host_port, delivered_targets
+from .assets import delivered_targets, host_port
 
 DEFAULT_PORTS = {"mysql": 3306, "postgres": 5432}
 
 
 def source_namespace(kind: str, conn: Any) -> str:
-    return f"{kind}://{_host_port(conn, DEFAULT_PORTS[kind])}"
+    return f"{kind}://{host_port(conn, DEFAULT_PORTS[kind])}"
 
 
 def delivered_tables(report: Mapping[str, Any]) -> list[str]:
