@@ -14,9 +14,9 @@ from .spec import PipelineSpec
 
 @dataclass(frozen=True)
 class SourceTable:
-    """A captured table: ``name`` as the spec spells it (``schema.table``), the source's database
-    (PostgreSQL: the connection's database; MySQL/MariaDB: the table's schema) and its columns
-    (name, SQL type as the catalog spells it), in table order."""
+    """A captured table: ``name`` as the spec spells it (``schema.table``), the database the source
+    reads (as its catalog says) and the table's columns (name, SQL type as the catalog spells
+    it), in table order."""
 
     name: str
     database: str
@@ -36,8 +36,7 @@ def source_tables(spec: PipelineSpec, source: object, tables: Iterable[str]) -> 
         excluded = rules.excluded if rules is not None else frozenset()
         found = catalog.get(name)
         columns = tuple((c, t) for c, t in found.columns.items() if c not in excluded) if found else ()
-        database = info.database if info is not None and spec.source.kind == "postgres" else schema
-        out.append(SourceTable(name, database, columns))
+        out.append(SourceTable(name, info.database if info is not None else "", columns))
     return out
 
 

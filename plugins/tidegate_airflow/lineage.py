@@ -1,8 +1,8 @@
 """OpenLineage datasets of a run, for apache-airflow-providers-openlineage (docs/operations.md,
 "Assets and lineage"): the source tables it read (inputs, with their columns as a schema facet)
-and the targets it delivered to (outputs, with the events each got). Named after OpenLineage's
-dataset naming: ``mysql://host:port`` + ``database.table``, ``postgres://host:port`` +
-``database.schema.table``; the targets as :mod:`tidegate_airflow.assets` names them.
+and the targets it delivered to (outputs, with the events each got), named as
+:mod:`tidegate.datasets` names them (OpenLineage's naming for MySQL and PostgreSQL tables:
+``mysql://host:port`` + ``database.table``, ``postgres://host:port`` + ``database.schema.table``).
 
 Only called by the provider's listener, which is off when no transport is configured: a
 deployment without OpenLineage never gets here (no catalog query, no import of the client).
@@ -13,13 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .assets import delivered_targets, host_port
-
-DEFAULT_PORTS = {"mysql": 3306, "postgres": 5432}
-
-
-def source_namespace(kind: str, conn: Any) -> str:
-    return f"{kind}://{host_port(conn, DEFAULT_PORTS[kind])}"
+from .assets import delivered_targets
 
 
 def delivered_tables(report: Mapping[str, Any]) -> list[str]:
@@ -35,22 +29,26 @@ def input_datasets(run: Any, tables: list[str]) -> list[Any]:
         SchemaDatasetFacet,
         SchemaDatasetFacetFields,
     )
+    from tidegate.datasets import table_dataset
     from tidegate.lineage import source_tables
 
     if not tables:
         return []
     spec = run.spec
-    namespace = source_namespace(spec.source.kind, run.parts.connection(spec.source.conn_id))
+    conn = run.parts.connection(spec.source.conn_id)
     source = run.parts.source(spec, reads_rows=False)
     try:
         found = source_tables(spec, source, tables)
     finally:
         source.close()
-    return [InputDataset(namespace=namespace, name=_table_name(spec.source.kind, t),
-                         facets={"schema": SchemaDatasetFacet(fields=[
-                             SchemaDatasetFacetFields(name=c, type=typ) for c, typ in t.columns])}
-                         if t.columns else {})
-            for t in found]
+    out = []
+    for table in found:
+        where = table_dataset(spec.source.kind, conn, table)
+        schema = SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=c, type=t)
+                                            for c, t in table.columns])
+        out.append(InputDataset(namespace=where.namespace, name=where.name,
+                                facets={"schema": schema} if table.columns else {}))
+    return out
 
 
 def output_datasets(run: Any, report: Mapping[str, Any]) -> list[Any]:
@@ -74,9 +72,3 @@ def deliver_lineage(run: Any, report: Mapping[str, Any] | None) -> Any:
         return OperatorLineage()
     return OperatorLineage(inputs=input_datasets(run, delivered_tables(report)),
                            outputs=output_datasets(run, report))
-
-
-def _table_name(kind: str, table: Any) -> str:
-    if kind == "postgres":  # database.schema.table
-        return f"{table.database}.{table.name}"
-    return table.name  # MySQL/MariaDB: database.table, and the database is the schema

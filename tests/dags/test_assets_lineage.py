@@ -9,8 +9,10 @@ from types import SimpleNamespace
 from airflow.sdk import Asset
 from airflow.sdk.execution_time.context import OutletEventAccessors
 from tidegate.connections import Connection
+from tidegate.datasets import table_dataset, target_dataset
+from tidegate.lineage import SourceTable
 from tidegate.spec import load_spec_text
-from tidegate_airflow.assets import delivered_alias, emit_asset_events, target
+from tidegate_airflow.assets import delivered_alias, emit_asset_events
 
 SPEC = """
 pipeline: shop
@@ -36,18 +38,24 @@ def report(kafka_targets, redis_targets):
 
 
 def test_targets_follow_airflow_and_openlineage_naming_and_hold_no_secret():
-    kafka = target("kafka", CONNECTIONS["kafka"], "shop.orders")
+    kafka = target_dataset("kafka", CONNECTIONS["kafka"], "shop.orders")
     assert (kafka.namespace, kafka.name, kafka.uri) == ("kafka://k1:9092", "shop.orders", "kafka://k1:9092/shop.orders")
-    assert target("redis", CONNECTIONS["redis"], "shop:orders").uri == "redis://r:6380/2/shop:orders"
-    nats = target("nats", Connection("n", "nats", host="nats://n1", port=4223, password="t0ken"), "a.b")
+    assert target_dataset("redis", CONNECTIONS["redis"], "shop:orders").uri == "redis://r:6380/2/shop:orders"
+    nats_conn = Connection("n", "nats", host="nats://n1", port=4223, password="t0ken")
+    nats = target_dataset("nats", nats_conn, "a.b")
     assert nats.uri == "nats://n1:4223/a.b"
-    assert target("delta", None, "/lake/shop/orders").uri == "file:///lake/shop/orders"
-    assert target("delta", None, "s3a://lake/shop/orders").uri == "s3://lake/shop/orders"
-    assert target("delta", None, "abfss://c@acct.dfs.core.windows.net/t").uri == \
+    assert target_dataset("delta", None, "/lake/shop/orders").uri == "file:///lake/shop/orders"
+    assert target_dataset("delta", None, "s3a://lake/shop/orders").uri == "s3://lake/shop/orders"
+    assert target_dataset("delta", None, "abfss://c@acct.dfs.core.windows.net/t").uri == \
         "abfss://c@acct.dfs.core.windows.net/t"
     for t in (kafka, nats):
         assert "s3cret" not in t.uri and "t0ken" not in t.uri
     assert Asset(uri=kafka.uri).uri == kafka.uri  # Airflow keeps it as written (no normalization)
+    table = SourceTable("shop.orders", "shopdb", (("id", "int"),))
+    mysql = table_dataset("mysql", Connection("m", "mysql", host="db", password="s3cret"), table)
+    assert (mysql.namespace, mysql.name) == ("mysql://db:3306", "shop.orders")
+    pg = table_dataset("postgres", Connection("p", "postgres", host="pg", port=6432), table)
+    assert (pg.namespace, pg.name) == ("postgres://pg:6432", "shopdb.shop.orders")
 
 
 def test_one_asset_event_per_delivered_target_and_none_for_an_idle_run():
