@@ -799,11 +799,26 @@ def test_assets_trigger_downstream_after_delivering_runs_only(deployment, kafka_
     the target's counts. The same delivering run's OpenLineage events, as a real HTTP receiver
     got them, event by event."""
     d, api = deployment, deployment["api"]
-    dag, p, db = d["dags"]["rest"], d["names"]["rest"], d["db"]
-    settle = api.trigger(dag)  # whatever came before (the sinks' first placement, earlier tests)
-    assert api.wait_run(dag, settle) == "success", api.tasks(dag, settle)
+    # A pipeline of its own (the module's others are halted or moved by earlier tests).
+    tag = uuid.uuid4().hex[:6]
+    p, db = f"af_assets_{tag}", d["db"]
+    sql(d, f"CREATE TABLE {db}.items_{tag} (id INT PRIMARY KEY, status VARCHAR(20))")
+    (d["base"] / "pipelines" / f"{p}.yaml").write_text(textwrap.dedent(f"""
+        pipeline: {p}
+        source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.items_{tag}], server_id: 48405, start: head}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+              exactly_once: true}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+        spark: {{conn_id: spark_connect}}
+    """))
+    dag = f"cdc_{p}"
+    api.wait_dag(dag)
+    api.set_paused(dag, False)
+    first = api.trigger(dag)  # places the sinks at the binlog head
+    assert api.wait_run(dag, first) == "success", api.tasks(dag, first)
 
-    topic_uri = f"kafka://{kafka_bootstrap}/{p}.items"
+    topic_uri = f"kafka://{kafka_bootstrap}/{p}.items_{tag}"
     downstream = f"on_asset_{p}"
     support.write_asset_consumer(d["base"] / "extra_dags", downstream, topic_uri)
     api.wait_dag(downstream, timeout=180)  # the extra bundle is scanned every refresh_interval (30 s)
@@ -811,20 +826,21 @@ def test_assets_trigger_downstream_after_delivering_runs_only(deployment, kafka_
     assert api.runs(downstream) == []
 
     # A delivering run: three row changes on the pipeline's table.
-    sql(d, f"INSERT INTO {db}.items VALUES (101, 'new')", f"INSERT INTO {db}.items VALUES (102, 'new')",
-        f"UPDATE {db}.items SET status = 'paid' WHERE id = 101")
+    table = f"{db}.items_{tag}"
+    sql(d, f"INSERT INTO {table} VALUES (101, 'new')", f"INSERT INTO {table} VALUES (102, 'new')",
+        f"UPDATE {table} SET status = 'paid' WHERE id = 101")
     run = api.trigger(dag)
     assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
     report = api.xcom(dag, run, "deliver")
     sinks = {s["id"]: s for s in report["sinks"]}
-    assert sinks["events"]["targets"] == {f"{p}.items": {"events": 3, "tables": [f"{db}.items"]}}
-    assert sinks["cache"]["targets"] == {f"{p}:items": {"events": 3, "tables": [f"{db}.items"]}}
+    assert sinks["events"]["targets"] == {f"{p}.items_{tag}": {"events": 3, "tables": [table]}}
+    assert sinks["cache"]["targets"] == {f"{p}:items_{tag}": {"events": 3, "tables": [table]}}
 
     triggered = wait_for(lambda: api.runs(downstream), 120, f"a run of {downstream}")
     assert [r["run_type"] for r in triggered] == ["asset_triggered"]
     assert api.wait_run(downstream, triggered[0]["dag_run_id"]) == "success"
 
-    stream_uri = f"redis://127.0.0.1:{redis_service.port}/0/{p}:items"
+    stream_uri = f"redis://127.0.0.1:{redis_service.port}/0/{p}:items_{tag}"
     emitted = asset_events(api, dag, run)
     assert set(emitted) == {topic_uri, stream_uri}, emitted
     for uri, sink in ((topic_uri, "events"), (stream_uri, "cache")):
@@ -833,7 +849,7 @@ def test_assets_trigger_downstream_after_delivering_runs_only(deployment, kafka_
         s = sinks[sink]
         assert event["extra"] == {
             "pipeline": p, "run_id": run, "sink": sink, "kind": s["kind"], "from": s["start"],
-            "to": s["end"], "events": 3, "tables": [f"{db}.items"], "sink_events": 3,
+            "to": s["end"], "events": 3, "tables": [table], "sink_events": 3,
             "sink_bytes": s["bytes"]}, event["extra"]
         assert s["start"] != s["end"] and s["events"] == 3
 
@@ -862,13 +878,13 @@ def test_assets_trigger_downstream_after_delivering_runs_only(deployment, kafka_
             assert (done["inputs"], done["outputs"]) == ([], []), (t, done["inputs"], done["outputs"])
     deliver = by[("COMPLETE", f"{dag}.deliver")]
     [source] = deliver["inputs"]
-    assert (source["namespace"], source["name"]) == (f"mysql://127.0.0.1:{mysql.port}", f"{db}.items")
+    assert (source["namespace"], source["name"]) == (f"mysql://127.0.0.1:{mysql.port}", table)
     assert [(f["name"], f["type"]) for f in source["facets"]["schema"]["fields"]] == [
         ("id", "int(11)"), ("status", "varchar(20)")]
     outputs = {(o["namespace"], o["name"]): o["outputFacets"]["outputStatistics"]["rowCount"]
                for o in deliver["outputs"]}
-    assert outputs == {(f"kafka://{kafka_bootstrap}", f"{p}.items"): 3,
-                       (f"redis://127.0.0.1:{redis_service.port}/0", f"{p}:items"): 3}
+    assert outputs == {(f"kafka://{kafka_bootstrap}", f"{p}.items_{tag}"): 3,
+                       (f"redis://127.0.0.1:{redis_service.port}/0", f"{p}:items_{tag}"): 3}
     assert by[("START", f"{dag}.deliver")]["inputs"] == []  # the run's tables are known once it ran
     # The idle run's deliver was skipped: its lineage names no dataset.
     idle_events = lineage_events(d, dag, idle, 2)
