@@ -23,6 +23,9 @@ store and StatsD listener; stopped at the end). In file order:
 - A deliver task whose process group (the task process, which delivers as the Connect client)
   is SIGKILLed mid-delivery is retried by the scheduler; the retry adopts what the sinks committed
   and every change arrives once on Kafka (read_committed), NATS and Redis, in order per key.
+- Assets and lineage: a DAG of the extra DAG bundle scheduled on a pipeline's topic asset runs
+  after a delivering run and not after an idle one (asset events and their extra through the REST
+  API); the OpenLineage events of the delivering run, as a real HTTP receiver got them.
 
 The screenshot of the page is kept in .artifacts/ui/ (git-ignored).
 """
