@@ -22,11 +22,27 @@ acknowledged it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain, filterfalse
+from operator import attrgetter
+from typing import NamedTuple
 
-from .events import ChangeEvent, PositionMark, _cached
+from .events import ChangeEvent, PositionMark, _cached, is_control
 from .positions import Position
+
+
+class TableRef(NamedTuple):
+    """A source table as a sink names its target from it (``{db}``, ``{schema}``, ``{table}``):
+    it has the three attributes a sink's naming reads from an event."""
+
+    db: str
+    schema: str
+    table: str
+
+
+_table_of = attrgetter("db", "schema", "table")
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,12 @@ class SubBatch:
     @property
     def byte_size(self) -> int:
         return sum(tx.byte_size for tx in self.transactions)
+
+    @_cached  # counted once per sub-batch: every sink that gets all of it shares the count
+    def table_counts(self) -> dict[TableRef, int]:
+        """Row events per source table (control messages are no table's)."""
+        rows = filterfalse(is_control, chain.from_iterable(tx.events for tx in self.transactions))
+        return {TableRef(*k): n for k, n in Counter(map(_table_of, rows)).items()}
 
     def after(self, position: Position | None) -> SubBatch:
         """The part of this sub-batch a sink at ``position`` still needs: the transactions that

@@ -25,7 +25,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .batching import SubBatch, Transaction, cut_sub_batches
@@ -66,6 +66,10 @@ class SinkReport:
     status: str = "ok"  # ok | failed
     error: str | None = None
     error_class: str | None = None
+    # Per target (topic, subject, stream, table path: Sink.target_of) that got events in this run:
+    # {"events": n, "tables": ["schema.table", ...]}, the source tables it got them from. What the
+    # deliver task's asset events and lineage report.
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -77,7 +81,8 @@ class SinkReport:
                 "checkpoint": position_to_json(self.checkpoint), "version": self.version,
                 "events": self.events, "bytes": self.bytes, "deliveries": self.deliveries,
                 "dlq": self.dlq, "duplicates": self.duplicates, "skipped": self.skipped,
-                "status": self.status, "error": self.error, "error_class": self.error_class}
+                "status": self.status, "error": self.error, "error_class": self.error_class,
+                "targets": {k: dict(v) for k, v in self.targets.items()}}
 
 
 @dataclass
@@ -107,6 +112,17 @@ def policy_holds(policy: BatchSpec, sinks: Sequence[Sink], acked: set[str]) -> b
     if policy.commit_policy == "quorum":
         return len(acked & {s.sink_id for s in sinks}) >= (policy.quorum or 0)
     raise ValueError(f"unknown commit policy {policy.commit_policy!r}")
+
+
+def _count_targets(targets: dict[str, dict[str, Any]], sink: Sink, part: SubBatch) -> None:
+    for table, n in part.table_counts.items():
+        name = sink.target_of(table)
+        if name is None:
+            continue
+        entry = targets.setdefault(name, {"events": 0, "tables": []})
+        entry["events"] += n
+        if (spelled := f"{table.schema}.{table.table}") not in entry["tables"]:
+            entry["tables"].append(spelled)
 
 
 def _describe(exc: BaseException) -> str:
@@ -340,6 +356,7 @@ class Coordinator:
             rep.events += part.event_count
             rep.bytes += part.byte_size
             rep.deliveries += 1
+            _count_targets(rep.targets, sink, part)
             return True
         self._fail(sink, exc)
         return False

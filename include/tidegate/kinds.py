@@ -49,6 +49,9 @@ class SinkKind:
     # "module:function" () -> the Spark settings a session needs for this kind's sinks (jars,
     # extensions), merged into the deliver job's settings; "" when the kind needs none
     spark_conf: str = ""
+    # "module:function" (connection or None, target name) -> the target's ``datasets.Dataset``
+    # (its namespace, name and URI: where an asset event or lineage says the run wrote)
+    dataset_of: str = ""
 
     def make(self, pipeline_spec: Any, sink_spec: Any, conn: Any) -> Any:
         """The Sink for ``sink_spec`` of ``pipeline_spec`` through the connection ``conn``."""
@@ -57,6 +60,10 @@ class SinkKind:
     def spark_settings(self) -> dict[str, str]:
         """The Spark settings the deliver job needs for a sink of this kind (empty: none)."""
         return _load(self.spark_conf)() if self.spark_conf else {}
+
+    def dataset(self, conn: Any, target: str) -> Any:
+        """The dataset of target ``target`` of a sink of this kind on the connection ``conn``."""
+        return _load(self.dataset_of)(conn, target)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class SourceKind:
     # (source spec, pipeline name) -> the source spec with the kind's defaults that depend on the
     # pipeline's name filled in
     complete: Callable[[Any, str], Any] = field(default=lambda source, pipeline: source)
+    # "module:function" (connection, lineage.SourceTable) -> the table's ``datasets.Dataset``
+    dataset_of: str = ""
 
     def position_type(self) -> Any:
         return _load(self.position)
@@ -81,6 +90,10 @@ class SourceKind:
     def make(self, spec: Any, conn: Any, **kw: Any) -> Any:
         """The Source of the pipeline ``spec`` through the connection ``conn``."""
         return _load(self.source)(spec, conn, **kw)
+
+    def dataset(self, conn: Any, table: Any) -> Any:
+        """The dataset of a table (a ``lineage.SourceTable``) read through the connection ``conn``."""
+        return _load(self.dataset_of)(conn, table)
 
 
 def spark_settings(spec: Any) -> dict[str, str]:

@@ -75,6 +75,7 @@ def create_dag(spec: Any) -> Any:
     """The DAG of one pipeline."""
     from airflow.sdk import DAG
 
+    from .assets import delivered_alias
     from .metrics import on_task_failure
     from .operators import (
         TidegateBoundsOperator,
@@ -110,7 +111,9 @@ def create_dag(spec: Any) -> Any:
         deliver = TidegateDeliverOperator(
             task_id="deliver", pipeline=p, spark_conn_id=spec.spark.conn_id,
             conf=dict(spec.spark.conf) or None, packages=",".join(spec.spark.packages) or None,
-            execution_timeout=DELIVER_TIMEOUT, max_active_tis_per_dag=1)
+            execution_timeout=DELIVER_TIMEOUT, max_active_tis_per_dag=1,
+            # One asset event per delivered target goes through this alias (tidegate_airflow/assets.py).
+            outlets=[delivered_alias(p)])
         release = TidegateReleaseOperator(task_id="release", pipeline=p, trigger_rule="none_failed")
         # Report and release side by side after deliver: neither needs the other, and a run of
         # a @continuous DAG ends (and the next one can start) one task process sooner. So the

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -210,3 +211,69 @@ def chart_bars(svg_element) -> list[tuple[str, str]]:
 
     return [(b.get_attribute("data-run"), b.get_attribute("data-value"))
             for b in svg_element.find_elements(By.CSS_SELECTOR, "rect.bar")]
+
+
+# --------------------------------------------------------------------------- assets and lineage
+
+
+class LineageReceiver:
+    """A real OpenLineage HTTP endpoint (a stdlib server on a thread): keeps every event POSTed
+    to it, in arrival order. ``transport`` is the provider's ``[openlineage] transport`` for it."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        events = self.events = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    import gzip
+
+                    body = gzip.decompress(body)
+                events.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:  # quiet: pytest shows stderr
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.transport = json.dumps({"type": "http", "url": f"http://127.0.0.1:{self.server.server_port}",
+                                     "endpoint": "api/v1/lineage"})
+
+    def of_run(self, dag_id: str, run_id: str) -> list[dict]:
+        """The events of one DAG run (its own and its tasks'), in arrival order."""
+        return [e for e in list(self.events) if _airflow_run_of(e) == (dag_id, run_id)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _airflow_run_of(event: dict) -> tuple[str | None, str | None]:
+    """(dag_id, run_id) an OpenLineage event of Airflow's belongs to: a task's events carry the
+    ``airflow`` run facet, a DAG run's the ``airflowDagRun`` one."""
+    facets = event.get("run", {}).get("facets", {})
+    for key in ("airflow", "airflowDagRun"):
+        dag_run = facets.get(key, {}).get("dagRun") or {}
+        if dag_run:
+            return dag_run.get("dag_id"), dag_run.get("run_id")
+    return None, None
+
+
+def write_asset_consumer(folder: Path, dag_id: str, uri: str) -> Path:
+    """A DAG scheduled on the asset ``uri`` (one EmptyOperator: the scheduler marks it done
+    without a worker), as a file of the extra DAG bundle."""
+    path = folder / f"{dag_id}.py"
+    path.write_text(
+        "from datetime import datetime, timezone\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "from airflow.sdk import DAG, Asset\n\n"
+        f"with DAG({dag_id!r}, schedule=[Asset({uri!r})], catchup=False,\n"
+        "         start_date=datetime(2024, 1, 1, tzinfo=timezone.utc)):\n"
+        "    EmptyOperator(task_id='noted')\n")
+    return path

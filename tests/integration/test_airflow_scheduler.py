@@ -23,6 +23,9 @@ store and StatsD listener; stopped at the end). In file order:
 - A deliver task whose process group (the task process, which delivers as the Connect client)
   is SIGKILLed mid-delivery is retried by the scheduler; the retry adopts what the sinks committed
   and every change arrives once on Kafka (read_committed), NATS and Redis, in order per key.
+- Assets and lineage: a DAG of the extra DAG bundle scheduled on a pipeline's topic asset runs
+  after a delivering run and not after an idle one (asset events and their extra through the REST
+  API); the OpenLineage events of the delivering run, as a real HTTP receiver got them.
 
 - The page (two users besides admin, with rights on different DAGs through the test auth manager
   of dag_allowlist_auth.py): each sees only its pipelines, on the page and in /api/status, and
@@ -60,6 +63,7 @@ import pytest
 from tidegate.store import open_store
 
 from tests.conftest import SERVICES, services_env
+from tests.integration import airflow_support as support
 from tests.integration.airflow_support import (
     browser_login,
     chart_bars,
@@ -255,8 +259,12 @@ def deployment(service_env, mysql, postgres, kafka, redis_service, nats_service,
     page_env, page_passwords = page_users(base, {
         "halt_ops": [f"cdc_{names['halt']}", f"cdc_{names['pg']}"],
         "feed_ops": [f"cdc_{names['rest']}", f"cdc_{names['sched']}"]})
+    lineage = support.LineageReceiver()  # (assets and lineage): OpenLineage events, and DAGs on assets
+    (base / "extra_dags").mkdir()
     env = dict(os.environ, TIDEGATE_PIPELINES_DIR=str(base / "pipelines"),
-               TIDEGATE_CHECKPOINT_STORE=store_url, TIDEGATE_STATSD=f"127.0.0.1:{statsd.port}", **page_env)
+               TIDEGATE_CHECKPOINT_STORE=store_url, TIDEGATE_STATSD=f"127.0.0.1:{statsd.port}",
+               TIDEGATE_AIRFLOW_EXTRA_DAGS=str(base / "extra_dags"),
+               AIRFLOW__OPENLINEAGE__TRANSPORT=lineage.transport, **page_env)
     t0 = time.monotonic()
     services("up", "airflow", env=env)
     senv = services_env()
@@ -273,7 +281,7 @@ def deployment(service_env, mysql, postgres, kafka, redis_service, nats_service,
     store = open_store(store_url)
     d = {"api": api, "names": names, "dags": dags, "db": db, "admin": admin, "store": store,
          "statsd": statsd, "env": env, "senv": senv, "base": base, "pg": pg,
-         "page_passwords": page_passwords}
+         "page_passwords": page_passwords, "lineage": lineage}
     yield d
     for dag_id in dags.values():
         try:
@@ -282,6 +290,7 @@ def deployment(service_env, mysql, postgres, kafka, redis_service, nats_service,
             pass
     store.close()
     statsd.close()
+    lineage.close()
     with admin.cursor() as c:
         c.execute(f"DROP DATABASE IF EXISTS {db}")
     admin.close()
@@ -780,6 +789,131 @@ def test_deliver_killed_under_the_scheduler_is_retried_and_delivers_exactly_once
     cached = [json.loads(e) for e in redis_events(redis_service.cdc, f"{p}:{table}")]
     assert per_key(cached) == work.expected
     assert collections.Counter(e["idempotency_key"] for e in cached) == keys
+
+
+
+# --------------------------------------------------------------------------- assets and lineage
+
+
+def asset_events(api, dag: str, run_id: str) -> dict[str, dict]:
+    """{asset URI: event} of the asset events the deliver task of DAG run ``run_id`` emitted (the
+    REST API's /api/v2/assets/events)."""
+    events = api.call("GET", f"/api/v2/assets/events?source_dag_id={dag}&source_run_id={api.q(run_id)}"
+                             "&limit=100")["asset_events"]
+    by_uri = {e["uri"]: e for e in events}
+    assert len(by_uri) == len(events), events  # one event per target
+    return by_uri
+
+
+def lineage_events(d, dag: str, run: str, expected: int) -> list[dict]:
+    """The OpenLineage events the receiver got for DAG run ``run`` once all ``expected`` arrived
+    (a DAG run's COMPLETE is sent by the scheduler after the run is marked done)."""
+    wait_for(lambda: len(d["lineage"].of_run(dag, run)) >= expected, 60,
+             f"{expected} OpenLineage events of {dag} {run}; got "
+             f"{[(e['eventType'], e['job']['name']) for e in d['lineage'].of_run(dag, run)]}")
+    return d["lineage"].of_run(dag, run)
+
+
+def test_assets_trigger_downstream_after_delivering_runs_only(deployment, kafka_bootstrap, mysql,
+                                                               redis_service):
+    """The deliver task emits one asset event per delivered target through the pipeline's alias;
+    a DAG scheduled on one target's asset (a file of the deployment's extra DAG bundle) runs after
+    a run that delivered, and not after an idle one. The event's extra holds the sink's range and
+    the target's counts. The same delivering run's OpenLineage events, as a real HTTP receiver
+    got them, event by event."""
+    d, api = deployment, deployment["api"]
+    # A pipeline of its own (the module's others are halted or moved by earlier tests).
+    tag = uuid.uuid4().hex[:6]
+    p, db = f"af_assets_{tag}", d["db"]
+    sql(d, f"CREATE TABLE {db}.items_{tag} (id INT PRIMARY KEY, status VARCHAR(20))")
+    (d["base"] / "pipelines" / f"{p}.yaml").write_text(textwrap.dedent(f"""
+        pipeline: {p}
+        source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.items_{tag}], server_id: 48405, start: head}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+              exactly_once: true}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+        spark: {{conn_id: spark_connect}}
+    """))
+    dag = f"cdc_{p}"
+    api.wait_dag(dag)
+    api.set_paused(dag, False)
+    first = api.trigger(dag)  # places the sinks at the binlog head
+    assert api.wait_run(dag, first) == "success", api.tasks(dag, first)
+
+    topic_uri = f"kafka://{kafka_bootstrap}/{p}.items_{tag}"
+    downstream = f"on_asset_{p}"
+    support.write_asset_consumer(d["base"] / "extra_dags", downstream, topic_uri)
+    api.wait_dag(downstream, timeout=180)  # the extra bundle is scanned every refresh_interval (30 s)
+    api.set_paused(downstream, False)
+    assert api.runs(downstream) == []
+
+    # A delivering run: three row changes on the pipeline's table.
+    table = f"{db}.items_{tag}"
+    sql(d, f"INSERT INTO {table} VALUES (101, 'new')", f"INSERT INTO {table} VALUES (102, 'new')",
+        f"UPDATE {table} SET status = 'paid' WHERE id = 101")
+    run = api.trigger(dag)
+    assert api.wait_run(dag, run) == "success", api.tasks(dag, run)
+    report = api.xcom(dag, run, "deliver")
+    sinks = {s["id"]: s for s in report["sinks"]}
+    assert sinks["events"]["targets"] == {f"{p}.items_{tag}": {"events": 3, "tables": [table]}}
+    assert sinks["cache"]["targets"] == {f"{p}:items_{tag}": {"events": 3, "tables": [table]}}
+
+    triggered = wait_for(lambda: api.runs(downstream), 120, f"a run of {downstream}")
+    assert [r["run_type"] for r in triggered] == ["asset_triggered"]
+    assert api.wait_run(downstream, triggered[0]["dag_run_id"]) == "success"
+
+    stream_uri = f"redis://127.0.0.1:{redis_service.port}/0/{p}:items_{tag}"
+    emitted = asset_events(api, dag, run)
+    assert set(emitted) == {topic_uri, stream_uri}, emitted
+    for uri, sink in ((topic_uri, "events"), (stream_uri, "cache")):
+        event = emitted[uri]
+        assert (event["source_dag_id"], event["source_task_id"]) == (dag, "deliver")
+        s = sinks[sink]
+        assert event["extra"] == {
+            "pipeline": p, "run_id": run, "sink": sink, "kind": s["kind"], "from": s["start"],
+            "to": s["end"], "events": 3, "tables": [table], "sink_events": 3,
+            "sink_bytes": s["bytes"]}, event["extra"]
+        assert s["start"] != s["end"] and s["events"] == 3
+
+    # An idle run: nothing new on the table; deliver is skipped, no asset event, no downstream run.
+    idle = api.trigger(dag)
+    assert api.wait_run(dag, idle) == "success", api.tasks(dag, idle)
+    assert api.tasks(dag, idle)["deliver"] == "skipped"
+    time.sleep(45)  # a bounded wait: the scheduler would have queued a run within a few loops
+    assert len(api.runs(downstream)) == 1
+    assert asset_events(api, dag, idle) == {}
+
+    # OpenLineage: the delivering run's events, START and COMPLETE of the DAG run and each task.
+    tasks = ("guard", "bounds", "deliver", "release", "report")
+    events = lineage_events(d, dag, run, 2 + 2 * len(tasks))
+    got = collections.Counter((e["eventType"], e["job"]["name"]) for e in events)
+    assert got == collections.Counter(
+        [("START", dag), ("COMPLETE", dag)]
+        + [(kind, f"{dag}.{t}") for t in tasks for kind in ("START", "COMPLETE")]), got
+    by = {(e["eventType"], e["job"]["name"]): e for e in events}
+    for t in tasks:
+        start, done = by[("START", f"{dag}.{t}")], by[("COMPLETE", f"{dag}.{t}")]
+        assert events.index(start) < events.index(done)
+        assert start["run"]["runId"] == done["run"]["runId"]
+        assert done["run"]["facets"]["parent"]["job"]["name"] == dag
+        if t != "deliver":
+            assert (done["inputs"], done["outputs"]) == ([], []), (t, done["inputs"], done["outputs"])
+    deliver = by[("COMPLETE", f"{dag}.deliver")]
+    [source] = deliver["inputs"]
+    assert (source["namespace"], source["name"]) == (f"mysql://127.0.0.1:{mysql.port}", table)
+    assert [(f["name"], f["type"]) for f in source["facets"]["schema"]["fields"]] == [
+        ("id", "int(11)"), ("status", "varchar(20)")]
+    outputs = {(o["namespace"], o["name"]): o["outputFacets"]["outputStatistics"]["rowCount"]
+               for o in deliver["outputs"]}
+    assert outputs == {(f"kafka://{kafka_bootstrap}", f"{p}.items_{tag}"): 3,
+                       (f"redis://127.0.0.1:{redis_service.port}/0", f"{p}:items_{tag}"): 3}
+    assert by[("START", f"{dag}.deliver")]["inputs"] == []  # the run's tables are known once it ran
+    # The idle run's deliver was skipped: its lineage names no dataset.
+    idle_events = lineage_events(d, dag, idle, 2)
+    assert all(not e.get("inputs") and not e.get("outputs") for e in idle_events)
+    print(f"deliver of {dag} {run}: {ti(api, dag, run, 'deliver')['duration']:.2f}s with OpenLineage on",
+          file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- the page

@@ -253,3 +253,27 @@ def test_a_failed_open_closes_every_sink_it_opened(store):
         with co:
             pass
     assert a.opened and b.opened and a.closed and b.closed
+
+
+def test_report_counts_events_per_target_of_the_tables_each_sink_got(store):
+    """Each sink's report counts the events it took per target (as the sink names a table's
+    target) with the source tables behind it; a sink that failed counts only what it took."""
+    from _tidegate_fakes import tx_events
+
+    class NamedSink(FakeSink):
+        def target_of(self, table):
+            return f"{self.sink_id}/{table.schema}.{table.table}"
+
+    items = tx_events(1, 2) + tx_events(2, 1, table="customers") + tx_events(3, 2, table="orders")
+    ok, flaky = NamedSink("s1"), NamedSink("s2", required=False, fail_from_call=2)
+    with _coordinator(store, [ok, flaky], max_events=3) as co:
+        report = co.run(iter(items))
+    assert report.sinks["s1"].targets == {"s1/shop.orders": {"events": 4, "tables": ["shop.orders"]},
+                                          "s1/shop.customers": {"events": 1, "tables": ["shop.customers"]}}
+    assert report.sinks["s2"].targets == {"s2/shop.orders": {"events": 2, "tables": ["shop.orders"]},
+                                          "s2/shop.customers": {"events": 1, "tables": ["shop.customers"]}}
+    assert report.to_json()["sinks"][0]["targets"] == report.sinks["s1"].targets
+    # A sink kind that names no target per table (the base class): nothing counted.
+    plain = FakeSink("s3")
+    with _coordinator(store, [plain], run_id="r2") as co:
+        assert co.run(iter(tx_events(4, 1))).sinks["s3"].targets == {}

@@ -102,6 +102,13 @@ class Sink(abc.ABC):
         """Deliver the sub-batch durably; return the acknowledged position. ``extends``: the
         store version of this sink's checkpoint when the delivery began (0: none yet)."""
 
+    def target_of(self, table: Any) -> str | None:
+        """The name of what this sink writes a source table's rows to (a topic, subject, stream or
+        table path); ``table`` has ``db``, ``schema`` and ``table`` (a ``batching.TableRef``).
+        The run report counts delivered events per target under this name; None: the kind names
+        no target per table."""
+        return None
+
     def committed_checkpoint(self) -> SinkCheckpoint | None:
         """The record this sink wrote itself, atomically with its data; None if it keeps none.
         The coordinator adopts it only when it extends the store's current version."""

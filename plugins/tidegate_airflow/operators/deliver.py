@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException
 from tidegate.kinds import spark_settings
 from tidegate.spec import DATA_DIR_ENV, data_dir
 
+from ..assets import emit_asset_events
 from ..connections import connection_env, salt_env
 from ..exceptions import DeliverFatalError, UnsafeConnectionTransportError
 from .base import TidegateTaskMixin
@@ -80,6 +81,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._client_mode = True
         self._given_env_vars: dict[str, Any] | None = None
         self._connected = False  # the run is in this task, a Spark Connect client
+        self._delivered: tuple[Any, dict[str, Any] | None] | None = None  # (run, its report)
 
     # ------------------------------------------------------------------ building the submit
 
@@ -188,6 +190,22 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._hook.submit(self.application, env={**os.environ, **self._driver_env})
 
     def run(self, run: Any, context: Context) -> dict[str, Any] | None:
+        report = self.deliver(run, context)
+        self._delivered = (run, report)  # what the lineage of this run is read from (on complete)
+        uris = emit_asset_events(context, run.pipeline, report, run.spec, run.parts.connection)
+        if uris:
+            self.log.info("pipeline %s: asset events for %s", run.pipeline, ", ".join(uris))
+        return report
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (called by the provider's listener, only when a transport is set): the
+        source tables the run delivered as inputs, the targets as outputs (tidegate_airflow/lineage.py)."""
+        from ..lineage import deliver_lineage
+
+        run, report = self._delivered or (None, None)
+        return deliver_lineage(run, report)
+
+    def deliver(self, run: Any, context: Context) -> dict[str, Any] | None:
         conn_id = self.spark_conn_id or run.spec.spark.conn_id
         if spark_conn_type(conn_id) == SparkConnectHook.conn_type:
             return self.deliver_connected(run, conn_id)

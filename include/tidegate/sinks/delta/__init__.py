@@ -8,5 +8,6 @@ from . import spec
 
 KIND = SinkKind(name="delta", spec_type=spec.DeltaSinkSpec, fields=spec.FIELDS, parse=spec.parse,
                 channel_chars=spec.CHANNEL_CHARS, channel_what="table path",
+                dataset_of="tidegate.sinks.delta.spec:dataset",
                 sink="tidegate.sinks.delta.sink:DeltaSink", needs_connection=False,
                 spark_conf="tidegate.sinks.delta.jars:spark_conf")

@@ -197,6 +197,9 @@ class DeltaSink(Sink):
 
     # ------------------------------------------------------------------ paths and tables
 
+    def target_of(self, table: Any) -> str:
+        return self.table_path(table)
+
     def table_path(self, ev: Any) -> str:
         return render_template(self.path_template, pipeline=self.pipeline, db=ev.db, schema=ev.schema,
                                table=ev.table)

@@ -3,10 +3,13 @@ their checks. Light: no Spark, no delta-spark (DAG parsing loads specs)."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from ...datasets import Dataset
 from ...spec import Problems, SinkSpec, _choice, data_dir, template_field
 
 # A table path: a local folder or any Hadoop-compatible URI (file:, s3a:, abfss:, hdfs:, ...).
@@ -62,3 +65,16 @@ def parse(d: dict, fp: str, probs: Problems) -> dict[str, Any]:
         ckpt = None
     mode = _choice(d, "mode", f"{fp}.mode", probs, MODES, default="merge")
     return dict(path=path or "", mode=mode or "merge", checkpoint_path=ckpt or "")
+
+
+def dataset(conn: Any, path: str) -> Dataset:
+    """A table by its path: a local folder is ``file:///path`` (Airflow's common.io scheme,
+    OpenLineage's ``file`` namespace); ``s3a://``/``s3n://`` are ``s3://`` (the Amazon provider's
+    scheme, OpenLineage's S3 namespace); any other Hadoop URI (``abfss://``, ``hdfs://``,
+    ``gs://``) stays as written."""
+    parts = urlsplit(path)
+    if not parts.scheme or parts.scheme == "file":
+        local = os.path.abspath(parts.path if parts.scheme else path)
+        return Dataset("file", local, f"file://{local}")
+    scheme = "s3" if parts.scheme in ("s3a", "s3n") else parts.scheme
+    return Dataset(f"{scheme}://{parts.netloc}", parts.path, f"{scheme}://{parts.netloc}{parts.path}")

@@ -251,6 +251,9 @@ class KafkaSink(Sink):
         self._last_heartbeat_ms: int | None = None
         self._heartbeat_queued: int | None = None
 
+    def target_of(self, table: Any) -> str:
+        return self._topic_of(table)
+
     def use_source(self, source_info: Any) -> None:
         """Where ``envelope: debezium`` reads the source's column types: a callable returning a
         :class:`~tidegate.debezium.envelope.SourceInfo` (asked once, on the first event)."""

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ...datasets import Dataset, host_port, on_server
 from ...debezium import spec as debezium_spec
 from ...debezium.envelope import DebeziumOptions
 from ...spec import Problems, SinkSpec, bool_field, int_field, str_field, template_field
@@ -57,3 +58,12 @@ def parse(d: dict, fp: str, probs: Problems) -> dict[str, Any]:
         tombstones_on_delete=bool_field(d, "tombstones_on_delete", f"{fp}.tombstones_on_delete", probs,
                                         default=False),
     )
+
+
+def dataset(conn: Any, topic: str) -> Dataset:
+    """``kafka://<server>/<topic>``: the Kafka provider's asset scheme and OpenLineage's Kafka
+    namespace, both naming one bootstrap server (the first of the connection's
+    ``bootstrap.servers``, else its host[:port], as the sink connects)."""
+    servers = str(conn.extra.get("bootstrap.servers") or "")
+    first = servers.split(",")[0].strip().rpartition("://")[2]  # a listener prefix (SASL_SSL://) aside
+    return on_server(f"kafka://{first or host_port(conn, 9092).split(',')[0]}", topic)

@@ -6,4 +6,5 @@ from . import spec
 
 KIND = SinkKind(name="nats", spec_type=spec.NatsSinkSpec, fields=spec.FIELDS, parse=spec.parse,
                 channel_chars=spec.SUBJECT_CHARS, channel_what="subject",
+                dataset_of="tidegate.sinks.nats.spec:dataset",
                 sink="tidegate.sinks.nats.sink:NatsSink")

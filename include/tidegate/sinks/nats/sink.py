@@ -303,6 +303,9 @@ class NatsSink(Sink):
 
     # ------------------------------------------------------------------ event loop
 
+    def target_of(self, table: Any) -> str:
+        return self._subject_of(table)
+
     def _run(self, coro: Coroutine, timeout: float | None = None) -> Any:
         if self._loop is None:
             loop = asyncio.new_event_loop()

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ...datasets import Dataset, host_port, on_server
 from ...spec import Problems, SinkSpec, float_field, int_field, str_field, template_field
 
 STREAM_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -32,3 +33,9 @@ def parse(d: dict, fp: str, probs: Problems) -> dict[str, Any]:
                                        default=120.0),
         max_in_flight=int_field(d, "max_in_flight", f"{fp}.max_in_flight", probs, lo=1, default=1000),
     )
+
+
+def dataset(conn: Any, subject: str) -> Dataset:
+    """``nats://<host>:<port>/<subject>``: no Airflow or OpenLineage convention exists; the
+    server's own URL scheme, then the subject."""
+    return on_server(f"nats://{host_port(conn, 4222)}", subject)

@@ -6,4 +6,5 @@ from . import spec
 
 KIND = SinkKind(name="redis", spec_type=spec.RedisSinkSpec, fields=spec.FIELDS, parse=spec.parse,
                 channel_chars=spec.STREAM_KEY_CHARS, channel_what="stream key",
+                dataset_of="tidegate.sinks.redis.spec:dataset",
                 sink="tidegate.sinks.redis.sink:RedisSink")

@@ -118,6 +118,9 @@ class RedisSink(Sink):
 
     # ------------------------------------------------------------------ connection
 
+    def target_of(self, table: Any) -> str:
+        return self._stream_of(table)
+
     def client_kwargs(self) -> dict[str, Any]:
         c, x = self.conn, dict(self.conn.extra or {})
         kw: dict[str, Any] = {

@@ -73,7 +73,8 @@ from . import spec
 KIND = SourceKind(name="mysql", fields=spec.FIELDS, parse=spec.parse,
                   replication_client=spec.replication_client,
                   position="tidegate.sources.mysql.position:BinlogPosition",
-                  source="tidegate.sources.mysql.source:MySqlSource")
+                  source="tidegate.sources.mysql.source:MySqlSource",
+                  dataset_of="tidegate.sources.mysql.spec:dataset")
 
 
 def __getattr__(name: str):

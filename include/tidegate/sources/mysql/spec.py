@@ -7,6 +7,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from ...datasets import Dataset, host_port, on_server
 from ...spec import PipelineSpec, Problems, int_field
 
 UINT32_MAX = 2**32 - 1
@@ -28,3 +29,9 @@ def replication_client(spec: PipelineSpec) -> tuple[str, int]:
     """The replication client id (``server_id``), derived from the pipeline name when unset."""
     derived = 40000 + zlib.crc32(spec.pipeline.encode()) % 1_000_000
     return "server_id", spec.source.server_id or derived
+
+
+def dataset(conn: Any, table: Any) -> Dataset:
+    """OpenLineage's MySQL naming: ``mysql://<host>:<port>``, ``<database>.<table>`` (a MySQL
+    database is the table's schema: the name as the spec spells it)."""
+    return on_server(f"mysql://{host_port(conn, 3306)}", table.name)

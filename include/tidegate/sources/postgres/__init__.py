@@ -74,6 +74,7 @@ KIND = SourceKind(name="postgres", fields=spec.FIELDS, parse=spec.parse,
                   replication_client=spec.replication_client,
                   position="tidegate.sources.postgres.position:PgPosition",
                   source="tidegate.sources.postgres.source:PostgresSource",
+                  dataset_of="tidegate.sources.postgres.spec:dataset",
                   complete=spec.complete)
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import re
 from typing import Any
 
+from ...datasets import Dataset, host_port, on_server
 from ...spec import PipelineSpec, Problems, SourceSpec, str_field
 
 SLOT_RE = re.compile(r"^[a-z0-9_]+$")
@@ -83,3 +84,8 @@ def complete(source: SourceSpec, pipeline: str) -> SourceSpec:
 def replication_client(spec: PipelineSpec) -> tuple[str, str | None]:
     """The pipeline's replication slot."""
     return "slot", spec.source.slot
+
+
+def dataset(conn: Any, table: Any) -> Dataset:
+    """OpenLineage's PostgreSQL naming: ``postgres://<host>:<port>``, ``<database>.<schema>.<table>``."""
+    return on_server(f"postgres://{host_port(conn, 5432)}", f"{table.database}.{table.name}")
