@@ -362,7 +362,7 @@ class DebeziumEncoder:
         if ev.op == "d" and self.options.tombstones_on_delete:
             out.append(Record(topic, key_bytes, None, list(headers)))
         if tx is not None and ev.tx_end:
-            out.append(self._tx_record("END", ev.ts_ms, tx))
+            out.append(self._tx_record("END", ev.ts_ms, tx, self._end_id(tx, ev)))
             self._tx = None
         self._note_commit(ev)
         return out
@@ -481,12 +481,21 @@ class DebeziumEncoder:
         return f"{ev.schema}.{ev.table}"
 
     def _transaction(self, ev: Any) -> dict[str, Any] | None:
-        """The transaction block's counters (``transaction_metadata``); snapshot rows have none."""
+        """The transaction block's counters (``transaction_metadata``); snapshot rows have none.
+        ``id`` is what this event's block and the BEGIN record name the transaction: on
+        PostgreSQL Debezium names it by the event's own LSN (``xid:lsn``), so each event of a
+        transaction has another id, the BEGIN its first event's, the END its commit's end (the
+        generated comparison with transaction metadata); elsewhere the transaction's id."""
         if not self.options.transaction_metadata or ev.op == "r":
             return None
-        tx_id = self._transaction_id(ev.tx_id)
-        if self._tx is None or self._tx["id"] != tx_id:
-            self._tx = {"id": tx_id, "total_order": 0, "counts": {}}
+        key = str(ev.tx_id)
+        if self._tx is None or self._tx["key"] != key:
+            self._tx = {"key": key, "id": self._transaction_id(key), "total_order": 0, "counts": {}}
+        if self.connector == "postgresql":
+            lsn = lsn_int(str(ev.event_id).split(":", 1)[0])
+            if lsn is not None:
+                self._tx["id"] = f"{key.partition(':')[0]}:{lsn}"
+                self._tx.setdefault("begin_id", self._tx["id"])
         self._tx["total_order"] += 1
         coll = self._collection(ev)
         self._tx["counts"][coll] = self._tx["counts"].get(coll, 0) + 1
@@ -499,8 +508,17 @@ class DebeziumEncoder:
             return f"{xid}:{n}" if n is not None else tx_id
         return tx_id
 
-    def _tx_record(self, status: str, ts_ms: int, tx: dict[str, Any] | None) -> Record:
-        tx_id = tx["id"] if tx is not None else self._tx["id"]  # type: ignore[index]
+    def _end_id(self, tx: dict[str, Any], ev: Any) -> str:
+        """The END record's id: on PostgreSQL the xid and where the commit ended."""
+        end = getattr(getattr(ev, "end_position", None), "lsn", None)
+        if self.connector == "postgresql" and getattr(end, "value", None) is not None:
+            return f"{tx['key'].partition(':')[0]}:{end.value}"
+        return tx["id"]
+
+    def _tx_record(self, status: str, ts_ms: int, tx: dict[str, Any] | None, tx_id: str | None = None
+                   ) -> Record:
+        if tx_id is None:
+            tx_id = self._tx.get("begin_id", self._tx["id"])  # type: ignore[union-attr]
         value = {"status": status, "id": tx_id,
                  "event_count": tx["total_order"] if tx is not None else None,
                  "data_collections": ([{"data_collection": c, "event_count": n}
@@ -644,18 +662,21 @@ _TX_BLOCK_SCHEMA = {"type": "struct", "fields": [
     {"type": "int64", "optional": False, "field": "total_order"},
     {"type": "int64", "optional": False, "field": "data_collection_order"}],
     "optional": True, "name": "event.block", "version": 1}
+# As Debezium 3.5/3.6 write them (the generated comparison with transaction metadata, schemas on)
 _TX_KEY_SCHEMA = {"type": "struct", "fields": [{"type": "string", "optional": False, "field": "id"}],
-                  "optional": False, "name": "io.debezium.connector.common.TransactionMetadataKey"}
+                  "optional": False, "name": "io.debezium.connector.common.TransactionMetadataKey",
+                  "version": 1}
 _TX_VALUE_SCHEMA = {"type": "struct", "fields": [
     {"type": "string", "optional": False, "field": "status"},
     {"type": "string", "optional": False, "field": "id"},
     {"type": "int64", "optional": True, "field": "event_count"},
     {"type": "array", "items": {"type": "struct", "fields": [
         {"type": "string", "optional": False, "field": "data_collection"},
-        {"type": "int64", "optional": False, "field": "event_count"}], "optional": False},
+        {"type": "int64", "optional": False, "field": "event_count"}], "optional": True,
+        "name": "event.collection", "version": 1},
      "optional": True, "field": "data_collections"},
     {"type": "int64", "optional": False, "field": "ts_ms"}],
-    "optional": False, "name": "io.debezium.connector.common.TransactionMetadataValue"}
+    "optional": False, "name": "io.debezium.connector.common.TransactionMetadataValue", "version": 1}
 _HEARTBEAT_KEY_SCHEMA = {"type": "struct",
                          "fields": [{"type": "string", "optional": False, "field": "serverName"}],
                          "optional": False, "name": "io.debezium.connector.common.ServerNameKey"}
