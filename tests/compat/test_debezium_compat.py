@@ -57,6 +57,11 @@ def pipeline_spec(tmp_path: Path, pipeline: str, source: str, container: str, co
                  ("plain", "", "false", "skipped_operations: none"),
                  ("schemas", "_on", "true", "skipped_operations: none"),
                  ("modes", "_modes", "false", variant), ("modes_on", "_modes_on", "true", variant))]
+    return write_spec(path, pipeline, source, sinks)
+
+
+def write_spec(path: Path, pipeline: str, source: str, sinks: list[str]) -> object:
+    """A pipeline spec of the source and the sinks (flow mappings), written and loaded."""
     listed = "\n".join(f"          - {s}" for s in sinks)
     path.write_text(textwrap.dedent(f"""
         pipeline: {pipeline}

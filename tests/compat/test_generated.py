@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -25,7 +24,6 @@ import pytest
 from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
-from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.compat import backlogs, generator, harness
@@ -39,6 +37,7 @@ from tests.compat.test_debezium_compat import (
     compare_outputs,
     kafka_jsonl,
     read_committed,
+    write_spec,
 )
 
 pytestmark = pytest.mark.integration
@@ -96,15 +95,7 @@ def generated_spec(tmp_path: Path, pipeline: str, source: str, container: str, c
             sinks.append(f'{{id: {sink_id}, kind: kafka, conn_id: kafka, topic: "{topic}", partitions: 1,'
                          f" exactly_once: true, envelope: debezium, debezium: {{schemas: {schemas},"
                          f" skipped_operations: none, connector: {connector}{options}}}}}")
-    path = tmp_path / f"{pipeline}.yaml"
-    listed = "\n".join(f"          - {s}" for s in sinks)
-    path.write_text(textwrap.dedent(f"""
-        pipeline: {pipeline}
-        source: {source}
-        sinks:
-{listed}
-    """))
-    return load_spec(str(path))
+    return write_spec(tmp_path / f"{pipeline}.yaml", pipeline, source, sinks)
 
 
 def reproduction(backlog: generator.Backlog, source: str, report: str, limit: int = 3) -> str:

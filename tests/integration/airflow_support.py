@@ -185,23 +185,24 @@ def browser_login(browser, url: str, user: str, password: str) -> None:
     from selenium.webdriver.common.keys import Keys
 
     browser.get(url)
-    _wait(lambda: "/auth/login" in browser.current_url, 30, "redirect to the login page")
-    name = _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "input:not([type=password])"), 30,
+    wait_for(lambda: "/auth/login" in browser.current_url, 30, "redirect to the login page")
+    name = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "input:not([type=password])"), 30,
                  "the login form")[0]
     name.send_keys(user)
     browser.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(password, Keys.ENTER)
-    _wait(lambda: "/auth/login" not in browser.current_url, 30, "login")
+    wait_for(lambda: "/auth/login" not in browser.current_url, 30, "login")
     if browser.current_url.rstrip("/") != url.rstrip("/"):
         browser.get(url)
 
 
-def _wait(pred, timeout: float, what: str):
+def wait_for(pred, timeout: float, what: str, every: float = 0.5):
+    """``pred()``'s first true value within ``timeout`` seconds; fails naming ``what``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()
         if v:
             return v
-        time.sleep(0.3)
+        time.sleep(every)
     raise AssertionError(f"not within {timeout:.0f}s: {what}")
 
 

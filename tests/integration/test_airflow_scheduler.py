@@ -70,6 +70,7 @@ from tests.integration.airflow_support import (
     page_call,
     page_users,
     spark_connect_server,  # noqa: F401 - the spark_connect fixture
+    wait_for,
 )
 from tests.integration.sink_readers import kafka_changes, nats_ids, nats_payloads, redis_events, redis_ids
 
@@ -570,16 +571,6 @@ def chromium(profile: Path):
                 f"--user-data-dir={profile}", "--window-size=1400,1000"):
         opts.add_argument(arg)
     return webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
-
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout:.0f}s: {what}")
 
 
 def test_the_guard_sends_retention_headroom_on_both_sources(deployment):
