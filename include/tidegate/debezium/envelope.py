@@ -20,9 +20,11 @@ from __future__ import annotations
 import base64
 import json
 import re
+import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -30,7 +32,7 @@ import orjson
 from ..events import NEW_KEY_HEADER, OLD_KEY_HEADER
 from . import schema_changes
 from .headers import header_value
-from .values import DECIMAL_SCHEMA, Mapping, Modes, column_mapping
+from .values import DECIMAL_SCHEMA, Mapping, Modes, at_scale, column_mapping
 
 CONNECTORS = ("mysql", "mariadb", "postgresql")
 # The connector releases whose output this envelope reproduces (source.version).
@@ -44,6 +46,28 @@ _FALLBACKS = {"string": "", "bytes": "", "boolean": False, "int8": 0, "int16": 0
               "io.debezium.data.VariableScaleDecimal": {"scale": 0, "value": "AA=="}}
 ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
 _TRAILING_FRACTION = re.compile(r"(\.\d+)Z$")
+
+
+_DECIMAL_TYPE = re.compile(r"^(?:numeric|decimal)\(\d+,\s*(\d+)\)", re.I)
+
+
+def _decimal_scale(sql: str) -> int | None:
+    """A fixed-scale decimal column's scale (money's is 2), else None."""
+    if sql.lower().startswith("money"):
+        return 2
+    m = _DECIMAL_TYPE.match(sql)
+    return int(m.group(1)) if m else None
+
+
+def _shortest_float32(text: str) -> float:
+    """The decimal Java's Float.toString gives a float: the fewest digits that read back as the
+    same 4-byte float."""
+    single = struct.unpack("<f", struct.pack("<f", float(text)))[0]
+    for digits in range(1, 10):
+        shortest = float(f"{single:.{digits}g}")
+        if struct.unpack("<f", struct.pack("<f", shortest))[0] == single:
+            return shortest
+    return single
 
 
 def _fraction_trimmed(m: re.Match) -> str:
@@ -187,6 +211,8 @@ class _Table:
                 return min(max(int(float(text)), LONG_MIN), LONG_MAX)
             if m.schema.get("type") in ("float", "double") and _NUMBER_TEXT.match(text):
                 return float(text)
+        if self.enc.connector == "postgresql" and sql == "real" and _NUMBER_TEXT.match(text):
+            return _shortest_float32(text)  # parsed as a Java float: -655585.18 is -655585.2 (seed 58)
         if self.enc.connector == "postgresql" and sql.startswith("time") and "with time zone" not in sql \
                 and text.startswith("24:00:00"):
             text = "23:59:59.999999999"
@@ -206,14 +232,18 @@ class _Table:
             out[k] = self.default(k).get("default", self._fallback(k)) if v is None else v
         return out
 
-    def as_snapshot_read(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+    def as_snapshot_read(self, row: dict[str, Any] | None, raw: dict[str, Any] | None
+                         ) -> dict[str, Any] | None:
         """A MySQL/MariaDB snapshot row's TIMESTAMP as Debezium's snapshot writes it: read over
         JDBC and formatted ISO-style, its fraction without trailing zeros ("03:14:07Z" where its
-        binlog events write "03:14:07.000000Z"); the generated snapshot comparison, seed 6."""
+        binlog events write "03:14:07.000000Z"); the generated snapshot comparison, seed 6. A
+        NULL written as the column's default keeps the default's form (seeds 60, 61)."""
         if row is None:
             return None
         out = dict(row)
         for column, value in row.items():
+            if (raw or {}).get(column) is None:
+                continue
             if isinstance(value, str) and self.mapping(column, value).schema.get("name") == ZONED_TIMESTAMP:
                 out[column] = _TRAILING_FRACTION.sub(_fraction_trimmed, value)
         return out
@@ -227,8 +257,9 @@ class _Table:
         schema = self.mapping(column, None).schema
         if schema.get("name") == DECIMAL_SCHEMA:
             return self.mapping(column, None).convert(0)
-        if self.info.columns.get(column, "").startswith("money"):
-            return self.mapping(column, None).convert("0.00")  # money's zero has its two places (seed 29)
+        scale = _decimal_scale(self.info.columns.get(column, ""))
+        if scale is not None and schema.get("type") == "string":
+            return str(at_scale(Decimal(0), scale))  # the zero at its places: "0.00" (seeds 29, 84)
         return _FALLBACKS.get(schema.get("name"), _FALLBACKS.get(schema.get("type")))
 
     def struct(self, row: dict[str, Any], suffix: str, optional: bool) -> dict[str, Any]:
@@ -348,7 +379,7 @@ class DebeziumEncoder:
         before = self._before(t, ev)
         after = t.row(ev.after)
         if ev.op == "r" and self.connector != "postgresql":
-            after = t.as_snapshot_read(after)
+            after = t.as_snapshot_read(after, ev.after)
         payload = {"before": t.row(before), "after": after, "source": self._source(ev),
                    "transaction": ({"id": tx["id"], "total_order": tx["total_order"],
                                     "data_collection_order": tx["counts"][self._collection(ev)]}
