@@ -82,6 +82,20 @@ def _hex(n_lo: int, n_hi: int, form: Callable[[str], str], high: str = "01234567
     return draw
 
 
+def _toastable(small: Draw, form: Callable[[str], str], chance: float = 0.15) -> Draw:
+    """Mostly ``small``'s values, sometimes one of 3-9 kB of random letters and digits: past
+    PostgreSQL's TOAST threshold (about 2 kB) even compressed, so it is stored out of line and an
+    update that leaves it alone logs it as unchanged."""
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+    def draw(r: random.Random) -> str:
+        if r.random() < chance:
+            return form("".join(r.choices(alphabet, k=r.randint(3000, 9000))))
+        return small(r)
+
+    return draw
+
+
 def _stamp(r: random.Random, lo: int, hi: int) -> str:
     return (
         f"{r.randint(lo, hi):04d}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} "
@@ -117,6 +131,10 @@ def _mariadb_types(r: random.Random) -> list[ColumnType]:
         "'2024-02-29'",
         also=lambda r: f"'{r.randint(1000, 9999)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}'",
     )
+    # zero dates and zero parts, which MariaDB's default sql_mode takes. Not invalid ones (a 30th
+    # of February, under ALLOW_INVALID_DATES): Debezium's connector stops on them; nor year 0 with
+    # a month and day: Debezium's snapshot moves it to 2000 (docs/compat.md)
+    odd_day = _pick("'0000-00-00'", "'2024-00-00'", "'2023-11-00'", "'0000-00-15'")
     return [
         ColumnType("TINYINT", _int_range(-128, 127), key=True),
         ColumnType("TINYINT UNSIGNED", _int_range(0, 255), key=True),
@@ -153,6 +171,18 @@ def _mariadb_types(r: random.Random) -> list[ColumnType]:
         ),
         ColumnType(f"BIT({n})", _bits(n, lambda b: f"b'{b}'")),
         ColumnType("DATE", day, key=True),
+        ColumnType("DATE", lambda r: odd_day(r) if r.random() < 0.3 else day(r), default_ok=False),
+        ColumnType(
+            f"DATETIME({fsp})",
+            lambda r: (odd_day(r)[:-1] + " 12:34:56'" if r.random() < 0.3
+                       else f"'{_stamp(r, 1000, 9999)}{frac(r)}'"),
+            default_ok=False,
+        ),
+        ColumnType(
+            f"TIMESTAMP({fsp})",
+            _pick("'0000-00-00 00:00:00'", also=lambda r: f"'{_stamp(r, 1971, 2037)}{frac(r)}'"),
+            default_ok=False,
+        ),
         ColumnType(
             f"TIME({fsp})",
             _pick(
@@ -191,13 +221,22 @@ def _mariadb_types(r: random.Random) -> list[ColumnType]:
         ColumnType("YEAR", _pick("1901", "2155", "2000", also=lambda r: str(r.randint(1901, 2155)))),
         ColumnType(f"CHAR({(c := r.randint(1, 20))})", _text(c), key=True),
         ColumnType(f"VARCHAR({(v := r.randint(1, 100))})", _text(v), key=True),
-        ColumnType("TEXT", _text(200), default_ok=False),
+        ColumnType("TEXT", _toastable(_text(200), lambda t: f"'{t}'"), default_ok=False),
+        # other character sets than the table's utf8mb4: values each can hold
+        ColumnType(f"VARCHAR({r.randint(12, 60)}) CHARACTER SET latin1",
+                   _pick("''", "'café crème'", "'Ñandú ÿ ß'", "'it''s'", "'plain'")),
+        ColumnType(f"CHAR({r.randint(12, 30)}) CHARACTER SET cp1251",
+                   _pick("'Привет, мир'", "'ёЁ №'", "'abc'")),
+        ColumnType("TEXT CHARACTER SET utf16", _pick("'héllo ✓'", "'emoji 🌊'", "''"), default_ok=False),
+        ColumnType(f"VARCHAR({r.randint(12, 40)}) CHARACTER SET sjis",
+                   _pick("'日本語テキスト'", "'ｶﾅ'", "'x'")),
         # A binary DEFAULT's bytes from 0x80 up differ by nature (docs/compat.md): not drawn.
         ColumnType(f"BINARY({r.randint(1, 8)})", _hex(1, 1, lambda h: f"X'{h}'"),
                    default=_hex(1, 1, lambda h: f"X'{h}'", high="01234567")),
         ColumnType(f"VARBINARY({r.randint(1, 16)})", _hex(0, 1, lambda h: f"X'{h}'"),
                    default=_hex(0, 1, lambda h: f"X'{h}'", high="01234567")),
-        ColumnType("BLOB", _hex(0, 30, lambda h: f"X'{h}'"), default_ok=False),
+        ColumnType("BLOB", _toastable(_hex(0, 30, lambda h: f"X'{h}'"), lambda t: f"'{t}'"),
+                   default_ok=False),
         ColumnType("ENUM('red','green','blue')", _pick("'red'", "'green'", "'blue'")),
         ColumnType("SET('a','b','c')", _pick("''", "'a'", "'a,c'", "'a,b,c'")),
         ColumnType(
@@ -246,6 +285,10 @@ def _postgres_types(r: random.Random, schema: str) -> list[ColumnType]:
         ColumnType(f"VARCHAR({(v := r.randint(1, 100))})", _text(v), key=True),
         ColumnType(f"CHAR({(c := r.randint(1, 20))})", _text(c)),
         ColumnType("BYTEA", _hex(0, 20, lambda h: f"'\\x{h}'")),
+        # TOAST-sized values (non-key: an index row holds at most about 2.7 kB)
+        ColumnType("TEXT", _toastable(_text(200), lambda t: f"'{t}'"), default_ok=False),
+        ColumnType("BYTEA", _toastable(_hex(0, 20, lambda h: f"'\\x{h}'"),
+                                       lambda t: f"convert_to('{t}', 'UTF8')"), default_ok=False),
         ColumnType(
             "DATE",
             _pick(
@@ -338,6 +381,7 @@ class Column:
     type: ColumnType
     not_null: bool = False
     default: str | None = None
+    pinned: bool = False  # a generated column's expression names it: never dropped, renamed, retyped
 
     def ddl(self) -> str:
         parts = [self.name, self.type.sql]
@@ -354,6 +398,7 @@ class Table:
     columns: list[Column]
     identity: str = "FULL"  # PostgreSQL's REPLICA IDENTITY: DEFAULT, FULL or INDEX
     rows: dict[tuple, dict[str, str]] = field(default_factory=dict)  # key literals -> column literals
+    generated: list[str] = field(default_factory=list)  # generated columns' DDL: never written to
 
     @property
     def all(self) -> list[Column]:
@@ -379,7 +424,36 @@ def _table(r: random.Random, name: str, types: list[ColumnType], source: str) ->
     identity = "FULL"
     if source == "postgres" and key:
         identity = r.choice(["DEFAULT", "DEFAULT", "FULL", "INDEX"])
-    return Table(name, key, columns, identity)
+    table = Table(name, key, columns, identity)
+    if r.random() < 0.3:  # a generated column over a plain one
+        columns.append(Column("gsrc", ColumnType("INTEGER", _int_range(-1000000, 1000000)), pinned=True))
+        table.generated.append("gcol INTEGER GENERATED ALWAYS AS (gsrc * 2) STORED" if source == "postgres"
+                               else f"gcol INT AS (gsrc * 2) {r.choice(['VIRTUAL', 'PERSISTENT'])}")
+    return table
+
+
+# Widening retypes (ALTER a column's type mid-stream; every value drawn for the old type fits)
+_WIDER = {
+    "mariadb": [(r"^TINYINT", "SMALLINT"), (r"^SMALLINT", "INT"), (r"^MEDIUMINT", "INT"),
+                (r"^INT\b", "BIGINT"),
+                (r"^FLOAT$", "DOUBLE"), (r"^VARCHAR\((\d+)\)", lambda m: f"VARCHAR({int(m[1]) + 20})")],
+    "postgres": [(r"^SMALLINT$", "INTEGER"), (r"^INTEGER$", "BIGINT"), (r"^REAL$", "DOUBLE PRECISION"),
+                 (r"^VARCHAR\((\d+)\)$", lambda m: f"VARCHAR({int(m[1]) + 20})"),
+                 (r"^NUMERIC\((\d+),(\d+)\)$", lambda m: f"NUMERIC({int(m[1]) + 2},{m[2]})")],
+}
+
+
+# an ALTER TABLE of Workload.alter, and the columns it names (a rename's old and new name)
+_ALTER = re.compile(r"ALTER TABLE \w+\.(?P<table>\w+) (?:ADD COLUMN (?P<c0>\w+) .*|DROP COLUMN (?P<c1>\w+)"
+                    r"|RENAME COLUMN (?P<c2>\w+) TO (?P<c5>\w+)|MODIFY COLUMN (?P<c3>\w+) .*"
+                    r"|ALTER COLUMN (?P<c4>\w+) TYPE .*)$")
+
+
+def _wider(source: str, sql: str) -> str | None:
+    for pattern, wider in _WIDER[source]:
+        if re.search(pattern, sql):
+            return re.sub(pattern, wider, sql, count=1)
+    return None
 
 
 # --------------------------------------------------------------------------- workload
@@ -422,8 +496,9 @@ class Workload:
     """Statements over the tables of one seed; tracks the rows so that updates and deletes hit
     existing ones and inserts never collide on a key."""
 
-    def __init__(self, r: random.Random, container: str, tables: list[Table], source: str):
-        self.r, self.container, self.tables, self.source = r, container, tables, source
+    def __init__(self, r: random.Random, container: str, tables: list[Table], source: str,
+                 types: list[ColumnType]):
+        self.r, self.container, self.tables, self.source, self.types = r, container, tables, source, types
         self.serial = 0
 
     def qualified(self, t: Table) -> str:
@@ -480,7 +555,53 @@ class Workload:
         t.rows.pop(key)
         return f"DELETE FROM {self.qualified(t)} WHERE {where}"
 
+    def truncate(self, t: Table) -> str:
+        t.rows.clear()
+        return f"TRUNCATE TABLE {self.qualified(t)}"
+
+    def alter(self, t: Table) -> str | None:
+        """One column added, dropped, renamed or retyped (a statement of its own)."""
+        self.serial += 1
+        movable = [c for c in t.columns if not c.pinned]
+        kind = self.r.choice(["add", "drop", "rename", "retype"])
+        q = self.qualified(t)
+        if kind == "add":
+            c = Column(f"a{self.serial}", self.r.choice([x for x in self.types if x.key or x.default_ok]))
+            if c.type.default_ok and self.r.random() < 0.5:
+                c.default = (c.type.default or c.type.draw)(self.r)
+                c.not_null = self.r.random() < 0.3 and c.type.not_null_ok
+            t.columns.append(c)
+            for row in t.rows.values():
+                row[c.name] = "DEFAULT"
+            return f"ALTER TABLE {q} ADD COLUMN {c.ddl()}"
+        if kind == "drop" and len(movable) > 1:
+            c = self.r.choice(movable)
+            t.columns.remove(c)
+            for row in t.rows.values():
+                row.pop(c.name, None)
+            return f"ALTER TABLE {q} DROP COLUMN {c.name}"
+        if kind == "rename" and movable:
+            c = self.r.choice(movable)
+            old, c.name = c.name, f"r{self.serial}_{c.name}"
+            for row in t.rows.values():
+                row[c.name] = row.pop(old, "NULL")
+            return f"ALTER TABLE {q} RENAME COLUMN {old} TO {c.name}"
+        wider = [(c, w) for c in movable if (w := _wider(self.source, c.type.sql))]
+        if kind == "retype" and wider:
+            c, sql = self.r.choice(wider)
+            c.type = ColumnType(sql, c.type.draw, c.type.key, c.type.default_ok, c.type.default,
+                                c.type.not_null_ok)
+            if self.source == "postgres":
+                return f"ALTER TABLE {q} ALTER COLUMN {c.name} TYPE {sql}"
+            return f"ALTER TABLE {q} MODIFY COLUMN {c.ddl()}"
+        return None
+
     def transaction(self) -> list[str]:
+        roll = self.r.random()
+        if roll < 0.06:  # DDL mid-stream, or a TRUNCATE: a transaction of their own
+            t = self.r.choice(self.tables)
+            s = self.alter(t) if roll < 0.04 else self.truncate(t)
+            return [s] if s else []
         out = []
         for t in self.r.sample(self.tables, self.r.randint(1, min(2, len(self.tables)))):
             for _ in range(self.r.randint(1, 3)):
@@ -511,7 +632,7 @@ def generate_seed(source: str, seed: int, transactions: int = 40) -> Generated:
     tables = [_table(r, f"g{seed}_{i}", types, source) for i in range(r.randint(2, 4))]
     setup = []
     for t in tables:
-        cols = [c.ddl() for c in t.all]
+        cols = [c.ddl() for c in t.all] + t.generated
         if not t.key:  # no primary key: rows are told apart by a plain column, for the workload
             cols.insert(0, "rid INTEGER NOT NULL")
         if t.key:
@@ -520,7 +641,7 @@ def generate_seed(source: str, seed: int, transactions: int = 40) -> Generated:
         setup.append(f"CREATE TABLE {container}.{t.name} ({', '.join(cols)}){charset}")
         if source == "postgres":
             setup += _identity(container, t)
-    work = Workload(r, container, tables, source)
+    work = Workload(r, container, tables, source, types)
     txs = [tx for tx in (work.transaction() for _ in range(transactions)) if tx]
     return Generated(seed, setup, txs, tables)
 
@@ -553,6 +674,22 @@ class Backlog:
     MARIADB_TEARDOWN: list[str] = field(default_factory=lambda: list(backlogs.MARIADB_TEARDOWN))
     POSTGRES_END: list[str] = field(default_factory=lambda: list(backlogs.POSTGRES_END))
     POSTGRES_TEARDOWN: list[str] = field(default_factory=lambda: list(backlogs.POSTGRES_TEARDOWN))
+    # (transaction, log position after it) of each ALTER TABLE, noted by the harness as it writes
+    ddl_marks: list[tuple[list[str], object]] = field(default_factory=list)
+
+    def history(self, source: str):
+        """The ALTERs' SchemaHistory: each one's table, the columns it names (added, dropped,
+        renamed: both names, retyped), where it landed."""
+        from tests.compat.harness import SchemaHistory
+
+        out = SchemaHistory(source)
+        for tx, position in self.ddl_marks:
+            for statement in tx:
+                m = _ALTER.match(statement)
+                if m:
+                    columns = frozenset(c for c in m.groupdict("").values() if c) - {m["table"]}
+                    out.marks.append((m["table"], columns, position, statement))
+        return out
 
     @property
     def MARIADB_SETUP(self) -> list[str]:  # noqa: N802 - the backlogs module's name

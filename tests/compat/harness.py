@@ -12,11 +12,13 @@ import json
 import math
 import os
 import re
+import struct
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -312,9 +314,16 @@ def strip_ignored(value: Any) -> Any:
     return value
 
 
+# A MariaDB zero TIMESTAMP ('0000-00-00 00:00:00'): Debezium writes the epoch, tidegate null
+# (declared in docs/compat.md). No TIMESTAMP holds the epoch itself (they start at 00:00:01 UTC).
+_ZERO_TIMESTAMP = re.compile(r"1970-01-01T00:00:00(\.0+)?Z")
+
+
 def _declared(source: str, table: str, column: str, d: Any, t: Any, side: str = "debezium") -> bool:
     """Whether Debezium's ``d`` and tidegate's ``t`` in a column are a declared difference
     (``side``: "debezium" for the records, "extracted" for ExtractNewRecordState's rows)."""
+    if source == "mariadb" and t is None and isinstance(d, str) and _ZERO_TIMESTAMP.fullmatch(d):
+        return True
     for rule in DECLARED_VALUES:
         if rule["source"] == source and rule["table"] == table.rsplit(".", 1)[-1] \
                 and column in rule["columns"] and t == rule["tidegate"] \
@@ -324,9 +333,14 @@ def _declared(source: str, table: str, column: str, d: Any, t: Any, side: str = 
     return False
 
 
-def forgive_declared_rows(source: str, debezium: list[tuple], tidegate: list[tuple]) -> list[tuple]:
+def forgive_declared_rows(source: str, debezium: list[tuple], tidegate: list[tuple],
+                          history: SchemaHistory | None = None) -> tuple[list[tuple], list[tuple]]:
     """tidegate's ExtractNewRecordState rows with each declared difference set to Debezium's
-    row's value (rows paired by index, table and key)."""
+    row's value (rows paired by index, table and key); with a ``history``, both sides' rows
+    without the columns an ALTER touched (a row has no position to tell before from after)."""
+    if history is not None:
+        debezium, tidegate = ([_without(row, history.ever_touched(row[0])) for row in rows]
+                              for rows in (debezium, tidegate))
     out = []
     for i, row in enumerate(tidegate):
         other = debezium[i] if i < len(debezium) else None
@@ -338,7 +352,14 @@ def forgive_declared_rows(source: str, debezium: list[tuple], tidegate: list[tup
                         t[column] = value
                 row = (row[0], row[1], json.dumps(t, sort_keys=True))
         out.append(row)
-    return out
+    return debezium, out
+
+
+def _without(row: tuple, columns: set[str]) -> tuple:
+    value = json.loads(row[2])
+    if not columns or not isinstance(value, dict):
+        return row
+    return (row[0], row[1], json.dumps({k: v for k, v in value.items() if k not in columns}, sort_keys=True))
 
 
 def _same_sign(a: Any, b: Any) -> bool:
@@ -415,7 +436,55 @@ def data_records(records: list[dict], tables: Iterable[str] | None = None) -> li
             and (wanted is None or r["topic"].rsplit(".", 1)[-1] in wanted)]
 
 
-def compare(source: str, debezium: list[dict], tidegate: list[dict]) -> list[str]:
+@dataclass
+class SchemaHistory:
+    """Where the backlog's ALTER TABLE statements landed in the source log, and the columns each
+    names (added, dropped, renamed, retyped). tidegate types a run's rows by the
+    catalog at the run, not by the table's definition when the row was written (declared in
+    docs/compat.md): in a row written before such a statement those columns are not compared."""
+
+    source: str
+    # table, the columns it names, where it ended, the statement
+    marks: list[tuple[str, frozenset[str], Any, str]] = field(default_factory=list)
+
+    def touched(self, table: str, position: tuple) -> set[str]:
+        """The columns of ``table`` (db.table) that a later statement touched, for a row at
+        ``position`` (a join key's position part)."""
+        at = position[:2] if self.source == "mariadb" else position[0]
+        name = table.rsplit(".", 1)[-1]
+        return {c for t, columns, where, _ in self.marks if t == name and at < where for c in columns}
+
+    def touched_after(self, statement: str) -> set[str]:
+        """The columns that statements after ``statement`` on its table named: a schema change
+        record of it is compared without them (the catalog at the run, declared)."""
+        mine = [(t, where) for t, _, where, s in self.marks if s == statement]
+        if not mine:
+            return set()
+        table, at = mine[0]
+        return {c for t, columns, where, _ in self.marks if t == table and where > at for c in columns}
+
+    def ever_touched(self, table: str) -> set[str]:
+        name = table.rsplit(".", 1)[-1]
+        return {c for t, columns, _, _ in self.marks if t == name for c in columns}
+
+
+def strip_columns(value: Any, columns: set[str]) -> None:
+    """Removes ``columns`` from a change value's before/after and from their schemas, in place."""
+    p = payload(value)
+    if not columns or not isinstance(p, dict):
+        return
+    for part in ("before", "after"):
+        if isinstance(p.get(part), dict):
+            for c in columns:
+                p[part].pop(c, None)
+    schema = value.get("schema") if isinstance(value, dict) and "payload" in value else None
+    for f in (schema or {}).get("fields", []):
+        if f.get("field") in ("before", "after") and isinstance(f.get("fields"), list):
+            f["fields"] = [x for x in f["fields"] if x.get("field") not in columns]
+
+
+def compare(source: str, debezium: list[dict], tidegate: list[dict],
+            history: SchemaHistory | None = None) -> list[str]:
     """Every difference between two captures of the same backlog: events one side lacks, and
     per joined event each differing field of key, value and headers."""
     want, problems_d = keyed(source, debezium)
@@ -429,6 +498,9 @@ def compare(source: str, debezium: list[dict], tidegate: list[dict]) -> list[str
         d, t = want[k], got[k]
         diffs = [f"key.{x}" for x in differences(d.get("key"), t.get("key"))]
         d_value, t_value = strip_ignored(d.get("value")), strip_ignored(t.get("value"))
+        if history is not None and k[-1] != "tombstone":
+            for v in (d_value, t_value):
+                strip_columns(v, history.touched(k[0], k[1:-1]))
         forgive_declared(source, k[0], d_value, t_value)
         values = differences(d_value, t_value)
         diffs += [f"value.{x}" for x in values]
@@ -457,8 +529,10 @@ def _snapshot_float(source: str, debezium: Any, tidegate: Any) -> bool:
     """Declared (docs/compat.md): a MariaDB FLOAT in Debezium's snapshot is the server's text
     of it, 6 significant digits (171935.0 for 171935.02); tidegate writes the float exactly, as
     both write it in log events."""
-    return (source == "mariadb" and isinstance(debezium, float) and isinstance(tidegate, float)
-            and debezium == float(f"{tidegate:.6g}"))
+    if source != "mariadb" or not isinstance(debezium, float) or not isinstance(tidegate, float):
+        return False
+    single = struct.unpack("f", struct.pack("f", tidegate))[0]  # the float the server rounds
+    return debezium in (float(f"{tidegate:.6g}"), float(f"{single:.6g}"))
 
 
 def _forgive_snapshot_floats(source: str, debezium: Any, tidegate: Any) -> None:
@@ -584,6 +658,7 @@ def mariadb_backlog(admin_kwargs: dict, before_backlog: Callable[[], None], out:
                 for tx in backlog.MARIADB_BACKLOG:
                     run_statements(c.execute, tx)
                     admin.commit()
+                    _mark_ddl(backlog, tx, c, "SHOW MASTER STATUS", lambda row: (row[0], row[1]))
                 run_statements(c.execute, backlog.MARIADB_END)
                 admin.commit()
             finished = [capture.finish() for capture in captures]
@@ -595,6 +670,19 @@ def mariadb_backlog(admin_kwargs: dict, before_backlog: Callable[[], None], out:
             raise
     finally:
         admin.close()
+
+
+def _mark_ddl(backlog: Any, tx: list[str], cursor: Any, query: str, position: Callable[[tuple], Any]) -> None:
+    """Notes where an ALTER TABLE of a generated backlog ended in the log (``ddl_marks``)."""
+    marks = getattr(backlog, "ddl_marks", None)
+    if marks is not None and any(s.startswith("ALTER TABLE") for s in tx):
+        cursor.execute(query)
+        marks.append((tx, position(cursor.fetchone())))
+
+
+def lsn_of(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
 
 
 def mariadb_teardown(admin_kwargs: dict) -> None:
@@ -634,6 +722,7 @@ def postgres_backlog(admin_dsn: str, backlog: Any = backlogs) -> None:
             for tx in [*backlog.POSTGRES_BACKLOG, backlog.POSTGRES_END]:
                 run_statements(c.execute, tx)
                 admin.commit()
+                _mark_ddl(backlog, tx, c, "SELECT pg_current_wal_lsn()::text", lambda row: lsn_of(row[0]))
     finally:
         admin.close()
 

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pytest
@@ -122,13 +123,22 @@ def read_committed(bootstrap: str, partitions: dict[str, int]) -> dict[str, list
             if m is None:
                 continue
             if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
+                if m.error().code() == KafkaError._PARTITION_EOF and _at_high(c, m, assigned):
                     left.discard((m.topic(), m.partition()))
                 continue
             out[m.topic()].append((m.key(), m.value(), list(m.headers() or [])))
     finally:
         c.close()
     return out
+
+
+def _at_high(c: Consumer, eof: Any, assigned: list[TopicPartition]) -> bool:
+    """Whether a partition's end of file is its high watermark. A read_committed consumer stops
+    at the last stable offset, before a transaction still open: that end is not the end (a
+    generated snapshot comparison once read half its topics as empty, never again since)."""
+    tp = TopicPartition(eof.topic(), eof.partition())
+    high = c.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+    return eof.offset() >= high
 
 
 def _json(b: bytes | None):
@@ -148,10 +158,12 @@ BACKLOG_CHANGES = 30
 
 
 def compare_outputs(source: str, work: Path, debezium_prefix: Path, tidegate_off: Path,
-                    tidegate_on: Path, variant: tuple[Path, Path, Path] | None = None) -> int:
+                    tidegate_on: Path, variant: tuple[Path, Path, Path] | None = None,
+                    history: harness.SchemaHistory | None = None) -> int:
     """Fails naming every differing field; returns how many of Debezium's change records were
     compared (schemas off). ``variant``: Debezium's records prefix and tidegate's two files of
-    the modes variant, compared over its tables."""
+    the modes variant, compared over its tables; ``history``: the backlog's ALTERs (a generated
+    backlog's)."""
     data = harness.data_records
     failures = []
     if variant is not None:
@@ -168,7 +180,7 @@ def compare_outputs(source: str, work: Path, debezium_prefix: Path, tidegate_off
     compared = len(data(harness.read_jsonl(Path(f"{debezium_prefix}.schemas-off.jsonl"))))
     for what, d, t in (("schemas off", Path(f"{debezium_prefix}.schemas-off.jsonl"), tidegate_off),
                        ("schemas on", Path(f"{debezium_prefix}.schemas-on.jsonl"), tidegate_on)):
-        report = harness.compare(source, data(harness.read_jsonl(d)), data(harness.read_jsonl(t)))
+        report = harness.compare(source, data(harness.read_jsonl(d)), data(harness.read_jsonl(t)), history)
         if report:
             failures.append(f"== {what}: {len(report)} event(s) differ\n" + "\n".join(report))
     # a consumer written for Debezium: its ExtractNewRecordState gives the same rows over both
@@ -180,7 +192,7 @@ def compare_outputs(source: str, work: Path, debezium_prefix: Path, tidegate_off
     except RuntimeError as e:
         failures.append(f"== ExtractNewRecordState: {e}")
     else:
-        t_rows = harness.forgive_declared_rows(source, d_rows, t_rows)
+        d_rows, t_rows = harness.forgive_declared_rows(source, d_rows, t_rows, history)
         if d_rows != t_rows:
             failures.append("== ExtractNewRecordState: different rows\n"
                             + harness.row_differences(d_rows, t_rows))

@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
@@ -49,18 +50,21 @@ MIN_RECORDS_PER_SEED = 100
 # Value modes other than the connector's defaults, in sets (one Debezium capture each): between
 # them every mode of decimal.handling.mode, time.precision.mode, binary.handling.mode and (MariaDB)
 # bigint.unsigned.handling.mode. Debezium's names; the spec's are the same with "_".
+# Heartbeats in one mode set, often enough that a backlog's read writes some on both sides
+HEARTBEAT_MS = "100"
 MODE_SETS: dict[str, dict[str, dict[str, str]]] = {
     "mariadb": {
         "ma": {"decimal.handling.mode": "string", "time.precision.mode": "connect",
                "binary.handling.mode": "hex", "bigint.unsigned.handling.mode": "precise"},
-        "mb": {"decimal.handling.mode": "double", "binary.handling.mode": "base64"},
+        "mb": {"decimal.handling.mode": "double", "binary.handling.mode": "base64",
+               "heartbeat.interval.ms": HEARTBEAT_MS},
         "mc": {"binary.handling.mode": "base64-url-safe", "provide.transaction.metadata": "true"},
     },
     "postgres": {
         "ma": {"decimal.handling.mode": "string", "time.precision.mode": "connect",
                "binary.handling.mode": "hex"},
         "mb": {"decimal.handling.mode": "double", "time.precision.mode": "adaptive_time_microseconds",
-               "binary.handling.mode": "base64"},
+               "binary.handling.mode": "base64", "heartbeat.interval.ms": HEARTBEAT_MS},
         "mc": {"binary.handling.mode": "base64-url-safe", "provide.transaction.metadata": "true"},
     },
 }
@@ -89,6 +93,8 @@ def generated_spec(tmp_path: Path, pipeline: str, source: str, container: str, c
     sinks = []
     for name, settings in {"": {}, **mode_sets}.items():
         options = "".join(f", {SPEC_OPTION.get(k, k.replace('.', '_'))}: {v}" for k, v in settings.items())
+        if not name:  # the defaults' pair also writes the schema change topic (the prefix itself)
+            options += ", schema_change_topic: true"
         for schemas, suffix in (("false", ""), ("true", "_on")):
             sink_id = f"{name or 'plain'}{suffix}"
             topic = f"{{pipeline}}{'_' + name if name else ''}{suffix}.{{{container}}}.{{table}}"
@@ -114,6 +120,7 @@ def compare_all(source: str, backlog: generator.Backlog, work: Path, debezium: P
     """The defaults' comparison, then each mode set's; fails with every set's differences and
     a reproduction. Returns how many of Debezium's change records were compared in all."""
     compared, failures = 0, []
+    history = backlog.history(source)
     for name in ("", *MODE_SETS[source]):
         d_prefix = debezium if not name else debezium.parent / name / "records"
         topics = pipeline if not name else f"{pipeline}_{name}"
@@ -123,11 +130,15 @@ def compare_all(source: str, backlog: generator.Backlog, work: Path, debezium: P
         off = kafka_jsonl(bootstrap, topics, side / "tidegate.schemas-off.jsonl", tables)
         on = kafka_jsonl(bootstrap, f"{topics}_on", side / "tidegate.schemas-on.jsonl", tables)
         try:
-            compared += compare_outputs(source, side, d_prefix, off, on)
+            compared += compare_outputs(source, side, d_prefix, off, on, history=history)
         except AssertionError as e:
             failures.append(f"=== modes {MODE_SETS[source].get(name, 'default')}: {e}")
         if MODE_SETS[source].get(name, {}).get("provide.transaction.metadata") == "true":
             failures += transaction_differences(source, d_prefix, bootstrap, pipeline)
+        if not name:
+            failures += schema_change_differences(source, d_prefix, bootstrap, pipeline, history)
+        if "heartbeat.interval.ms" in MODE_SETS[source].get(name, {}):
+            failures += heartbeat_differences(d_prefix, bootstrap, pipeline)
     if failures:
         report = "\n".join(failures)
         raise AssertionError(f"seeds {backlog.seeds}: {report}\n\nreproduction:\n"
@@ -135,12 +146,13 @@ def compare_all(source: str, backlog: generator.Backlog, work: Path, debezium: P
     return compared
 
 
-def _transaction_records(records: list[dict]) -> dict[tuple, dict]:
+def _transaction_records(records: list[dict], touching: set[str]) -> dict[tuple, dict]:
     """The BEGIN/END records of transactions on the generated tables, by (id, status), their
     data_collections sorted by name: Debezium keeps the counts in a HashMap, whose order is no
     order (declared in docs/compat.md). A transaction's BEGIN names no table: it is kept when its
-    END names a generated one (the probe rows MariaDB's Debezium reads before tidegate starts
-    are not part of the backlog)."""
+    END names a generated one, or when a generated table's record names its id (``touching``: a
+    TRUNCATE's, which has no END on MariaDB); the probe rows MariaDB's Debezium reads before
+    tidegate starts are not part of the backlog."""
     by_key = {}
     for r in records:
         value = harness.payload(r["value"])
@@ -150,6 +162,7 @@ def _transaction_records(records: list[dict]) -> dict[tuple, dict]:
     generated = re.compile(r"\.g\d+_\d+$")
     ours = {tx_id for (tx_id, status), r in by_key.items() if status == "END" and any(
         generated.search(c["data_collection"]) for c in harness.payload(r["value"])["data_collections"])}
+    ours |= {tx_id for tx_id, _ in by_key if tx_id in touching}
     return {k: r for k, r in by_key.items() if k[0] in ours}
 
 
@@ -162,10 +175,12 @@ def transaction_differences(source: str, debezium_prefix: Path, bootstrap: str, 
     failures = []
     for form in ("off", "on"):
         theirs = harness.read_jsonl(Path(f"{debezium_prefix}.schemas-{form}.jsonl"))
-        want = _transaction_records([r for r in theirs if r["topic"].endswith(".transaction")])
+        touching = {(harness.payload(r["value"]).get("transaction") or {}).get("id")
+                    for r in theirs if re.search(r"\.g\d+_\d+$", r["topic"]) and isinstance(r["value"], dict)}
+        want = _transaction_records([r for r in theirs if r["topic"].endswith(".transaction")], touching)
         mine = [{"key": _json(k), "value": _json(v)} for k, v, _ in ours]
         got = _transaction_records([r for r in mine if isinstance(r["value"], dict)
-                                    and ("payload" in r["value"]) == (form == "on")])
+                                    and ("payload" in r["value"]) == (form == "on")], touching)
         if not want:
             failures.append(f"== transaction topic, schemas {form}: Debezium wrote no record")
         for k in sorted(set(want) | set(got)):
@@ -178,6 +193,111 @@ def transaction_differences(source: str, debezium_prefix: Path, bootstrap: str, 
                       if not (source == "mariadb" and k[1] == "BEGIN" and x.split(":")[0].endswith("ts_ms"))]
             if diffs:
                 failures.append(f"== transaction topic, schemas {form}: {k}\n    " + "\n    ".join(diffs))
+    return failures
+
+
+# Fields of a schema change record that differ by design (docs/compat.md, "Differences declared";
+# docs/operations.md, "Debezium envelope"): the processing time, the release, the statement's
+# position (Debezium: its GTID event's start; tidegate: its query event's), and what the binlog's
+# table map does not tell of a column (its DDL text: default, comment, auto-increment, generation,
+# an integer's display width).
+SCHEMA_CHANGE_IGNORED = ("ts_ms", "source.version", "source.pos")
+COLUMN_IGNORED = ("defaultValueExpression", "comment", "autoIncremented", "generated")
+_INTEGER_JDBC = {-6, 5, 4, -5}
+
+
+def _schema_change_records(records: list[dict], form: str, history: harness.SchemaHistory
+                           ) -> dict[tuple[str, int], dict]:
+    """The schema change topic's records of ALTERs of generated tables in one form, by (DDL,
+    occurrence), each stripped of the declared fields and of the columns later ALTERs of its
+    table name (tidegate describes them by the catalog at the run: declared)."""
+    out: dict[tuple[str, int], dict] = {}
+    for r in records:
+        value = r["value"]
+        if "." in r["topic"] or not isinstance(value, dict) or ("payload" in value) != (form == "on"):
+            continue
+        value = harness.payload(r["value"])
+        ddl = value.get("ddl") or ""
+        if not re.match(r"ALTER TABLE \w+\.g\d+_\d+ ", ddl):
+            continue
+        for path in SCHEMA_CHANGE_IGNORED:
+            *parents, leaf = path.split(".")
+            node = value
+            for part in parents:
+                node = node.get(part) or {}
+            node.pop(leaf, None)
+        later = history.touched_after(ddl)
+        for change in value.get("tableChanges") or []:
+            if change.get("table"):
+                change["table"]["columns"] = [c for c in change["table"]["columns"] if c["name"] not in later]
+            for column in (change.get("table") or {}).get("columns") or []:
+                for f in COLUMN_IGNORED:
+                    column.pop(f, None)
+                if column.get("jdbcType") in _INTEGER_JDBC:
+                    column.pop("length", None)
+        n = sum(1 for k in out if k[0] == ddl)
+        out[(ddl, n)] = {"key": r["key"], "value": r["value"]}
+    return out
+
+
+def schema_change_differences(source: str, debezium_prefix: Path, bootstrap: str, pipeline: str,
+                              history: harness.SchemaHistory) -> list[str]:
+    """The schema change topic of the backlog's ALTERs, both forms, joined by statement and
+    compared field by field but for the declared fields. The PostgreSQL connector has none:
+    neither side may write one."""
+    theirs_off = harness.read_jsonl(Path(f"{debezium_prefix}.schemas-off.jsonl"))
+    if source == "postgres":
+        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+        if pipeline in topics or any(r["topic"] == pipeline for r in theirs_off):
+            return [f"== schema change topic: written for PostgreSQL (tidegate: {pipeline in topics})"]
+        return []
+    ours = read_committed(bootstrap, {pipeline: 1}).get(pipeline, [])
+    mine = [{"topic": pipeline, "key": _json(k), "value": _json(v)} for k, v, _ in ours]
+    failures = []
+    for form in ("off", "on"):
+        theirs = harness.read_jsonl(Path(f"{debezium_prefix}.schemas-{form}.jsonl"))
+        want, got = _schema_change_records(theirs, form, history), _schema_change_records(mine, form, history)
+        if not want and history.marks:
+            failures.append(f"== schema change topic, schemas {form}: Debezium wrote no record of an ALTER")
+        for k in sorted(set(want) | set(got)):
+            if k not in got or k not in want:
+                failures.append(f"== schema change topic, schemas {form}: {k[0]!r} only in "
+                                f"{'debezium' if k in want else 'tidegate'}'s")
+                continue
+            diffs = harness.differences(want[k], got[k])
+            if diffs:
+                failures.append(f"== schema change topic, schemas {form}: {k[0]!r}\n    "
+                                + "\n    ".join(diffs))
+    return failures
+
+
+def heartbeat_differences(debezium_prefix: Path, bootstrap: str, pipeline: str) -> list[str]:
+    """A heartbeat on each side (their number and times follow the clock, not the backlog), both
+    forms: topic, key, value and headers compared but for ts_ms (processing time) and tidegate's
+    ``tidegate.position`` header (declared: Debezium keeps the position in Connect's offsets)."""
+    topic = f"__debezium-heartbeat.{pipeline}"
+    ours = read_committed(bootstrap, {topic: 1}).get(topic, [])
+    mine = [{"key": _json(k), "value": _json(v), "headers": [{"key": h, "text": x.decode()} for h, x in hs]}
+            for k, v, hs in ours]
+    failures = []
+    for form in ("off", "on"):
+        theirs = [r for r in harness.read_jsonl(Path(f"{debezium_prefix}.schemas-{form}.jsonl"))
+                  if r["topic"] == topic]
+        got = [r for r in mine if isinstance(r["value"], dict) and ("payload" in r["value"]) == (form == "on")
+               ]
+        if not theirs or not got:
+            failures.append(f"== heartbeats, schemas {form}: debezium wrote {len(theirs)},"
+                            f" tidegate {len(got)}")
+            continue
+        want, have = theirs[0], got[0]
+        for r in (want, have):
+            harness.payload(r["value"]).pop("ts_ms", None)
+        diffs = [f"key.{x}" for x in harness.differences(want["key"], have["key"])]
+        diffs += [f"value.{x}" for x in harness.differences(want["value"], have["value"])]
+        headers = {k: v for k, v in harness.headers_of(have).items() if k != "tidegate.position"}
+        diffs += [f"headers.{x}" for x in harness.differences(harness.headers_of(want), headers)]
+        if diffs:
+            failures.append(f"== heartbeats, schemas {form}:\n    " + "\n    ".join(diffs))
     return failures
 
 

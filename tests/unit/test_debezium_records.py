@@ -128,7 +128,7 @@ def test_a_postgres_commit_time_in_microseconds_reaches_source_ts_us_but_not_tid
                          tx_id="772:0/16B3900", commit_us=1_700_000_000_002_345)
     assert b"commit_us" not in msg.value
     for item in (msg, row_to_item(item_to_row(msg))):
-        src = json.loads(encoder(POSTGRES, skipped_operations=()).truncate_record(item).value)["source"]
+        src = json.loads(encoder(POSTGRES, skipped_operations=()).truncate_records(item)[0].value)["source"]
         assert (src["ts_ms"], src["ts_us"], src["ts_ns"]) == (
             1_700_000_000_002, 1_700_000_000_002_345, 1_700_000_000_002_345_000)
 
@@ -173,8 +173,8 @@ def test_truncate_is_op_t_when_not_skipped():
                          {"lsn": "0/16B3800"}, 1_700_000_000_000,
                          {"change": "truncate", "db": "public", "schema": "public", "table": "items"},
                          tx_id="772:0/16B3900")
-    assert encoder(POSTGRES).truncate_record(msg) is None  # Debezium's default skips TRUNCATE
-    rec = encoder(POSTGRES, skipped_operations=()).truncate_record(msg)
+    assert encoder(POSTGRES).truncate_records(msg) == []  # Debezium's default skips TRUNCATE
+    [rec] = encoder(POSTGRES, skipped_operations=()).truncate_records(msg)
     value = json.loads(rec.value)
     assert rec.topic == "orders.public.items" and rec.key is None
     assert (value["op"], value["before"], value["after"]) == ("t", None, None)
@@ -183,14 +183,36 @@ def test_truncate_is_op_t_when_not_skipped():
                                {"file": "mysql-bin.000003", "pos": 900}, 1_700_000_000_000,
                                {"change": "truncate", "db": "shop", "schema": "shop", "table": "orders"},
                                tx_id="0-1-43")
-    rec = encoder(MARIADB, skipped_operations=()).truncate_record(mysql_msg)
+    [rec] = encoder(MARIADB, skipped_operations=()).truncate_records(mysql_msg)
     src = json.loads(rec.value)["source"]
-    # Debezium's binlog connectors write row 1 for a TRUNCATE
-    assert (src["file"], src["pos"], src["row"], src["gtid"]) == ("mysql-bin.000003", 900, 1, "0-1-43")
+    # a run's first TRUNCATE, before any change: row 0, as Debezium's binlog connectors after a start
+    assert (src["file"], src["pos"], src["row"], src["gtid"]) == ("mysql-bin.000003", 900, 0, "0-1-43")
     assert rec.headers == CONTEXT_HEADERS
-    rec = encoder(MARIADB, skipped_operations=(), schemas=True).truncate_record(mysql_msg)
+    [rec] = encoder(MARIADB, skipped_operations=(), schemas=True).truncate_records(mysql_msg)
     after = json.loads(rec.value)["schema"]["fields"][1]
     assert [f["field"] for f in after["fields"]] == ["id", "total", "at", "tags"]  # the table's columns
+
+
+def test_a_binlog_truncate_repeats_the_previous_changes_row_and_opens_a_transaction_without_end():
+    """Found by the generated comparison: Debezium's binlog connectors leave source.row of a
+    TRUNCATE as the previous change's, and with transaction metadata write its BEGIN and a
+    transaction block but no END (a TRUNCATE has no XID event)."""
+    msg = ControlMessage("default", "orders", "schema_change", "mysql-bin.000003:900:shop.orders",
+                         {"file": "mysql-bin.000003", "pos": 900}, 1_700_000_000_000,
+                         {"change": "truncate", "db": "shop", "schema": "shop", "table": "orders"},
+                         tx_id="0-1-43")
+    enc = encoder(MARIADB, skipped_operations=(), transaction_metadata=True)
+    enc.change_records(mysql_event("c", None, {"id": 7}, {"id": 7}, event_id="mysql-bin.000003:800:2",
+                                   tx_end=True))
+    begin, rec = enc.truncate_records(msg)
+    value = json.loads(rec.value)
+    assert value["source"]["row"] == 2
+    assert value["transaction"] == {"id": "0-1-43", "total_order": 1, "data_collection_order": 1}
+    assert begin.topic == "orders.transaction" and json.loads(begin.value)["status"] == "BEGIN"
+    assert json.loads(begin.value)["id"] == "0-1-43"
+    # a retried sub-batch gives the same bytes, whatever was written since
+    enc.change_records(mysql_event("c", None, {"id": 8}, {"id": 8}, event_id="mysql-bin.000003:950:0"))
+    assert json.loads(enc.truncate_records(msg)[1].value)["source"]["row"] == 2
 
 
 def test_schemas_true_wraps_key_and_value_with_the_connect_schema():

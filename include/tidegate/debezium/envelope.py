@@ -113,6 +113,9 @@ class TableInfo:
     charsets: dict[str, str] = field(default_factory=dict)  # name -> character set (text columns)
     default_charset: str | None = None  # the table's default character set
     type_names: dict[str, str] = field(default_factory=dict)  # PostgreSQL: name -> pg_type.typname
+    # PostgreSQL's generated columns: in a snapshot's rows, never in the log's (pgoutput and
+    # wal2json leave them out), so not in a DELETE's filled-in old row
+    generated: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -309,6 +312,10 @@ class DebeziumEncoder:
         # the same bytes; null until a commit was seen (as Debezium after a fresh start).
         self._last_commit: int | None = None
         self._prev_commit: dict[str, int | None] = {}
+        # MySQL/MariaDB source.row of the last change written, which a statement (TRUNCATE, DDL)
+        # repeats; kept per statement so that a retried sub-batch gives the same bytes
+        self._last_row = 0
+        self._statement_row: dict[str, int] = {}
 
     def reset(self) -> None:
         """Forget an open transaction (a sub-batch is delivered again from its start)."""
@@ -360,9 +367,7 @@ class DebeziumEncoder:
         out: list[tuple[Any, Record]] = []
         for item in items:
             if getattr(item, "type", None) is not None:  # a control message
-                rec = self.truncate_record(item, topic_of)
-                if rec is not None:
-                    out.append((item, rec))
+                out.extend((item, rec) for rec in self.truncate_records(item, topic_of))
                 continue
             out.extend((item, r) for r in self.change_records(item, topic_of))
         return out
@@ -390,6 +395,7 @@ class DebeziumEncoder:
         value = self._wrap(payload, lambda: self._envelope_schema(t, before or ev.after or {}))
         headers = self._key_headers(t, ev.headers) + self._context_headers()
         out.append(Record(topic, key_bytes, value, headers))
+        self._last_row = payload["source"].get("row", 0)
         if ev.op == "d" and self.options.tombstones_on_delete:
             out.append(Record(topic, key_bytes, None, list(headers)))
         if tx is not None and ev.tx_end:
@@ -398,16 +404,16 @@ class DebeziumEncoder:
         self._note_commit(ev)
         return out
 
-    def truncate_record(self, msg: Any, topic_of: Callable[[Any], str] | None = None) -> Record | None:
+    def truncate_records(self, msg: Any, topic_of: Callable[[Any], str] | None = None) -> list[Record]:
         """``op: "t"`` for a TRUNCATE (a ``schema_change`` with ``change: "truncate"``), unless
         ``skipped_operations`` holds ``t`` (Debezium's default)."""
         f = msg.fields
         if msg.type != "schema_change" or f.get("change") != "truncate":
-            return None
+            return []
         if "t" in self.options.skipped_operations:
             # skipped, but its transaction's commit still moves source.sequence[0] of the next
             self._note_commit(msg)
-            return None
+            return []
         connector = "postgresql" if str(msg.event_id).count(":truncate:") else "mysql"
         self._load(connector)
         schema, table = f.get("schema") or f.get("db"), f.get("table")
@@ -415,15 +421,29 @@ class DebeziumEncoder:
         probe = _Probe(msg, schema, table)
         source = self._source(probe)
         self._note_commit(msg)
-        if "row" in source:
-            source["row"] = 1  # what Debezium's binlog connectors write for a TRUNCATE (ground truth)
-        payload = {"before": None, "after": None, "source": source, "transaction": None, "op": "t"}
+        self._repeat_row(msg, source)
+        out: list[Record] = []
+        block, end = None, None
+        tx = self._transaction(probe)
+        if tx is not None:  # counted in its transaction as a row is
+            block = {"id": tx["id"], "total_order": tx["total_order"],
+                     "data_collection_order": tx["counts"][self._collection(probe)]}
+            if tx["total_order"] == 1:
+                out.append(self._tx_record("BEGIN", msg.ts_ms, None))
+            if connector != "postgresql":
+                self._tx = None  # a binlog TRUNCATE has no XID event: Debezium writes no END
+            elif msg.tx_end:
+                end = self._tx_record("END", msg.ts_ms, tx, self._end_id(tx, msg))
+                self._tx = None
+        payload = {"before": None, "after": None, "source": source, "transaction": block, "op": "t"}
         payload.update(self._now())
         topic = topic_of(probe) if topic_of is not None else self.topic(schema, table)
-        # no row, but the schema still lists the table's columns as the catalog knows them
-        columns = dict.fromkeys(t.info.columns) if t.info is not None else {}
-        return Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, columns)),
-                      self._context_headers())
+        # no row, but the schema still lists the table's columns as the catalog knows them (those
+        # the log carries: not PostgreSQL's generated ones)
+        columns = {c: None for c in t.info.columns if c not in t.info.generated} if t.info is not None else {}
+        out.append(Record(topic, None, self._wrap(payload, lambda: self._envelope_schema(t, columns)),
+                          self._context_headers()))
+        return out + ([end] if end is not None else [])
 
     def schema_change_record(self, msg: Any) -> Record | None:
         """The schema change topic's record for a ``schema_change`` message of a MySQL/MariaDB
@@ -442,12 +462,21 @@ class DebeziumEncoder:
         if change is None:
             return None
         probe = _Probe(msg, db, table)
-        value = {"source": self._source(probe), "ts_ms": self.clock() // 1_000_000, "databaseName": db,
+        source = self._source(probe)
+        self._repeat_row(msg, source)
+        value = {"source": source, "ts_ms": self.clock() // 1_000_000, "databaseName": db,
                  "schemaName": None, "ddl": f.get("ddl"), "tableChanges": [change]}
         key = self._wrap({"databaseName": db}, lambda: schema_changes.key_schema(self.connector))
         connector = self.connector
         value_bytes = self._wrap(value, lambda: schema_changes.value_schema(connector, self._source_schema()))
         return Record(self.schema_change_topic, key, value_bytes, self._context_headers())
+
+    def _repeat_row(self, msg: Any, source: dict[str, Any]) -> None:
+        """Debezium's binlog connectors set no row of their own for a statement (a TRUNCATE, a
+        DDL): its source.row is the previous change's, left in their offset (0 before any in a
+        run). The generated comparison found it (docs/compat.md)."""
+        if "row" in source:
+            source["row"] = self._statement_row.setdefault(str(msg.event_id), self._last_row)
 
     def heartbeat_record(self, position: Any) -> Record:
         """A heartbeat (``heartbeat_interval_ms``): key ``{serverName}``, value ``{ts_ms}`` as
@@ -457,8 +486,8 @@ class DebeziumEncoder:
         value = self._wrap({"ts_ms": self.clock() // 1_000_000}, lambda: _HEARTBEAT_VALUE_SCHEMA)
         where = position.to_json() if hasattr(position, "to_json") else position
         self._load("postgresql" if isinstance(where, dict) and "lsn" in where else "mysql")
-        return Record(self.heartbeat_topic, key, value,
-                      self._context_headers() + [(POSITION_HEADER, _dumps(where))])
+        # Debezium's heartbeats carry no context headers (the generated comparison)
+        return Record(self.heartbeat_topic, key, value, [(POSITION_HEADER, _dumps(where))])
 
     # ------------------------------------------------------------------ parts
 
@@ -473,7 +502,7 @@ class DebeziumEncoder:
         if ev.op == "u" and ev.after is not None and len(ev.after) > len(before):
             return None
         if ev.op == "d" and t.info is not None and len(t.info.columns) > len(before):
-            return {c: before.get(c) for c in t.info.columns}
+            return {c: before.get(c) for c in t.info.columns if c not in t.info.generated}
         return before
 
     def _now(self) -> dict[str, int]:
@@ -673,7 +702,7 @@ class _Probe:
         self.commit_us = getattr(msg, "commit_us", None)
         self.db = msg.fields.get("db") or schema
         self.event_id, self.tx_id, self.position = msg.event_id, msg.tx_id, msg.position or {}
-        self.connector = None
+        self.connector, self.op = None, "t"
 
 
 def _binlog_coordinates(event_id: str, position: dict[str, Any]) -> tuple[str, int, int]:
@@ -710,7 +739,9 @@ _TX_VALUE_SCHEMA = {"type": "struct", "fields": [
     "optional": False, "name": "io.debezium.connector.common.TransactionMetadataValue", "version": 1}
 _HEARTBEAT_KEY_SCHEMA = {"type": "struct",
                          "fields": [{"type": "string", "optional": False, "field": "serverName"}],
-                         "optional": False, "name": "io.debezium.connector.common.ServerNameKey"}
+                         "optional": False, "name": "io.debezium.connector.common.ServerNameKey",
+                         "version": 1}
 _HEARTBEAT_VALUE_SCHEMA = {"type": "struct",
                            "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}],
-                           "optional": False, "name": "io.debezium.connector.common.Heartbeat"}
+                           "optional": False, "name": "io.debezium.connector.common.Heartbeat",
+                           "version": 1}

@@ -736,8 +736,8 @@ class KafkaSink(Sink):
         if is_control(item):
             headers = [("idempotency_key", item.idempotency_key.encode()), ("type", item.type.encode())]
             self._produce(topic, item.value, item.key_bytes, headers, deadline)
-            records = [r for r in [enc.truncate_record(item, self._topic_of), enc.schema_change_record(item)]
-                       if r is not None]
+            records = enc.truncate_records(item, self._topic_of)
+            records += [r for r in [enc.schema_change_record(item)] if r is not None]
         else:
             records = enc.change_records(item, self._topic_of)
         self._ensure_topics([r.topic for r in records])

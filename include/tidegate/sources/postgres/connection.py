@@ -180,9 +180,11 @@ class PgServer:
         return {"kind": "postgres", "system_id": sysid, "timeline": tl, "version": version}
 
     def table_columns(self, schema: str, table: str) -> list[str]:
-        """The table's columns now, in order (from the catalog)."""
+        """The table's columns now, in order (from the catalog), as the log has them: without
+        generated columns."""
         rows = self.query("SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
                           "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
-                          "c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                          "c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' "
+                          "ORDER BY a.attnum",
                           (schema, table))
         return [r[0] for r in rows]

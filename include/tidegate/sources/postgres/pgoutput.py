@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import struct
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -50,7 +50,7 @@ from .position import Lsn, PgPosition
 from .reader import ReadHost, Wal2JsonReader, replication_stream
 from .slot import Slot
 from .snapshot import BOOL_OID, DECIMAL_OIDS, INT_OIDS
-from .values import plan_namespace, value_code
+from .values import UNAVAILABLE, plan_namespace, value_code
 
 PROTO_VERSION = "1"
 # pgoutput writes values through the session's output functions, converted to its
@@ -453,6 +453,7 @@ class PgOutputReader(Wal2JsonReader):
         self.relations: dict[int, Table] = {}
         self.user_types: dict[int, str] = {}  # Type messages: OID -> schema.name (a dropped type's name)
         self._last: tuple[Any, int, Any] = (None, 0, None)  # the tuple decoded last: data, pos, row
+        self._row_table: Table | None = None
 
     def run(self, messages: Iterator[tuple[int, bytes]]) -> Iterator[SourceItem]:
         return self.items(self.changes(messages))
@@ -462,6 +463,7 @@ class PgOutputReader(Wal2JsonReader):
         UPDATE without an old tuple asks for the new one twice (its key, then the row): decoded
         once."""
         t, data, pos = tup.table, tup.data, tup.pos
+        self._row_table = t  # the relation of the row _complete may fill
         if data is self._last[0] and pos == self._last[1]:
             row = self._last[2]
         else:
@@ -473,11 +475,26 @@ class PgOutputReader(Wal2JsonReader):
                 return {n: row[n] for n in t.key_names}
             self.plan = t.full_plan
             return row
-        # unchanged TOAST values: the row of the columns present, as wal2json writes it
+        # unchanged TOAST values: the row of the columns present, as wal2json writes it; its
+        # signature is the whole relation's (whole_rows), and _complete names the rest
         values = parse_tuple(data, pos)[0]
         present = tuple(k for k in (t.key if tup.key else t.all) if values[k] is not UNCHANGED)
-        plan = self.plan = t.plan(present)
+        plan = t.plan(present)
+        self.plan = t.key_plan if tup.key else t.full_plan
         return plan.convert(values)
+
+    whole_rows = True
+
+    def _complete(self, after: dict[str, Any], before: dict[str, Any] | None,
+                  table_columns: Callable[[], list[str]]) -> dict[str, Any]:
+        """The relation names every column: one the new row left out is an unchanged TOAST value,
+        taken from the old row when it has it (REPLICA IDENTITY FULL), else the placeholder."""
+        assert self._row_table is not None
+        names = [c.name for c in self._row_table.rel.columns]
+        if len(after) == len(names):
+            return after
+        old = before or {}
+        return {n: after[n] if n in after else old.get(n, UNAVAILABLE) for n in names}
 
     # -------------------------------------------------------------- transactions
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import select
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -336,6 +336,15 @@ class Wal2JsonReader:
         self.plans: dict[tuple[str, str, int], RowPlan] = {}
         self.plan: RowPlan | None = None  # the plan of the last conversion
 
+    # Whether a row's signature (:attr:`plan`) names every column of the table even when the row
+    # leaves unchanged TOAST values out: wal2json's does not say which it left out, pgoutput's does
+    whole_rows = False
+
+    def _complete(self, after: dict[str, Any], before: dict[str, Any] | None,
+                  table_columns: Callable[[], list[str]]) -> dict[str, Any]:
+        """An UPDATE's new row with the unchanged TOAST values it left out filled in."""
+        return complete_after(after, before, table_columns)
+
     def _convert(self, schema: str, table: str, cols: list[Column]) -> dict[str, Any]:
         """A row's final values: through the plan of its signature (made on first use)."""
         k = (schema, table, len(cols))
@@ -452,7 +461,9 @@ class Wal2JsonReader:
                     last = seen.get(tkey)
                     if last is not sig and last != sig:  # a new shape of this table's rows
                         seen[tkey] = sig
-                        change = tracker.observe(schema, table, op, sig, old_sig, PgPosition(end, sysid, tl))
+                        # a row that names every column tells the set as an INSERT does
+                        change = tracker.observe(schema, table, "c" if self.whole_rows else op, sig, old_sig,
+                                                 PgPosition(end, sysid, tl))
                         if change is not None:
                             if pending is not None:
                                 yield pending
@@ -461,7 +472,7 @@ class Wal2JsonReader:
                                 position={"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms=ts_ms,
                                 tx_id=tx_id, end=PgPosition(end, sysid, tl))
                 if op == "u" and after is not None:
-                    after = complete_after(after, before, lambda s=schema, t=table: columns_of(s, t))
+                    after = self._complete(after, before, lambda s=schema, t=table: columns_of(s, t))
             image = after if after is not None else before
             pk = m.pk
             if pk and image:

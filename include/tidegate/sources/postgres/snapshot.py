@@ -136,7 +136,7 @@ class PostgresSnapshot:
                       "ELSE format_type(a.atttypid, a.atttypmod) END, "
                       "NOT a.attnotnull, pg_get_expr(d.adbin, d.adrelid), ty.typname, "
                       "(SELECT string_agg(quote_literal(e.enumlabel), ',' ORDER BY e.enumsortorder) "
-                      "FROM pg_enum e WHERE e.enumtypid = a.atttypid) "
+                      "FROM pg_enum e WHERE e.enumtypid = a.atttypid), a.attgenerated <> '' "
                       "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
                       "JOIN pg_type ty ON ty.oid = a.atttypid "
@@ -145,12 +145,14 @@ class PostgresSnapshot:
         finally:
             conn.close()
         tables: dict[str, TableInfo] = {}
-        for schema, table, column, sql_type, nullable, default, type_name, labels in rows:
+        for schema, table, column, sql_type, nullable, default, type_name, labels, generated in rows:
             info = tables.setdefault(f"{schema}.{table}", TableInfo({}, {}))
             # an enum type is written as MySQL spells an ENUM column, with its labels in order
             info.columns[column] = f"enum({labels})" if labels is not None else str(sql_type)
             info.nullable[column] = bool(nullable)
             info.type_names[column] = str(type_name)  # a domain's or an enum's own name
+            if generated:
+                info.generated.add(column)
             literal = _default_literal(default)
             if literal is not None:
                 info.defaults[column] = literal
