@@ -105,3 +105,16 @@ def test_the_state_of_a_pipeline_with_a_broken_spec_names_its_problem(folder, tm
     assert not entry["has_spec"]
     own = str(folder / "p_005.yaml")
     assert doc["spec_errors"] and all(line.startswith(own) for line in doc["spec_errors"])
+
+
+def test_specs_are_read_with_libyaml_and_still_refuse_a_duplicate_key(tmp_path):
+    """Both DAG files read every spec at each parse: with libyaml's parser reading 500 specs
+    took a third of the CPU of PyYAML's pure-Python one (benchmarks/pipelines.py)."""
+    from tidegate import spec as specmod
+
+    assert yaml.__with_libyaml__  # requirements.txt's PyYAML wheel ships it
+    assert issubclass(specmod._UniqueKeyLoader, yaml.CSafeLoader)
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(many_spec(1)) + "pipeline: again\n")
+    [problem] = specmod.validate_file(path)
+    assert problem.startswith(f"{path}: line ") and "not valid YAML: duplicate key 'pipeline'" in problem
