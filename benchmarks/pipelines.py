@@ -8,20 +8,23 @@ MariaDB spec has its own ``server_id``, every PostgreSQL spec its own slot) and 
 in a fresh process:
 
 * the dag-processor's parse of each DAG file, as its parsing process does it
-  (``airflow.dag_processing.processor``): the ``BundleDagBag`` of the file (its
-  ``dagbag_stats`` duration) and the serialization of its DAGs, total and per pipeline;
-  ``tidegate_spec_errors.py`` is a second file of the folder, parsed in its own process;
-* the peak RSS of the process that parses ``tidegate_dags.py``, and its RSS before the parse
-  (Airflow imported), so the growth with N is the parse's own;
-* a task's parse (the parsing context names one DAG, as in every task process of a run);
+  (``airflow.dag_processing.processor``): the ``BundleDagBag`` of the file, then the
+  serialization of its DAGs; wall and CPU seconds, CPU per pipeline. ``tidegate_spec_errors.py``
+  is a second file of the folder, parsed in its own process (its CPU seconds);
+* the peak RSS of the process that parses ``tidegate_dags.py``, and how much of it the parse
+  added (its RSS before: Airflow imported);
+* a task's parse, CPU milliseconds (the parsing context names one DAG, as in each of the five
+  task processes of a run; the DAG file's imports included);
 * one pipeline's run, ``tidegate run <pipeline>`` (guards, bounds, reading, delivery to Kafka
-  exactly-once and Redis, release), of ``--events`` new MariaDB rows, wall seconds of the
-  command: whatever a run reads or checks of the other specs shows here;
-* ``tidegate status <pipeline>``, wall seconds: the state of one pipeline, read as a failed or
-  retried task's callback reads it to emit its metrics.
+  exactly-once and Redis, release) of ``--events`` new MariaDB rows: wall and CPU seconds of the
+  command (its reader process included); whatever a run reads or checks of the other specs
+  shows here;
+* ``tidegate status <pipeline> --json``, wall and CPU seconds: the state of one pipeline, read as
+  a failed or retried task's callback reads it to emit its metrics.
 
 The servers are this checkout's (``scripts/services up mysql kafka redis``, started if down).
-The machine is shared: compare sizes within one invocation; ``--repeat`` runs each size again.
+The machine is shared: CPU seconds move less with the load than wall seconds; compare sizes
+within one invocation; ``--repeat`` measures every size again and prints the medians.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -106,15 +110,16 @@ PARSE_PROBE = textwrap.dedent("""\
     log = structlog.get_logger()
     processor._pre_import_airflow_modules(dag_file, log)
     rss_before = psutil.Process().memory_info().rss
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     bag = BundleDagBag(dag_folder=dag_file, bundle_path=bundle, bundle_name="dags-folder",
                        load_op_links=False)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     serialized, errors = processor._serialize_dags(bag, log)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     [stat] = bag.dagbag_stats
     print(json.dumps({"dags": len(bag.dags), "import_errors": len(bag.import_errors) + len(errors),
                       "bag_s": t1 - t0, "stat_s": stat.duration.total_seconds(), "serialize_s": t2 - t1,
+                      "bag_cpu": c1 - c0, "serialize_cpu": c2 - c1,
                       "rss_before": rss_before,
                       "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
     """)
@@ -151,29 +156,32 @@ def services_env() -> dict[str, str]:
     return out
 
 
-def tidegate_run(env: dict[str, str], pipeline: str) -> tuple[float, int]:
-    """Wall seconds of ``tidegate run <pipeline>`` and the events it delivered."""
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (the command and the processes it waited for) and stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "tidegate.cli", "run", pipeline], env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
-        raise SystemExit(f"tidegate run {pipeline} failed:\n{r.stderr[-3000:]}")
-    report = json.loads(r.stdout[r.stdout.index("{"):])
-    return wall, int(report.get("events") or 0)
+        raise SystemExit(f"{' '.join(cmd[2:])} failed:\n{r.stderr[-3000:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu, r.stdout
 
 
-def tidegate_status(env: dict[str, str], pipeline: str) -> float:
-    """Wall seconds of ``tidegate status <pipeline> --json`` (its source head included)."""
-    t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "tidegate.cli", "status", pipeline, "--json"], env=env,
-                       capture_output=True, text=True, timeout=600)
-    wall = time.monotonic() - t0
-    if r.returncode != 0:
-        raise SystemExit(f"tidegate status {pipeline} failed:\n{r.stderr[-3000:]}")
-    [entry] = json.loads(r.stdout)["pipelines"]
+def tidegate_run(env: dict[str, str], pipeline: str) -> tuple[float, float, int]:
+    """Wall and CPU seconds of ``tidegate run <pipeline>``, and the events it delivered."""
+    wall, cpu, out = timed([sys.executable, "-m", "tidegate.cli", "run", pipeline], env)
+    report = json.loads(out[out.index("{"):])
+    return wall, cpu, int(report.get("events") or 0)
+
+
+def tidegate_status(env: dict[str, str], pipeline: str) -> tuple[float, float]:
+    """Wall and CPU seconds of ``tidegate status <pipeline> --json`` (its source head included)."""
+    wall, cpu, out = timed([sys.executable, "-m", "tidegate.cli", "status", pipeline, "--json"], env)
+    [entry] = json.loads(out)["pipelines"]
     assert entry["has_spec"] and entry["pipeline"] == pipeline, entry
-    return wall
+    return wall, cpu
 
 
 def insert(conn, db: str, first: int, count: int) -> None:
@@ -205,27 +213,40 @@ def measure(base: Path, n: int, args: argparse.Namespace, senv: dict[str, str], 
     tidegate_run(env, runner)  # places the sinks at the head
     insert(conn, db, next_id[0], args.events)
     next_id[0] += args.events
-    wall, events = tidegate_run(env, runner)
+    run_s, run_cpu, events = tidegate_run(env, runner)
     assert events == args.events, f"N={n}: the run delivered {events} events, not {args.events}"
-    status = tidegate_status(env, runner)
-    parse_s = dags["bag_s"] + dags["serialize_s"]
-    return {"n": n, "parse_s": parse_s, "bag_s": dags["bag_s"], "serialize_s": dags["serialize_s"],
-            "errors_s": errors["bag_s"], "per_ms": 1000 * parse_s / n,
+    status_s, status_cpu = tidegate_status(env, runner)
+    parse_cpu = dags["bag_cpu"] + dags["serialize_cpu"]
+    return {"n": n, "parse_s": dags["bag_s"] + dags["serialize_s"], "parse_cpu": parse_cpu,
+            "bag_cpu": dags["bag_cpu"], "serialize_cpu": dags["serialize_cpu"],
+            "per_ms": 1000 * parse_cpu / n, "errors_cpu": errors["bag_cpu"],
             "rss_mib": dags["peak_rss"] / 2**20,
             "rss_growth_mib": (dags["peak_rss"] - dags["rss_before"]) / 2**20,
-            "task_s": task["bag_s"], "run_s": wall, "status_s": status}
+            "task_ms": 1000 * task["bag_cpu"], "run_s": run_s, "run_cpu": run_cpu,
+            "status_s": status_s, "status_cpu": status_cpu}
 
 
-HEADER = (f"{'N':>5} {'parse total (s)':>15} {'(DagBag + serialize)':>21} {'per pipeline (ms)':>17} "
-          f"{'errors file (s)':>15} {'parse RSS (MiB)':>15} {'(parse adds)':>12} {'task parse (s)':>14} "
-          f"{'one run (s)':>11} {'status of one (s)':>17}")
+COLUMNS = (  # (title, format of the row's values)
+    ("N", "{n:>5}"),
+    ("parse wall (s)", "{parse_s:>14.2f}"),
+    ("parse CPU (s)", "{parse_cpu:>13.2f}"),
+    ("(DagBag + serialize)", "{split:>20}"),
+    ("CPU per pipeline (ms)", "{per_ms:>21.1f}"),
+    ("errors file CPU (s)", "{errors_cpu:>19.2f}"),
+    ("parse peak RSS (MiB)", "{rss_mib:>20.0f}"),
+    ("(the parse's)", "{rss_growth_mib:>13.0f}"),
+    ("task parse CPU (ms)", "{task_ms:>19.0f}"),
+    ("one run wall/CPU (s)", "{run:>20}"),
+    ("status of one wall/CPU (s)", "{status:>26}"),
+)
+HEADER = " ".join(f"{title:>5}" if title == "N" else title for title, _ in COLUMNS)
 
 
 def row(r: dict) -> str:
-    split = f"{r['bag_s']:.2f} + {r['serialize_s']:.2f}"
-    return (f"{r['n']:>5} {r['parse_s']:>15.2f} {split:>21} "
-            f"{r['per_ms']:>17.1f} {r['errors_s']:>15.2f} {r['rss_mib']:>15.0f} {r['rss_growth_mib']:>12.0f} "
-            f"{r['task_s']:>14.3f} {r['run_s']:>11.2f} {r['status_s']:>17.2f}")
+    values = {**r, "split": f"{r['bag_cpu']:.2f} + {r['serialize_cpu']:.2f}",
+              "run": f"{r['run_s']:.2f} / {r['run_cpu']:.2f}",
+              "status": f"{r['status_s']:.2f} / {r['status_cpu']:.2f}"}
+    return " ".join(fmt.format(**values) for _, fmt in COLUMNS)
 
 
 def main() -> int:
