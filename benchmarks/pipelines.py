@@ -1,6 +1,6 @@
 """What the number of pipelines costs: N specs in the pipelines folder (default 10, 100, 500).
 
-    .venv/bin/python benchmarks/pipelines.py [--sizes 10,100,500] [--events 5] [--repeat 1]
+    .venv/bin/python benchmarks/pipelines.py [--sizes 10,100,500] [--events 5] [--repeat 1] [--keep]
 
 For each N the script writes N valid specs into a fresh pipelines folder (MariaDB and
 PostgreSQL sources, Kafka / NATS / Redis sinks, shaped like ``include/pipelines/``; every
@@ -34,6 +34,7 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -254,6 +255,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="10,100,500", help="comma-separated numbers of specs")
     ap.add_argument("--events", type=int, default=5, help="new MariaDB rows the measured run delivers")
     ap.add_argument("--repeat", type=int, default=1, help="measure every size this many times")
+    ap.add_argument("--keep", action="store_true", help="keep the generated folders and stores")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -268,7 +270,8 @@ def main() -> int:
                            autocommit=True)
     db = f"many_{uuid.uuid4().hex[:6]}"
     base = Path(tempfile.mkdtemp(prefix="tidegate-pipelines-"))
-    print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs; folders in {base}")
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs; folders in {base}"
+          + ("" if args.keep else " (removed at the end; --keep keeps them)"))
     results: dict[int, list[dict]] = {n: [] for n in sizes}
     next_id = [0]
     try:
@@ -285,6 +288,8 @@ def main() -> int:
         with conn.cursor() as c:
             c.execute(f"DROP DATABASE IF EXISTS {db}")
         conn.close()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
     if args.repeat > 1:
         print("median of the repeats")
         for n in sizes:
