@@ -37,11 +37,11 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .catalog import scan
+from .catalog import lookup, scan
 from .errors import TidegateError
 from .parts import Parts
 from .positions import Position, position_from_json, position_text, position_to_json, same_lineage
-from .spec import PipelineSpec
+from .spec import PIPELINE_RE, PipelineSpec, pipelines_dir
 from .store import CheckpointStore, open_store
 
 log = logging.getLogger(__name__)
@@ -65,15 +65,20 @@ def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterabl
     """The status document of every pipeline (spec files and pipelines the store knows), or of
     the named ones, of those ``include`` accepts (e.g. what a user may see; decided before any
     source is asked for its head). Never raises for one pipeline's trouble (a broken spec, an
-    unreachable source): it is reported in that pipeline's entry."""
+    unreachable source): it is reported in that pipeline's entry. ``spec_errors``: the problems
+    of the whole folder; with named pipelines, only their specs are read (a failed task's
+    metrics cost the same beside 10 or 500 pipelines) and it holds their own files' problems."""
     now = now or dt.datetime.now(dt.UTC)
     own = store is None
     store = store or open_store()
     try:
-        catalog = scan()
-        specs, spec_errors = catalog.by_name(), catalog.problems
-        names = (sorted(set(specs) | set(store.checkpoints.pipelines())) if pipelines is None
-                 else list(pipelines))
+        if pipelines is None:
+            catalog = scan()
+            specs, spec_errors = catalog.by_name(), catalog.problems
+            names = sorted(set(specs) | set(store.checkpoints.pipelines()))
+        else:
+            names = [n for n in pipelines if include is None or include(n)]
+            specs, spec_errors = _named_specs(names)
         names = [n for n in names if include is None or include(n)]
         shown = [specs[n] for n in names if n in specs]
         heads = _heads(shown, parts or Parts(), head_timeout_s) if with_lag else {}
@@ -84,6 +89,21 @@ def pipelines_status(*, store: CheckpointStore | None = None, pipelines: Iterabl
     finally:
         if own:
             store.close()
+
+
+def _named_specs(names: list[str]) -> tuple[dict[str, PipelineSpec], list[str]]:
+    """The valid specs of the named pipelines, and the problems of their files."""
+    folder = pipelines_dir()
+    specs: dict[str, PipelineSpec] = {}
+    problems: list[str] = []
+    for name in dict.fromkeys(names):
+        if not PIPELINE_RE.match(name):  # no spec can define it (nor may it name a path)
+            continue
+        spec, broken = lookup(name, folder)
+        problems.extend(broken)
+        if spec is not None:
+            specs[name] = spec
+    return specs, problems
 
 
 def pipeline_status(store: CheckpointStore, name: str, spec: PipelineSpec | None,
