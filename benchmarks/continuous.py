@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -43,23 +41,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from servers import services, services_env  # benchmarks/servers.py
+
 ROOT = Path(__file__).resolve().parents[1]
-SERVICES = ROOT / "scripts" / "services"
-
-
-def services(*args: str, env: dict | None = None) -> str:
-    r = subprocess.run([sys.executable, str(SERVICES), *args], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"scripts/services {' '.join(args)} failed:\n{r.stderr[-3000:]}")
-    return r.stdout
-
-
-def services_env() -> dict[str, str]:
-    out = {}
-    for line in services("env").splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        out[key] = shlex.split(value)[0]
-    return out
 
 
 class Api:

@@ -38,9 +38,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from servers import services  # benchmarks/servers.py
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-SERVICES = ROOT / "scripts" / "services"
 sys.path.insert(0, str(ROOT / "include"))
 
 LINE = re.compile(r"^(\S+Z) .*\[DAG TEST\] (starting task_id|end task task_id)=(\w+)")
@@ -146,13 +147,6 @@ def noop_phases(env: dict[str, str], pipeline: str) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- the deployment
-
-
-def services(*args: str, env: dict | None = None) -> str:
-    r = subprocess.run([sys.executable, str(SERVICES), *args], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"scripts/services {' '.join(args)} failed:\n{r.stderr[-3000:]}")
-    return r.stdout
 
 
 class Api:

@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import resource
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -44,9 +43,10 @@ import time
 import uuid
 from pathlib import Path
 
+from servers import services, services_env  # benchmarks/servers.py
+
 ROOT = Path(__file__).resolve().parent.parent
 DAGS = ROOT / "dags"
-SERVICES = ROOT / "scripts" / "services"
 sys.path.insert(0, str(ROOT / "include"))
 
 # One source shape per kind and three sink mixes, cycled over the specs.
@@ -140,21 +140,6 @@ def parse(env: dict[str, str], dag_file: Path, dag_id: str | None = None) -> dic
 
 
 # --------------------------------------------------------------------------- one run
-
-
-def services(*args: str, env: dict | None = None) -> str:
-    r = subprocess.run([sys.executable, str(SERVICES), *args], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"scripts/services {' '.join(args)} failed:\n{r.stderr[-3000:]}")
-    return r.stdout
-
-
-def services_env() -> dict[str, str]:
-    out = {}
-    for line in services("env").splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        out[key] = shlex.split(value)[0]
-    return out
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:

@@ -18,7 +18,9 @@ import os
 import re
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -179,21 +181,34 @@ def transaction_differences(source: str, debezium_prefix: Path, bootstrap: str, 
                     for r in theirs if re.search(r"\.g\d+_\d+$", r["topic"]) and isinstance(r["value"], dict)}
         want = _transaction_records([r for r in theirs if r["topic"].endswith(".transaction")], touching)
         mine = [{"key": _json(k), "value": _json(v)} for k, v, _ in ours]
-        got = _transaction_records([r for r in mine if isinstance(r["value"], dict)
-                                    and ("payload" in r["value"]) == (form == "on")], touching)
+        got = _transaction_records([r for r in mine if _in_form(r, form)], touching)
         if not want:
             failures.append(f"== transaction topic, schemas {form}: Debezium wrote no record")
-        for k in sorted(set(want) | set(got)):
-            if k not in got or k not in want:
-                failures.append(f"== transaction topic, schemas {form}: {k} only in "
-                                f"{'debezium' if k in want else 'tidegate'}'s")
-                continue
-            diffs = [f"key.{x}" for x in harness.differences(want[k]["key"], got[k]["key"])]
-            diffs += [f"value.{x}" for x in harness.differences(want[k]["value"], got[k]["value"])
-                      if not (source == "mariadb" and k[1] == "BEGIN" and x.split(":")[0].endswith("ts_ms"))]
-            if diffs:
-                failures.append(f"== transaction topic, schemas {form}: {k}\n    " + "\n    ".join(diffs))
+        def diffs(k: tuple, d: dict, t: dict) -> list[str]:
+            declared = source == "mariadb" and k[1] == "BEGIN"  # its ts_ms
+            out = [f"key.{x}" for x in harness.differences(d["key"], t["key"])]
+            return out + [f"value.{x}" for x in harness.differences(d["value"], t["value"])
+                          if not (declared and x.split(":")[0].endswith("ts_ms"))]
+
+        failures += _joined(f"transaction topic, schemas {form}", want, got, diffs)
     return failures
+
+
+def _in_form(record: dict, form: str) -> bool:
+    """Whether a record read from a topic both sinks of a pair write is the ``form`` one
+    (schemas "on": the {schema, payload} form)."""
+    return isinstance(record["value"], dict) and ("payload" in record["value"]) == (form == "on")
+
+
+def _joined(what: str, want: dict, got: dict, diffs: Callable[[Any, dict, dict], list[str]]) -> list[str]:
+    """Records joined by key: each one side lacks, and each joined pair's ``diffs``."""
+    out = []
+    for k in sorted(set(want) | set(got)):
+        if k not in got or k not in want:
+            out.append(f"== {what}: {k} only in {'debezium' if k in want else 'tidegate'}'s")
+        elif found := diffs(k, want[k], got[k]):
+            out.append(f"== {what}: {k}\n    " + "\n    ".join(found))
+    return out
 
 
 # Fields of a schema change record that differ by design (docs/compat.md, "Differences declared";
@@ -213,8 +228,7 @@ def _schema_change_records(records: list[dict], form: str, history: harness.Sche
     table name (tidegate describes them by the catalog at the run: declared)."""
     out: dict[tuple[str, int], dict] = {}
     for r in records:
-        value = r["value"]
-        if "." in r["topic"] or not isinstance(value, dict) or ("payload" in value) != (form == "on"):
+        if "." in r["topic"] or not _in_form(r, form):
             continue
         value = harness.payload(r["value"])
         ddl = value.get("ddl") or ""
@@ -259,15 +273,8 @@ def schema_change_differences(source: str, debezium_prefix: Path, bootstrap: str
         want, got = _schema_change_records(theirs, form, history), _schema_change_records(mine, form, history)
         if not want and history.marks:
             failures.append(f"== schema change topic, schemas {form}: Debezium wrote no record of an ALTER")
-        for k in sorted(set(want) | set(got)):
-            if k not in got or k not in want:
-                failures.append(f"== schema change topic, schemas {form}: {k[0]!r} only in "
-                                f"{'debezium' if k in want else 'tidegate'}'s")
-                continue
-            diffs = harness.differences(want[k], got[k])
-            if diffs:
-                failures.append(f"== schema change topic, schemas {form}: {k[0]!r}\n    "
-                                + "\n    ".join(diffs))
+        failures += _joined(f"schema change topic, schemas {form}", want, got,
+                            lambda _k, d, t: harness.differences(d, t))
     return failures
 
 
@@ -283,8 +290,7 @@ def heartbeat_differences(debezium_prefix: Path, bootstrap: str, pipeline: str) 
     for form in ("off", "on"):
         theirs = [r for r in harness.read_jsonl(Path(f"{debezium_prefix}.schemas-{form}.jsonl"))
                   if r["topic"] == topic]
-        got = [r for r in mine if isinstance(r["value"], dict) and ("payload" in r["value"]) == (form == "on")
-               ]
+        got = [r for r in mine if _in_form(r, form)]
         if not theirs or not got:
             failures.append(f"== heartbeats, schemas {form}: debezium wrote {len(theirs)},"
                             f" tidegate {len(got)}")

@@ -1,0 +1,28 @@
+"""The project's servers for the benchmark scripts: ``scripts/services`` called as a program, and
+the environment it gives (connection URIs, ports). Run from benchmarks/, the scripts import it as
+a sibling module."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+SERVICES = Path(__file__).resolve().parents[1] / "scripts" / "services"
+
+
+def services(*args: str, env: dict | None = None) -> str:
+    r = subprocess.run([sys.executable, str(SERVICES), *args], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"scripts/services {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def services_env() -> dict[str, str]:
+    """``scripts/services env``'s variables (its ``export K=V`` lines)."""
+    out = {}
+    for line in services("env").splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        out[key] = shlex.split(value)[0]
+    return out
