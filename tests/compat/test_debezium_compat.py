@@ -82,12 +82,14 @@ def kafka_jsonl(bootstrap: str, topic_prefix: str, out: Path, tables: Iterable[s
     (under load, for many seconds). One read_committed consumer reads every partition at once."""
     wanted = {f"{topic_prefix}.{t}" for t in tables}
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while True:
         metadata = admin.list_topics(timeout=10).topics
         topics = sorted(t for t in metadata if t.startswith(topic_prefix + "."))
-        if wanted <= set(topics) or time.monotonic() > deadline:
+        if wanted <= set(topics):
             break
+        # never compared as empty: a generated batch once lost a whole sink's records so
+        assert time.monotonic() < deadline, f"topics not in the metadata: {sorted(wanted - set(topics))}"
         time.sleep(0.5)
     if only is not None:
         keep = set(only)

@@ -295,7 +295,12 @@ def test_unchanged_toast_placeholder_in_a_binary_column_is_its_bytes():
     as_bytes = b64(placeholder.encode())
     assert as_bytes == "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="  # Debezium's (tests/compat, t_toast)
     assert pg("bytea", placeholder)[0] == as_bytes
-    assert pg("bytea", placeholder, Modes(time="adaptive", binary="hex"))[0] == placeholder.encode().hex()
+    # the other binary modes as Debezium writes them (the generated comparison, seeds 11-20):
+    # the placeholder's text in hex mode, null in the base64 modes
+    assert pg("bytea", placeholder, Modes(time="adaptive", binary="hex"))[0] == placeholder
+    assert pg("bytea", placeholder, Modes(time="adaptive", binary="base64"))[0] is None
+    assert pg("bytea", placeholder, Modes(time="adaptive", binary="base64-url-safe"))[0] is None
+    assert pg("bytea", b64(b"\x00\xff"), Modes(time="adaptive", binary="hex"))[0] == "00ff"
     assert pg("text", placeholder)[0] == placeholder
     assert pg("bytea", b64(b"\x00\xff"))[0] == b64(b"\x00\xff")
 
