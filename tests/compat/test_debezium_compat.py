@@ -122,7 +122,8 @@ def read_committed(bootstrap: str, partitions: dict[str, int], nonempty: Iterabl
         wanted = set(nonempty) & set(partitions)
         deadline = time.monotonic() + 30
         while empty := wanted - {tp.topic for tp in assigned}:
-            assert time.monotonic() < deadline, f"empty, though the other side wrote to them: {sorted(empty)}"
+            assert time.monotonic() < deadline, \
+                f"empty, though the other side wrote to them: {_offsets_of(bootstrap, sorted(empty))}"
             time.sleep(1)
             for topic in empty:
                 low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
@@ -143,6 +144,22 @@ def read_committed(bootstrap: str, partitions: dict[str, int], nonempty: Iterabl
             out[m.topic()].append((m.key(), m.value(), list(m.headers() or [])))
     finally:
         c.close()
+    return out
+
+
+def _offsets_of(bootstrap: str, topics: list[str]) -> dict[str, tuple[int, int, int]]:
+    """Per topic: low offset, last stable offset (read_committed) and high watermark: a last
+    stable offset below the high watermark is a transaction still open."""
+    out = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "compat-" + uuid.uuid4().hex,
+                      "isolation.level": isolation})
+        try:
+            for t in topics:
+                low, high = c.get_watermark_offsets(TopicPartition(t, 0), timeout=10)
+                out[t] = (low, high) if isolation == "read_committed" else (*out[t], high)
+        finally:
+            c.close()
     return out
 
 
