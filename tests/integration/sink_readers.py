@@ -16,8 +16,11 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
     """Every committed envelope of the topic, as a read_committed consumer sees it."""
+    # fetch.wait.max.ms: a fetch at the partition's end returns at once rather than after the
+    # broker's 500 ms wait for more data (the read ends there; nothing more is expected)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e-" + uuid.uuid4().hex,
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 10})
     out = []
     try:
         meta = c.list_topics(topic, timeout=10).topics[topic]
@@ -27,7 +30,11 @@ def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
             c.assign([TopicPartition(topic, p, low)])
             stalled = time.monotonic() + 30  # a bound on a read that makes no progress, not on its length
             while True:
-                msg = c.poll(1.0)
+                # A short poll: the partition's last offset is often no message (an exactly-once
+                # topic ends with a commit marker, which a read_committed consumer never returns),
+                # so the read ends on a poll that returns nothing once the position has passed it;
+                # a 1 s poll made every such partition wait a second for nothing.
+                msg = c.poll(0.05)
                 if msg is None:
                     if c.position([tp])[0].offset >= high:
                         break
