@@ -2,7 +2,7 @@
 deliver tasks as clients of the `spark_connect` service (the snapshot's chunks are Spark tasks of
 its server; test_tls_sources reads a snapshot through spark-submit).
 
-Two tables of 100k rows in all (``orders``, key ``id``; ``lines``, composite key
+Two tables of 10k rows in all, in 1000-row chunks (``orders``, key ``id``; ``lines``, composite key
 ``(order_id, line)``), a pipeline with ``start: snapshot`` delivering to Kafka (exactly-once),
 NATS and Redis, and a writer that inserts, updates and deletes rows of both tables while the
 snapshot is read. Then:
@@ -59,8 +59,15 @@ from tests.integration.sink_readers import is_marker, kafka_changes, redis_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-ORDERS, LINES = 60_000, 40_000  # 100k rows; lines: 8 per order of the first 5000 orders
-EXTRA = 30_000  # the table added to a running pipeline
+# 10k rows; lines: 8 per order of the first 500 orders. What the tests prove is a matter of how
+# many chunks and sub-batches there are, not of rows: 1000-row chunks (6 + 4, each table's last
+# open-ended: 12) and 400-event sub-batches (2.5 per chunk) cut them as 100k rows in 10k-row
+# chunks and 4000-event sub-batches did, at a tenth of the rows to deliver and read back.
+ORDERS, LINES = 6_000, 4_000
+EXTRA = 3_000  # the table added to a running pipeline (3 chunks)
+CHUNK_ROWS = 1000
+SEMISYNC_ORDER = 500  # the orders row whose UPDATE waits for its semi-sync ack: in the first chunk
+SYNC_EXTRA = 2000  # the extra row whose commit waits for a synchronous standby: in its second chunk
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +81,8 @@ def spec_text(pipeline: str, kind: str, conn_id: str, tables: list[str], extra: 
     return textwrap.dedent(f"""
         pipeline: {pipeline}
         source: {{kind: {kind}, conn_id: {conn_id}, tables: [{', '.join(tables)}], {extra} start: snapshot}}
-        batch: {{max_events: 4000}}
-        snapshot: {{chunk_rows: 10000, parallelism: 2}}
+        batch: {{max_events: 400}}
+        snapshot: {{chunk_rows: {CHUNK_ROWS}, parallelism: 2}}
         spark: {{conn_id: spark_connect}}
         sinks:
           - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
@@ -400,15 +407,15 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
                         "rpl_semi_sync_master_enabled = ON"):
             sql(f"SET GLOBAL {setting}")
         head = query("SHOW MASTER STATUS")[0][:2]
-        update = f"UPDATE {db}.orders SET qty = qty + 100, status = 'semisync' WHERE id = 5000"
+        update = f"UPDATE {db}.orders SET qty = qty + 100, status = 'semisync' WHERE id = {SEMISYNC_ORDER}"
         waiting = threading.Thread(target=on(waiter_conn), args=(update,), daemon=True)
         waiting.start()
         deadline = time.monotonic() + 10
         while (logged := query("SHOW MASTER STATUS")[0][:2]) == head:
             assert time.monotonic() < deadline, "the waiting UPDATE never reached the binlog"
             time.sleep(0.05)
-        assert query(f"SELECT qty FROM {db}.orders WHERE id = 5000") == [(0,)], "visible already"
-        writer.ops[("orders", 5000)].append("u")
+        assert query(f"SELECT qty FROM {db}.orders WHERE id = {SEMISYNC_ORDER}") == [(0,)], "visible already"
+        writer.ops[("orders", SEMISYNC_ORDER)].append("u")
 
         def release_then_write() -> None:
             sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
@@ -428,7 +435,7 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         handoff = store.snapshots.all(pipeline)[0].handoff  # before the UPDATE, so the log carries it
         assert (handoff.file, handoff.pos) < (logged[0], int(logged[1])), (handoff, logged)
         [snap] = store.snapshots.all(pipeline)
-        assert len(snap.chunks) == 6 + 4 + 2  # 10k-row chunks, each table's last open-ended
+        assert len(snap.chunks) == 6 + 4 + 2  # CHUNK_ROWS-row chunks, each table's last open-ended
         killed_at = min(r.position.chunk for r in store.checkpoints.current(pipeline).values())
         assert killed_at >= 1
         assert store.checkpoints.current(pipeline)["events"].position.snapshot_id == snap.snapshot_id
@@ -679,11 +686,12 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         sql("ALTER SYSTEM SET synchronous_standby_names = 'tidegate_nobody'")
         sql("SELECT pg_reload_conf()")
         time.sleep(0.5)
-        update = f"UPDATE {schema}.extra SET qty = qty + 100, status = 'sync' WHERE id = 20000"
+        update = f"UPDATE {schema}.extra SET qty = qty + 100, status = 'sync' WHERE id = {SYNC_EXTRA}"
         waiting = threading.Thread(target=on(waiter_conn), args=(update,), daemon=True)
         waiting.start()
         time.sleep(1.0)
-        assert query(f"SELECT qty FROM {schema}.extra WHERE id = 20000") == [(0,)] and waiting.is_alive()
+        assert query(f"SELECT qty FROM {schema}.extra WHERE id = {SYNC_EXTRA}") == [(0,)]
+        assert waiting.is_alive()
         rc, log = dags_test(env, dag, {"resolve": "resnapshot", "reason": "rebuild extra",
                                        "tables": [f"{schema}.extra"]})
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
@@ -701,7 +709,7 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
                           ("orders", "lines", "extra"))
         everything = {**content(), **{("extra", i): (st, q) for i, st, q in
                                       query(f"SELECT id, status, qty FROM {schema}.extra")}}
-        assert everything[("extra", 20000)] == ("sync", 100)
+        assert everything[("extra", SYNC_EXTRA)] == ("sync", 100)
         for sid, events in got.items():
             assert_no_time_travel(sid, events, f"snapshot:{resnap.snapshot_id}")
             assert replay(events) == everything, sid
