@@ -290,9 +290,11 @@ def test_catalog_defaults_as_the_sources_read_them():
     assert mysql_default("abc", "", False) == "abc"
     assert mysql_default("b'101'", "", True) == "b'101'"  # a BIT default: the envelope reads its bits
     assert mysql_default("CURRENT_TIMESTAMP", "DEFAULT_GENERATED", False) is None
+    # PostgreSQL: a quoted default up to its first quote, as Debezium's '(.*?)' reads it: an
+    # escaped quote ends it (the generated comparison, seeds 31-40: 'it''s' is "it")
     assert [postgres_default(d) for d in ("7", "'-1'::integer", "'a''b'::character varying", "true",
                                           "nextval('t_id_seq'::regclass)", "now()", None)] == [
-        "7", "-1", "a'b", "true", "0", None, None]
+        "7", "-1", "a", "true", "0", None, None]
 
 
 def test_defaults_as_debeziums_default_parsers_read_them():
