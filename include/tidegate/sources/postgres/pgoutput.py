@@ -50,7 +50,7 @@ from .position import Lsn, PgPosition
 from .reader import ReadHost, Wal2JsonReader, replication_stream
 from .slot import Slot
 from .snapshot import BOOL_OID, DECIMAL_OIDS, INT_OIDS
-from .values import UNAVAILABLE, plan_namespace, value_code
+from .values import complete_after, plan_namespace, value_code
 
 PROTO_VERSION = "1"
 # pgoutput writes values through the session's output functions, converted to its
@@ -487,14 +487,11 @@ class PgOutputReader(Wal2JsonReader):
 
     def _complete(self, after: dict[str, Any], before: dict[str, Any] | None,
                   table_columns: Callable[[], list[str]]) -> dict[str, Any]:
-        """The relation names every column: one the new row left out is an unchanged TOAST value,
-        taken from the old row when it has it (REPLICA IDENTITY FULL), else the placeholder."""
-        assert self._row_table is not None
-        names = [c.name for c in self._row_table.rel.columns]
-        if len(after) == len(names):
-            return after
-        old = before or {}
-        return {n: after[n] if n in after else old.get(n, UNAVAILABLE) for n in names}
+        """As wal2json's rows are filled (``complete_after``), but with the relation's columns, which
+        name every column of the row, instead of the set merged from the rows seen before."""
+        table = self._row_table
+        assert table is not None
+        return complete_after(after, before, lambda: [c.name for c in table.rel.columns])
 
     # -------------------------------------------------------------- transactions
 
