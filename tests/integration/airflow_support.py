@@ -8,6 +8,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,8 +47,29 @@ def make_airflow_env(base: Path, service_env: dict[str, str]) -> dict[str, str]:
                                       if p),
     })
     (base / "pipelines").mkdir(exist_ok=True)
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
+    home = base / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(migrated_metadata_db(env), home / "airflow.db")
     return env
+
+
+_MIGRATED: list[Path] = []  # the session's migrated metadata DB, once made
+_MIGRATE_LOCK = threading.Lock()  # (test_tls_sources makes two Airflow homes at once)
+
+
+def migrated_metadata_db(env: dict[str, str]) -> Path:
+    """A metadata DB (SQLite) that `airflow db migrate` made once for the test session, in an
+    Airflow home of its own; each module's Airflow home gets a copy of it: the same schema and
+    rows a migration of its own would make, without paying one (about 7 s each, several times
+    that on a loaded machine). The copy is the home's ``airflow.db``, where Airflow looks for it;
+    the home's airflow.cfg is written by the first command that runs there, as before."""
+    with _MIGRATE_LOCK:
+        if not _MIGRATED:
+            home = Path(tempfile.mkdtemp(prefix="tidegate-airflow-migrated-"))
+            subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"],
+                           env={**env, "AIRFLOW_HOME": str(home)}, check=True, capture_output=True)
+            _MIGRATED.append(home / "airflow.db")
+        return _MIGRATED[0]
 
 
 @pytest.fixture(scope="session", name="spark_connect")
