@@ -4,6 +4,7 @@ logged."""
 
 from __future__ import annotations
 
+import atexit
 import collections
 import json
 import os
@@ -66,6 +67,7 @@ def migrated_metadata_db(env: dict[str, str]) -> Path:
     with _MIGRATE_LOCK:
         if not _MIGRATED:
             home = Path(tempfile.mkdtemp(prefix="tidegate-airflow-migrated-"))
+            atexit.register(shutil.rmtree, home, True)  # gone with the test session
             subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"],
                            env={**env, "AIRFLOW_HOME": str(home)}, check=True, capture_output=True)
             _MIGRATED.append(home / "airflow.db")
