@@ -9,7 +9,9 @@ The MariaDB and PostgreSQL three-run pipelines deliver as Spark Connect clients 
 ranges span several binlog files, so the server's Python workers decode slices through a data
 source, with the tidegate of the package the task shipped with its session and no
 AIRFLOW_CONN_*/TIDEGATE_* variable of their own (each task says so in a note the task logs).
-The purged-binlog pipeline keeps the default spark-submit path (local[2])."""
+The purged-binlog pipeline keeps the default spark-submit path (local[2]) up to and including the
+accept_gap run; the one run after it (a plain delivery, the same driver code either way) is a
+Spark Connect client, which spares a Spark JVM start."""
 
 from __future__ import annotations
 
@@ -134,21 +136,23 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
         assert note.endswith("AIRFLOW_CONN_*/TIDEGATE_* in the environment: none"), note
 
 
-def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_bootstrap, redis_service):
+def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_bootstrap, redis_service,
+                                                      spark_connect):
     """A purge past the checkpoint halts; accept_gap moves every sink, the Kafka exactly-once one
     included, to the earliest position still there (its sink-side record from before the purge
     does not pull it back); what was purged never arrives, what follows arrives once."""
     env, base = airflow_env
     tag = uuid.uuid4().hex[:6]
     db, pipeline = f"e2e_{tag}", f"e2e_purge_{tag}"
-    (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
+    spec = textwrap.dedent(f"""
         pipeline: {pipeline}
         source: {{kind: mysql, conn_id: cdc_mysql, tables: [{db}.t], server_id: 48301, start: head}}
         sinks:
           - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
               exactly_once: true}}
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
-    """))
+    """)
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(spec)
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     dag = f"cdc_{pipeline}"
 
@@ -199,8 +203,12 @@ def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_
             # the same run resumed from the earliest position; nothing moved it back
             assert after and all(h.position > inc.to_position for h in after), sink
         sql(f"INSERT INTO {db}.t VALUES (4, 'later')")
+        # The run after the gap delivers as a Spark Connect client: the spark-submit path is
+        # proven by the runs before (the delivery, the accept_gap run); this one spares a JVM start.
+        (base / "pipelines" / f"{pipeline}.yaml").write_text(spec + "spark: {conn_id: spark_connect}\n")
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
         store.close()
         changes = kafka_changes(kafka_bootstrap, f"{pipeline}.t")
         assert [(c["key"]["id"], c["after"]["status"]) for c in changes] == [
