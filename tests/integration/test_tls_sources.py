@@ -10,9 +10,11 @@ the guard and bounds tasks (control connections), the snapshot's chunks (Spark t
 line says so), the MariaDB log read as two binlog slices in Spark tasks (the log line and the
 executors' notes say so), the PostgreSQL log (the driver's streaming read of the slot).
 
-The MariaDB pipeline spark-submits its deliver task; the PostgreSQL one is a client of the
-`spark_connect` service, so the connection's TLS settings are proven to reach Spark tasks both ways
-(the snapshot's chunks of the PostgreSQL pipeline are read by the Connect server's Python workers).
+The MariaDB pipeline spark-submits its deliver task for the snapshot and the first log run (the
+one over two binlog files, decoded in Spark tasks); its two other log runs are clients of the
+`spark_connect` service, as every run of the PostgreSQL pipeline is, so the connection's TLS
+settings are proven to reach Spark tasks both ways (the snapshot's chunks of the PostgreSQL
+pipeline are read by the Connect server's Python workers) with two Spark JVM starts fewer.
 
 Per source: a pipeline with ``start: snapshot`` delivers to a Redis stream (the plain `redis`
 service), then three log runs; the stream holds every change once, in order per key. Then the
@@ -120,8 +122,10 @@ def dags_test_kept(env: dict, dag: str) -> tuple[int, str]:
 
 
 def run_pipeline_over_tls(env: dict, dag: str, pipeline: str, stream: str, sql: Callable[[str], None],
-                          table: str, redis_service, flush: str) -> list[str]:
-    """The snapshot run and three log runs; returns their logs."""
+                          table: str, redis_service, flush: str,
+                          after_first_round: Callable[[], None] | None = None) -> list[str]:
+    """The snapshot run and three log runs (``after_first_round`` called between the first and
+    the second); returns their logs."""
     logs = []
     rc, log = dags_test_kept(env, dag)
     assert rc == 0 and task_ended(log, "deliver"), log[-4000:]
@@ -138,6 +142,8 @@ def run_pipeline_over_tls(env: dict, dag: str, pipeline: str, stream: str, sql: 
         rc, log = dags_test_kept(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-4000:]
         logs.append(log)
+        if len(logs) == 2 and after_first_round:
+            after_first_round()
     changes = delivered(redis_service, stream)
     assert per_key(changes) == EXPECTED
     keys = [c["idempotency_key"] for c in changes]
@@ -180,8 +186,8 @@ def mariadb_pipeline(base: Path, service_env: dict, mysql_tls, redis_service) ->
     tag = uuid.uuid4().hex[:6]
     db, pipeline = f"tls_{tag}", f"tls_my_{tag}"
     table, stream = f"{db}.orders", f"{pipeline}:orders"
-    dag = write_spec(base, pipeline, f"kind: mysql, conn_id: cdc_mysql_tls, tables: [{table}], "
-                                     f"server_id: 48600")
+    source = f"kind: mysql, conn_id: cdc_mysql_tls, tables: [{table}], server_id: 48600"
+    dag = write_spec(base, pipeline, source)
     a = mysql_tls.admin
     ssl_files = a.extra["ssl"]
     admin = pymysql.connect(host=a.host, port=a.port, user=a.login, password=a.password, autocommit=True,
@@ -196,14 +202,20 @@ def mariadb_pipeline(base: Path, service_env: dict, mysql_tls, redis_service) ->
         sql(f"CREATE DATABASE {db}")
         sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, status VARCHAR(20))")
         sql(f"INSERT INTO {table} VALUES (1, 'new'), (2, 'new'), (3, 'new')")
+        # The snapshot and the first log run spark-submit; the two other log runs are Spark
+        # Connect clients (the same driver-side read of one slice, without a JVM start each).
         logs = run_pipeline_over_tls(env, dag, pipeline, stream, sql, table, redis_service,
-                                     flush="FLUSH BINARY LOGS")
+                                     flush="FLUSH BINARY LOGS", after_first_round=lambda: write_spec(
+                                         base, pipeline, source, spark_conn="spark_connect"))
         # The round over two binlog files was decoded by Spark tasks, over TLS (the server
         # refuses anything else), with the connection the driver shipped them.
         assert re.search(rf"pipeline {pipeline}: reading .* as 2 slices, 2 in Spark tasks", logs[1]), \
             logs[1][-4000:]
         notes = re.findall(rf"tidegate: pipeline {pipeline} slice [12]/2: ", logs[1])
         assert len(notes) >= 2, logs[1][-4000:]
+        assert all("spark-submit" in log and "Spark Connect client" not in log for log in logs[:2]), \
+            logs[1][-4000:]
+        assert all("as a Spark Connect client of" in log for log in logs[2:]), logs[2][-4000:]
 
         for stmt in WAITING:
             sql(stmt.format(t=table))
