@@ -8,15 +8,37 @@ valid specs and one problem line per invalid file (file, field, problem).
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
+RETRY_DELAY_S = 20
+RETRY_DELAY_ENV = "TIDEGATE_AIRFLOW_RETRY_DELAY_S"
+
+
+def retry_delay() -> timedelta:
+    """The delay before a failed task's first retry (Airflow doubles it for each next one, with
+    jitter): ``RETRY_DELAY_S``, or ``$TIDEGATE_AIRFLOW_RETRY_DELAY_S`` seconds (1 to 3600), for a
+    deployment (or a test) whose faults heal faster. Read when the DAGs are built."""
+    raw = os.environ.get(RETRY_DELAY_ENV, "").strip()
+    if not raw:
+        return timedelta(seconds=RETRY_DELAY_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 1 <= seconds <= 3600:
+        raise ValueError(f"{RETRY_DELAY_ENV}={raw!r}: not a number of seconds between 1 and 3600; set "
+                         f"it so (or unset it for the default {RETRY_DELAY_S} s)")
+    return timedelta(seconds=seconds)
+
+
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "tidegate",
     "retries": 3,
-    "retry_delay": timedelta(seconds=20),
+    "retry_delay": timedelta(seconds=RETRY_DELAY_S),
     "retry_exponential_backoff": 2.0,
     "max_retry_delay": timedelta(minutes=10),
     "execution_timeout": timedelta(minutes=15),
@@ -96,7 +118,7 @@ def create_dag(spec: Any) -> Any:
         max_active_runs=1,
         dagrun_timeout=DAGRUN_TIMEOUT,
         # Metrics also when a run fails or halts (tidegate_airflow/metrics.py).
-        default_args={**DEFAULT_ARGS, "on_failure_callback": on_task_failure,
+        default_args={**DEFAULT_ARGS, "retry_delay": retry_delay(), "on_failure_callback": on_task_failure,
                       "on_retry_callback": on_task_failure},
         tags=["cdc", spec.source.kind, *sink_kinds],
         doc_md=doc_md(spec),

@@ -55,6 +55,10 @@ def airflow_env(tmp_path_factory, service_env, mysql, kafka, redis_service, nats
     env = make_airflow_env(base, service_env)
     # A hung Redis fails a delivery after 3 s per attempt instead of the default 30 s.
     env["AIRFLOW_CONN_CDC_REDIS"] += "?socket_timeout=3"
+    # Airflow retries a failed deliver after 5-10 s instead of 20-40 s (then 10-20, 20-40 s): the
+    # killed servers are back within seconds; a retry that came before them would fail as the
+    # first attempt did, moving nothing, and leave the delivery to the next one.
+    env["TIDEGATE_AIRFLOW_RETRY_DELAY_S"] = "5"
     return env, base
 
 
