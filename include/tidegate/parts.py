@@ -77,6 +77,30 @@ class _Fixed(Parts):
         return self._hash_salt
 
 
+class _Resolved(Parts):
+    def __init__(self, connections: dict[str, Connection], hash_salt: bytes | None):
+        super().__init__(self._lookup)
+        self._connections, self._hash_salt = connections, hash_salt
+
+    def _lookup(self, conn_id: str) -> Connection:
+        try:
+            return self._connections[conn_id]
+        except KeyError:
+            raise ConnectionConfigError(
+                f"connection {conn_id!r} was not resolved for this Spark task (it has only "
+                f"{', '.join(sorted(self._connections))}): the deliver task resolves the connections "
+                f"the spec names") from None
+
+    def hash_salt(self, spec: PipelineSpec) -> bytes | None:
+        return self._hash_salt
+
+
+def resolved_parts(connections: dict[str, Connection], hash_salt: bytes | None) -> Parts:
+    """Parts over connections and a salt the deliver task resolved (a run delivered by a Spark
+    task: spark/delivery.py)."""
+    return _Resolved(connections, hash_salt)
+
+
 def fixed_connection(connection: Connection, hash_salt: bytes | None = None) -> Parts:
     """Parts whose every connection is ``connection`` and whose hash salt is ``hash_salt`` (a Spark
     task or the reader process: the driver hands them the source's connection and salt, they

@@ -491,6 +491,12 @@ def _channel(d: dict, key: str, fp: str, probs: Problems, chars: re.Pattern, wha
     return v
 
 
+# Where a run of a Spark Connect connection delivers (spark/delivery.py): a key of spark.conf,
+# read there, checked here so a bad value fails the spec's load.
+DELIVERY_CONF = "spark.tidegate.delivery"
+DELIVERY_MODES = ("auto", "executor", "client")
+
+
 def _spark(raw: Any, probs: Problems) -> SparkSpec:
     d = _mapping(raw, "spark", probs) or {}
     _unknown(d, SPARK_FIELDS, "spark.", probs)
@@ -500,6 +506,10 @@ def _spark(raw: Any, probs: Problems) -> SparkSpec:
     if not isinstance(conf, dict) or not all(isinstance(k, str) for k in conf):
         probs.add("spark.conf", "must be a mapping of Spark settings", "{spark.key: value}")
         conf = {}
+    delivery = str(conf.get(DELIVERY_CONF, "auto"))
+    if delivery not in DELIVERY_MODES:
+        probs.add(f"spark.conf.{DELIVERY_CONF}", f"{delivery!r} is not a delivery mode",
+                  ", ".join(DELIVERY_MODES) + " (where a Spark Connect run delivers: docs/operations.md)")
     packages = d.get("packages") or []
     if not isinstance(packages, list) or not all(isinstance(p, str) and p for p in packages):
         probs.add("spark.packages", "must be a list of Maven coordinates", "[group:artifact:version]")

@@ -71,16 +71,20 @@ class LazySession:
     shipping the package and registering took (``timings``)."""
 
     def __init__(self, url: str, app_name: str, conf: Mapping[str, str] | None = None,
-                 py_files: Sequence[str] = ()):
+                 py_files: Sequence[str] = (), *, kept: str | None = None):
+        # ``kept``: a name (the pipeline's) whose session outlives this object: the next run of the
+        # same name and package attaches to it, so its Python workers, with the engine imported,
+        # are there already (a new session gets new workers: its artifacts are its own).
         self.url, self.app_name = url, app_name
         self.conf, self.py_files = dict(conf or {}), list(py_files)
+        self.session_id = kept_session_id(kept, self.py_files) if kept else None
         self.session: Any = None
         self.timings: dict[str, float] = {}
 
     def get(self) -> Any:
         if self.session is None:
             t0 = time.monotonic()
-            spark = self._open(self.app_name)
+            spark = self._open_kept() if self.session_id else self._open(self.app_name)
             self.timings["session_connect_s"] = time.monotonic() - t0
             t1 = time.monotonic()
             if self.py_files:  # the session's tasks import this tidegate, not the server's
@@ -91,16 +95,33 @@ class LazySession:
                      spark.session_id, self.timings["session_connect_s"], self.timings["ship_package_s"])
         return self.session
 
+    def _open_kept(self) -> Any:
+        """The kept session, or a new one when the server has let it go (expired after its idle
+        timeout, or closed): the server refuses an id it has closed."""
+        try:
+            spark = self._open(self.app_name, self.session_id)
+            spark.conf.get("spark.app.name")  # the first call reaches the server
+            return spark
+        except Exception as exc:  # noqa: BLE001 - SparkConnectException types vary by version
+            if "SESSION_CLOSED" not in str(exc) and "SESSION_NOT_FOUND" not in str(exc):
+                raise
+            log.info("Spark Connect session %s is closed on the server: a new one", self.session_id)
+            self.session_id = str(uuid.uuid4())
+            return self._open(self.app_name, self.session_id)
+
     def sibling(self, app_name: str) -> Any:
         """Another session on the same server with the run's settings: its SQL settings are its
         own (a sink that carries its commits' identifiers in them needs that). No package is
         shipped: it runs no Python task. The caller stops it."""
         return self._open(app_name)
 
-    def _open(self, app_name: str) -> Any:
+    def _open(self, app_name: str, session_id: str | None = None) -> Any:
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.builder.remote(self.url).appName(app_name).create()
+        url = f"{self.url};session_id={session_id}" if session_id else self.url
+        spark = SparkSession.builder.remote(url).appName(app_name).create()
+        if session_id:
+            spark.release_session_on_close = False  # stop() then only closes the channel
         for key, value in self.conf.items():
             try:
                 spark.conf.set(key, value)
@@ -119,6 +140,16 @@ class LazySession:
         if self.session is not None:
             self.session.stop()  # releases the server-side session and what it holds
             self.session = None
+
+
+def kept_session_id(name: str, py_files: Sequence[str]) -> str:
+    """The session id (a version-4 UUID, as the server wants) of ``name`` with this package: the
+    same for every run of one pipeline and one build of the code shipped."""
+    import hashlib
+    import os
+
+    digest = hashlib.sha256("\0".join([name, *(os.path.basename(p) for p in py_files)]).encode()).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=4))
 
 
 def _server_value(spark: Any, key: str) -> str | None:
@@ -175,26 +206,39 @@ def spec_connect_url(spec: Any, connection: Callable[[str], Any]) -> str | None:
     return connect_url(conn) if conn.conn_type == CONNECT_CONN_TYPE else None
 
 
-def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None = None,
-                   py_files: Sequence[str] = ()) -> dict[str, Any]:
-    """One bounded run read through a Spark Connect server at ``url`` (``sc://host:port/;...``,
-    which may hold a token: it is never logged) and delivered by this process; returns the run
-    report, with ``connect_timings`` (seconds: opening the session, shipping the package, the
-    run's reads, deliveries and commits)."""
+def _deliver_as_client(session: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
+    """The run in this process; Spark tasks read its parallel parts."""
     from ..runner import run_pipeline
-    from ..store import default_url
     from .job import SparkReader
 
     global _ACTIVE
-    session = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files)
-    reader = SparkReader(session, run.parts.connection(run.spec.source.conn_id), default_url())
-    t0 = time.monotonic()
+    reader = SparkReader(session, run.parts.connection(run.spec.source.conn_id), store_url)
     _ACTIVE = session
     try:
-        report = run_pipeline(run, reader=reader)
+        return run_pipeline(run, reader=reader)
     finally:
         _ACTIVE = None
         reader.close()
+
+
+def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None = None,
+                   py_files: Sequence[str] = ()) -> dict[str, Any]:
+    """One bounded run read through a Spark Connect server at ``url`` (``sc://host:port/;...``,
+    which may hold a token: it is never logged) and delivered by one Spark task or by this
+    process (delivery.py says which); returns the run report, with ``connect_timings`` (seconds:
+    opening the session, shipping the package, the run)."""
+    from ..store import default_url
+    from .delivery import deliver_on_executor, on_executor
+
+    t0 = time.monotonic()
+    if on_executor(run, {**run.spec.spark.conf, **(conf or {})}):
+        session = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files, kept=run.pipeline)
+        deliver = deliver_on_executor
+    else:
+        session, deliver = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files), _deliver_as_client
+    try:
+        report = deliver(session, run, default_url())
+    finally:
         session.stop()
     timings = dict(session.timings)
     timings["run_s"] = time.monotonic() - t0

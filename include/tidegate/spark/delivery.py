@@ -1,0 +1,142 @@
+"""A run delivered by one Spark task on the cluster (docs/architecture.md, "Processes").
+
+With a Spark Connect connection, the deliver task's process only submits and waits for a run
+whose read plan has no parallel parts (one log slice: the steady state of a pipeline), and for
+every run under ``spark.tidegate.delivery: executor`` in the spec's ``spark.conf``. The whole
+run (the read of its plan, the coordinator, the sinks, the checkpoints) runs in one Spark task,
+on an executor's Python worker: the job is a one-row frame of one partition mapped by the run
+(``mapInArrow``); its one row is the run report.
+
+What the task needs travels pickled inside the function: the pipeline and run id (the task
+reads the run's record from the store, as a spark-submit driver does), the connections the spec
+names and the hash salt, resolved by the deliver task (an executor has no Airflow), and the
+store's URL. The task reads the log as ``tidegate run`` does: a range of more than a few MiB is
+decoded in a reader process beside it, so it uses two cores.
+
+A failed task is retried by Spark (``spark.task.maxFailures``) as the deliver task would be by
+Airflow: the new attempt reads the checkpoints that moved, takes the lease (a new epoch: the
+failed attempt's producers, were they still alive, are fenced) and delivers the rest. An error a
+retry cannot fix (fenced, halted, a bad spec or connection) ends the task normally with a
+``fatal`` report, so Spark does not retry it; the deliver task raises it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError, TidegateError
+from ..reading import Chunk, Slice
+from ..spec import DELIVERY_CONF, DELIVERY_MODES
+from .connect import LazySession
+
+if TYPE_CHECKING:
+    from ..run import RunContext
+
+log = logging.getLogger(__name__)
+
+REPORT_SCHEMA = "report STRING"
+
+
+def delivery_mode(conf: Mapping[str, str]) -> str:
+    """The spec's ``spark.tidegate.delivery`` (default ``auto``); raises on an unknown value."""
+    mode = str(conf.get(DELIVERY_CONF, "auto")).strip()
+    if mode not in DELIVERY_MODES:
+        raise SpecError([f"spark.conf {DELIVERY_CONF}: {mode!r} is not one of {', '.join(DELIVERY_MODES)}: "
+                         f"'executor' runs every run in one Spark task, 'client' in the deliver task (Spark "
+                         f"tasks read the parallel parts), 'auto' (the default) the first for a plan without "
+                         f"parallel parts, the second for one with them"])
+    return mode
+
+
+def on_executor(run: RunContext, conf: Mapping[str, str]) -> bool:
+    """Whether one Spark task delivers this run (see :func:`delivery_mode`). Never with a sink
+    that writes through Spark itself (a Delta sink needs a session, and a task cannot open one
+    on its own cluster)."""
+    mode = delivery_mode(conf)
+    through_spark = [s.id for s in run.spec.sinks if s.kind == "delta"]
+    if mode == "client" or through_spark:
+        if mode == "executor":
+            log.info("pipeline %s: %s=executor, but sink(s) %s write through Spark: delivered by "
+                     "this process", run.pipeline, DELIVERY_CONF, ", ".join(through_spark))
+        return False
+    return mode == "executor" or not has_parallel_parts(run)
+
+
+def has_parallel_parts(run: RunContext) -> bool:
+    """Snapshot chunks or more than one log slice in the run's read plan (or no plan made yet):
+    parts Spark tasks read side by side while this process delivers (until the delivery task
+    takes them from those tasks: docs/architecture.md, "Processes")."""
+    segments = run.record.segments if run.record is not None else None
+    if segments is None:
+        return True
+    return any(isinstance(s, Chunk) for s in segments) or sum(isinstance(s, Slice) for s in segments) > 1
+
+
+def task_payload(run: RunContext, store_url: str) -> tuple:
+    """What the task gets: names, the resolved connections and salt, the store URL (secrets:
+    pickled into the job, never logged)."""
+    spec, parts = run.spec, run.parts
+    ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks if s.conn_id)]
+    connections = {i: parts.connection(i) for i in dict.fromkeys(ids)}
+    return run.pipeline, run.run_id, connections, parts.hash_salt(spec), store_url
+
+
+def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
+    """The Spark task: the run, as a spark-submit driver runs it, reading in this worker (and a
+    reader process of its own); yields its report (or its fatal error) as one Arrow row."""
+    import os
+    import sys
+    import time
+
+    t0 = time.monotonic()
+    warm = "tidegate.runner" in sys.modules  # a reused worker has the engine imported already
+    import pyarrow as pa
+
+    from ..parts import resolved_parts
+    from ..reader_process import ReaderProcess
+    from ..run import from_record
+    from ..runner import run_pipeline
+    from ..store import open_store
+
+    pipeline, run_id, connections, salt, store_url = payload
+    try:
+        with open_store(store_url) as store:
+            run = from_record(store, pipeline, run_id, resolved_parts(connections, salt))
+            with ReaderProcess(store_url) as reader:
+                report = run_pipeline(run, reader=reader)
+    except TidegateError as exc:
+        if not exc.fatal:
+            raise  # Spark retries the task
+        report = {"fatal": True, "error": f"{type(exc).__name__}: {exc}"}
+    report["delivery_task"] = {"pid": os.getpid(), "seconds": round(time.monotonic() - t0, 3),
+                               "worker_warm": warm}
+    text = json.dumps(report, sort_keys=True, default=str)
+    yield pa.RecordBatch.from_arrays([pa.array([text], pa.string())], names=["report"])
+
+
+def deliver_on_executor(session: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
+    """Run ``run`` as one Spark task through ``session``; returns its report. A fatal error of
+    the task is raised here as :class:`~tidegate.errors.FatalRunError`."""
+    from ..errors import FatalRunError
+
+    spark = session.get()
+    payload = task_payload(run, store_url)
+
+    def task(_batches: Iterator[Any]) -> Iterator[Any]:
+        return delivery_task(payload, 0)
+
+    # One partition, one task: a UDF over a one-row frame needs no planning process on the
+    # server (a Python Data Source starts two, each importing the engine, before its task runs).
+    [row] = spark.range(1, numPartitions=1).mapInArrow(task, REPORT_SCHEMA).collect()
+    report = json.loads(row["report"])
+    if report.get("fatal"):
+        raise FatalRunError(f"pipeline {run.pipeline!r}: the delivery task stopped on a fatal error, "
+                            f"not retried: {report.get('error')}")
+    report["delivered_by"] = "executor"
+    return report
+
+
+__all__ = ["DELIVERY_CONF", "deliver_on_executor", "delivery_mode", "delivery_task", "on_executor"]

@@ -1,0 +1,81 @@
+"""Where a Spark Connect run delivers (tidegate/spark/delivery.py), without Spark: the setting's
+check, the choice per read plan, the kept session's id and the parts a delivery task resolves
+nothing with."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+
+import pytest
+from tidegate.connections import Connection
+from tidegate.errors import ConnectionConfigError, SpecError
+from tidegate.parts import resolved_parts
+from tidegate.plan import RunPlan
+from tidegate.positions import SnapshotPosition
+from tidegate.reading import Chunk, Slice, SnapshotEnd
+from tidegate.run import RunContext, RunRecord
+from tidegate.sources.mysql.position import BinlogPosition
+from tidegate.spark.connect import kept_session_id
+from tidegate.spark.delivery import delivery_mode, on_executor
+from tidegate.spec import load_spec_text
+
+
+def spec_text(conf: str = "", sinks: str = "- {id: k, kind: kafka, conn_id: kafka, topic: t}") -> str:
+    return (f"pipeline: p\nsource: {{kind: mysql, conn_id: src, tables: [db.t], server_id: 5}}\n"
+            f"spark: {{conn_id: spark_connect{conf}}}\nsinks:\n  {sinks}\n")
+
+
+def run_with(segments, text: str | None = None) -> RunContext:
+    text = text or spec_text()
+    spec = load_spec_text(text)
+    record = RunRecord("p", "r1", text, None, RunPlan(), None, segments)
+    return RunContext(spec, RunPlan(), "r1", record=record)
+
+
+def pos(n: int) -> BinlogPosition:
+    return BinlogPosition("bin.000001", n)
+
+
+def test_an_unknown_delivery_mode_fails_the_spec_naming_the_setting_and_the_choices():
+    with pytest.raises(SpecError) as e:
+        load_spec_text(spec_text(", conf: {spark.tidegate.delivery: cluster}"))
+    assert "spark.conf.spark.tidegate.delivery: 'cluster' is not a delivery mode" in str(e.value)
+    assert "auto, executor, client" in str(e.value)
+    with pytest.raises(SpecError, match="'driver' is not one of auto, executor, client"):
+        delivery_mode({"spark.tidegate.delivery": "driver"})  # an operator's own conf
+
+
+def test_auto_delivers_a_plan_of_one_slice_in_a_task_and_parallel_parts_from_the_client():
+    one = (Slice(pos(4), pos(900)),)
+    assert on_executor(run_with(one), {}) is True
+    assert on_executor(run_with((*one, SnapshotEnd("s1"))), {}) is True
+    two = (Slice(pos(4), pos(500)), Slice(pos(500), pos(900)))
+    assert on_executor(run_with(two), {}) is False
+    chunk = Chunk(SnapshotPosition("s1", 1, pos(4)))
+    assert on_executor(run_with((chunk, *one)), {}) is False
+    assert on_executor(run_with(None), {}) is False  # no read plan made: the client plans
+    assert on_executor(run_with(two), {"spark.tidegate.delivery": "executor"}) is True
+    assert on_executor(run_with(one), {"spark.tidegate.delivery": "client"}) is False
+
+
+def test_a_sink_that_writes_through_spark_keeps_the_run_in_the_client():
+    delta = spec_text(sinks="- {id: d, kind: delta, path: '/tmp/x/{table}'}")
+    assert on_executor(run_with((Slice(pos(4), pos(9)),), delta), {"spark.tidegate.delivery": "executor"}) is False
+
+
+def test_a_pipeline_keeps_one_session_per_build_of_the_package():
+    a = kept_session_id("orders", ["/tmp/tidegate-aaaa.zip"])
+    assert a == kept_session_id("orders", ["/elsewhere/tidegate-aaaa.zip"])
+    assert uuid.UUID(a).version == 4  # the server accepts only version-4 ids
+    assert a != kept_session_id("orders", ["/tmp/tidegate-bbbb.zip"])  # new code: a new session
+    assert a != kept_session_id("payments", ["/tmp/tidegate-aaaa.zip"])
+
+
+def test_resolved_parts_hand_out_what_was_resolved_and_name_what_was_not():
+    src = Connection(conn_id="src", conn_type="mysql", host="127.0.0.1", port=3306, login="u", password="pw")
+    parts = pickle.loads(pickle.dumps(resolved_parts({"src": src}, b"salt")))  # as a task gets them
+    assert parts.connection("src") == src
+    assert parts.hash_salt(load_spec_text(spec_text())) == b"salt"
+    with pytest.raises(ConnectionConfigError, match="connection 'kafka' was not resolved for this Spark task"):
+        parts.connection("kafka")
