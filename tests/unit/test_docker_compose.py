@@ -322,3 +322,42 @@ def test_the_image_installs_every_library_the_engine_imports():
     third = {m for m in imported - own if m not in sys.stdlib_module_names and m in dists}
     missing = {m: dists[m] for m in third if not {d.lower() for d in dists[m]} & listed}
     assert not missing, f"the Dockerfile's pip line lacks {missing}"
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Whether the build context leaves ``path`` out, as Docker reads .dockerignore: a pattern
+    matches the path or one of its folders (``*`` within a name, ``**/`` any folders), later lines
+    win, a ``!`` line keeps."""
+    def regex(pattern: str) -> str:
+        out = re.escape(pattern.strip("/")).replace(r"\*\*/", "(?:.*/)?").replace(r"\*", "[^/]*")
+        return out.replace(r"\?", "[^/]")
+
+    parts = path.split("/")
+    folders = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    ignored = False
+    for pattern in patterns:
+        keep = pattern.startswith("!")
+        if any(re.fullmatch(regex(pattern.lstrip("!")), f) for f in folders):
+            ignored = not keep
+    return ignored
+
+
+def test_the_build_context_leaves_out_local_state_and_the_host_built_module():
+    """`docker compose build` sends the project folder: without a .dockerignore it would send the
+    test servers' data (.services), the local state and a module compiled on the host, which
+    `COPY include` would put into the image beside the one the image compiles."""
+    ignore = ROOT / ".dockerignore"
+    assert ignore.is_file(), "no .dockerignore"
+    patterns = [ln.strip() for ln in ignore.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    for local in (".services/mysql/data/ibdata1", ".venv/bin/python", ".state/store.sqlite", ".demo/env",
+                  "build/temp/rowcodec.o", "jars/delta/delta-storage-4.4.0.jar", ".git/HEAD",
+                  "include/tidegate/native/rowcodec.cpython-311-x86_64-linux-gnu.so",
+                  "include/tidegate/__pycache__/config.cpython-311.pyc"):
+        assert _ignored(local, patterns), f"the build context sends {local}"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for line in re.findall(r"^COPY (?:--\S+ )*(.+)$", dockerfile, re.M):
+        for source in line.split()[:-1]:
+            assert not _ignored(source, patterns), f".dockerignore leaves out {source} (COPY)"
+    for source in ("include/tidegate/native/rowcodec.pyx", "include/tidegate/native/sha1.h",
+                   "include/tidegate/native/__init__.py"):
+        assert not _ignored(source, patterns), f".dockerignore leaves out {source}, which the build compiles"
