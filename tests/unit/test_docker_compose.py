@@ -4,6 +4,7 @@ needs, the same as scripts/services gives the test and demo servers."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -259,6 +260,36 @@ def test_the_connect_server_and_spark_submit_runs_get_cores_of_their_own(compose
     assert 0 < default <= worker_cores - connect_cores
     # the master keeps the rest of the shared environment (connections are not secrets here)
     assert "AIRFLOW__CORE__EXECUTOR" in svcs["spark-master"]["environment"]
+    # A worker launches an executor only where its memory is free too: the Connect server's
+    # executor and a spark-submit run's (Spark's default 1g each) fit in the worker together.
+    worker_mb = _megabytes(worker[worker.index("--memory") + 1])
+    connect_mb = _megabytes(_conf(svcs["spark-connect"]["command"]).get("spark.executor.memory", "1g"))
+    assert connect_mb + _megabytes("1g") <= worker_mb, (connect_mb, worker_mb)
+
+
+def _megabytes(size: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([mg])", size.lower()).groups()
+    return int(number) * (1024 if unit == "g" else 1)
+
+
+def test_the_scheduler_starts_after_the_spark_connect_server_is_ready(compose):
+    """Spark Connect is the stack's default for deliver tasks: the scheduler starts once the
+    long-lived Connect server answers on the port its connection names, and once the worker that
+    runs the executors (of the server and of spark-submit runs) has joined the master."""
+    svcs = compose["services"]
+    waits = svcs["airflow-scheduler"]["depends_on"]
+    for server in ("spark-connect", "spark-worker", "spark-master"):
+        assert waits.get(server) == {"condition": "service_healthy"}, (
+            f"the scheduler does not wait for {server}")
+    connect = svcs["spark-connect"]
+    assert connect["restart"] in ("always", "unless-stopped")  # long-lived: restarted when it dies
+    port = int(_conf(connect["command"])["spark.connect.grpc.binding.port"])
+    conn = json.loads(svcs["airflow-scheduler"]["environment"]["AIRFLOW_CONN_SPARK_CONNECT"])
+    assert (conn["conn_type"], conn["host"], conn["port"]) == ("spark_connect", "sc://spark-connect", port)
+    # Ready means the gRPC port is bound: SparkConnectServer binds it only after its SparkContext
+    # has started (registered with the master), so a check of that port is a check of the server.
+    probe = " ".join(connect["healthcheck"]["test"])
+    assert f"('localhost', {port})" in probe
 
 
 def test_the_kafka_broker_keeps_its_data_and_transaction_state_on_its_volume(compose):
@@ -291,3 +322,42 @@ def test_the_image_installs_every_library_the_engine_imports():
     third = {m for m in imported - own if m not in sys.stdlib_module_names and m in dists}
     missing = {m: dists[m] for m in third if not {d.lower() for d in dists[m]} & listed}
     assert not missing, f"the Dockerfile's pip line lacks {missing}"
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Whether the build context leaves ``path`` out, as Docker reads .dockerignore: a pattern
+    matches the path or one of its folders (``*`` within a name, ``**/`` any folders), later lines
+    win, a ``!`` line keeps."""
+    def regex(pattern: str) -> str:
+        out = re.escape(pattern.strip("/")).replace(r"\*\*/", "(?:.*/)?").replace(r"\*", "[^/]*")
+        return out.replace(r"\?", "[^/]")
+
+    parts = path.split("/")
+    folders = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    ignored = False
+    for pattern in patterns:
+        keep = pattern.startswith("!")
+        if any(re.fullmatch(regex(pattern.lstrip("!")), f) for f in folders):
+            ignored = not keep
+    return ignored
+
+
+def test_the_build_context_leaves_out_local_state_and_the_host_built_module():
+    """`docker compose build` sends the project folder: without a .dockerignore it would send the
+    test servers' data (.services), the local state and a module compiled on the host, which
+    `COPY include` would put into the image beside the one the image compiles."""
+    ignore = ROOT / ".dockerignore"
+    assert ignore.is_file(), "no .dockerignore"
+    patterns = [ln.strip() for ln in ignore.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    for local in (".services/mysql/data/ibdata1", ".venv/bin/python", ".state/store.sqlite", ".demo/env",
+                  "build/temp/rowcodec.o", "jars/delta/delta-storage-4.4.0.jar", ".git/HEAD",
+                  "include/tidegate/native/rowcodec.cpython-311-x86_64-linux-gnu.so",
+                  "include/tidegate/__pycache__/config.cpython-311.pyc"):
+        assert _ignored(local, patterns), f"the build context sends {local}"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for line in re.findall(r"^COPY (?:--\S+ )*(.+)$", dockerfile, re.M):
+        for source in line.split()[:-1]:
+            assert not _ignored(source, patterns), f".dockerignore leaves out {source} (COPY)"
+    for source in ("include/tidegate/native/rowcodec.pyx", "include/tidegate/native/sha1.h",
+                   "include/tidegate/native/__init__.py"):
+        assert not _ignored(source, patterns), f".dockerignore leaves out {source}, which the build compiles"
