@@ -202,7 +202,8 @@ def test_mariadb_changes_as_the_mariadb_connector_writes_them(mysql, kafka, kafk
         assert values[1]["transaction"]["total_order"] == 2
         assert (values[2]["before"]["amount"], values[2]["after"]["amount"]) == (b64_unscaled(-1),
                                                                                  b64_unscaled(500))
-        check_transactions(committed(kafka_bootstrap, f"{pipeline}.transaction"), f"{db}.t", [("BEGIN", None)])
+        check_transactions(committed(kafka_bootstrap, f"{pipeline}.transaction"), f"{db}.t",
+                           [("BEGIN", None)])
         check_schema_change(committed(kafka_bootstrap, pipeline), values, db)
         check_heartbeats(kafka_bootstrap, spec, conns, store)
     finally:

@@ -9,9 +9,10 @@ on an executor's Python worker: the job is a one-row frame of one partition mapp
 
 What the task needs travels pickled inside the function: the pipeline and run id (the task
 reads the run's record from the store, as a spark-submit driver does), the connections the spec
-names and the hash salt, resolved by the deliver task (an executor has no Airflow), and the
-store's URL. The task reads the log as ``tidegate run`` does: a range of more than a few MiB is
-decoded in a reader process beside it, so it uses two cores.
+names and the hash salt, resolved by the deliver task (an executor has no Airflow), the
+store's URL and the deliver task's ``TIDEGATE_*`` settings. The task reads the log as
+``tidegate run`` does: a range of more than a few MiB is decoded in a reader process beside it,
+so it uses two cores.
 
 A failed task is retried by Spark (``spark.task.maxFailures``) as the deliver task would be by
 Airflow: the new attempt reads the checkpoints that moved, takes the lease (a new epoch: the
@@ -78,10 +79,15 @@ def has_parallel_parts(run: RunContext) -> bool:
 def task_payload(run: RunContext, store_url: str) -> tuple:
     """What the task gets: names, the resolved connections and salt, the store URL (secrets:
     pickled into the job, never logged)."""
+    import os
+
     spec, parts = run.spec, run.parts
     ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks if s.conn_id)]
     connections = {i: parts.connection(i) for i in dict.fromkeys(ids)}
-    return run.pipeline, run.run_id, connections, parts.hash_salt(spec), store_url
+    # The run's settings (timeouts, the reader process threshold) are the deliver task's, as
+    # when it delivered itself: an executor's environment has none of them.
+    settings = {k: v for k, v in os.environ.items() if k.startswith("TIDEGATE_")}
+    return run.pipeline, run.run_id, connections, parts.hash_salt(spec), store_url, settings
 
 
 def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
@@ -101,7 +107,8 @@ def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
     from ..runner import run_pipeline
     from ..store import open_store
 
-    pipeline, run_id, connections, salt, store_url = payload
+    pipeline, run_id, connections, salt, store_url, settings = payload
+    os.environ.update(settings)  # (a worker serves one pipeline's session: its runs' settings)
     try:
         with open_store(store_url) as store:
             run = from_record(store, pipeline, run_id, resolved_parts(connections, salt))
