@@ -1,16 +1,21 @@
 """The faults, real ones: signals to the `tidegate run` process group (SIGKILL, SIGSTOP then
-SIGCONT, a zombie woken after takeover runs) and to the servers (kill -9 and restart, SIGSTOP then
-SIGCONT). The servers' processes are found and restarted through `scripts/services`, as in
+SIGCONT, a zombie woken after takeover runs), to the servers (kill -9 and restart, SIGSTOP then
+SIGCONT) and, for a run delivered by a Spark task, to the task's Python worker and its
+executor's JVM. The servers' processes are found and restarted through `scripts/services`, as in
 tests/integration/test_fault_matrix.py, whose helpers these reuse."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
+from tests.conftest import services_cmd
 from tests.integration.test_fault_matrix import gone, restarted, server_pid, stop_server, store_writable
 
 
@@ -104,3 +109,65 @@ def postgres_store_free(admin_connect: Callable[[], object], dbname: str) -> Cal
 
 __all__ = ["gone", "hang_server", "kill_server", "postgres_store_free", "process_tree", "server_name",
            "sqlite_free", "stop_clean"]
+
+
+# --------------------------------------------------------------------------- a run on an executor
+
+
+def executors() -> list[psutil.Process]:
+    """The executor JVMs of the `spark` service's standalone cluster (its worker's children): in
+    the campaign, those of the `spark_connect_cluster` server, the one application there."""
+    out = services_cmd("status", check=False).stdout
+    found = re.search(r"^spark\s.*\bworker (\d+)\)", out, re.M)
+    assert found, f"the spark service's worker is not up:\n{out}"
+    return [p for p in psutil.Process(int(found.group(1))).children()
+            if "CoarseGrainedExecutorBackend" in " ".join(p.cmdline())]
+
+
+def delivering_workers(ports: set[int]) -> list[psutil.Process]:
+    """The executors' Python processes connected to one of ``ports`` (the source's, the sinks'),
+    outermost first: the delivery task's worker (and the reader process it started)."""
+    found = []
+    for executor in executors():
+        for proc in executor.children(recursive=True):
+            try:
+                if any(c.raddr and c.raddr.port in ports for c in proc.net_connections("tcp")):
+                    found.append(proc)
+            except psutil.Error:  # ended meanwhile
+                continue
+    pids = {p.pid for p in found}
+    return sorted(found, key=lambda p: p.ppid() in pids)
+
+
+def kill_delivery_worker(ports: set[int]) -> int:
+    """SIGKILL the delivery task's Python worker (Spark retries the task); returns how many
+    processes were found delivering (0: the task had ended)."""
+    workers = delivering_workers(ports)
+    if workers:
+        workers[0].kill()
+    return len(workers)
+
+
+def kill_executors() -> int:
+    """SIGKILL the executor JVMs (only them: their Python workers learn it as they can); the
+    cluster's worker starts another for the application. Returns how many were killed."""
+    found = executors()
+    for jvm in found:
+        jvm.kill()
+    return len(found)
+
+
+def stall_delivery(ports: set[int], hold: float) -> int:
+    """SIGSTOP the delivery task's worker and its reader for ``hold`` seconds, then SIGCONT."""
+    workers = delivering_workers(ports)
+    for p in workers:
+        p.suspend()
+    try:
+        time.sleep(hold)
+    finally:
+        for p in reversed(workers):
+            try:
+                p.resume()
+            except psutil.Error:
+                pass
+    return len(workers)

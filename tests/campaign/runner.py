@@ -9,9 +9,11 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEEDS=10 FIRST=100       # seeds 100..109
     make campaign SEEDS=10 SOURCES=postgres SINKS=kafka,nats KINDS=run_kill,zombie
     make campaign SEEDS=4 SINKS=delta      # Delta schedules only (Spark Connect clients)
+    make campaign SEEDS=4 DELIVERY=executor  # every run delivered by a Spark task on a cluster
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
-        [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--keep-going]
+        [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--delivery executor]
+        [--keep-going]
 
 Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
 what the oracle found, and the command that reproduces it. The figure table at the end: fault
@@ -45,6 +47,8 @@ from tests.campaign import faults
 from tests.campaign.generator import TABLES, SourceDb, Workload
 from tests.campaign.oracle import SinkVerdict, verdicts
 from tests.campaign.schedule import (
+    DELIVERIES,
+    EXECUTOR_FAULTS,
     FAULT_KINDS,
     KAFKA_TXN_TIMEOUT_MS,
     NATS_WINDOW_S,
@@ -116,13 +120,20 @@ class Services:
         self.mysql_admin, self.pg_admin = conns["cdc_mysql_admin"], conns["cdc_postgres_admin"]
         self.bootstrap = conns["cdc_kafka"].extra["bootstrap.servers"]
         self.nats, self.redis = conns["cdc_nats"], conns["cdc_redis"]
-        self.connect_up = False
+        self.connect_up = self.cluster_up = False
 
     def spark_connect(self) -> None:
         """The Spark Connect server Delta runs are clients of, started on first use."""
         if not self.connect_up:
             services_cmd("up", "spark_connect")
             self.connect_up = True
+
+    def spark_connect_cluster(self) -> None:
+        """The Connect server on the standalone cluster that executor schedules deliver through
+        (its executors are JVMs of their own), started on first use."""
+        if not self.cluster_up:
+            services_cmd("up", "spark_connect_cluster")
+            self.cluster_up = True
 
     def pg_connect(self, dbname: str | None = None):
         c = self.pg_admin
@@ -174,6 +185,11 @@ class Pipe:
                         PATH=f"{VENV_BIN}:{os.environ['PATH']}")
         if "delta_merge" in self.sinks and DELTA_SPARK == "connect":
             sv.spark_connect()
+        if sched.delivery == "executor":
+            sv.spark_connect_cluster()
+        # what a delivering process is connected to (the executor faults find the task by them)
+        self.ports = {(sv.mysql_admin if sched.source == "mysql" else sv.pg_admin).port,
+                      int(sv.bootstrap.rsplit(":", 1)[1]), sv.nats.port, sv.redis.port}
         connect = sv.mysql_connect if sched.source == "mysql" else sv.pg_connect
         self.db = SourceDb(sched.source, connect, self.schema)
         self.db.create_tables()
@@ -206,11 +222,13 @@ class Pipe:
         }
         lines = [sinks[k] + (", required: false}" if k in s.optional else "}") for k in s.sinks]
         connect = "delta_merge" in s.sinks and DELTA_SPARK == "connect"
+        spark = ("spark: {conn_id: spark_connect}\n" if connect else
+                 "spark: {conn_id: spark_connect_cluster}\n" if s.delivery == "executor" else "")
         return textwrap.dedent(f"""\
             pipeline: {self.name}
             source: {source}
             batch: {batch}
-            """) + ("spark: {conn_id: spark_connect}\n" if connect else "") + "sinks:\n" + "".join(
+            """) + spark + "sinks:\n" + "".join(
             f"  - {ln}\n" for ln in lines)
 
     def delta_commits(self) -> int:
@@ -373,7 +391,9 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         p.finish(run, out)
         return
     at = p.writes(run.run_id)
-    if step.fault == "run_kill":
+    if step.fault in EXECUTOR_FAULTS:
+        executor_fault(p, step, i, out)
+    elif step.fault == "run_kill":
         run.signal(signal.SIGKILL)
     elif step.fault.startswith("run_"):  # run_stop, run_stall_nats, run_stall_kafka
         run.signal(signal.SIGSTOP)
@@ -393,6 +413,18 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
     if step.writes_between:
         work.wave(step.writes_between)  # between the crash and the rerun
     p.catch_up(f"s{i}_after", out)
+
+
+def executor_fault(p: Pipe, step: Step, i: int, out: Outcome) -> None:
+    """A fault of the Spark task that delivers the run (its client, `tidegate run`, waits)."""
+    if step.fault == "task_worker_kill":
+        found = faults.kill_delivery_worker(p.ports)
+    elif step.fault == "executor_kill":
+        found = faults.kill_executors()
+    else:
+        found = faults.stall_delivery(p.ports, step.hold)
+    if not found:
+        out.notes.append(f"{i + 1}: {step.fault} missed: no delivering Spark task found")
 
 
 def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome) -> None:
@@ -491,13 +523,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sinks", default="kafka,nats,redis,delta", help="subset of " + ",".join(SINK_GROUPS))
     ap.add_argument("--kinds", default=",".join(FAULT_KINDS), help="fault kinds to draw from")
     ap.add_argument("--delta-share", type=float, default=0.1, help="share of seeds with Delta sinks")
+    ap.add_argument("--delivery", default="process", choices=DELIVERIES,
+                    help="executor: every run delivered by a Spark task (a Connect server on a standalone "
+                         "cluster), with the faults of that task")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     a = ap.parse_args(argv)
     seeds = [a.seed] if a.seed is not None else list(range(a.first, a.first + a.seeds))
     # a seed means a schedule only together with the subsets it was drawn within
     options = "".join(f" {var}={val}" for var, val, default in (
         ("SOURCES", a.sources, ",".join(SOURCES)), ("SINKS", a.sinks, "kafka,nats,redis,delta"),
-        ("KINDS", a.kinds, ",".join(FAULT_KINDS))) if val != default)
+        ("KINDS", a.kinds, ",".join(FAULT_KINDS)), ("DELIVERY", a.delivery, "process")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
     with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
@@ -506,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for seed in seeds:
                 sched = draw(seed, tuple(a.sources.split(",")), tuple(a.sinks.split(",")),
-                             tuple(a.kinds.split(",")), a.delta_share)
+                             tuple(a.kinds.split(",")), a.delta_share, a.delivery)
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

@@ -18,6 +18,16 @@ RUN_FAULTS = ("run_kill", "run_stop", "run_stall_nats", "run_stall_kafka", "zomb
 SERVER_ROLES = ("source", "store", "kafka", "nats", "redis")
 SERVER_FAULTS = tuple(f"{how}_{role}" for role in SERVER_ROLES for how in ("kill", "stop"))
 FAULT_KINDS = RUN_FAULTS + SERVER_FAULTS
+# A run delivered by a Spark task (delivery "executor": the spec's Spark connection is a Connect
+# server on a standalone cluster): the delivering Python worker SIGKILLed (Spark retries the
+# task), the executor's JVM SIGKILLed (the cluster starts another, the task is retried there),
+# the worker SIGSTOPped past the NATS window or the Kafka transaction timeout. Stopping the
+# `tidegate run` client stalls nothing there, and a zombie's takeovers would wait for the one core
+# the stopped task holds: those kinds are left out, run_kill stays (the task goes on without
+# its client).
+EXECUTOR_FAULTS = ("task_worker_kill", "executor_kill", "task_stall")
+EXECUTOR_KINDS = ("run_kill", *EXECUTOR_FAULTS, *SERVER_FAULTS)
+DELIVERIES = ("process", "executor")
 
 NATS_WINDOW_S = 2.0  # the campaign's NATS duplicate_window: a stall of the run can exceed it
 KAFKA_TXN_TIMEOUT_MS = 4000  # the campaign's Kafka transaction.timeout.ms (its connection's extra)
@@ -57,21 +67,29 @@ class Schedule:
     store: str  # sqlite | postgres
     max_events: int
     steps: tuple[Step, ...] = field(default_factory=tuple)
+    delivery: str = "process"  # process (`tidegate run` delivers) | executor (a Spark task does)
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
             f", optional {list(self.optional)}" if self.optional else "")
+        where = ", delivered by a Spark task" if self.delivery == "executor" else ""
         return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
-                f"store {self.store}, max_events {self.max_events}\n"
+                f"store {self.store}, max_events {self.max_events}{where}\n"
                 + "\n".join(f"  {i + 1}. {s}" for i, s in enumerate(self.steps)))
 
 
 def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] = SINK_GROUPS,
-         kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1) -> Schedule:
+         kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
+         delivery: str = "process") -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
-    the seeds unless it is the only choice."""
+    the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
+    Spark task, with the fault kinds that apply there (EXECUTOR_KINDS within ``kinds``; no Delta
+    sink, which keeps a run in its client)."""
     rng = random.Random(seed)
+    if delivery == "executor":
+        kinds = tuple(k for k in EXECUTOR_KINDS if k in kinds or kinds == FAULT_KINDS)
+        sinks = tuple(s for s in sinks if s != "delta") or CORE_SINKS
     source = rng.choice(sorted(sources))
     chosen = [s for s in CORE_SINKS if s in sinks]
     delta_roll = rng.random()  # drawn whatever the subsets, so the rest of the draw stays the same
@@ -93,7 +111,7 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     store = "postgres" if any(s.fault.endswith("_store") for s in steps) else "sqlite"
     # Delta: a few large sub-batches (each is a Delta commit per table, a second or more)
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
-    return Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps)
+    return Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps, delivery)
 
 
 def sink_of(kind: str) -> str | None:
@@ -111,7 +129,9 @@ def _step(rng: random.Random, fault: str, with_delta: bool = False) -> Step:
             moment = ("delta_commits", rng.randint(1, 6))
     else:
         moment = ("delay", round(rng.uniform(1.0, 4.0), 1))
-    if fault == "run_stall_nats":
+    if fault == "task_stall":  # past the NATS window or the Kafka transaction timeout
+        hold = max(NATS_WINDOW_S, KAFKA_TXN_TIMEOUT_MS / 1000) + round(rng.uniform(0.5, 3), 1)
+    elif fault == "run_stall_nats":
         hold = NATS_WINDOW_S + round(rng.uniform(0.5, 3), 1)
     elif fault == "run_stall_kafka":
         hold = KAFKA_TXN_TIMEOUT_MS / 1000 + round(rng.uniform(0.5, 3), 1)

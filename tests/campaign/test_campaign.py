@@ -11,7 +11,8 @@ import os
 import pytest
 
 from tests.campaign.runner import Services, run_schedule
-from tests.campaign.schedule import draw
+from tests.campaign.schedule import SINK_GROUPS, draw
+from tests.conftest import services_cmd
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -47,19 +48,34 @@ FOUND = [(2488, None), (415, None)]
 if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
     FOUND += [(111, MESSAGE_SINKS), (112, MESSAGE_SINKS), (113, MESSAGE_SINKS), (1155, MESSAGE_SINKS),
               (1198, ("delta",))]
-CASES = [(seed, None) for seed in COVERING] + FOUND
+# Runs delivered by a Spark task (a Connect server on a standalone cluster; `make campaign
+# DELIVERY=executor`): 27 (PostgreSQL) SIGKILLs the task's Python worker after its third commit
+# (Spark retries the task) and stalls it past the Kafka transaction timeout; 20 (MariaDB) stops
+# Redis, then SIGKILLs the executor's JVM after the fourth commit (the cluster starts another
+# executor, the task is retried there).
+EXECUTOR = [27, 20]
+CASES = [(seed, None, "process") for seed in COVERING] + [(seed, sinks, "process") for seed, sinks in FOUND]
+CASES += [(seed, None, "executor") for seed in EXECUTOR]
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
-    CASES = [(int(s), None) for s in os.environ["TIDEGATE_CAMPAIGN_SEEDS"].replace(",", " ").split()]
+    CASES = [(int(s), None, os.environ.get("TIDEGATE_CAMPAIGN_DELIVERY", "process"))
+             for s in os.environ["TIDEGATE_CAMPAIGN_SEEDS"].replace(",", " ").split()]
 
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory, service_env) -> Services:
-    return Services(tmp_path_factory.mktemp("campaign"))
+    sv = Services(tmp_path_factory.mktemp("campaign"))
+    yield sv
+    if sv.cluster_up:  # its one core of the standalone worker, back for the tests after these
+        services_cmd("down", "spark_connect_cluster")
 
 
-@pytest.mark.parametrize(("seed", "sinks"), CASES,
-                         ids=[f"{seed}" + (f"-{'+'.join(sinks)}" if sinks else "") for seed, sinks in CASES])
-def test_campaign_seed(services, seed, sinks):
-    outcome = run_schedule(services, draw(seed, sinks=sinks) if sinks else draw(seed))
+def case_id(seed: int, sinks: tuple[str, ...] | None, delivery: str) -> str:
+    where = "-executor" if delivery == "executor" else ""
+    return f"{seed}" + (f"-{'+'.join(sinks)}" if sinks else "") + where
+
+
+@pytest.mark.parametrize(("seed", "sinks", "delivery"), CASES, ids=[case_id(*c) for c in CASES])
+def test_campaign_seed(services, seed, sinks, delivery):
+    outcome = run_schedule(services, draw(seed, sinks=sinks or SINK_GROUPS, delivery=delivery))
     print(outcome.report())
     assert outcome.ok, outcome.report()

@@ -137,13 +137,24 @@ def deliver_on_executor(session: LazySession, run: RunContext, store_url: str) -
 
     # One partition, one task: a UDF over a one-row frame needs no planning process on the
     # server (a Python Data Source starts two, each importing the engine, before its task runs).
-    [row] = spark.range(1, numPartitions=1).mapInArrow(task, REPORT_SCHEMA).collect()
+    # A barrier stage is never speculated; Spark refuses one under dynamic allocation, where a
+    # one-task stage is still speculated only with a duration threshold set (and a copy would
+    # be fenced by the lease).
+    barrier = str(_setting(spark, "spark.dynamicAllocation.enabled")).lower() != "true"
+    [row] = spark.range(1, numPartitions=1).mapInArrow(task, REPORT_SCHEMA, barrier=barrier).collect()
     report = json.loads(row["report"])
     if report.get("fatal"):
         raise FatalRunError(f"pipeline {run.pipeline!r}: the delivery task stopped on a fatal error, "
                             f"not retried: {report.get('error')}")
     report["delivered_by"] = "executor"
     return report
+
+
+def _setting(spark: Any, key: str) -> str | None:
+    try:
+        return spark.conf.get(key, None)
+    except Exception:  # noqa: BLE001 - a setting the server does not show
+        return None
 
 
 __all__ = ["DELIVERY_CONF", "deliver_on_executor", "delivery_mode", "delivery_task", "on_executor"]
