@@ -90,7 +90,7 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
     assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
     notes = executor_notes(log, pipeline)
     assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
-    assert "Spark Connect session opened" in log, log[-3000:]  # two slices: the server's tasks read them
+    assert "by this task, Spark tasks reading" in log, log[-3000:]  # two slices: the server's tasks read them
 
     sql(f"DELETE FROM {db}.orders WHERE id = 2", "FLUSH BINARY LOGS",
         f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1",
@@ -271,9 +271,9 @@ def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgr
             f"INSERT INTO {table} VALUES (3, 'new'); COMMIT")
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
-        # One slice (a slot is one stream): the task reads it itself and never opens a session.
+        # One slice (a slot is one stream): one Spark task on the server reads and delivers it.
         assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
-        assert "Spark Connect session not needed (read by this task)" in log, log[-3000:]
+        assert "by a Spark task on the server" in log, log[-3000:]
         sql(f"DELETE FROM {table} WHERE id = 2", f"UPDATE {table} SET status = 'shipped' WHERE id = 1")
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]

@@ -238,10 +238,11 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     # ------------------------------------------------------------------ Spark Connect
 
     def deliver_connected(self, run: Any, conn_id: str) -> dict[str, Any]:
-        """The run in this task, as a client of the Spark Connect server of connection
-        ``conn_id`` (conn type ``spark_connect``): no spark-submit. The connections stay in this
-        process (the source's goes to the server's tasks inside the data source, as it goes to a
-        spark-submit driver's executors); the server URL may hold a token and is not logged."""
+        """The run through the Spark Connect server of connection ``conn_id`` (conn type
+        ``spark_connect``): no spark-submit. A plan of one log slice is delivered by one Spark task
+        there, this task submits and waits; a plan with parallel parts is delivered here, Spark
+        tasks reading the parts (tidegate/spark/delivery.py). The connections travel pickled inside
+        the job; the server URL may hold a token and is not logged."""
         from tidegate.spark.connect import deliver_remote
         from tidegate.spark.package import package_zip
 
@@ -256,10 +257,10 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         conf = {**run.spec.spark.conf, **(self.conf or {})}
         report = deliver_remote(hook.get_connection_url(), run, conf=conf,
                                 py_files=[str(package_zip())] if self.ship_package else ())
-        self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es); Spark Connect "
-                      "session %s; timings %s", run.pipeline, report.get("events"), report.get("bytes"),
-                      report.get("sub_batches"),
-                      "opened" if report.get("spark_session_opened") else "not needed (read by this task)",
+        by = ("a Spark task on the server" if report.get("delivered_by") == "executor" else
+              "this task, Spark tasks reading" if report.get("spark_session_opened") else "this task")
+        self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es) by %s; timings %s",
+                      run.pipeline, report.get("events"), report.get("bytes"), report.get("sub_batches"), by,
                       report.get("connect_timings"))
         return report
 
