@@ -107,7 +107,9 @@ def dags_test(env: dict[str, str], dag_id: str, conf: dict | None = None) -> tup
 def dags_test_killed_when(env: dict[str, str], dag_id: str, ready: Callable[[], bool],
                           timeout: float = 300) -> str:
     """Run `airflow dags test` in a process group of its own and SIGKILL the whole group (the
-    task, spark-submit, the Spark JVM and its Python workers) as soon as ``ready()`` holds.
+    task, spark-submit, the Spark JVM and its Python workers) as soon as ``ready()`` holds, and
+    with it the Python workers of the `spark_connect` server that run tasks (a run delivered by
+    a Spark task there goes on without its client: the run is killed where it delivers).
     Returns what it printed; fails when the run ended before the kill point."""
     # Output goes to a file: a pipe nobody reads would stall the run before the kill point.
     with tempfile.TemporaryFile() as out:
@@ -123,6 +125,7 @@ def dags_test_killed_when(env: dict[str, str], dag_id: str, ready: Callable[[], 
                 assert time.monotonic() < deadline, "kill point not reached in time"
                 time.sleep(0.02)
             os.killpg(proc.pid, signal.SIGKILL)
+            kill_connect_task_workers()
             proc.wait(60)
         finally:
             if proc.poll() is None:
@@ -132,6 +135,30 @@ def dags_test_killed_when(env: dict[str, str], dag_id: str, ready: Callable[[], 
         text = out.read().decode(errors="replace")
     assert proc.returncode == -signal.SIGKILL
     return text
+
+
+def kill_connect_task_workers() -> int:
+    """SIGKILL the `spark_connect` server's Python workers that a daemon forked for tasks (and
+    what they started), not the daemons: a task running there fails (``local[2]`` does not retry
+    it). Returns how many were killed."""
+    import psutil
+
+    pid_file = Path(services_env()["TIDEGATE_SERVICES_DIR"]) / "spark_connect" / "pid"
+    if not pid_file.exists():
+        return 0
+    try:
+        server = psutil.Process(int(pid_file.read_text().split()[0]))
+        workers = [p for p in server.children(recursive=True)
+                   if "pyspark.daemon" in " ".join(p.parent().cmdline())]
+    except psutil.Error:
+        return 0
+    for w in workers:
+        for p in [*w.children(recursive=True), w]:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+    return len(workers)
 
 
 def task_ended(log: str, task_id: str) -> bool:
