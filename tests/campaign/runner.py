@@ -392,7 +392,7 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         return
     at = p.writes(run.run_id)
     if step.fault in EXECUTOR_FAULTS:
-        executor_fault(p, step, i, out)
+        executor_fault(p, run, step, i, out)
     elif step.fault == "run_kill":
         run.signal(signal.SIGKILL)
     elif step.fault.startswith("run_"):  # run_stop, run_stall_nats, run_stall_kafka
@@ -415,8 +415,13 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
     p.catch_up(f"s{i}_after", out)
 
 
-def executor_fault(p: Pipe, step: Step, i: int, out: Outcome) -> None:
-    """A fault of the Spark task that delivers the run (its client, `tidegate run`, waits)."""
+def executor_fault(p: Pipe, run: Run, step: Step, i: int, out: Outcome) -> None:
+    """A fault of the Spark task that delivers the run (its client, `tidegate run`, waits). At
+    an early moment the task may not have started yet: it is waited for while the run lasts."""
+    deadline = time.monotonic() + 15
+    while (not faults.delivering_workers(p.ports) and run.proc.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
     if step.fault == "task_worker_kill":
         found = faults.kill_delivery_worker(p.ports)
     elif step.fault == "executor_kill":

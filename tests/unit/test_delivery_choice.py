@@ -17,7 +17,7 @@ from tidegate.reading import Chunk, Slice, SnapshotEnd
 from tidegate.run import RunContext, RunRecord
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.spark.connect import kept_session_id
-from tidegate.spark.delivery import delivery_mode, on_executor
+from tidegate.spark.delivery import delivery_mode, needs_barrier, on_executor
 from tidegate.spec import load_spec_text
 
 
@@ -80,3 +80,25 @@ def test_resolved_parts_hand_out_what_was_resolved_and_name_what_was_not():
     assert parts.hash_salt(load_spec_text(spec_text())) == b"salt"
     with pytest.raises(ConnectionConfigError, match="'kafka' was not resolved for this Spark task"):
         parts.connection("kafka")
+
+
+class ServerConf:
+    """What a Connect session's ``spark.conf.get`` answers (the server's settings)."""
+
+    def __init__(self, **settings: str):
+        self.settings = {k.replace("_", "."): v for k, v in settings.items()}
+        self.conf = self
+
+    def get(self, key: str, default=None):
+        return self.settings.get(key, default)
+
+
+def test_the_delivery_stage_is_a_barrier_stage_only_where_speculation_could_copy_it():
+    # no speculation, or speculation without a duration threshold: a one-task stage is never
+    # speculated, and a plain stage keeps Spark's task retries
+    assert needs_barrier(ServerConf()) is False
+    assert needs_barrier(ServerConf(spark_speculation="true")) is False
+    threshold = {"spark_speculation": "true", "spark_speculation_task_duration_threshold": "30s"}
+    assert needs_barrier(ServerConf(**threshold)) is True
+    # dynamic allocation refuses barrier stages: a plain stage (a copy is fenced by the lease)
+    assert needs_barrier(ServerConf(**threshold, spark_dynamicAllocation_enabled="true")) is False

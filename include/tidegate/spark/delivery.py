@@ -137,10 +137,7 @@ def deliver_on_executor(session: LazySession, run: RunContext, store_url: str) -
 
     # One partition, one task: a UDF over a one-row frame needs no planning process on the
     # server (a Python Data Source starts two, each importing the engine, before its task runs).
-    # A barrier stage is never speculated; Spark refuses one under dynamic allocation, where a
-    # one-task stage is still speculated only with a duration threshold set (and a copy would
-    # be fenced by the lease).
-    barrier = str(_setting(spark, "spark.dynamicAllocation.enabled")).lower() != "true"
+    barrier = needs_barrier(spark)
     [row] = spark.range(1, numPartitions=1).mapInArrow(task, REPORT_SCHEMA, barrier=barrier).collect()
     report = json.loads(row["report"])
     if report.get("fatal"):
@@ -148,6 +145,22 @@ def deliver_on_executor(session: LazySession, run: RunContext, store_url: str) -
                             f"not retried: {report.get('error')}")
     report["delivered_by"] = "executor"
     return report
+
+
+def needs_barrier(spark: Any) -> bool:
+    """Whether the delivery stage must be a barrier stage so that Spark cannot speculate it.
+    Spark speculates a one-task stage only when ``spark.speculation.task.duration.threshold`` is
+    set (``TaskSetManager.checkSpeculatableTasks``), and never a barrier stage; but a failed
+    barrier result stage is not retried (the job fails, and Airflow retries the run), and
+    dynamic allocation refuses barrier stages. So: a plain stage, which Spark retries, unless
+    speculation could start a copy and a barrier stage is allowed (a copy the barrier could not
+    stop would be a second run of the record, fenced by the lease)."""
+    def on(key: str) -> bool:
+        return str(_setting(spark, key)).lower() == "true"
+
+    could_speculate = on("spark.speculation") and _setting(
+        spark, "spark.speculation.task.duration.threshold") not in (None, "")
+    return could_speculate and not on("spark.dynamicAllocation.enabled")
 
 
 def _setting(spark: Any, key: str) -> str | None:
