@@ -23,6 +23,7 @@ retry cannot fix (fenced, halted, a bad spec or connection) ends the task normal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -108,9 +109,8 @@ def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
     from ..store import open_store
 
     pipeline, run_id, connections, salt, store_url, settings = payload
-    os.environ.update(settings)  # (a worker serves one pipeline's session: its runs' settings)
     try:
-        with open_store(store_url) as store:
+        with _environment(settings), open_store(store_url) as store:
             run = from_record(store, pipeline, run_id, resolved_parts(connections, salt))
             with ReaderProcess(store_url) as reader:
                 report = run_pipeline(run, reader=reader)
@@ -122,6 +122,24 @@ def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
                                "worker_warm": warm}
     text = json.dumps(report, sort_keys=True, default=str)
     yield pa.RecordBatch.from_arrays([pa.array([text], pa.string())], names=["report"])
+
+
+@contextlib.contextmanager
+def _environment(settings: Mapping[str, str]) -> Iterator[None]:
+    """The run's settings in this worker's environment (a reader process it starts inherits
+    them) for the run only: the worker is reused by the session's later tasks."""
+    import os
+
+    before = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def deliver_on_executor(session: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
