@@ -140,6 +140,6 @@ def _step(rng: random.Random, fault: str, with_delta: bool = False) -> Step:
     writes = rng.choice((0, 0, rng.randint(3, 15)))
     wave = rng.randint(25, 40) if with_delta else rng.randint(15, 50)
     if fault in EXECUTOR_FAULTS:  # a run long enough that its task is still there at the moment
-        wave *= 5
+        wave *= 20
     return Step(fault, moment, hold, wave=wave, writes_between=writes,
                 takeovers=rng.randint(1, 2) if fault == "zombie" else 0)
