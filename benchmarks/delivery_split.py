@@ -33,7 +33,7 @@ import time
 import uuid
 from pathlib import Path
 
-from servers import services, services_env  # benchmarks/servers.py
+from servers import admin_connection, services_env  # benchmarks/servers.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "include"))
@@ -79,29 +79,15 @@ def tree_cpu(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def server_pid() -> int:
-    out = services("status")
-    for line in out.splitlines():
-        if line.startswith("spark_connect ") and "healthy" in line:
-            return int(line.split("pid")[1].split()[0])
-    raise SystemExit("the spark_connect service is not up: scripts/services up spark_connect")
+def server_pid(env: dict) -> int:
+    pid_file = Path(env["TIDEGATE_SERVICES_DIR"]) / "spark_connect" / "pid"
+    if not pid_file.exists():
+        raise SystemExit("the spark_connect service is not up: scripts/services up spark_connect")
+    return int(pid_file.read_text().split()[0])
 
 
 def write_rows(source: str, env: dict, schema: str, events: int) -> None:
-    from tidegate.connections import get_connection
-
-    admin = get_connection(f"cdc_{source}_admin", env)
-    if source == "mysql":
-        import pymysql
-
-        conn = pymysql.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
-                               autocommit=True)
-    else:
-        import psycopg2
-
-        conn = psycopg2.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
-                                dbname=admin.schema)
-        conn.autocommit = True
+    conn = admin_connection(source, env)
     with conn.cursor() as c:
         for i in range(0, events, 1000):
             rows = ", ".join(f"({j}, {j % 97}, 'status-{j % 13}-padding-padding')"
@@ -114,29 +100,22 @@ def setup(source: str, env: dict, name: str) -> str:
     """A schema and table of its own; returns the spec's source line."""
     from tidegate.connections import get_connection
 
-    admin = get_connection(f"cdc_{source}_admin", env)
-    if source == "mysql":
-        import pymysql
-
-        conn = pymysql.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
-                               autocommit=True)
-        with conn.cursor() as c:
+    conn = admin_connection(source, env)
+    with conn.cursor() as c:
+        if source == "mysql":
             c.execute(f"CREATE DATABASE {name}")
             c.execute(f"CREATE TABLE {name}.t (id INT PRIMARY KEY, v INT, s VARCHAR(40))")
-        conn.close()
-        return f"{{kind: mysql, conn_id: cdc_mysql, tables: [{name}.t], server_id: 47700, start: head}}"
-    import psycopg2
-
-    conn = psycopg2.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
-                            dbname=admin.schema)
-    conn.autocommit = True
-    cdc = get_connection("cdc_postgres", env)
-    with conn.cursor() as c:
-        c.execute(f"CREATE SCHEMA {name}")
-        c.execute(f"CREATE TABLE {name}.t (id INT PRIMARY KEY, v INT, s VARCHAR(40))")
-        c.execute(f"GRANT USAGE ON SCHEMA {name} TO {cdc.login}")
-        c.execute(f"GRANT SELECT ON {name}.t TO {cdc.login}")
+        else:
+            cdc = get_connection("cdc_postgres", env)
+            c.execute(f"CREATE SCHEMA {name}")
+            c.execute(f"CREATE TABLE {name}.t (id INT PRIMARY KEY, v INT, s VARCHAR(40))")
+            c.execute(f"GRANT USAGE ON SCHEMA {name} TO {cdc.login}")
+            c.execute(f"GRANT SELECT ON {name}.t TO {cdc.login}")
+            # the slot, as a first run's guard creates it
+            c.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (name,))
     conn.close()
+    if source == "mysql":
+        return f"{{kind: mysql, conn_id: cdc_mysql, tables: [{name}.t], server_id: 47700, start: head}}"
     return f"{{kind: postgres, conn_id: cdc_postgres, tables: [{name}.t], slot: {name}, start: head}}"
 
 
@@ -183,7 +162,7 @@ def main() -> None:
     base.mkdir()
     env["TIDEGATE_CHECKPOINT_STORE"] = f"sqlite:///{base / 'store.sqlite'}"
     os.environ.update(env)
-    server = server_pid()
+    server = server_pid(env)
     print(f"{a.events} changes, {a.source} -> Kafka exactly-once, Spark Connect server pid {server}; "
           f"load average {os.getloadavg()[0]:.1f}")
     print("| delivered by | events | wall s | deliver task CPU s | server CPU s | deliver task share |")

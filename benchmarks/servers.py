@@ -26,3 +26,22 @@ def services_env() -> dict[str, str]:
         key, _, value = line.removeprefix("export ").partition("=")
         out[key] = shlex.split(value)[0]
     return out
+
+
+def admin_connection(source: str, env: dict | None = None):
+    """An autocommit connection of the source's admin login (``cdc_mysql_admin`` or
+    ``cdc_postgres_admin``): what a benchmark's workload writes with."""
+    from tidegate.connections import get_connection
+
+    admin = get_connection(f"cdc_{source}_admin", env)
+    if source == "mysql":
+        import pymysql
+
+        return pymysql.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
+                               autocommit=True)
+    import psycopg2
+
+    conn = psycopg2.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
+                            dbname=admin.schema)
+    conn.autocommit = True
+    return conn
