@@ -8,7 +8,8 @@ Both refuse any connection that is not TLS with a client certificate of the test
 read that succeeds proves the connection it came through used the connection's TLS settings:
 the guard and bounds tasks (control connections), the snapshot's chunks (Spark tasks: the log
 line says so), the MariaDB log read as two binlog slices in Spark tasks (the log line and the
-executors' notes say so), the PostgreSQL log (the driver's streaming read of the slot).
+executors' notes say so), the PostgreSQL log (read by the Spark task that delivers each run on
+the Connect server).
 
 The MariaDB pipeline spark-submits its deliver task for the snapshot and the first log run (the
 one over two binlog files, decoded in Spark tasks); its two other log runs are clients of the
@@ -252,9 +253,9 @@ def postgres_pipeline(base: Path, service_env: dict, postgres_tls, redis_service
         sql(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
         sql(f"INSERT INTO {table} VALUES (1, 'new'), (2, 'new'), (3, 'new')")
         logs = run_pipeline_over_tls(env, dag, pipeline, stream, sql, table, redis_service, flush="")
-        # The slot's one slice: the Spark driver reads it itself, over TLS (the server takes
-        # nothing else).
-        assert all(re.search(rf"pipeline {pipeline}: .* is one slice: the driver reads it", log)
+        # The slot's one slice: one Spark task on the Connect server reads and delivers it, over
+        # TLS (the server takes nothing else), with the connection the deliver task shipped it.
+        assert all(f"pipeline {pipeline}: delivered" in log and "by a Spark task on the server" in log
                    for log in logs[1:]), logs[1][-4000:]
 
         for stmt in WAITING:
