@@ -1,9 +1,11 @@
 """Snapshot read throughput: rows/s of Spark tasks reading primary-key chunks in parallel,
-against one sequential reader, in the same run.
+against one sequential reader, in the same run; with ``--peers``, Debezium's initial snapshot of
+the same table beside them.
 
     eval "$(scripts/services env)"
     PATH="$PWD/.venv/bin:$PATH" SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python benchmarks/snapshot.py \\
-        [--rows 1000000] [--chunk-rows 50000] [--parallelism 2] [--master local[2]] [--source mysql|postgres]
+        [--rows 1000000] [--chunk-rows 50000] [--parallelism 2] [--master local[2]] \\
+        [--source mysql|postgres] [--peers [--repeats 1]]
 
 Table: ``--rows`` rows of an 11-column table (BIGINT key, INT, VARCHAR, DECIMAL, SMALLINT,
 DOUBLE, VARCHAR(100), DATETIME(6), TIMESTAMP(3), TINYINT, CHAR(8)), filled by the server
@@ -26,6 +28,22 @@ the JVM and its Python workers; not the database server's), and peak RSS: the
 reading process (for Spark the Python driver) and, for Spark, the driver JVM, sampled every
 0.2 s. The speed-up is spark rows/s over sequential rows/s of this one run. The workload uses
 the admin connection, the reads the CDC one; the table is dropped at the end.
+
+``--peers`` adds a third read of the same table, right after the sequential one (the Spark read
+comes last; ``--repeats N`` reads sequentially and with Debezium N times each, alternating which
+goes first, and tables the best of each): Debezium's own connector
+(MariaDB 3.5.0.Final / PostgreSQL 3.6.1.Final) with ``snapshot.mode=initial``, in the compat
+capture program's ``count`` command (tests/compat/debezium-capture, built by ``make
+compat-build``): Debezium's embedded engine with its JSON format and a batch consumer, engine and
+JVM defaults (no -Xmx; G1; C2), schemas off and ``decimal.handling.mode=string`` (the form of
+tidegate's envelope). Every record's value is taken as a string and its UTF-8 bytes counted;
+nothing is kept or written. Its rows/s is N over the first record's hand-over to the N-th's (the
+JVM start, the engine and connector start, the lock and the snapshot query's start are reported
+apart: ``jvm``, ``connector start``); its CPU seconds are the JVM's process CPU time over the
+same span (every thread, GC and JIT included; not the database server's), its peak RSS the
+JVM's VmHWM. It connects as the admin connection (MariaDB: its global read lock needs RELOAD;
+PostgreSQL: it creates its publication and slot, dropped at the end). The ratio printed is
+tidegate sequential rows/s over Debezium's.
 """
 
 from __future__ import annotations
@@ -35,6 +53,8 @@ import base64
 import json
 import os
 import pickle
+import secrets
+import shutil
 import subprocess
 import sys
 import threading
@@ -159,6 +179,107 @@ def drop_slot(spec) -> None:
             source.drop_slot()
         finally:
             source.close()
+
+
+# --------------------------------------------------------------------------- Debezium
+
+
+CAPTURE_DIR = ROOT / "tests" / "compat" / "debezium-capture"
+# Maven Central has the MariaDB connector only up to 3.5.0.Final (tests/compat/debezium-capture/pom.xml)
+DEBEZIUM_BUILDS = {"mysql": "mariadb", "postgres": "postgres"}
+
+
+def debezium_properties(source: str, name: str) -> tuple[dict[str, str], str]:
+    """Debezium's initial snapshot of ``name``.bench, its defaults but where its output would
+    differ in form from tidegate's envelope (schemas off, DECIMAL as a string); and the table
+    as Debezium names it after the topic prefix."""
+    from tidegate.connections import get_connection
+
+    admin = get_connection(f"cdc_{source}_admin")
+    props = {
+        "name": f"bench-{name}", "topic.prefix": "bench",
+        "database.hostname": admin.host, "database.port": str(admin.port),
+        "database.user": admin.login, "database.password": admin.password or "",
+        "snapshot.mode": "initial", "table.include.list": f"{name}.bench",
+        "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
+        "offset.flush.interval.ms": "60000",
+        "converter.schemas.enable": "false", "key.converter.schemas.enable": "false",
+        "value.converter.schemas.enable": "false",
+        "decimal.handling.mode": "string", "tombstones.on.delete": "false",
+    }
+    if source == "mysql":
+        props.update({"connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+                      "database.server.id": str(48000 + secrets.randbelow(1000)),
+                      "database.include.list": name, "include.schema.changes": "false",
+                      "schema.history.internal": "io.debezium.relational.history.MemorySchemaHistory"})
+    else:
+        props.update({"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+                      "database.dbname": admin.schema, "plugin.name": "pgoutput",
+                      "slot.name": name, "slot.drop.on.stop": "true",
+                      "publication.name": name, "publication.autocreate.mode": "filtered"})
+    return props, f"{name}.bench"
+
+
+def drop_debezium_leftovers(source: str, name: str) -> None:
+    """The slot and publication Debezium made (the slot is dropped on stop; not after a crash)."""
+    if source != "postgres":
+        return
+    import psycopg2
+    from tidegate.connections import get_connection
+
+    admin = get_connection("cdc_postgres_admin")
+    conn = psycopg2.connect(host=admin.host, port=admin.port, user=admin.login, password=admin.password,
+                            dbname=admin.schema)
+    conn.autocommit = True
+    with conn.cursor() as c:
+        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                  "WHERE slot_name = %s AND NOT active", (name,))
+        c.execute(f"DROP PUBLICATION IF EXISTS {name}")
+    conn.close()
+
+
+def run_debezium(source: str, name: str, rows: int, workdir: Path) -> dict:
+    """Debezium's initial snapshot of the table in its own JVM; the compat program's ``count``."""
+    build = CAPTURE_DIR / "target" / DEBEZIUM_BUILDS[source]
+    if not (build / "classes").is_dir() or not (build / "lib").is_dir():
+        raise SystemExit(f"--peers: Debezium's capture program is not built ({build} is missing): "
+                         f"run `make compat-build` first")
+    props, table = debezium_properties(source, name)
+    path = workdir / "debezium.properties"
+    # a properties file, not argv: it holds the password
+    path.write_text("".join(f"{k}={v}\n".replace("\\", "\\\\") for k, v in props.items()))
+    path.chmod(0o600)
+    log = workdir / "debezium.log"
+    t0 = time.perf_counter()
+    with open(workdir / "debezium.out", "w") as out, open(log, "w") as err:
+        proc = subprocess.Popen(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                                 "-cp", f"{build / 'classes'}:{build / 'lib'}/*",
+                                 "tidegate.compat.DebeziumCapture", "count", "--properties", str(path),
+                                 "--table", table, "--rows", str(rows)],
+                                stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    lines = (workdir / "debezium.out").read_text().splitlines()
+    counted = [ln for ln in lines if ln.startswith("COUNTED ")]
+    if proc.returncode != 0 or not counted:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"debezium exited with {proc.returncode}:\n{tail}")
+    r = json.loads(counted[-1][len("COUNTED "):])
+    shutil.rmtree(workdir)  # kept when the run fails: its log
+    return {"mode": "debezium", "rows": r["rows"], "bytes": r["bytes"],
+            "last_snapshot_mark": r["last_snapshot_mark"], "other_records": r["other_records"],
+            "wall_s": round(r["snapshot_s"], 2),
+            "rows_per_s": round(r["rows"] / r["snapshot_s"]), "cpu_s": round(r["snapshot_cpu_s"], 1),
+            "peak_rss_mb": round(r["peak_rss_mb"]), "jvm_start_s": round(r["jvm_start_s"], 2),
+            "connector_start_s": round(r["connector_start_s"], 2),
+            "start_cpu_s": round(r["start_cpu_s"], 1), "process_wall_s": round(wall, 1),
+            "process_cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "process_peak_rss_mb": round(usage.ru_maxrss / 1024), "max_heap_mb": round(r["max_heap_mb"])}
+
+
+def load_average() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 # --------------------------------------------------------------------------- measuring child
@@ -287,6 +408,10 @@ def main() -> int:
     p.add_argument("--parallelism", type=int, default=2, help="chunks read at once by Spark tasks")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--source", choices=("mysql", "postgres"), default="mysql")
+    p.add_argument("--peers", action="store_true",
+                   help="also Debezium's initial snapshot of the same table (make compat-build first)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="sequential and Debezium reads this many times each, alternating; the best is tabled")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--child-args", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -303,23 +428,60 @@ def main() -> int:
         record_json, plan_s = plan(spec_for(*spec_args))
         chunks = len(pickle.loads(base64.b64decode(record_json)).chunks)
         print(f"plan: {chunks} chunks of at most {args.chunk_rows} rows in {plan_s:.2f}s", flush=True)
-        results = {}
-        for mode in ("sequential", "spark"):
-            results[mode] = run_child(mode, spec_args, record_json, args.master)
-            print(json.dumps(results[mode]), flush=True)
-        seq, spk = results["sequential"], results["spark"]
-        assert seq["rows"] == spk["rows"] == args.rows, (seq["rows"], spk["rows"])
-        print(f"\nsnapshot of {args.rows} rows ({args.source}, {chunks} chunks of {args.chunk_rows}):")
-        print(f"  sequential reader      {seq['rows_per_s']:>9,} rows/s  {seq['wall_s']:>7.1f} s  "
-              f"cpu {seq['cpu_s']:>6.1f} s  peak RSS {seq['peak_rss_mb']} MB")
-        print(f"  spark {args.master:<8} x{args.parallelism:<3} {spk['rows_per_s']:>9,} rows/s  "
-              f"{spk['wall_s']:>7.1f} s  cpu {spk['cpu_s']:>6.1f} s  peak RSS driver {spk['peak_rss_mb']} MB "
-              f"(python) + {spk['peak_jvm_rss_mb']} MB (JVM); session start {spk['session_start_s']} s")
-        print(f"  speed-up (spark / sequential): {spk['rows_per_s'] / seq['rows_per_s']:.2f}x")
+        runs: dict[str, list[dict]] = {}
+        for mode in measurement_order(args.peers, args.repeats):
+            print(f"{mode}: starting, {load_average()}", flush=True)
+            if mode == "debezium":
+                workdir = Path(os.environ.get("TMPDIR", "/tmp")) / name
+                workdir.mkdir(parents=True, exist_ok=True)
+                result = run_debezium(args.source, name, args.rows, workdir)
+            else:
+                result = run_child(mode, spec_args, record_json, args.master)
+            result["load_1min"] = round(os.getloadavg()[0], 2)
+            runs.setdefault(mode, []).append(result)
+            print(json.dumps(result), flush=True)
+        print(f"end: {load_average()}", flush=True)
+        report(args, chunks, runs)
     finally:
         drop_slot(spec_for(args.source, table, args.chunk_rows, args.parallelism))
+        if args.peers:
+            drop_debezium_leftovers(args.source, name)
         drop_table(args.source, name)
     return 0
+
+
+def measurement_order(peers: bool, repeats: int) -> list[str]:
+    """The sequential read and Debezium's next to each other (the two the ratio compares, on a
+    machine whose load moves), their order swapped on every repeat; the Spark path once, last."""
+    pairs = [("sequential", "debezium") if i % 2 == 0 else ("debezium", "sequential") for i in range(repeats)]
+    return [m for pair in pairs for m in pair if peers or m != "debezium"] + ["spark"]
+
+
+def report(args, chunks: int, runs: dict[str, list[dict]]) -> None:
+    counts = [r["rows"] for rs in runs.values() for r in rs]
+    assert counts == [args.rows] * len(counts), counts
+    # the best of each mode's repeats: the one least slowed by the rest of the machine
+    results = {mode: max(rs, key=lambda r: r["rows_per_s"]) for mode, rs in runs.items()}
+    seq, spk, dbz = results["sequential"], results["spark"], results.get("debezium")
+    if args.repeats > 1:
+        for mode, rs in runs.items():
+            each = ", ".join(f"{r['rows_per_s']:,} (load {r['load_1min']})" for r in rs)
+            print(f"  {mode}: rows/s {each}")
+    print(f"\nsnapshot of {args.rows} rows ({args.source}, {chunks} chunks of {args.chunk_rows}):")
+    print(f"  {'':<28} {'rows/s':>9}  {'read s':>7}  {'cpu s':>6}  peak RSS")
+    print(f"  {'tidegate sequential (1 proc)':<28} {seq['rows_per_s']:>9,}  {seq['wall_s']:>7.1f}  "
+          f"{seq['cpu_s']:>6.1f}  {seq['peak_rss_mb']} MB")
+    print(f"  {'tidegate spark ' + args.master + ' x' + str(args.parallelism):<28} {spk['rows_per_s']:>9,}  "
+          f"{spk['wall_s']:>7.1f}  {spk['cpu_s']:>6.1f}  {spk['peak_rss_mb']} MB driver (python) + "
+          f"{spk['peak_jvm_rss_mb']} MB (JVM); session start {spk['session_start_s']} s apart")
+    if dbz:
+        print(f"  {'debezium initial snapshot':<28} {dbz['rows_per_s']:>9,}  {dbz['wall_s']:>7.1f}  "
+              f"{dbz['cpu_s']:>6.1f}  {dbz['peak_rss_mb']} MB (JVM); jvm {dbz['jvm_start_s']} s + "
+              f"connector start {dbz['connector_start_s']} s apart")
+    print(f"  speed-up (spark / sequential): {spk['rows_per_s'] / seq['rows_per_s']:.2f}x")
+    if dbz:
+        print(f"  tidegate sequential / debezium: {seq['rows_per_s'] / dbz['rows_per_s']:.2f}x; "
+              f"spark / debezium: {spk['rows_per_s'] / dbz['rows_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -375,14 +375,32 @@ class RowEvents:
         key = {c: after[c] for c in self.table.key}
         self.n += 1
         t, spec = self.table, self.spec
+        # One pass over the row's floats serves the key (its values are the row's), the position
+        # (a string and an int) and the envelope: each would otherwise search them again.
+        floats_ok = row_floats_like_stdlib(after)
         return ChangeEvent.native(spec.tenant, spec.pipeline, self.connector, t.db, t.schema, t.table, "r",
-                                  None, after, key, self.tx_id, key_json(key), self.position, self.ts_ms,
-                                  self.n, self.n, mark)
+                                  None, after, key, self.tx_id, key_json(key, floats_ok), self.position,
+                                  self.ts_ms, self.n, self.n, mark, floats_checked=floats_ok)
 
 
-def key_json(key: Mapping[str, Any]) -> str:
-    """The primary key's JSON (key column order), the same bytes the stdlib would write."""
-    if orjson_formats_like_stdlib(key):
+def row_floats_like_stdlib(row: Mapping[str, Any]) -> bool:
+    """:func:`~tidegate.events.orjson_formats_like_stdlib` of a row, in one flat pass: its
+    values are scalars but for JSON, array and SET columns, which are searched in depth."""
+    for v in row.values():
+        t = type(v)
+        if t is float:
+            if not (v == 0.0 or 1e-4 <= abs(v) < 1e16):  # also False for NaN and the infinities
+                return False
+        elif t is not str and t is not int and t is not bool and v is not None \
+                and not orjson_formats_like_stdlib(v):
+            return False
+    return True
+
+
+def key_json(key: Mapping[str, Any], floats_ok: bool | None = None) -> str:
+    """The primary key's JSON (key column order), the same bytes the stdlib would write.
+    ``floats_ok``: the caller already knows whether orjson writes the key's floats as the stdlib."""
+    if floats_ok if floats_ok is not None else orjson_formats_like_stdlib(key):
         try:
             return orjson.dumps(key).decode("utf-8")
         except TypeError:

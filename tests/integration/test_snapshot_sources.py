@@ -15,6 +15,7 @@ import uuid
 import psycopg2
 import pymysql
 import pytest
+from tidegate import snapshots
 from tidegate.errors import SnapshotError
 from tidegate.events import ChangeEvent, encode_row
 from tidegate.sources import make_source
@@ -39,6 +40,28 @@ def log_after(src, start):
 
 def by_key(rows, key):
     return {json.dumps({k: r[k] for k in key}, sort_keys=True): r for r in rows}
+
+
+def stdlib_json(obj, **kw):
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, **kw).encode("utf-8")
+
+
+def assert_events_are_the_log_rows_as_stdlib_json(src, start, table_names):
+    """Through the whole snapshot read path (plan, chunks, row events): every row's ``after`` is
+    its log event's, and its bytes (value, key, event id) the stdlib's JSON of its envelope."""
+    logged = {(e.table, json.dumps(e.key, sort_keys=True)): e.after for e in src.read(start, src.head())
+              if isinstance(e, ChangeEvent)}
+    rec = snapshots.plan_snapshot(src.spec, src, handoff=src.head(), kind="start")
+    events = [e for n in range(1, len(rec.chunks) + 1)
+              for e in snapshots.read_chunk(src.spec, src, rec, n).events]
+    assert sorted({e.table for e in events}) == sorted(table_names)
+    assert {(e.table, json.dumps(e.key, sort_keys=True)): e.after for e in events} == logged
+    assert len(events) == len(logged)
+    for e in events:
+        assert e.value == stdlib_json(e.envelope()), e.after
+        assert e.key_bytes == stdlib_json(e.key, sort_keys=True)
+        assert e.event_id == stdlib_json(e.key).decode()
+    return events
 
 
 # --------------------------------------------------------------------------- MariaDB
@@ -93,6 +116,24 @@ def test_mysql_snapshot_values_equal_the_log_values(my):
     assert snap['{"id": 1}'] == mysql_types.TYPES_EXPECTED
     edge = snap['{"id": 3}']
     assert edge["d"] is None and edge["y"] is None and edge["f"] == 3.1415927 and edge["s"] == ["a", "b", "c"]
+
+
+def test_mysql_snapshot_events_are_the_log_rows_as_stdlib_json(my):
+    ex, db, source = my
+    ex(mysql_types.TYPES_DDL.format(db=db))
+    ex(f"CREATE TABLE {db}.floats (k DOUBLE PRIMARY KEY, f FLOAT, d DOUBLE)")
+    src = source("types", "floats")
+    start = src.head()
+    ex("SET time_zone = '+00:00'")
+    ex("SET sql_mode = ''")
+    ex(mysql_types.TYPES_ROW.format(db=db))
+    ex(f"INSERT INTO {db}.types (id) VALUES (2)")
+    ex(EDGE_ROW_MYSQL.format(db=db))
+    # floats orjson writes as the stdlib does, and some it does not (< 1e-4, >= 1e16), in the key too
+    ex(f"INSERT INTO {db}.floats VALUES (0.5, 0.25, 1e-5), (1e-7, 1.5, 2.5), (1e20, 0, -0.0), "
+       f"(3, NULL, 1e16)")
+    events = assert_events_are_the_log_rows_as_stdlib_json(src, start, ["floats", "types"])
+    assert len(events) == 7
 
 
 def test_mysql_chunks_cover_a_composite_key_exactly_once(my):
@@ -208,6 +249,25 @@ def test_postgres_snapshot_values_equal_the_log_values(pg):
     assert snap["types"]['{"id": 1}'] == pg_types.TYPES_EXPECTED
     one = snap["extra"]['{"id": 1}']
     assert one["c5"] == "ab   " and one["nn"] is None and one["dm"] == "5" and one["m2"] == [[1, 2], [3, 4]]
+
+
+def test_postgres_snapshot_events_are_the_log_rows_as_stdlib_json(pg):
+    ex, s, source = pg
+    ex(pg_types.TYPES_DDL.format(s=s))
+    ex(EXTRA_DDL_PG.format(s=s))
+    ex(f"CREATE TABLE {s}.floats (k double precision PRIMARY KEY, f real, d double precision)")
+    for t in ("types", "extra", "floats"):
+        ex(f"ALTER TABLE {s}.{t} REPLICA IDENTITY FULL")
+    src = source("types", "extra", "floats")
+    assert src.ensure_slot() is not None
+    start = src.head()
+    ex(pg_types.TYPES_ROW.format(s=s))
+    ex(f"INSERT INTO {s}.types (id) VALUES (2)")
+    ex(EXTRA_ROWS_PG.format(s=s))
+    ex(f"INSERT INTO {s}.extra (id) VALUES (3)")
+    ex(f"INSERT INTO {s}.floats VALUES (0.5, 0.25, 1e-5), (1e-7, 1.5, 2.5), (1e20, 0, '-0'), (3, NULL, 1e16)")
+    events = assert_events_are_the_log_rows_as_stdlib_json(src, start, ["extra", "floats", "types"])
+    assert len(events) == 9
 
 
 def test_postgres_chunks_cover_a_composite_key_exactly_once(pg):

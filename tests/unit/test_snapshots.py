@@ -364,6 +364,50 @@ def rows_of(rec, ids, final):
     return table, list(snapshots._marked_rows(({"id": i, "v": 0} for i in ids), build, final))
 
 
+
+# Rows whose floats orjson writes as the stdlib does, and rows where it does not (below 1e-4, at or
+# above 1e16, in the key, inside a JSON column's nested values), with the other JSON types.
+ROWS_OF_EVERY_FLOAT = [
+    {"id": 1, "v": 0.5, "s": "é", "n": None, "b": True, "j": {"a": [1, 2.5, {"x": 0.0}]}, "l": ["a", "b"]},
+    {"id": 2, "v": 1e-5, "s": "", "n": None, "b": False, "j": None, "l": []},
+    {"id": 3, "v": 1e16, "s": "x", "n": 7, "b": None, "j": {"deep": [[1e-7]]}, "l": ["c"]},
+    {"id": 4, "v": -0.0, "s": "y", "n": 2**70, "b": None, "j": [0.1, 1e300], "l": None},
+    {"id": 5, "v": 123456.789, "s": "z", "n": -1, "b": None, "j": {"k": "v"}, "l": ["d"]},
+    {"id": 6.25e-6, "v": 1.0, "s": "k", "n": 0, "b": None, "j": 3, "l": None},
+    {"id": 7.5, "v": 1.0, "s": "k", "n": 0, "b": None, "j": "text", "l": None},
+]
+
+
+def snapshot_events(rows):
+    tables = [{"db": "shop", "schema": "shop", "table": "orders", "key": ["id"]}]
+    rec = SnapshotRecord("p", "s1", "start", pos(1), tables, [{"table": 0, "lo": None, "hi": None}], 0)
+    table = SnapshotTable("shop", "shop", "orders", ("id",))
+    build = snapshots.RowEvents(tiny_spec(), rec, table, 1, "mysql")
+    return list(snapshots._marked_rows(iter(rows), build, final=True))
+
+
+def test_snapshot_row_events_are_the_stdlib_json_of_their_rows():
+    """A snapshot row's bytes (value, key, event id) are the stdlib's JSON of its envelope, for
+    every kind of float: orjson writes them only where it agrees with the stdlib."""
+    events = snapshot_events(ROWS_OF_EVERY_FLOAT)
+    assert [e.after for e in events] == ROWS_OF_EVERY_FLOAT
+    for e in events:
+        stdlib = json.dumps(e.envelope(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        assert e.value == stdlib.encode("utf-8"), e.after
+        assert e.event_id == json.dumps(e.key, ensure_ascii=False, separators=(",", ":"))
+        assert e.key_bytes == json.dumps(e.key, ensure_ascii=False, separators=(",", ":"),
+                                         sort_keys=True).encode("utf-8")
+    assert json.loads(events[-1].value)["source"]["snapshot"] == "last"
+
+
+def test_the_flat_float_check_agrees_with_the_deep_one():
+    from tidegate.events import orjson_formats_like_stdlib
+
+    for row in ROWS_OF_EVERY_FLOAT:
+        assert snapshots.row_floats_like_stdlib(row) == orjson_formats_like_stdlib(row), row
+    assert [snapshots.row_floats_like_stdlib(r) for r in ROWS_OF_EVERY_FLOAT] == [
+        True, False, False, False, True, False, True]
+
 def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_log():
     tables = [{"db": "shop", "schema": "shop", "table": "orders", "key": ["id"]}]
     rec = SnapshotRecord("p", "s1", "start", pos(1), tables, [{"table": 0, "lo": None, "hi": None}], 0)

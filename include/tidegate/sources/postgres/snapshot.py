@@ -35,7 +35,7 @@ from ...errors import SnapshotError
 from ...filters import snapshot_candidates
 from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
 from .position import Lsn
-from .values import converter
+from .values import _identity, converter, ts_iso, ts_iso_fast
 
 FETCH_ROWS = 5000
 SYSTEM_SCHEMAS_SQL = ("n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE "
@@ -64,7 +64,11 @@ def wal2json_value(oid: int) -> Callable[[str], Any]:
         return lambda t: None if t.lower() in _NOT_NUMBERS else decimal.Decimal(t)
     if oid == BOOL_OID:
         return lambda t: t == "t"
-    return lambda t: t
+    return _text
+
+
+def _text(t: str) -> str:
+    return t
 
 
 class PostgresSnapshot:
@@ -229,7 +233,9 @@ class PostgresSnapshot:
         try:
             types = {name: bare for name, _, _, bare in columns}
             names = [c[0] for c in columns]
-            convert = [_compose(wal2json_value(oid), converter(typ)) for _, oid, typ, _ in columns]
+            # only the columns whose text needs converting (most text types' does not)
+            convert = [(i, name, f) for i, (name, oid, typ, _) in enumerate(columns)
+                       if (f := _row_converter(oid, typ)) is not None]
             where, params = ["true"], []
             for bound, op in ((lo, ">"), (hi, "<=")):
                 if bound is not None:
@@ -243,7 +249,12 @@ class PostgresSnapshot:
             cur.itersize = FETCH_ROWS
             cur.execute(sql + " ORDER BY " + ", ".join(_ident(c) for c in table.key), params)
             for row in cur:
-                yield {n: (None if v is None else f(v)) for n, v, f in zip(names, row, convert, strict=True)}
+                out = dict(zip(names, row, strict=True))
+                for i, name, f in convert:
+                    v = row[i]
+                    if v is not None:
+                        out[name] = f(v)
+                yield out
             cur.close()
             conn.rollback()
         finally:
@@ -353,6 +364,17 @@ def _compose(first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callabl
         return None if x is None else then(x)
 
     return both
+
+
+def _row_converter(oid: int, typ: str) -> Callable[[Any], Any] | None:
+    """A column's text (never None) to its value, as wal2json and then the log path's converter
+    make it; None when that is the text itself (a text type with the identity converter)."""
+    first, then = wal2json_value(oid), converter(typ)
+    if then is ts_iso:
+        then = ts_iso_fast  # the same text (tests/unit/test_postgres_values.py), mostly without a regex
+    if first is _text:
+        return None if then is _identity else then
+    return first if then is _identity else _compose(first, then)
 
 
 __all__ = ["PostgresSnapshot", "wal2json_value"]

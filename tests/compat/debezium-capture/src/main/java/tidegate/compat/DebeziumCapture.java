@@ -5,9 +5,11 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.debezium.embedded.Connect;
+import io.debezium.engine.ChangeEvent;
 import io.debezium.engine.DebeziumEngine;
 import io.debezium.engine.RecordChangeEvent;
 import io.debezium.engine.format.ChangeEventFormat;
+import io.debezium.engine.format.Json;
 import io.debezium.transforms.ExtractNewRecordState;
 import java.io.BufferedWriter;
 import java.io.FileInputStream;
@@ -15,6 +17,7 @@ import java.io.InputStreamReader;
 import java.io.IOException;
 import java.io.Reader;
 import java.io.Writer;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -45,6 +48,14 @@ import org.apache.kafka.connect.storage.SimpleHeaderConverter;
  *     written, and writes every record to DIR/records.schemas-off.jsonl and
  *     DIR/records.schemas-on.jsonl. Records of table P are not written: the caller inserts
  *     them until "CAPTURING" is printed, which says the connector reads the log.
+ * count --properties FILE --table T --rows N [--timeout-seconds N]
+ *     Debezium's snapshot speed (benchmarks/snapshot.py): runs the embedded engine the way it
+ *     runs for throughput (JSON format, a batch consumer, engine defaults) with the connector
+ *     settings in FILE until N records of table T (prefix.db.table) have been handed over. Each
+ *     record's value (Debezium's JSON, as the JsonConverter writes it) is taken and its bytes
+ *     counted; nothing is kept or written. Prints one line "COUNTED {json}" with the counts and
+ *     the clock: JVM start, engine start, first and N-th record, and the process's CPU time
+ *     and peak RSS at those moments.
  * extract --in FILE --out-prefix PREFIX
  *     Reads records written with schemas on (by capture, or tidegate's read back from Kafka;
  *     headers from their "text"), applies io.debezium.transforms.ExtractNewRecordState with its default settings and
@@ -68,6 +79,7 @@ public final class DebeziumCapture {
         Map<String, String> options = options(args);
         switch (args[0]) {
             case "capture" -> System.exit(capture(options));
+            case "count" -> System.exit(count(options));
             case "extract" -> System.exit(extract(options));
             default -> usage("unknown command " + args[0]);
         }
@@ -77,6 +89,7 @@ public final class DebeziumCapture {
         System.err.println("debezium-capture: " + problem + "\n"
                 + "usage: capture --properties FILE --out DIR --stop-table T [--probe-table P]"
                 + " [--timeout-seconds N]\n"
+                + "       count --properties FILE --table T --rows N [--timeout-seconds N]\n"
                 + "       extract --in FILE --out-prefix PREFIX");
         System.exit(64);
     }
@@ -169,12 +182,155 @@ public final class DebeziumCapture {
         return node == null || node.isNull() ? null : JSON.writeValueAsBytes(node);
     }
 
-    private static int capture(Map<String, String> options) throws Exception {
+    private static Properties properties(Map<String, String> options) throws IOException {
         Properties props = new Properties();
         try (Reader in = new InputStreamReader(new FileInputStream(required(options, "properties")),
                 StandardCharsets.UTF_8)) {
             props.load(in);
         }
+        return props;
+    }
+
+    /** CPU seconds of this JVM (every thread, GC included). */
+    private static double cpuSeconds() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+                .getProcessCpuTime() / 1e9;
+    }
+
+    /** Peak resident set size of this process in MB (VmHWM), or -1 where /proc is missing. */
+    private static double peakRssMb() {
+        try {
+            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+                if (line.startsWith("VmHWM:")) {
+                    return Long.parseLong(line.replaceAll("[^0-9]", "")) / 1024.0;
+                }
+            }
+        } catch (IOException | NumberFormatException missing) {
+            // not Linux: reported as -1
+        }
+        return -1;
+    }
+
+    /** Counts the records of one table and the bytes of their values; marks the first and the
+     *  N-th with the clock and this process's CPU time. */
+    static final class Counter implements DebeziumEngine.ChangeConsumer<ChangeEvent<String, String>> {
+        final String topic;
+        final long rows;
+        final CountDownLatch reached = new CountDownLatch(1);
+        volatile long count;
+        long bytes;
+        long others;
+        long batches;
+        long firstNanos;
+        long lastNanos;
+        double firstCpu;
+        double lastCpu;
+        String lastSnapshotMark;
+
+        Counter(String topic, long rows) {
+            this.topic = topic;
+            this.rows = rows;
+        }
+
+        @Override
+        public void handleBatch(List<ChangeEvent<String, String>> records,
+                                DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer)
+                throws InterruptedException {
+            batches++;
+            for (ChangeEvent<String, String> record : records) {
+                String value = record.value();
+                if (value != null && topic.equals(record.destination()) && count < rows) {
+                    if (count == 0) {
+                        firstNanos = System.nanoTime();
+                        firstCpu = cpuSeconds();
+                    }
+                    bytes += value.getBytes(StandardCharsets.UTF_8).length;
+                    count++;
+                    if (count == rows) {
+                        lastNanos = System.nanoTime();
+                        lastCpu = cpuSeconds();
+                        int at = value.indexOf("\"snapshot\":\"");
+                        lastSnapshotMark = at < 0 ? null
+                                : value.substring(at + 12, value.indexOf('"', at + 12));
+                        reached.countDown();
+                    }
+                } else {
+                    others++;
+                }
+                committer.markProcessed(record);
+            }
+            committer.markBatchFinished();
+        }
+    }
+
+    private static int count(Map<String, String> options) throws Exception {
+        long jvmStartMs = ManagementFactory.getRuntimeMXBean().getStartTime();
+        Properties props = properties(options);
+        String topic = props.getProperty("topic.prefix") + "." + required(options, "table");
+        long rows = Long.parseLong(required(options, "rows"));
+        long timeout = Long.parseLong(options.getOrDefault("timeout-seconds", "1800"));
+        Counter counter = new Counter(topic, rows);
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        CountDownLatch stopped = new CountDownLatch(1);
+        long engineStartMs = System.currentTimeMillis();
+        long engineStartNanos = System.nanoTime();
+        double engineStartCpu = cpuSeconds();
+        DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class)
+                .using(props)
+                .using((success, message, error) -> {
+                    if (!success) {
+                        failure.compareAndSet(null, error != null ? error : new IllegalStateException(message));
+                    }
+                    stopped.countDown();
+                })
+                .notifying(counter)
+                .build();
+        ExecutorService executor = Executors.newSingleThreadExecutor();
+        executor.execute(engine);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(timeout);
+        boolean reached = false;
+        while (!reached && stopped.getCount() > 0 && System.nanoTime() < deadline) {
+            reached = counter.reached.await(200, TimeUnit.MILLISECONDS);
+        }
+        double peakAtLast = peakRssMb();
+        try {
+            engine.close();
+        } catch (IllegalStateException alreadyStopped) {
+            // the engine stopped itself (it failed): the failure is reported below
+        }
+        executor.shutdown();
+        executor.awaitTermination(30, TimeUnit.SECONDS);
+        if (failure.get() != null) {
+            System.err.println("debezium-capture: the engine failed: " + failure.get());
+            failure.get().printStackTrace();
+            return 1;
+        }
+        if (!reached) {
+            System.err.println("debezium-capture: " + counter.count + " of " + rows + " records of " + topic
+                    + " within " + timeout + " s");
+            return 2;
+        }
+        ObjectNode out = JSON.createObjectNode();
+        out.put("rows", counter.count);
+        out.put("bytes", counter.bytes);
+        out.put("other_records", counter.others);
+        out.put("batches", counter.batches);
+        out.put("last_snapshot_mark", counter.lastSnapshotMark);
+        out.put("jvm_start_s", (engineStartMs - jvmStartMs) / 1e3);
+        out.put("connector_start_s", (counter.firstNanos - engineStartNanos) / 1e9);
+        out.put("snapshot_s", (counter.lastNanos - counter.firstNanos) / 1e9);
+        out.put("snapshot_cpu_s", counter.lastCpu - counter.firstCpu);
+        out.put("start_cpu_s", counter.firstCpu);
+        out.put("engine_start_cpu_s", engineStartCpu);
+        out.put("peak_rss_mb", Math.max(peakAtLast, peakRssMb()));
+        out.put("max_heap_mb", Runtime.getRuntime().maxMemory() / 1048576.0);
+        System.out.println("COUNTED " + JSON.writeValueAsString(out));
+        System.out.flush();
+        return 0;
+    }
+
+    private static int capture(Map<String, String> options) throws Exception {
+        Properties props = properties(options);
         Path out = Path.of(required(options, "out"));
         Files.createDirectories(out);
         String prefix = props.getProperty("topic.prefix");
