@@ -121,7 +121,16 @@ def executors() -> list[psutil.Process]:
     found = re.search(r"^spark\s.*\bworker (\d+)\)", out, re.M)
     assert found, f"the spark service's worker is not up:\n{out}"
     return [p for p in psutil.Process(int(found.group(1))).children()
-            if "CoarseGrainedExecutorBackend" in " ".join(p.cmdline())]
+            if "CoarseGrainedExecutorBackend" in command_line(p)]
+
+
+def command_line(proc: psutil.Process) -> str:
+    """``proc``'s command line; empty for one that ended or is a zombie not yet reaped (the
+    worker JVM has such children)."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
 
 
 def delivering_workers(ports: set[int]) -> list[psutil.Process]:

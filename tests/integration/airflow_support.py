@@ -146,10 +146,15 @@ def kill_connect_task_workers() -> int:
     pid_file = Path(services_env()["TIDEGATE_SERVICES_DIR"]) / "spark_connect" / "pid"
     if not pid_file.exists():
         return 0
+    def forked_by_a_daemon(proc: psutil.Process) -> bool:
+        try:
+            return "pyspark.daemon" in " ".join(proc.parent().cmdline())
+        except (psutil.Error, AttributeError):  # ended, a zombie, or no parent any more
+            return False
+
     try:
         server = psutil.Process(int(pid_file.read_text().split()[0]))
-        workers = [p for p in server.children(recursive=True)
-                   if "pyspark.daemon" in " ".join(p.parent().cmdline())]
+        workers = [p for p in server.children(recursive=True) if forked_by_a_daemon(p)]
     except psutil.Error:
         return 0
     for w in workers:
