@@ -13,8 +13,9 @@ same in both modes, is not in it). Measured per run:
 
 * the child's CPU seconds (user + system, with its own children: the reader process when the
   child reads);
-* the CPU seconds of the Spark Connect server's process tree (the JVM, its Python daemons,
-  workers and the reader process a delivery task starts), from /proc before and after;
+* the server's CPU seconds: for a run delivered by a Spark task, the JVM's own (from /proc,
+  before and after) plus what the task measured of itself and its reader process where it ran;
+  otherwise the server's whole process tree (the JVM and the Python workers that read the parts);
 * the child's share of the two, and the wall time.
 
 The servers: ``scripts/services up mysql postgres kafka spark_connect`` (the ``spark_connect``
@@ -51,8 +52,9 @@ with open_store() as store:
     run = from_record(store, pipeline, run_id).with_store(None)
 report = deliver_remote(connect_url(get_connection("spark_connect")), run, py_files=[str(package_zip())])
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+task = report.get("delivery_task") or {}
 print(json.dumps({"events": report.get("events"), "delivered_by": report.get("delivered_by") or "client",
-                  "wall": time.monotonic() - t0,
+                  "wall": time.monotonic() - t0, "task_cpu": task.get("cpu_seconds"),
                   "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}))
 """
 
@@ -77,6 +79,12 @@ def tree_cpu(pid: int) -> float:
             total += sum(int(v) for v in stats[p][11:15])
         todo += children.get(p, [])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu(pid: int) -> float:
+    """CPU seconds of the process ``pid`` itself (user + system; the server's JVM)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def server_pid(env: dict) -> int:
@@ -140,12 +148,15 @@ def one_run(mode: str, source: str, events: int, env: dict, base: Path, server: 
         runner.prepare_bounds(RunContext(spec, run_id="place", store=store))
         write_rows(source, env, name, events)
         runner.prepare_bounds(RunContext(spec, run_id="r1", store=store))
-    before = tree_cpu(server)
+    before, jvm_before = tree_cpu(server), own_cpu(server)
     out = subprocess.run([sys.executable, "-c", CHILD, name, "r1"], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    got["server_cpu"] = tree_cpu(server) - before
+    if got["task_cpu"] is not None:  # the delivery task measured itself where it ran
+        got["server_cpu"] = own_cpu(server) - jvm_before + got["task_cpu"]
+    else:  # Spark tasks read parts: the server's process tree (its Python workers come and go)
+        got["server_cpu"] = tree_cpu(server) - before
     got["share"] = got["cpu"] / (got["cpu"] + got["server_cpu"])
     got["mode"] = mode
     return got

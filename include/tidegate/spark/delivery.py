@@ -98,7 +98,7 @@ def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
     import sys
     import time
 
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _cpu_with_children()
     warm = "tidegate.runner" in sys.modules  # a reused worker has the engine imported already
     import pyarrow as pa
 
@@ -118,10 +118,19 @@ def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
         if not exc.fatal:
             raise  # Spark retries the task
         report = {"fatal": True, "error": f"{type(exc).__name__}: {exc}"}
+    # what the task cost where it ran (its reader process included): benchmarks/delivery_split.py
     report["delivery_task"] = {"pid": os.getpid(), "seconds": round(time.monotonic() - t0, 3),
-                               "worker_warm": warm}
+                               "cpu_seconds": round(_cpu_with_children() - cpu0, 3), "worker_warm": warm}
     text = json.dumps(report, sort_keys=True, default=str)
     yield pa.RecordBatch.from_arrays([pa.array([text], pa.string())], names=["report"])
+
+
+def _cpu_with_children() -> float:
+    """CPU seconds of this process and of its children that ended (the reader process)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 @contextlib.contextmanager
