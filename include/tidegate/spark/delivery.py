@@ -26,6 +26,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import resource
+import sys
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -80,8 +84,6 @@ def has_parallel_parts(run: RunContext) -> bool:
 def task_payload(run: RunContext, store_url: str) -> tuple:
     """What the task gets: names, the resolved connections and salt, the store URL (secrets:
     pickled into the job, never logged)."""
-    import os
-
     spec, parts = run.spec, run.parts
     ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks if s.conn_id)]
     connections = {i: parts.connection(i) for i in dict.fromkeys(ids)}
@@ -91,15 +93,13 @@ def task_payload(run: RunContext, store_url: str) -> tuple:
     return run.pipeline, run.run_id, connections, parts.hash_salt(spec), store_url, settings
 
 
-def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
+def delivery_task(payload: tuple) -> Iterator[Any]:
     """The Spark task: the run, as a spark-submit driver runs it, reading in this worker (and a
     reader process of its own); yields its report (or its fatal error) as one Arrow row."""
-    import os
-    import sys
-    import time
-
     t0, cpu0 = time.monotonic(), _cpu_with_children()
     warm = "tidegate.runner" in sys.modules  # a reused worker has the engine imported already
+    # imported here, where the run happens: the deliver task that imports this module runs none
+    # of it, and its CPU is what this shape saves
     import pyarrow as pa
 
     from ..parts import resolved_parts
@@ -127,8 +127,6 @@ def delivery_task(payload: tuple, _index: int) -> Iterator[Any]:
 
 def _cpu_with_children() -> float:
     """CPU seconds of this process and of its children that ended (the reader process)."""
-    import resource
-
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
@@ -137,8 +135,6 @@ def _cpu_with_children() -> float:
 def _environment(settings: Mapping[str, str]) -> Iterator[None]:
     """The run's settings in this worker's environment (a reader process it starts inherits
     them) for the run only: the worker is reused by the session's later tasks."""
-    import os
-
     before = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
     try:
@@ -160,7 +156,7 @@ def deliver_on_executor(session: LazySession, run: RunContext, store_url: str) -
     payload = task_payload(run, store_url)
 
     def task(_batches: Iterator[Any]) -> Iterator[Any]:
-        return delivery_task(payload, 0)
+        return delivery_task(payload)
 
     # One partition, one task: a UDF over a one-row frame needs no planning process on the
     # server (a Python Data Source starts two, each importing the engine, before its task runs).
