@@ -20,6 +20,7 @@ COPY --chown=airflow:root include /opt/tidegate/include
 COPY --chown=airflow:root dags /opt/tidegate/dags
 COPY --chown=airflow:root plugins /opt/tidegate/plugins
 COPY --chown=airflow:root spark_jobs /opt/tidegate/spark_jobs
+COPY --chown=airflow:root docker/spark-connect-log4j2.properties /opt/tidegate/docker/spark-connect-log4j2.properties
 RUN pip install --no-cache-dir --no-deps -e /opt/tidegate
 # The compiled hot path (include/tidegate/native, docs/architecture.md), built as `make install`
 # builds it: without it every run in the stack would take the slower pure-Python path. The
