@@ -293,16 +293,7 @@ public final class DebeziumCapture {
             reached = counter.reached.await(200, TimeUnit.MILLISECONDS);
         }
         double peakAtLast = peakRssMb();
-        try {
-            engine.close();
-        } catch (IllegalStateException alreadyStopped) {
-            // the engine stopped itself (it failed): the failure is reported below
-        }
-        executor.shutdown();
-        executor.awaitTermination(30, TimeUnit.SECONDS);
-        if (failure.get() != null) {
-            System.err.println("debezium-capture: the engine failed: " + failure.get());
-            failure.get().printStackTrace();
+        if (!stopEngine(engine, executor, failure)) {
             return 1;
         }
         if (!reached) {
@@ -379,16 +370,7 @@ public final class DebeziumCapture {
             ExecutorService executor = Executors.newSingleThreadExecutor();
             executor.execute(engine);
             boolean reached = stopped.await(timeout, TimeUnit.SECONDS);
-            try {
-                engine.close();
-            } catch (IllegalStateException alreadyStopped) {
-                // the engine stopped itself (it failed): the failure is reported below
-            }
-            executor.shutdown();
-            executor.awaitTermination(30, TimeUnit.SECONDS);
-            if (failure.get() != null) {
-                System.err.println("debezium-capture: the engine failed: " + failure.get());
-                failure.get().printStackTrace();
+            if (!stopEngine(engine, executor, failure)) {
                 return 1;
             }
             if (!reached) {
@@ -444,5 +426,24 @@ public final class DebeziumCapture {
         }
         System.out.println("EXTRACTED " + kept + " of " + records.size());
         return 0;
+    }
+
+    /** Closes the engine (one that stopped itself has failed: said below) and waits for its
+     * thread; false, with the failure printed, when the engine failed. */
+    private static boolean stopEngine(java.io.Closeable engine, ExecutorService executor,
+                                      AtomicReference<Throwable> failure) throws IOException, InterruptedException {
+        try {
+            engine.close();
+        } catch (IllegalStateException alreadyStopped) {
+            // the engine stopped itself (it failed): the failure is reported below
+        }
+        executor.shutdown();
+        executor.awaitTermination(30, TimeUnit.SECONDS);
+        if (failure.get() != null) {
+            System.err.println("debezium-capture: the engine failed: " + failure.get());
+            failure.get().printStackTrace();
+            return false;
+        }
+        return true;
     }
 }
