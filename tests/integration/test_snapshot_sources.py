@@ -216,6 +216,15 @@ EXTRA_ROWS_PG = """INSERT INTO {s}.extra VALUES
    true, 0)"""
 
 
+def write_pg_typed_rows(ex, s: str) -> None:
+    """The typed rows of ``types`` and ``extra`` (every type at its edges), and a row of each
+    with only its key (every other column null)."""
+    ex(pg_types.TYPES_ROW.format(s=s))
+    ex(f"INSERT INTO {s}.types (id) VALUES (2)")
+    ex(EXTRA_ROWS_PG.format(s=s))
+    ex(f"INSERT INTO {s}.extra (id) VALUES (3)")
+
+
 def test_postgres_snapshot_values_equal_the_log_values(pg):
     ex, s, source = pg
     ex(pg_types.TYPES_DDL.format(s=s))
@@ -224,10 +233,7 @@ def test_postgres_snapshot_values_equal_the_log_values(pg):
     src = source("types", "extra")
     assert src.ensure_slot() is not None
     start = src.head()
-    ex(pg_types.TYPES_ROW.format(s=s))
-    ex(f"INSERT INTO {s}.types (id) VALUES (2)")
-    ex(EXTRA_ROWS_PG.format(s=s))
-    ex(f"INSERT INTO {s}.extra (id) VALUES (3)")
+    write_pg_typed_rows(ex, s)
     logged = log_after(src, start)
     types, extra = src.snapshot_tables()
     rows = []
@@ -261,10 +267,7 @@ def test_postgres_snapshot_events_are_the_log_rows_as_stdlib_json(pg):
     src = source("types", "extra", "floats")
     assert src.ensure_slot() is not None
     start = src.head()
-    ex(pg_types.TYPES_ROW.format(s=s))
-    ex(f"INSERT INTO {s}.types (id) VALUES (2)")
-    ex(EXTRA_ROWS_PG.format(s=s))
-    ex(f"INSERT INTO {s}.extra (id) VALUES (3)")
+    write_pg_typed_rows(ex, s)
     ex(f"INSERT INTO {s}.floats VALUES (0.5, 0.25, 1e-5), (1e-7, 1.5, 2.5), (1e20, 0, '-0'), (3, NULL, 1e16)")
     events = assert_events_are_the_log_rows_as_stdlib_json(src, start, ["extra", "floats", "types"])
     assert len(events) == 9

@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 from ..errors import SpecError, TidegateError
 from ..reading import Chunk, Slice
 from ..spec import DELIVERY_CONF, DELIVERY_MODES
-from .connect import LazySession
 
 if TYPE_CHECKING:
     from ..run import RunContext
+    from .connect import LazySession  # (connect.py calls this module: no import back at run time)
 
 log = logging.getLogger(__name__)
 
