@@ -47,8 +47,11 @@ $(COMPAT_STAMP): $(COMPAT_DIR)/pom.xml $(wildcard $(COMPAT_DIR)/src/main/java/ti
 lint: venv
 	$(VENV)/bin/ruff check .
 
+# Two workers, a test module at a time each; the second runs on servers of its own (lane 1 of
+# scripts/services, tests/conftest.py). TEST_WORKERS=0: one process, as before.
+TEST_WORKERS ?= 2
 test: install lint
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
@@ -82,8 +85,9 @@ services-up:
 
 services-down:
 	@$(PYTHON) scripts/services down
+	@TIDEGATE_LANE=1 $(PYTHON) scripts/services down
 
 clean: services-down
-	rm -rf .services .state
+	rm -rf .services .services-lane* .state
 	@if [ -f .demo/env ]; then . .demo/env && $(PYTHON) scripts/services down; fi
 	rm -rf .demo

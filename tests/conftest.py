@@ -18,6 +18,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = ROOT / "scripts" / "services"
+# `make test` runs two pytest-xdist workers, a test module at a time each. The second worker (gw1)
+# gets servers of its own, a lane of scripts/services (its own data folder, every port 200 up),
+# so that a test that kills, stops or restarts a server never hits the other worker's tests.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+if _WORKER.isdigit() and int(_WORKER) > 0:
+    os.environ["TIDEGATE_LANE"] = _WORKER
 sys.path.insert(0, str(ROOT / "include"))
 
 from tidegate.connections import Connection, get_connection  # noqa: E402

@@ -232,7 +232,10 @@ def other_cluster(service_env):
     project's services script with its own folder and port; yields its CDC connection URI."""
     folder = Path(tempfile.mkdtemp(prefix="tidegate-other-pg-", dir="/var/tmp"))
     os.chmod(folder, 0o755)
-    env = dict(os.environ, TIDEGATE_SERVICES_DIR=str(folder), TIDEGATE_POSTGRES_PORT="54391")
+    # Not a lane of the suite's servers (TIDEGATE_LANE): a folder and port of its own per worker.
+    lane = int(os.environ.get("TIDEGATE_LANE") or 0)
+    env = dict(os.environ, TIDEGATE_SERVICES_DIR=str(folder), TIDEGATE_POSTGRES_PORT=str(54391 + 200 * lane),
+               TIDEGATE_LANE="")
     r = subprocess.run([sys.executable, str(SERVICES), "up", "postgres"], env=env, capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr[-2000:]
