@@ -137,15 +137,15 @@ def dags_test_killed_when(env: dict[str, str], dag_id: str, ready: Callable[[], 
     return text
 
 
-def kill_connect_task_workers() -> int:
-    """SIGKILL the `spark_connect` server's Python workers that a daemon forked for tasks (and
-    what they started), not the daemons: a task running there fails (``local[2]`` does not retry
-    it). Returns how many were killed."""
+def connect_task_workers() -> list:
+    """The `spark_connect` server's Python workers that a daemon forked for tasks (not the
+    daemons), as psutil processes."""
     import psutil
 
     pid_file = Path(services_env()["TIDEGATE_SERVICES_DIR"]) / "spark_connect" / "pid"
     if not pid_file.exists():
-        return 0
+        return []
+
     def forked_by_a_daemon(proc: psutil.Process) -> bool:
         try:
             return "pyspark.daemon" in " ".join(proc.parent().cmdline())
@@ -154,11 +154,23 @@ def kill_connect_task_workers() -> int:
 
     try:
         server = psutil.Process(int(pid_file.read_text().split()[0]))
-        workers = [p for p in server.children(recursive=True) if forked_by_a_daemon(p)]
+        return [p for p in server.children(recursive=True) if forked_by_a_daemon(p)]
     except psutil.Error:
-        return 0
+        return []
+
+
+def kill_connect_task_workers() -> int:
+    """SIGKILL the `spark_connect` server's task workers (and what they started): a task running
+    there fails (``local[2]`` does not retry it). Returns how many were killed."""
+    import psutil
+
+    workers = connect_task_workers()
     for w in workers:
-        for p in [*w.children(recursive=True), w]:
+        try:
+            family = [*w.children(recursive=True), w]
+        except psutil.Error:
+            continue
+        for p in family:
             try:
                 p.kill()
             except psutil.Error:

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import re
+import signal
+import subprocess
+import tempfile
 import textwrap
 import uuid
 
@@ -27,12 +31,15 @@ import pytest
 from tidegate.store import open_store
 
 from tests.integration.airflow_support import (
+    connect_task_workers,
     dags_test,
+    dags_test_cmd,
     executor_notes,
     make_airflow_env,
     per_key,
     spark_connect_server,  # noqa: F401 - the spark_connect fixture
     task_ended,
+    wait_for,
 )
 from tests.integration.sink_readers import kafka_changes, nats_ids, redis_events, redis_ids
 
@@ -301,3 +308,89 @@ def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgr
         sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
             f"WHERE slot_name = '{pipeline}'", f"DROP TABLE IF EXISTS {table}")
         admin.close()
+
+
+def test_a_killed_deliver_task_stops_its_spark_task_and_the_rerun_delivers_the_rest_once(
+        airflow_env, postgres, kafka, kafka_bootstrap, redis_service, spark_connect):
+    """A run delivered by a Spark task goes on without its Airflow task unless the task stops it:
+    SIGTERM the deliver task (Airflow's kill: on_kill) while its Spark task delivers, held still
+    by SIGSTOP so that only an interrupt can end it. The server kills the stopped worker, the run
+    is left part-delivered, and the next run delivers the rest: every change once, in order."""
+    env, base = airflow_env
+    tag = uuid.uuid4().hex[:6]
+    table, pipeline = f"kill_orders_{tag}", f"e2e_kill_{tag}"
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
+        pipeline: {pipeline}
+        tenant: e2e
+        source: {{kind: postgres, conn_id: cdc_postgres, tables: [public.{table}], slot: {pipeline},
+                 start: head}}
+        batch: {{max_events: 20}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{schema}}.{{table}}",
+             exactly_once: true}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
+        spark: {{conn_id: spark_connect}}
+    """))
+    admin = psycopg2.connect(postgres.admin_dsn)
+    admin.autocommit = True
+    with admin.cursor() as c:
+        c.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, status text)")
+    dag, rows = f"cdc_{pipeline}", 5000
+    sink_ports = {kafka.port, redis_service.port}
+    try:
+        rc, log = dags_test(env, dag)  # creates the slot
+        assert rc == 0, log[-3000:]
+        with admin.cursor() as c:
+            for first in range(0, rows, 20):  # 250 transactions, a sub-batch each
+                c.execute(f"INSERT INTO {table} SELECT g, 'new' "
+                          f"FROM generate_series({first}, {first + 19}) g")
+        stream = f"{pipeline}:{table}"
+        with tempfile.TemporaryFile() as out:
+            task = subprocess.Popen(dags_test_cmd(dag), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                wait_for(lambda: delivering(sink_ports) and len(redis_ids(redis_service.cdc, stream)) > 0,
+                         120, "the Spark task delivering", every=0.05)
+                workers = delivering(sink_ports)
+                for w in workers:
+                    w.suspend()
+                held = len(redis_ids(redis_service.cdc, stream))
+                # Airflow's kill of a task: SIGTERM (its on_kill), then SIGKILL after a grace period
+                # (here: once the Spark task ended, before `dags test` could retry the task).
+                task.send_signal(signal.SIGTERM)
+                wait_for(lambda: not any(w.is_running() and w.status() != "zombie" for w in workers), 60,
+                         "the server ending the stopped Spark task", every=0.05)
+            finally:
+                os.killpg(task.pid, signal.SIGKILL)
+                task.wait()
+            out.seek(0)
+            killed_log = out.read().decode(errors="replace")
+        assert "Spark operation(s) of the run interrupted" in killed_log, killed_log[-3000:]
+        assert 0 < held < rows and len(redis_ids(redis_service.cdc, stream)) == held
+        rc, log = dags_test(env, dag)
+        assert rc == 0 and "by a Spark task on the server" in log, log[-3000:]
+        changes = kafka_changes(kafka_bootstrap, f"{pipeline}.public.{table}")
+        assert sorted(ch["after"]["id"] for ch in changes) == list(range(rows))
+        keys = [ch["idempotency_key"] for ch in changes]
+        assert len(set(keys)) == rows and sorted(redis_ids(redis_service.cdc, stream)) == sorted(keys)
+    finally:
+        with admin.cursor() as c:
+            c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                      f"WHERE slot_name = '{pipeline}' AND NOT active")
+            c.execute(f"DROP TABLE IF EXISTS {table}")
+        admin.close()
+
+
+def delivering(ports: set[int]) -> list:
+    """The `spark_connect` server's task workers connected to one of ``ports`` (the sinks'):
+    the Spark task delivering a run."""
+    import psutil
+
+    found = []
+    for w in connect_task_workers():
+        try:
+            if any(c.raddr and c.raddr.port in ports for c in w.net_connections("tcp")):
+                found.append(w)
+        except psutil.Error:
+            continue
+    return found

@@ -20,6 +20,7 @@ The session is opened on first use: a run whose log is one slice is read in this
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -136,6 +137,28 @@ class LazySession:
         """A setting the run gave the session (read without opening it)."""
         return self.conf.get(key)
 
+    def interrupt(self, wait: float = 10.0) -> int:
+        """Interrupt every operation of the open session (none opened: nothing to do); returns
+        how many the server interrupted. The call runs in a thread of its own, bounded by
+        ``wait``: it may be made from a signal handler while this thread waits on the same
+        channel (the deliver task's on_kill)."""
+        spark = self.session
+        if spark is None:
+            return 0
+        done: list[int] = []
+
+        def call() -> None:
+            try:
+                done.append(len(spark.interruptAll()))
+            except Exception as exc:  # noqa: BLE001 - a server gone: its operations with it
+                log.warning("Spark Connect session %s: interrupting its operations failed: %s",
+                            spark.session_id, type(exc).__name__)
+
+        caller = threading.Thread(target=call, name="tidegate-interrupt", daemon=True)
+        caller.start()
+        caller.join(wait)
+        return done[0] if done else 0
+
     def stop(self) -> None:
         if self.session is not None:
             self.session.stop()  # releases the server-side session and what it holds
@@ -159,14 +182,23 @@ def _server_value(spark: Any, key: str) -> str | None:
         return None
 
 
-# The Connect session of the run this process delivers (deliver_remote), for the sinks that write
-# through Spark themselves (the Delta sink); None outside such a run.
+# The Connect session of the run this process delivers or submits (deliver_remote): for the sinks
+# that write through Spark themselves (the Delta sink), and for interrupt_run; None outside a run.
 _ACTIVE: LazySession | None = None
 
 
 def active_session() -> LazySession | None:
     """The run's :class:`LazySession` while this process delivers a run as a Connect client."""
     return _ACTIVE
+
+
+def interrupt_run() -> int:
+    """Interrupt the Spark operations of the run this process has under way (the deliver task
+    killed: Airflow's on_kill, on SIGTERM or its execution timeout): a run delivered by a Spark
+    task stops where it delivers instead of running on without its task. Returns how many
+    operations the server interrupted."""
+    session = _ACTIVE
+    return session.interrupt() if session is not None else 0
 
 
 CONNECT_CONN_TYPE = "spark_connect"  # Airflow's Spark Connect connection type
@@ -211,13 +243,10 @@ def _deliver_as_client(session: LazySession, run: RunContext, store_url: str) ->
     from ..runner import run_pipeline
     from .job import SparkReader
 
-    global _ACTIVE
     reader = SparkReader(session, run.parts.connection(run.spec.source.conn_id), store_url)
-    _ACTIVE = session
     try:
         return run_pipeline(run, reader=reader)
     finally:
-        _ACTIVE = None
         reader.close()
 
 
@@ -236,9 +265,17 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
         deliver = deliver_on_executor
     else:
         session, deliver = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files), _deliver_as_client
+    global _ACTIVE
+    _ACTIVE = session
     try:
         report = deliver(session, run, default_url())
+    except BaseException:
+        # e.g. the task's execution timeout raised here: a kept session outlives this client, and
+        # the run's Spark task would go on delivering without it
+        session.interrupt()
+        raise
     finally:
+        _ACTIVE = None
         session.stop()
     timings = dict(session.timings)
     timings["run_s"] = time.monotonic() - t0
@@ -247,5 +284,5 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     return report
 
 
-__all__ = ["LazySession", "active_session", "connect_url", "deliver_remote", "register_task_source",
-           "spec_connect_url"]
+__all__ = ["LazySession", "active_session", "connect_url", "deliver_remote", "interrupt_run",
+           "register_task_source", "spec_connect_url"]

@@ -266,9 +266,14 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
 
 
     def on_kill(self) -> None:
-        if self._connected:  # no spark-submit process: the run ends with this task's process
+        if not self._connected:
+            super().on_kill()  # the spark-submit process
             return
-        super().on_kill()
+        # A Spark Connect client: the run's Spark operations go on without this process (a run
+        # delivered by a Spark task would deliver to its end), so they are interrupted.
+        from tidegate.spark.connect import interrupt_run
+
+        self.log.info("deliver task killed: %d Spark operation(s) of the run interrupted", interrupt_run())
 
 
 def spark_conn_type(conn_id: str) -> str:
