@@ -44,6 +44,21 @@ def pipelines_dir(tmp_path, monkeypatch) -> Path:
     return d
 
 
+# The examples' closing block: their runs go through the Spark Connect server.
+CONNECT_BLOCK = "\nspark:\n  conn_id: spark_connect\n"
+
+
+@pytest.fixture()
+def spark_submit_specs(pipelines_dir) -> Path:
+    """The examples' copies without their ``spark: {conn_id: spark_connect}`` block: their deliver
+    tasks spark-submit through ``spark_default`` (request it before ``dags``)."""
+    for f in pipelines_dir.glob("*.yaml"):
+        text = f.read_text()
+        assert CONNECT_BLOCK in text, f
+        f.write_text(text.replace(CONNECT_BLOCK, "\n"))
+    return pipelines_dir
+
+
 def dagbag(dag_folder: Path = DAGS):
     from airflow.dag_processing.dagbag import DagBag
 

@@ -70,7 +70,8 @@ def test_tasks_are_wired_guard_bounds_deliver_then_release_and_report(dags):
         assert dag.get_task("report").trigger_rule == "none_failed"
         deliver = dag.get_task("deliver")
         assert isinstance(deliver, SparkSubmitOperator)
-        assert deliver._conn_id == "spark_default"
+        # the examples run through the long-lived Spark Connect server (a spark_connect connection)
+        assert deliver._conn_id == deliver.spark_conn_id == "spark_connect"
         assert os.path.isfile(deliver.application) and deliver.application.endswith("spark_jobs/deliver.py")
         # One Spark job per pipeline at a time, backfill runs included (max_active_runs does not
         # count them); the scheduler test shows a backfill's deliver waiting for a scheduled one.

@@ -298,7 +298,8 @@ def connections(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
 
 
-def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connections, pipelines_dir,
+def test_deliver_argv_has_no_secret_and_env_has_the_connections(spark_submit_specs, dags, connections,
+                                                                pipelines_dir,
                                                                 monkeypatch):
     """The argv names the run; the driver reads the rest from the run's record, which the bounds
     task wrote (here, without a bounds task, the deliver task writes it: the spec and the plan)."""
@@ -344,7 +345,8 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(dags, connection
     assert deliver._driver_env["TIDEGATE_DATA_DIR"] == str(repo_dir() / ".state" / "data")
 
 
-def test_deliver_takes_spark_settings_from_the_spec(pipelines_dir, connections, monkeypatch):
+def test_deliver_takes_spark_settings_from_the_spec(spark_submit_specs, pipelines_dir, connections,
+                                                    monkeypatch):
     from tidegate_airflow.factory import build_dags
 
     spec = pipelines_dir / "shop_postgres.yaml"
@@ -363,8 +365,8 @@ def test_deliver_takes_spark_settings_from_the_spec(pipelines_dir, connections, 
 
 
 @pytest.mark.parametrize("master", ["yarn", "spark://127.0.0.1:7077"])
-def test_client_mode_passes_connections_in_spark_submits_environment_only(dags, connections, monkeypatch,
-                                                                          master):
+def test_client_mode_passes_connections_in_spark_submits_environment_only(spark_submit_specs, dags,
+                                                                          connections, monkeypatch, master):
     """Whatever the master, in client mode the secrets reach spark-submit's environment and never
     its command line (the provider turns env_vars into --conf on YARN and Kubernetes; a Kubernetes
     master needs the kubernetes client, not installed here, to build the hook)."""
@@ -396,7 +398,8 @@ def test_client_mode_passes_connections_in_spark_submits_environment_only(dags, 
     assert f"spark.pyspark.driver.python={sys.executable}" in line
 
 
-def test_deliver_refuses_to_put_secrets_on_a_cluster_mode_command_line(dags, connections, monkeypatch):
+def test_deliver_refuses_to_put_secrets_on_a_cluster_mode_command_line(spark_submit_specs, dags, connections,
+                                                                        monkeypatch):
     from tidegate_airflow.exceptions import UnsafeConnectionTransportError
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
@@ -411,7 +414,7 @@ def test_deliver_refuses_to_put_secrets_on_a_cluster_mode_command_line(dags, con
     assert not any(k.startswith(("AIRFLOW_CONN_", "TIDEGATE_")) for k in deliver.env_vars or {})
 
 
-def test_deliver_returns_the_report_and_maps_fatal_exit(dags, connections, monkeypatch):
+def test_deliver_returns_the_report_and_maps_fatal_exit(spark_submit_specs, dags, connections, monkeypatch):
     """spark-submit (a stand-in process object) ends three ways: done with a report; fatal (exit
     3 and a fatal report: not retried); failed (retried). This process's environment is never
     changed on the way."""

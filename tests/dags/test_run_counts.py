@@ -69,7 +69,8 @@ def load_module(name, path):
 
 
 @pytest.mark.usefixtures("connections")
-def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice(dags, pipelines_dir):
+def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice(spark_submit_specs, dags,
+                                                                                   pipelines_dir):
     from tidegate import spec
     from tidegate.plan import RunPlan
     from tidegate.spark import job as spark_job
