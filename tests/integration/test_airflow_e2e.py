@@ -281,6 +281,10 @@ def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgr
         # One slice (a slot is one stream): one Spark task on the server reads and delivers it.
         assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
         assert "by a Spark task on the server" in log, log[-3000:]
+        # The pipeline's first task, in a new session's first worker, found the engine imported:
+        # the server's Python daemon is tidegate's (tidegate/spark/daemon.py), which imports it
+        # before it forks a worker.
+        assert "'worker_warm': True" in log, log[-3000:]
         sql(f"DELETE FROM {table} WHERE id = 2", f"UPDATE {table} SET status = 'shipped' WHERE id = 1")
         rc, log = dags_test(env, dag)
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]

@@ -247,6 +247,17 @@ def _conf(cmd: list[str]) -> dict[str, str]:
     return dict(c.split("=", 1) for c in (cmd[i + 1] for i, a in enumerate(cmd) if a == "--conf"))
 
 
+def test_the_connect_servers_python_daemon_is_tidegates_and_the_image_can_import_it(compose):
+    """Its executors' workers are forked by tidegate's daemon (the engine imported before the
+    fork), a module of the package the image installs."""
+    conf = _conf(compose["services"]["spark-connect"]["command"])
+    assert conf["spark.python.daemon.module"] == "tidegate.spark.daemon"
+    assert (ROOT / "include" / "tidegate" / "spark" / "daemon.py").is_file()
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY --chown=airflow:root include /opt/tidegate/include" in dockerfile
+    assert re.search(r"^RUN pip install .*-e /opt/tidegate$", dockerfile, re.M)
+
+
 def test_the_connect_server_and_spark_submit_runs_get_cores_of_their_own(compose):
     """The Connect server is a long-lived application: without a cap it holds every core of the
     worker, and a spark-submit run waits for executors forever."""

@@ -259,9 +259,10 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
                                 py_files=[str(package_zip())] if self.ship_package else ())
         by = ("a Spark task on the server" if report.get("delivered_by") == "executor" else
               "this task, Spark tasks reading" if report.get("spark_session_opened") else "this task")
-        self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es) by %s; timings %s",
+        self.log.info("pipeline %s: delivered %s events (%s bytes) in %s sub-batch(es) by %s; timings %s%s",
                       run.pipeline, report.get("events"), report.get("bytes"), report.get("sub_batches"), by,
-                      report.get("connect_timings"))
+                      report.get("connect_timings"),
+                      f"; the Spark task: {report['delivery_task']}" if "delivery_task" in report else "")
         return report
 
 
