@@ -243,22 +243,30 @@ def test_purged_binlog_halts_the_dag_until_accept_gap(airflow_env, mysql, kafka_
 # --------------------------------------------------------------------------- Postgres
 
 
-def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgres, kafka_bootstrap,
-                                                            redis_service, spark_connect):
-    env, base = airflow_env
-    tag = uuid.uuid4().hex[:6]
-    table, pipeline = f"e2e_orders_{tag}", f"e2e_pg_{tag}"
+def write_postgres_pipeline(base, pipeline: str, table: str, *, max_events: int, kafka: str,
+                            redis: str) -> None:
+    """A PostgreSQL pipeline of ``table`` to a Kafka and a Redis sink (``kafka``, ``redis``: more
+    fields of each), delivered through the `spark_connect` server."""
+    kafka, redis = (f", {more}" if more else "" for more in (kafka, redis))
     (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
         pipeline: {pipeline}
         tenant: e2e
         source: {{kind: postgres, conn_id: cdc_postgres, tables: [public.{table}], slot: {pipeline},
                  start: head}}
-        batch: {{max_events: 3}}
+        batch: {{max_events: {max_events}}}
         sinks:
-          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{schema}}.{{table}}"}}
-          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}", required: false}}
+          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{schema}}.{{table}}"{kafka}}}
+          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"{redis}}}
         spark: {{conn_id: spark_connect}}
     """))
+
+
+def test_postgres_to_kafka_and_redis_three_runs_exactly_once(airflow_env, postgres, kafka_bootstrap,
+                                                            redis_service, spark_connect):
+    env, base = airflow_env
+    tag = uuid.uuid4().hex[:6]
+    table, pipeline = f"e2e_orders_{tag}", f"e2e_pg_{tag}"
+    write_postgres_pipeline(base, pipeline, table, max_events=3, kafka="", redis="required: false")
     admin = psycopg2.connect(postgres.admin_dsn)
     admin.autocommit = True
 
@@ -323,18 +331,7 @@ def test_a_killed_deliver_task_stops_its_spark_task_and_the_rerun_delivers_the_r
     env, base = airflow_env
     tag = uuid.uuid4().hex[:6]
     table, pipeline = f"kill_orders_{tag}", f"e2e_kill_{tag}"
-    (base / "pipelines" / f"{pipeline}.yaml").write_text(textwrap.dedent(f"""
-        pipeline: {pipeline}
-        tenant: e2e
-        source: {{kind: postgres, conn_id: cdc_postgres, tables: [public.{table}], slot: {pipeline},
-                 start: head}}
-        batch: {{max_events: 20}}
-        sinks:
-          - {{id: events, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{schema}}.{{table}}",
-             exactly_once: true}}
-          - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
-        spark: {{conn_id: spark_connect}}
-    """))
+    write_postgres_pipeline(base, pipeline, table, max_events=20, kafka="exactly_once: true", redis="")
     admin = psycopg2.connect(postgres.admin_dsn)
     admin.autocommit = True
     with admin.cursor() as c:
