@@ -3,7 +3,14 @@ processes, for a run delivered by the deliver task (``spark.tidegate.delivery: c
 shape before) and by one Spark task (``executor``, the default for a plan of one log slice).
 
     PATH="$PWD/.venv/bin:$PATH" .venv/bin/python benchmarks/delivery_split.py \\
-        [--events 200000] [--source mysql|postgres] [--repeats 1]
+        [--events 200000] [--source mysql|postgres] [--repeats 1] [--modes client,executor] \\
+        [--python-daemons pyspark.daemon,tidegate.spark.daemon]
+
+``--python-daemons``: the ``spark_connect`` server is restarted with each Python daemon module in
+turn (``spark.python.daemon.module``; PySpark's own, or tidegate's, which imports the engine
+before it forks a worker), and each run's row says which, with the delivery task's own seconds
+and whether its worker had the engine imported when the task began. Every run is a new pipeline,
+so a new session and a new daemon: its task runs in the daemon's first worker.
 
 One table (id, v, s VARCHAR(40)), ``--events`` inserts in transactions of 1,000 rows, one Kafka
 exactly-once sink. For each mode, a pipeline of its own is placed at the head, the rows are
@@ -34,7 +41,7 @@ import time
 import uuid
 from pathlib import Path
 
-from servers import admin_connection, services_env  # benchmarks/servers.py
+from servers import admin_connection, services, services_env  # benchmarks/servers.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "include"))
@@ -54,7 +61,7 @@ report = deliver_remote(connect_url(get_connection("spark_connect")), run, py_fi
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 task = report.get("delivery_task") or {}
 print(json.dumps({"events": report.get("events"), "delivered_by": report.get("delivered_by") or "client",
-                  "wall": time.monotonic() - t0, "task_cpu": task.get("cpu_seconds"),
+                  "wall": time.monotonic() - t0, "task_cpu": task.get("cpu_seconds"), "task": task,
                   "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}))
 """
 
@@ -167,6 +174,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--source", choices=("mysql", "postgres"), default="mysql")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--modes", default="client,executor", help="spark.tidegate.delivery values, in turn")
+    ap.add_argument("--python-daemons", default="", help="restart the server with each daemon module")
     a = ap.parse_args()
     env = dict(os.environ, **services_env())
     base = Path(f"/tmp/tidegate-split-{uuid.uuid4().hex[:6]}")
@@ -174,16 +183,27 @@ def main() -> None:
     env["TIDEGATE_CHECKPOINT_STORE"] = f"sqlite:///{base / 'store.sqlite'}"
     os.environ.update(env)
     server = server_pid(env)
-    print(f"{a.events} changes, {a.source} -> Kafka exactly-once, Spark Connect server pid {server}; "
-          f"load average {os.getloadavg()[0]:.1f}")
-    print("| delivered by | events | wall s | deliver task CPU s | server CPU s | deliver task share |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for _ in range(a.repeats):
-        for mode in ("client", "executor"):
-            r = one_run(mode, a.source, a.events, env, base, server)
-            print(f"| {r['delivered_by']} | {r['events']} | {r['wall']:.1f} | {r['cpu']:.2f} | "
-                  f"{r['server_cpu']:.2f} | {100 * r['share']:.1f} % |", flush=True)
-            time.sleep(1)
+    print(f"{a.events} changes, {a.source} -> Kafka exactly-once, Spark Connect server pid "
+          f"{server}; load average {os.getloadavg()[0]:.1f}")
+    print("| Python daemon | delivered by | events | wall s | deliver task CPU s | server CPU s "
+          "| deliver task share | Spark task s | its worker warm |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for daemon in a.python_daemons.split(",") if a.python_daemons else [None]:
+        if daemon:  # the server again, with this daemon module
+            services("down", "spark_connect")
+            services("up", "spark_connect", env=dict(os.environ, TIDEGATE_SPARK_PYTHON_DAEMON=daemon))
+            server = server_pid(env)
+        for _ in range(a.repeats):
+            for mode in a.modes.split(","):
+                print_row(daemon, one_run(mode, a.source, a.events, env, base, server))
+                time.sleep(1)
+
+
+def print_row(daemon: str | None, r: dict) -> None:
+    task = r.get("task") or {}
+    print(f"| {daemon or 'as the server has it'} | {r['delivered_by']} | {r['events']} | {r['wall']:.1f} "
+          f"| {r['cpu']:.2f} | {r['server_cpu']:.2f} | {100 * r['share']:.1f} % "
+          f"| {task.get('seconds', '-')} | {task.get('worker_warm', '-')} |", flush=True)
 
 
 if __name__ == "__main__":
