@@ -31,6 +31,7 @@ import pymysql
 import pytest
 
 from tests.integration.airflow_support import VENV_BIN
+from tests.integration.local_spark import local_session
 from tests.integration.test_fault_matrix import Run, store_writable
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -51,14 +52,7 @@ def base(tmp_path_factory, service_env, mysql, postgres) -> tuple[Path, dict[str
 @pytest.fixture(scope="module")
 def spark():
     """The reader of the tables: one local session for every test of the module."""
-    from pyspark.sql import SparkSession
-    from tidegate.sinks.delta.jars import spark_conf
-
-    b = (SparkSession.builder.master("local[1]").appName("tidegate-delta-faults")
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1"))
-    for k, v in spark_conf().items():
-        b = b.config(k, v)
-    s = b.getOrCreate()
+    s = local_session("tidegate-delta-faults", "local[1]", {"spark.sql.shuffle.partitions": "1"})
     yield s
     s.stop()
 

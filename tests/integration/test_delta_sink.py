@@ -18,6 +18,8 @@ from tidegate.events import ChangeEvent, ControlMessage, split_key_change
 from tidegate.sinks.delta.sink import DeltaSink
 from tidegate.sinks.delta.spec import DeltaSinkSpec
 
+from tests.integration.local_spark import local_session
+
 pytestmark = pytest.mark.integration
 
 
@@ -69,14 +71,7 @@ def workload(name: str, seed: int = 7) -> tuple[list[SubBatch], dict]:
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-    from tidegate.sinks.delta.jars import spark_conf
-
-    b = (SparkSession.builder.master("local[2]").appName("tidegate-delta-test")
-         .config("spark.ui.enabled", "false"))
-    for k, v in spark_conf().items():
-        b = b.config(k, v)
-    s = b.config("spark.sql.shuffle.partitions", "2").getOrCreate()
+    s = local_session("tidegate-delta-test", conf={"spark.sql.shuffle.partitions": "2"})
     yield s
     s.stop()
 

@@ -36,6 +36,8 @@ from tidegate.catalog import find
 from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
 
+from tests.integration.local_spark import local_session
+
 pytestmark = pytest.mark.integration
 
 SALTS = {"mysql": "maria-salt-7", "postgres": "pg-salt-9"}
@@ -362,14 +364,11 @@ def test_filtered_pipeline(kind, plugin, env, capsys, mysql, postgres, kafka_boo
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # the workers import this checkout's tidegate (the venv's may be another checkout's)
     include = str(Path(__file__).resolve().parents[2] / "include")
     os.environ["PYTHONPATH"] = os.pathsep.join([include, *filter(None, [os.environ.get("PYTHONPATH")])])
-    session = (SparkSession.builder.master("local[2]").appName("tidegate-filters")
-               .config("spark.ui.enabled", "false").getOrCreate())
+    session = local_session("tidegate-filters")
     yield session
     session.stop()
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from tests.integration.local_spark import local_session
+
 pytestmark = pytest.mark.integration
 
 
@@ -20,12 +22,8 @@ def test_pyspark_python_version_equals_jar_version():
 
 
 def test_local_session_runs_a_job(monkeypatch):
-    from pyspark.sql import SparkSession
-
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (SparkSession.builder.master("local[2]").appName("tidegate-smoke")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
+    spark = local_session("tidegate-smoke", conf={"spark.sql.shuffle.partitions": "2"})
     try:
         df = spark.range(0, 1000, numPartitions=4)
         row = df.selectExpr("sum(id) AS s", "count(*) AS n").collect()[0]

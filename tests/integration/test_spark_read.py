@@ -20,6 +20,8 @@ from tidegate.shipped import ROW_FIELDS, ShippedEvent
 from tidegate.spark.slices import read_range
 from tidegate.spec import load_spec
 
+from tests.integration.local_spark import local_session
+
 pytestmark = pytest.mark.integration
 
 
@@ -30,15 +32,11 @@ def event_log(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spark(event_log):
-    from pyspark.sql import SparkSession
-
     # Spark's Python workers must run this interpreter (it has tidegate installed).
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("tidegate-test")
-               .config("spark.ui.enabled", "false")
-               .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", str(event_log))
-               .config("spark.eventLog.compress", "false")
-               .getOrCreate())
+    session = local_session("tidegate-test", conf={"spark.eventLog.enabled": "true",
+                                                   "spark.eventLog.dir": str(event_log),
+                                                   "spark.eventLog.compress": "false"})
     yield session
     session.stop()
 
