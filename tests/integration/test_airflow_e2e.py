@@ -31,6 +31,7 @@ import pytest
 from tidegate.store import open_store
 
 from tests.integration.airflow_support import (
+    VENV_BIN,
     connect_task_workers,
     dags_test,
     dags_test_cmd,
@@ -395,3 +396,45 @@ def delivering(ports: set[int]) -> list:
         except psutil.Error:
             continue
     return found
+
+
+def test_runs_through_the_server_reuse_its_python_worker(airflow_env, postgres, kafka_bootstrap,
+                                                         redis_service, spark_connect):
+    """Runs delivered by a Spark task, one after the other, are delivered by the same Python
+    worker of the server: the task reads its input to the end, so PySpark gives the worker back
+    to the pool instead of ending it (which cost every run a new worker). `tidegate run` delivers
+    as the deliver task does."""
+    env, base = airflow_env
+    tag = uuid.uuid4().hex[:6]
+    table, pipeline = f"reuse_{tag}", f"e2e_reuse_{tag}"
+    write_postgres_pipeline(base, pipeline, table, max_events=100, kafka="exactly_once: true", redis="")
+    admin = psycopg2.connect(postgres.admin_dsn)
+    admin.autocommit = True
+    with admin.cursor() as c:
+        c.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, status text)")
+
+    def run() -> dict:
+        r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout)
+
+    try:
+        run()  # creates the slot at the head
+        tasks = []
+        for i in range(3):
+            with admin.cursor() as c:
+                c.execute(f"INSERT INTO {table} VALUES ({i}, 'new')")
+            report = run()
+            assert (report["events"], report["delivered_by"]) == (1, "executor"), report
+            tasks.append(report["delivery_task"])
+        assert len({t["pid"] for t in tasks}) == 1, tasks  # one worker for the three runs
+        assert all(t["worker_warm"] for t in tasks), tasks
+        changes = kafka_changes(kafka_bootstrap, f"{pipeline}.public.{table}")
+        assert [ch["after"]["id"] for ch in changes] == [0, 1, 2]
+    finally:
+        with admin.cursor() as c:
+            c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                      f"WHERE slot_name = '{pipeline}' AND NOT active")
+            c.execute(f"DROP TABLE IF EXISTS {table}")
+        admin.close()
