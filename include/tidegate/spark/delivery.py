@@ -98,6 +98,7 @@ def delivery_task(payload: tuple) -> Iterator[Any]:
     reader process of its own); yields its report (or its fatal error) as one Arrow row."""
     t0, cpu0 = time.monotonic(), _cpu_with_children()
     warm = "tidegate.runner" in sys.modules  # a reused worker has the engine imported already
+    clients = "confluent_kafka" in sys.modules  # a worker of tidegate's daemon has the clients
     # imported here, where the run happens: the deliver task that imports this module runs none
     # of it, and its CPU is what this shape saves
     import pyarrow as pa
@@ -120,7 +121,8 @@ def delivery_task(payload: tuple) -> Iterator[Any]:
         report = {"fatal": True, "error": f"{type(exc).__name__}: {exc}"}
     # what the task cost where it ran (its reader process included): benchmarks/delivery_split.py
     report["delivery_task"] = {"pid": os.getpid(), "seconds": round(time.monotonic() - t0, 3),
-                               "cpu_seconds": round(_cpu_with_children() - cpu0, 3), "worker_warm": warm}
+                               "cpu_seconds": round(_cpu_with_children() - cpu0, 3), "worker_warm": warm,
+                               "clients_preloaded": clients}
     text = json.dumps(report, sort_keys=True, default=str)
     yield pa.RecordBatch.from_arrays([pa.array([text], pa.string())], names=["report"])
 
