@@ -137,6 +137,11 @@ def dags_test_killed_when(env: dict[str, str], dag_id: str, ready: Callable[[], 
     return text
 
 
+# The Python daemons a Connect server forks its workers from: PySpark's, and tidegate's, which
+# the project's servers run (spark.python.daemon.module; tidegate/spark/daemon.py).
+PYTHON_DAEMONS = ("pyspark.daemon", "tidegate.spark.daemon")
+
+
 def connect_task_workers() -> list:
     """The `spark_connect` server's Python workers that a daemon forked for tasks (not the
     daemons), as psutil processes."""
@@ -148,9 +153,10 @@ def connect_task_workers() -> list:
 
     def forked_by_a_daemon(proc: psutil.Process) -> bool:
         try:
-            return "pyspark.daemon" in " ".join(proc.parent().cmdline())
+            parent = " ".join(proc.parent().cmdline())
         except (psutil.Error, AttributeError):  # ended, a zombie, or no parent any more
             return False
+        return any(f"-m {module} " in parent for module in PYTHON_DAEMONS)
 
     try:
         server = psutil.Process(int(pid_file.read_text().split()[0]))

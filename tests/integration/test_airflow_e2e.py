@@ -16,6 +16,7 @@ Spark Connect client, which spares a Spark JVM start."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import tempfile
 import textwrap
 import uuid
 
+import psutil
 import psycopg2
 import pymysql
 import pytest
@@ -347,12 +349,15 @@ def test_a_killed_deliver_task_stops_its_spark_task_and_the_rerun_delivers_the_r
                 c.execute(f"INSERT INTO {table} SELECT g, 'new' "
                           f"FROM generate_series({first}, {first + 19}) g")
         stream = f"{pipeline}:{table}"
+        workers: list = []
         with tempfile.TemporaryFile() as out:
             task = subprocess.Popen(dags_test_cmd(dag), env=env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
                 wait_for(lambda: delivering(sink_ports) and len(redis_ids(redis_service.cdc, stream)) > 0,
                          120, "the Spark task delivering", every=0.05)
+                # Every worker with a sink connection: the delivering one, and maybe an idle worker
+                # another test's session keeps (workers are reused); only an interrupt ends one.
                 workers = delivering(sink_ports)
                 for w in workers:
                     w.suspend()
@@ -360,11 +365,14 @@ def test_a_killed_deliver_task_stops_its_spark_task_and_the_rerun_delivers_the_r
                 # Airflow's kill of a task: SIGTERM (its on_kill), then SIGKILL after a grace period
                 # (here: once the Spark task ended, before `dags test` could retry the task).
                 task.send_signal(signal.SIGTERM)
-                wait_for(lambda: not any(w.is_running() and w.status() != "zombie" for w in workers), 60,
+                wait_for(lambda: any(not w.is_running() or w.status() == "zombie" for w in workers), 60,
                          "the server ending the stopped Spark task", every=0.05)
             finally:
                 os.killpg(task.pid, signal.SIGKILL)
                 task.wait()
+                for w in workers:  # the idle ones go on
+                    with contextlib.suppress(psutil.Error):
+                        w.resume()
             out.seek(0)
             killed_log = out.read().decode(errors="replace")
         assert "Spark operation(s) of the run interrupted" in killed_log, killed_log[-3000:]
@@ -386,8 +394,6 @@ def test_a_killed_deliver_task_stops_its_spark_task_and_the_rerun_delivers_the_r
 def delivering(ports: set[int]) -> list:
     """The `spark_connect` server's task workers connected to one of ``ports`` (the sinks'):
     the Spark task delivering a run."""
-    import psutil
-
     found = []
     for w in connect_task_workers():
         try:
