@@ -8,7 +8,10 @@ acknowledged it.
 
 * ``True`` (default): a source transaction is never split. Whole transactions are packed into
   a sub-batch until the next one would pass ``max_events``/``max_bytes``; a transaction larger
-  than the limits is one oversized sub-batch on its own (memory then holds that transaction).
+  than the limits is one oversized sub-batch on its own, whose rows are kept on local disk from
+  the moment the transaction passes a limit (:mod:`tidegate.spill`), so memory holds at most
+  about one sub-batch's worth of it. Sinks read such a sub-batch back in frames
+  (:meth:`SubBatch.chunks`)
 * ``False``: a transaction larger than the limits may be split into consecutive sub-batches,
   so memory and sink transactions stay within the limits. Checkpoints still only ever sit at
   transaction boundaries: a split part is a ``partial`` :class:`Transaction` whose
@@ -31,6 +34,7 @@ from typing import NamedTuple
 
 from .events import ChangeEvent, PositionMark, _cached, is_control
 from .positions import Position
+from .spill import SpilledEvents
 
 
 class TableRef(NamedTuple):
@@ -52,7 +56,7 @@ class Transaction:
 
     tx_id: str | None
     end_position: Position
-    events: tuple[ChangeEvent, ...]
+    events: tuple[ChangeEvent, ...] | SpilledEvents  # SpilledEvents: larger than the limits
     # A leading part of a split transaction (respect_source_tx=False); end_position is then the
     # boundary before the transaction, so it is never a checkpoint past the transaction.
     partial: bool = False
@@ -65,6 +69,8 @@ class Transaction:
 
     @_cached  # functools.cached_property takes a lock shared by all transactions on every first read
     def byte_size(self) -> int:
+        if type(self.events) is SpilledEvents:
+            return self.events.byte_size
         return sum(len(e.value) for e in self.events)
 
 
@@ -92,11 +98,40 @@ class SubBatch:
     def byte_size(self) -> int:
         return sum(tx.byte_size for tx in self.transactions)
 
+    @property
+    def spilled(self) -> bool:
+        """Does a transaction of this sub-batch live on disk (larger than the limits)?"""
+        return any(type(tx.events) is SpilledEvents for tx in self.transactions)
+
+    def chunks(self) -> Iterator[list[ChangeEvent]]:
+        """The events in source order, as lists: one list when every transaction is in memory,
+        else frames of a spilled transaction read back one at a time (what a sink that must
+        not hold the whole sub-batch iterates)."""
+        if not self.spilled:
+            yield list(self.events)
+            return
+        held: list[ChangeEvent] = []
+        for tx in self.transactions:
+            if type(tx.events) is not SpilledEvents:
+                held += tx.events
+                continue
+            if held:
+                yield held
+                held = []
+            yield from tx.events.frames()
+        if held:
+            yield held
+
     @_cached  # counted once per sub-batch: every sink that gets all of it shares the count
     def table_counts(self) -> dict[TableRef, int]:
         """Row events per source table (control messages are no table's)."""
-        rows = filterfalse(is_control, chain.from_iterable(tx.events for tx in self.transactions))
-        return {TableRef(*k): n for k, n in Counter(map(_table_of, rows)).items()}
+        in_memory = (tx.events for tx in self.transactions if type(tx.events) is not SpilledEvents)
+        rows = filterfalse(is_control, chain.from_iterable(in_memory))
+        counts = Counter(map(_table_of, rows))
+        for tx in self.transactions:
+            if type(tx.events) is SpilledEvents:  # counted as it was written
+                counts.update(tx.events.table_counts)
+        return {TableRef(*k): n for k, n in counts.items()}
 
     def after(self, position: Position | None) -> SubBatch:
         """The part of this sub-batch a sink at ``position`` still needs: the transactions that
@@ -131,7 +166,7 @@ def cut_sub_batches(items: Iterable[ChangeEvent | PositionMark], *, max_events: 
     """
     if max_events < 1 or max_bytes < 1:
         raise ValueError("max_events and max_bytes must be at least 1")
-    txs = _transactions(items, None if respect_source_tx else (max_events, max_bytes))
+    txs = _transactions(items, (max_events, max_bytes), split=not respect_source_tx)
     return _pack(txs, max_events, max_bytes)
 
 
@@ -158,29 +193,50 @@ def _pack(txs: Iterator[Transaction], max_events: int, max_bytes: int) -> Iterat
         yield SubBatch(seq + 1, tuple(buf))
 
 
-def _transactions(items: Iterable[ChangeEvent | PositionMark],
-                  split_at: tuple[int, int] | None) -> Iterator[Transaction]:
-    """Group rows into transactions. With ``split_at=(events, bytes)`` a transaction that grows
-    past the limits is emitted in partial parts (see the module docstring)."""
-    rows: list[ChangeEvent] = []
+def _transactions(items: Iterable[ChangeEvent | PositionMark], limits: tuple[int, int], *,
+                  split: bool) -> Iterator[Transaction]:
+    """Group rows into transactions. A transaction that grows past ``limits`` (events, bytes) is
+    emitted in partial parts with ``split``, else spilled to disk (see the module docstring)."""
+    rows: list[ChangeEvent] | SpilledEvents = []
     rows_bytes = 0
     boundary: Position | None = None  # the last transaction boundary seen
+    max_events, max_bytes = limits
     for item in items:
         if isinstance(item, PositionMark):
             if rows:
                 raise ValueError(f"source yielded a position mark at {item.position} inside a "
-                                 f"transaction ({rows[0].tx_id}): marks only go between transactions")
+                                 f"transaction ({item_tx(rows)}): marks only go between transactions")
             boundary = item.position
             yield Transaction(None, item.position, ())
             continue
-        rows.append(item)
-        rows_bytes += len(item.value)
+        size = len(item.value)
+        rows_bytes += size
+        if type(rows) is SpilledEvents:
+            rows.append(item, size)
+        else:
+            rows.append(item)
         if item.tx_end:
-            yield Transaction(item.tx_id, item.end_position, tuple(rows))
+            events = rows.seal() if type(rows) is SpilledEvents else tuple(rows)
+            yield Transaction(item.tx_id, item.end_position, events)
             boundary, rows, rows_bytes = item.end_position, [], 0
-        elif split_at and boundary is not None and (len(rows) >= split_at[0] or rows_bytes >= split_at[1]):
-            yield Transaction(item.tx_id, boundary, tuple(rows), partial=True)
-            rows, rows_bytes = [], 0
+        elif type(rows) is list and (len(rows) >= max_events or rows_bytes >= max_bytes):
+            if split and boundary is not None:
+                yield Transaction(item.tx_id, boundary, tuple(rows), partial=True)
+                rows, rows_bytes = [], 0
+            else:  # kept whole (or split, but with no boundary to split at yet): on disk
+                rows = _spilled(rows)
     if rows:
-        raise ValueError(f"source stream ended inside transaction {rows[0].tx_id}: "
+        raise ValueError(f"source stream ended inside transaction {item_tx(rows)}: "
                          f"a source must yield whole transactions")
+
+
+def _spilled(rows: list[ChangeEvent]) -> SpilledEvents:
+    spill = SpilledEvents()
+    for ev in rows:
+        spill.append(ev, len(ev.value))
+    return spill
+
+
+def item_tx(rows: list[ChangeEvent] | SpilledEvents) -> str | None:
+    """The transaction id of an open transaction's rows (for messages)."""
+    return rows[0].tx_id if type(rows) is list else "(spilled)"

@@ -95,10 +95,12 @@ class RunReport:
     events: int = 0  # events read from the source (each counted once, not per sink)
     bytes: int = 0
     end_position: Position | None = None  # end of the last sub-batch
+    spilled: int = 0  # sub-batches whose transaction passed the limits: read back from local disk
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "run_id": self.run_id, "epoch": self.epoch,
                 "sub_batches": self.sub_batches, "events": self.events, "bytes": self.bytes,
+                "spilled_sub_batches": self.spilled,
                 "end_position": position_to_json(self.end_position),
                 "sinks": [s.to_json() for s in self.sinks.values()]}
 
@@ -314,6 +316,11 @@ class Coordinator:
         self.report.sub_batches += 1
         self.report.events += batch.event_count
         self.report.bytes += batch.byte_size
+        if batch.spilled:
+            self.report.spilled += 1
+            log.info("%s run %s: sub-batch %d is a transaction of %d events (%d bytes), past the "
+                     "sub-batch limits: kept on local disk, each sink reads it back in frames",
+                     self.pipeline, self.run_id, batch.seq, batch.event_count, batch.byte_size)
         acked = self._deliver_all(pool, batch)
         if not policy_holds(self.policy, self.sinks, acked):
             raise CommitPolicyError(self._policy_message(batch, acked))

@@ -109,6 +109,24 @@ def all_messages(conn, stream: str) -> list:
     return asyncio.run(go())
 
 
+def nats_count(conn, stream: str, subject: str) -> int:
+    """How many messages of ``subject`` a JetStream stream holds (the server's own count)."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    async def go():
+        nc = await nats.connect(f"nats://127.0.0.1:{conn.port}", user=conn.login, password=conn.password)
+        try:
+            info = await nc.jetstream().stream_info(stream, subjects_filter=subject)
+            return (info.state.subjects or {}).get(subject, 0)
+        except NotFoundError:  # not created yet: the sink creates it on first use
+            return 0
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
 def nats_ids(conn, stream: str) -> list[str]:
     return [m.headers["Nats-Msg-Id"] for m in stored_messages(conn, stream)]
 

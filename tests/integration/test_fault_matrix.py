@@ -34,6 +34,7 @@ import collections
 import itertools
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -56,7 +57,7 @@ from tidegate.store import CheckpointStore, open_store
 
 from tests.conftest import services_cmd
 from tests.integration.airflow_support import VENV_BIN, per_key
-from tests.integration.sink_readers import kafka_changes, nats_messages, redis_events
+from tests.integration.sink_readers import kafka_changes, nats_count, nats_messages, redis_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -76,11 +77,13 @@ SERVER_IDS = itertools.count(48601)  # MariaDB replication client ids, one per p
 
 
 class Workload:
-    """Single-row transactions on one table; remembers every key's (op, status) in commit
-    order (``expected``) and how many changes it made."""
+    """Single-row transactions on one table (and, with :meth:`bulk`, large ones); remembers
+    every key's (op, status) in commit order (``expected``) and how many changes it made.
+    ``series(lo, hi)``: the source's rows lo..hi as a SELECT of (id, 'new')."""
 
-    def __init__(self, execute: Callable[[str], None], table: str):
-        self.execute, self.table = execute, table
+    def __init__(self, execute: Callable[[str], None], table: str,
+                 series: Callable[[int, int], str] | None = None):
+        self.execute, self.table, self.series = execute, table, series
         self.next_id = 1
         self.expected: dict[int, list[tuple]] = collections.defaultdict(list)
         self.changes = 0
@@ -100,6 +103,22 @@ class Workload:
             self._do(f"UPDATE {self.table} SET status = 'paid' WHERE id = {i}", i, ("u", "paid"))
         for i in ids[::5]:
             self._do(f"DELETE FROM {self.table} WHERE id = {i}", i, ("d", None))
+
+    def bulk(self, n: int) -> range:
+        """One transaction: n inserts, then an update of every 3rd of them. Returns the ids."""
+        ids = range(self.next_id, self.next_id + n)
+        self.next_id += n
+        for stmt in ("BEGIN", f"INSERT INTO {self.table} (id, status) {self.series(ids[0], ids[-1])}",
+                     f"UPDATE {self.table} SET status = 'paid' WHERE id BETWEEN {ids[0]} AND {ids[-1]} "
+                     f"AND id % 3 = 0", "COMMIT"):
+            self.execute(stmt)
+        for i in ids:
+            self.expected[i].append(("c", "new"))
+        for i in ids:
+            if i % 3 == 0:
+                self.expected[i].append(("u", "paid"))
+        self.changes += n + sum(1 for i in ids if i % 3 == 0)
+        return ids
 
 
 class Db:
@@ -281,7 +300,8 @@ def mysql_pipeline(cdc, mysql) -> Iterator[Pipeline]:
               f"start: head}}")
     (cdc.base / "pipelines" / f"{name}.yaml").write_text(spec_text(name, source, max_events=SUB_BATCH))
     try:
-        yield Pipeline(name, "orders", cdc, Workload(db.execute, f"{name}.orders"), db)
+        series = lambda lo, hi: f"SELECT seq, 'new' FROM {name}.seq_{lo}_to_{hi}"  # noqa: E731
+        yield Pipeline(name, "orders", cdc, Workload(db.execute, f"{name}.orders", series), db)
     finally:
         db.reconnect()
         db.execute(f"DROP DATABASE IF EXISTS {name}")
@@ -303,7 +323,8 @@ def postgres_pipeline(cdc, postgres) -> Iterator[Pipeline]:
     source = f"{{kind: postgres, conn_id: cdc_postgres, tables: [public.{name}], slot: {name}}}"
     (cdc.base / "pipelines" / f"{name}.yaml").write_text(spec_text(name, source, max_events=SUB_BATCH))
     try:
-        yield Pipeline(name, name, cdc, Workload(db.execute, name), db)
+        series = lambda lo, hi: f"SELECT g, 'new' FROM generate_series({lo}, {hi}) g"  # noqa: E731
+        yield Pipeline(name, name, cdc, Workload(db.execute, name, series), db)
     finally:
         db.reconnect()
         db.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
@@ -661,3 +682,58 @@ def test_zombie_run_resumed_after_a_newer_run_writes_nothing(mysql_pipeline, sto
     assert problems == {}, out[-4000:]
     assert_exactly_once(p, "zombie run resumed after a takeover")
 
+
+
+# --------------------------------------------------------------------------- 6: a transaction past the limits
+
+
+def committed_of(p: Pipeline, ids: range) -> dict[str, int]:
+    """How many changes of the rows ``ids`` each sink holds now (Kafka read_committed)."""
+    got = sink_contents(p)
+    return {sink: sum(1 for _, e in items if (e.get("after") or e.get("before") or {}).get("id") in ids)
+            for sink, items in got.items()}
+
+
+@pytest.mark.parametrize(("source", "seed"), [("mysql", 61), ("mysql", 62), ("postgres", 63)])
+def test_a_transaction_past_the_sub_batch_limits_killed_mid_delivery(request, source, seed):
+    """A source transaction of hundreds of rows against sub-batches of 10 events: the run keeps it
+    on disk and delivers it as one sub-batch (one Kafka transaction, one MULTI/EXEC). Generated
+    per seed: the single-row transactions around it, its size, and the moment of the SIGKILL
+    (once NATS holds a generated share of it, so the kill lands mid-delivery); then a wave
+    and a second large transaction are written before the rerun. Right after the kill, Kafka
+    (read_committed) and Redis hold all of the large transaction or none of it; NATS any prefix.
+    After the catch-up, every change is on every sink once, in commit order per key."""
+    rng = random.Random(seed)
+    p = request.getfixturevalue(f"{source}_pipeline")
+    p.run_ok("place")
+    p.work.wave(rng.randint(1, 20))
+    before = p.work.changes  # NATS holds these first (the place run sent nothing)
+    rows = p.work.bulk(rng.randint(300, 900))
+    p.work.wave(rng.randint(0, 20))
+    changes = len(rows) + len(rows) // 3  # the bulk transaction's events (an update per 3rd row)
+    share = rng.randint(1, changes - 1)
+
+    run = p.start(f"killed_{seed}")
+    try:
+        def stored_share() -> bool:
+            return run.proc.poll() is not None or nats_count(p.cdc.nats, p.stream, p.topic) >= before + share
+
+        wait_for(stored_share, f"NATS to hold {share} changes of the large transaction")
+        run.signal(signal.SIGKILL)
+        run.wait()
+    finally:
+        run.signal(signal.SIGKILL)
+    held = committed_of(p, rows)
+    print(f"seed {seed}: {len(rows)} rows, {changes} changes in one transaction; killed with NATS at "
+          f">= {share}; the sinks then held {held}")
+    assert held["kafka"] in (0, changes) and held["redis"] in (0, changes), held
+    assert held["nats"] <= changes
+
+    p.db.reconnect()
+    p.work.wave(rng.randint(1, 10))
+    p.work.bulk(rng.randint(100, 400))
+    rerun = p.run_ok(f"rerun_{seed}")
+    assert rerun["spilled_sub_batches"] == 2, rerun  # both large transactions were read back from disk
+    later = p.catch_up(f"after_{seed}")
+    print(f"seed {seed}: the runs after the kill ended {later or 'ok'}")
+    assert_exactly_once(p, f"seed {seed}: large transaction, SIGKILL mid-delivery")

@@ -1,9 +1,12 @@
+from collections import Counter
+
 import pytest
-from _tidegate_fakes import pos, stream, tx_events
+from _tidegate_fakes import event, pos, stream, tx_events
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tidegate.batching import cut_sub_batches
 from tidegate.events import PositionMark
+from tidegate.spill import SpilledEvents
 
 sizes_st = st.lists(st.integers(min_value=0, max_value=12), min_size=0, max_size=30)
 
@@ -27,7 +30,7 @@ def test_no_tx_split_order_kept_limits_respected(sizes, max_events, max_bytes):
         for t in txs:
             assert t.tx_id not in seen_tx, "a transaction appears in two sub-batches"
             seen_tx.add(t.tx_id)
-            assert t.events[-1].tx_end and len({e.tx_id for e in t.events}) == 1
+            assert list(t.events)[-1].tx_end and len({e.tx_id for e in t.events}) == 1
             assert not t.partial
         if len(txs) > 1:  # several transactions only while within the limits
             assert b.event_count <= max_events and b.byte_size <= max_bytes
@@ -94,3 +97,31 @@ def test_respect_source_tx_false_splits_but_checkpoints_stay_at_boundaries(sizes
     for n in range(1, len(sizes) + 1):
         got = [e.tx_id for b in batches for e in b.after(pos(n)).events]
         assert got == [e.tx_id for e in _events(items) if int(e.tx_id.split("-")[-1]) > n]
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 9000), min_size=1, max_size=4), max_events=st.integers(1, 5000),
+       tables=st.integers(1, 3))
+def test_a_transaction_past_the_limits_is_kept_on_disk_and_read_back_whole(sizes, max_events, tables):
+    """Generated transactions up to 9,000 rows (frames of 2,000) and limits: a transaction that
+    passes a limit is spilled; every reader gets it back whole, in order, as often as it asks;
+    sizes and per-table counts match what an in-memory transaction would give."""
+    items = []
+    for n, size in enumerate(sizes, start=1):
+        items += [event(n, i, last=i == size - 1, table=f"t{i % tables}") for i in range(size)] \
+            if size else [PositionMark(pos(n))]
+    batches = list(cut_sub_batches(iter(items), max_events=max_events, max_bytes=10**9))
+    keys = [e.idempotency_key for e in _events(items)]
+    assert [e.idempotency_key for b in batches for e in b.events] == keys
+    assert [e.idempotency_key for b in batches for c in b.chunks() for e in c] == keys
+    for b in batches:
+        spilled = [t for t in b.transactions if isinstance(t.events, SpilledEvents)]
+        assert b.spilled == bool(spilled)
+        for t in spilled:
+            assert len(t.events) >= max_events and len([t for t in b.transactions if t.events]) == 1
+            first, again = iter(t.events), list(t.events)  # two readers at once
+            assert [e.idempotency_key for e in first] == [e.idempotency_key for e in again]
+            assert all(len(c) <= 2000 for c in b.chunks())
+        in_memory = [e for t in b.transactions for e in t.events]
+        assert b.byte_size == sum(len(e.value) for e in in_memory)
+        assert b.table_counts == dict(Counter((e.db, e.schema, e.table) for e in in_memory))

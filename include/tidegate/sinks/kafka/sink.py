@@ -57,7 +57,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -609,26 +609,10 @@ class KafkaSink(Sink):
             raise self._fatal
         if self._producer is None:
             self.open()
+        if batch.spilled:
+            return self._deliver_spilled(batch, extends)
         events = list(batch.events)
-        topics = [self.control_name if is_control(ev) else self._topic_of(ev) for ev in events]
-        # Poison events by idempotency key: (event, why); what the broker refused in an earlier
-        # attempt stays poison when the coordinator retries the sub-batch.
-        refused = self._refused
-        poison = {ev.idempotency_key: (ev, refused[ev.idempotency_key]) for ev in events
-                  if ev.idempotency_key in refused} if refused else {}
-        distinct = dict.fromkeys(topics)  # names are checked once each, not once per event
-        if not all(_VALID_TOPIC.match(t) for t in distinct):
-            poison.update({ev.idempotency_key: (ev, f"{t!r} is not a valid Kafka topic name")
-                           for ev, t in zip(events, topics, strict=True) if not _VALID_TOPIC.match(t)})
-        self._check_poison(poison)
-        wanted = list(distinct) if not poison else [t for ev, t in zip(events, topics, strict=True)
-                                                   if ev.idempotency_key not in poison]
-        self._ensure_topics(wanted + ([self.dlq_name] if self.on_poison == "dlq" else []))
-        if not self._connected and wanted:  # idempotent: before the first record (exactly-once: open)
-            try:
-                self._connect(self._producer, wanted[0])
-            except KafkaException as exc:
-                raise self.error(exc, "connecting the producer") from None
+        topics, poison = self._prepare(events)
         try:
             self._deliver_once(batch, events, topics, poison, extends)
         except SinkError:
@@ -652,12 +636,85 @@ class KafkaSink(Sink):
         self.dlq_count += len(poison)
         return batch.end_position
 
+    def _topics_of(self, events: list) -> list[str]:
+        return [self.control_name if is_control(ev) else self._topic_of(ev) for ev in events]
+
+    def _prepare(self, events: list) -> tuple[list[str], dict]:
+        """Each event's topic and the poison among them, by idempotency key: (event, why); what
+        the broker refused in an earlier attempt stays poison when the coordinator retries the
+        sub-batch. Their topics exist and the producer is connected when this returns."""
+        topics = self._topics_of(events)
+        refused = self._refused
+        poison = {ev.idempotency_key: (ev, refused[ev.idempotency_key]) for ev in events
+                  if ev.idempotency_key in refused} if refused else {}
+        distinct = dict.fromkeys(topics)  # names are checked once each, not once per event
+        if not all(_VALID_TOPIC.match(t) for t in distinct):
+            poison.update({ev.idempotency_key: (ev, f"{t!r} is not a valid Kafka topic name")
+                           for ev, t in zip(events, topics, strict=True) if not _VALID_TOPIC.match(t)})
+        self._check_poison(poison)
+        wanted = list(distinct) if not poison else [t for ev, t in zip(events, topics, strict=True)
+                                                   if ev.idempotency_key not in poison]
+        self._ensure_topics(wanted + ([self.dlq_name] if self.on_poison == "dlq" else []))
+        if not self._connected and wanted:  # idempotent: before the first record (exactly-once: open)
+            try:
+                self._connect(self._producer, wanted[0])
+            except KafkaException as exc:
+                raise self.error(exc, "connecting the producer") from None
+        return topics, poison
+
     def _deliver_once(self, batch: SubBatch, events: list, topics: list[str], poison: dict, extends: Any
                       ) -> None:
         if self.exactly_once:
-            self._deliver_transaction(batch, events, topics, self.sink_record(batch, extends), poison)
+            self._deliver_transaction(
+                batch, lambda: self._produce_all(events, topics, poison, heartbeat_at=batch.end_position),
+                self.sink_record(batch, extends))
         else:
             self._deliver_idempotent(events, topics, poison, heartbeat_at=batch.end_position)
+
+    # -- a transaction larger than the sub-batch limits (kept on disk: tidegate.spill)
+
+    def _deliver_spilled(self, batch: SubBatch, extends: int | None) -> Position:
+        """Deliver a sub-batch read back from disk a frame at a time: still one Kafka transaction
+        when exactly-once (read_committed consumers see the source transaction whole or not at
+        all), else flushed frame by frame. What the broker refuses is found frame by frame too,
+        then handled as for any sub-batch (dead-lettered and delivered again, or the run halts)."""
+        poison: dict = {}
+        try:
+            self._deliver_frames(batch, extends, poison)
+        except SinkError:
+            rejected: dict = {}
+            for chunk in batch.chunks():
+                rejected.update(self._rejected_by_the_broker(chunk, self._topics_of(chunk)))
+            if not rejected:
+                raise
+            self._check_poison(rejected)
+            self._refused.update({k: why for k, (_, why) in rejected.items()})
+            poison.update(rejected)
+            if self.exactly_once:
+                self._restart_producer()
+                self._deliver_frames(batch, extends, poison)
+            else:
+                again = [ev for ev, _ in rejected.values()]
+                self._deliver_idempotent(again, self._topics_of(again), poison)
+        self.dlq_count += len(poison)
+        return batch.end_position
+
+    def _deliver_frames(self, batch: SubBatch, extends: int | None, poison: dict) -> None:
+        if not self.exactly_once:
+            for chunk in batch.chunks():
+                topics, found = self._prepare(chunk)
+                poison.update(found)
+                self._deliver_idempotent(chunk, topics, poison, heartbeat_at=batch.end_position)
+            return
+
+        def produce_all() -> None:
+            for i, chunk in enumerate(batch.chunks()):
+                topics, found = self._prepare(chunk)
+                poison.update(found)
+                self._produce_all(chunk, topics, poison, reset=i == 0)
+            self._produce_heartbeat(batch.end_position)
+
+        self._deliver_transaction(batch, produce_all, self.sink_record(batch, extends))
 
     def _check_poison(self, poison: dict) -> None:
         if poison and self.on_poison != "dlq":
@@ -679,15 +736,17 @@ class KafkaSink(Sink):
         return out
 
     def _produce_all(self, events: list, topics: list[str], poison: dict | None = None,
-                     heartbeat_at: Position | None = None) -> None:
-        """Queue the records of ``events`` (and a heartbeat at ``heartbeat_at`` when one is due)."""
+                     heartbeat_at: Position | None = None, reset: bool = True) -> None:
+        """Queue the records of ``events`` (and a heartbeat at ``heartbeat_at`` when one is due).
+        ``reset=False``: a later frame of the same sub-batch (the envelope's transaction state
+        carries on)."""
         p = self._producer
         assert p is not None
         produce, poll = p.produce, p.poll
         deadline = time.monotonic() + self._timeout_s
         table_hdr: dict[tuple[str, str], tuple[str, bytes]] = {}
         op_hdr = _OP_HEADERS
-        if self._debezium is not None:
+        if self._debezium is not None and reset:
             self._debezium.reset()  # a retried sub-batch starts its transactions afresh
         for i, (ev, topic) in enumerate(zip(events, topics, strict=True)):
             if poison and ev.idempotency_key in poison:
@@ -900,8 +959,9 @@ class KafkaSink(Sink):
 
     # -- exactly once
 
-    def _deliver_transaction(self, batch: SubBatch, events: list, topics: list[str],
-                             record: SinkCheckpoint, poison: dict | None = None) -> None:
+    def _deliver_transaction(self, batch: SubBatch, produce: Callable[[], None], record: SinkCheckpoint
+                             ) -> None:
+        """One Kafka transaction: what ``produce`` queues, then the checkpoint record."""
         p = self._producer
         assert p is not None
         if self._needs_abort:
@@ -923,7 +983,7 @@ class KafkaSink(Sink):
             raise self._fail_tx(self.error(exc, "beginning a transaction"), abort=False) from None
         self._tx_began = time.monotonic()
         try:
-            self._produce_all(events, topics, poison, heartbeat_at=batch.end_position)
+            produce()
             self._produce_checkpoint(record)
             self._commit_transaction()
             self._heartbeat_written()

@@ -88,7 +88,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 import nats
@@ -510,21 +510,14 @@ class NatsSink(Sink):
     def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
         if self._nc is None:
             self.open()
-        events = list(batch.events)
-        out = [(ev, self.control_name if is_control(ev) else self._subject_of(ev)) for ev in events]
-        poison = self._poison(out)
-        if poison and self.on_poison != "dlq":
-            raise self.poison_error([ev for ev, _ in poison.values()],
-                                    "; ".join(dict.fromkeys(why for _, why in poison.values())))
-        messages = [(subj, ev.value, ev.idempotency_key, None if is_control(ev) else ev.headers)
-                    if ev.idempotency_key not in poison
-                    else (self.dlq_name, self.dlq_record(ev, poison[ev.idempotency_key][1]),
-                          "dlq|" + ev.idempotency_key, None) for ev, subj in out]
-        timeout = self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
+        poison: dict[str, tuple[Any, str]] = {}
+        frames = (self._messages(chunk, poison) for chunk in batch.chunks())
+        n = batch.event_count
+        timeout = self.publish_timeout_s * (2 + n / max(1, self.max_in_flight))
         if self._read_back_due:  # reading back is bounded by what follows the last marker
-            timeout += self.publish_timeout_s * (2 + len(events) / max(1, self.max_in_flight))
+            timeout += self.publish_timeout_s * (2 + n / max(1, self.max_in_flight))
         try:
-            dups, skipped = self._run(self._publish(messages, self.sink_record(batch, extends)), timeout + 5)
+            dups, skipped = self._run(self._publish(frames, self.sink_record(batch, extends)), timeout + 5)
         except SinkError:
             self._read_back_due = True
             raise
@@ -532,7 +525,7 @@ class NatsSink(Sink):
             # Some of the sub-batch may be stored without its marker: read back before the retry.
             self._read_back_due = True
             raise self.error(exc, f"publishing sub-batch {batch.seq}") from None
-        self.published += len(events) - len(skipped)
+        self.published += n - len(skipped)
         self.skipped += len(skipped)
         self._stored_ids.difference_update(skipped)
         self.duplicates += dups
@@ -540,12 +533,27 @@ class NatsSink(Sink):
         if skipped:
             log.info("NATS sink %r: %d of %d messages of sub-batch %d were already in stream %r after the "
                      "sink's last commit marker (an earlier attempt stored them); not published again",
-                     self.sink_id, len(skipped), len(events), batch.seq, self.stream)
+                     self.sink_id, len(skipped), n, batch.seq, self.stream)
         if dups:
             log.info("NATS sink %r: %d of %d messages of sub-batch %d were duplicates already stored in "
                      "stream %r (same Nats-Msg-Id within duplicate_window); %d so far", self.sink_id, dups,
-                     len(events), batch.seq, self.stream, self.duplicates)
+                     n, batch.seq, self.stream, self.duplicates)
         return batch.end_position
+
+    def _messages(self, events: list, poison: dict[str, tuple[Any, str]]
+                  ) -> list[tuple[str, bytes, str, dict | None]]:
+        """(subject, payload, Nats-Msg-Id, extra headers) of ``events``; what the server cannot
+        take halts the run, or goes to the dead-letter subject (and into ``poison``)."""
+        out = [(ev, self.control_name if is_control(ev) else self._subject_of(ev)) for ev in events]
+        found = self._poison(out)
+        if found and self.on_poison != "dlq":
+            raise self.poison_error([ev for ev, _ in found.values()],
+                                    "; ".join(dict.fromkeys(why for _, why in found.values())))
+        poison.update(found)
+        return [(subj, ev.value, ev.idempotency_key, None if is_control(ev) else ev.headers)
+                if ev.idempotency_key not in found
+                else (self.dlq_name, self.dlq_record(ev, found[ev.idempotency_key][1]),
+                      "dlq|" + ev.idempotency_key, None) for ev, subj in out]
 
     def _poison(self, out: list[tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
         """Events this server cannot take whatever is retried, by idempotency key: over
@@ -562,22 +570,32 @@ class NatsSink(Sink):
                 bad[ev.idempotency_key] = (ev, f"{subj!r} is not a valid NATS subject to publish to")
         return bad
 
-    async def _publish(self, messages: list[tuple[str, bytes, str, dict | None]],
+    async def _publish(self, frames: Iterable[list[tuple[str, bytes, str, dict | None]]],
                        record: SinkCheckpoint) -> tuple[int, list[str]]:
         """Publish (subject, payload, Nats-Msg-Id, extra headers) in order, then, once every one
         was acknowledged, the commit marker: its presence proves the whole sub-batch. What the
         stream already holds after the sink's last commit marker is skipped (read back first
         when an earlier attempt or run may have left some): returns (duplicates the server
-        reported, the ids skipped)."""
-        timeout = self.publish_timeout_s
+        reported, the ids skipped). ``frames``: the messages in lists, each acknowledged before
+        the next is built (one list, or a spilled transaction's frames read back from disk)."""
         if self._read_back_due:
             self._stored_ids |= await self._read_back()
             self._read_back_due = False
-        skipped = [m[2] for m in messages if m[2] in self._stored_ids]
-        if skipped:
-            messages = [m for m in messages if m[2] not in self._stored_ids]
         await self._check_claim()
-        checked, fresh_s = time.monotonic(), self._claim_fresh_s()
+        clock = [time.monotonic()]  # when the claim was last checked
+        dups, skipped = 0, []
+        for messages in frames:
+            if self._stored_ids:
+                skipped += [m[2] for m in messages if m[2] in self._stored_ids]
+                messages = [m for m in messages if m[2] not in self._stored_ids]
+            dups += await self._publish_frame(messages, clock)
+        await self._publish_marker(record)
+        return dups, skipped
+
+    async def _publish_frame(self, messages: list[tuple[str, bytes, str, dict | None]], clock: list[float]
+                             ) -> int:
+        """Publish ``messages`` and wait for their acks; the duplicates the server reported."""
+        timeout, fresh_s = self.publish_timeout_s, self._claim_fresh_s()
         futs: list[asyncio.Future] = []
         oldest = 0  # futs before this one are acknowledged (acks come in publish order)
         try:
@@ -588,11 +606,11 @@ class NatsSink(Sink):
                     if not futs[oldest].done():
                         await asyncio.wait((futs[oldest],))
                     oldest += 1
-                if time.monotonic() - checked > fresh_s:
+                if time.monotonic() - clock[0] > fresh_s:
                     # Stalled since the check (a stopped process, a long wait for acks): a newer
                     # run may have stored these ids longer than the window ago. Ask again.
                     await self._check_claim()
-                    checked = time.monotonic()
+                    clock[0] = time.monotonic()
                 headers = {"Nats-Msg-Id": msg_id}
                 if extra:  # a primary-key change: each event names the other's key
                     headers.update((k, v.decode()) for k, v in extra.items())
@@ -609,8 +627,7 @@ class NatsSink(Sink):
         if errors:
             worst = min(errors, key=lambda e: 0 if classify_nats_error(e) is ErrorClass.NON_RETRYABLE else 1)
             raise worst
-        await self._publish_marker(record)
-        return sum(1 for a in acks if a.duplicate), skipped
+        return sum(1 for a in acks if a.duplicate)
 
     def _claim_fresh_s(self) -> float:
         """How long a passed claim check covers publishing: half the stream's duplicate window.

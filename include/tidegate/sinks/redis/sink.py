@@ -90,6 +90,23 @@ def _connection_lost(exc: rex.WatchError) -> bool:
     return isinstance(exc.__context__, (rex.ConnectionError, rex.TimeoutError, OSError))
 
 
+def _call(conn: Any, *args: Any) -> Any:
+    conn.send_command(*args)
+    return conn.read_response()
+
+
+def _queue(conn: Any, commands: list[tuple]) -> None:
+    """Send ``commands`` inside MULTI in one write and read their QUEUED replies (an error reply
+    raises: the server then aborts the transaction at EXEC)."""
+    conn.send_packed_command(conn.pack_commands(commands))
+    for _ in commands:
+        conn.read_response()
+
+
+def _flat(fields: dict) -> list:
+    return [x for kv in fields.items() for x in kv]
+
+
 def _truthy(v: Any) -> bool:
     return v is True or str(v).lower() in ("1", "true", "yes", "on")
 
@@ -249,34 +266,10 @@ class RedisSink(Sink):
                     log.info("Redis sink %r: sub-batch %d (to %s) was already committed by an earlier "
                              "attempt", self.sink_id, batch.seq, batch.end_position)
                     return batch.end_position
-            events = list(batch.events)
-            keys = [self._key_of(ev) for ev in events]
-            bad = self._unwritable(keys)
-            poison = [(ev, bad[k]) for ev, k in zip(events, keys, strict=True) if k in bad]
-            if poison and self.on_poison != "dlq":
-                why = "; ".join(dict.fromkeys(w for _, w in poison))
-                raise self.poison_error([ev for ev, _ in poison], why)
-            if poison and self._unwritable([self.dlq_name]):
-                raise NonRetryableSinkError(f"{self.where}: the dead-letter stream cannot be written: "
-                                            f"{self._checked_streams[self.dlq_name]}")
-            with self._client.pipeline(transaction=True) as pipe:
-                if self.epoch is not None:
-                    self._check_fence(pipe)
-                pipe.multi()
-                trim = {"maxlen": self.maxlen, "approximate": True} if self.maxlen else {}
-                for ev, key in zip(events, keys, strict=True):
-                    if key in bad:
-                        pipe.xadd(self.dlq_name, {"record": self.dlq_record(ev, bad[key]),
-                                                  "idempotency_key": ev.idempotency_key}, **trim)
-                    else:
-                        fields = {"event": ev.value, "idempotency_key": ev.idempotency_key}
-                        if not is_control(ev) and ev.headers:  # a primary-key change: the other key
-                            fields.update(ev.headers)
-                        pipe.xadd(key, fields, **trim)
-                pipe.set(self.checkpoint_redis_key, record.dumps())
-                if self.epoch is not None:  # kept present even if the server lost it
-                    pipe.set(self.fence_redis_key, self.epoch)
-                self._execute(pipe)
+            if batch.spilled:
+                poison = self._deliver_frames(batch, record)
+            else:
+                poison = self._deliver_whole(batch, record)
             self.dlq_count += len(poison)
         except SinkError:
             raise
@@ -292,6 +285,87 @@ class RedisSink(Sink):
                 self._uncertain = True  # the EXEC may have run before the connection broke
             raise err from None
         return batch.end_position
+
+    def _entries(self, events: list) -> tuple[list[tuple[str, dict]], list]:
+        """The XADDs of ``events`` (stream, fields) and the poison among them, dead-lettered
+        (``on_poison: dlq``) or raised."""
+        keys = [self._key_of(ev) for ev in events]
+        bad = self._unwritable(keys)
+        poison = [(ev, bad[k]) for ev, k in zip(events, keys, strict=True) if k in bad]
+        if poison and self.on_poison != "dlq":
+            why = "; ".join(dict.fromkeys(w for _, w in poison))
+            raise self.poison_error([ev for ev, _ in poison], why)
+        if poison and self._unwritable([self.dlq_name]):
+            raise NonRetryableSinkError(f"{self.where}: the dead-letter stream cannot be written: "
+                                        f"{self._checked_streams[self.dlq_name]}")
+        out = []
+        for ev, key in zip(events, keys, strict=True):
+            if key in bad:
+                out.append((self.dlq_name, {"record": self.dlq_record(ev, bad[key]),
+                                            "idempotency_key": ev.idempotency_key}))
+            else:
+                fields = {"event": ev.value, "idempotency_key": ev.idempotency_key}
+                if not is_control(ev) and ev.headers:  # a primary-key change: the other key
+                    fields.update(ev.headers)
+                out.append((key, fields))
+        return out, poison
+
+    def _closing_sets(self, record: SinkCheckpoint) -> list[tuple[str, Any]]:
+        """The checkpoint, and the fence key kept present even if the server lost it."""
+        sets = [(self.checkpoint_redis_key, record.dumps())]
+        return sets + [(self.fence_redis_key, self.epoch)] if self.epoch is not None else sets
+
+    def _deliver_whole(self, batch: SubBatch, record: SinkCheckpoint) -> list:
+        """The sub-batch and the checkpoint in one MULTI/EXEC through redis-py's pipeline;
+        returns the poison dead-lettered."""
+        assert self._client is not None
+        entries, poison = self._entries(list(batch.events))
+        with self._client.pipeline(transaction=True) as pipe:
+            if self.epoch is not None:
+                self._check_fence(pipe)
+            pipe.multi()
+            trim = {"maxlen": self.maxlen, "approximate": True} if self.maxlen else {}
+            for key, fields in entries:
+                pipe.xadd(key, fields, **trim)
+            for key, value in self._closing_sets(record):
+                pipe.set(key, value)
+            self._execute(pipe)
+        return poison
+
+    def _deliver_frames(self, batch: SubBatch, record: SinkCheckpoint) -> list:
+        """A sub-batch holding a transaction larger than the limits (read back from disk a frame
+        at a time) in one MULTI/EXEC all the same: the commands are sent and queued by the
+        server frame by frame on one connection (redis-py's pipeline would hold them all until
+        EXEC). The server holds the queue; EXEC applies it at once, data and checkpoint."""
+        assert self._client is not None
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        trim = ("MAXLEN", "~", self.maxlen) if self.maxlen else ()
+        poison: list = []
+        try:
+            if self.epoch is not None:  # as _check_fence, on this connection
+                _call(conn, "WATCH", self.fence_redis_key)
+                held = _call(conn, "GET", self.fence_redis_key)
+                if held is not None and int(held) > self.epoch:
+                    raise self.fenced_error(int(held))
+            _call(conn, "MULTI")
+            for chunk in batch.chunks():
+                entries, found = self._entries(chunk)
+                poison += found
+                _queue(conn, [("XADD", key, *trim, "*", *_flat(fields)) for key, fields in entries])
+            _queue(conn, [("SET", key, value) for key, value in self._closing_sets(record)])
+            replies = _call(conn, "EXEC")
+            if replies is None:  # a watched key moved: nothing ran
+                raise rex.WatchError("the fence key changed between WATCH and EXEC")
+            failed = next((r for r in replies if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+        except BaseException:
+            conn.disconnect()  # never hand back a connection inside MULTI (the server discards it)
+            raise
+        finally:
+            pool.release(conn)
+        return poison
 
     def _fence_moved(self) -> SinkError:
         """EXEC was refused because the fence key changed after WATCH: fenced if a newer epoch
