@@ -1210,7 +1210,9 @@ cdef class Wal2JsonRows:
     cdef bytes tx_raw, tx_mid, tx_tail
     cdef object ts_us
     cdef public long long total
-    cdef dict per_table, same_lsn
+    cdef dict per_table
+    cdef str last_lsn  # the LSN of the last event and how many events it had (TxCounts, reader.py)
+    cdef long long at_lsn
 
     def __cinit__(self):
         cdef int k
@@ -1255,7 +1257,7 @@ cdef class Wal2JsonRows:
         """A new transaction: its id, commit LSN, xid and commit time (ms, µs)."""
         self.total = 0
         self.per_table = {}
-        self.same_lsn = {}
+        self.last_lsn, self.at_lsn = "", 0
         self.tx_id = tx_id
         self.ts_us = ts_us
         self.tx_raw = tx_id.encode()
@@ -1273,8 +1275,11 @@ cdef class Wal2JsonRows:
         return n, self.total, k
 
     cdef int count(self, tkey, str lsn, long long* n, long long* k) except -1:
-        n[0] = self.same_lsn.get(lsn, 0)
-        self.same_lsn[lsn] = n[0] + 1
+        if lsn == self.last_lsn:
+            n[0] = self.at_lsn
+            self.at_lsn += 1
+        else:
+            n[0], self.last_lsn, self.at_lsn = 0, lsn, 1
         self.total += 1
         k[0] = self.per_table.get(tkey, 0) + 1
         self.per_table[tkey] = k[0]

@@ -389,9 +389,10 @@ def has_changes(server: PgServer, slot: Slot, publication: str, tables: frozense
                 start_lsn: Lsn, upto: PgPosition, limit: int) -> bool | None:
     """``reader.has_changes`` for a pgoutput slot: a row change or truncate of a captured table
     in a transaction whose commit record starts in [start, upto) (a bound or a start is never
-    inside a commit record: ``PgServer.head``); None when the look was cut off before one."""
+    inside a commit record: ``PgServer.head``); None when the look was cut off before one.
+    The rows sent back are capped as there (a whole first transaction otherwise)."""
     try:
-        rows = server.query(peek_sql(), (slot.name, str(upto.lsn), limit, publication))
+        rows = server.query(peek_sql() + " LIMIT %s", (slot.name, str(upto.lsn), limit, publication, limit))
     except psycopg2.Error as exc:
         raise slot.read_error(exc) from None
     names: dict[int, tuple[str, str]] = {}
