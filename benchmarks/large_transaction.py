@@ -32,7 +32,7 @@ import time
 import uuid
 from pathlib import Path
 
-from servers import admin_connection, services_env  # benchmarks/servers.py
+from servers import admin_connection, bench_table, services_env  # benchmarks/servers.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "include"))
@@ -43,24 +43,6 @@ SINKS = {
     "nats": 'kind: nats, conn_id: cdc_nats, stream: "LT_{name}", subject: "{pipeline}.{table}"',
     "redis": 'kind: redis, conn_id: cdc_redis, stream: "{pipeline}:{table}"',
 }
-
-
-def setup(source: str, env: dict, name: str) -> str:
-    """A schema and table of its own; returns the spec's source line."""
-    from tidegate.connections import get_connection
-
-    conn = admin_connection(source, env)
-    with conn.cursor() as c:
-        c.execute(f"CREATE {'DATABASE' if source == 'mysql' else 'SCHEMA'} {name}")
-        c.execute(f"CREATE TABLE {name}.t (id INT PRIMARY KEY, v INT, s VARCHAR(40))")
-        if source == "postgres":
-            cdc = get_connection("cdc_postgres", env)
-            c.execute(f"GRANT USAGE ON SCHEMA {name} TO {cdc.login}")
-            c.execute(f"GRANT SELECT ON {name}.t TO {cdc.login}")
-    conn.close()
-    if source == "mysql":
-        return f"{{kind: mysql, conn_id: cdc_mysql, tables: [{name}.t], server_id: 47800, start: head}}"
-    return f"{{kind: postgres, conn_id: cdc_postgres, tables: [{name}.t], slot: {name}, start: head}}"
 
 
 def write_transaction(source: str, env: dict, schema: str, rows: int) -> float:
@@ -217,7 +199,7 @@ def one_sink(sink: str, a: argparse.Namespace, env: dict, base: Path, spill: Pat
     name = f"lt_{sink}_{uuid.uuid4().hex[:6]}"
     (base / f"{name}.yaml").write_text(textwrap.dedent(f"""\
         pipeline: {name}
-        source: {setup(a.source, env, name)}
+        source: {bench_table(a.source, env, name, 47800)}
         sinks:
           - {{id: out, {SINKS[sink].replace("{name}", name)}}}
         """))

@@ -45,3 +45,23 @@ def admin_connection(source: str, env: dict | None = None):
                             dbname=admin.schema)
     conn.autocommit = True
     return conn
+
+
+def bench_table(source: str, env: dict, name: str, server_id: int) -> str:
+    """A database (MariaDB) or schema (PostgreSQL) ``name`` with one table ``t`` (id, v, s
+    VARCHAR(40)) the CDC login may read; returns the spec's source line for it, placed at the head
+    (PostgreSQL: the first run creates the slot ``name``)."""
+    from tidegate.connections import get_connection
+
+    conn = admin_connection(source, env)
+    with conn.cursor() as c:
+        c.execute(f"CREATE {'DATABASE' if source == 'mysql' else 'SCHEMA'} {name}")
+        c.execute(f"CREATE TABLE {name}.t (id INT PRIMARY KEY, v INT, s VARCHAR(40))")
+        if source == "postgres":
+            cdc = get_connection("cdc_postgres", env)
+            c.execute(f"GRANT USAGE ON SCHEMA {name} TO {cdc.login}")
+            c.execute(f"GRANT SELECT ON {name}.t TO {cdc.login}")
+    conn.close()
+    if source == "mysql":
+        return f"{{kind: mysql, conn_id: cdc_mysql, tables: [{name}.t], server_id: {server_id}, start: head}}"
+    return f"{{kind: postgres, conn_id: cdc_postgres, tables: [{name}.t], slot: {name}, start: head}}"

@@ -205,7 +205,9 @@ FORKSERVER_PROBE = textwrap.dedent("""\
         new = sorted(m for m in set(sys.modules) - before if not m.startswith("unusual_prefix_"))
         preloaded = "tidegate.runner" in before and "tidegate.sources.mysql.source" in before
         out.put({"dags": dags, "imported": new, "engine_preloaded": preloaded,
-                 "spark": any(m.split(".")[0] == "pyspark" for m in sys.modules)})
+                 "connect_client": "pyspark.sql.connect.session" in before,
+                 "jvm": "pyspark" in sys.modules
+                        and sys.modules["pyspark"].SparkContext._gateway is not None})
 
     if __name__ == "__main__":
         from airflow.utils.process_utils import set_component_mp_start_method
@@ -223,7 +225,8 @@ def test_forkserver_preload_leaves_a_task_process_nothing_to_import(tmp_path, pi
     """scripts/services' deployment: the LocalExecutor's workers come from a forkserver that
     imported tidegate_airflow.preload (found on PYTHONPATH), so a task process (a fork of one)
     parses its DAG file as the task runner does without importing any module (the DagBag's
-    imports alone were 0.4 s of every task) and holds the engine already; Spark stays out."""
+    imports alone were 0.4 s of every task) and holds the engine and the Spark Connect client
+    already (a deliver task's session); no JVM was started (no classic Spark session's gateway)."""
     probe = tmp_path / "probe.py"
     probe.write_text(FORKSERVER_PROBE)
     env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH, "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
@@ -234,7 +237,7 @@ def test_forkserver_preload_leaves_a_task_process_nothing_to_import(tmp_path, pi
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"method": "forkserver", "dags": ["cdc_shop_mysql"], "imported": [],
-                      "engine_preloaded": True, "spark": False}
+                      "engine_preloaded": True, "connect_client": True, "jvm": False}
 
 
 def test_loading_the_plugin_imports_neither_the_page_nor_fastapi():

@@ -41,11 +41,16 @@ def batch_with_one_big_row(pipeline: str) -> SubBatch:
     return SubBatch(1, (*txs, dataclasses.replace(small, events=(*small.events[:9], big.events[9]))))
 
 
-def run(store_url: str, name: str, sink_spec, batch: SubBatch):
+# Sub-batches of ROWS events hold the whole batch in memory; of 4, every transaction (10 rows) is
+# past the limit and read back from disk, frame by frame (tidegate/spill.py).
+SUB_BATCHES = pytest.mark.parametrize("max_events", [ROWS, 4], ids=["in_memory", "spilled"])
+
+
+def run(store_url: str, name: str, sink_spec, batch: SubBatch, max_events: int = ROWS):
     store = open_store(store_url)
     try:
         sink = make_sink(pipeline_spec(name, sink_spec), sink_spec, connection(sink_spec.conn_id))
-        report = run_once(store, name, "r1", [sink], BatchSpec(max_events=ROWS),
+        report = run_once(store, name, "r1", [sink], BatchSpec(max_events=max_events),
                           lambda start: source_items([batch], start))
         return report, store.checkpoints.get(name, sink_spec.id)
     finally:
@@ -91,14 +96,16 @@ def test_kafka_halt_names_the_row_and_shows_nothing_of_the_sub_batch(small_topic
     assert open_store(f"sqlite:///{tmp_path}/s.sqlite").checkpoints.get(name, "events") is None
 
 
+@SUB_BATCHES
 @pytest.mark.parametrize("eos", [True, False], ids=["exactly_once", "idempotent"])
 def test_kafka_dlq_delivers_the_rest_once_and_dead_letters_the_row(small_topic, kafka_bootstrap, tmp_path,
-                                                                    eos):
+                                                                    eos, max_events):
     name = small_topic
     spec = KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka", topic="{pipeline}.{table}",
                          exactly_once=eos, checkpoint_topic=f"_ck_{name}", on_poison="dlq")
     batch = batch_with_one_big_row(name)
-    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch, max_events)
+    assert report.spilled == (100 if max_events < 10 else 0)
     rows = read_topic(kafka_bootstrap, f"{name}.orders")
     keys = [dict(m.headers())["idempotency_key"].decode() for m in rows]
     assert len(keys) == len(set(keys)) == ROWS - 1 and big_key(batch) not in keys
@@ -137,8 +144,9 @@ def nats_messages(conn, stream: str, subject: str) -> list:
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("policy", ["halt", "dlq"])
-def test_nats_payload_over_max_payload_is_poison(nats_service, tmp_path, policy):
+@pytest.mark.parametrize(("policy", "max_events"), [("halt", ROWS), ("dlq", ROWS), ("dlq", 4)],
+                         ids=["halt", "dlq", "dlq-spilled"])
+def test_nats_payload_over_max_payload_is_poison(nats_service, tmp_path, policy, max_events):
     name = f"np_{uuid.uuid4().hex[:8]}"
     stream = name.upper()
     spec = NatsSinkSpec(id="bus", kind="nats", conn_id="cdc_nats", stream=stream,
@@ -150,7 +158,8 @@ def test_nats_payload_over_max_payload_is_poison(nats_service, tmp_path, policy)
         assert "max_payload" in str(err.value)
         assert nats_messages(nats_service.cdc, stream, f"{name}.orders") == []  # nothing published
         return
-    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch, max_events)
+    assert report.spilled == (100 if max_events < 10 else 0)
     data = nats_messages(nats_service.cdc, stream, f"{name}.orders")
     ids = [m.headers["Nats-Msg-Id"] for m in data]
     assert len(ids) == len(set(ids)) == ROWS - 1 and big_key(batch) not in ids

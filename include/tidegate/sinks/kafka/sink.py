@@ -682,6 +682,8 @@ class KafkaSink(Sink):
         try:
             self._deliver_frames(batch, extends, poison)
         except SinkError:
+            if not any(err.code() in _TOO_LARGE for err, *_ in self._delivery_errors):
+                raise  # nothing the broker refused on its own: no need to read the frames again
             rejected: dict = {}
             for chunk in batch.chunks():
                 rejected.update(self._rejected_by_the_broker(chunk, self._topics_of(chunk)))
