@@ -132,7 +132,7 @@ def deliver_report(api: Api, dag: str, run_id: str) -> dict:
 def jobs_between(event_dir: Path, start_ms: int, end_ms: int) -> list[tuple[int, int]]:
     """(job id, its tasks) of every Spark job submitted between the two times, from the event log."""
     out = []
-    for f in event_dir.iterdir():
+    for f in event_dir.rglob("events_*"):  # Spark 4 writes a rolling log: a folder of files
         for line in f.read_text(errors="replace").splitlines():
             if '"SparkListenerJobStart"' not in line:
                 continue
