@@ -441,7 +441,11 @@ def test_deliver_returns_the_report_and_maps_fatal_exit(spark_submit_specs, dags
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
     spark_submit(0, report)
-    assert deliver.execute(make_context(dag, deliver)) == report
+    returned = deliver.execute(make_context(dag, deliver))
+    # the driver's report, and what this task process cost (its own CPU, its children's)
+    assert returned == {**report, "task_process_cpu_s": returned["task_process_cpu_s"],
+                        "task_children_cpu_s": returned["task_children_cpu_s"]}
+    assert returned["task_process_cpu_s"] > 0
 
     spark_submit(3, {"fatal": True, "error": "FencedError: a newer run holds the lease"})
     with pytest.raises(DeliverFatalError, match="FencedError: a newer run holds the lease"):
