@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from .errors import RunError, TidegateError
 from .events import is_control
 
 FRAME_EVENTS = 2000  # events per pickled frame: one frame is what a reader holds at a time
@@ -37,7 +38,14 @@ class SpilledEvents:
     counted on the way in) answer without reading the file back."""
 
     def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile(prefix="tidegate-tx-", dir=spill_dir())  # noqa: SIM115 - owned
+        where = spill_dir()
+        try:
+            self._file = tempfile.TemporaryFile(prefix="tidegate-tx-", dir=where)  # noqa: SIM115 - owned
+        except OSError as exc:
+            raise RunError(f"a source transaction past the sub-batch limits is kept on local disk, but no "
+                           f"file can be made in {where or tempfile.gettempdir()!r} ({exc.strerror}): set "
+                           f"TIDEGATE_SPILL_DIR to a writable directory with room for about 0.75 KB "
+                           f"per change of the transaction") from None
         self._frames: list[tuple[int, int]] = []  # (offset, length) of each pickled frame
         self._end = 0
         self._pending: list[Any] = []
@@ -57,7 +65,13 @@ class SpilledEvents:
 
     def _write_frame(self) -> None:
         data = pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL)
-        os.pwrite(self._file.fileno(), data, self._end)
+        try:
+            os.pwrite(self._file.fileno(), data, self._end)
+        except OSError as exc:  # a full disk, say: a later attempt may find room
+            raise TidegateError(f"writing a source transaction past the sub-batch limits to local disk "
+                                f"({self._count} changes, {self._end + len(data)} bytes so far) in "
+                                f"{spill_dir() or tempfile.gettempdir()!r} failed: {exc.strerror}; give "
+                                f"TIDEGATE_SPILL_DIR room for about 0.75 KB per change") from None
         self._frames.append((self._end, len(data)))
         self._end += len(data)
         self._pending = []
@@ -85,13 +99,6 @@ class SpilledEvents:
         fd = self._file.fileno()
         for offset, length in self._frames:
             yield pickle.loads(os.pread(fd, length, offset))  # noqa: S301 - our own file, this process
-
-    @property
-    def disk_bytes(self) -> int:
-        return self._end
-
-    def close(self) -> None:
-        self._file.close()
 
     def __del__(self) -> None:
         try:

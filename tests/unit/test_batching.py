@@ -5,6 +5,7 @@ from _tidegate_fakes import event, pos, stream, tx_events
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tidegate.batching import cut_sub_batches
+from tidegate.errors import RunError
 from tidegate.events import PositionMark
 from tidegate.spill import SpilledEvents
 
@@ -125,3 +126,11 @@ def test_a_transaction_past_the_limits_is_kept_on_disk_and_read_back_whole(sizes
         in_memory = [e for t in b.transactions for e in t.events]
         assert b.byte_size == sum(len(e.value) for e in in_memory)
         assert b.table_counts == dict(Counter((e.db, e.schema, e.table) for e in in_memory))
+
+
+def test_a_spill_directory_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
+    """Bad input names the setting and the fix: no file can be made in TIDEGATE_SPILL_DIR."""
+    monkeypatch.setenv("TIDEGATE_SPILL_DIR", str(tmp_path / "missing"))
+    with pytest.raises(RunError, match=r"TIDEGATE_SPILL_DIR to a writable directory") as err:
+        list(cut_sub_batches(iter(stream([30])), max_events=10, max_bytes=10**9))
+    assert str(tmp_path / "missing") in str(err.value) and err.value.fatal
