@@ -11,7 +11,7 @@ acknowledged it.
   than the limits is one oversized sub-batch on its own, whose rows are kept on local disk from
   the moment the transaction passes a limit (:mod:`tidegate.spill`), so memory holds at most
   about one sub-batch's worth of it. Sinks read such a sub-batch back in frames
-  (:meth:`SubBatch.chunks`)
+  (:meth:`SubBatch.chunks`).
 * ``False``: a transaction larger than the limits may be split into consecutive sub-batches,
   so memory and sink transactions stay within the limits. Checkpoints still only ever sit at
   transaction boundaries: a split part is a ``partial`` :class:`Transaction` whose
@@ -201,20 +201,18 @@ def _transactions(items: Iterable[ChangeEvent | PositionMark], limits: tuple[int
     rows_bytes = 0
     boundary: Position | None = None  # the last transaction boundary seen
     max_events, max_bytes = limits
+    item_tx: str | None = None  # the open transaction's id (for messages)
     for item in items:
         if isinstance(item, PositionMark):
             if rows:
                 raise ValueError(f"source yielded a position mark at {item.position} inside a "
-                                 f"transaction ({item_tx(rows)}): marks only go between transactions")
+                                 f"transaction ({item_tx}): marks only go between transactions")
             boundary = item.position
             yield Transaction(None, item.position, ())
             continue
-        size = len(item.value)
-        rows_bytes += size
-        if type(rows) is SpilledEvents:
-            rows.append(item, size)
-        else:
-            rows.append(item)
+        item_tx = item.tx_id
+        rows_bytes += len(item.value)
+        rows.append(item)
         if item.tx_end:
             events = rows.seal() if type(rows) is SpilledEvents else tuple(rows)
             yield Transaction(item.tx_id, item.end_position, events)
@@ -224,19 +222,7 @@ def _transactions(items: Iterable[ChangeEvent | PositionMark], limits: tuple[int
                 yield Transaction(item.tx_id, boundary, tuple(rows), partial=True)
                 rows, rows_bytes = [], 0
             else:  # kept whole (or split, but with no boundary to split at yet): on disk
-                rows = _spilled(rows)
+                rows = SpilledEvents(rows)
     if rows:
-        raise ValueError(f"source stream ended inside transaction {item_tx(rows)}: "
+        raise ValueError(f"source stream ended inside transaction {item_tx}: "
                          f"a source must yield whole transactions")
-
-
-def _spilled(rows: list[ChangeEvent]) -> SpilledEvents:
-    spill = SpilledEvents()
-    for ev in rows:
-        spill.append(ev, len(ev.value))
-    return spill
-
-
-def item_tx(rows: list[ChangeEvent] | SpilledEvents) -> str | None:
-    """The transaction id of an open transaction's rows (for messages)."""
-    return rows[0].tx_id if type(rows) is list else "(spilled)"

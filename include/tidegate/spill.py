@@ -37,7 +37,7 @@ class SpilledEvents:
     of the events' ``value`` lengths) and ``table_counts`` (row events per (db, schema, table),
     counted on the way in) answer without reading the file back."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: list[Any]) -> None:
         where = spill_dir()
         try:
             self._file = tempfile.TemporaryFile(prefix="tidegate-tx-", dir=where)  # noqa: SIM115 - owned
@@ -52,12 +52,13 @@ class SpilledEvents:
         self._count = 0
         self.byte_size = 0
         self.table_counts: Counter = Counter()
+        for event in events:
+            self.append(event)
 
-    def append(self, event: Any, size: int) -> None:
-        """Add ``event`` (``size``: its value's length, already counted by the caller)."""
+    def append(self, event: Any) -> None:
         self._pending.append(event)
         self._count += 1
-        self.byte_size += size
+        self.byte_size += len(event.value)  # serialized once and kept: no second serialization
         if not is_control(event):
             self.table_counts[(event.db, event.schema, event.table)] += 1
         if len(self._pending) >= FRAME_EVENTS:

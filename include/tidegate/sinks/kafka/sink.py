@@ -609,14 +609,15 @@ class KafkaSink(Sink):
             raise self._fatal
         if self._producer is None:
             self.open()
-        if batch.spilled:
-            return self._deliver_spilled(batch, extends)
-        events = list(batch.events)
-        topics, poison = self._prepare(events)
+        poison: dict = {}  # by idempotency key: (event, why)
         try:
-            self._deliver_once(batch, events, topics, poison, extends)
+            self._deliver_frames(batch, extends, poison)
         except SinkError:
-            rejected = self._rejected_by_the_broker(events, topics)
+            if not any(err.code() in _TOO_LARGE for err, *_ in self._delivery_errors):
+                raise  # nothing the broker refused on its own
+            rejected: dict = {}
+            for chunk in batch.chunks():
+                rejected.update(self._rejected_by_the_broker(chunk, self._topics_of(chunk)))
             if not rejected:
                 raise
             self._check_poison(rejected)
@@ -628,11 +629,10 @@ class KafkaSink(Sink):
                 # A transaction that lost a message leaves the producer's sequence numbers in need
                 # of a new epoch: a fresh producer (the same transactional.id) starts clean.
                 self._restart_producer()
-                self._deliver_once(batch, events, topics, poison, extends)
+                self._deliver_frames(batch, extends, poison)
             else:
-                again = [(ev, t) for ev, t in zip(events, topics, strict=True)
-                         if ev.idempotency_key in rejected]
-                self._deliver_idempotent([ev for ev, _ in again], [t for _, t in again], poison)
+                again = [ev for ev, _ in rejected.values()]
+                self._deliver_idempotent(again, self._topics_of(again), poison)
         self.dlq_count += len(poison)
         return batch.end_position
 
@@ -662,46 +662,11 @@ class KafkaSink(Sink):
                 raise self.error(exc, "connecting the producer") from None
         return topics, poison
 
-    def _deliver_once(self, batch: SubBatch, events: list, topics: list[str], poison: dict, extends: Any
-                      ) -> None:
-        if self.exactly_once:
-            self._deliver_transaction(
-                batch, lambda: self._produce_all(events, topics, poison, heartbeat_at=batch.end_position),
-                self.sink_record(batch, extends))
-        else:
-            self._deliver_idempotent(events, topics, poison, heartbeat_at=batch.end_position)
-
-    # -- a transaction larger than the sub-batch limits (kept on disk: tidegate.spill)
-
-    def _deliver_spilled(self, batch: SubBatch, extends: int | None) -> Position:
-        """Deliver a sub-batch read back from disk a frame at a time: still one Kafka transaction
-        when exactly-once (read_committed consumers see the source transaction whole or not at
-        all), else flushed frame by frame. What the broker refuses is found frame by frame too,
-        then handled as for any sub-batch (dead-lettered and delivered again, or the run halts)."""
-        poison: dict = {}
-        try:
-            self._deliver_frames(batch, extends, poison)
-        except SinkError:
-            if not any(err.code() in _TOO_LARGE for err, *_ in self._delivery_errors):
-                raise  # nothing the broker refused on its own: no need to read the frames again
-            rejected: dict = {}
-            for chunk in batch.chunks():
-                rejected.update(self._rejected_by_the_broker(chunk, self._topics_of(chunk)))
-            if not rejected:
-                raise
-            self._check_poison(rejected)
-            self._refused.update({k: why for k, (_, why) in rejected.items()})
-            poison.update(rejected)
-            if self.exactly_once:
-                self._restart_producer()
-                self._deliver_frames(batch, extends, poison)
-            else:
-                again = [ev for ev, _ in rejected.values()]
-                self._deliver_idempotent(again, self._topics_of(again), poison)
-        self.dlq_count += len(poison)
-        return batch.end_position
-
     def _deliver_frames(self, batch: SubBatch, extends: int | None, poison: dict) -> None:
+        """The sub-batch frame by frame (one frame in memory, or a spilled transaction's frames
+        read back from disk: tidegate/spill.py): one Kafka transaction with the checkpoint record
+        when exactly-once (read_committed consumers see a source transaction whole or not at
+        all), else flushed frame by frame. ``poison`` gains what each frame holds of it."""
         if not self.exactly_once:
             for chunk in batch.chunks():
                 topics, found = self._prepare(chunk)
