@@ -61,6 +61,7 @@ report = deliver_remote(connect_url(get_connection("spark_connect")), run, py_fi
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 task = report.get("delivery_task") or {}
 print(json.dumps({"events": report.get("events"), "delivered_by": report.get("delivered_by") or "client",
+                  "parts_gathered": report.get("parts_gathered", 0),
                   "wall": time.monotonic() - t0, "task_cpu": task.get("cpu_seconds"), "task": task,
                   "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}))
 """
@@ -160,7 +161,7 @@ def one_run(mode: str, source: str, events: int, env: dict, base: Path, server: 
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    if got["task_cpu"] is not None:  # the delivery task measured itself where it ran
+    if got["task_cpu"] is not None and not got["parts_gathered"]:  # the task measured itself
         got["server_cpu"] = own_cpu(server) - jvm_before + got["task_cpu"]
     else:  # Spark tasks read parts: the server's process tree (its Python workers come and go)
         got["server_cpu"] = tree_cpu(server) - before
@@ -201,7 +202,8 @@ def main() -> None:
 
 def print_row(daemon: str | None, r: dict) -> None:
     task = r.get("task") or {}
-    print(f"| {daemon or 'as the server has it'} | {r['delivered_by']} | {r['events']} | {r['wall']:.1f} "
+    shape = r["delivered_by"] + (f", {r['parts_gathered']} parts gathered" if r.get("parts_gathered") else "")
+    print(f"| {daemon or 'as the server has it'} | {r['mode']}: {shape} | {r['events']} | {r['wall']:.1f} "
           f"| {r['cpu']:.2f} | {r['server_cpu']:.2f} | {100 * r['share']:.1f} % "
           f"| {task.get('seconds', '-')} | {task.get('worker_warm', '-')} |", flush=True)
 

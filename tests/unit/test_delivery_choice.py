@@ -17,7 +17,7 @@ from tidegate.reading import Chunk, Slice, SnapshotEnd
 from tidegate.run import RunContext, RunRecord
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.spark.connect import kept_session_id
-from tidegate.spark.delivery import delivery_mode, needs_barrier, on_executor
+from tidegate.spark.delivery import delivery_mode, gathers_parts, needs_barrier, on_executor
 from tidegate.spec import load_spec_text
 
 
@@ -46,23 +46,24 @@ def test_an_unknown_delivery_mode_fails_the_spec_naming_the_setting_and_the_choi
         delivery_mode({"spark.tidegate.delivery": "driver"})  # an operator's own conf
 
 
-def test_auto_delivers_a_plan_of_one_slice_in_a_task_and_parallel_parts_from_the_client():
+def test_auto_delivers_every_plan_in_spark_tasks_gathering_parallel_parts():
     one = (Slice(pos(4), pos(900)),)
-    assert on_executor(run_with(one), {}) is True
-    assert on_executor(run_with((*one, SnapshotEnd("s1"))), {}) is True
     two = (Slice(pos(4), pos(500)), Slice(pos(500), pos(900)))
-    assert on_executor(run_with(two), {}) is False
     chunk = Chunk(SnapshotPosition("s1", 1, pos(4)))
-    assert on_executor(run_with((chunk, *one)), {}) is False
-    assert on_executor(run_with(None), {}) is False  # no read plan made: the client plans
-    assert on_executor(run_with(two), {"spark.tidegate.delivery": "executor"}) is True
+    for plan in (one, (*one, SnapshotEnd("s1")), two, (chunk, *one), None):
+        assert on_executor(run_with(plan), {}) is True
     assert on_executor(run_with(one), {"spark.tidegate.delivery": "client"}) is False
+    # parts read by tasks of their own and gathered: only parallel parts, only under auto
+    assert [gathers_parts(run_with(p), {}) for p in (one, (*one, SnapshotEnd("s1")), two, (chunk, *one), None)
+            ] == [False, False, True, True, False]  # no plan made: the delivery task makes and reads it
+    assert gathers_parts(run_with(two), {"spark.tidegate.delivery": "executor"}) is False
 
 
 def test_a_sink_that_writes_through_spark_keeps_the_run_in_the_client():
     delta = spec_text(sinks="- {id: d, kind: delta, path: '/tmp/x/{table}'}")
     asked = {"spark.tidegate.delivery": "executor"}
     assert on_executor(run_with((Slice(pos(4), pos(9)),), delta), asked) is False
+    assert on_executor(run_with((Slice(pos(4), pos(9)), Slice(pos(9), pos(20))), delta), {}) is False
 
 
 def test_a_pipeline_keeps_one_session_per_build_of_the_package():

@@ -19,6 +19,7 @@ The session is opened on first use: a run whose log is one slice is read in this
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -262,7 +263,7 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     t0 = time.monotonic()
     if on_executor(run, {**run.spec.spark.conf, **(conf or {})}):
         session = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files, kept=run.pipeline)
-        deliver = deliver_on_executor
+        deliver = functools.partial(deliver_on_executor, conf=conf)
     else:
         session, deliver = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files), _deliver_as_client
     global _ACTIVE

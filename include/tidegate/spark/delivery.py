@@ -23,6 +23,7 @@ retry cannot fix (fenced, halted, a bad spec or connection) ends the task normal
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -58,26 +59,32 @@ def delivery_mode(conf: Mapping[str, str]) -> str:
 
 
 def on_executor(run: RunContext, conf: Mapping[str, str]) -> bool:
-    """Whether one Spark task delivers this run (see :func:`delivery_mode`). Never with a sink
-    that writes through Spark itself (a Delta sink needs a session, and a task cannot open one
-    on its own cluster)."""
+    """Whether Spark tasks deliver this run (see :func:`delivery_mode`): always but under
+    ``client``, and never with a sink that writes through Spark itself (a Delta sink needs a
+    session, and a task cannot open one on its own cluster)."""
     mode = delivery_mode(conf)
     through_spark = [s.id for s in run.spec.sinks if s.kind == "delta"]
     if mode == "client" or through_spark:
-        if mode == "executor":
-            log.info("pipeline %s: %s=executor, but sink(s) %s write through Spark: delivered by "
-                     "this process", run.pipeline, DELIVERY_CONF, ", ".join(through_spark))
+        if mode != "client":
+            log.info("pipeline %s: sink(s) %s write through Spark: delivered by this process",
+                     run.pipeline, ", ".join(through_spark))
         return False
-    return mode == "executor" or not has_parallel_parts(run)
+    return True
+
+
+def gathers_parts(run: RunContext, conf: Mapping[str, str]) -> bool:
+    """Whether the run's parts are read by tasks of their own and gathered into the delivery task
+    (gathered.py): a plan with parallel parts under ``auto``; under ``executor`` the delivery
+    task reads every part itself, one after the other."""
+    return delivery_mode(conf) == "auto" and has_parallel_parts(run)
 
 
 def has_parallel_parts(run: RunContext) -> bool:
-    """Snapshot chunks or more than one log slice in the run's read plan (or no plan made yet):
-    parts Spark tasks read side by side while this process delivers (until the delivery task
-    takes them from those tasks: docs/architecture.md, "Processes")."""
+    """Snapshot chunks or more than one log slice in the run's read plan (none made yet: the
+    delivery task makes it, and reads it itself)."""
     segments = run.record.segments if run.record is not None else None
-    if segments is None:
-        return True
+    if not segments:
+        return False
     return any(isinstance(s, Chunk) for s in segments) or sum(isinstance(s, Slice) for s in segments) > 1
 
 
@@ -93,9 +100,10 @@ def task_payload(run: RunContext, store_url: str) -> tuple:
     return run.pipeline, run.run_id, connections, parts.hash_salt(spec), store_url, settings
 
 
-def delivery_task(payload: tuple) -> Iterator[Any]:
+def delivery_task(payload: tuple, gathered: Iterator[Any] | None = None) -> Iterator[Any]:
     """The Spark task: the run, as a spark-submit driver runs it, reading in this worker (and a
-    reader process of its own); yields its report (or its fatal error) as one Arrow row."""
+    reader process of its own), or taking its parts from ``gathered`` (Arrow batches of the parts'
+    rows, gathered.py); yields its report (or its fatal error) as one Arrow row."""
     t0, cpu0 = time.monotonic(), _cpu_with_children()
     warm = "tidegate.runner" in sys.modules  # a reused worker has the engine imported already
     clients = "confluent_kafka" in sys.modules  # a worker of tidegate's daemon has the clients
@@ -108,23 +116,61 @@ def delivery_task(payload: tuple) -> Iterator[Any]:
     from ..run import from_record
     from ..runner import run_pipeline
     from ..store import open_store
+    from .gathered import GatheredReader
 
     pipeline, run_id, connections, salt, store_url, settings = payload
     try:
-        with _environment(settings), open_store(store_url) as store:
+        with _environment(settings), _task_log() as lines, open_store(store_url) as store:
             run = from_record(store, pipeline, run_id, resolved_parts(connections, salt))
-            with ReaderProcess(store_url) as reader:
+            with ReaderProcess(store_url) as own:
+                reader = own if gathered is None else GatheredReader(gathered, run.record.segments, own)
                 report = run_pipeline(run, reader=reader)
     except TidegateError as exc:
         if not exc.fatal:
             raise  # Spark retries the task
         report = {"fatal": True, "error": f"{type(exc).__name__}: {exc}"}
+    report["task_log"] = list(lines)
+    for _ in gathered or ():  # the rest of the input (nothing, a run that planned again: all)
+        pass
     # what the task cost where it ran (its reader process included): benchmarks/delivery_split.py
     report["delivery_task"] = {"pid": os.getpid(), "seconds": round(time.monotonic() - t0, 3),
                                "cpu_seconds": round(_cpu_with_children() - cpu0, 3), "worker_warm": warm,
                                "clients_preloaded": clients}
     text = json.dumps(report, sort_keys=True, default=str)
     yield pa.RecordBatch.from_arrays([pa.array([text], pa.string())], names=["report"])
+
+
+TASK_LOG_LINES = 2000  # the last lines of a run's log the report carries back
+
+
+@contextlib.contextmanager
+def _task_log() -> Iterator[collections.deque]:
+    """The engine's INFO lines while the run is delivered here, for the report: a Spark task's
+    own output goes to the server's log, and the deliver task logs them again (what the run read,
+    resumed, planned), as it would had it delivered itself."""
+    lines: collections.deque = collections.deque(maxlen=TASK_LOG_LINES)
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append((record.levelno, record.name, f"{record.created:.3f}", record.getMessage()))
+
+    engine, handler = logging.getLogger("tidegate"), Keep(logging.INFO)
+    level = engine.level
+    engine.setLevel(min(engine.getEffectiveLevel(), logging.INFO))
+    engine.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        engine.removeHandler(handler)
+        engine.setLevel(level)
+
+
+def relog(lines: list) -> None:
+    """A delivery task's log lines (:func:`_task_log`) in this process's log, each under its own
+    logger and level, with the time it was written there."""
+    for level, name, created, message in lines:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(float(created))) + created[-4:]
+        logging.getLogger(name).log(level, "[Spark task %s UTC] %s", stamp, message)
 
 
 def _cpu_with_children() -> float:
@@ -149,32 +195,57 @@ def _environment(settings: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def deliver_on_executor(session: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
-    """Run ``run`` as one Spark task through ``session``; returns its report. A fatal error of
-    the task is raised here as :class:`~tidegate.errors.FatalRunError`."""
+def deliver_on_executor(session: LazySession, run: RunContext, store_url: str,
+                        conf: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run ``run`` as one Spark job through ``session`` (its parts gathered, where
+    :func:`gathers_parts` says so); returns its report. A fatal error of the task is raised here
+    as :class:`~tidegate.errors.FatalRunError`."""
     from ..errors import FatalRunError
+    from .gathered import parts_of
 
     spark = session.get()
     payload = task_payload(run, store_url)
-
-    def task(batches: Iterator[Any]) -> Iterator[Any]:
-        # The one input row is read to its end first: PySpark's worker goes back to the pool for
-        # the next task only when its input was read through; otherwise it ends, and every run
-        # paid a new worker (about 2 s more per run on a loaded 2-core machine).
-        for _ in batches:
-            pass
-        yield from delivery_task(payload)
-
-    # One partition, one task: a UDF over a one-row frame needs no planning process on the
-    # server (a Python Data Source starts two, each importing the engine, before its task runs).
     barrier = needs_barrier(spark)
-    [row] = spark.range(1, numPartitions=1).mapInArrow(task, REPORT_SCHEMA, barrier=barrier).collect()
+    gathered = gathers_parts(run, {**run.spec.spark.conf, **(conf or {})})
+    if gathered:
+        frame = _gathered_job(spark, run, payload, barrier)
+    else:
+        def task(batches: Iterator[Any]) -> Iterator[Any]:
+            # The one input row is read to its end first: PySpark's worker goes back to the pool
+            # for the next task only when its input was read through; otherwise it ends, and
+            # every run paid a new worker (about 2 s more per run on a loaded 2-core machine).
+            for _ in batches:
+                pass
+            yield from delivery_task(payload)
+
+        # One partition, one task: a UDF over a one-row frame needs no planning process on the
+        # server (a Python Data Source starts two, each importing the engine, before its task runs).
+        frame = spark.range(1, numPartitions=1).mapInArrow(task, REPORT_SCHEMA, barrier=barrier)
+    [row] = frame.collect()
     report = json.loads(row["report"])
+    relog(report.pop("task_log", []))
     if report.get("fatal"):
         raise FatalRunError(f"pipeline {run.pipeline!r}: the delivery task stopped on a fatal error, "
                             f"not retried: {report.get('error')}")
     report["delivered_by"] = "executor"
+    report["parts_gathered"] = len(parts_of(run.record.segments)) if gathered else 0
     return report
+
+
+def _gathered_job(spark: Any, run: RunContext, payload: tuple, barrier: bool) -> Any:
+    """The two-stage job of a plan with parallel parts (gathered.py)."""
+    from .gathered import gathered_frame, part_reader, parts_of
+
+    parts = parts_of(run.record.segments)
+    _, _, connections, salt, store_url, _ = payload
+    read = part_reader(run.spec, connections[run.spec.source.conn_id], salt, store_url, parts)
+    log.info("pipeline %s: %d part(s) read by Spark tasks side by side, gathered into the delivery task",
+             run.pipeline, len(parts))
+
+    def task(batches: Iterator[Any]) -> Iterator[Any]:
+        yield from delivery_task(payload, batches)
+
+    return gathered_frame(spark, read, len(parts), task, REPORT_SCHEMA, barrier=barrier)
 
 
 def needs_barrier(spark: Any) -> bool:
@@ -200,4 +271,5 @@ def _setting(spark: Any, key: str) -> str | None:
         return None
 
 
-__all__ = ["DELIVERY_CONF", "deliver_on_executor", "delivery_mode", "delivery_task", "on_executor"]
+__all__ = ["DELIVERY_CONF", "deliver_on_executor", "delivery_mode", "delivery_task", "gathers_parts",
+           "on_executor", "relog"]

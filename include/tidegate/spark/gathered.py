@@ -1,0 +1,175 @@
+"""A run with parallel parts as one Spark job of two stages (docs/architecture.md, "Processes").
+
+A read plan with parallel parts (snapshot chunks, several log slices) is read by one Spark task
+per part, side by side; their rows are gathered into one partition, sorted by (part, row), and
+delivered there by one task, as a one-slice run is (delivery.py). The job, built by
+:func:`gathered_frame`::
+
+    spark.range(parts, numPartitions=parts)       one row per part, one partition each
+      .mapInArrow(read the part)                  stage 1: (part, seq, batch) rows
+      .repartition(1).sortWithinPartitions(part, seq)   the shuffle: every part's rows, in order
+      .mapInArrow(deliver)                        stage 2: the run, its one row the report
+
+A row of stage 1 is a pickled batch of shipped rows (chunks.py's ``batch``, 2,000 events), so
+the shuffle and the sort move a few large values per part; the envelopes are serialized once,
+in the part's task, and never parsed again.
+
+Reading has no side effect (a binlog dump, a chunk's short transaction), so Spark may run a
+part again at will: a stage-1 retry, or stage 1 again when the executor holding its shuffle
+output is lost before the delivery task fetched it. The delivery task is the run: its retry is
+a new run of the same record (delivery.py).
+
+The delivery task takes the gathered rows only when the run reads the plan it was made for (the
+bounds step's, which the parts are); a run that planned again (a checkpoint moved back since the
+bounds) reads its own plan in the task, as a one-slice run does, and lets the gathered rows go.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import pickle
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd
+from ..shipped import rows_to_items
+
+if TYPE_CHECKING:
+    from ..reading import Reader, Segment
+    from ..sources.base import Source
+    from ..spec import PipelineSpec
+    from ..store import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+PART_SCHEMA = "part INT, seq INT, batch BINARY"
+NOTE = "note"  # a slice's last row: what its task read (slices.py)
+
+
+def parts_of(segments: Sequence[Segment]) -> list[Chunk | Slice]:
+    """The plan's parts a task reads each: its chunks and slices, in plan order."""
+    return [s for s in segments if isinstance(s, Chunk | Slice)]
+
+
+def part_reader(spec: PipelineSpec, connection: Any, salt: bytes | None, store_url: str,
+                parts: Sequence[Chunk | Slice]) -> Any:
+    """Stage 1's function: for each part index it is given (one per partition), that part's rows
+    as Arrow batches of :data:`PART_SCHEMA`."""
+
+    def read_parts(batches: Iterator[Any]) -> Iterator[Any]:
+        indexes = [int(i) for b in batches for i in b.column(0).to_pylist()]
+        for index in indexes:
+            yield from _part_batches(index, _part_rows(spec, connection, salt, store_url, parts, index))
+
+    return read_parts
+
+
+def _part_rows(spec: PipelineSpec, connection: Any, salt: bytes | None, store_url: str,
+               parts: Sequence[Chunk | Slice], index: int) -> Iterator[tuple]:
+    """The shipped rows of part ``index``: a chunk's upper bound first, a slice's note last."""
+    from ..parts import fixed_connection
+    from ..shipped import item_to_row
+    from .slices import slice_task
+
+    part = parts[index]
+    if isinstance(part, Slice):
+        bounds = [(p.start, p.end) if isinstance(p, Slice) else (None, None) for p in parts]
+        yield from slice_task(spec, connection, bounds, salt)(index, iter(()))
+        return
+    from ..reading import snapshot_record
+    from ..snapshots import read_chunk
+    from ..store import open_store
+
+    with open_store(store_url) as store:
+        rec = snapshot_record(store, spec, part.snapshot_id)
+    source = fixed_connection(connection, salt).source(spec)
+    try:
+        read = read_chunk(spec, source, rec, part.number)
+        yield ("upper", read.upper)
+        yield from map(item_to_row, read.events)
+    finally:
+        source.close()
+
+
+def _part_batches(index: int, rows: Iterable[tuple]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    from .chunks import pack_batches
+
+    for seq, batch in enumerate(pack_batches(rows)):
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([index], pa.int32()), pa.array([seq], pa.int32()), batch.column(0)],
+            names=["part", "seq", "batch"])
+
+
+def gathered_frame(spark: Any, read_parts: Any, count: int, deliver: Any, schema: str, *,
+                   barrier: bool = False) -> Any:
+    """The run's job: ``count`` parts read by ``read_parts`` side by side, gathered in (part,
+    seq) order into one partition that ``deliver`` maps to the report."""
+    # Adaptive execution runs each shuffle's map stage as a job of its own; without it the run is
+    # one job (what an operator finds in the Spark UI), and it has nothing to adapt: one output
+    # partition, a sort of a few rows per part.
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    read = spark.range(count, numPartitions=count).mapInArrow(read_parts, PART_SCHEMA)
+    gathered = read.repartition(1).sortWithinPartitions("part", "seq")
+    return gathered.mapInArrow(deliver, schema, barrier=barrier)
+
+
+def _items(blobs: Iterable[tuple[Any, list[tuple]]]) -> Iterator[Any]:
+    """A part's items from its batches of rows (a slice's note, its last row, logged)."""
+    for _, rows in blobs:
+        if rows and rows[-1][0] == NOTE:
+            log.info("%s", rows.pop()[1])
+        yield from rows_to_items(rows)
+
+
+class GatheredReader:
+    """The delivery task's reader: the plan's parts from the gathered rows (``batches``, Arrow
+    batches of :data:`PART_SCHEMA` in (part, seq) order) when the run reads ``plan``; else
+    ``fallback`` reads what the run asks. The rows stream through: each read's items must be
+    taken before the next read is asked for (as ``reading.run_items`` does)."""
+
+    def __init__(self, batches: Iterator[Any], plan: Sequence[Segment], fallback: Reader):
+        self.batches, self.plan, self.fallback = batches, list(plan), fallback
+        self.taken = False
+
+    def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
+        """The parts were read before this task began."""
+
+    def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
+                 segments: Sequence[Segment]) -> Iterator[SegmentRead]:
+        if list(segments) != self.plan:
+            log.info("pipeline %s: the run planned again since the bounds step: its plan is read in "
+                     "this task, the gathered parts are let go", spec.pipeline)
+            self.drain()
+            yield from self.fallback(spec, store, source, segments)
+            return
+        self.taken = True
+        parts = itertools.groupby(self._blobs(), key=lambda pr: pr[0])
+        slices = [s for s in self.plan if isinstance(s, Slice)]
+        for seg in self.plan:
+            if isinstance(seg, Chunk):
+                _, blobs = next(parts)
+                _, first = next(blobs)
+                (_, upper), *rows = first  # the chunk's upper bound comes first
+                yield SegmentRead(seg, _items(itertools.chain([(None, rows)], blobs)), upper)
+            elif isinstance(seg, SnapshotEnd):
+                yield SegmentRead(seg, ())
+        if slices:
+            yield SegmentRead(Slice(slices[0].start, slices[-1].end),
+                              (i for _ in slices for i in _items(next(parts)[1])))
+
+    def _blobs(self) -> Iterator[tuple[int, list[tuple]]]:
+        """(part, its next batch of shipped rows) in order, a Spark row unpickled at a time."""
+        for batch in self.batches:
+            for part, blob in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist(), strict=True):
+                yield part, pickle.loads(blob)
+
+    def drain(self) -> None:
+        """Read the rest of the input (PySpark gives a worker back to the pool only then)."""
+        for _ in self.batches:
+            pass
+
+
+__all__ = ["GatheredReader", "PART_SCHEMA", "gathered_frame", "part_reader", "parts_of"]

@@ -1,0 +1,86 @@
+"""The delivery task's side of a gathered run (tidegate/spark/gathered.py), without Spark: the
+parts' rows, as the sort hands them over, become the plan's segment reads in plan order (a
+chunk's upper bound taken off its first row, a slice's note off its last), on generated plans;
+a run that planned again reads its own plan and lets the gathered rows go."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from tidegate.positions import SnapshotPosition
+from tidegate.reading import Chunk, SegmentRead, Slice, SnapshotEnd
+from tidegate.sources.mysql.position import BinlogPosition
+from tidegate.spark.gathered import NOTE, GatheredReader, _part_batches, parts_of
+
+
+def pos(n: int) -> BinlogPosition:
+    return BinlogPosition("bin.000001", n)
+
+
+def generated(seed: int) -> tuple[list, list[list[tuple]]]:
+    """A plan (chunks, their end, slices) and each part's rows as its task yields them."""
+    rnd = random.Random(seed)
+    chunks = [Chunk(SnapshotPosition("s1", c, pos(4))) for c in range(1, rnd.randint(0, 4) + 1)]
+    cuts = sorted(rnd.sample(range(10, 10_000), rnd.randint(1, 6)))
+    slices = [Slice(pos(a), pos(b)) for a, b in zip([4, *cuts], cuts, strict=False)]
+    plan = [*chunks, *([SnapshotEnd("s1")] if chunks else []), *slices]
+    rows = []
+    for n, part in enumerate(parts_of(plan)):
+        marks = [("mark", pos(n * 100_000 + i)) for i in range(rnd.choice([0, 1, 5, 2001, 4500]))]
+        chunk = isinstance(part, Chunk)
+        rows.append([("upper", pos(n)), *marks] if chunk else [*marks, (NOTE, f"slice {n}")])
+    return plan, rows
+
+
+class Fallback:
+    def __init__(self):
+        self.asked = None
+
+    def __call__(self, spec, store, source, segments):
+        self.asked = list(segments)
+        yield SegmentRead(segments[0], ["own"])
+
+
+class Spec:
+    pipeline = "p"
+
+
+def batches(rows: list[list[tuple]]):
+    for index, part in enumerate(rows):
+        yield from _part_batches(index, part)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_gathered_rows_become_the_plan_reads_in_plan_order(seed):
+    plan, rows = generated(seed)
+    reader = GatheredReader(batches(rows), plan, Fallback())
+    reads, got = [], []
+    for read in reader(Spec(), None, None, plan):  # its items taken before the next, as run_items does
+        reads.append(read)
+        got.append([m.position for m in read.items])
+    chunks = [s for s in plan if isinstance(s, Chunk)]
+    slices = [s for s in plan if isinstance(s, Slice)]
+    assert [r.segment for r in reads] == [*chunks, *([SnapshotEnd("s1")] if chunks else []),
+                                          Slice(slices[0].start, slices[-1].end)]
+    for n in range(len(chunks)):
+        assert reads[n].upper == pos(n)
+        assert got[n] == [p for _, p in rows[n][1:]]
+    assert got[-1] == [p for part in rows[len(chunks):] for kind, p in part if kind == "mark"]
+
+
+def test_a_run_that_planned_again_reads_its_own_plan_and_drains_the_gathered_rows():
+    plan, rows = generated(3)
+    consumed = []
+
+    def counted():
+        for b in batches(rows):
+            consumed.append(b)
+            yield b
+
+    fallback = Fallback()
+    reader = GatheredReader(counted(), plan, fallback)
+    other = [Slice(pos(1), pos(50))]
+    assert [r.items for r in reader(Spec(), None, None, other)] == [["own"]]
+    assert fallback.asked == other
+    assert len(consumed) == sum(len(list(_part_batches(i, r))) for i, r in enumerate(rows))
