@@ -100,7 +100,9 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
     assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
     notes = executor_notes(log, pipeline)
     assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
-    assert "by this task, Spark tasks reading" in log, log[-3000:]  # two slices: the server's tasks read them
+    # two slices: a Spark task each reads one, and one more delivers them in order
+    assert "by a Spark task on the server" in log, log[-3000:]
+    assert f"pipeline {pipeline}: 2 part(s) read by Spark tasks side by side, gathered" in log, log[-3000:]
 
     sql(f"DELETE FROM {db}.orders WHERE id = 2", "FLUSH BINARY LOGS",
         f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1",

@@ -8,8 +8,8 @@ Both refuse any connection that is not TLS with a client certificate of the test
 read that succeeds proves the connection it came through used the connection's TLS settings:
 the guard and bounds tasks (control connections), the snapshot's chunks (Spark tasks: the log
 line says so), the MariaDB log read as two binlog slices in Spark tasks (the log line and the
-executors' notes say so), the PostgreSQL log (read by the Spark task that delivers each run on
-the Connect server).
+tasks' notes say so), each run delivered by one more Spark task, the PostgreSQL log (read by
+the Spark task that delivers each run on the Connect server).
 
 The MariaDB pipeline spark-submits its deliver task for the snapshot and the first log run (the
 one over two binlog files, decoded in Spark tasks); its two other log runs are clients of the
@@ -130,7 +130,10 @@ def run_pipeline_over_tls(env: dict, dag: str, pipeline: str, stream: str, sql: 
     logs = []
     rc, log = dags_test_kept(env, dag)
     assert rc == 0 and task_ended(log, "deliver"), log[-4000:]
-    assert re.search(rf"pipeline {pipeline}: snapshot \S+: \d+ chunk\(s\) as Spark tasks", log), log[-4000:]
+    # the chunks read by Spark tasks side by side and delivered by one more (the driver relogs its log)
+    for line in (rf"pipeline {pipeline}: \d+ part\(s\) read by Spark tasks side by side",
+                 rf"\[Spark task [0-9:.]+ UTC\] pipeline {pipeline}: snapshot \S+: reading chunks"):
+        assert re.search(line, log), log[-4000:]
     logs.append(log)
     assert per_key(delivered(redis_service, stream)) == {k: [("r", "new")] for k in (1, 2, 3)}
     for stmts in ROUNDS:
@@ -209,9 +212,9 @@ def mariadb_pipeline(base: Path, service_env: dict, mysql_tls, redis_service) ->
                                      flush="FLUSH BINARY LOGS", after_first_round=lambda: write_spec(
                                          base, pipeline, source, spark_conn="spark_connect"))
         # The round over two binlog files was decoded by Spark tasks, over TLS (the server
-        # refuses anything else), with the connection the driver shipped them.
-        assert re.search(rf"pipeline {pipeline}: reading .* as 2 slices, 2 in Spark tasks", logs[1]), \
-            logs[1][-4000:]
+        # refuses anything else), with the connection the driver shipped them, and delivered by
+        # one more (the run's job of two stages).
+        assert f"pipeline {pipeline}: 2 part(s) read by Spark tasks side by side" in logs[1], logs[1][-4000:]
         notes = re.findall(rf"tidegate: pipeline {pipeline} slice [12]/2: ", logs[1])
         assert len(notes) >= 2, logs[1][-4000:]
         assert all("spark-submit" in log and "Spark Connect client" not in log for log in logs[:2]), \

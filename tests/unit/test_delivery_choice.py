@@ -4,6 +4,7 @@ nothing with."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 import uuid
 
@@ -103,3 +104,30 @@ def test_the_delivery_stage_is_a_barrier_stage_only_where_speculation_could_copy
     assert needs_barrier(ServerConf(**threshold)) is True
     # dynamic allocation refuses barrier stages: a plain stage (a copy is fenced by the lease)
     assert needs_barrier(ServerConf(**threshold, spark_dynamicAllocation_enabled="true")) is False
+
+
+def test_the_delivery_tasks_log_comes_back_and_is_logged_again_under_its_loggers(caplog):
+    from tidegate.spark.delivery import TASK_LOG_LINES, _task_log, relog
+
+    engine = logging.getLogger("tidegate")
+    level = engine.level
+    engine.setLevel(logging.WARNING)  # as in a Spark worker: nothing configured
+    with _task_log() as lines:
+        logging.getLogger("tidegate.runner").info("run %s: reading (%s, %s]", "r1", 4, 900)
+        logging.getLogger("tidegate.reading").debug("not kept")
+        logging.getLogger("elsewhere").info("not the engine's")
+        for i in range(TASK_LOG_LINES + 5):
+            logging.getLogger("tidegate.coordinator").info("sub-batch %d", i)
+    assert engine.level == logging.WARNING  # put back: the worker runs the next session's tasks
+    assert len(lines) == TASK_LOG_LINES and lines[-1][3] == f"sub-batch {TASK_LOG_LINES + 4}"
+    kept = [(20, "tidegate.runner", "1.250", "run r1: reading (4, 900]"), *list(lines)[-2:]]
+    engine.setLevel(level)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        relog(kept)
+    got = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert got[0] == ("tidegate.runner", logging.INFO,
+                      "[Spark task 00:00:01.250 UTC] run r1: reading (4, 900]")
+    assert [(name, text.split(" UTC] ", 1)[1]) for name, _, text in got[1:]] == [
+        ("tidegate.coordinator", f"sub-batch {TASK_LOG_LINES + 3}"),
+        ("tidegate.coordinator", f"sub-batch {TASK_LOG_LINES + 4}")]

@@ -19,7 +19,6 @@ The session is opened on first use: a run whose log is one slice is read in this
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -263,7 +262,8 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     t0 = time.monotonic()
     if on_executor(run, {**run.spec.spark.conf, **(conf or {})}):
         session = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files, kept=run.pipeline)
-        deliver = functools.partial(deliver_on_executor, conf=conf)
+        def deliver(lazy: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
+            return deliver_on_executor(lazy.get(), run, store_url, conf)
     else:
         session, deliver = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files), _deliver_as_client
     global _ACTIVE

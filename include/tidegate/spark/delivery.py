@@ -40,7 +40,6 @@ from ..spec import DELIVERY_CONF, DELIVERY_MODES
 
 if TYPE_CHECKING:
     from ..run import RunContext
-    from .connect import LazySession  # (connect.py calls this module: no import back at run time)
 
 log = logging.getLogger(__name__)
 
@@ -195,15 +194,15 @@ def _environment(settings: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def deliver_on_executor(session: LazySession, run: RunContext, store_url: str,
+def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
                         conf: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Run ``run`` as one Spark job through ``session`` (its parts gathered, where
-    :func:`gathers_parts` says so); returns its report. A fatal error of the task is raised here
-    as :class:`~tidegate.errors.FatalRunError`."""
+    """Run ``run`` as one Spark job through ``spark`` (a Connect client's session, or a
+    spark-submit driver's own) with its parts gathered where :func:`gathers_parts` says so;
+    returns its report. A fatal error of the task is raised here as
+    :class:`~tidegate.errors.FatalRunError`."""
     from ..errors import FatalRunError
     from .gathered import parts_of
 
-    spark = session.get()
     payload = task_payload(run, store_url)
     barrier = needs_barrier(spark)
     gathered = gathers_parts(run, {**run.spec.spark.conf, **(conf or {})})

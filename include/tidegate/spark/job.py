@@ -1,5 +1,9 @@
 """The Spark job's body: one bounded run whose read plan is read by Spark tasks.
 
+A spark-submit driver submits the run's job as a Connect client does (delivery.py: one task
+delivers, a task per parallel part reads it), and waits. Here is the other shape, for a run with
+a sink that writes through Spark itself (a Delta sink, whose writes are jobs a task cannot
+start) or under ``spark.tidegate.delivery: client``: the driver delivers.
 :class:`SparkReader` is the run's :class:`~tidegate.reading.Reader` in a Spark driver: a
 snapshot's chunks are read by Spark tasks (chunks.py), the log's slices too (slices.py), each a
 few at once and handed over in plan order; a slice too large for one task's result, and a log
@@ -93,10 +97,15 @@ class SparkReader:
 
 
 def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
-    """One bounded run whose segments are read by Spark tasks; returns the run report."""
+    """One bounded run as one Spark job whose task delivers, as through a Connect server
+    (delivery.py); with a sink that writes through Spark itself, or ``spark.tidegate.delivery:
+    client``, delivered here, its segments read by Spark tasks. Returns the run report."""
     from ..runner import run_pipeline
     from ..store import default_url
+    from .delivery import deliver_on_executor, on_executor
 
+    if on_executor(run, run.spec.spark.conf):
+        return deliver_on_executor(spark, run, default_url())
     reader = SparkReader(spark, run.parts.connection(run.spec.source.conn_id), default_url())
     # What the run costs the driver's side, its start-up left out (benchmarks/cluster.py): with
     # executors on cores of their own, the driver's delivery is what bounds a run.
