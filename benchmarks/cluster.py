@@ -24,7 +24,11 @@ Two paths read the same backlog (every count checked against the run report):
 - ``in-process``: ``tidegate run`` (guards, bounds, the run with one reader process, release);
 - ``spark``: the steps of the DAG without Airflow: guards + bounds in a fresh process,
   ``spark-submit spark_jobs/deliver.py`` on the cluster in client mode (the tidegate zip in
-  ``--py-files``, as the deliver operator submits it), the release in a fresh process.
+  ``--py-files``, as the deliver operator submits it), the release in a fresh process;
+- ``connect``: the same steps with the deliver step a Spark Connect client, as the deliver
+  operator runs it (``deliver_remote`` in a fresh process), against the `spark_connect`
+  service (``local[2]``; not this cluster): the run's job of one delivery task and a task per
+  part.
 
 Printed per path: wall seconds (whole path; for Spark also the spark-submit alone), events/s,
 CPU seconds of the processes waited for (for Spark: the driver's side only; executors run under
@@ -65,7 +69,20 @@ from source_read import mysql_workload  # noqa: E402
 from spark_eventlog import read_app, summary  # noqa: E402
 from table import measured, run_report  # noqa: E402
 
-PATHS = ("in-process", "spark")
+PATHS = ("in-process", "spark", "connect")
+# The deliver task of a Spark Connect pipeline, as a process of its own: what the operator calls.
+CONNECT_CHILD = """
+import json, sys
+from tidegate.connections import get_connection
+from tidegate.run import from_record
+from tidegate.spark.connect import connect_url, deliver_remote
+from tidegate.store import open_store
+pipeline, run_id, package = sys.argv[1:4]
+with open_store() as store:
+    run = from_record(store, pipeline, run_id).with_store(None)
+report = deliver_remote(connect_url(get_connection("spark_connect")), run, py_files=[package])
+print("TIDEGATE_RUN_REPORT " + json.dumps(report, default=str))
+"""
 IT_LOCK = "/tmp/tidegate-it.lock"
 
 
@@ -81,7 +98,8 @@ class Cluster:
         self.env = {**os.environ, "TIDEGATE_SERVICES_DIR": str(self.dir), "TIDEGATE_SPARK_PORT": str(port),
                     "TIDEGATE_SPARK_WORKERS": "2"}
         self.events = self.dir / "spark" / "events"
-        self.master = f"spark://127.0.0.1:{port}"
+        lane = int(os.environ.get("TIDEGATE_LANE") or 0)  # scripts/services moves every port of a lane
+        self.master = f"spark://127.0.0.1:{port + 200 * lane}"
 
     def up(self) -> float:
         t0 = time.perf_counter()
@@ -134,7 +152,7 @@ class Bench:
         self.names: list[str] = []
 
     def pipeline(self, kind: str, path: str, table: str, server_id: int) -> str:
-        name = f"cl_{kind}_{'spark' if path == 'spark' else 'run'}_{self.db[-6:]}"
+        name = f"cl_{kind}_{path.replace('in-process', 'run')}_{self.db[-6:]}"
         (self.base / "pipelines" / f"{name}.yaml").write_text(
             spec_text(name, f"{self.db}.{table}", server_id, kind == "snap"))
         self.names.append(name)
@@ -143,7 +161,7 @@ class Bench:
     def run(self, path: str, name: str, expected: int | None, snapshot: bool = False) -> dict:
         """One run of ``name`` on ``path``; ``expected``: the events (log) or rows (snapshot) it
         must deliver (a snapshot's run also delivers its control messages to the sink)."""
-        r = self.in_process(name) if path == "in-process" else self.spark(name)
+        r = {"in-process": self.in_process, "spark": self.spark, "connect": self.connect}[path](name)
         got = r["rows"] if snapshot else r["events"]
         if expected is not None:
             assert got == expected, (name, path, got, expected)
@@ -183,6 +201,23 @@ class Bench:
                 "events": report.get("events", 0), "rows": snapshot_rows(submit["out"]),
                 "plan": bounds["plan"], "driver": driver, "notes": task_notes(submit["out"]),
                 "eventlog": summary(read_app(logs[0])), "eventlog_file": str(logs[0])}
+
+    def connect(self, name: str) -> dict:
+        """The DAG's steps with a Spark Connect deliver task: bounds, the run's job submitted to
+        the `spark_connect` service (the lane's server, not this cluster), release."""
+        run_id = "bench__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
+        t0 = time.perf_counter()
+        bounds = self.step("bounds", name, run_id)
+        if bounds["nothing_to_do"]:
+            return {"wall": time.perf_counter() - t0, "events": 0, "rows": 0}
+        child = measured([sys.executable, "-c", CONNECT_CHILD, name, run_id, str(self.zip)], self.env,
+                         self.base / f"{name}-connect.log")
+        report = run_report(child["out"])
+        self.step("release", name, run_id)
+        return {"wall": time.perf_counter() - t0, "submit_wall": child["wall"], "cpu": child["cpu"],
+                "events": report.get("events", 0), "rows": snapshot_rows(child["out"]),
+                "plan": bounds["plan"], "parts_gathered": report.get("parts_gathered"),
+                "task": report.get("delivery_task")}
 
     def step(self, what: str, name: str, run_id: str) -> dict:
         r = subprocess.run([sys.executable, __file__, "--step", what, name, run_id], env=self.env,
@@ -267,6 +302,9 @@ def print_result(label: str, size: int, path: str, r: dict) -> None:
     extra = ""
     if path == "spark":
         extra = f"  (spark-submit {r['submit_wall']:.1f}s; plan {r['plan']})"
+    elif path == "connect" and "plan" in r:
+        extra = (f"  (deliver task {r['submit_wall']:.1f}s; plan {r['plan']}, {r['parts_gathered']} parts "
+                 f"gathered; delivery task {(r['task'] or {}).get('seconds')}s)")
     print(f"  {label:<9} {path:<11} {r['events']:>9,} events {r['wall']:>7.1f}s "
           f"{size / r['wall']:>9,.0f} ev/s  CPU {r.get('cpu', 0):>6.1f}s{extra}", flush=True)
 
@@ -347,6 +385,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows of the snapshot table")
     ap.add_argument("--files", type=int, default=4, help="binlog files the changes span")
     ap.add_argument("--only", choices=("log", "snapshot"))
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"of {', '.join(PATHS)} (in-process first)")
     ap.add_argument("--port", type=int, default=7177, help="the cluster's master port")
     ap.add_argument("--keep-cluster", action="store_true")
     ap.add_argument("--no-lock", action="store_true",
@@ -381,7 +420,7 @@ def main() -> int:
             log_phase(bench, cur, db, args, results)
         if args.only in (None, "snapshot"):
             with servers_held("snapshot", not args.no_lock):
-                for i, path in enumerate(PATHS):
+                for i, path in enumerate(args.paths.split(",")):
                     name = bench.pipeline("snap", path, "snap", 48710 + i)
                     results[("snapshot", path)] = r = bench.run(path, name, args.rows, snapshot=True)
                     print_result("snapshot", args.rows, path, r)
@@ -397,7 +436,7 @@ def main() -> int:
 
 
 def log_phase(bench: Bench, cur, db: str, args: argparse.Namespace, results: dict) -> None:
-    log_pipes = {p: bench.pipeline("log", p, "bench", 48700 + i) for i, p in enumerate(PATHS)}
+    log_pipes = {p: bench.pipeline("log", p, "bench", 48700 + i) for i, p in enumerate(args.paths.split(","))}
     with servers_held("log", not args.no_lock):
         for path, name in log_pipes.items():  # placed at the head: nothing to read yet
             bench.run(path, name, 0)
@@ -416,10 +455,11 @@ def print_summary(args: argparse.Namespace, results: dict, load0: tuple) -> None
         size = args.changes if kind == "log" else args.rows
         print_result(kind, size, path, r)
     for kind in ("log", "snapshot"):
-        if (kind, "spark") in results:
-            a, b = results[(kind, "in-process")], results[(kind, "spark")]
-            print(f"  {kind}: spark / in-process wall = {b['wall'] / a['wall']:.2f} "
-                  f"(spark-submit alone {b['submit_wall'] / a['wall']:.2f})")
+        for path in ("spark", "connect"):
+            if (kind, path) in results:
+                a, b = results[(kind, "in-process")], results[(kind, path)]
+                print(f"  {kind}: {path} / in-process wall = {b['wall'] / a['wall']:.2f}, events/s "
+                      f"{a['wall'] / b['wall']:.2f}x (deliver step alone {b['submit_wall'] / a['wall']:.2f})")
     for kind in ("log", "snapshot"):
         if (kind, "spark") in results:
             r = results[(kind, "spark")]

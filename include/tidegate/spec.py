@@ -494,7 +494,7 @@ def _channel(d: dict, key: str, fp: str, probs: Problems, chars: re.Pattern, wha
 # Where a run of a Spark Connect connection delivers (spark/delivery.py): a key of spark.conf,
 # read there, checked here so a bad value fails the spec's load.
 DELIVERY_CONF = "spark.tidegate.delivery"
-DELIVERY_MODES = ("auto", "executor", "client")
+DELIVERY_MODES = ("auto", "gathered", "executor", "client")
 
 
 def _spark(raw: Any, probs: Problems) -> SparkSpec:

@@ -42,6 +42,7 @@ import psycopg2
 import pymysql
 from tidegate.connections import get_connection
 from tidegate.reading import MAX_SLICE_CONF
+from tidegate.spec import DELIVERY_CONF
 from tidegate.store import open_store
 
 from tests.campaign import faults
@@ -71,9 +72,10 @@ DELTA_RUN_TIMEOUT_S = 900  # with Delta sinks: a run may start Spark (local[2])
 # and a kill takes the writer with it.
 DELTA_SPARK = os.environ.get("CAMPAIGN_DELTA_SPARK", "connect")
 MAX_RETRIES = 8
-# Runs delivered by Spark tasks cut a MariaDB range into slices of this many binlog bytes, so a
-# run's parts are read by tasks of their own and gathered into the delivery task (a kill of the
-# executor then also loses the parts' shuffle output, which Spark reads again).
+# Runs delivered by Spark tasks cut a MariaDB range into slices of this many binlog bytes and
+# gather them (spark.tidegate.delivery: gathered), so a run's parts are read by tasks of their own
+# and shuffled into the delivery task (a kill of the executor then also loses the parts' shuffle
+# output, which Spark reads again).
 EXECUTOR_SLICE_BYTES = 48 * 1024
 VERBOSE = bool(os.environ.get("CAMPAIGN_VERBOSE"))  # failed runs retried before a schedule is declared stuck
 
@@ -227,7 +229,8 @@ class Pipe:
         }
         lines = [sinks[k] + (", required: false}" if k in s.optional else "}") for k in s.sinks]
         connect = "delta_merge" in s.sinks and DELTA_SPARK == "connect"
-        cluster = f"{{conn_id: spark_connect_cluster, conf: {{{MAX_SLICE_CONF}: {EXECUTOR_SLICE_BYTES}}}}}"
+        conf = f"{MAX_SLICE_CONF}: {EXECUTOR_SLICE_BYTES}, {DELIVERY_CONF}: gathered"
+        cluster = f"{{conn_id: spark_connect_cluster, conf: {{{conf}}}}}"
         spark = ("spark: {conn_id: spark_connect}\n" if connect else
                  f"spark: {cluster}\n" if s.delivery == "executor" else "")
         return textwrap.dedent(f"""\

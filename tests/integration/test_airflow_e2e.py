@@ -75,7 +75,7 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
               exactly_once: true}}
           - {{id: bus, kind: nats, conn_id: cdc_nats, stream: {stream}, subject: "{{pipeline}}.{{table}}"}}
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}", required: false}}
-        spark: {{conn_id: spark_connect}}
+        spark: {{conn_id: spark_connect, conf: {{spark.tidegate.delivery: gathered}}}}
     """))
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     with admin.cursor() as c:
@@ -100,7 +100,8 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
     assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
     notes = executor_notes(log, pipeline)
     assert "as a Spark Connect client of" in log and "spark-submit" not in log, log[-3000:]
-    # two slices: a Spark task each reads one, and one more delivers them in order
+    # two slices (gathered: the default reads the log in the delivery task): a Spark task each
+    # reads one, and one more delivers them in order
     assert "by a Spark task on the server" in log, log[-3000:]
     assert f"pipeline {pipeline}: 2 part(s) read by Spark tasks side by side, gathered" in log, log[-3000:]
 

@@ -84,7 +84,7 @@ def write_spec(base: Path, pipeline: str, source: str, spark_conn: str = "spark_
         tenant: tls
         source: {{{source}, start: snapshot}}
         snapshot: {{chunk_rows: 2, parallelism: 2}}
-        spark: {{conn_id: {spark_conn}}}
+        spark: {{conn_id: {spark_conn}, conf: {{spark.tidegate.delivery: gathered}}}}
         sinks:
           - {{id: cache, kind: redis, conn_id: cdc_redis, stream: "{{pipeline}}:{{table}}"}}
     """))
@@ -96,7 +96,8 @@ def delivered(redis_service, stream: str) -> list[dict]:
 
 
 # What every pipeline's workload does, after a snapshot of rows 1..3 ('new'): three rounds of
-# changes, one log run each. The MariaDB round 1 spans two binlog files (two Spark slices).
+# changes, one log run each. The MariaDB round 1 spans two binlog files (two Spark slices; the
+# specs gather them, so each is read by a Spark task of its own over TLS).
 ROUNDS = [
     ["INSERT INTO {t} VALUES (4, 'new')", "UPDATE {t} SET status = 'paid' WHERE id = 1", "{flush}",
      "UPDATE {t} SET status = 'paid' WHERE id = 2", "DELETE FROM {t} WHERE id = 3"],

@@ -42,8 +42,8 @@ def test_an_unknown_delivery_mode_fails_the_spec_naming_the_setting_and_the_choi
     with pytest.raises(SpecError) as e:
         load_spec_text(spec_text(", conf: {spark.tidegate.delivery: cluster}"))
     assert "spark.conf.spark.tidegate.delivery: 'cluster' is not a delivery mode" in str(e.value)
-    assert "auto, executor, client" in str(e.value)
-    with pytest.raises(SpecError, match="'driver' is not one of auto, executor, client"):
+    assert "auto, gathered, executor, client" in str(e.value)
+    with pytest.raises(SpecError, match="'driver' is not one of auto, gathered, executor, client"):
         delivery_mode({"spark.tidegate.delivery": "driver"})  # an operator's own conf
 
 
@@ -54,10 +54,14 @@ def test_auto_delivers_every_plan_in_spark_tasks_gathering_parallel_parts():
     for plan in (one, (*one, SnapshotEnd("s1")), two, (chunk, *one), None):
         assert on_executor(run_with(plan), {}) is True
     assert on_executor(run_with(one), {"spark.tidegate.delivery": "client"}) is False
-    # parts read by tasks of their own and gathered: only parallel parts, only under auto
-    assert [gathers_parts(run_with(p), {}) for p in (one, (*one, SnapshotEnd("s1")), two, (chunk, *one), None)
-            ] == [False, False, True, True, False]  # no plan made: the delivery task makes and reads it
-    assert gathers_parts(run_with(two), {"spark.tidegate.delivery": "executor"}) is False
+    # parts read by tasks of their own and gathered: a snapshot's chunks under auto, log slices
+    # too under gathered; no plan made: the delivery task makes and reads it
+    plans = (one, (*one, SnapshotEnd("s1")), two, (chunk, *one), None)
+    assert [gathers_parts(run_with(p), {}) for p in plans] == [False, False, False, True, False]
+    gathered = {"spark.tidegate.delivery": "gathered"}
+    assert [gathers_parts(run_with(p), gathered) for p in plans] == [False, False, True, True, False]
+    executor = {"spark.tidegate.delivery": "executor"}
+    assert [gathers_parts(run_with(p), executor) for p in plans] == [False] * 5
 
 
 def test_a_sink_that_writes_through_spark_keeps_the_run_in_the_client():

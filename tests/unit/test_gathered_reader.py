@@ -1,6 +1,6 @@
 """The delivery task's side of a gathered run (tidegate/spark/gathered.py), without Spark: the
 parts' rows, as the sort hands them over, become the plan's segment reads in plan order (a
-chunk's upper bound taken off its first row, a slice's note off its last), on generated plans;
+chunk's upper bound taken off its first message, a slice's note off its last), on generated plans;
 a run that planned again reads its own plan and lets the gathered rows go."""
 
 from __future__ import annotations
@@ -8,29 +8,32 @@ from __future__ import annotations
 import random
 
 import pytest
+from tidegate.events import PositionMark
 from tidegate.positions import SnapshotPosition
 from tidegate.reading import Chunk, SegmentRead, Slice, SnapshotEnd
 from tidegate.sources.mysql.position import BinlogPosition
-from tidegate.spark.gathered import NOTE, GatheredReader, _part_batches, parts_of
+from tidegate.spark.gathered import NOTE, GatheredReader, _packed, _part_batches, parts_of
 
 
 def pos(n: int) -> BinlogPosition:
     return BinlogPosition("bin.000001", n)
 
 
-def generated(seed: int) -> tuple[list, list[list[tuple]]]:
-    """A plan (chunks, their end, slices) and each part's rows as its task yields them."""
+def generated(seed: int) -> tuple[list, list[list[PositionMark]], list[list[tuple]]]:
+    """A plan (chunks, their end, slices), each part's items and the messages its task yields."""
     rnd = random.Random(seed)
     chunks = [Chunk(SnapshotPosition("s1", c, pos(4))) for c in range(1, rnd.randint(0, 4) + 1)]
     cuts = sorted(rnd.sample(range(10, 10_000), rnd.randint(1, 6)))
     slices = [Slice(pos(a), pos(b)) for a, b in zip([4, *cuts], cuts, strict=False)]
     plan = [*chunks, *([SnapshotEnd("s1")] if chunks else []), *slices]
-    rows = []
+    items, messages = [], []
     for n, part in enumerate(parts_of(plan)):
-        marks = [("mark", pos(n * 100_000 + i)) for i in range(rnd.choice([0, 1, 5, 2001, 4500]))]
+        marks = [PositionMark(pos(n * 100_000 + i)) for i in range(rnd.choice([0, 1, 5, 2001, 4500]))]
+        packed = list(_packed(marks, [0]))
         chunk = isinstance(part, Chunk)
-        rows.append([("upper", pos(n)), *marks] if chunk else [*marks, (NOTE, f"slice {n}")])
-    return plan, rows
+        items.append(marks)
+        messages.append([("upper", pos(n)), *packed] if chunk else [*packed, (NOTE, f"slice {n}")])
+    return plan, items, messages
 
 
 class Fallback:
@@ -46,15 +49,15 @@ class Spec:
     pipeline = "p"
 
 
-def batches(rows: list[list[tuple]]):
-    for index, part in enumerate(rows):
+def batches(messages: list[list[tuple]]):
+    for index, part in enumerate(messages):
         yield from _part_batches(index, part)
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_gathered_rows_become_the_plan_reads_in_plan_order(seed):
-    plan, rows = generated(seed)
-    reader = GatheredReader(batches(rows), plan, Fallback())
+    plan, items, messages = generated(seed)
+    reader = GatheredReader(batches(messages), plan, Fallback())
     reads, got = [], []
     for read in reader(Spec(), None, None, plan):  # its items taken before the next, as run_items does
         reads.append(read)
@@ -65,16 +68,16 @@ def test_gathered_rows_become_the_plan_reads_in_plan_order(seed):
                                           Slice(slices[0].start, slices[-1].end)]
     for n in range(len(chunks)):
         assert reads[n].upper == pos(n)
-        assert got[n] == [p for _, p in rows[n][1:]]
-    assert got[-1] == [p for part in rows[len(chunks):] for kind, p in part if kind == "mark"]
+        assert got[n] == [m.position for m in items[n]]
+    assert got[-1] == [m.position for part in items[len(chunks):] for m in part]
 
 
 def test_a_run_that_planned_again_reads_its_own_plan_and_drains_the_gathered_rows():
-    plan, rows = generated(3)
+    plan, _, messages = generated(3)
     consumed = []
 
     def counted():
-        for b in batches(rows):
+        for b in batches(messages):
             consumed.append(b)
             yield b
 
@@ -83,4 +86,4 @@ def test_a_run_that_planned_again_reads_its_own_plan_and_drains_the_gathered_row
     other = [Slice(pos(1), pos(50))]
     assert [r.items for r in reader(Spec(), None, None, other)] == [["own"]]
     assert fallback.asked == other
-    assert len(consumed) == sum(len(list(_part_batches(i, r))) for i, r in enumerate(rows))
+    assert len(consumed) == sum(len(m) for m in messages)

@@ -51,9 +51,10 @@ def delivery_mode(conf: Mapping[str, str]) -> str:
     mode = str(conf.get(DELIVERY_CONF, "auto")).strip()
     if mode not in DELIVERY_MODES:
         raise SpecError([f"spark.conf {DELIVERY_CONF}: {mode!r} is not one of {', '.join(DELIVERY_MODES)}: "
-                         f"'executor' runs every run in one Spark task, 'client' in the deliver task (Spark "
-                         f"tasks read the parallel parts), 'auto' (the default) the first for a plan without "
-                         f"parallel parts, the second for one with them"])
+                         f"'auto' (the default) runs every run as one Spark job whose task delivers, "
+                         f"snapshot chunks read by tasks of their own; 'gathered' log slices too; "
+                         f"'executor' the delivery task reads every part itself; 'client' the deliver "
+                         f"task delivers, Spark tasks read the parts"])
     return mode
 
 
@@ -73,9 +74,17 @@ def on_executor(run: RunContext, conf: Mapping[str, str]) -> bool:
 
 def gathers_parts(run: RunContext, conf: Mapping[str, str]) -> bool:
     """Whether the run's parts are read by tasks of their own and gathered into the delivery task
-    (gathered.py): a plan with parallel parts under ``auto``; under ``executor`` the delivery
-    task reads every part itself, one after the other."""
-    return delivery_mode(conf) == "auto" and has_parallel_parts(run)
+    (gathered.py): under ``auto`` a plan with snapshot chunks, under ``gathered`` any plan with
+    parallel parts; otherwise the delivery task reads them itself, one after the other, the log
+    streaming through its reader process. Decoding a log slice costs about what delivering it
+    does, so a delivery that reads as it goes takes max(read, deliver), and gathered parts take
+    read / cores + deliver: no less. A chunk's read (a query, every value converted) costs two to
+    four times its delivery (docs/architecture.md, "Parallel parts")."""
+    mode = delivery_mode(conf)
+    if mode == "gathered":
+        return has_parallel_parts(run)
+    segments = (run.record.segments if run.record is not None else None) or ()
+    return mode == "auto" and any(isinstance(s, Chunk) for s in segments)
 
 
 def has_parallel_parts(run: RunContext) -> bool:

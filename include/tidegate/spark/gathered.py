@@ -29,11 +29,12 @@ from __future__ import annotations
 import itertools
 import logging
 import pickle
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd
-from ..shipped import rows_to_items
+from .slices import executor_note
 
 if TYPE_CHECKING:
     from ..reading import Reader, Segment
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PART_SCHEMA = "part INT, seq INT, batch BINARY"
+BATCH_ROWS = 2000  # items to a message (a Spark row of stage 1), as a reader process ships them
 NOTE = "note"  # a slice's last row: what its task read (slices.py)
 
 
@@ -54,52 +56,70 @@ def parts_of(segments: Sequence[Segment]) -> list[Chunk | Slice]:
 
 def part_reader(spec: PipelineSpec, connection: Any, salt: bytes | None, store_url: str,
                 parts: Sequence[Chunk | Slice]) -> Any:
-    """Stage 1's function: for each part index it is given (one per partition), that part's rows
-    as Arrow batches of :data:`PART_SCHEMA`."""
+    """Stage 1's function: for each part index it is given (one per partition), that part's
+    messages as Arrow batches of :data:`PART_SCHEMA`."""
 
     def read_parts(batches: Iterator[Any]) -> Iterator[Any]:
         indexes = [int(i) for b in batches for i in b.column(0).to_pylist()]
         for index in indexes:
-            yield from _part_batches(index, _part_rows(spec, connection, salt, store_url, parts, index))
+            yield from _part_batches(index, _part_messages(spec, connection, salt, store_url, parts, index))
 
     return read_parts
 
 
-def _part_rows(spec: PipelineSpec, connection: Any, salt: bytes | None, store_url: str,
-               parts: Sequence[Chunk | Slice], index: int) -> Iterator[tuple]:
-    """The shipped rows of part ``index``: a chunk's upper bound first, a slice's note last."""
+def _part_messages(spec: PipelineSpec, connection: Any, salt: bytes | None, store_url: str,
+                   parts: Sequence[Chunk | Slice], index: int) -> Iterator[tuple]:
+    """Part ``index`` as messages: its items packed as a reader process packs them
+    (``shipped.pack``: the compiled path where it is built), a chunk's upper bound first, a
+    slice's note (what its task read, where its code came from) last."""
     from ..parts import fixed_connection
-    from ..shipped import item_to_row
-    from .slices import slice_task
 
     part = parts[index]
-    if isinstance(part, Slice):
-        bounds = [(p.start, p.end) if isinstance(p, Slice) else (None, None) for p in parts]
-        yield from slice_task(spec, connection, bounds, salt)(index, iter(()))
-        return
-    from ..reading import snapshot_record
-    from ..snapshots import read_chunk
-    from ..store import open_store
-
-    with open_store(store_url) as store:
-        rec = snapshot_record(store, spec, part.snapshot_id)
     source = fixed_connection(connection, salt).source(spec)
     try:
+        if isinstance(part, Slice):
+            t0, count = time.monotonic(), [0]
+            yield from _packed(source.read_slice(part.start, part.end, index), count)
+            yield (NOTE, executor_note(spec.pipeline, index, len(parts), count[0], time.monotonic() - t0))
+            return
+        from ..reading import snapshot_record
+        from ..snapshots import read_chunk
+        from ..store import open_store
+
+        with open_store(store_url) as store:
+            rec = snapshot_record(store, spec, part.snapshot_id)
         read = read_chunk(spec, source, rec, part.number)
         yield ("upper", read.upper)
-        yield from map(item_to_row, read.events)
+        yield from _packed(read.events, [0])
     finally:
         source.close()
 
 
-def _part_batches(index: int, rows: Iterable[tuple]) -> Iterator[Any]:
+def _packed(items: Iterable[Any], count: list[int]) -> Iterator[tuple]:
+    """``items`` as packed batches of :data:`BATCH_ROWS`; ``count[0]`` counts the events."""
+    from ..events import PositionMark
+    from ..shipped import pack
+
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= BATCH_ROWS:
+            count[0] += sum(not isinstance(i, PositionMark) for i in batch)
+            yield pack(batch)
+            batch = []
+    if batch:
+        count[0] += sum(not isinstance(i, PositionMark) for i in batch)
+        yield pack(batch)
+
+
+def _part_batches(index: int, messages: Iterable[tuple]) -> Iterator[Any]:
+    """One Arrow batch per message: (part, seq, the pickled message)."""
     import pyarrow as pa
 
-    from .chunks import pack_batches
-
-    for seq, batch in enumerate(pack_batches(rows)):
+    for seq, message in enumerate(messages):
         yield pa.RecordBatch.from_arrays(
-            [pa.array([index], pa.int32()), pa.array([seq], pa.int32()), batch.column(0)],
+            [pa.array([index], pa.int32()), pa.array([seq], pa.int32()),
+             pa.array([pickle.dumps(message, pickle.HIGHEST_PROTOCOL)], pa.binary())],
             names=["part", "seq", "batch"])
 
 
@@ -116,12 +136,15 @@ def gathered_frame(spark: Any, read_parts: Any, count: int, deliver: Any, schema
     return gathered.mapInArrow(deliver, schema, barrier=barrier)
 
 
-def _items(blobs: Iterable[tuple[Any, list[tuple]]]) -> Iterator[Any]:
-    """A part's items from its batches of rows (a slice's note, its last row, logged)."""
-    for _, rows in blobs:
-        if rows and rows[-1][0] == NOTE:
-            log.info("%s", rows.pop()[1])
-        yield from rows_to_items(rows)
+def _items(messages: Iterable[tuple[Any, tuple]]) -> Iterator[Any]:
+    """A part's items from its messages (a slice's note, its last, logged)."""
+    from ..shipped import unpack
+
+    for _, message in messages:
+        if message[0] == NOTE:
+            log.info("%s", message[1])
+        else:
+            yield from unpack(message)
 
 
 class GatheredReader:
@@ -146,22 +169,21 @@ class GatheredReader:
             yield from self.fallback(spec, store, source, segments)
             return
         self.taken = True
-        parts = itertools.groupby(self._blobs(), key=lambda pr: pr[0])
+        parts = itertools.groupby(self._messages(), key=lambda pm: pm[0])
         slices = [s for s in self.plan if isinstance(s, Slice)]
         for seg in self.plan:
             if isinstance(seg, Chunk):
-                _, blobs = next(parts)
-                _, first = next(blobs)
-                (_, upper), *rows = first  # the chunk's upper bound comes first
-                yield SegmentRead(seg, _items(itertools.chain([(None, rows)], blobs)), upper)
+                _, messages = next(parts)
+                _, (_, upper) = next(messages)  # the chunk's upper bound comes first
+                yield SegmentRead(seg, _items(messages), upper)
             elif isinstance(seg, SnapshotEnd):
                 yield SegmentRead(seg, ())
         if slices:
             yield SegmentRead(Slice(slices[0].start, slices[-1].end),
                               (i for _ in slices for i in _items(next(parts)[1])))
 
-    def _blobs(self) -> Iterator[tuple[int, list[tuple]]]:
-        """(part, its next batch of shipped rows) in order, a Spark row unpickled at a time."""
+    def _messages(self) -> Iterator[tuple[int, tuple]]:
+        """(part, its next message) in order, a Spark row unpickled at a time."""
         for batch in self.batches:
             for part, blob in zip(batch.column(0).to_pylist(), batch.column(2).to_pylist(), strict=True):
                 yield part, pickle.loads(blob)

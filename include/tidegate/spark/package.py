@@ -1,6 +1,8 @@
 """The ``tidegate`` package as a zip for ``spark-submit --py-files`` and a Spark Connect session's
 artifacts: executors on a cluster (and a Connect server's Python workers) get the same engine code
-as the process that starts the run, without installing anything."""
+as the process that starts the run, without installing anything. The compiled hot path travels in
+it too (``tidegate/native``: Python cannot import an extension module from a zip, so the worker
+writes it out and loads it from there; tidegate.native)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import hashlib
 import os
 import tempfile
 import zipfile
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 
@@ -15,6 +18,7 @@ def package_zip(folder: Path | None = None) -> Path:
     """A zip of the importable ``tidegate`` package, rebuilt only when its files change."""
     pkg = Path(__file__).resolve().parents[1]
     files = sorted(p for p in pkg.rglob("*.py") if "__pycache__" not in p.parts)
+    files += sorted({p for suffix in EXTENSION_SUFFIXES for p in (pkg / "native").glob(f"*{suffix}")})
     digest = hashlib.sha1()
     for p in files:
         st = p.stat()
