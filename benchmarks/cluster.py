@@ -69,7 +69,7 @@ from source_read import mysql_workload  # noqa: E402
 from spark_eventlog import read_app, summary  # noqa: E402
 from table import measured, run_report  # noqa: E402
 
-PATHS = ("in-process", "spark", "connect")
+PATHS = ("in-process", "spark", "connect", "connect-gathered")
 # The deliver task of a Spark Connect pipeline, as a process of its own: what the operator calls.
 CONNECT_CHILD = """
 import json, sys
@@ -127,10 +127,15 @@ def package_zip(folder: Path) -> Path:
 # --------------------------------------------------------------------------- pipelines
 
 
-def spec_text(name: str, table: str, server_id: int, snapshot: bool) -> str:
+def spec_text(name: str, table: str, server_id: int, snapshot: bool, delivery: str | None = None) -> str:
+    """``delivery``: the Connect path's ``spark.tidegate.delivery`` (None: no Connect server; a
+    spec that names one is delivered through it by `tidegate run` too)."""
     start = "snapshot" if snapshot else "head"
+    conf = f"conf: {{spark.tidegate.delivery: {delivery}}}"
+    spark = f"spark: {{conn_id: spark_connect, {conf}}}" if delivery else ""
     return textwrap.dedent(f"""\
         pipeline: {name}
+        {spark}
         source: {{kind: mysql, conn_id: cdc_mysql, tables: [{table}], server_id: {server_id}, start: {start}}}
         snapshot: {{chunk_rows: 50000, parallelism: 2}}
         sinks:
@@ -152,16 +157,18 @@ class Bench:
         self.names: list[str] = []
 
     def pipeline(self, kind: str, path: str, table: str, server_id: int) -> str:
-        name = f"cl_{kind}_{path.replace('in-process', 'run')}_{self.db[-6:]}"
+        name = f"cl_{kind}_{path.replace('in-process', 'run').replace('-', '_')}_{self.db[-6:]}"
         (self.base / "pipelines" / f"{name}.yaml").write_text(
-            spec_text(name, f"{self.db}.{table}", server_id, kind == "snap"))
+            spec_text(name, f"{self.db}.{table}", server_id, kind == "snap",
+                      "gathered" if path.endswith("-gathered") else "auto" if path == "connect" else None))
         self.names.append(name)
         return name
 
     def run(self, path: str, name: str, expected: int | None, snapshot: bool = False) -> dict:
         """One run of ``name`` on ``path``; ``expected``: the events (log) or rows (snapshot) it
         must deliver (a snapshot's run also delivers its control messages to the sink)."""
-        r = {"in-process": self.in_process, "spark": self.spark, "connect": self.connect}[path](name)
+        r = {"in-process": self.in_process, "spark": self.spark, "connect": self.connect,
+             "connect-gathered": self.connect}[path](name)
         got = r["rows"] if snapshot else r["events"]
         if expected is not None:
             assert got == expected, (name, path, got, expected)
@@ -302,7 +309,7 @@ def print_result(label: str, size: int, path: str, r: dict) -> None:
     extra = ""
     if path == "spark":
         extra = f"  (spark-submit {r['submit_wall']:.1f}s; plan {r['plan']})"
-    elif path == "connect" and "plan" in r:
+    elif path.startswith("connect") and "plan" in r:
         extra = (f"  (deliver task {r['submit_wall']:.1f}s; plan {r['plan']}, {r['parts_gathered']} parts "
                  f"gathered; delivery task {(r['task'] or {}).get('seconds')}s)")
     print(f"  {label:<9} {path:<11} {r['events']:>9,} events {r['wall']:>7.1f}s "
@@ -386,6 +393,8 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=4, help="binlog files the changes span")
     ap.add_argument("--only", choices=("log", "snapshot"))
     ap.add_argument("--paths", default=",".join(PATHS), help=f"of {', '.join(PATHS)} (in-process first)")
+    ap.add_argument("--warm", action="store_true",
+                    help="deliver 10 changes on each path before the backlog (a pipeline's kept session)")
     ap.add_argument("--port", type=int, default=7177, help="the cluster's master port")
     ap.add_argument("--keep-cluster", action="store_true")
     ap.add_argument("--no-lock", action="store_true",
@@ -440,6 +449,11 @@ def log_phase(bench: Bench, cur, db: str, args: argparse.Namespace, results: dic
     with servers_held("log", not args.no_lock):
         for path, name in log_pipes.items():  # placed at the head: nothing to read yet
             bench.run(path, name, 0)
+        if args.warm:  # a run of a few changes first: the Connect session and its worker up
+            warm = [(-i,) for i in range(1, 11)]
+            cur.executemany(f"INSERT INTO {db}.bench (id, customer) VALUES (%s, 1)", warm)
+            for path, name in log_pipes.items():
+                bench.run(path, name, 10)
         t0 = time.perf_counter()
         mysql_workload(cur, db, args.changes, 10, args.files, lambda: cur.execute("FLUSH BINARY LOGS"))
         print(f"log: {args.changes:,} row changes written in {time.perf_counter() - t0:.0f}s", flush=True)
@@ -455,7 +469,7 @@ def print_summary(args: argparse.Namespace, results: dict, load0: tuple) -> None
         size = args.changes if kind == "log" else args.rows
         print_result(kind, size, path, r)
     for kind in ("log", "snapshot"):
-        for path in ("spark", "connect"):
+        for path in PATHS[1:]:
             if (kind, path) in results:
                 a, b = results[(kind, "in-process")], results[(kind, path)]
                 print(f"  {kind}: {path} / in-process wall = {b['wall'] / a['wall']:.2f}, events/s "
