@@ -4,7 +4,8 @@
 
 Thin: parse the arguments, read the run's record from the checkpoint store
 (``TIDEGATE_CHECKPOINT_STORE``; the bounds task wrote it: the spec's text, the plan, the bounds),
-build the SparkSession, call ``tidegate.spark.job.deliver``. A driver on a cluster never reads
+build the SparkSession, call ``tidegate.spark.job.deliver``, which submits the run as one job
+whose task delivers (a spec with a Delta sink: the driver delivers). A driver on a cluster never reads
 the Airflow worker's disk. The argv holds no secret; connections come from
 ``AIRFLOW_CONN_<ID>`` environment variables of the driver (see docs/operations.md, "Spark").
 The run report (JSON) is written to ``--report-file`` and printed as one

@@ -8,7 +8,8 @@ start) or under ``spark.tidegate.delivery: client``: the driver delivers.
 snapshot's chunks are read by Spark tasks (chunks.py), the log's slices too (slices.py), each a
 few at once and handed over in plan order; a slice too large for one task's result, and a log
 of one slice (nothing to decode in parallel), are read on the driver, streaming, in a reader
-process (reader_process.py). Delivery stays on the driver: it is ordered and transactional.
+process (reader_process.py). In this shape delivery stays on the driver: it is ordered and
+transactional.
 """
 
 from __future__ import annotations

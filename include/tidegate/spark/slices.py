@@ -5,8 +5,9 @@ independently (``Source.slices``: MySQL/MariaDB one per binlog file; Postgres on
 a single stream). Each slice is one partition of an RDD whose tasks read the slice, build every
 envelope and serialize it (``ChangeEvent.value``, ``key_bytes``) where they run. The driver keeps
 a window of partitions in flight (windows.py) and consumes the finished ones strictly in slice
-order. Delivery stays on the driver: it is ordered and
-transactional.
+order. This is the shape where the driver delivers (job.py: a run with a Delta sink, or under
+``spark.tidegate.delivery: client``); every other run is delivered by one Spark task
+(delivery.py).
 
 Rows travel as flat tuples (shipped.py) through Spark's pickled Python RDD path: the JVM
 carries them as opaque bytes and nothing parses an envelope again; ``value`` is the bytes the

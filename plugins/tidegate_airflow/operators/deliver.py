@@ -243,10 +243,11 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
 
     def deliver_connected(self, run: Any, conn_id: str) -> dict[str, Any]:
         """The run through the Spark Connect server of connection ``conn_id`` (conn type
-        ``spark_connect``): no spark-submit. A plan of one log slice is delivered by one Spark task
-        there, this task submits and waits; a plan with parallel parts is delivered here, Spark
-        tasks reading the parts (tidegate/spark/delivery.py). The connections travel pickled inside
-        the job; the server URL may hold a token and is not logged."""
+        ``spark_connect``): no spark-submit. The run is one Spark job there whose task delivers
+        (a snapshot's chunks read by tasks of their own); this task submits and waits. A spec
+        with a Delta sink is delivered here, Spark tasks reading the parts
+        (tidegate/spark/delivery.py). The connections travel pickled inside the job; the server
+        URL may hold a token and is not logged."""
         from tidegate.spark.connect import deliver_remote
         from tidegate.spark.package import package_zip
 
