@@ -2,7 +2,7 @@
 work, through the real scheduler, each run delivered through the Spark Connect server.
 
     PATH="$PWD/.venv/bin:$PATH" .venv/bin/python benchmarks/task_share.py \\
-        [--changes 200000] [--runs 2] [--sources mysql,postgres]
+        [--changes 200000] [--runs 2] [--sources mysql,postgres] [--against-run]
 
 Per source one pipeline (a table (id, v, s VARCHAR(40)), one Kafka exactly-once sink,
 ``spark: {conn_id: spark_connect}``, no schedule), placed at the head by a first run. Then, per
@@ -21,6 +21,10 @@ The deliver task's share is its CPU over all of these. From Spark's event log (t
 restarted with ``TIDEGATE_SPARK_EVENT_LOG``): the jobs submitted during each run, their tasks, and
 who delivered (the report's ``delivered_by``: ``executor``, one Spark task).
 
+``--against-run``: after each DAG run, ``tidegate run`` of a twin pipeline over the same table
+(its own server id or slot, no ``spark`` block, in a folder Airflow does not read) delivers the
+same changes; the DAG run's wall time (the API's start to end) beside it.
+
 The servers: ``scripts/services up mysql postgres kafka``; the Airflow deployment and the
 ``spark_connect`` server are (re)started by this script with its own pipelines folder, and the
 deployment is stopped at the end.
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -148,11 +153,45 @@ def ms(text: str) -> int:
     return int(dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
+def twin_pipelines(work: Path, names: dict[str, str], env: dict) -> dict:
+    """Per source, a twin of the pipeline (another server id or slot) over the same table with no
+    ``spark`` block, in a folder
+    Airflow does not read, as a function that runs `tidegate run` of it: (wall s, events)."""
+    folder = work / "twins"
+    folder.mkdir()
+    out = {}
+    for source, name in names.items():
+        twin = f"{name}_run"
+        line = (f"{{kind: mysql, conn_id: cdc_mysql, tables: [{name}.t], server_id: 47901, start: head}}"
+                if source == "mysql" else
+                f"{{kind: postgres, conn_id: cdc_postgres, tables: [{name}.t], slot: {twin}, start: head}}")
+        (folder / f"{twin}.yaml").write_text(textwrap.dedent(f"""\
+            pipeline: {twin}
+            source: {line}
+            sinks:
+              - {{id: k, kind: kafka, conn_id: cdc_kafka, topic: "{{pipeline}}.{{table}}",
+                  exactly_once: true}}
+            """))
+
+        def run(twin: str = twin) -> tuple[float, int]:
+            t0 = time.monotonic()
+            r = subprocess.run([str(ROOT / ".venv" / "bin" / "tidegate"), "run", twin], capture_output=True,
+                               text=True, env=dict(env, TIDEGATE_PIPELINES_DIR=str(folder)), check=True)
+            report = json.loads(r.stdout[r.stdout.rfind("\n{\n") + 1:])
+            return time.monotonic() - t0, report.get("events", 0)
+
+        out[source] = run
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--changes", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--sources", default="mysql,postgres")
+    ap.add_argument("--against-run", action="store_true",
+                    help="after each DAG run, `tidegate run` of a twin pipeline (no Spark) over the same "
+                         "changes, and the two wall times")
     a = ap.parse_args()
     sources = a.sources.split(",")
     work = Path(tempfile.mkdtemp(prefix="tidegate-task-share-"))
@@ -175,6 +214,7 @@ def main() -> int:
             """))
     env = dict(os.environ, TIDEGATE_PIPELINES_DIR=str(work / "pipelines"),
                TIDEGATE_CHECKPOINT_STORE=f"sqlite:///{work / 'store.sqlite'}")
+    twins = twin_pipelines(work, names, env) if a.against_run else {}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "include"), env.get("PYTHONPATH")) if p)
     services("up", "airflow", env=env)
     senv = services_env()
@@ -196,6 +236,8 @@ def main() -> int:
                 except OSError:
                     time.sleep(2)
             trigger_and_wait(api, dag)  # places the pipeline at the head
+            if source in twins:
+                twins[source]()  # placed at the head too
             for i in range(a.runs):
                 write_rows(source, senv, f"{name}.t", 1 + i * a.changes, a.changes)
                 time.sleep(2)  # the scheduler and the servers settle
@@ -212,6 +254,12 @@ def main() -> int:
                       f"| {used['tasks']:.2f} "
                       f"| {used['orchestration']:.2f} | {used['spark']:.2f} | {used['servers']:.2f} "
                       f"| {mine / total:.1%} | {used['tasks'] / total:.1%} |", flush=True)
+                if source in twins:
+                    dag_s = (ms(r["end_date"]) - ms(r["start_date"])) / 1000
+                    run_s, got = twins[source]()
+                    assert got == rep.get("events"), (got, rep.get("events"))
+                    print(f"|   | the DAG run {dag_s:.1f} s, `tidegate run` of the same {got} changes "
+                          f"{run_s:.1f} s: the DAG at {run_s / dag_s:.2f}x its events/s |", flush=True)
     finally:
         services("down", "airflow")
     return 0
