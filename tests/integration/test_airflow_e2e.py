@@ -103,7 +103,7 @@ def test_mariadb_to_kafka_eos_nats_redis_three_runs_exactly_once(airflow_env, my
     # two slices (gathered: the default reads the log in the delivery task): a Spark task each
     # reads one, and one more delivers them in order
     assert "by a Spark task on the server" in log, log[-3000:]
-    assert f"pipeline {pipeline}: 2 part(s) read by Spark tasks side by side, gathered" in log, log[-3000:]
+    assert f"pipeline {pipeline}: 2 part(s) read by Spark tasks side by side (2 task(s))" in log, log[-3000:]
 
     sql(f"DELETE FROM {db}.orders WHERE id = 2", "FLUSH BINARY LOGS",
         f"UPDATE {db}.orders SET status = 'shipped' WHERE id = 1",

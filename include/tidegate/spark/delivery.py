@@ -247,13 +247,16 @@ def _gathered_job(spark: Any, run: RunContext, payload: tuple, barrier: bool) ->
     parts = parts_of(run.record.segments)
     _, _, connections, salt, store_url, _ = payload
     read = part_reader(run.spec, connections[run.spec.source.conn_id], salt, store_url, parts)
-    log.info("pipeline %s: %d part(s) read by Spark tasks side by side, gathered into the delivery task",
-             run.pipeline, len(parts))
+    # A snapshot's chunks are read at most snapshot.parallelism at once, as the spec promises the
+    # source's owners: that many tasks, each reading its share of the chunks in turn.
+    tasks = run.spec.snapshot.parallelism if any(isinstance(p, Chunk) for p in parts) else len(parts)
+    log.info("pipeline %s: %d part(s) read by Spark tasks side by side (%d task(s)), gathered into the "
+             "delivery task", run.pipeline, len(parts), min(tasks, len(parts)))
 
     def task(batches: Iterator[Any]) -> Iterator[Any]:
         yield from delivery_task(payload, batches)
 
-    return gathered_frame(spark, read, len(parts), task, REPORT_SCHEMA, barrier=barrier)
+    return gathered_frame(spark, read, len(parts), task, REPORT_SCHEMA, tasks=tasks, barrier=barrier)
 
 
 def needs_barrier(spark: Any) -> bool:

@@ -124,14 +124,16 @@ def _part_batches(index: int, messages: Iterable[tuple]) -> Iterator[Any]:
 
 
 def gathered_frame(spark: Any, read_parts: Any, count: int, deliver: Any, schema: str, *,
-                   barrier: bool = False) -> Any:
-    """The run's job: ``count`` parts read by ``read_parts`` side by side, gathered in (part,
-    seq) order into one partition that ``deliver`` maps to the report."""
+                   tasks: int | None = None, barrier: bool = False) -> Any:
+    """The run's job: ``count`` parts read by ``read_parts`` in ``tasks`` tasks side by side (each
+    a run of consecutive parts, one after the other; default one task a part), gathered in
+    (part, seq) order into one partition that ``deliver`` maps to the report."""
     # Adaptive execution runs each shuffle's map stage as a job of its own; without it the run is
     # one job (what an operator finds in the Spark UI), and it has nothing to adapt: one output
     # partition, a sort of a few rows per part.
     spark.conf.set("spark.sql.adaptive.enabled", "false")
-    read = spark.range(count, numPartitions=count).mapInArrow(read_parts, PART_SCHEMA)
+    partitions = max(1, min(count, tasks or count))
+    read = spark.range(count, numPartitions=partitions).mapInArrow(read_parts, PART_SCHEMA)
     gathered = read.repartition(1).sortWithinPartitions("part", "seq")
     return gathered.mapInArrow(deliver, schema, barrier=barrier)
 
