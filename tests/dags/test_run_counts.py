@@ -83,7 +83,7 @@ def test_one_run_parses_its_spec_once_per_process_and_validates_its_params_twice
     wire(source, guard, bounds, deliver, release, report)
 
     def driver(spark, run):  # the engine's deliver, on the scripted source
-        return spark_job.deliver(spark, dataclasses.replace(run, parts=ScriptedParts(source)))
+        return spark_job.deliver_here(spark, dataclasses.replace(run, parts=ScriptedParts(source)))
 
     steps, paths = {}, {}
     path: list[str] = []

@@ -99,14 +99,22 @@ class SparkReader:
 
 def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
     """One bounded run as one Spark job whose task delivers, as through a Connect server
-    (delivery.py); with a sink that writes through Spark itself, or ``spark.tidegate.delivery:
-    client``, delivered here, its segments read by Spark tasks. Returns the run report."""
-    from ..runner import run_pipeline
+    (delivery.py); where delivery.on_executor says no (a Delta sink, a snapshot's chunks under
+    ``auto``, ``spark.tidegate.delivery: client``), delivered here, its segments read by Spark
+    tasks. Returns the run report."""
     from ..store import default_url
     from .delivery import deliver_on_executor, on_executor
 
     if on_executor(run, run.spec.spark.conf):
         return deliver_on_executor(spark, run, default_url())
+    return deliver_here(spark, run)
+
+
+def deliver_here(spark: Any, run: RunContext) -> dict[str, Any]:
+    """The run delivered by this driver, its segments read by Spark tasks."""
+    from ..runner import run_pipeline
+    from ..store import default_url
+
     reader = SparkReader(spark, run.parts.connection(run.spec.source.conn_id), default_url())
     # What the run costs the driver's side, its start-up left out (benchmarks/cluster.py): with
     # executors on cores of their own, the driver's delivery is what bounds a run.
