@@ -13,8 +13,6 @@ own pipeline, topic, stream and store."""
 from __future__ import annotations
 
 import asyncio
-import importlib.machinery
-import importlib.util
 import json
 import logging
 import ssl
@@ -39,6 +37,8 @@ from tidegate.sinks.nats.spec import NatsSinkSpec
 from tidegate.sinks.redis.spec import RedisSinkSpec
 from tidegate.spec import BatchSpec, SinkSpec
 from tidegate.store import open_store
+
+from tests.scripts import script_module
 
 pytestmark = pytest.mark.integration
 
@@ -293,11 +293,7 @@ def wrong_password(kind: str, conn: Connection, tmp_path: Path) -> tuple[Connect
 
 def services_module():
     """scripts/services as a module (its nkey maker)."""
-    loader = importlib.machinery.SourceFileLoader("tidegate_services", str(ROOT / "scripts" / "services"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return script_module("services")
 
 
 @pytest.mark.parametrize("kind", KINDS)

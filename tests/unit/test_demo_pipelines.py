@@ -4,21 +4,17 @@ sink after it, and `make demo` stopped at "DAG cdc_shop_mysql did not appear".""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 from pathlib import Path
 
 from tidegate.spec import load_spec_text
+
+from tests.scripts import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def demo_module():
-    loader = importlib.machinery.SourceFileLoader("tidegate_demo", str(ROOT / "scripts" / "demo"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return script_module("demo")
 
 
 def test_the_lake_sink_goes_inside_the_sinks_block_of_the_example():
