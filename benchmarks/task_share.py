@@ -155,8 +155,8 @@ def ms(text: str) -> int:
 
 def twin_pipelines(work: Path, names: dict[str, str], env: dict) -> dict:
     """Per source, a twin of the pipeline (another server id or slot) over the same table with no
-    ``spark`` block, in a folder
-    Airflow does not read, as a function that runs `tidegate run` of it: (wall s, events)."""
+    ``spark`` block, in a folder Airflow does not read, as a function that runs `tidegate run` of
+    it: (wall s, events). ``env``: the servers' connections and the benchmark's store."""
     folder = work / "twins"
     folder.mkdir()
     out = {}
@@ -214,7 +214,7 @@ def main() -> int:
             """))
     env = dict(os.environ, TIDEGATE_PIPELINES_DIR=str(work / "pipelines"),
                TIDEGATE_CHECKPOINT_STORE=f"sqlite:///{work / 'store.sqlite'}")
-    twins = twin_pipelines(work, names, env) if a.against_run else {}
+    twins = twin_pipelines(work, names, {**env, **senv}) if a.against_run else {}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "include"), env.get("PYTHONPATH")) if p)
     services("up", "airflow", env=env)
     senv = services_env()
