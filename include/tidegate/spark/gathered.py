@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd
-from .slices import executor_note
+from .slices import NOTE, executor_note
 
 if TYPE_CHECKING:
     from ..reading import Reader, Segment
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 
 PART_SCHEMA = "part INT, seq INT, batch BINARY"
 BATCH_ROWS = 2000  # items to a message (a Spark row of stage 1), as a reader process ships them
-NOTE = "note"  # a slice's last row: what its task read (slices.py)
 
 
 def parts_of(segments: Sequence[Segment]) -> list[Chunk | Slice]:
