@@ -234,7 +234,7 @@ def other_cluster(service_env):
     os.chmod(folder, 0o755)
     # Not a lane of the suite's servers (TIDEGATE_LANE): a folder and port of its own per worker.
     lane = int(os.environ.get("TIDEGATE_LANE") or 0)
-    env = dict(os.environ, TIDEGATE_SERVICES_DIR=str(folder), TIDEGATE_POSTGRES_PORT=str(54391 + 200 * lane),
+    env = dict(os.environ, TIDEGATE_SERVICES_DIR=str(folder), TIDEGATE_POSTGRES_PORT=str(25491 + 200 * lane),
                TIDEGATE_LANE="")
     r = subprocess.run([sys.executable, str(SERVICES), "up", "postgres"], env=env, capture_output=True,
                        text=True)
