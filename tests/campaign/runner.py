@@ -29,7 +29,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -285,11 +284,7 @@ class Pipe:
 
     def start(self, run_id: str) -> Run:
         self.runs += 1
-        out = self.dir / f"{run_id}.log"
-        with open(out, "wb") as f:
-            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
-                                    env=self.env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        run = Run(run_id, proc, out)
+        run = Run.start(self.name, run_id, self.env, self.dir / f"{run_id}.log")
         run.started = time.monotonic()
         self.live.append(run)
         return run

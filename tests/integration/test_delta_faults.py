@@ -157,11 +157,7 @@ class Pipeline:
         assert r.returncode == 0, r.stderr[-3000:]
 
     def start(self, run_id: str) -> Run:
-        out = self.dir / f"{self.name}.{run_id}.log"
-        with open(out, "wb") as f:
-            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
-                                    env=self.env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        return Run(run_id, proc, out)
+        return Run.start(self.name, run_id, self.env, self.dir / f"{self.name}.{run_id}.log")
 
     def check(self, spark) -> None:
         """The oracle: merge mode holds the source table's rows; changelog mode every change once."""

@@ -164,6 +164,15 @@ class Run:
     proc: subprocess.Popen
     out: Path
 
+    @classmethod
+    def start(cls, pipeline: str, run_id: str, env: dict[str, str], out: Path) -> Run:
+        """`tidegate run PIPELINE --run-id RUN_ID` in a process group of its own, its output
+        (stdout and stderr) to ``out``."""
+        with open(out, "wb") as f:
+            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", run_id],
+                                    env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        return cls(run_id, proc, out)
+
     def output(self) -> str:
         return self.out.read_text(errors="replace")
 
@@ -214,12 +223,7 @@ class Pipeline:
         return json.loads(r.stdout)
 
     def start(self, run_id: str) -> Run:
-        out = self.cdc.base / f"{self.name}.{run_id}.log"
-        with open(out, "wb") as f:
-            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
-                                    env=self.cdc.env, stdout=f, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        return Run(run_id, proc, out)
+        return Run.start(self.name, run_id, self.cdc.env, self.cdc.base / f"{self.name}.{run_id}.log")
 
     def writes(self, run_id: str, sink: str = "events") -> int:
         """Sub-batches the run has committed to the store for ``sink``."""

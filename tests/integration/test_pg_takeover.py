@@ -67,11 +67,7 @@ class PgPipeline:
                               env=self.env, capture_output=True, text=True, timeout=timeout)
 
     def start(self, run_id: str) -> Run:
-        out = self.base / f"{run_id}.log"
-        with open(out, "wb") as f:
-            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
-                                    env=self.env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        return Run(run_id, proc, out)
+        return Run.start(self.name, run_id, self.env, self.base / f"{run_id}.log")
 
     def writes(self, run_id: str) -> int:
         return sum(1 for h in self.store.checkpoints.history(self.name, "events")
