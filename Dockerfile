@@ -13,7 +13,7 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64
 USER airflow
 # The exact pins of requirements.txt for what tidegate adds to Airflow.
 COPY --chown=airflow:root requirements.txt /tmp/requirements.txt
-RUN pip install --no-cache-dir "apache-airflow==3.3.2" $(grep -E '^(apache-airflow-providers-apache-spark|pyspark|pyspark-client|py4j|confluent-kafka|nats-py|nkeys|PyNaCl|redis|psycopg2-binary|PyMySQL|mysql-replication|PyYAML|asyncpg|pyarrow|pandas|statsd|orjson|msgspec|Cython)==' /tmp/requirements.txt)
+RUN pip install --no-cache-dir "apache-airflow==3.3.2" $(grep -E '^(apache-airflow-providers-apache-spark|pyspark|pyspark-client|py4j|confluent-kafka|nats-py|nkeys|PyNaCl|redis|psycopg2-binary|PyMySQL|mysql-replication|PyYAML|asyncpg|pyarrow|pandas|statsd|orjson|zstandard|msgspec|Cython)==' /tmp/requirements.txt)
 
 COPY --chown=airflow:root pyproject.toml README.md /opt/tidegate/
 COPY --chown=airflow:root include /opt/tidegate/include

@@ -207,6 +207,9 @@ class InProcessReader:
 def read_items(spec: PipelineSpec, store: CheckpointStore, source: Source, segments: Sequence[Segment],
                reader: Reader) -> Iterator[SourceItem]:
     """The run's one item stream: its segments read by ``reader``, made into items by :func:`run_items`."""
+    from .chunk_reads import forget_held
+
+    forget_held(spec, store)
     records = {}
     for snapshot_id in dict.fromkeys(s.snapshot_id for s in segments if isinstance(s, SnapshotEnd)):
         todo = [s.number for s in segments if isinstance(s, Chunk) and s.snapshot_id == snapshot_id]
@@ -220,15 +223,17 @@ def run_items(spec: PipelineSpec, store: CheckpointStore, source: Source, reads:
               records: Mapping[str, Any]) -> Iterator[SourceItem]:
     """The run's one item stream from its segments as read (see the module docstring);
     ``records``: the snapshots the segments belong to, by id."""
+    from .chunk_reads import first_read
     from .snapshots import ChangedKeys, chunk_table, completed_message, end_chunk
 
     changed: dict[str, ChangedKeys] = {}
     for seg, items, upper in reads:
         if isinstance(seg, Chunk):
             rec = records[seg.snapshot_id]
+            upper, items = first_read(spec, store, rec, seg.number, upper, items)
             keys = changed.setdefault(seg.snapshot_id, ChangedKeys(rec, source))
             keys.scan_to(upper)
-            kept = keys.drop_changed(chunk_table(rec, seg.number), items)
+            kept = keys.drop_changed(chunk_table(rec, seg.number), items, upper)
             yield from end_chunk(kept, seg.end, store, rec, seg.number)
         elif isinstance(seg, SnapshotEnd):
             rec = records[seg.snapshot_id]

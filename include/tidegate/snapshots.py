@@ -253,47 +253,63 @@ def chunk_table(rec: SnapshotRecord, chunk: int) -> SnapshotTable:
 
 
 class ChangedKeys:
-    """The keys of a snapshot's tables that the log changes after the handoff, scanned up to
-    the upper bound of the chunks read so far, and the chunk rows of those keys dropped.
+    """The keys of a snapshot's tables that the log changes after the handoff, each with where
+    the log first changes it (the end of that transaction), scanned up to the highest upper
+    bound of the chunks read so far; and a chunk's rows of the keys changed up to its own upper
+    bound, dropped.
 
     Why (docs/architecture.md, "Snapshots"): a chunk row shows its key as of the chunk's read,
     somewhere between the handoff and the chunk's upper bound. If the log changes the key in that
     stretch, the row may be newer than some of the log events that follow it, and a consumer
     would see the key go back in time; the log alone then carries the key (every change after
     the handoff is in it, each with the full row). A key the log does not change up to the upper
-    bound is exactly the row, and every later change of it follows the row."""
+    bound is exactly the row, and every later change of it follows the row. Deciding by the
+    chunk's own upper bound (not by how far the scan went for other chunks) makes a read give
+    the same events whichever run, and in whichever order, the chunks are read
+    (tidegate.chunk_reads)."""
 
     def __init__(self, rec: SnapshotRecord, source: Source):
         self.source = source
         self.key_columns = {(t["schema"], t["table"]): list(t["key"]) for t in rec.tables}
-        self.keys: dict[tuple[str, str], set[bytes]] = {}
+        self.keys: dict[tuple[str, str], dict[bytes, Position]] = {}
         self.scanned: Position = rec.handoff
         self.dropped = 0
 
     def scan_to(self, upper: Position) -> None:
         if not upper > self.scanned:
             return
+        pending: list[tuple[tuple[str, str], bytes]] = []  # the keys of the transaction read so far
         for item in self.source.read(self.scanned, upper):
             if not isinstance(item, ChangeEvent):
                 continue
             name = (item.schema, item.table)
             cols = self.key_columns.get(name)
-            if cols is None:
-                continue
-            keys = self.keys.setdefault(name, set())
-            keys.add(bytes(item.key_bytes))
-            if item.op == "u" and item.before:  # a key change: the old key changed too
-                keys.add(key_json_bytes({c: item.before.get(c) for c in cols}))
+            if cols is not None:
+                pending.append((name, bytes(item.key_bytes)))
+                if item.op == "u" and item.before:  # a key change: the old key changed too
+                    pending.append((name, key_json_bytes({c: item.before.get(c) for c in cols})))
+            if item.tx_end:
+                self._changed_at(pending, item.end_position or upper)
+                pending = []
+        self._changed_at(pending, upper)
         self.scanned = upper
 
-    def drop_changed(self, table: SnapshotTable, events: Iterable[ChangeEvent]) -> Iterator[ChangeEvent]:
+    def _changed_at(self, keys: list[tuple[tuple[str, str], bytes]], at: Position) -> None:
+        for name, key in keys:
+            self.keys.setdefault(name, {}).setdefault(key, at)
+
+    def drop_changed(self, table: SnapshotTable, events: Iterable[ChangeEvent],
+                     upper: Position) -> Iterator[ChangeEvent]:
+        """``events`` (a chunk read with upper bound ``upper``, scanned to) without the rows of
+        keys the log changes at or before ``upper``."""
         changed = self.keys.get((table.schema, table.table))
         if not changed:
             yield from events
             return
         held: ChangeEvent | None = None
         for ev in events:
-            if bytes(ev.key_bytes) in changed:
+            at = changed.get(bytes(ev.key_bytes))
+            if at is not None and not upper < at:
                 self.dropped += 1
                 if ev.snapshot == "last" and held is not None:
                     held = marked(held, "last")  # the table's last row moves to the row before

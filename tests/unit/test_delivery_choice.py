@@ -47,19 +47,18 @@ def test_an_unknown_delivery_mode_fails_the_spec_naming_the_setting_and_the_choi
         delivery_mode({"spark.tidegate.delivery": "driver"})  # an operator's own conf
 
 
-def test_auto_delivers_in_a_spark_task_but_a_plan_with_chunks_and_gathers_only_when_asked():
+def test_auto_delivers_in_a_spark_task_and_gathers_a_snapshots_chunks():
     one = (Slice(pos(4), pos(900)),)
     two = (Slice(pos(4), pos(500)), Slice(pos(500), pos(900)))
     chunk = Chunk(SnapshotPosition("s1", 1, pos(4)))
     plans = (one, (*one, SnapshotEnd("s1")), two, (chunk, *one), None)
-    # a plan with a snapshot's chunks: the deliver task delivers, Spark tasks read the chunks
-    assert [on_executor(run_with(p), {}) for p in plans] == [True, True, True, False, True]
+    assert [on_executor(run_with(p), {}) for p in plans] == [True] * 5
     assert on_executor(run_with(one), {"spark.tidegate.delivery": "client"}) is False
     for mode in ("gathered", "executor"):
         assert all(on_executor(run_with(p), {"spark.tidegate.delivery": mode}) for p in plans)
-    # parts read by tasks of their own and gathered: only under gathered; no plan made: the
-    # delivery task makes and reads it
-    assert [gathers_parts(run_with(p), {}) for p in plans] == [False] * 5
+    # parts read by tasks of their own and gathered: a snapshot's chunks under auto, every
+    # parallel part under gathered; no plan made: the delivery task makes and reads it
+    assert [gathers_parts(run_with(p), {}) for p in plans] == [False, False, False, True, False]
     gathered = {"spark.tidegate.delivery": "gathered"}
     assert [gathers_parts(run_with(p), gathered) for p in plans] == [False, False, True, True, False]
     executor = {"spark.tidegate.delivery": "executor"}

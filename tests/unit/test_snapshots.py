@@ -419,7 +419,7 @@ def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_lo
     changed.scan_to(pos(2))  # never backwards, never twice
     assert log.scans == [(pos(1), pos(3))]
     table, rows = rows_of(rec, [2, 3, 5, 6, 9], final=True)
-    kept = list(changed.drop_changed(table, rows))
+    kept = list(changed.drop_changed(table, rows, pos(3)))
     assert [e.key for e in kept] == [{"id": 2}, {"id": 6}]
     assert [json.loads(e.value)["source"]["snapshot"] for e in kept] == ["true", "last"]
     assert json.loads(kept[-1].value)["after"] == {"id": 6, "v": 0} and changed.dropped == 3
@@ -432,7 +432,21 @@ def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_lo
                                        "source": {**json.loads(rows[0].value)["source"], "snapshot": "last"}}
     # another table's rows pass untouched
     other = SnapshotTable("shop", "shop", "lines", ("id",))
-    assert list(changed.drop_changed(other, rows)) == rows
+    assert list(changed.drop_changed(other, rows, pos(3))) == rows
+
+
+def test_a_chunk_leaves_to_the_log_the_keys_changed_up_to_its_own_upper_bound():
+    """The scan went further for another chunk (read later, or in another order): a chunk whose
+    upper bound is 3 keeps the row of key 6, deleted at 4, as a run that read it alone would."""
+    tables = [{"db": "shop", "schema": "shop", "table": "orders", "key": ["id"]}]
+    rec = SnapshotRecord("p", "s1", "start", pos(1), tables, [{"table": 0, "lo": None, "hi": None}], 0)
+    log = ChangingLog([("c", None, 1), ("u", 3, 3), ("u", 5, 9), ("d", 6, None)])
+    changed = snapshots.ChangedKeys(rec, log)
+    changed.scan_to(pos(4))
+    table, rows = rows_of(rec, [2, 3, 5, 6, 9], final=True)
+    assert [e.key for e in changed.drop_changed(table, rows, pos(3))] == [{"id": 2}, {"id": 6}]
+    assert [e.key for e in changed.drop_changed(table, rows, pos(4))] == [{"id": 2}]
+    assert [e.key for e in changed.drop_changed(table, rows, pos(1))] == [{"id": k} for k in (2, 3, 5, 6, 9)]
 
 
 def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path):

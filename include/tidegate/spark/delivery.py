@@ -52,7 +52,7 @@ def delivery_mode(conf: Mapping[str, str]) -> str:
     if mode not in DELIVERY_MODES:
         raise SpecError([f"spark.conf {DELIVERY_CONF}: {mode!r} is not one of {', '.join(DELIVERY_MODES)}: "
                          f"'auto' (the default) runs a run as one Spark job whose task delivers, a "
-                         f"snapshot's chunks from the deliver task; 'gathered' parts read by tasks of "
+                         f"snapshot's chunks read by tasks of their own; 'gathered' parts read by tasks of "
                          f"their own, gathered into the delivery task; 'executor' the delivery task "
                          f"reads every part itself; 'client' the deliver task delivers, Spark tasks "
                          f"read the parts"])
@@ -60,11 +60,9 @@ def delivery_mode(conf: Mapping[str, str]) -> str:
 
 
 def on_executor(run: RunContext, conf: Mapping[str, str]) -> bool:
-    """Whether Spark tasks deliver this run (see :func:`delivery_mode`): never under ``client``
-    or with a sink that writes through Spark itself (a Delta sink needs a session, and a task
-    cannot open one on its own cluster); under ``auto`` not a plan with snapshot chunks either
-    (delivered by the deliver task, Spark tasks reading the chunks, until the gathered shape's
-    open finding is settled: docs/architecture.md, "Parallel parts")."""
+    """Whether Spark tasks deliver this run (see :func:`delivery_mode`): not under ``client``
+    nor with a sink that writes through Spark itself (a Delta sink needs a session, and a task
+    cannot open one on its own cluster)."""
     mode = delivery_mode(conf)
     through_spark = [s.id for s in run.spec.sinks if s.kind == "delta"]
     if mode == "client" or through_spark:
@@ -72,17 +70,19 @@ def on_executor(run: RunContext, conf: Mapping[str, str]) -> bool:
             log.info("pipeline %s: sink(s) %s write through Spark: delivered by this process",
                      run.pipeline, ", ".join(through_spark))
         return False
-    return mode != "auto" or not has_chunks(run)
+    return True
 
 
 def gathers_parts(run: RunContext, conf: Mapping[str, str]) -> bool:
     """Whether the run's parts are read by tasks of their own and gathered into the delivery task
-    (gathered.py): under ``gathered``, a plan with parallel parts. Otherwise the delivery task
-    reads them itself, one after the other, the log streaming through its reader process:
-    decoding a log slice costs about what delivering it does, so a delivery that reads as it
-    goes takes max(read, deliver), and gathered parts take read / cores + deliver, no less
-    (docs/architecture.md, "Parallel parts")."""
-    return delivery_mode(conf) == "gathered" and has_parallel_parts(run)
+    (gathered.py): under ``gathered``, a plan with parallel parts; under ``auto``, a plan with a
+    snapshot's chunks (a chunk is a query the database serves, read ``snapshot.parallelism`` at
+    a time). Otherwise the delivery task reads them itself, one after the other, the log
+    streaming through its reader process: decoding a log slice costs about what delivering it
+    does, so a delivery that reads as it goes takes max(read, deliver), and gathered slices take
+    read / cores + deliver, no less (docs/architecture.md, "Parallel parts")."""
+    mode = delivery_mode(conf)
+    return (mode == "gathered" and has_parallel_parts(run)) or (mode == "auto" and has_chunks(run))
 
 
 def has_chunks(run: RunContext) -> bool:

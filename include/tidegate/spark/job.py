@@ -99,8 +99,8 @@ class SparkReader:
 
 def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
     """One bounded run as one Spark job whose task delivers, as through a Connect server
-    (delivery.py); where delivery.on_executor says no (a Delta sink, a snapshot's chunks under
-    ``auto``, ``spark.tidegate.delivery: client``), delivered here, its segments read by Spark
+    (delivery.py); where delivery.on_executor says no (a Delta sink,
+    ``spark.tidegate.delivery: client``), delivered here, its segments read by Spark
     tasks. Returns the run report."""
     from ..store import default_url
     from .delivery import deliver_on_executor, on_executor

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 TYPES = {
     "sqlite": {"serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "ts": "TEXT", "bool": "INTEGER",
-               "big": "INTEGER"},
+               "big": "INTEGER", "blob": "BLOB"},
     "postgres": {"serial": "BIGSERIAL PRIMARY KEY", "ts": "TIMESTAMPTZ", "bool": "BOOLEAN",
-                 "big": "BIGINT"},
+                 "big": "BIGINT", "blob": "BYTEA"},
 }
 
 VERSION_TABLE = """CREATE TABLE IF NOT EXISTS tidegate_schema_version (
@@ -86,6 +86,16 @@ MIGRATIONS.append(
         """CREATE TABLE tidegate_run_records (
             pipeline TEXT NOT NULL, run_id TEXT NOT NULL, record TEXT NOT NULL,
             written_at {ts} NOT NULL, PRIMARY KEY (pipeline, run_id))""",
+    ]))
+
+# 6: a snapshot chunk's first read, kept until every sink holds the chunk, so that a rerun gives
+# the sinks behind the rows the others got (tidegate.chunk_reads).
+MIGRATIONS.append(
+    (6, "snapshots: a chunk's first read, kept while a sink lacks the chunk", [
+        """CREATE TABLE tidegate_snapshot_chunk_reads (
+            pipeline TEXT NOT NULL, snapshot_id TEXT NOT NULL, chunk INTEGER NOT NULL,
+            upper TEXT NOT NULL, items {blob} NOT NULL, read_at {ts} NOT NULL,
+            PRIMARY KEY (pipeline, snapshot_id, chunk))""",
     ]))
 
 LATEST = max(version for version, _, _ in MIGRATIONS)

@@ -1,5 +1,6 @@
 """Snapshots (docs/architecture.md, "Snapshots"): each snapshot's handoff, tables and chunk
-plan, and the rows read per chunk."""
+plan, the rows read per chunk, and the chunks' first reads while a sink lacks them
+(tidegate.chunk_reads)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Snapshots(Role):
             self._leases.check_epoch(tx, snap.pipeline, epoch)
             tx.exec("UPDATE tidegate_snapshots SET status = ?, finished_at = ? WHERE pipeline = ? AND "
                     "status = ?", ("superseded", now_iso(), snap.pipeline, "running"))
+            tx.exec("DELETE FROM tidegate_snapshot_chunk_reads WHERE pipeline = ?", (snap.pipeline,))
             tx.exec(f"INSERT INTO tidegate_snapshots ({SNAPSHOT_COLS}) VALUES "
                     "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (snap.pipeline, snap.snapshot_id, snap.kind, pos_text(snap.handoff),
@@ -69,6 +71,41 @@ class Snapshots(Role):
                           "snapshot_id = ?", (pipeline, snapshot_id))
         return {int(c): int(n) for c, n in rows}
 
+    def keep_read(self, pipeline: str, snapshot_id: str, chunk: int, upper: Position, items: bytes) -> None:
+        """Keep a chunk's first read (its upper bound and its encoded items); a read kept already stays."""
+        with self._tx(write=True) as tx:
+            tx.exec("INSERT INTO tidegate_snapshot_chunk_reads (pipeline, snapshot_id, chunk, upper, items, "
+                    "read_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (pipeline, snapshot_id, chunk) "
+                    "DO NOTHING",
+                    (pipeline, snapshot_id, chunk, pos_text(upper), items, now_iso()))
+
+    def kept_read(self, pipeline: str, snapshot_id: str, chunk: int) -> tuple[Position, bytes] | None:
+        with self._tx() as tx:
+            row = tx.one("SELECT upper, items FROM tidegate_snapshot_chunk_reads WHERE pipeline = ? AND "
+                         "snapshot_id = ? AND chunk = ?", (pipeline, snapshot_id, chunk))
+        return None if row is None else (pos_value(row[0]), bytes(row[1]))
+
+    def kept_chunks(self, pipeline: str) -> dict[str, list[int]]:
+        """The chunks whose first read is kept, by snapshot."""
+        with self._tx() as tx:
+            rows = tx.all("SELECT snapshot_id, chunk FROM tidegate_snapshot_chunk_reads WHERE pipeline = ? "
+                          "ORDER BY snapshot_id, chunk", (pipeline,))
+        out: dict[str, list[int]] = {}
+        for sid, chunk in rows:
+            out.setdefault(sid, []).append(int(chunk))
+        return out
+
+    def forget_reads(self, pipeline: str, snapshot_id: str, through: int) -> None:
+        """Let the kept reads of chunks 1..``through`` go (every sink holds them)."""
+        with self._tx(write=True) as tx:
+            tx.exec("DELETE FROM tidegate_snapshot_chunk_reads WHERE pipeline = ? AND snapshot_id = ? AND "
+                    "chunk <= ?", (pipeline, snapshot_id, through))
+
+    def forget_read(self, pipeline: str, snapshot_id: str, chunk: int) -> None:
+        with self._tx(write=True) as tx:
+            tx.exec("DELETE FROM tidegate_snapshot_chunk_reads WHERE pipeline = ? AND snapshot_id = ? AND "
+                    "chunk = ?", (pipeline, snapshot_id, chunk))
+
     def finish(self, pipeline: str, snapshot_id: str) -> SnapshotRecord | None:
         """Mark a running snapshot completed (every sink is past its handoff), with its rows."""
         with self._tx(write=True) as tx:
@@ -77,6 +114,8 @@ class Snapshots(Role):
             tx.exec("UPDATE tidegate_snapshots SET status = ?, rows = ?, finished_at = ? WHERE "
                     "pipeline = ? AND snapshot_id = ? AND status = ?",
                     ("completed", int(total), now_iso(), pipeline, snapshot_id, "running"))
+            tx.exec("DELETE FROM tidegate_snapshot_chunk_reads WHERE pipeline = ? AND snapshot_id = ?",
+                    (pipeline, snapshot_id))
         return self.get(pipeline, snapshot_id)
 
 
