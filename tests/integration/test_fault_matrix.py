@@ -738,10 +738,15 @@ def test_a_transaction_past_the_sub_batch_limits_killed_mid_delivery(request, so
     p.work.bulk(rng.randint(100, 400))
     rerun = p.run_ok(f"rerun_{seed}")
     # Both large transactions are in the rerun's range and read back from disk, unless the killed
-    # run had committed the first to the store before the kill (a fresh-clone run of seed 63 did).
-    # The single-row transactions before it fill sub-batches of SUB_BATCH: it is the next one.
+    # run had committed the first to the store before the kill (a fresh-clone run of seed 63 did),
+    # or to every sink, which the rerun then adopts (a CI run of seeds 61 and 62 on a loaded
+    # machine: the kill landed after the three sinks' commits, before the store's). The
+    # single-row transactions before it fill sub-batches of SUB_BATCH: it is the next one.
     first_committed = p.writes(f"killed_{seed}") > -(-before // SUB_BATCH)
-    assert rerun["spilled_sub_batches"] == (1 if first_committed else 2), (first_committed, rerun)
+    # Kafka and Redis hold it whole; NATS holds every message, its commit marker maybe not yet
+    everywhere = held["kafka"] == held["redis"] == held["nats"] == changes
+    allowed = {1} if first_committed else {1, 2} if everywhere else {2}
+    assert rerun["spilled_sub_batches"] in allowed, (first_committed, held, rerun)
     later = p.catch_up(f"after_{seed}")
     print(f"seed {seed}: the runs after the kill ended {later or 'ok'}")
     assert_exactly_once(p, f"seed {seed}: large transaction, SIGKILL mid-delivery")
