@@ -64,13 +64,13 @@ PHASES = textwrap.dedent("""\
     from tidegate import coordinator
     from tidegate.parts import Parts
     from tidegate.run import from_record
-    from tidegate.spark import chunks, connect, job
+    from tidegate.spark import chunks, job, session
     from tidegate.store import default_url, open_store
     from tidegate.runner import run_pipeline
     store = phase("open the store, read the run record", open_store)
     run = phase("open the store, read the run record", lambda: from_record(store, sys.argv[1], sys.argv[2]))
-    session = connect.LazySession(sys.argv[3], "tidegate-bench", {}, [sys.argv[4]])
-    reader = job.SparkReader(session, run.parts.connection(run.spec.source.conn_id), default_url())
+    lazy = session.LazySession(sys.argv[3], "tidegate-bench", {}, [sys.argv[4]])
+    reader = job.SparkReader(lazy, run.parts.connection(run.spec.source.conn_id), default_url())
     from tidegate.spark import slices
     timed(slices, "register_task_source", "register the data source")
     timed(chunks, "register_task_source", "register the data source")
@@ -84,8 +84,8 @@ PHASES = textwrap.dedent("""\
     # opening the source and the sinks.
     out["read, open source and sinks (the rest)"] = out["run_pipeline (all of it)"] - sum(
         out.get(k, 0.0) for k in ("deliver (sinks)", "commit (checkpoints)", "register the data source"))
-    session.stop()
-    out.update({f"session: {k}": v for k, v in session.timings.items()})
+    lazy.stop()
+    out.update({f"session: {k}": v for k, v in lazy.timings.items()})
     out["total in this process"] = time.perf_counter() - t_start
     out["events"] = report["events"]
     print(json.dumps(out))

@@ -17,8 +17,8 @@ from tidegate.positions import SnapshotPosition
 from tidegate.reading import Chunk, Slice, SnapshotEnd
 from tidegate.run import RunContext, RunRecord
 from tidegate.sources.mysql.position import BinlogPosition
-from tidegate.spark.connect import kept_session_id
 from tidegate.spark.delivery import delivery_mode, gathers_parts, needs_barrier, on_executor
+from tidegate.spark.session import kept_session_id
 from tidegate.spec import load_spec_text
 
 

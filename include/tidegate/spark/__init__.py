@@ -2,11 +2,16 @@
 
 * ``job.py``: the Spark job's body (``deliver``) and its reader, which reads the run's read
   plan in Spark tasks;
+* ``connect.py``: a run as a Spark Connect client; ``session.py``: its session, kept per
+  pipeline;
+* ``delivery.py``: a run delivered by one Spark task; ``gathered.py``: parts read by tasks of
+  their own and gathered into it;
+* ``task_source.py``: the Python Data Source whose one partition runs a function in a task;
 * ``slices.py``: the tasks that decode the log's slices;
-* ``chunks.py``: the Python Data Source whose tasks read a snapshot's chunks;
+* ``chunks.py``: the tasks that read a snapshot's chunks;
 * ``windows.py``: partitions computed a few at once, handed over in order.
 
 Nothing here is imported by the engine outside this package, but for the Delta sink, which
-asks ``connect.active_session()`` for the run's Spark Connect server; pyspark is imported only
+asks ``session.active_session()`` for the run's Spark Connect server; pyspark is imported only
 where a Spark session is used.
 """

@@ -53,7 +53,7 @@ from ..reading import Chunk, SegmentRead
 from ..shipped import item_to_row, row_to_item
 from ..spec import PipelineSpec
 from ..store.records import SnapshotRecord
-from .connect import register_task_source
+from .task_source import register_task_source
 from .windows import frames_in_order, is_connect, partitions_in_order
 
 log = logging.getLogger(__name__)

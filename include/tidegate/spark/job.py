@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..reader_process import ReaderProcess
 from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, log_runs, snapshot_record
 from .chunks import read_chunks
-from .connect import LazySession
+from .session import LazySession
 from .slices import max_task_slice_bytes, read_range
 from .windows import partitions_in_flight
 
@@ -40,7 +40,7 @@ class SparkReader:
     """Reads a run's segments in Spark tasks (see the module docstring)."""
 
     def __init__(self, spark: Any, connection: Any, store_url: str | None = None):
-        # ``spark``: a session, or a :class:`~.connect.LazySession` (opened when a Spark task is
+        # ``spark``: a session, or a :class:`~.session.LazySession` (opened when a Spark task is
         # first needed: a log of one slice needs none).
         self._spark, self.connection = spark, connection
         self.streaming = ReaderProcess(store_url)  # what the driver reads itself

@@ -45,7 +45,7 @@ from ..reading import MAX_SLICE_CONF, MAX_TASK_SLICE_BYTES
 from ..shipped import item_to_row, row_to_item
 from ..spec import PipelineSpec
 from .chunks import ROW_SCHEMA, pack_batches, unpack_rows
-from .connect import register_task_source
+from .task_source import register_task_source
 from .windows import frames_in_order, is_connect, partitions_in_flight, partitions_in_order
 
 log = logging.getLogger(__name__)

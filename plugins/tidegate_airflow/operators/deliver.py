@@ -277,7 +277,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
             return
         # A Spark Connect client: the run's Spark operations go on without this process (a run
         # delivered by a Spark task would deliver to its end), so they are interrupted.
-        from tidegate.spark.connect import interrupt_run
+        from tidegate.spark.session import interrupt_run
 
         self.log.info("deliver task killed: %d Spark operation(s) of the run interrupted", interrupt_run())
 

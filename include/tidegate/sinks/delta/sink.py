@@ -64,7 +64,7 @@ from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...errors import ErrorClass, NonRetryableSinkError, SinkError
 from ...positions import Position
-from ...spark import connect
+from ...spark import session
 from ...spec import PipelineSpec, render_template
 from ..base import RetryPolicy, Sink, is_control
 from . import jars, ledger
@@ -159,7 +159,7 @@ class DeltaSink(Sink):
         sink's alone): when the run is a Spark Connect client, a new session on the run's server;
         else one over the process's Spark: the deliver job's, or a local one started with Delta's
         settings when none runs (``tidegate run``)."""
-        remote = connect.active_session()
+        remote = session.active_session()
         if remote is not None:
             spark = self._own = remote.sibling(f"tidegate-{self.pipeline}-{self.sink_id}")
             fix = ("start the Spark Connect server with the settings of tidegate.sinks.delta.jars."

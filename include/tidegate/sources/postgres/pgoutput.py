@@ -49,8 +49,7 @@ from .connection import REPLICATION_OPTIONS, PgServer
 from .position import Lsn, PgPosition
 from .reader import ReadHost, Wal2JsonReader, replication_stream
 from .slot import Slot
-from .snapshot import BOOL_OID, DECIMAL_OIDS, INT_OIDS
-from .values import complete_after, plan_namespace, value_code
+from .values import BOOL_OID, DECIMAL_OIDS, INT_OIDS, complete_after, plan_namespace, value_code
 
 PROTO_VERSION = "1"
 # pgoutput writes values through the session's output functions, converted to its

@@ -34,17 +34,13 @@ import psycopg2
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
 from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
+from .pgoutput import parse_begin
 from .position import Lsn
-from .values import _identity, converter, ts_iso, ts_iso_fast
+from .values import BOOL_OID, DECIMAL_OIDS, INT_OIDS, _identity, converter, ts_iso, ts_iso_fast
 
 FETCH_ROWS = 5000
 SYSTEM_SCHEMAS_SQL = ("n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE "
                       "'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp%%'")
-# Type OIDs that wal2json writes as JSON numbers or booleans (by the column's own type, so a
-# domain over integer is text there, and here).
-INT_OIDS = frozenset({20, 21, 23, 26})  # int8, int2, int4, oid
-DECIMAL_OIDS = frozenset({700, 701, 1700})  # float4, float8, numeric
-BOOL_OID = 16
 _NOT_NUMBERS = ("nan", "infinity", "-infinity")
 
 
@@ -346,8 +342,6 @@ def _begin_of(data: Any) -> tuple[int | None, int]:
             return None, 0
         m = json.loads(data)
         return int(m["xid"]), Lsn.parse(m["lsn"]).value
-    from .pgoutput import parse_begin  # pgoutput.py imports the package's snapshot reads
-
     data = bytes(data)
     if data[:1] != b"B":
         return None, 0

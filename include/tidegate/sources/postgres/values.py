@@ -31,6 +31,12 @@ from typing import Any
 
 from ...events import encode_value
 
+# Type OIDs that wal2json writes as JSON numbers or booleans (by the column's own type, so a
+# domain over integer is text there, and here).
+INT_OIDS = frozenset({20, 21, 23, 26})  # int8, int2, int4, oid
+DECIMAL_OIDS = frozenset({700, 701, 1700})  # float4, float8, numeric
+BOOL_OID = 16
+
 UNAVAILABLE = "__debezium_unavailable_value"
 _TZ_SUFFIX = re.compile(r"([+-]\d\d)(?::?(\d\d))?(?::?(\d\d))?$")
 _NATIVE = (str, int, bool, type(None))
