@@ -52,9 +52,14 @@ class SinkKind:
     # "module:function" (connection or None, target name) -> the target's ``datasets.Dataset``
     # (its namespace, name and URI: where an asset event or lineage says the run wrote)
     dataset_of: str = ""
+    # "module:function" (pipeline spec, sink spec, source info) -> the record encoder the sink's
+    # envelope asks for (None: the tidegate envelope); "" when the kind has one envelope only
+    envelope: str = ""
 
     def make(self, pipeline_spec: Any, sink_spec: Any, conn: Any) -> Any:
         """The Sink for ``sink_spec`` of ``pipeline_spec`` through the connection ``conn``."""
+        if self.envelope:
+            return _load(self.sink)(pipeline_spec, sink_spec, conn, envelope=_load(self.envelope))
         return _load(self.sink)(pipeline_spec, sink_spec, conn)
 
     def spark_settings(self) -> dict[str, str]:

@@ -136,6 +136,9 @@ class RunContext:
     parts: Parts = dataclasses.field(default_factory=Parts)
     store: CheckpointStore | None = None
     record: RunRecord | None = None
+    # The run's Spark Connect session (a spark.session.LazySession) while a Connect client
+    # delivers it (spark/connect.py); the runner lends it to the sinks that write through Spark.
+    spark: Any = None
 
     @property
     def pipeline(self) -> str:

@@ -318,11 +318,11 @@ def _incremental(run: RunContext, source: Source, upto: Position,
 
 
 def _sinks(run: RunContext, source: Source, only: Any) -> list[Sink]:
-    """The run's sinks, each told where the source's column types are (``envelope: debezium``
-    asks for them on its first event; other sinks never do)."""
+    """The run's sinks, each lent where the source's column types are (``envelope: debezium``
+    asks for them on its first event) and the run's Spark Connect session (the Delta sink)."""
     sinks = run.parts.sinks(run.spec, only)
     for sink in sinks:
-        sink.use_source(source.column_types)
+        sink.use_run(column_types=source.column_types, spark=run.spark)
     return sinks
 
 

@@ -11,7 +11,8 @@ import time
 import uuid
 
 import redis
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
+from tidegate.sinks.kafka.readback import committed_records
 
 
 def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
@@ -61,21 +62,15 @@ def kafka_records(bootstrap: str, topic: str, partitions: int = 1
     out = []
     try:
         for p in range(partitions):
-            tp = TopicPartition(topic, p)
-            low, high = c.get_watermark_offsets(tp, timeout=10)
-            c.assign([TopicPartition(topic, p, low)])
-            stalled = time.monotonic() + 30  # no progress for that long: a stuck read
-            while high > low:
-                assert time.monotonic() < stalled, f"{topic}[{p}] not read to its end"
-                m = c.poll(1)
-                if m is None:
-                    continue
-                stalled = time.monotonic() + 30
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        break
-                    continue
-                out.append((p, m.key(), m.value(), list(m.headers() or [])))
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high <= low:
+                continue
+
+            def stuck(p: int = p) -> AssertionError:
+                return AssertionError(f"{topic}[{p}] not read to its end in 60 s")
+            # the sink's own read-back of its checkpoints: one walk of a partition to its end
+            out += [(p, m.key(), m.value(), list(m.headers() or []))
+                    for m in committed_records(c, topic, p, low, 60, stuck)]
     finally:
         c.close()
     return out

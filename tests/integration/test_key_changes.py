@@ -21,7 +21,7 @@ import redis
 from tidegate import runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
-from tidegate.sinks.kafka.sink import murmur2_partition
+from tidegate.sinks.kafka.partition import murmur2_partition
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 

@@ -28,7 +28,8 @@ from tidegate.coordinator import run_once
 from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
 from tidegate.retry import call_with_retry, policy_for
 from tidegate.sinks import make_sink
-from tidegate.sinks.kafka.sink import KafkaSink, murmur2_partition
+from tidegate.sinks.kafka.partition import murmur2_partition
+from tidegate.sinks.kafka.sink import KafkaSink
 from tidegate.sinks.kafka.spec import KafkaSinkSpec
 from tidegate.spec import BatchSpec
 from tidegate.store import open_store
@@ -184,7 +185,7 @@ def child_main(args: dict) -> None:
         def _commit_transaction(self):
             HangBeforeCommit.calls += 1
             if HangBeforeCommit.calls == at:
-                self._producer.flush(30)  # the transaction's records are in the log, uncommitted
+                self.writer.producer.flush(30)  # the transaction's records are in the log, uncommitted
                 hang()
             super()._commit_transaction()
 
@@ -300,7 +301,7 @@ def test_zombie_producer_is_fenced_fatally_and_none_of_its_data_is_visible(kafka
 
     class Zombie(KafkaSink):
         def _commit_transaction(self):
-            self._producer.flush(30)  # its records reach the log...
+            self.writer.producer.flush(30)  # its records reach the log...
             nxt = KafkaSink(pspec, spec, kafka.cdc)
             nxt.open()  # ...then a new run opens the same pipeline+sink and fences it
             successor.append(nxt)
@@ -381,7 +382,7 @@ def test_broker_down_is_retryable(kafka):
                                               "socket.connection.setup.timeout.ms": 1000})
     spec = ksink(name, eos=False)
     sink = KafkaSink(pipeline_spec(name, spec), spec, conn)
-    sink.op_timeout_s = 2
+    sink.settings.op_timeout_s = 2
     try:
         with pytest.raises(RetryableSinkError) as err:
             sink.open()
@@ -398,7 +399,7 @@ def test_secrets_never_reach_error_messages(kafka):
                              "message.timeout.ms": 1500})
     spec = ksink(name, eos=False)
     sink = KafkaSink(pipeline_spec(name, spec), spec, conn)
-    sink.op_timeout_s = 2
+    sink.settings.op_timeout_s = 2
     assert "s3cr3t" not in repr(conn) and "s3cr3t" not in str(conn)
     try:
         with pytest.raises(RetryableSinkError) as err:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from tidegate.connections import Connection
 from tidegate.errors import ErrorClass, TimedOutTransactionError
-from tidegate.sinks.kafka.sink import TRANSACTION_TIMEOUT_MS, KafkaSink
+from tidegate.sinks.kafka.client import TRANSACTION_TIMEOUT_MS
+from tidegate.sinks.kafka.sink import KafkaSink
 from tidegate.sinks.kafka.spec import KafkaSinkSpec
 from tidegate.spec import PipelineSpec, SourceSpec
 
@@ -26,9 +27,9 @@ def sink(**extra) -> KafkaSink:
 
 def test_a_transaction_older_than_its_timeout_says_it_timed_out():
     s = sink(**{"transaction.timeout.ms": 2000})
-    assert s.transaction_timeout_ms == 2000
+    assert s.settings.transaction_timeout_ms == 2000
     s._tx_began = time.monotonic() - 3.0  # begun 3 s ago
-    e = s._error(FENCED, "delivering a transaction")
+    e = s.error(KafkaException(FENCED), "delivering a transaction")
     text = str(e)
     assert e.error_class is ErrorClass.FATAL  # this producer is done ...
     assert isinstance(e, TimedOutTransactionError)  # ... but a new attempt of the run can deliver it
@@ -40,10 +41,10 @@ def test_a_transaction_older_than_its_timeout_says_it_timed_out():
 
 def test_a_younger_transaction_or_none_open_is_fenced_by_another_run():
     s = sink()
-    assert s.transaction_timeout_ms == TRANSACTION_TIMEOUT_MS
+    assert s.settings.transaction_timeout_ms == TRANSACTION_TIMEOUT_MS
     for began in (None, time.monotonic() - 3.0):
         s._tx_began = began
-        e = s._error(FENCED, "committing")
+        e = s.error(KafkaException(FENCED), "committing")
         assert not isinstance(e, TimedOutTransactionError)
         text = str(e)
         assert "fenced by a newer instance (another run took over this pipeline and sink)" in text
@@ -56,8 +57,8 @@ def test_any_fatal_transaction_error_past_the_timeout_is_the_timeout():
     s = sink(**{"transaction.timeout.ms": 2000})
     s._tx_began = time.monotonic() - 5.0
     state = KafkaError(KafkaError.INVALID_TXN_STATE, "Failed to end transaction", fatal=True)
-    e = s._error(state, "committing")
+    e = s.error(KafkaException(state), "committing")
     assert isinstance(e, TimedOutTransactionError)
     assert "the transaction timed out" in str(e)
     s._tx_began = time.monotonic() - 0.5  # younger than its timeout: stays what it was
-    assert not isinstance(s._error(state, "committing"), TimedOutTransactionError)
+    assert not isinstance(s.error(KafkaException(state), "committing"), TimedOutTransactionError)

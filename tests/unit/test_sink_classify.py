@@ -13,13 +13,10 @@ from tidegate.connections import Connection
 from tidegate.errors import ErrorClass, NonRetryableSinkError
 from tidegate.sinks import make_sink
 from tidegate.sinks.base import RetryPolicy
-from tidegate.sinks.kafka.sink import (
-    KafkaSink,
-    classify_kafka_error,
-    client_config,
-    murmur2,
-    murmur2_partition,
-)
+from tidegate.sinks.kafka.client import client_config
+from tidegate.sinks.kafka.errors import classify_kafka_error
+from tidegate.sinks.kafka.partition import murmur2, murmur2_partition
+from tidegate.sinks.kafka.sink import KafkaSink
 from tidegate.sinks.kafka.spec import KafkaSinkSpec
 from tidegate.sinks.nats.sink import (
     NatsSink,
@@ -66,7 +63,7 @@ def test_kafka_error_classes(code, fatal, expected):
     assert classify_kafka_error(err) is expected
     sink = KafkaSink(spec_for(KAFKA), KAFKA, Connection("k", "kafka", extra={"bootstrap.servers": "h:1"}))
     assert sink.classify(KafkaException(err)) is expected
-    assert sink._error(err, "testing").error_class is expected
+    assert sink.error(KafkaException(err), "testing").error_class is expected
 
 
 def test_kafka_buffer_error_is_retryable():
@@ -77,7 +74,7 @@ def test_kafka_buffer_error_is_retryable():
 def test_kafka_fenced_message_names_transactional_id():
     sink = KafkaSink(spec_for(KAFKA), KAFKA, Connection("k", "kafka", extra={"bootstrap.servers": "h:1"}))
     err = KafkaError(KafkaError._FENCED, "Producer fenced by newer instance", fatal=True)
-    e = sink._error(err, "committing")
+    e = sink.error(KafkaException(err), "committing")
     assert f"tidegate-{sink.tenant}.orders.events" in str(e) and "fenced" in str(e)
 
 
@@ -91,7 +88,7 @@ def test_kafka_client_config_from_connection_maps_sasl_and_keeps_extras():
     assert cfg["security.protocol"] == "SASL_SSL" and cfg["sasl.mechanism"] == "PLAIN"
     assert cfg["ssl.ca.location"] == "/ca.pem" and cfg["enable.ssl.certificate.verification"] == "true"
     sink = KafkaSink(spec_for(KAFKA), KAFKA, c)
-    p = sink.producer_config()
+    p = sink.settings.producer()
     assert p["transactional.id"] == "tidegate-default.orders.events" and p["partitioner"] == "murmur2_random"
     assert p["acks"] == "all" and p["enable.idempotence"] is True and p["linger.ms"] == 20
     # secrets are redacted from anything the sink says
@@ -101,14 +98,14 @@ def test_kafka_client_config_from_connection_maps_sasl_and_keeps_extras():
 
 def test_kafka_clients_start_with_tidegates_defaults_which_the_connection_overrides():
     plain = KafkaSink(spec_for(KAFKA), KAFKA, Connection("k", "kafka", extra={"bootstrap.servers": "h:1"}))
-    for cfg in (plain.producer_config(), plain._admin_config(), plain._checkpoint_reader_config()):
+    for cfg in (plain.settings.producer(), plain.settings.admin(), plain.settings.reader()):
         assert cfg["reconnect.backoff.ms"] == 20
-    assert plain.producer_config()["linger.ms"] == 25
+    assert plain.settings.producer()["linger.ms"] == 25
     own = KafkaSink(spec_for(KAFKA), KAFKA, Connection("k", "kafka", extra={
         "bootstrap.servers": "h:1", "reconnect.backoff.ms": 250, "linger.ms": 0}))
-    for cfg in (own.producer_config(), own._admin_config(), own._checkpoint_reader_config()):
+    for cfg in (own.settings.producer(), own.settings.admin(), own.settings.reader()):
         assert cfg["reconnect.backoff.ms"] == 250
-    assert own.producer_config()["linger.ms"] == 0
+    assert own.settings.producer()["linger.ms"] == 0
 
 
 def test_kafka_connection_without_broker_is_a_clear_error():

@@ -65,8 +65,8 @@ def test_kafka_every_client_gets_the_connections_security_settings(exactly_once)
     """The producer (transactional or idempotent), the admin client and the consumer that reads
     the checkpoint topic back all connect with SASL_SSL, SCRAM and the CA from the extra."""
     sink = kafka_sink(exactly_once)
-    configs = {"producer": sink.producer_config(), "admin": sink._admin_config(),
-               "checkpoint reader": sink._checkpoint_reader_config()}
+    configs = {"producer": sink.settings.producer(), "admin": sink.settings.admin(),
+               "checkpoint reader": sink.settings.reader()}
     for what, cfg in configs.items():
         assert {k: cfg.get(k) for k in SECURITY} == SECURITY, what
         assert cfg["bootstrap.servers"] == "localhost:9093", what
@@ -79,7 +79,7 @@ def test_kafka_every_client_gets_the_connections_security_settings(exactly_once)
 def test_kafka_login_and_password_fields_become_sasl_settings_the_extra_can_refine():
     conn = Connection("k", "kafka", host="localhost", port=9093, login="tidegate", password=PASSWORD,
                       extra={"sasl.mechanism": "SCRAM-SHA-256", "ssl.ca.location": "/tls/ca.crt"})
-    cfg = KafkaSink(spec_for(KAFKA), KAFKA, conn).producer_config()
+    cfg = KafkaSink(spec_for(KAFKA), KAFKA, conn).settings.producer()
     assert cfg["bootstrap.servers"] == "localhost:9093"
     assert (cfg["sasl.username"], cfg["sasl.password"]) == ("tidegate", PASSWORD)
     assert cfg["sasl.mechanism"] == "SCRAM-SHA-256" and cfg["security.protocol"] == "SASL_SSL"

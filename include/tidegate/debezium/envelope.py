@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from ..events import NEW_KEY_HEADER, OLD_KEY_HEADER
+from ..filters import ColumnFilters
 from . import schema_changes
 from .headers import header_value
 from .values import DECIMAL_SCHEMA, Mapping, Modes, at_scale, column_mapping
@@ -745,3 +746,19 @@ _HEARTBEAT_VALUE_SCHEMA = {"type": "struct",
                            "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}],
                            "optional": False, "name": "io.debezium.connector.common.Heartbeat",
                            "version": 1}
+
+
+def encoder_for(pipeline: Any, sink: Any, source_info: Callable[[], SourceInfo | None]
+                ) -> DebeziumEncoder | None:
+    """The record encoder of a sink entry: Debezium's records for ``envelope: debezium``, None
+    (the tidegate envelope) otherwise. The kind hands it to the sink (``SinkKind.envelope``), so
+    no sink imports this package."""
+    if sink.envelope != "debezium" or sink.debezium is None:
+        return None
+    filters = ColumnFilters.of(pipeline.source.columns, b"")
+
+    def excluded(db: str, table: str) -> frozenset[str]:
+        """source.columns' excluded columns of (db, table): none without rules."""
+        rules = filters.for_table(db, table) if filters is not None else None
+        return rules.excluded if rules is not None else frozenset()
+    return DebeziumEncoder(sink.debezium, pipeline.pipeline, source_info, excluded=excluded)

@@ -14,6 +14,7 @@ failure.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,9 +78,11 @@ class Sink(abc.ABC):
         self.duplicates = 0  # messages the server reported as already stored (NATS)
         self.skipped = 0  # messages found stored by an earlier attempt, not sent again (NATS)
 
-    def use_source(self, source_info: Any) -> None:
-        """Where the source's column types can be asked for (a callable; ``envelope: debezium``
-        needs them). A sink without that envelope ignores it."""
+    def use_run(self, *, column_types: Any, spark: Any) -> None:
+        """What the run lends its sinks, before they open: ``column_types``, where the source's
+        column types can be asked for (a callable; ``envelope: debezium`` needs them), and
+        ``spark``, the run's Spark Connect session when a Connect client delivers it (None
+        otherwise; a sink that writes through Spark uses it). A sink needing neither ignores it."""
         return None
 
     @property
@@ -135,6 +138,13 @@ class Sink(abc.ABC):
             f"{self.where}: {len(events)} event(s) this sink cannot take: {named}{more}: {why}. "
             f"on_poison is halt, so nothing of the sub-batch was delivered; fix the row or the sink's "
             f"limit, or set on_poison: dlq to send such events to {self.dlq_name!r}", events=events)
+
+    def halt_on_poison(self, poison: Iterable[tuple[Any, str]]) -> None:
+        """``on_poison: halt``: raise the poison error of ``poison`` ((event, why) pairs), if any."""
+        poison = list(poison)
+        if poison and self.on_poison != "dlq":
+            why = "; ".join(dict.fromkeys(why for _, why in poison))
+            raise self.poison_error([ev for ev, _ in poison], why)
 
     def dlq_record(self, event: Any, error: str, error_class: ErrorClass = ErrorClass.NON_RETRYABLE) -> bytes:
         """The dead-letter record of one event (docs/architecture.md, "Poison events")."""

@@ -11,7 +11,7 @@
 * ``chunks.py``: the tasks that read a snapshot's chunks;
 * ``windows.py``: partitions computed a few at once, handed over in order.
 
-Nothing here is imported by the engine outside this package, but for the Delta sink, which
-asks ``session.active_session()`` for the run's Spark Connect server; pyspark is imported only
-where a Spark session is used.
+Nothing here is imported by the engine outside this package: a Connect client's run carries its
+session (``RunContext.spark``), which the runner lends to the sinks that write through Spark (the
+Delta sink); pyspark is imported only where a Spark session is used.
 """

@@ -16,6 +16,7 @@ The session is opened on first use: a run whose log is one slice is read in this
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,7 @@ def _deliver_as_client(session: LazySession, run: RunContext, store_url: str) ->
 
     reader = SparkReader(session, run.parts.connection(run.spec.source.conn_id), store_url)
     try:
-        return run_pipeline(run, reader=reader)
+        return run_pipeline(dataclasses.replace(run, spark=session), reader=reader)
     finally:
         reader.close()
 

@@ -129,26 +129,20 @@ def _server_value(spark: Any, key: str) -> str | None:
         return None
 
 
-# The Connect session of the run this process delivers or submits (connect.deliver_remote): for
-# the sinks that write through Spark themselves (the Delta sink), and for interrupt_run; None
-# outside a run.
+# The Connect session of the run this process delivers or submits (connect.deliver_remote), for
+# interrupt_run (the deliver task killed); None outside a run.
 _ACTIVE: LazySession | None = None
 
 
 @contextlib.contextmanager
 def activated(session: LazySession) -> Iterator[LazySession]:
-    """``session`` as the run's (:func:`active_session`) while the block runs."""
+    """``session`` as the run's (what :func:`interrupt_run` interrupts) while the block runs."""
     global _ACTIVE
     _ACTIVE = session
     try:
         yield session
     finally:
         _ACTIVE = None
-
-
-def active_session() -> LazySession | None:
-    """The run's :class:`LazySession` while this process delivers a run as a Connect client."""
-    return _ACTIVE
 
 
 def interrupt_run() -> int:
@@ -160,4 +154,4 @@ def interrupt_run() -> int:
     return session.interrupt() if session is not None else 0
 
 
-__all__ = ["LazySession", "activated", "active_session", "interrupt_run", "kept_session_id"]
+__all__ = ["LazySession", "activated", "interrupt_run", "kept_session_id"]

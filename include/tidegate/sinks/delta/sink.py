@@ -64,7 +64,6 @@ from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...errors import ErrorClass, NonRetryableSinkError, SinkError
 from ...positions import Position
-from ...spark import session
 from ...spec import PipelineSpec, render_template
 from ..base import RetryPolicy, Sink, is_control
 from . import jars, ledger
@@ -126,6 +125,7 @@ class DeltaSink(Sink):
         self.app_id = self.checkpoint_key  # {tenant}/{pipeline}::sink::{sink_id}
         self._spark: Any = None
         self._own: Any = None  # a Spark Connect session this sink opened
+        self._remote: Any = None  # the run's Spark Connect session (use_run), None: classic Spark
         self._types: dict[str, dict[str, dict[str, str | None]]] = {}  # path -> {"row"/"key": types}
         # path -> the columns the table has (None: no table yet), read with its types and kept up to
         # date by this sink, the table's one writer: a MERGE then needs no second read of its log
@@ -143,6 +143,11 @@ class DeltaSink(Sink):
 
     # ------------------------------------------------------------------ session
 
+    def use_run(self, *, column_types: Any, spark: Any) -> None:
+        """The run's Spark Connect session, when a Connect client delivers the run: this sink
+        opens a session of its own beside it (:meth:`_session`)."""
+        self._remote = spark
+
     def open(self) -> None:
         if self._spark is None:
             self._spark = self._session()
@@ -159,7 +164,7 @@ class DeltaSink(Sink):
         sink's alone): when the run is a Spark Connect client, a new session on the run's server;
         else one over the process's Spark: the deliver job's, or a local one started with Delta's
         settings when none runs (``tidegate run``)."""
-        remote = session.active_session()
+        remote = self._remote
         if remote is not None:
             spark = self._own = remote.sibling(f"tidegate-{self.pipeline}-{self.sink_id}")
             fix = ("start the Spark Connect server with the settings of tidegate.sinks.delta.jars."

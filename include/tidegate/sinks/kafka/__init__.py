@@ -7,4 +7,5 @@ from . import spec
 KIND = SinkKind(name="kafka", spec_type=spec.KafkaSinkSpec, fields=spec.FIELDS, parse=spec.parse,
                 channel_chars=spec.TOPIC_CHARS, channel_what="topic",
                 dataset_of="tidegate.sinks.kafka.spec:dataset",
-                sink="tidegate.sinks.kafka.sink:KafkaSink")
+                sink="tidegate.sinks.kafka.sink:KafkaSink",
+                envelope="tidegate.debezium.envelope:encoder_for")

@@ -546,9 +546,7 @@ class NatsSink(Sink):
         take halts the run, or goes to the dead-letter subject (and into ``poison``)."""
         out = [(ev, self.control_name if is_control(ev) else self._subject_of(ev)) for ev in events]
         found = self._poison(out)
-        if found and self.on_poison != "dlq":
-            raise self.poison_error([ev for ev, _ in found.values()],
-                                    "; ".join(dict.fromkeys(why for _, why in found.values())))
+        self.halt_on_poison(found.values())
         poison.update(found)
         return [(subj, ev.value, ev.idempotency_key, None if is_control(ev) else ev.headers)
                 if ev.idempotency_key not in found

@@ -292,9 +292,7 @@ class RedisSink(Sink):
         keys = [self._key_of(ev) for ev in events]
         bad = self._unwritable(keys)
         poison = [(ev, bad[k]) for ev, k in zip(events, keys, strict=True) if k in bad]
-        if poison and self.on_poison != "dlq":
-            why = "; ".join(dict.fromkeys(w for _, w in poison))
-            raise self.poison_error([ev for ev, _ in poison], why)
+        self.halt_on_poison(poison)
         if poison and self._unwritable([self.dlq_name]):
             raise NonRetryableSinkError(f"{self.where}: the dead-letter stream cannot be written: "
                                         f"{self._checked_streams[self.dlq_name]}")
