@@ -13,7 +13,8 @@ from test_sink_support import all_events, make_batches, pipeline_spec, unique
 from tidegate.connections import Connection
 from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
 from tidegate.sinks import make_sink
-from tidegate.sinks.nats.sink import NatsSink, check_duplicate_window
+from tidegate.sinks.nats.preflight import check_duplicate_window
+from tidegate.sinks.nats.sink import NatsSink
 from tidegate.sinks.nats.spec import NatsSinkSpec
 
 pytestmark = pytest.mark.integration

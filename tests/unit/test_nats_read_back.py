@@ -10,7 +10,8 @@ import pytest
 from tidegate.connections import Connection
 from tidegate.coordinator import SinkReport
 from tidegate.errors import NonRetryableSinkError
-from tidegate.sinks.nats.sink import COMMIT_SEQ_HEADER, NatsSink, commit_seq_of
+from tidegate.sinks.nats.markers import COMMIT_SEQ_HEADER, commit_seq_of
+from tidegate.sinks.nats.sink import NatsSink
 from tidegate.sinks.nats.spec import NatsSinkSpec
 from tidegate.spec import PipelineSpec, SourceSpec
 
@@ -36,10 +37,10 @@ def test_the_read_back_starts_after_the_last_commit_marker():
 
 
 def test_the_read_back_covers_the_data_control_and_dlq_subjects():
-    assert sink()._read_back_filters() == ["orders.*.*", "orders.__control", "orders.__dlq"]
+    assert sink().read_back_filters() == ["orders.*.*", "orders.__control", "orders.__dlq"]
     # A template whose filter covers the pipeline's channels reads one filter.
     wide = NatsSinkSpec(**{**SPEC.__dict__, "subject": "{pipeline}.{table}"})
-    assert sink(wide)._read_back_filters() == ["orders.*"]
+    assert sink(wide).read_back_filters() == ["orders.*"]
 
 
 def test_publish_timeout_is_a_connection_extra():

@@ -18,16 +18,11 @@ from tidegate.sinks.kafka.errors import classify_kafka_error
 from tidegate.sinks.kafka.partition import murmur2, murmur2_partition
 from tidegate.sinks.kafka.sink import KafkaSink
 from tidegate.sinks.kafka.spec import KafkaSinkSpec
-from tidegate.sinks.nats.sink import (
-    NatsSink,
-    check_duplicate_window,
-    classify_nats_error,
-    retry_budget_s,
-    schedule_interval_s,
-    subject_covers,
-    subject_filter,
-)
+from tidegate.sinks.nats.client import classify_nats_error
+from tidegate.sinks.nats.preflight import check_duplicate_window, retry_budget_s, schedule_interval_s
+from tidegate.sinks.nats.sink import NatsSink
 from tidegate.sinks.nats.spec import NatsSinkSpec
+from tidegate.sinks.nats.subjects import subject_covers, subject_filter
 from tidegate.sinks.redis.sink import RedisSink, classify_redis_error
 from tidegate.sinks.redis.spec import RedisSinkSpec
 from tidegate.spec import PipelineSpec, SinkSpec, SourceSpec
@@ -198,7 +193,7 @@ def test_schedule_interval_and_duplicate_window_preflight():
 def test_nats_connect_options_keep_credentials_out_of_urls():
     c = Connection("n", "nats", host="bus", port=4333, login="u", password="pw-n4ts",
                    extra={"connect_timeout": 3})
-    opts = NatsSink(spec_for(NATS), NATS, c).connect_options()
+    opts = NatsSink(spec_for(NATS), NATS, c).client.options()
     assert opts["servers"] == ["nats://bus:4333"] and opts["user"] == "u" and opts["password"] == "pw-n4ts"
     assert all("pw-n4ts" not in s for s in opts["servers"])
 

@@ -19,7 +19,8 @@ from tidegate.errors import ErrorClass, NonRetryableSinkError
 from tidegate.sinks._common import tls_verification_failed
 from tidegate.sinks.kafka.sink import KafkaSink
 from tidegate.sinks.kafka.spec import KafkaSinkSpec
-from tidegate.sinks.nats.sink import NatsSink, classify_nats_error
+from tidegate.sinks.nats.client import classify_nats_error
+from tidegate.sinks.nats.sink import NatsSink
 from tidegate.sinks.nats.spec import NatsSinkSpec
 from tidegate.sinks.redis.sink import RedisSink
 from tidegate.sinks.redis.spec import RedisSinkSpec
@@ -152,7 +153,7 @@ def test_nats_tls_context_verifies_the_server_and_carries_the_client_certificate
     conn = Connection("cdc_nats_tls", "nats", host="localhost", port=4223, extra={
         "tls": True, "tls_ca": str(certs / "c.crt"), "tls_cert": str(certs / "c.crt"),
         "tls_key": str(certs / "c.key"), "nkeys_seed": "/secrets/tidegate.nk"})
-    opts = NatsSink(spec_for(NATS), NATS, conn).connect_options()
+    opts = NatsSink(spec_for(NATS), NATS, conn).client.options()
     assert opts["servers"] == ["tls://localhost:4223"]
     ctx = opts["tls"]
     assert ctx.verify_mode is ssl.CERT_REQUIRED and ctx.check_hostname is True
