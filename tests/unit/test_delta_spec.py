@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from tidegate.errors import SpecError
 from tidegate.kinds import spark_settings
-from tidegate.sinks.delta.sink import json_type, learn_types, struct_ddl
+from tidegate.sinks.delta.tables import json_type, learn_types, struct_ddl
 from tidegate.spec import load_spec_text
 
 SPEC = """

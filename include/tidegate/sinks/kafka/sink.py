@@ -51,7 +51,7 @@ host name against its certificate by default (``ssl.endpoint.identification.algo
 Secrets never reach logs or exceptions.
 
 The sink's parts, one role each: ``client.py`` (the clients' settings), ``errors.py`` (error
-classes, callback reports, messages), ``topics.py`` (look-up and creation), ``records.py`` (the
+classes, callback reports, messages), ``topics.py`` (look-up and creation), ``writer.py`` (the
 producer and the records of a frame), ``readback.py`` (the last committed record with a key),
 ``heartbeats.py`` (``envelope: debezium``'s heartbeats), ``partition.py`` (murmur2). The
 envelope's encoder (Debezium's records) comes from the kind (``sinks/kafka/__init__.py``), so
@@ -82,9 +82,9 @@ from .client import ClientSettings, client_config
 from .heartbeats import Heartbeats
 from .partition import murmur2_partition
 from .readback import LastRecord
-from .records import RecordWriter
 from .spec import KafkaSinkSpec
 from .topics import Topics
+from .writer import RecordWriter
 
 log = logging.getLogger(__name__)
 
