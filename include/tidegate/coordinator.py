@@ -210,7 +210,7 @@ class Coordinator:
             return
         delivered = rec is not None and rec.kind in ("write", "adopt")
         if fut.result() is None and delivered and keeps_records(sink):
-            self._warn_record_missing(sink, rec)
+            _warn_record_missing(self.pipeline, sink.sink_id, rec)
         adoption = adopt(rec, fut.result())
         if adoption.adopted:
             self._record_adoption(sink, adoption)
@@ -220,17 +220,6 @@ class Coordinator:
             rep.start = rep.end = self._starts[sink.sink_id]
         else:
             rep.start = rep.end = rep.checkpoint
-
-    def _warn_record_missing(self, sink: Sink, rec: Any) -> None:
-        """The store says the sink received deliveries, but the sink holds no record of its own:
-        its data may be gone (a Redis restarted without persistence, a deleted stream or topic).
-        The store stays the authority, so say what the sink will and will not get."""
-        log.warning("pipeline %s: sink %s keeps no checkpoint record of its own, yet the store says it "
-                    "received changes up to %s (version %d): the sink's data may have been lost (a "
-                    "server restarted empty, a stream deleted?). It gets what follows that checkpoint "
-                    "only; to deliver again from an earlier version: tidegate checkpoints rewind %s %s "
-                    "--to-version N --reason ...", self.pipeline, sink.sink_id, rec.position,
-                    rec.version, self.pipeline, sink.sink_id)
 
     def _record_adoption(self, sink: Sink, adoption: Adoption) -> None:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the
@@ -323,7 +312,8 @@ class Coordinator:
                      self.pipeline, self.run_id, batch.seq, batch.event_count, batch.byte_size)
         acked = self._deliver_all(pool, batch)
         if not policy_holds(self.policy, self.sinks, acked):
-            raise CommitPolicyError(self._policy_message(batch, acked))
+            raise CommitPolicyError(_policy_message(self.pipeline, self.policy, self.sinks, self.report,
+                                                    batch, acked))
         self._commit(batch, acked)
         self.report.end_position = batch.end_position
 
@@ -375,36 +365,15 @@ class Coordinator:
         if cls is ErrorClass.FATAL:
             self._stop.set()  # other sinks stop retrying; the run ends now
             cause = exc.cause if isinstance(exc, RetryFailure) else exc
-            if isinstance(cause, TimedOutTransactionError) and self._holds_lease():
+            holds, note = _lease_note(self.store, self.pipeline, self.epoch)
+            if isinstance(cause, TimedOutTransactionError) and holds:
                 # Nothing took over: a new attempt (a new producer) delivers what was aborted.
                 raise SinkTimedOutError(f"pipeline {self.pipeline!r}: sink {sink.sink_id!r} failed "
-                                        f"({rep.error}){self._lease_note()}; a new attempt of the run "
+                                        f"({rep.error}){note}; a new attempt of the run "
                                         f"delivers it") from exc
             raise FatalRunError(f"pipeline {self.pipeline!r}: sink {sink.sink_id!r} failed fatally "
-                                f"({rep.error}){self._lease_note()}; the run stops and must not be "
+                                f"({rep.error}){note}; the run stops and must not be "
                                 f"retried") from exc
-
-    def _holds_lease(self) -> bool:
-        try:
-            lease = self.store.leases.get(self.pipeline)
-        except Exception:  # noqa: BLE001 - cannot tell: treat as taken over (the safe answer)
-            return False
-        return lease is not None and lease["epoch"] == self.epoch
-
-    def _lease_note(self) -> str:
-        """Who holds the pipeline's lease now: tells a sink fenced by a run that took over from
-        one that failed on its own (e.g. a Kafka transaction that timed out). Empty when the
-        store cannot say."""
-        try:
-            lease = self.store.leases.get(self.pipeline)
-        except Exception:  # noqa: BLE001 - a note; the sink's error is what is reported
-            return ""
-        if lease is None:
-            return ""
-        if lease["epoch"] == self.epoch:
-            return f"; the pipeline's lease is still this run's (epoch {self.epoch}): no other run took over"
-        return (f"; run {lease['run_id']!r} took the pipeline's lease (epoch {lease['epoch']}, this run's "
-                f"{self.epoch}) at {lease['acquired_at']}")
 
     def _retry(self, sink: Sink, fn: Callable[[], Any]) -> Any:
         return call_with_retry(fn, policy_for(sink), sink.classify, sleep=self._sleep, rng=self._rng,
@@ -433,17 +402,6 @@ class Coordinator:
             self.report.sinks[sid].version = rec.version
             self._owed.pop(sid, None)
 
-    def _policy_message(self, batch: SubBatch, acked: set[str]) -> str:
-        failed = [f"{s.sink_id} ({'required' if s.required else 'optional'}): "
-                  f"{self.report.sinks[s.sink_id].error or 'failed earlier in this run'}"
-                  for s in self.sinks if s.sink_id not in acked]
-        need = {"required": "every required sink", "all": "every sink",
-                "quorum": f"at least {self.policy.quorum} sinks"}[self.policy.commit_policy]
-        return (f"pipeline {self.pipeline!r}: sub-batch {batch.seq} (ending at {batch.end_position}) "
-                f"reached {len(acked)} of {len(self.sinks)} sinks; commit policy "
-                f"{self.policy.commit_policy!r} needs {need}. No checkpoint moved for it. "
-                f"Failed: " + "; ".join(failed))
-
     def _journal(self, status: str) -> None:
         if self.journal_id is None:
             return
@@ -452,6 +410,48 @@ class Coordinator:
                                  events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
                                  dlq=rep.dlq)
         self.store.runs.finish(self.journal_id, status)
+
+
+def _warn_record_missing(pipeline: str, sink_id: str, rec: Any) -> None:
+    """The store says the sink received deliveries, but the sink holds no record of its own:
+    its data may be gone (a Redis restarted without persistence, a deleted stream or topic).
+    The store stays the authority, so say what the sink will and will not get."""
+    log.warning("pipeline %s: sink %s keeps no checkpoint record of its own, yet the store says it "
+                "received changes up to %s (version %d): the sink's data may have been lost (a "
+                "server restarted empty, a stream deleted?). It gets what follows that checkpoint "
+                "only; to deliver again from an earlier version: tidegate checkpoints rewind %s %s "
+                "--to-version N --reason ...", pipeline, sink_id, rec.position, rec.version, pipeline,
+                sink_id)
+
+
+def _lease_note(store: CheckpointStore, pipeline: str, epoch: int) -> tuple[bool, str]:
+    """(does the run still hold the pipeline's lease, a note saying who holds it): tells a sink
+    fenced by a run that took over from one that failed on its own (e.g. a Kafka transaction
+    that timed out). (False, "") when the store cannot say: treated as taken over, the safe
+    answer; the sink's error is what is reported."""
+    try:
+        lease = store.leases.get(pipeline)
+    except Exception:  # noqa: BLE001 - cannot tell
+        return False, ""
+    if lease is None:
+        return False, ""
+    if lease["epoch"] == epoch:
+        return True, f"; the pipeline's lease is still this run's (epoch {epoch}): no other run took over"
+    return False, (f"; run {lease['run_id']!r} took the pipeline's lease (epoch {lease['epoch']}, this run's "
+                   f"{epoch}) at {lease['acquired_at']}")
+
+
+def _policy_message(pipeline: str, policy: BatchSpec, sinks: Sequence[Sink], report: RunReport,
+                    batch: SubBatch, acked: set[str]) -> str:
+    failed = [f"{s.sink_id} ({'required' if s.required else 'optional'}): "
+              f"{report.sinks[s.sink_id].error or 'failed earlier in this run'}"
+              for s in sinks if s.sink_id not in acked]
+    need = {"required": "every required sink", "all": "every sink",
+            "quorum": f"at least {policy.quorum} sinks"}[policy.commit_policy]
+    return (f"pipeline {pipeline!r}: sub-batch {batch.seq} (ending at {batch.end_position}) "
+            f"reached {len(acked)} of {len(sinks)} sinks; commit policy "
+            f"{policy.commit_policy!r} needs {need}. No checkpoint moved for it. "
+            f"Failed: " + "; ".join(failed))
 
 
 _END = object()

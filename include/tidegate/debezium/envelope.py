@@ -290,6 +290,108 @@ def _header_struct(t: _Table, raw: dict[str, Any]) -> bytes:
     return ("{" + ",".join(fields) + "}").encode()
 
 
+def _collection(ev: Any) -> str:
+    return f"{ev.schema}.{ev.table}"
+
+
+def _block(tx: dict[str, Any] | None, ev: Any) -> dict[str, Any] | None:
+    """A change record's ``transaction`` block (None outside transaction metadata)."""
+    if tx is None:
+        return None
+    return {"id": tx["id"], "total_order": tx["total_order"],
+            "data_collection_order": tx["counts"][_collection(ev)]}
+
+
+class _Transactions:
+    """``transaction_metadata``: each change's transaction counters and the BEGIN and END
+    records of the transaction topic. ``open``: the open transaction (its key, id, counts)."""
+
+    def __init__(self, enc: DebeziumEncoder):
+        self.enc = enc
+        self.open: dict[str, Any] | None = None
+
+    def block_of(self, ev: Any) -> dict[str, Any] | None:
+        """The transaction's counters with ``ev`` counted; snapshot rows have none. ``id`` is
+        what this event's block and the BEGIN record name the transaction: on PostgreSQL
+        Debezium names it by the event's own LSN (``xid:lsn``), so each event of a transaction
+        has another id, the BEGIN its first event's, the END its commit's end (the generated
+        comparison with transaction metadata); elsewhere the transaction's id."""
+        if not self.enc.options.transaction_metadata or ev.op == "r":
+            return None
+        key = str(ev.tx_id)
+        postgres = self.enc.connector == "postgresql"
+        if self.open is None or self.open["key"] != key:
+            self.open = {"key": key, "id": _transaction_id(key) if postgres else key, "total_order": 0,
+                         "counts": {}}
+        tx = self.open
+        if postgres:
+            lsn = lsn_int(str(ev.event_id).split(":", 1)[0])
+            if lsn is not None:
+                tx["id"] = f"{key.partition(':')[0]}:{lsn}"
+                tx.setdefault("begin_id", tx["id"])
+        tx["total_order"] += 1
+        coll = _collection(ev)
+        tx["counts"][coll] = tx["counts"].get(coll, 0) + 1
+        return tx
+
+    def begin(self, ts_ms: int) -> Record:
+        tx = self.open
+        assert tx is not None
+        return self._record("BEGIN", ts_ms, None, tx.get("begin_id", tx["id"]))
+
+    def end(self, ts_ms: int, tx: dict[str, Any], ev: Any) -> Record:
+        """The END record (on PostgreSQL its id is the xid and where the commit ended); the
+        transaction is closed."""
+        end = getattr(getattr(ev, "end_position", None), "lsn", None)
+        if self.enc.connector == "postgresql" and getattr(end, "value", None) is not None:
+            tx_id = f"{tx['key'].partition(':')[0]}:{end.value}"
+        else:
+            tx_id = tx["id"]
+        self.open = None
+        return self._record("END", ts_ms, tx, tx_id)
+
+    def _record(self, status: str, ts_ms: int, tx: dict[str, Any] | None, tx_id: str) -> Record:
+        value = {"status": status, "id": tx_id,
+                 "event_count": tx["total_order"] if tx is not None else None,
+                 "data_collections": ([{"data_collection": c, "event_count": n}
+                                       for c, n in tx["counts"].items()] if tx is not None else None),
+                 "ts_ms": ts_ms}
+        enc = self.enc
+        return Record(enc.transaction_topic, enc._wrap({"id": tx_id}, lambda: _TX_KEY_SCHEMA),
+                      enc._wrap(value, lambda: _TX_VALUE_SCHEMA), [])
+
+
+def _transaction_id(tx_id: str) -> str:
+    """A PostgreSQL transaction's id as Debezium names it: the xid and the LSN as a number."""
+    xid, _, lsn = tx_id.partition(":")
+    n = lsn_int(lsn)
+    return f"{xid}:{n}" if n is not None else tx_id
+
+
+class _CommitLsns:
+    """PostgreSQL source.sequence[0]: where the previous transaction's commit ended, as
+    Debezium's lastCommitLsn. Kept per transaction id so that a retried sub-batch gives the
+    same bytes; null until a commit was seen (as Debezium after a fresh start)."""
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+        self._before: dict[str, int | None] = {}
+
+    def before(self, tx_id: str) -> int | None:
+        """Where the commit before transaction ``tx_id`` ended (the same answer on a retry)."""
+        if tx_id not in self._before:
+            if len(self._before) >= 4096:  # retries only see recent transactions
+                del self._before[next(iter(self._before))]
+            self._before[tx_id] = self.last
+        return self._before[tx_id]
+
+    def note(self, item: Any) -> None:
+        """``item`` ends its transaction: its commit's end is the last one now."""
+        end = getattr(item, "end_position", None)
+        if getattr(item, "tx_end", False) and end is not None and hasattr(end, "lsn"):
+            self.last = getattr(end.lsn, "value", None)
+
+
 class DebeziumEncoder:
     """Debezium's records for one sink (see the module docstring). ``source_info`` is called
     once, when the first event is encoded; ``clock`` gives the processing time in ns."""
@@ -307,12 +409,8 @@ class DebeziumEncoder:
         # record's fallback) must not name them either
         self.excluded = excluded
         self._tables: dict[tuple[str, str], _Table] = {}
-        self._tx: dict[str, Any] | None = None  # the open transaction's id, counts, ts
-        # PostgreSQL source.sequence[0]: where the previous transaction's commit ended, as
-        # Debezium's lastCommitLsn. Kept per transaction id so that a retried sub-batch gives
-        # the same bytes; null until a commit was seen (as Debezium after a fresh start).
-        self._last_commit: int | None = None
-        self._prev_commit: dict[str, int | None] = {}
+        self.tx = _Transactions(self)
+        self.commits = _CommitLsns()
         # MySQL/MariaDB source.row of the last change written, which a statement (TRUNCATE, DDL)
         # repeats; kept per statement so that a retried sub-batch gives the same bytes
         self._last_row = 0
@@ -320,7 +418,7 @@ class DebeziumEncoder:
 
     def reset(self) -> None:
         """Forget an open transaction (a sub-batch is delivered again from its start)."""
-        self._tx = None
+        self.tx.open = None
 
     # ------------------------------------------------------------------ source facts
 
@@ -378,18 +476,16 @@ class DebeziumEncoder:
         t = self._table(ev.schema, ev.table)
         topic = topic_of(ev) if topic_of is not None else self.topic(ev.schema, ev.table)
         key = t.row(ev.key) if ev.key is not None else None
-        tx = self._transaction(ev)
+        tx = self.tx.block_of(ev)
         out: list[Record] = []
         if tx is not None and tx["total_order"] == 1:
-            out.append(self._tx_record("BEGIN", ev.ts_ms, None))
+            out.append(self.tx.begin(ev.ts_ms))
         before = self._before(t, ev)
         after = t.row(ev.after)
         if ev.op == "r" and self.connector != "postgresql":
             after = t.as_snapshot_read(after, ev.after)
         payload = {"before": t.row(before), "after": after, "source": self._source(ev),
-                   "transaction": ({"id": tx["id"], "total_order": tx["total_order"],
-                                    "data_collection_order": tx["counts"][self._collection(ev)]}
-                                   if tx is not None else None),
+                   "transaction": _block(tx, ev),
                    "op": ev.op}
         payload.update(self._now())
         key_bytes = self._key_bytes(t, key, ev.key)
@@ -400,9 +496,8 @@ class DebeziumEncoder:
         if ev.op == "d" and self.options.tombstones_on_delete:
             out.append(Record(topic, key_bytes, None, list(headers)))
         if tx is not None and ev.tx_end:
-            out.append(self._tx_record("END", ev.ts_ms, tx, self._end_id(tx, ev)))
-            self._tx = None
-        self._note_commit(ev)
+            out.append(self.tx.end(ev.ts_ms, tx, ev))
+        self.commits.note(ev)
         return out
 
     def truncate_records(self, msg: Any, topic_of: Callable[[Any], str] | None = None) -> list[Record]:
@@ -413,7 +508,7 @@ class DebeziumEncoder:
             return []
         if "t" in self.options.skipped_operations:
             # skipped, but its transaction's commit still moves source.sequence[0] of the next
-            self._note_commit(msg)
+            self.commits.note(msg)
             return []
         connector = "postgresql" if str(msg.event_id).count(":truncate:") else "mysql"
         self._load(connector)
@@ -421,21 +516,19 @@ class DebeziumEncoder:
         t = self._table(schema, table)
         probe = _Probe(msg, schema, table)
         source = self._source(probe)
-        self._note_commit(msg)
+        self.commits.note(msg)
         self._repeat_row(msg, source)
         out: list[Record] = []
-        block, end = None, None
-        tx = self._transaction(probe)
-        if tx is not None:  # counted in its transaction as a row is
-            block = {"id": tx["id"], "total_order": tx["total_order"],
-                     "data_collection_order": tx["counts"][self._collection(probe)]}
+        end = None
+        tx = self.tx.block_of(probe)
+        block = _block(tx, probe)  # counted in its transaction as a row is
+        if tx is not None:
             if tx["total_order"] == 1:
-                out.append(self._tx_record("BEGIN", msg.ts_ms, None))
+                out.append(self.tx.begin(msg.ts_ms))
             if connector != "postgresql":
-                self._tx = None  # a binlog TRUNCATE has no XID event: Debezium writes no END
+                self.tx.open = None  # a binlog TRUNCATE has no XID event: Debezium writes no END
             elif msg.tx_end:
-                end = self._tx_record("END", msg.ts_ms, tx, self._end_id(tx, msg))
-                self._tx = None
+                end = self.tx.end(msg.ts_ms, tx, msg)
         payload = {"before": None, "after": None, "source": source, "transaction": block, "op": "t"}
         payload.update(self._now())
         topic = topic_of(probe) if topic_of is not None else self.topic(schema, table)
@@ -538,72 +631,7 @@ class DebeziumEncoder:
             return _dumps({"schema": schema(), "payload": payload})
         return _dumps(payload)
 
-    def _collection(self, ev: Any) -> str:
-        return f"{ev.schema}.{ev.table}"
-
-    def _transaction(self, ev: Any) -> dict[str, Any] | None:
-        """The transaction block's counters (``transaction_metadata``); snapshot rows have none.
-        ``id`` is what this event's block and the BEGIN record name the transaction: on
-        PostgreSQL Debezium names it by the event's own LSN (``xid:lsn``), so each event of a
-        transaction has another id, the BEGIN its first event's, the END its commit's end (the
-        generated comparison with transaction metadata); elsewhere the transaction's id."""
-        if not self.options.transaction_metadata or ev.op == "r":
-            return None
-        key = str(ev.tx_id)
-        if self._tx is None or self._tx["key"] != key:
-            self._tx = {"key": key, "id": self._transaction_id(key), "total_order": 0, "counts": {}}
-        if self.connector == "postgresql":
-            lsn = lsn_int(str(ev.event_id).split(":", 1)[0])
-            if lsn is not None:
-                self._tx["id"] = f"{key.partition(':')[0]}:{lsn}"
-                self._tx.setdefault("begin_id", self._tx["id"])
-        self._tx["total_order"] += 1
-        coll = self._collection(ev)
-        self._tx["counts"][coll] = self._tx["counts"].get(coll, 0) + 1
-        return self._tx
-
-    def _transaction_id(self, tx_id: str) -> str:
-        if self.connector == "postgresql":
-            xid, _, lsn = tx_id.partition(":")
-            n = lsn_int(lsn)
-            return f"{xid}:{n}" if n is not None else tx_id
-        return tx_id
-
-    def _end_id(self, tx: dict[str, Any], ev: Any) -> str:
-        """The END record's id: on PostgreSQL the xid and where the commit ended."""
-        end = getattr(getattr(ev, "end_position", None), "lsn", None)
-        if self.connector == "postgresql" and getattr(end, "value", None) is not None:
-            return f"{tx['key'].partition(':')[0]}:{end.value}"
-        return tx["id"]
-
-    def _tx_record(self, status: str, ts_ms: int, tx: dict[str, Any] | None, tx_id: str | None = None
-                   ) -> Record:
-        if tx_id is None:
-            tx_id = self._tx.get("begin_id", self._tx["id"])  # type: ignore[union-attr]
-        value = {"status": status, "id": tx_id,
-                 "event_count": tx["total_order"] if tx is not None else None,
-                 "data_collections": ([{"data_collection": c, "event_count": n}
-                                       for c, n in tx["counts"].items()] if tx is not None else None),
-                 "ts_ms": ts_ms}
-        key = {"id": tx_id}
-        return Record(self.transaction_topic,
-                      self._wrap(key, lambda: _TX_KEY_SCHEMA),
-                      self._wrap(value, lambda: _TX_VALUE_SCHEMA), [])
-
     # ------------------------------------------------------------------ source block
-
-    def _previous_commit(self, tx_id: str) -> int | None:
-        """Where the commit before transaction ``tx_id`` ended (the same answer on a retry)."""
-        if tx_id not in self._prev_commit:
-            if len(self._prev_commit) >= 4096:  # retries only see recent transactions
-                del self._prev_commit[next(iter(self._prev_commit))]
-            self._prev_commit[tx_id] = self._last_commit
-        return self._prev_commit[tx_id]
-
-    def _note_commit(self, item: Any) -> None:
-        end = getattr(item, "end_position", None)
-        if getattr(item, "tx_end", False) and end is not None and hasattr(end, "lsn"):
-            self._last_commit = getattr(end.lsn, "value", None)
 
     def _source(self, ev: Any) -> dict[str, Any]:
         # The commit time: to the µs where the source has it (PostgreSQL; Debezium's ts_ms is then
@@ -615,7 +643,7 @@ class DebeziumEncoder:
         if self.connector == "postgresql":
             lsn = lsn_int(str(ev.event_id).split(":", 1)[0])
             xid = str(ev.tx_id).partition(":")[0]
-            prev = self._previous_commit(str(ev.tx_id))
+            prev = self.commits.before(str(ev.tx_id))
             src.update(db=self._info.database if self._info else ev.db, sequence=_dumps(
                 [str(prev) if prev is not None else None, str(lsn) if lsn is not None else None]).decode(),
                 ts_us=ts_us, ts_ns=ts_us * 1000, schema=ev.schema, table=ev.table,

@@ -23,7 +23,11 @@ table and name none; so do statements that are not DDL on tables (``CREATE DATAB
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+from ...filters import TableFilter
 
 # A token: ("word", upper-case text) for a bare word, ("name", text) for a quoted identifier,
 # ("str", "") for a string literal, ("punct", char) for anything else.
@@ -178,6 +182,24 @@ def tables_changed(sql: str, default_db: str) -> TableChange | None:
         name = r.table_name()
         return _change("truncate", [name]) if name else None
     return None
+
+
+def captured_targets(changed: Iterable[tuple[str, str | None]], tables: Any) -> list[tuple[str, str | None]]:
+    """The captured tables among what a statement changed ((db, table), table None for a whole
+    database). ``tables``: the source's captured tables (a set of (db, table), a
+    :class:`~tidegate.filters.TableFilter` of patterns, or empty: every table)."""
+    targets: list[tuple[str, str | None]] = []
+    for db, table in changed:
+        if not tables:
+            targets.append((db, table))
+        elif isinstance(tables, TableFilter):  # patterns: the tables are not listed
+            if (table is None and tables.may_hold(db)) or (db, table) in tables:
+                targets.append((db, table))
+        elif table is None:  # a dropped database: the captured tables it held
+            targets += sorted(t for t in tables if t[0] == db)
+        elif (db, table) in tables:
+            targets.append((db, table))
+    return targets
 
 
 def _alter(r: _Reader) -> TableChange | None:

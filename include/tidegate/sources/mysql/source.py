@@ -29,7 +29,7 @@ from . import failover, slicing
 from . import preflight as server_checks
 from .binlog_client import BinlogStream
 from .columns import columns_after
-from .ddl import tables_changed
+from .ddl import captured_targets, tables_changed
 from .fast_reader import FastReader, collation_codecs, native_allowed
 from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
@@ -274,28 +274,21 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         what = tables_changed(change.query, change.db)
         if what is None:
             return []
-        targets: list[tuple[str, str | None]] = []
-        for db, table in what.tables:
-            if not self.tables:
-                targets.append((db, table))
-            elif isinstance(self.tables, TableFilter):  # patterns: the tables are not listed
-                if (table is None and self.tables.may_hold(db)) or (db, table) in self.tables:
-                    targets.append((db, table))
-            elif table is None:  # a dropped database: the captured tables it held
-                targets += sorted(t for t in self.tables if t[0] == db)
-            elif (db, table) in self.tables:
-                targets.append((db, table))
+        targets = captured_targets(what.tables, self.tables)
         if not targets:
             return []
         log.info("schema change at %s (%s): %s", change.position, change.tx_id, change.query)
         self.schema_changes.append(change)
         spec = self.spec
-        where = change.position
+        where, end = change.position, change.end_position
+        sid = (self._read_server_id + _LOOKAHEAD_ID_OFFSET) % (1 << 32) or 1  # the look-ahead's own
         messages = []
         for db, table in dict.fromkeys(targets):
             gone = (db, table) in what.gone or (db, None) in what.gone
+            columns = [] if gone else None if table is None else columns_after(
+                self.server.connection_settings(), sid, end.file, end.pos, db, table, mariadb=self.is_mariadb)
             fields = {"change": what.kind, "ddl": change.query, "db": db, "schema": db, "table": table,
-                      "columns": [] if gone else self._columns_after(change, db, table)}
+                      "columns": columns}
             messages.append(ControlMessage(
                 spec.tenant, spec.pipeline, "schema_change",
                 f"{where.file}:{where.pos}:{db}.{table if table is not None else '*'}",
@@ -303,10 +296,3 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
                 tx_id=change.tx_id))
         return messages
 
-    def _columns_after(self, change: SchemaChange, db: str, table: str | None) -> list[dict[str, str]] | None:
-        if table is None:
-            return None
-        sid = (self._read_server_id + _LOOKAHEAD_ID_OFFSET) % (1 << 32) or 1
-        end = change.end_position
-        return columns_after(self.server.connection_settings(), sid, end.file, end.pos, db, table,
-                             mariadb=self.is_mariadb)
