@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import getpass
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -105,9 +107,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     resolve the open incidents with ``--resolve`` and ``--reason``, validated as the trigger
     form's params are), the bounds (nothing to do: stop), the same run the Spark job does (read
     in-process instead of in Spark tasks), the release."""
-    import datetime as dt
-    import logging
-
     from .reader_process import ReaderProcess
     from .run import RunContext
     from .spark.connect import spec_connect_url

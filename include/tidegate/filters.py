@@ -47,6 +47,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import ConnectionConfigError, SourceSettingError
+from .events import ChangeEvent, ControlMessage, key_json_bytes
+
 RULES = ("exclude", "mask", "hash", "truncate")
 SALT_SOURCES = ("conn_id", "variable")
 # A table name or pattern: schema and table parts of identifier characters and fnmatch's
@@ -391,8 +394,6 @@ class RowTransform:
         self.rules = rules
         self.excluded = frozenset(c for c, (r, _) in rules.items() if r == "exclude")
         if salt is None and any(r == "hash" for r, _ in rules.values()):
-            from .errors import ConnectionConfigError
-
             raise ConnectionConfigError(
                 f"{table}: a column is hashed but the salt was not given to the source "
                 f"(source.hash_salt names where it comes from)")
@@ -433,8 +434,6 @@ class RowTransform:
         for c in key_columns:
             rule = self.rules.get(c, (None,))[0]
             if rule in ("exclude", "mask", "truncate"):
-                from .errors import SourceSettingError
-
                 raise SourceSettingError(
                     f"source.columns: column {c!r} of {self.table} is part of its primary key and cannot be "
                     f"{'excluded' if rule == 'exclude' else rule + 'ed'} (keys would be lost or collide): "
@@ -485,8 +484,6 @@ class ColumnFilters:
                 continue
             for col, rule in e.by_column().items():
                 if col in merged and merged[col] != rule:
-                    from .errors import SourceSettingError
-
                     raise SourceSettingError(
                         f"source.columns: column {col!r} of {name} has rule {merged[col][0]} under "
                         f"{origin[col]!r} and {rule[0]} under {e.pattern!r}: give it one rule")
@@ -500,8 +497,6 @@ def filter_items(items: Iterable[Any], filters: ColumnFilters) -> Iterator[Any]:
     """A source's items with the column rules applied: rows (before and after images, the key,
     the headers naming a changed key) and the column lists and DDL of ``schema_change`` messages.
     Events of tables without rules pass as they are."""
-    from .events import ChangeEvent, ControlMessage
-
     for_table = filters.for_table
     for item in items:
         t = type(item)
@@ -518,8 +513,6 @@ def filter_items(items: Iterable[Any], filters: ColumnFilters) -> Iterator[Any]:
 
 
 def _event(ev: Any, tr: RowTransform) -> Any:
-    from .events import ChangeEvent, key_json_bytes
-
     d = ev.__dict__
     out = ChangeEvent.native(d["tenant"], d["pipeline"], d["connector"], d["db"], d["schema"], d["table"],
                              d["op"], tr.row(d["before"]), tr.row(d["after"]), tr.key(d["key"]), d["tx_id"],
@@ -574,8 +567,6 @@ def catalog_problems(tables: Iterable[str], entries: tuple[ColumnRules, ...],
             if missing:
                 out.append((n, f"source.columns.{e.pattern}: {n} has no column "
                                f"{', '.join(map(repr, missing))}: fix the column name", True))
-    from .errors import SourceSettingError
-
     for n in chosen:
         try:
             tr = filters.for_table(*n.split(".", 1))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -345,6 +346,4 @@ def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: In
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)

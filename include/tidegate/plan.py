@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import TidegateError
+from .spec import TABLE_RE
 
 MODES = ("incremental", "replay", "dry_run")
 # accept_gap moves the checkpoints past a recorded loss; resnapshot re-loads the tables (all,
@@ -123,8 +124,6 @@ def _sinks(v: Any, known: Sequence[str] | None, problems: list[str]) -> list[str
 def _tables(v: Any, resolve: str | None, problems: list[str]) -> list[str] | None:
     """``tables`` (resnapshot only): a list of ``db.table`` / ``schema.table`` names, or a
     comma-separated string of them; empty means every captured table."""
-    from .spec import TABLE_RE
-
     if v is None or (isinstance(v, (str, list, tuple)) and not v) or (isinstance(v, str) and not v.strip()):
         return None
     v = _names(v, "tables", "schema.table names", problems)

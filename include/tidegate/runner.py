@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import snapshots
+from .batching import cut_sub_batches
 from .coordinator import Coordinator, RunReport
 from .errors import ContinuityHalt, RunError
 from .events import ControlMessage, PositionMark, is_control
@@ -447,8 +448,6 @@ def _delivered_ranges(store: CheckpointStore, pipeline: str, run_id: str
 def _dry_run(spec: PipelineSpec, source: Source, store: CheckpointStore, upto: Position,
              reader: Reader) -> dict[str, Any]:
     """Read and cut the range as a run would; deliver nothing, move nothing."""
-    from .batching import cut_sub_batches
-
     bounds = capture_bounds(spec, source, store)
     bounds = dataclasses.replace(bounds, upto=upto)
     batches = events = size = 0

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from .events import ChangeEvent, ControlMessage, PositionMark, is_control
 
 # What one event carries to the run's process, in this order (a "mark" row carries only
@@ -135,8 +137,6 @@ class ShippedEvent(ChangeEvent):
         return ev
 
     def _envelope(self) -> dict:
-        import orjson
-
         env = self.__dict__.get("_env")
         if env is None:
             env = self.__dict__["_env"] = orjson.loads(self.value)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -246,8 +247,6 @@ def _heads(specs: list[PipelineSpec], parts: Parts, timeout_s: float
 
 
 def _monotonic() -> float:
-    import time
-
     return time.monotonic()
 
 

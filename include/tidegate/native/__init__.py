@@ -9,6 +9,7 @@ bytes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -44,7 +45,6 @@ def _from_zip(name: str) -> ModuleType | None:
     cannot import an extension from a zip, so it is written to a folder named for its content,
     once per machine, and loaded from there. None when the zip has none for this interpreter, or
     it does not load here (another platform)."""
-    import hashlib
     import importlib.machinery
     import importlib.util
     import tempfile

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from ..batching import SubBatch
 from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
@@ -148,8 +150,6 @@ class Sink(abc.ABC):
 
     def dlq_record(self, event: Any, error: str, error_class: ErrorClass = ErrorClass.NON_RETRYABLE) -> bytes:
         """The dead-letter record of one event (docs/architecture.md, "Poison events")."""
-        import orjson
-
         value = bytes(event.value)
         record: dict[str, Any] = {"error": self.redact(error), "error_class": error_class.value,
                                   "sink": self.sink_id, "idempotency_key": event.idempotency_key,

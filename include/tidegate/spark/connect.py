@@ -20,7 +20,9 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlparse, urlunparse
 
+from ..errors import ConnectionConfigError
 from .session import LazySession, activated
 
 if TYPE_CHECKING:
@@ -35,8 +37,6 @@ def connect_url(conn: Any) -> str:
     """The ``sc://`` URL of a Spark Connect connection, built as Airflow's SparkConnectHook
     builds it (host, port; login as ``user_id``, password as ``token``, extra ``use_ssl``; a
     twin test holds them equal). It may hold a token: never log it."""
-    from urllib.parse import quote, urlparse, urlunparse
-
     host = conn.host or ""
     url = host if "://" in host else f"sc://{host}"
     if conn.port:
@@ -56,8 +56,6 @@ def spec_connect_url(spec: Any, connection: Callable[[str], Any]) -> str | None:
     spec's ``spark.conn_id`` when that connection is defined and of type ``spark_connect``, as
     the deliver task decides; None otherwise (the run reads in its own process, and a Delta sink
     starts a local Spark)."""
-    from ..errors import ConnectionConfigError
-
     try:
         conn = connection(spec.spark.conn_id)
     except ConnectionConfigError:

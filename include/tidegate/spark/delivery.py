@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SpecError, TidegateError
+from ..errors import FatalRunError, SpecError, TidegateError
 from ..reading import Chunk, Slice
 from ..spec import DELIVERY_CONF, DELIVERY_MODES
 
@@ -212,7 +212,6 @@ def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
     spark-submit driver's own) with its parts gathered where :func:`gathers_parts` says so;
     returns its report. A fatal error of the task is raised here as
     :class:`~tidegate.errors.FatalRunError`."""
-    from ..errors import FatalRunError
     from .gathered import parts_of
 
     payload = task_payload(run, store_url)

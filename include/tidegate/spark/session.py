@@ -4,7 +4,9 @@ known to the sinks that write through Spark (the Delta sink) while the run is un
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import os
 import threading
 import time
 import uuid
@@ -115,9 +117,6 @@ class LazySession:
 def kept_session_id(name: str, py_files: Sequence[str]) -> str:
     """The session id (a version-4 UUID, as the server wants) of ``name`` with this package: the
     same for every run of one pipeline and one build of the code shipped."""
-    import hashlib
-    import os
-
     digest = hashlib.sha256("\0".join([name, *(os.path.basename(p) for p in py_files)]).encode()).digest()
     return str(uuid.UUID(bytes=digest[:16], version=4))
 
