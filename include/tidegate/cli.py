@@ -15,13 +15,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import catalog
+from . import catalog, guards, runner
 from . import spec as specmod
+from .checkpoints import rewind
 from .errors import TidegateError
 from .plan import MODES, RESOLUTIONS, RunParamsError, RunPlan
 from .positions import position_to_json
+from .reader_process import ReaderProcess
+from .run import RunContext
 from .sources.preflight import human_bytes, human_seconds
-from .store import CheckpointStore, open_store
+from .spark.connect import deliver_remote, spec_connect_url
+from .spark.package import package_zip
+from .status import pipelines_status
+from .store import CheckpointStore, default_url, open_store
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,11 +113,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     resolve the open incidents with ``--resolve`` and ``--reason``, validated as the trigger
     form's params are), the bounds (nothing to do: stop), the same run the Spark job does (read
     in-process instead of in Spark tasks), the release."""
-    from .reader_process import ReaderProcess
-    from .run import RunContext
-    from .spark.connect import spec_connect_url
-    from .store import default_url, open_store
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
     spec = catalog.find(args.pipeline)
@@ -140,10 +141,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_steps(run: Any, args: argparse.Namespace, reader: Any, remote: str | None) -> dict[str, Any]:
     """The guards, the bounds (nothing to do: the report says so), the delivery (in this
     process, or as a client of the Spark Connect server at ``remote``), the release."""
-    from . import guards, runner
-    from .spark.connect import deliver_remote
-    from .spark.package import package_zip
-
     plan = run.plan
     if not args.no_guards:
         guards.run_guards(run)
@@ -169,8 +166,6 @@ def status_json(store: CheckpointStore, pipeline: str | None = None) -> dict[str
     """The ``status --json`` document (docs/operations.md). Each source is asked for its head
     and the log it holds for the pipeline (a few seconds at most; one that does not answer is
     named in ``head_error``)."""
-    from .status import pipelines_status
-
     doc = pipelines_status(store=store, pipelines=[pipeline] if pipeline else None)
     return {"pipelines": doc["pipelines"]}
 
@@ -234,8 +229,6 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_rewind(args: argparse.Namespace) -> int:
-    from .checkpoints import rewind
-
     who = args.who or _os_user()
     check = None if args.no_source_check else (lambda position: _check_log_held_for_rewind(args, position))
     with open_store() as store:
@@ -252,8 +245,6 @@ def cmd_rewind(args: argparse.Namespace) -> int:
 def _check_log_held_for_rewind(args: argparse.Namespace, position: Any) -> None:
     """A rewind past the log the source still holds would fail every later run until the
     checkpoint moves forward again: refuse it now, before a version is written."""
-    from . import runner
-
     spec = catalog.find(args.pipeline)
     try:
         runner.check_rewind(spec, args.sink, args.to_version, position)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import snapshots
 from .checkpoints import adopt
 from .errors import ChangesLostError, ContinuityHalt, SourceError, TidegateError, halt_message
 from .events import ControlMessage
@@ -32,6 +33,7 @@ from .positions import Position, SnapshotPosition, later, log_position, oldest, 
 from .run import RunContext
 from .sinks.base import Sink
 from .sources.base import Source
+from .sources.preflight import INFO, WARNING, raise_for_problems
 from .spec import PipelineSpec
 from .store import CheckpointStore
 from .store.records import Incident
@@ -235,8 +237,6 @@ def preflight(run: RunContext) -> PreflightResult:
     """Source settings and privileges (raises SourceSettingError on a hard problem) and
     retention headroom against the oldest sink checkpoint: a warning when it runs low, a figure
     on every run; figures worth knowing (the WAL a slot holds) are logged."""
-    from .sources.preflight import INFO, WARNING, raise_for_problems
-
     spec = run.spec
     with run.opened() as (source, st):
         sink_ids = {s.id for s in spec.sinks}
@@ -302,8 +302,6 @@ def resolve_incidents(run: RunContext, *, resolution: str, reason: str, who: str
 def _resnapshot(spec: PipelineSpec, store: CheckpointStore, source: Any, incidents: Sequence[Incident], *,
                 run_id: str, who: str, reason: str, tables: Sequence[str] | None) -> None:
     """Plan the resnapshot once per run id (a retried guard task does not plan a second one)."""
-    from . import snapshots
-
     if any(r.kind == "resnapshot" and r.run_id == run_id for r in store.snapshots.all(spec.pipeline)):
         log.info("pipeline %s: run %s already planned its resnapshot", spec.pipeline, run_id)
         return

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from .connections import Connection, get_connection, get_variable
 from .errors import ConnectionConfigError, RunError
+from .sinks import make_sink
+from .sources import make_source
 from .spec import PipelineSpec
 
 if TYPE_CHECKING:  # the DAG files import ConnectionLookup at parse time: no source or sink code then
@@ -35,8 +37,6 @@ class Parts:
     def source(self, spec: PipelineSpec, *, reads_rows: bool = True) -> Source:
         """The pipeline's source; ``reads_rows=False`` (a look at the head, the status page) leaves
         the hash salt unresolved: such a source refuses to read a table with hashed columns."""
-        from .sources import make_source  # the source drivers pull in their client libraries
-
         salt = self.hash_salt(spec) if reads_rows else None
         return make_source(spec, self.connection(spec.source.conn_id), hash_salt=salt)
 
@@ -60,8 +60,6 @@ class Parts:
 
     def sinks(self, spec: PipelineSpec, only: Sequence[str] | None = None) -> list[Sink]:
         """The spec's sinks (those named in ``only``, if given), in spec order."""
-        from .sinks import make_sink
-
         chosen = chosen_sinks(spec, only)
         # A sink without conn_id (a Delta table on a local path) talks through no connection.
         return [make_sink(spec, s, self.connection(s.conn_id) if s.conn_id else None)

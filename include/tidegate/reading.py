@@ -27,8 +27,10 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from .chunk_reads import first_read, forget_held
 from .errors import SnapshotError
 from .positions import Position, SnapshotPosition, position_from_json, position_to_json
+from .snapshots import ChangedKeys, chunk_table, completed_message, end_chunk, read_chunk
 
 if TYPE_CHECKING:
     from .sources.base import Source, SourceItem
@@ -174,8 +176,6 @@ def log_runs(segments: Sequence[Segment]) -> list[Slice]:
 
 
 def read_chunk_segment(spec: PipelineSpec, source: Source, store: CheckpointStore, seg: Chunk) -> SegmentRead:
-    from .snapshots import read_chunk
-
     read = read_chunk(spec, source, snapshot_record(store, spec, seg.snapshot_id), seg.number)
     return SegmentRead(seg, read.events, read.upper)
 
@@ -207,8 +207,6 @@ class InProcessReader:
 def read_items(spec: PipelineSpec, store: CheckpointStore, source: Source, segments: Sequence[Segment],
                reader: Reader) -> Iterator[SourceItem]:
     """The run's one item stream: its segments read by ``reader``, made into items by :func:`run_items`."""
-    from .chunk_reads import forget_held
-
     forget_held(spec, store)
     records = {}
     for snapshot_id in dict.fromkeys(s.snapshot_id for s in segments if isinstance(s, SnapshotEnd)):
@@ -223,9 +221,6 @@ def run_items(spec: PipelineSpec, store: CheckpointStore, source: Source, reads:
               records: Mapping[str, Any]) -> Iterator[SourceItem]:
     """The run's one item stream from its segments as read (see the module docstring);
     ``records``: the snapshots the segments belong to, by id."""
-    from .chunk_reads import first_read
-    from .snapshots import ChangedKeys, chunk_table, completed_message, end_chunk
-
     changed: dict[str, ChangedKeys] = {}
     for seg, items, upper in reads:
         if isinstance(seg, Chunk):

@@ -23,6 +23,7 @@ from .plan import RunPlan
 from .positions import Position, lowest_start, position_from_json, position_to_json
 from .reading import Segment, segment_from_json, segment_to_json
 from .spec import PipelineSpec, load_spec_text
+from .store import open_store
 
 if TYPE_CHECKING:
     from .sources.base import Source
@@ -154,8 +155,6 @@ class RunContext:
         if self.store is not None:
             yield self.store
             return
-        from .store import open_store
-
         store = open_store()
         try:
             yield store
