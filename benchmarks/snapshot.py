@@ -9,7 +9,7 @@ the same table beside them.
 
 Table: ``--rows`` rows of an 11-column table (BIGINT key, INT, VARCHAR, DECIMAL, SMALLINT,
 DOUBLE, VARCHAR(100), DATETIME(6), TIMESTAMP(3), TINYINT, CHAR(8)), filled by the server
-itself. Its snapshot is planned once (``snapshot_tables`` + ``chunk_plan`` and the handoff, timed
+itself. Its snapshot is planned once (``tables`` + ``chunk_plan`` and the handoff, timed
 apart; PostgreSQL: after the pipeline's slot is created, as a first run does) and
 then read twice, each time in a fresh child process that consumes every row's serialized
 envelope in chunk order, as a run's coordinator does:
@@ -161,9 +161,9 @@ def plan(spec) -> tuple[str, float]:
     source = make_source(spec, get_connection(spec.source.conn_id))
     try:
         if spec.source.kind == "postgres":  # as a pipeline's first run: the slot holds the log from here
-            source.ensure_slot()
+            source.replication_slot.ensure()
         t0 = time.perf_counter()
-        rec = plan_snapshot(spec, source, handoff=source.snapshot_handoff(source.head()), kind="start")
+        rec = plan_snapshot(spec, source, handoff=source.snapshots().handoff(source.head()), kind="start")
         return base64.b64encode(pickle.dumps(rec)).decode("ascii"), time.perf_counter() - t0
     finally:
         source.close()
@@ -176,7 +176,7 @@ def drop_slot(spec) -> None:
     if spec.source.kind == "postgres":
         source = make_source(spec, get_connection(spec.source.conn_id))
         try:
-            source.drop_slot()
+            source.replication_slot.drop()
         finally:
             source.close()
 

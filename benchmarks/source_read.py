@@ -300,7 +300,7 @@ def bench_postgres(rows: int, tx_rows: int, plugins: list[str], out: list) -> No
         cur.execute(f"ALTER TABLE {schema}.bench REPLICA IDENTITY FULL")
         cur.execute(f"CREATE PUBLICATION {publication} FOR TABLE {schema}.bench")
         for src in srcs.values():
-            src.ensure_slot()
+            src.replication_slot.ensure()
         start = next(iter(srcs.values())).head()
         t0 = time.perf_counter()
         postgres_workload(cur, schema, rows, tx_rows)
@@ -316,7 +316,7 @@ def bench_postgres(rows: int, tx_rows: int, plugins: list[str], out: list) -> No
     finally:
         for src in srcs.values():
             try:
-                src.drop_slot()
+                src.replication_slot.drop()
             finally:
                 src.close()
         cur.execute(f"DROP PUBLICATION IF EXISTS {publication}")

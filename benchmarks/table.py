@@ -246,7 +246,7 @@ def postgres(base: Path, size: int, env: dict[str, str], rows: list, driver_memo
         cur.execute(f"CREATE TABLE {b.where}.bench ({COLUMNS_PG})")
         cur.execute(f"ALTER TABLE {b.where}.bench REPLICA IDENTITY FULL")
         b.place()
-        src.ensure_slot()
+        src.replication_slot.ensure()
         start = src.head()
         t0 = time.perf_counter()
         postgres_workload(cur, b.where, size)
@@ -257,7 +257,7 @@ def postgres(base: Path, size: int, env: dict[str, str], rows: list, driver_memo
              "start": start.to_json(), "upto": upto.to_json()}, size), "PostgreSQL")
     finally:
         try:
-            src.drop_slot()
+            src.replication_slot.drop()
         finally:
             src.close()
             cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "

@@ -81,14 +81,15 @@ def plan_snapshot(spec: PipelineSpec, source: Source, *, handoff: Position, kind
                   reason: str | None = None) -> SnapshotRecord:
     """Name the tables, cut each into primary-key chunks (``snapshot.chunk_rows``)."""
     handoff = log_position(handoff)
-    chosen = source.snapshot_tables(tables)
+    reads = source.snapshots()
+    chosen = reads.tables(tables)
     if not chosen:
         raise SnapshotError(f"pipeline {spec.pipeline!r}: no table to snapshot (source.tables "
                             f"{list(spec.source.tables) or 'all'}; tables param "
                             f"{list(tables or []) or 'none'})")
     chunks: list[dict[str, Any]] = []
     for i, table in enumerate(chosen):
-        for lo, hi in source.chunk_plan(table, spec.snapshot.chunk_rows):
+        for lo, hi in reads.chunk_plan(table, spec.snapshot.chunk_rows):
             chunks.append({"table": i, "lo": lo, "hi": hi})
     now = dt.datetime.now(dt.UTC)
     rec = SnapshotRecord(spec.pipeline, new_snapshot_id(), kind, handoff, [t.to_json() for t in chosen],
@@ -171,7 +172,7 @@ def place_new_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore,
         log.info("pipeline %s: sinks %s join snapshot %s", spec.pipeline, ", ".join(new), current.snapshot_id)
         return {sid: at for sid in new}
     lowest = oldest(checkpoints.values())
-    handoff = source.snapshot_handoff(upto if lowest is None else log_position(lowest))
+    handoff = source.snapshots().handoff(upto if lowest is None else log_position(lowest))
     rec, written = begin(spec, source, store, sinks=new, handoff=handoff, kind="start", epoch=epoch,
                          run_id=run_id, reason="start: snapshot")
     return {sid: w.position for sid, w in written.items()}
@@ -197,7 +198,7 @@ def snapshot_added_tables(spec: PipelineSpec, source: Source, store: CheckpointS
              if not is_pattern(t) and t not in known and named.matches(*t.split(".", 1))]
     if not added:
         return {}
-    handoff = source.snapshot_handoff(log_position(oldest(checkpoints.values())))
+    handoff = source.snapshots().handoff(log_position(oldest(checkpoints.values())))
     rec, written = begin(spec, source, store, sinks=list(checkpoints), handoff=handoff, kind="added",
                          epoch=epoch_for(), run_id=run_id, tables=added,
                          reason=f"tables added to source.tables: {', '.join(added)}")
@@ -235,7 +236,7 @@ def resnapshot(spec: PipelineSpec, source: Source, store: CheckpointStore, *, in
     else:
         lowest = oldest(stored[s.id].position for s in spec.sinks if s.id in stored)
         handoff = source.head() if lowest is None else log_position(lowest)
-    handoff = source.snapshot_handoff(handoff)
+    handoff = source.snapshots().handoff(handoff)
     what = ", ".join(f"#{i.id} ({i.kind})" for i in losses) or "none open"
     rec, _ = begin(spec, source, store, sinks=[s.id for s in spec.sinks], handoff=handoff, kind="resnapshot",
                    epoch=epoch, run_id=run_id, tables=tables, who=who,
@@ -353,7 +354,7 @@ def read_chunk(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: i
     a table's last chunk is marked ``"last"``."""
     c = rec.chunks[chunk - 1]
     table = chunk_table(rec, chunk)
-    upper, rows = source.open_chunk(table, c["lo"], c["hi"])
+    upper, rows = source.snapshots().open_chunk(table, c["lo"], c["hi"])
     build = RowEvents(spec, rec, table, chunk, connector or source.connector, source.column_filters)
     return ChunkRead(upper, _marked_rows(rows, build, final=c["hi"] is None))
 

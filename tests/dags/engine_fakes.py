@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidegate.errors import SnapshotError
 from tidegate.parts import Parts, chosen_sinks
 from tidegate.positions import position_from_json
 from tidegate.sinks.base import Sink
-from tidegate.sources.base import Source, snapshot_tables_of
+from tidegate.sources.base import SnapshotReads, Source, snapshot_tables_of
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.sources.preflight import WARNING, Problem
 
@@ -69,11 +70,24 @@ class ScriptedSource(Source):
     def release(self, position) -> None:
         self.calls.append("release")
 
-    def snapshot_tables(self, tables=None):
-        """The captured tables exist, each keyed by ``id`` (a test stops before any chunk)."""
-        captured = list(self.spec.source.tables)
-        return snapshot_tables_of(self.spec.pipeline, captured, set(captured), tables,
+    def snapshots(self):
+        return ScriptedSnapshots(self)
+
+
+class ScriptedSnapshots(SnapshotReads):
+    """The captured tables exist, each keyed by ``id`` (a test stops before any chunk)."""
+
+    def tables(self, tables=None):
+        spec = self.source.spec
+        captured = list(spec.source.tables)
+        return snapshot_tables_of(spec.pipeline, captured, set(captured), tables,
                                   lambda schema, table: ["id"], "")
+
+    def chunk_plan(self, table, chunk_rows):
+        raise SnapshotError("the scripted source has no rows to cut into chunks")
+
+    def open_chunk(self, table, lo, hi):
+        raise SnapshotError("the scripted source has no rows to read")
 
 
 class ListSink(Sink):

@@ -72,8 +72,8 @@ def test_handoff_without_pg_monitor_delivers_a_sync_standby_commit_once(plain_ro
                         source=SourceSpec(kind="postgres", conn_id="plain_cdc", tables=(f"{schema}.t",),
                                           slot=schema + "_slot", plugin=plugin, publication=f"{schema}_pub"))
     src = make_source(spec, conn)
-    src.ensure_slot()
-    [table] = src.snapshot_tables()
+    src.replication_slot.ensure()
+    [table] = src.snapshots().tables()
     waiter = psycopg2.connect(postgres.admin_dsn)  # the writer: another role than the CDC role's
     waiter.autocommit = True
     released: list[float] = []
@@ -101,9 +101,9 @@ def test_handoff_without_pg_monitor_delivers_a_sync_standby_commit_once(plain_ro
         release = threading.Thread(target=release_later)
         release.start()
         t0 = time.monotonic()
-        handoff = src.snapshot_handoff(handoff_at)
+        handoff = src.snapshots().handoff(handoff_at)
         waited = time.monotonic() - t0
-        upper, rows = src.open_chunk(table, None, None)
+        upper, rows = src.snapshots().open_chunk(table, None, None)
         snapshot = {r["id"]: r["v"] for r in rows}
         log = [(e.key["id"], e.after["v"]) for e in src.read(handoff, src.head())
                if isinstance(e, ChangeEvent)]
@@ -121,6 +121,6 @@ def test_handoff_without_pg_monitor_delivers_a_sync_standby_commit_once(plain_ro
         if release is not None:
             release.join(10)
         waiter.close()
-        src.drop_slot()
+        src.replication_slot.drop()
         src.close()
     assert not writer.is_alive()

@@ -282,7 +282,7 @@ def test_the_pipelines_publication_comes_before_its_slot_and_is_for_the_captured
         kind="postgres", conn_id="x", tables=(f"{s}.a", f"{s}.gone"), slot=f"{s}_own", plugin="pgoutput"))
     src = PostgresSource(spec, postgres.admin)  # a role that may create it
     try:
-        assert src.ensure_slot() is not None and slot_plugin(admin, f"{s}_own") == [("pgoutput",)]
+        assert src.replication_slot.ensure() is not None and slot_plugin(admin, f"{s}_own") == [("pgoutput",)]
         published = f"SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = 'tidegate_{s}'"
         assert q(admin, published) == [(s, "a")]
         start = src.head()
@@ -299,9 +299,10 @@ def test_without_source_plugin_a_new_slot_takes_what_the_server_offers(postgres,
     s = scratch
     src = source(postgres, s, f"{s}_auto", ["a"])
     try:
-        assert src.plugin() is None  # decided when the slot is made
-        src.ensure_slot()
-        assert slot_plugin(admin, f"{s}_auto") == [("wal2json",)] and src.plugin() == "wal2json"
+        assert src.replication_slot.plugin_in_use() is None  # decided when the slot is made
+        src.replication_slot.ensure()
+        assert slot_plugin(admin, f"{s}_auto") == [("wal2json",)]
+        assert src.replication_slot.plugin_in_use() == "wal2json"
         # A server that cannot load the first choice says so at once; the slot gets the next one.
         slot = Slot(src.server, f"{s}_next", choices=("tidegate_no_such_plugin", "pgoutput"))
         assert slot.ensure() is not None and slot_plugin(admin, f"{s}_next") == [("pgoutput",)]
@@ -317,7 +318,7 @@ def test_a_slot_of_the_other_plugin_is_named_with_the_setting(postgres, admin, s
     src = source(postgres, s, f"{s}_w", ["a"], plugin="pgoutput", publication=f"{s}_pub")
     try:
         with pytest.raises(SourceSettingError) as e:
-            src.check_slot()
+            src.replication_slot.check()
         assert f"source.plugin is pgoutput but replication slot '{s}_w'" in str(e.value)
         assert "was created with wal2json" in str(e.value)
         assert any(p.code == "slot" and "source.plugin is pgoutput" in p.message and p.severity == "error"
@@ -341,7 +342,7 @@ def test_preflight_and_reads_check_the_named_publication(postgres, admin, scratc
         missing = [p for p in src.preflight() if p.code == "publication"]
         assert [p.severity for p in missing] == ["error"] and "does not exist" in missing[0].message
         with pytest.raises(SourceSettingError, match=r"\(source.publication\) does not exist"):
-            src.ensure_slot()  # a named publication is never created
+            src.replication_slot.ensure()  # a named publication is never created
         q(admin, f"SELECT pg_create_logical_replication_slot('{s}_p', 'pgoutput')",
           f"INSERT INTO {s}.a VALUES (0, 'before the publication')",
           f"CREATE PUBLICATION {s}_pub FOR TABLE {s}.a WITH (publish = 'insert, update')")
@@ -356,7 +357,7 @@ def test_preflight_and_reads_check_the_named_publication(postgres, admin, scratc
             list(src.read(start, src.head()))
         assert f"pg_drop_replication_slot('{s}_p')" in str(e.value)
         # A dropped pgoutput slot halts the pipeline as a wal2json one does.
-        src.drop_slot()
+        src.replication_slot.drop()
         with pytest.raises(SlotMissingError):
             src.check_retention(start, first_run=False)
     finally:

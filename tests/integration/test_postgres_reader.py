@@ -70,9 +70,9 @@ def schema(admin):
 def slot(postgres, schema):
     name = "pgrd_" + uuid.uuid4().hex[:12]
     src = source(postgres, schema, name, ())
-    assert src.ensure_slot() is not None
+    assert src.replication_slot.ensure() is not None
     yield name
-    src.drop_slot()
+    src.replication_slot.drop()
     src.close()
 
 
@@ -339,7 +339,7 @@ def test_a_range_without_transactions_of_this_database_ends_at_the_bound(postgre
     reading never confirms anything, so the slot stays where it was."""
     q(admin, f"CREATE TABLE {schema}.t (id int PRIMARY KEY)")
     src = source(postgres, schema, slot, ["t"])
-    before = src.slot_info()["confirmed_flush_lsn"]
+    before = src.replication_slot.info()["confirmed_flush_lsn"]
     h0 = src.head()
     other = psycopg2.connect(postgres.admin_dsn.replace(f"dbname={postgres.admin.schema}", "dbname=postgres"))
     other.autocommit = True
@@ -355,10 +355,10 @@ def test_a_range_without_transactions_of_this_database_ends_at_the_bound(postgre
     h2 = src.head()
     got = list(src.read(h1, h2))
     assert [e.after for e in got if isinstance(e, ChangeEvent)] == [{"id": 1}]
-    assert src.slot_info()["confirmed_flush_lsn"] == before
-    assert src.slot_info()["active_pid"] is None  # the stream's WAL sender let go of the slot
+    assert src.replication_slot.info()["confirmed_flush_lsn"] == before
+    assert src.replication_slot.info()["active_pid"] is None  # the stream's WAL sender let go of the slot
     src.release(got[-1].end_position)  # at once: the slot is not busy
-    assert src.slot_info()["confirmed_flush_lsn"] == str(got[-1].end_position.lsn)
+    assert src.replication_slot.info()["confirmed_flush_lsn"] == str(got[-1].end_position.lsn)
     src.close()
 
 

@@ -29,8 +29,8 @@ pytestmark = pytest.mark.integration
 
 def read_all(src, table, chunk_rows):
     """Every chunk's rows (JSON form), and the chunk plan."""
-    plan = src.chunk_plan(table, chunk_rows)
-    return [[encode_row(r) for r in src.read_chunk(table, lo, hi)] for lo, hi in plan], plan
+    plan = src.snapshots().chunk_plan(table, chunk_rows)
+    return [[encode_row(r) for r in src.snapshots().read_chunk(table, lo, hi)] for lo, hi in plan], plan
 
 
 def log_after(src, start):
@@ -107,7 +107,7 @@ def test_mysql_snapshot_values_equal_the_log_values(my):
     ex(f"INSERT INTO {db}.types (id) VALUES (2)")
     ex(EDGE_ROW_MYSQL.format(db=db))
     logged = log_after(src, start)
-    [table] = src.snapshot_tables()
+    [table] = src.snapshots().tables()
     assert table.key == ("id",)
     chunks, _ = read_all(src, table, 2)
     snap = by_key([r for c in chunks for r in c], table.key)
@@ -145,7 +145,7 @@ def test_mysql_chunks_cover_a_composite_key_exactly_once(my):
     ex(f"INSERT INTO {db}.money VALUES (12345678901234567.01, 1), (12345678901234567.02, 2), "
        f"(12345678901234567.03, 3)")
     src = source("lines", "money")
-    lines, money = src.snapshot_tables()
+    lines, money = src.snapshots().tables()
     assert lines.key == ("b", "a") and money.key == ("amount",)
     chunks, plan = read_all(src, lines, 7)
     assert len(plan) == 14 and plan[0][0] is None and plan[-1][1] is None
@@ -154,8 +154,8 @@ def test_mysql_chunks_cover_a_composite_key_exactly_once(my):
     assert len(set(keys)) == 91
     # rows written after the plan, below the first and above the last bound, are in the end chunks
     ex(f"INSERT INTO {db}.lines VALUES (0, 'a', 0), (9, 'zz', 0)")
-    assert [r["b"] for r in src.read_chunk(lines, *plan[0])][0] == "a"
-    assert [r["b"] for r in src.read_chunk(lines, *plan[-1])][-1] == "zz"
+    assert [r["b"] for r in src.snapshots().read_chunk(lines, *plan[0])][0] == "a"
+    assert [r["b"] for r in src.snapshots().read_chunk(lines, *plan[-1])][-1] == "zz"
     chunks, plan = read_all(src, money, 1)
     assert [[r["n"] for r in c] for c in chunks] == [[1], [2], [3], []]
 
@@ -165,11 +165,11 @@ def test_mysql_table_without_primary_key_is_refused_by_name(my):
     ex(f"CREATE TABLE {db}.heap (v INT)")
     ex(f"CREATE TABLE {db}.ok (id INT PRIMARY KEY)")
     with pytest.raises(SnapshotError, match=rf"table {db}\.heap has no primary key.*ALTER TABLE {db}\.heap"):
-        source("ok", "heap").snapshot_tables()
+        source("ok", "heap").snapshots().tables()
     with pytest.raises(SnapshotError, match=rf"does not capture {db}\.other"):
-        source("ok").snapshot_tables([f"{db}.other"])
+        source("ok").snapshots().tables([f"{db}.other"])
     with pytest.raises(SnapshotError, match=rf"cannot snapshot {db}\.gone: no such table"):
-        source("gone").snapshot_tables()
+        source("gone").snapshots().tables()
 
 
 # --------------------------------------------------------------------------- PostgreSQL
@@ -199,7 +199,7 @@ def pg(postgres):
     yield ex, schema, source
     for s in made:
         try:
-            s.drop_slot()
+            s.replication_slot.drop()
         finally:
             s.close()
     ex(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -231,11 +231,11 @@ def test_postgres_snapshot_values_equal_the_log_values(pg):
     ex(EXTRA_DDL_PG.format(s=s))
     ex(f"ALTER TABLE {s}.types REPLICA IDENTITY FULL")
     src = source("types", "extra")
-    assert src.ensure_slot() is not None
+    assert src.replication_slot.ensure() is not None
     start = src.head()
     write_pg_typed_rows(ex, s)
     logged = log_after(src, start)
-    types, extra = src.snapshot_tables()
+    types, extra = src.snapshots().tables()
     rows = []
     for table in (types, extra):
         chunks, _ = read_all(src, table, 2)
@@ -265,7 +265,7 @@ def test_postgres_snapshot_events_are_the_log_rows_as_stdlib_json(pg):
     for t in ("types", "extra", "floats"):
         ex(f"ALTER TABLE {s}.{t} REPLICA IDENTITY FULL")
     src = source("types", "extra", "floats")
-    assert src.ensure_slot() is not None
+    assert src.replication_slot.ensure() is not None
     start = src.head()
     write_pg_typed_rows(ex, s)
     ex(f"INSERT INTO {s}.floats VALUES (0.5, 0.25, 1e-5), (1e-7, 1.5, 2.5), (1e20, 0, '-0'), (3, NULL, 1e16)")
@@ -281,15 +281,15 @@ def test_postgres_chunks_cover_a_composite_key_exactly_once(pg):
     ex(f"INSERT INTO {s}.stamps SELECT '2024-01-01'::timestamptz + g * interval '1 microsecond', "
        f"md5(g::text)::uuid FROM generate_series(1, 20) g")
     src = source("lines", "stamps")
-    lines, stamps = src.snapshot_tables()
+    lines, stamps = src.snapshots().tables()
     assert lines.key == ("b", "a") and stamps.key == ("at", "id")
     chunks, plan = read_all(src, lines, 7)
     assert len(plan) == 14 and all(len(c) <= 7 for c in chunks)
     keys = [(r["b"], r["a"]) for c in chunks for r in c]
     assert len(keys) == len(set(keys)) == 91
     ex(f"INSERT INTO {s}.lines VALUES (0, 'a', 0), (9, 'zz', 0)")
-    assert [r["b"] for r in src.read_chunk(lines, *plan[0])][0] == "a"
-    assert [r["b"] for r in src.read_chunk(lines, *plan[-1])][-1] == "zz"
+    assert [r["b"] for r in src.snapshots().read_chunk(lines, *plan[0])][0] == "a"
+    assert [r["b"] for r in src.snapshots().read_chunk(lines, *plan[-1])][-1] == "zz"
     chunks, plan = read_all(src, stamps, 3)
     assert [len(c) for c in chunks] == [3] * 6 + [2] and len({r["id"] for c in chunks for r in c}) == 20
 
@@ -298,7 +298,7 @@ def test_postgres_table_without_primary_key_is_refused_by_name(pg):
     ex, s, source = pg
     ex(f"CREATE TABLE {s}.heap (v int)")
     with pytest.raises(SnapshotError, match=rf"table {s}\.heap has no primary key"):
-        source("heap").snapshot_tables()
+        source("heap").snapshots().tables()
 
 
 # --------------------------------------------------------------------- commits logged before they are visible
@@ -314,7 +314,7 @@ def test_mariadb_semisync_commit_waiting_for_its_ack_is_after_the_handoff(my, my
     ex(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT)")
     ex(f"INSERT INTO {db}.t VALUES (1, 0), (2, 0)")
     src = source("t")
-    [table] = src.snapshot_tables()
+    [table] = src.snapshots().tables()
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     waiter = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     a = admin.cursor().execute
@@ -327,12 +327,12 @@ def test_mariadb_semisync_commit_waiting_for_its_ack_is_after_the_handoff(my, my
         t.start()
         deadline = time.monotonic() + 10
         head = src.head()
-        while not list(src.read(src.snapshot_handoff(head), head))[:-1] and time.monotonic() < deadline:
+        while not list(src.read(src.snapshots().handoff(head), head))[:-1] and time.monotonic() < deadline:
             time.sleep(0.05)  # until the UPDATE is in the binlog
             head = src.head()
-        handoff = src.snapshot_handoff(head)
+        handoff = src.snapshots().handoff(head)
         assert handoff < head, "the waiting commit is in the binlog before the head"
-        upper, rows = src.open_chunk(table, None, None)
+        upper, rows = src.snapshots().open_chunk(table, None, None)
         assert [r["v"] for r in rows] == [0, 0], "the waiting commit is not visible yet"
         changes = [e for e in src.read(handoff, upper) if isinstance(e, ChangeEvent)]
         assert [(e.key, e.after["v"]) for e in changes] == [({"id": 1}, 1)]
@@ -355,8 +355,8 @@ def test_postgres_handoff_waits_for_a_commit_held_by_a_synchronous_standby(pg, p
     ex(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, v int)")
     ex(f"INSERT INTO {schema}.t VALUES (1, 0), (2, 0)")
     src = source("t")
-    src.ensure_slot()
-    [table] = src.snapshot_tables()
+    src.replication_slot.ensure()
+    [table] = src.snapshots().tables()
     admin = psycopg2.connect(postgres.admin_dsn)
     admin.autocommit = True
     waiter = psycopg2.connect(postgres.admin_dsn)
@@ -373,7 +373,8 @@ def test_postgres_handoff_waits_for_a_commit_held_by_a_synchronous_standby(pg, p
         t.start()
         time.sleep(1.0)
         head = src.head()
-        assert [r["v"] for r in src.read_chunk(table, None, None)] == [0, 0], "flushed, not visible"
+        rows = src.snapshots().read_chunk(table, None, None)
+        assert [r["v"] for r in rows] == [0, 0], "flushed, not visible"
         assert t.is_alive()
 
         def release_later() -> None:
@@ -384,11 +385,11 @@ def test_postgres_handoff_waits_for_a_commit_held_by_a_synchronous_standby(pg, p
 
         r = threading.Thread(target=release_later)
         r.start()
-        assert src.snapshot_handoff(head) == head
+        assert src.snapshots().handoff(head) == head
         done = time.monotonic()
         r.join()
         assert released and done >= released[0], "the handoff waited for the standby's answer"
-        assert [r["v"] for r in src.read_chunk(table, None, None)] == [1, 0]
+        assert [r["v"] for r in src.snapshots().read_chunk(table, None, None)] == [1, 0]
     finally:
         a("ALTER SYSTEM RESET synchronous_standby_names")
         a("SELECT pg_reload_conf()")

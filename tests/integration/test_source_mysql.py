@@ -20,7 +20,7 @@ from tidegate.events import ChangeEvent, PositionMark, is_control
 from tidegate.sources import make_source
 from tidegate.sources.mysql.failover import GtidsNotOnServerError
 from tidegate.sources.mysql.position import BinlogPosition, GtidSet
-from tidegate.sources.mysql.preflight import settings_problems
+from tidegate.sources.mysql.preflight import check_settings, settings_problems
 from tidegate.sources.mysql.source import MySqlSource
 from tidegate.spec import PipelineSpec, SourceSpec
 
@@ -517,7 +517,7 @@ def test_settings_problems_name_each_setting():
 
 def test_preflight_on_the_live_server_has_no_errors_and_reports_headroom(mysql, db):
     src = source(mysql, [f"{db}.t"])
-    src.check_settings()
+    check_settings(src.server)
     problems = src.check_server(checkpoint=src.head(), checkpoint_age_s=10)
     assert [p for p in problems if p.severity == "error"] == []
     ident = src.identity()

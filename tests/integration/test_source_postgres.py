@@ -53,14 +53,14 @@ def make(postgres, schema):
         assert isinstance(src, PostgresSource)
         made.append(src)
         if create:
-            assert src.ensure_slot() is not None
-            assert src.ensure_slot() is None  # idempotent
+            assert src.replication_slot.ensure() is not None
+            assert src.replication_slot.ensure() is None  # idempotent
         return src
 
     yield _make
     for src in made:
         try:
-            src.drop_slot()
+            src.replication_slot.drop()
         finally:
             src.close()
 
@@ -240,7 +240,7 @@ def test_three_bounded_runs_equal_one_read(admin, schema, make):
     assert [i.position for i in shipped if isinstance(i, PositionMark)] == \
         [i.position for i in whole if isinstance(i, PositionMark)]
     # the read does not consume: the slot has not moved
-    assert Lsn.parse(src.slot_info()["confirmed_flush_lsn"]) <= h[0].lsn
+    assert Lsn.parse(src.replication_slot.info()["confirmed_flush_lsn"]) <= h[0].lsn
 
 
 def test_a_range_handed_to_a_reader_process_ahead_is_what_the_run_reads(admin, schema, make):
@@ -282,7 +282,7 @@ def test_a_range_handed_to_a_reader_process_ahead_is_what_the_run_reads(admin, s
         reader.ahead(src, [Slice(h0, h2)])
         unread = started(before)
     assert not unread.is_alive()
-    assert Lsn.parse(src.slot_info()["confirmed_flush_lsn"]) <= h0.lsn
+    assert Lsn.parse(src.replication_slot.info()["confirmed_flush_lsn"]) <= h0.lsn
 
 
 def test_writes_made_while_a_run_reads_are_in_the_next_run(admin, schema, make):
@@ -332,9 +332,9 @@ def test_release_advances_the_slot_never_past_or_back(admin, schema, make):
     h2 = src.head()
     first = rows(src.read(h0, h1))
     src.release(first[-1].end_position)
-    assert src.slot_info()["confirmed_flush_lsn"] == str(first[-1].end_position.lsn)
+    assert src.replication_slot.info()["confirmed_flush_lsn"] == str(first[-1].end_position.lsn)
     src.release(h0)  # never backwards
-    assert src.slot_info()["confirmed_flush_lsn"] == str(first[-1].end_position.lsn)
+    assert src.replication_slot.info()["confirmed_flush_lsn"] == str(first[-1].end_position.lsn)
     assert [e.after["id"] for e in rows(src.read(first[-1].end_position, h2))] == [2]
     with pytest.raises(PositionPurgedError) as err:
         list(src.read(h0, h2))
@@ -347,7 +347,7 @@ def test_dropped_slot_raises_slot_missing_with_the_position(admin, schema, make)
     src = make(["orders"])
     h0 = src.head()
     q(admin, f"INSERT INTO {schema}.orders VALUES (1, 'a', 1)")
-    src.drop_slot()
+    src.replication_slot.drop()
     with pytest.raises(SlotMissingError) as err:
         list(src.read(h0, src.head()))
     assert err.value.requested == h0 and err.value.slot == src.slot
@@ -368,8 +368,8 @@ def test_invalidated_slot_raises_slot_invalidated(admin, schema, make):
         q(admin, "SELECT pg_reload_conf()")
         time.sleep(0.2)
         deadline = time.monotonic() + 60
-        while src.slot_info()["wal_status"] != "lost":
-            assert time.monotonic() < deadline, src.slot_info()
+        while src.replication_slot.info()["wal_status"] != "lost":
+            assert time.monotonic() < deadline, src.replication_slot.info()
             for _ in range(max(2, keep // 16 + 2)):  # past wal_keep_size, segment by segment
                 q(admin, f"INSERT INTO {schema}.ignored VALUES ({uuid.uuid4().int % 10**12})")
                 q(admin, "SELECT pg_switch_wal()")

@@ -15,7 +15,7 @@ from tidegate.plan import RunParamsError, RunPlan
 from tidegate.positions import SnapshotPosition, log_position, position_from_json
 from tidegate.run import RunContext
 from tidegate.shipped import item_to_row, row_to_item
-from tidegate.sources.base import SnapshotTable
+from tidegate.sources.base import SnapshotReads, SnapshotTable
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.spec import load_spec_text
@@ -124,22 +124,31 @@ class SnapSource(QuietSource):
     def release(self, position):
         self.released.append(position)
 
-    def snapshot_tables(self, tables=None):
-        names = tables or self.captured
+    def snapshots(self):
+        return SnapReads(self)
+
+
+class SnapReads(SnapshotReads):
+    """The scripted tables' snapshot reads: the rows as the test set them, every chunk read
+    noted; the upper bound is the head after the rows (SnapshotReads' default)."""
+
+    def tables(self, tables=None):
+        names = tables or self.source.captured
         return [SnapshotTable("shop", "shop", n.split(".")[1], ("id",) if n == "shop.orders" else
                               ("order_id", "line")) for n in names]
 
     def chunk_plan(self, table, chunk_rows):
-        keys = sorted(self.tables[table.name])
+        keys = sorted(self.source.tables[table.name])
         bounds = [list(k) for k in keys[chunk_rows - 1::chunk_rows]]
         edges = [None, *bounds, None]
         return list(zip(edges[:-1], edges[1:], strict=True))
 
     def read_chunk(self, table, lo, hi):
-        self.chunk_reads.append((table.name, lo, hi))
-        for k in sorted(self.tables[table.name]):
+        self.source.chunk_reads.append((table.name, lo, hi))
+        rows = self.source.tables[table.name]
+        for k in sorted(rows):
             if (lo is None or k > tuple(lo)) and (hi is None or k <= tuple(hi)):
-                yield dict(self.tables[table.name][k])
+                yield dict(rows[k])
 
 
 @pytest.fixture()

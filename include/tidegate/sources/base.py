@@ -107,6 +107,63 @@ def choose_tables(pipeline: str, captured: Sequence[str] | None, existing: Seque
     return list(tables)
 
 
+def catalog_of(rows: list[tuple]) -> dict[str, tuple[list[str], list[str]]]:
+    """:meth:`Source.table_catalog`'s answer from catalog rows (schema, table, column, is key),
+    in the tables' column order."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for schema, table, column, is_key in rows:
+        cols, key = out.setdefault(f"{schema}.{table}", ([], []))
+        cols.append(column)
+        if is_key:
+            key.append(column)
+    return out
+
+
+class SnapshotReads(abc.ABC):
+    """What a source gives a snapshot (docs/architecture.md, "Snapshots"): the tables it reads,
+    each cut into primary-key ranges, a range's rows with the log position they show, and where
+    the log takes over. ``source``: the source they read. A source kind implements
+    :meth:`read_chunk` or :meth:`open_chunk` (each default is made of the other)."""
+
+    def __init__(self, source: Source):
+        self.source = source
+
+    @abc.abstractmethod
+    def tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
+        """The tables a snapshot reads, in a stable order: ``tables`` (names as in the spec's
+        ``source.tables``; each must be captured), or every captured table. Raises
+        :class:`~tidegate.errors.SnapshotError` naming a table that has no primary key or does
+        not exist."""
+
+    @abc.abstractmethod
+    def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
+        """The table cut into primary-key ranges ``(lo, hi]`` of at most ``chunk_rows`` rows (as
+        the table is now), in key order; the first ``lo`` and the last ``hi`` are None, so the
+        ranges cover every key, also keys inserted later."""
+
+    def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
+        """The rows whose key lies in ``(lo, hi]``, in key order, read in one short transaction
+        without locks; values have the JSON form log events give the same columns."""
+        return self.open_chunk(table, lo, hi)[1]
+
+    def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
+                   ) -> tuple[Position, Iterator[dict[str, Any]]]:
+        """:meth:`read_chunk` with its upper bound: ``(upper, rows)`` where every change the rows
+        show is at or before ``upper`` in the log (docs/architecture.md, "Snapshots"). Sources
+        read the log head just after the read's view is taken and stream the rows; this
+        default reads the rows first and the head after them."""
+        rows = list(self.read_chunk(table, lo, hi))
+        return self.source.head(), iter(rows)
+
+    def handoff(self, at: Position) -> Position:
+        """Where the log takes over from a snapshot planned at ``at``: a position at or before
+        ``at`` such that every change logged at or before it is visible to every chunk read
+        from now on. A change can be in the log before it is visible (a commit waiting for a
+        semi-synchronous or synchronous replica); such a change must come from the log.
+        Default: ``at`` (a source whose commits are visible when logged)."""
+        return at
+
+
 class Source(abc.ABC):
     kind: str = ""
     connector: str = ""  # the envelope's source.connector ("mysql", "postgresql")
@@ -155,18 +212,6 @@ class Source(abc.ABC):
         :class:`~tidegate.debezium.envelope.SourceInfo`: the connector, the database's name,
         every table's column types as its catalog spells them); None where the source cannot say."""
         return None
-
-    @staticmethod
-    def catalog_of(rows: list[tuple]) -> dict[str, tuple[list[str], list[str]]]:
-        """:meth:`table_catalog`'s answer from catalog rows (schema, table, column, is key), in
-        the tables' column order."""
-        out: dict[str, tuple[list[str], list[str]]] = {}
-        for schema, table, column, is_key in rows:
-            cols, key = out.setdefault(f"{schema}.{table}", ([], []))
-            cols.append(column)
-            if is_key:
-                key.append(column)
-        return out
 
     # ------------------------------------------------------------------ identity and positions
 
@@ -241,40 +286,10 @@ class Source(abc.ABC):
 
     # ------------------------------------------------------------------ snapshots
 
-    def snapshot_tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
-        """The tables a snapshot reads, in a stable order: ``tables`` (names as in the spec's
-        ``source.tables``; each must be captured), or every captured table. Raises
-        :class:`~tidegate.errors.SnapshotError` naming a table that has no primary key or does
-        not exist."""
+    def snapshots(self) -> SnapshotReads:
+        """The source's snapshot reads (:class:`SnapshotReads`). Raises
+        :class:`~tidegate.errors.SnapshotError` for a source that cannot take snapshots."""
         raise SnapshotError(f"a {self.kind or type(self).__name__} source cannot take snapshots")
-
-    def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
-        """The table cut into primary-key ranges ``(lo, hi]`` of at most ``chunk_rows`` rows (as
-        the table is now), in key order; the first ``lo`` and the last ``hi`` are None, so the
-        ranges cover every key, also keys inserted later."""
-        raise SnapshotError(f"a {self.kind or type(self).__name__} source cannot take snapshots")
-
-    def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
-        """The rows whose key lies in ``(lo, hi]``, in key order, read in one short transaction
-        without locks; values have the JSON form log events give the same columns."""
-        raise SnapshotError(f"a {self.kind or type(self).__name__} source cannot take snapshots")
-
-    def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
-                   ) -> tuple[Position, Iterator[dict[str, Any]]]:
-        """:meth:`read_chunk` with its upper bound: ``(upper, rows)`` where every change the rows
-        show is at or before ``upper`` in the log (docs/architecture.md, "Snapshots"). Sources
-        read the log head just after the read's view is taken and stream the rows; this
-        default reads the rows first and the head after them."""
-        rows = list(self.read_chunk(table, lo, hi))
-        return self.head(), iter(rows)
-
-    def snapshot_handoff(self, at: Position) -> Position:
-        """Where the log takes over from a snapshot planned at ``at``: a position at or before
-        ``at`` such that every change logged at or before it is visible to every chunk read
-        from now on. A change can be in the log before it is visible (a commit waiting for a
-        semi-synchronous or synchronous replica); such a change must come from the log.
-        Default: ``at`` (a source whose commits are visible when logged)."""
-        return at
 
     def release(self, position: Position) -> None:  # noqa: B027 - optional hook
         """Tell the server it may recycle the log up to ``position`` (Postgres slot advance)."""

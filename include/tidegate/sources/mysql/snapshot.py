@@ -1,10 +1,11 @@
 """Snapshot reads of MySQL/MariaDB tables (docs/architecture.md, "Snapshots").
 
-:class:`MySqlSnapshot` is a mixin of :class:`~tidegate.sources.mysql.source.MySqlSource`; it needs only
-the source's ``spec`` and ``conn``. Every query runs on a connection of its own in autocommit
+:class:`MySqlSnapshotReads` are a :class:`~tidegate.sources.mysql.source.MySqlSource`'s snapshot reads
+(``source.snapshots()``); :class:`MySqlCatalog`, a mixin of the source, lists its tables and column
+types on the same kind of connection. Every query runs on a connection of its own in autocommit
 mode: one statement is one short transaction, an InnoDB consistent read that takes no lock. A
 chunk is one transaction ``WITH CONSISTENT SNAPSHOT`` whose upper bound (the binlog head read
-just after its view was taken) travels with its rows (:meth:`MySqlSnapshot.open_chunk`).
+just after its view was taken) travels with its rows (:meth:`MySqlSnapshotReads.open_chunk`).
 
 Chunks are primary-key ranges ``(lo, hi]``. :meth:`chunk_plan` walks the primary key index
 (``ORDER BY key LIMIT 1 OFFSET chunk_rows - 1``, one index range per chunk) and keeps every
@@ -33,7 +34,7 @@ import pymysql.cursors
 
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
-from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
+from ..base import ChunkBound, SnapshotReads, SnapshotTable, catalog_of, snapshot_tables_of
 from .values import bits_text, float32_shortest
 
 SYSTEM_DBS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -165,18 +166,26 @@ def column_reader(data_type: str, column_type: str, mysql_json: bool
     return "{}", None
 
 
-# --------------------------------------------------------------------------- the mixin
+# --------------------------------------------------------------------------- catalog and reads
 
 
-class MySqlSnapshot:
-    """Snapshot reads for :class:`~tidegate.sources.mysql.source.MySqlSource` (see the module docstring)."""
+def fetch_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
+    """Every row ``sql`` returns on ``conn``."""
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+
+
+class MySqlCatalog:
+    """A mixin of :class:`~tidegate.sources.mysql.source.MySqlSource`: its tables' columns and
+    types, read on the snapshot reads' kind of connection (:meth:`snapshot_connection`)."""
 
     connector = "mysql"
     spec: Any
     conn: Any
     server: Any  # the MySqlServer: every connection's settings, TLS included
 
-    def _snap_connection(self, unbuffered: bool = False) -> pymysql.connections.Connection:
+    def snapshot_connection(self, unbuffered: bool = False) -> pymysql.connections.Connection:
         # The server's settings (TLS and all), UTC for TIMESTAMP; a chunk is streamed to a
         # consumer that may pause (a sink retrying), so the server waits longer than 60 s.
         return self.server.connect(" for a snapshot", charset="utf8mb4", autocommit=True,
@@ -184,36 +193,11 @@ class MySqlSnapshot:
                                    cursorclass=(pymysql.cursors.SSCursor if unbuffered
                                                 else pymysql.cursors.Cursor))
 
-    @staticmethod
-    def _snap_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
-
-    def snapshot_tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
-        conn = self._snap_connection()
-        try:
-            existing = {f"{d}.{t}" for d, t in self._snap_all(
-                conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
-                      "'BASE TABLE' AND TABLE_SCHEMA NOT IN %s", (SYSTEM_DBS,))}
-            captured = snapshot_candidates(self.spec.source.tables, existing)
-
-            def primary_key(db: str, table: str) -> list[str]:
-                return [r[0] for r in self._snap_all(
-                    conn, "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND "
-                          "TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX", (db, table))]
-
-            return snapshot_tables_of(self.spec.pipeline, captured, existing, tables, primary_key,
-                                      f"no such table on {self.conn} (or the CDC user cannot see it; it "
-                                      f"needs SELECT on the table)")
-        finally:
-            conn.close()
-
     def table_catalog(self) -> dict[str, tuple[list[str], list[str]]]:
         """Every base table's columns and primary key (for the filters' preflight)."""
-        conn = self._snap_connection()
+        conn = self.snapshot_connection()
         try:
-            rows = self._snap_all(
+            rows = fetch_all(
                 conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_KEY = 'PRI' FROM "
                       "information_schema.COLUMNS c JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = "
                       "c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME WHERE t.TABLE_TYPE = 'BASE TABLE' AND "
@@ -221,7 +205,7 @@ class MySqlSnapshot:
                 (SYSTEM_DBS,))
         finally:
             conn.close()
-        return self.catalog_of(rows)
+        return catalog_of(rows)
 
     def column_types(self) -> Any:
         """Every base table's column types (``COLUMN_TYPE``) and nullability, for ``envelope:
@@ -230,28 +214,28 @@ class MySqlSnapshot:
         the server says so."""
         from ...debezium.envelope import SourceInfo, TableInfo
 
-        conn = self._snap_connection()
+        conn = self.snapshot_connection()
         try:
-            version, server_id = self._snap_all(conn, "SELECT VERSION(), @@server_id")[0]
-            rows = self._snap_all(
+            version, server_id = fetch_all(conn, "SELECT VERSION(), @@server_id")[0]
+            rows = fetch_all(
                 conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, "
                       "c.IS_NULLABLE = 'YES', c.COLUMN_DEFAULT, c.EXTRA, c.CHARACTER_SET_NAME "
                       "FROM information_schema.COLUMNS c "
                       "WHERE c.TABLE_SCHEMA NOT IN %s "
                       "ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION", (SYSTEM_DBS,))
             # the schema change topic's primary keys and default character sets
-            keys = self._snap_all(
+            keys = fetch_all(
                 conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
                       "WHERE CONSTRAINT_NAME = 'PRIMARY' AND TABLE_SCHEMA NOT IN %s "
                       "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", (SYSTEM_DBS,))
-            charsets = {(d, t): cs for d, t, cs in self._snap_all(
+            charsets = {(d, t): cs for d, t, cs in fetch_all(
                 conn, "SELECT t.TABLE_SCHEMA, t.TABLE_NAME, cc.CHARACTER_SET_NAME "
                       "FROM information_schema.TABLES t "
                       "JOIN information_schema.COLLATION_CHARACTER_SET_APPLICABILITY cc "
                       "ON cc.COLLATION_NAME = t.TABLE_COLLATION WHERE t.TABLE_SCHEMA NOT IN %s",
                 (SYSTEM_DBS,))}
             mariadb = "mariadb" in str(version).lower()
-            checks = self._snap_all(
+            checks = fetch_all(
                 conn, "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM "
                       "information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%%' "
                       "AND CONSTRAINT_SCHEMA NOT IN %s",
@@ -279,15 +263,41 @@ class MySqlSnapshot:
                 info.charsets[column] = str(charset)
         return SourceInfo("mariadb" if mariadb else "mysql", "", tables, int(server_id))
 
+
+class MySqlSnapshotReads(SnapshotReads):
+    """The snapshot reads of a :class:`~tidegate.sources.mysql.source.MySqlSource` (the module
+    docstring)."""
+
+    source: Any
+
+    def tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
+        conn = self.source.snapshot_connection()
+        try:
+            existing = {f"{d}.{t}" for d, t in fetch_all(
+                conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
+                      "'BASE TABLE' AND TABLE_SCHEMA NOT IN %s", (SYSTEM_DBS,))}
+            captured = snapshot_candidates(self.source.spec.source.tables, existing)
+
+            def primary_key(db: str, table: str) -> list[str]:
+                return [r[0] for r in fetch_all(
+                    conn, "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND "
+                          "TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX", (db, table))]
+
+            return snapshot_tables_of(self.source.spec.pipeline, captured, existing, tables, primary_key,
+                                      f"no such table on {self.source.conn} (or the CDC user cannot "
+                                      f"see it; it needs SELECT on the table)")
+        finally:
+            conn.close()
+
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
         cols = ", ".join(_ident(c) for c in table.key)
         bounds: list[list[Any]] = []
-        conn = self._snap_connection()
+        conn = self.source.snapshot_connection()
         try:
             while True:
                 where, params = after_key(table.key, [bound_from_json(v) for v in bounds[-1]]) if bounds \
                     else ("1 = 1", [])
-                rows = self._snap_all(conn, f"SELECT {cols} FROM {_qualified(table)} WHERE {where} "
+                rows = fetch_all(conn, f"SELECT {cols} FROM {_qualified(table)} WHERE {where} "
                                             f"ORDER BY {cols} LIMIT 1 OFFSET %s", (*params, chunk_rows - 1))
                 if not rows:
                     break
@@ -297,10 +307,10 @@ class MySqlSnapshot:
         edges: list[ChunkBound] = [None, *bounds, None]
         return list(zip(edges[:-1], edges[1:], strict=True))
 
-    def _snap_columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, str, Callable | None]]:
-        (version,) = self._snap_all(conn, "SELECT VERSION()")[0]
+    def _columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, str, Callable | None]]:
+        (version,) = fetch_all(conn, "SELECT VERSION()")[0]
         mysql_json = "mariadb" not in version.lower()
-        rows = self._snap_all(conn, "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM "
+        rows = fetch_all(conn, "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM "
                                     "information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
                                     "ORDER BY ORDINAL_POSITION", (table.db, table.table))
         out = []
@@ -309,39 +319,36 @@ class MySqlSnapshot:
             out.append((name, expr.format(_ident(name)), conv))
         return out
 
-    def snapshot_handoff(self, at: Any) -> Any:
+    def handoff(self, at: Any) -> Any:
         """MariaDB: the binlog position of a consistent snapshot taken now
         (``binlog_snapshot_file``/``_position`` of ``START TRANSACTION WITH CONSISTENT
         SNAPSHOT``), if it lies before ``at``. The two differ when a transaction is written to the
         binlog but not yet visible (semi-synchronous replication waiting for its ack): the
         snapshot's position lies before it, so the log from there delivers it. MySQL has no such
         status; there the handoff stays ``at`` (docs/architecture.md, "Snapshots")."""
-        conn = self._snap_connection()
+        conn = self.source.snapshot_connection()
         try:
-            self._snap_all(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            status = {k.lower(): v for k, v in self._snap_all(conn, "SHOW STATUS LIKE 'binlog_snapshot_%'")}
-            self._snap_all(conn, "COMMIT")
+            fetch_all(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            status = {k.lower(): v for k, v in fetch_all(conn, "SHOW STATUS LIKE 'binlog_snapshot_%'")}
+            fetch_all(conn, "COMMIT")
         finally:
             conn.close()
         file, pos = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
         if not file or pos is None:
             return at
-        point = self.position(file, int(pos), self.gtid_at(file, int(pos)))  # type: ignore[attr-defined]
+        point = self.source.position(file, int(pos), self.source.gtid_at(file, int(pos)))
         return point if point < at else at
-
-    def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
-        return self.open_chunk(table, lo, hi)[1]
 
     def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
                    ) -> tuple[Any, Iterator[dict[str, Any]]]:
         """One transaction ``WITH CONSISTENT SNAPSHOT`` (InnoDB's read view taken at once, no
         lock), then the binlog head (every change the view shows is logged before it), then the
         rows, streamed."""
-        conn = self._snap_connection(unbuffered=True)
+        conn = self.source.snapshot_connection(unbuffered=True)
         try:
-            self._snap_all(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            cols = self._snap_columns(conn, table)
-            upper = self.head()  # type: ignore[attr-defined]
+            fetch_all(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cols = self._columns(conn, table)
+            upper = self.source.head()
         except BaseException:
             conn.close()
             raise
@@ -381,7 +388,8 @@ class MySqlSnapshot:
             conn.close()
 
 
-__all__ = ["MySqlSnapshot", "after_key", "bound_from_json", "bound_to_json", "column_reader", "up_to_key"]
+__all__ = ["MySqlCatalog", "MySqlSnapshotReads", "after_key", "bound_from_json", "bound_to_json",
+           "column_reader", "up_to_key"]
 
 
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?$")

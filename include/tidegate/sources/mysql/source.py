@@ -33,7 +33,7 @@ from .ddl import captured_targets, tables_changed
 from .fast_reader import FastReader, collation_codecs, native_allowed
 from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
-from .snapshot import MySqlSnapshot
+from .snapshot import MySqlCatalog, MySqlSnapshotReads
 from .tls import tls_failure
 from .transactions import GtidState, SchemaChange, file_seq
 
@@ -60,7 +60,7 @@ def fast_reader(source: MySqlSource, settings: dict[str, Any], server_id: int, s
 Reader = Callable[[Any, dict[str, Any], int, BinlogPosition, BinlogPosition, GtidState], Any]
 
 
-class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
+class MySqlSource(MySqlCatalog, Source):  # the catalog and snapshot reads: snapshot.py
     """Bounded reads of a MySQL/MariaDB binlog. See ``sources/mysql/__init__.py`` for the
     contract."""
 
@@ -95,6 +95,9 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
     def close(self) -> None:
         self.server.close()
 
+    def snapshots(self) -> MySqlSnapshotReads:
+        return MySqlSnapshotReads(self)
+
     # ------------------------------------------------------------------ server and positions
 
     @property
@@ -116,12 +119,8 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         """MariaDB: the GTID position (last GTID per domain) at a binlog coordinate."""
         return self.server.gtid_at(file, pos)
 
-    def binlog_files(self) -> list[tuple[str, int]]:
-        """The binlog files still on the server, oldest first, with their sizes."""
-        return self.server.binlog_files()
-
     def log_sizes(self) -> dict[str, int]:
-        return dict(self.binlog_files())
+        return dict(self.server.binlog_files())
 
     def position(self, file: str, pos: int, gtid_set: GtidSet | None) -> BinlogPosition:
         """A position on this server (the readers' :class:`~.transactions.ReadHost`)."""
@@ -131,10 +130,6 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
 
     def settings(self) -> dict[str, Any]:
         return self.server.settings()
-
-    def check_settings(self) -> None:
-        """Raise :class:`SourceSettingError` naming every wrong binlog setting."""
-        server_checks.check_settings(self.server)
 
     def preflight(self, checkpoint: CheckpointRecord | None = None) -> list[Problem]:
         """Settings, privileges and retention headroom (binlog expiry against the age of the
@@ -212,7 +207,7 @@ class MySqlSource(MySqlSnapshot, Source):  # snapshot reads: snapshot.py
         self.server.check_available(start)
         target = min(self.slice_bytes, max_bytes) if max_bytes else self.slice_bytes
         out = []
-        for name, size in self.binlog_files():
+        for name, size in self.server.binlog_files():
             seq = file_seq(name)
             if seq < start.file_seq or seq > upto.file_seq:
                 continue

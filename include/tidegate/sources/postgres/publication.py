@@ -29,6 +29,7 @@ import psycopg2.errors
 from ...errors import SourceError, SourceSettingError
 from ..preflight import ERROR, INFO, WARNING, Problem
 from .connection import PgServer
+from .snapshot import SYSTEM_SCHEMAS_SQL
 from .snapshot import _ident as ident
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,17 @@ ACTIONS = ("insert", "update", "delete", "truncate")
 
 def _names(tables: Iterable[Table]) -> str:
     return ", ".join(f"{s}.{t}" for s, t in sorted(tables))
+
+
+def publication_tables(server: PgServer, tables: Any) -> list[Table] | None:
+    """What a pipeline's own publication is for: None (every table) when its ``source.tables``
+    is empty, else the captured tables (and partitioned tables) that exist, from the catalog."""
+    if not tables:
+        return None
+    rows = server.query("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                        f"c.relnamespace WHERE c.relkind IN ('r', 'p') AND {SYSTEM_SCHEMAS_SQL} "
+                        "ORDER BY 1, 2", ())
+    return [(s, t) for s, t in rows if (s, t) in tables]
 
 
 class Publication:

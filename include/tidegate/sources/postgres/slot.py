@@ -105,6 +105,12 @@ class Slot:
                 # the WAL the server keeps for the slot: from its restart_lsn to the current LSN
                 "held_bytes": None if r[10] is None else int(r[10])}
 
+    def plugin_in_use(self) -> str | None:
+        """The output plugin reads use: the slot's; before the slot exists, ``source.plugin``
+        (None: decided when the slot is created)."""
+        info = self.info()
+        return info["plugin"] if info is not None else self.plugin
+
     def ensure(self) -> PgPosition | None:
         """Create the slot if it does not exist (logged), with ``source.plugin`` or what the
         server offers. Returns the position it was created at, or None when it already existed."""

@@ -1,12 +1,13 @@
 """Snapshot reads of PostgreSQL tables (docs/architecture.md, "Snapshots").
 
-:class:`PostgresSnapshot` is a mixin of :class:`~tidegate.sources.postgres.source.PostgresSource`; it
-needs only the source's ``spec`` and ``conn``. Every chunk is one read-only transaction of a
+:class:`PostgresSnapshotReads` are a :class:`~tidegate.sources.postgres.source.PostgresSource`'s
+snapshot reads (``source.snapshots()``); :class:`PostgresCatalog`, a mixin of the source, lists its
+tables and column types. Every chunk is one read-only transaction of a
 connection of its own: one SELECT through a server-side cursor (client memory bounded by
 ``FETCH_ROWS``), which takes only the ACCESS SHARE lock every SELECT takes (it blocks DDL on
 the table for the chunk's few seconds, never writes). The transaction is REPEATABLE READ, so the
 rows are those of the snapshot taken by its first statement; the WAL head read just after it is
-the chunk's upper bound (:meth:`PostgresSnapshot.open_chunk`).
+the chunk's upper bound (:meth:`PostgresSnapshotReads.open_chunk`).
 
 Chunks are primary-key ranges ``(lo, hi]``: PostgreSQL compares row values
 (``(a, b) > (x, y)``) lexicographically through the primary key's index, so :meth:`chunk_plan`
@@ -33,7 +34,7 @@ import psycopg2
 
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
-from ..base import ChunkBound, SnapshotTable, snapshot_tables_of
+from ..base import ChunkBound, SnapshotReads, SnapshotTable, catalog_of, snapshot_tables_of
 from .pgoutput import parse_begin
 from .position import Lsn
 from .values import BOOL_OID, DECIMAL_OIDS, INT_OIDS, _identity, converter, ts_iso, ts_iso_fast
@@ -67,51 +68,32 @@ def _text(t: str) -> str:
     return t
 
 
-class PostgresSnapshot:
-    """Snapshot reads for :class:`~tidegate.sources.postgres.source.PostgresSource` (module docstring)."""
+def fetch_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
+    """Every row ``sql`` returns on ``conn``."""
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall()
+
+
+class PostgresCatalog:
+    """A mixin of :class:`~tidegate.sources.postgres.source.PostgresSource`: its tables' columns and
+    types, read on the snapshot reads' kind of session (:meth:`snapshot_connection`)."""
 
     connector = "postgresql"
     spec: Any
     conn: Any
     server: Any  # the PgServer: every session's settings, TLS included
 
-    def _snap_connection(self) -> Any:
+    def snapshot_connection(self) -> Any:
         conn = self.server.connect(" for a snapshot", application_name="tidegate-snapshot")
         conn.set_session(readonly=True, autocommit=False)
         return conn
 
-    @staticmethod
-    def _snap_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall()
-
-    def snapshot_tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
-        conn = self._snap_connection()
-        try:
-            # Leaf tables only: a partitioned table's rows are its partitions' (so are its changes).
-            existing = {f"{s}.{t}" for s, t in self._snap_all(
-                conn, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
-                      f"c.relnamespace WHERE c.relkind = 'r' AND {SYSTEM_SCHEMAS_SQL}")}
-            captured = snapshot_candidates(self.spec.source.tables, existing)
-
-            def primary_key(schema: str, table: str) -> list[str]:
-                return [r[0] for r in self._snap_all(
-                    conn, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
-                          "i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = "
-                          "format('%%I.%%I', %s, %s)::regclass AND i.indisprimary "
-                          "ORDER BY array_position(i.indkey::int2[], a.attnum)", (schema, table))]
-
-            return snapshot_tables_of(self.spec.pipeline, captured, existing, tables, primary_key,
-                                      f"no such table on {self.conn} (or the CDC role cannot see it)")
-        finally:
-            conn.close()
-
     def table_catalog(self) -> dict[str, tuple[list[str], list[str]]]:
         """Every table's columns and primary key (for the filters' preflight)."""
-        conn = self._snap_connection()
+        conn = self.snapshot_connection()
         try:
-            rows = self._snap_all(
+            rows = fetch_all(
                 conn, "SELECT n.nspname, c.relname, a.attname, coalesce(a.attnum = ANY (i.indkey), false) "
                       "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_attribute a ON "
                       "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped LEFT JOIN pg_index i ON "
@@ -119,7 +101,7 @@ class PostgresSnapshot:
                       f"{SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
         finally:
             conn.close()
-        return self.catalog_of(rows)
+        return catalog_of(rows)
 
     def column_types(self) -> Any:
         """Every table's column types (``format_type``; a domain's is its base type's, which is
@@ -127,10 +109,10 @@ class PostgresSnapshot:
         ``source.db``), for ``envelope: debezium``."""
         from ...debezium.envelope import SourceInfo, TableInfo
 
-        conn = self._snap_connection()
+        conn = self.snapshot_connection()
         try:
-            database = str(self._snap_all(conn, "SELECT current_database()")[0][0])
-            rows = self._snap_all(
+            database = str(fetch_all(conn, "SELECT current_database()")[0][0])
+            rows = fetch_all(
                 conn, "SELECT n.nspname, c.relname, a.attname, CASE WHEN ty.typtype = 'd' "
                       "THEN format_type(ty.typbasetype, ty.typtypmod) "
                       "ELSE format_type(a.atttypid, a.atttypmod) END, "
@@ -158,21 +140,49 @@ class PostgresSnapshot:
                 info.defaults[column] = literal
         return SourceInfo("postgresql", database, tables)
 
-    def _snap_columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, int, str, str]]:
+
+class PostgresSnapshotReads(SnapshotReads):
+    """The snapshot reads of a :class:`~tidegate.sources.postgres.source.PostgresSource` (the
+    module docstring)."""
+
+    source: Any
+
+    def tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
+        conn = self.source.snapshot_connection()
+        try:
+            # Leaf tables only: a partitioned table's rows are its partitions' (so are its changes).
+            existing = {f"{s}.{t}" for s, t in fetch_all(
+                conn, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                      f"c.relnamespace WHERE c.relkind = 'r' AND {SYSTEM_SCHEMAS_SQL}")}
+            captured = snapshot_candidates(self.source.spec.source.tables, existing)
+
+            def primary_key(schema: str, table: str) -> list[str]:
+                return [r[0] for r in fetch_all(
+                    conn, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
+                          "i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = "
+                          "format('%%I.%%I', %s, %s)::regclass AND i.indisprimary "
+                          "ORDER BY array_position(i.indkey::int2[], a.attnum)", (schema, table))]
+
+            return snapshot_tables_of(self.source.spec.pipeline, captured, existing, tables, primary_key,
+                                      f"no such table on {self.source.conn} (or the CDC role cannot see it)")
+        finally:
+            conn.close()
+
+    def _columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, int, str, str]]:
         """(name, type oid, type with modifiers as wal2json names it, type without them)."""
-        return self._snap_all(conn, "SELECT attname, atttypid::int, format_type(atttypid, atttypmod), "
+        return fetch_all(conn, "SELECT attname, atttypid::int, format_type(atttypid, atttypmod), "
                                "format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = "
                                "format('%%I.%%I', %s, %s)::regclass AND attnum > 0 AND NOT attisdropped "
                                "ORDER BY attnum", (table.schema, table.table))
 
-    def _snap_key_predicate(self, table: SnapshotTable, types: dict[str, str], op: str, values: Sequence[Any]
+    def _key_predicate(self, table: SnapshotTable, types: dict[str, str], op: str, values: Sequence[Any]
                        ) -> tuple[str, list[Any]]:
         cols = ", ".join(_ident(c) for c in table.key)
         params = ", ".join(f"%s::{types[c]}" for c in table.key)
         return f"({cols}) {op} ({params})", list(values)
 
     @staticmethod
-    def _snap_raw_text(conn: Any, cur_sql: str, params: Sequence[Any]) -> None:
+    def _raw_text(conn: Any, cur_sql: str, params: Sequence[Any]) -> None:
         """Let this connection return the server's text output of every column of ``cur_sql``
         as is (psycopg2 would parse dates, numbers and arrays into Python objects)."""
         import psycopg2.extensions as ext
@@ -183,17 +193,17 @@ class PostgresSnapshot:
         ext.register_type(ext.new_type(oids, "TIDEGATE_RAW_TEXT", lambda v, _cur: v), conn)
 
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
-        conn = self._snap_connection()
+        conn = self.source.snapshot_connection()
         bounds: list[list[str]] = []
         try:
-            types = {name: bare for name, _, _, bare in self._snap_columns(conn, table)}
+            types = {name: bare for name, _, _, bare in self._columns(conn, table)}
             cols = ", ".join(_ident(c) for c in table.key)
             base = f"SELECT {cols} FROM {_qualified(table)}"
-            self._snap_raw_text(conn, base, ())
+            self._raw_text(conn, base, ())
             while True:
-                where, params = (self._snap_key_predicate(table, types, ">", bounds[-1]) if bounds
+                where, params = (self._key_predicate(table, types, ">", bounds[-1]) if bounds
                                  else ("true", []))
-                rows = self._snap_all(conn, f"{base} WHERE {where} ORDER BY {cols} LIMIT 1 OFFSET %s",
+                rows = fetch_all(conn, f"{base} WHERE {where} ORDER BY {cols} LIMIT 1 OFFSET %s",
                                  (*params, chunk_rows - 1))
                 if not rows:
                     break
@@ -204,9 +214,6 @@ class PostgresSnapshot:
         edges: list[ChunkBound] = [None, *bounds, None]
         return list(zip(edges[:-1], edges[1:], strict=True))
 
-    def read_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound) -> Iterator[dict[str, Any]]:
-        return self.open_chunk(table, lo, hi)[1]
-
     def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
                    ) -> tuple[Any, Iterator[dict[str, Any]]]:
         """One REPEATABLE READ transaction: its first statement takes the snapshot, then the
@@ -214,11 +221,11 @@ class PostgresSnapshot:
         stream through a server-side cursor."""
         import psycopg2.extensions as ext
 
-        conn = self._snap_connection()
+        conn = self.source.snapshot_connection()
         try:
             conn.set_session(isolation_level=ext.ISOLATION_LEVEL_REPEATABLE_READ)
-            columns = self._snap_columns(conn, table)  # the transaction's snapshot is taken here
-            upper = self.head()  # type: ignore[attr-defined]
+            columns = self._columns(conn, table)  # the transaction's snapshot is taken here
+            upper = self.source.head()
         except BaseException:
             conn.close()
             raise
@@ -235,12 +242,12 @@ class PostgresSnapshot:
             where, params = ["true"], []
             for bound, op in ((lo, ">"), (hi, "<=")):
                 if bound is not None:
-                    sql, p = self._snap_key_predicate(table, types, op, bound)
+                    sql, p = self._key_predicate(table, types, op, bound)
                     where.append(sql)
                     params += p
             sql = (f"SELECT {', '.join(_ident(n) for n in names)} FROM {_qualified(table)} "
                    f"WHERE {' AND '.join(where)}")
-            self._snap_raw_text(conn, sql, params)
+            self._raw_text(conn, sql, params)
             cur = conn.cursor(name="tidegate_snapshot_chunk")
             cur.itersize = FETCH_ROWS
             cur.execute(sql + " ORDER BY " + ", ".join(_ident(c) for c in table.key), params)
@@ -256,7 +263,7 @@ class PostgresSnapshot:
         finally:
             conn.close()
 
-    def snapshot_handoff(self, at: Any) -> Any:
+    def handoff(self, at: Any) -> Any:
         """``at``, once every transaction whose commit record lies before it is visible.
 
         A commit waiting for a synchronous standby is flushed to WAL (so its commit record can
@@ -269,24 +276,24 @@ class PostgresSnapshot:
         snapshot, the slot and ``pg_xact_status`` answer any REPLICATION role, where
         pg_stat_activity's wait events of other roles' sessions need pg_monitor. A transaction
         that commits later has its commit record after ``at``, and the log delivers it."""
-        conn = self.server.connect(" for the snapshot's handoff", application_name="tidegate-snapshot")
+        conn = self.source.server.connect(" for the snapshot's handoff", application_name="tidegate-snapshot")
         try:
             conn.autocommit = True
             xmax, xip = self._snapshot_now(conn)  # taken after ``at`` was chosen
             waiting = [x for x in self._committed_before(conn, at, xmax) if x in xip or x >= xmax]
             deadline = time.monotonic() + HANDOFF_WAIT_S
             while waiting:
-                waiting = [int(x) for (x,) in self._snap_all(
+                waiting = [int(x) for (x,) in fetch_all(
                     conn, "SELECT x FROM unnest(%s::text[]) x WHERE pg_xact_status(x::xid8) = 'in progress'",
                     ([str(x) for x in waiting],))]
                 if not waiting:
                     break
                 if time.monotonic() > deadline:
                     raise SnapshotError(
-                        f"transaction(s) {', '.join(map(str, waiting))} on {self.conn} committed before the "
-                        f"snapshot's handoff {at} but are still not visible after {HANDOFF_WAIT_S:.0f}s "
-                        f"(waiting for a synchronous standby, synchronous_standby_names?): the snapshot "
-                        f"would miss them; the run is retried")
+                        f"transaction(s) {', '.join(map(str, waiting))} on {self.source.conn} committed "
+                        f"before the snapshot's handoff {at} but are still not visible after "
+                        f"{HANDOFF_WAIT_S:.0f}s (waiting for a synchronous standby, "
+                        f"synchronous_standby_names?): the snapshot would miss them; the run is retried")
                 time.sleep(0.05)
         finally:
             conn.close()
@@ -296,7 +303,7 @@ class PostgresSnapshot:
         """A new snapshot's xmax and xip list (full 64-bit xids): a transaction is invisible to it
         when it is in the list or at or after xmax (a commit still waiting when it was taken, or
         one that has not committed)."""
-        xmax, xip = self._snap_all(conn, "SELECT pg_snapshot_xmax(s)::text, ARRAY(SELECT pg_snapshot_xip(s))"
+        xmax, xip = fetch_all(conn, "SELECT pg_snapshot_xmax(s)::text, ARRAY(SELECT pg_snapshot_xip(s))"
                                          "::text[] FROM (SELECT pg_current_snapshot() s) q")[0]
         return int(xmax), {int(x) for x in xip}
 
@@ -305,11 +312,11 @@ class PostgresSnapshot:
         32 bits; the epoch is xmax's): the slot decoded up to ``at`` without its row changes (a
         peek: the slot does not move). Its confirmed position is at or before ``at`` (a snapshot's
         handoff is the head, a new slot's start or a checkpoint the slot was released to)."""
-        slot = self.replication_slot  # type: ignore[attr-defined]
+        slot = self.source.replication_slot
         if slot.check(at)["plugin"] == "pgoutput":
             sql = ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
                    "'proto_version', '1', 'publication_names', %s)")
-            args: tuple = (slot.name, str(at.lsn), self.publication.name)  # type: ignore[attr-defined]
+            args: tuple = (slot.name, str(at.lsn), self.source.publication.name)
         else:
             sql = ("SELECT data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, NULL, 'format-version', "
                    "'2', 'include-xids', '1', 'include-lsn', '1', 'filter-tables', '*.*')")
@@ -371,7 +378,7 @@ def _row_converter(oid: int, typ: str) -> Callable[[Any], Any] | None:
     return first if then is _identity else _compose(first, then)
 
 
-__all__ = ["PostgresSnapshot", "wal2json_value"]
+__all__ = ["PostgresCatalog", "PostgresSnapshotReads", "wal2json_value"]
 
 
 _DEFAULT_CONSTANT = re.compile(

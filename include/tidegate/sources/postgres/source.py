@@ -29,10 +29,10 @@ from .columns import ColumnTracker, LocalMemory, Memory, StoreMemory
 from .connection import PgServer
 from .pgoutput import PgOutputReader
 from .position import Lsn, PgPosition
-from .publication import Publication
+from .publication import Publication, publication_tables
 from .reader import Wal2JsonReader
 from .slot import PGOUTPUT, WAL2JSON, Slot, SlotBusyError
-from .snapshot import SYSTEM_SCHEMAS_SQL, PostgresSnapshot
+from .snapshot import PostgresCatalog, PostgresSnapshotReads
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ READERS = {WAL2JSON: Wal2JsonReader, PGOUTPUT: PgOutputReader}  # the read path 
 FIRST_LOOK = 100  # rows the first look of has_changes decodes
 
 
-class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
+class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads: snapshot.py
     """Bounded reads of a logical replication slot (wal2json or pgoutput). See
     ``sources/postgres/__init__.py`` for the contract."""
 
@@ -77,6 +77,9 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
     def close(self) -> None:
         self.server.close()
 
+    def snapshots(self) -> PostgresSnapshotReads:
+        return PostgresSnapshotReads(self)
+
     # ------------------------------------------------------------------ identity and positions
 
     def identity(self) -> dict[str, Any]:
@@ -99,49 +102,10 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
         super().use_lease(epoch)
         self.replication_slot.epoch = epoch
 
-    def slot_info(self) -> dict[str, Any] | None:
-        return self.replication_slot.info()
-
-    def ensure_slot(self) -> PgPosition | None:
-        """Create the pipeline's slot if it does not exist (logged), with ``source.plugin`` or
-        what the server offers (a pgoutput slot after its publication). Returns the position it
-        was created at, or None when it already existed."""
-        return self.replication_slot.ensure()
-
     def _before_slot(self, plugin: str) -> None:
         """A pgoutput slot is read with a publication that must exist before it (publication.py)."""
         if plugin == PGOUTPUT:
-            self.publication.ensure(self.publication_tables())
-
-    def captures(self, schema: str, table: str) -> bool:
-        """Whether the pipeline captures ``schema.table`` (``source.tables``; empty: every
-        table). The readers apply the same test inline on their hot path."""
-        return not self.tables or (schema, table) in self.tables
-
-    def captured_tables(self) -> list[tuple[str, str]]:
-        """The existing tables (and partitioned tables) the pipeline captures, from the catalog."""
-        rows = self.server.query("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
-                                 f"c.relnamespace WHERE c.relkind IN ('r', 'p') AND {SYSTEM_SCHEMAS_SQL} "
-                                 "ORDER BY 1, 2", ())
-        return [(s, t) for s, t in rows if self.captures(s, t)]
-
-    def publication_tables(self) -> list[tuple[str, str]] | None:
-        """What the pipeline's own publication is for: None (every table) when ``source.tables``
-        is empty, else the captured tables that exist."""
-        return None if not self.tables else self.captured_tables()
-
-    def plugin(self) -> str | None:
-        """The output plugin reads use: the slot's; before the slot exists, ``source.plugin``
-        (None: decided when the slot is created)."""
-        info = self.replication_slot.info()
-        return info["plugin"] if info is not None else self.spec.source.plugin
-
-    def drop_slot(self) -> None:
-        self.replication_slot.drop()
-
-    def check_slot(self, requested: PgPosition | None = None) -> dict[str, Any]:
-        """See :meth:`.slot.Slot.check`."""
-        return self.replication_slot.check(requested)
+            self.publication.ensure(publication_tables(self.server, self.tables))
 
     # ------------------------------------------------------------------ continuity
 
@@ -291,5 +255,6 @@ class PostgresSource(PostgresSnapshot, Source):  # snapshot reads: snapshot.py
             return probs
         slot = self.replication_slot.info()
         if (slot["plugin"] if slot is not None else self.spec.source.plugin) == PGOUTPUT:
-            probs += self.publication.problems(self.publication_tables(), slot is not None)
+            wanted = publication_tables(self.server, self.tables)
+            probs += self.publication.problems(wanted, slot is not None)
         return probs
