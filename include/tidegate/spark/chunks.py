@@ -2,7 +2,7 @@
 
 A Python Data Source (``tidegate_snapshot``) has one partition per chunk. Its task opens a
 source connection of its own, reads the chunk (one short transaction, no lock:
-``Source.open_chunk``) and turns every row into its serialized envelope right there
+``SnapshotReads.open_chunk``) and turns every row into its serialized envelope right there
 (``snapshots.read_chunk``), so the executors do the data work: reading, converting and
 serializing; the chunk's upper bound travels as the first row. The task hands Spark Arrow
 record batches of one binary column, each value a pickled batch of rows in the one row format
