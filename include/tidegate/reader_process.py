@@ -42,10 +42,13 @@ from typing import Any
 
 from .collector import fewer_collections
 from .errors import SourceError, TidegateError
+from .kinds import source_kind as kind_of
+from .parts import fixed_connection
 from .positions import Position
 from .reading import InProcessReader, Segment, Slice, log_runs
 from .shipped import pack, unpack
 from .sources.base import Source, SourceItem
+from .store import open_store
 
 log = logging.getLogger(__name__)
 
@@ -218,9 +221,6 @@ def _items(source: Source, child: _Child, start: Position | None, upto: Position
 def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
     """The child's body: import the source kind, wait for the job, read the range, ship it in
     batches, then ``end`` (or the error)."""
-    from .kinds import source_kind as kind_of
-    from .parts import fixed_connection
-
     store = None
     sender = _Sender(send)
     try:
@@ -237,8 +237,6 @@ def _child_main(source_kind: str | None, jobs: Any, send: Any) -> None:
             source.use_lease(epoch)  # the run's lease: its sessions are named for it
         try:
             if store_url:
-                from .store import open_store
-
                 store = open_store(store_url)
                 source.use_store(store)
             batch: list[Any] = []
