@@ -17,12 +17,12 @@ from typing import Any
 
 from . import catalog, guards, runner
 from . import spec as specmod
-from .checkpoints import rewind
 from .errors import TidegateError
 from .plan import MODES, RESOLUTIONS, RunParamsError, RunPlan
 from .positions import position_to_json
 from .reader_process import ReaderProcess
 from .run import RunContext
+from .sink_checkpoints import rewind
 from .sources.preflight import human_bytes, human_seconds
 from .spark.connect import deliver_remote, spec_connect_url
 from .spark.package import package_zip

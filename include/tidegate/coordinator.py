@@ -5,7 +5,7 @@ Per run (docs/architecture.md, "One run"):
 1. ``open()``: open every sink and compute its *effective* start: the store's checkpoint, or
    the sink's own ``committed_checkpoint()`` when that record extends the store's current
    version and lies ahead of it (a sink that committed its data but crashed before the store
-   write is not sent that data again; see :mod:`tidegate.checkpoints`). An adopted record is
+   write is not sent that data again; see :mod:`tidegate.sink_checkpoints`). An adopted record is
    written to the store at once, so the store stays the authority.
 2. ``run(items)``: cut the source stream into sub-batches; for each one, deliver to all sinks
    concurrently, each sink getting only ``batch.after(its position)`` (nothing at all when it
@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .batching import SubBatch, Transaction, cut_sub_batches
-from .checkpoints import Adoption, SinkCheckpoint, adopt
 from .collector import fewer_collections
 from .errors import CommitPolicyError, ErrorClass, FatalRunError, SinkTimedOutError, TimedOutTransactionError
 from .events import ControlMessage
 from .positions import Position, later, lowest_start, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
+from .sink_checkpoints import Adoption, SinkCheckpoint, adopt
 from .sinks.base import Sink
 from .sources.base import SourceItem
 from .spec import BatchSpec

@@ -25,12 +25,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import snapshots
-from .checkpoints import adopt
 from .errors import ChangesLostError, ContinuityHalt, SourceError, TidegateError, halt_message
 from .events import ControlMessage
 from .plan import GUARD_ORDER, RESOLUTIONS
 from .positions import Position, SnapshotPosition, later, log_position, oldest, position_to_json
 from .run import RunContext
+from .sink_checkpoints import adopt
 from .sinks.base import Sink
 from .sources.base import Source
 from .sources.preflight import INFO, WARNING, raise_for_problems

@@ -22,11 +22,11 @@ from test_sink_support import (
     source_items,
     unique,
 )
-from tidegate.checkpoints import SinkCheckpoint
 from tidegate.connections import Connection
 from tidegate.coordinator import run_once
 from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
 from tidegate.retry import call_with_retry, policy_for
+from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.sinks import make_sink
 from tidegate.sinks.kafka.partition import murmur2_partition
 from tidegate.sinks.kafka.sink import KafkaSink

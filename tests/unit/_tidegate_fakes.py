@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 
-from tidegate.checkpoints import SinkCheckpoint
 from tidegate.errors import NonRetryableSinkError
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.parts import Parts, chosen_sinks
+from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.sinks.base import RetryPolicy, Sink
 from tidegate.sources.base import Source
 from tidegate.sources.mysql.position import BinlogPosition

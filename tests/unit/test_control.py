@@ -9,12 +9,12 @@ import textwrap
 import pytest
 from _tidegate_fakes import FakeParts, FakeSink, QuietSource, pos, stream, tx_events
 from tidegate import runner
-from tidegate.checkpoints import SinkCheckpoint
 from tidegate.coordinator import Coordinator, read_ahead
 from tidegate.errors import ContinuityHalt
 from tidegate.events import ControlMessage, PositionMark
 from tidegate.plan import RunPlan
 from tidegate.run import RunContext
+from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.spec import BatchSpec, load_spec
 from tidegate.store import open_store
 

@@ -2,7 +2,6 @@ import itertools
 
 import pytest
 from _tidegate_fakes import FakeSink, pos, stream
-from tidegate.checkpoints import SinkCheckpoint
 from tidegate.coordinator import Coordinator, lowest_start
 from tidegate.errors import (
     CommitPolicyError,
@@ -11,6 +10,7 @@ from tidegate.errors import (
     RetryableSinkError,
     StaleEpochError,
 )
+from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.spec import BatchSpec
 from tidegate.store.sqlite import SqliteStore
 

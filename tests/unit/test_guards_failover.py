@@ -8,9 +8,9 @@ import textwrap
 import pytest
 from _tidegate_fakes import FakeParts, FakeSink, QuietSource
 from tidegate import guards
-from tidegate.checkpoints import SinkCheckpoint
 from tidegate.errors import CannotTranslateError, SourceError
 from tidegate.run import RunContext
+from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.sources.mysql.position import BinlogPosition, GtidSet
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.spec import load_spec

@@ -6,7 +6,7 @@ own checkpoint record next to the data), ``deliver(sub_batch, extends)`` per sub
 already dropped the transactions at or before the sink's effective position) and returns the
 position it acknowledged, which is ``sub_batch.end_position`` on success. ``extends`` is the
 store version of the sink's checkpoint this delivery builds on; a sink that records its own
-checkpoint writes it into that record (see :mod:`tidegate.checkpoints`). ``deliver`` raises
+checkpoint writes it into that record (see :mod:`tidegate.sink_checkpoints`). ``deliver`` raises
 :class:`SinkError` (or any exception, which ``classify`` maps to an :class:`ErrorClass`) on
 failure.
 """
@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 
 from ..batching import SubBatch
-from ..checkpoints import SinkCheckpoint
 from ..connections import Connection
 from ..errors import (
     ErrorClass,
@@ -33,6 +32,7 @@ from ..errors import (
 )
 from ..events import ControlMessage
 from ..positions import Position
+from ..sink_checkpoints import SinkCheckpoint
 from ..spec import SinkSpec
 from ._common import redact, secrets_of, tls_verification_failed
 

@@ -27,7 +27,7 @@ run, the sink reads the table's newest such commit (``DESCRIBE HISTORY``) and wr
 the transactions after the later of that and the sink's record: a rerun after a crash between two
 tables' commits (same store version, a longer range) writes each table exactly what it lacks, and a
 replay or rewind writes nothing a table holds. After the tables, the sub-batch's record
-(:class:`~tidegate.checkpoints.SinkCheckpoint`: position and version extended) is committed to the
+(:class:`~tidegate.sink_checkpoints.SinkCheckpoint`: position and version extended) is committed to the
 sink's checkpoint table; that is the sink-side checkpoint, read back on open and adopted under the
 rule of every other sink.
 
@@ -62,10 +62,10 @@ from collections import defaultdict
 from typing import Any
 
 from ...batching import SubBatch
-from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...errors import ErrorClass, SinkError
 from ...positions import Position
+from ...sink_checkpoints import SinkCheckpoint
 from ...spec import PipelineSpec, render_template
 from ..base import RetryPolicy, Sink, is_control
 from . import ledger, session

@@ -6,7 +6,7 @@ Modes (docs/architecture.md, "Guarantees and what they rest on"):
   ``tidegate-{tenant}.{pipeline}.{sink_id}`` (stable, so opening a new run fences a zombie). The
   sub-batch's end position is written in the same transaction as a record in the compacted
   checkpoint topic (``checkpoint_topic``, default ``_tidegate_checkpoints``, key
-  ``{pipeline}::sink::{sink_id}``, value a :class:`~tidegate.checkpoints.SinkCheckpoint`: the
+  ``{pipeline}::sink::{sink_id}``, value a :class:`~tidegate.sink_checkpoints.SinkCheckpoint`: the
   position and the store version it extends). :meth:`KafkaSink.committed_checkpoint` reads the
   last such record with ``read_committed``. Any error aborts the transaction.
 * default: idempotent producer, ``acks=all`` (at-least-once; consumers dedup by the
@@ -70,10 +70,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from ...batching import SubBatch
-from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...errors import ErrorClass, NonRetryableSinkError, SinkError, TimedOutTransactionError
 from ...positions import Position
+from ...sink_checkpoints import SinkCheckpoint
 from ...spec import PipelineSpec
 from .._common import TemplateNames, secrets_of
 from ..base import RetryPolicy, Sink, is_control

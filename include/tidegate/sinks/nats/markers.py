@@ -11,9 +11,9 @@ from typing import Any
 
 import nats.js.errors as jerr
 
-from ...checkpoints import SinkCheckpoint
 from ...errors import SinkError
 from ...positions import position_from_json
+from ...sink_checkpoints import SinkCheckpoint
 from .client import Client
 
 POSITION_HEADER = "Tidegate-Position"

@@ -18,7 +18,7 @@ before anything is published; ``dlq`` publishes its dead-letter record to ``{pip
 Each sink has a checkpoint subject, ``{pipeline}.__checkpoint.{sink_id}``, in the same stream.
 Once every message of a sub-batch is acknowledged, a commit marker is published there carrying
 ``Tidegate-Position`` (the sub-batch's end position, JSON), ``Tidegate-Extends`` (the store
-version this delivery extends, see :mod:`tidegate.checkpoints`), ``Tidegate-Checkpoint-Key``
+version this delivery extends, see :mod:`tidegate.sink_checkpoints`), ``Tidegate-Checkpoint-Key``
 and ``Tidegate-Epoch`` (the run's lease epoch). So the last marker names a position whose every
 event is stored; :meth:`NatsSink.committed_checkpoint` reads it, and a crash between the
 publish and the checkpoint-store write needs no re-publish.
@@ -91,10 +91,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...batching import SubBatch
-from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...errors import ErrorClass, NonRetryableSinkError, SinkError
 from ...positions import Position
+from ...sink_checkpoints import SinkCheckpoint
 from ...spec import PipelineSpec
 from .._common import TemplateNames
 from ..base import RetryPolicy, Sink, is_control

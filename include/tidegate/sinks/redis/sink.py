@@ -3,7 +3,7 @@
 Each event is ``XADD <stream> * event <envelope JSON> idempotency_key <key>``; the stream key
 comes from the sink's ``stream`` template. A sub-batch's XADDs and the ``SET`` of the sink-side
 checkpoint (key ``tidegate:checkpoint:{pipeline}::sink::{sink_id}``, value a
-:class:`~tidegate.checkpoints.SinkCheckpoint`: the position and the store version it extends)
+:class:`~tidegate.sink_checkpoints.SinkCheckpoint`: the position and the store version it extends)
 go in one MULTI/EXEC, so data and checkpoint commit together or not at all: a crash mid-way
 leaves nothing of the sub-batch, and a crash after EXEC but before the checkpoint-store write
 is covered by :meth:`RedisSink.committed_checkpoint` (exactly-once per stream).
@@ -50,10 +50,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ...batching import SubBatch
-from ...checkpoints import SinkCheckpoint
 from ...connections import Connection
 from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
 from ...positions import Position
+from ...sink_checkpoints import SinkCheckpoint
 from ...spec import PipelineSpec
 from .._common import TemplateNames
 from ..base import RetryPolicy, Sink, is_control

@@ -1,7 +1,7 @@
-"""The adoption rule of sink-side checkpoint records (tidegate.checkpoints), table-driven."""
+"""The adoption rule of sink-side checkpoint records (tidegate.sink_checkpoints), table-driven."""
 
 import pytest
-from tidegate.checkpoints import SinkCheckpoint, adopt
+from tidegate.sink_checkpoints import SinkCheckpoint, adopt
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.store.records import CheckpointRecord
