@@ -543,8 +543,12 @@ def test_redis_restarted_empty_the_store_stays_the_authority(mysql_pipeline):
     run = p.start("fault_redis_empty")
     try:
         wait_for(lambda: p.writes(run.run_id) >= 2, "2 sub-batches committed", run=run)
+        # The run waits (SIGSTOP) while Redis shuts down: an idle machine's run otherwise
+        # delivered the whole wave during the shutdown (a CI run, rc 0, every sink ok).
+        run.signal(signal.SIGSTOP)
         with restarted("redis"):
             stop_server("redis")
+            run.signal(signal.SIGCONT)
             # With Redis gone no checkpoint of the sink can move; the run fails on its own.
             rc = run.wait()
             assert rc != 0, run.output()[-3000:]

@@ -23,10 +23,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlparse, urlunparse
 
 from ..errors import ConnectionConfigError
-from ..runner import run_pipeline
-from ..store import default_url
-from .delivery import deliver_on_executor, on_executor
-from .job import SparkReader
 from .session import LazySession, activated
 
 if TYPE_CHECKING:
@@ -69,6 +65,9 @@ def spec_connect_url(spec: Any, connection: Callable[[str], Any]) -> str | None:
 
 def _deliver_as_client(session: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
     """The run in this process; Spark tasks read its parallel parts."""
+    from ..runner import run_pipeline
+    from .job import SparkReader
+
     reader = SparkReader(session, run.parts.connection(run.spec.source.conn_id), store_url)
     try:
         return run_pipeline(dataclasses.replace(run, spark=session), reader=reader)
@@ -82,6 +81,9 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     which may hold a token: it is never logged) and delivered by one Spark task or by this
     process (delivery.py says which); returns the run report, with ``connect_timings`` (seconds:
     opening the session, shipping the package, the run)."""
+    from ..store import default_url
+    from .delivery import deliver_on_executor, on_executor
+
     t0 = time.monotonic()
     if on_executor(run, {**run.spec.spark.conf, **(conf or {})}):
         session = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files, kept=run.pipeline)

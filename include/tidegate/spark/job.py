@@ -22,10 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..reader_process import ReaderProcess
 from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, log_runs, snapshot_record
-from ..runner import run_pipeline
-from ..store import default_url
 from .chunks import read_chunks
-from .delivery import deliver_on_executor, on_executor
 from .session import LazySession
 from .slices import max_task_slice_bytes, read_range
 from .windows import partitions_in_flight
@@ -105,6 +102,9 @@ def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
     (delivery.py); where delivery.on_executor says no (a Delta sink,
     ``spark.tidegate.delivery: client``), delivered here, its segments read by Spark
     tasks. Returns the run report."""
+    from ..store import default_url
+    from .delivery import deliver_on_executor, on_executor
+
     if on_executor(run, run.spec.spark.conf):
         return deliver_on_executor(spark, run, default_url())
     return deliver_here(spark, run)
@@ -112,6 +112,9 @@ def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
 
 def deliver_here(spark: Any, run: RunContext) -> dict[str, Any]:
     """The run delivered by this driver, its segments read by Spark tasks."""
+    from ..runner import run_pipeline
+    from ..store import default_url
+
     reader = SparkReader(spark, run.parts.connection(run.spec.source.conn_id), default_url())
     # What the run costs the driver's side, its start-up left out (benchmarks/cluster.py): with
     # executors on cores of their own, the driver's delivery is what bounds a run.
