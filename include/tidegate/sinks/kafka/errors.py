@@ -40,6 +40,8 @@ _NON_RETRYABLE = AUTH | TOO_LARGE | UNKNOWN_TOPIC | {
     KafkaError.INVALID_PARTITIONS, KafkaError.POLICY_VIOLATION, KafkaError.TOPIC_EXCEPTION,
     KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE, KafkaError.INVALID_RECORD,
     KafkaError.INVALID_MSG}
+# The sink's error(exc, doing): a client exception as the SinkError that names the sink and the fix
+Fail = Callable[[BaseException, str], SinkError]
 RANK = {ErrorClass.FATAL: 0, ErrorClass.NON_RETRYABLE: 1, ErrorClass.RETRYABLE: 2}
 
 
@@ -185,5 +187,5 @@ def explain(err: KafkaError, text: str, doing: str, *, where: str, transactional
     return None
 
 
-__all__ = ["Reports", "classify_kafka_error", "explain", "kafka_error_of", "missing_topic_message",
+__all__ = ["Fail", "Reports", "classify_kafka_error", "explain", "kafka_error_of", "missing_topic_message",
            "open_past", "timed_out_message", "too_large_message", "worst"]

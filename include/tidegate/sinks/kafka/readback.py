@@ -11,11 +11,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ...errors import RetryableSinkError, SinkError
+from ...errors import RetryableSinkError
 from .client import ClientSettings
-from .errors import Reports
-
-Fail = Callable[[BaseException, str], SinkError]
+from .errors import Fail, Reports
 
 
 def committed_records(c: Consumer, topic: str, part: int, start: int, timeout_s: float,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -14,12 +14,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ...errors import ErrorClass, NonRetryableSinkError, SinkError
 from .client import ClientSettings
-from .errors import UNKNOWN_TOPIC, Reports, classify_kafka_error, kafka_error_of, missing_topic_message
+from .errors import UNKNOWN_TOPIC, Fail, Reports, classify_kafka_error, kafka_error_of, missing_topic_message
 from .spec import KafkaSinkSpec
 
 log = logging.getLogger("tidegate.sinks.kafka.sink")
 
-Fail = Callable[[BaseException, str], SinkError]  # the sink's error(exc, doing)
 
 
 class Topics:

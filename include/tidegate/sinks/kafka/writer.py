@@ -10,15 +10,14 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from ...errors import RetryableSinkError, SinkError
+from ...errors import RetryableSinkError
 from ..base import is_control
 from .client import ClientSettings
-from .errors import Reports
+from .errors import Fail, Reports
 from .topics import Topics
 
 POLL_EVERY = 2000  # serve callbacks every N produced messages
 _OP_HEADERS = {op: ("op", op.encode()) for op in ("c", "u", "d", "r")}  # one tuple per op, not per message
-Fail = Callable[[BaseException, str], SinkError]
 
 
 class RecordWriter:
