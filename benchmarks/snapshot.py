@@ -376,7 +376,7 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
         changed = ChangedKeys(rec, source)  # the consistent handoff's scan of the log, as a run does
         for seg, items, upper in reads:
             changed.scan_to(upper)
-            for ev in changed.drop_changed(chunk_table(rec, seg.number), items):
+            for ev in changed.drop_changed(chunk_table(rec, seg.number), items, upper):
                 rows += 1
                 size += len(ev.value)
         wall = time.perf_counter() - t0

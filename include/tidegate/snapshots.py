@@ -354,8 +354,8 @@ def read_chunk(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: i
     a table's last chunk is marked ``"last"``."""
     c = rec.chunks[chunk - 1]
     table = chunk_table(rec, chunk)
-    upper, rows = source.snapshots().open_chunk(table, c["lo"], c["hi"])
     build = RowEvents(spec, rec, table, chunk, connector or source.connector, source.column_filters)
+    upper, rows = source.snapshots().chunk_rows(table, c["lo"], c["hi"], build)
     return ChunkRead(upper, _marked_rows(rows, build, final=c["hi"] is None))
 
 
@@ -384,8 +384,16 @@ class RowEvents:
         self.position = {"snapshot": rec.snapshot_id, "chunk": chunk}
         self.ts_ms = rec.ts_ms
         self.n = 0
+        # a source's compiled path for its raw rows (SnapshotReads.chunk_rows), if it gives them
+        self.raw: Any = None
 
-    def __call__(self, row: Mapping[str, Any], mark: str) -> ChangeEvent:
+    def __call__(self, row: Mapping[str, Any] | bytes, mark: str) -> ChangeEvent:
+        if row.__class__ is bytes:
+            ev = self.raw.event(row, mark == "last", self.n + 1)
+            if ev is not None:
+                self.n += 1
+                return ev
+            row = self.raw.decode(row)
         after = encode_row(row)
         if self.transform is not None:
             after = self.transform.row(after)

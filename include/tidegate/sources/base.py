@@ -155,6 +155,13 @@ class SnapshotReads(abc.ABC):
         rows = list(self.read_chunk(table, lo, hi))
         return self.source.head(), iter(rows)
 
+    def chunk_rows(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound, build: Any
+                   ) -> tuple[Position, Iterator[Any]]:
+        """:meth:`open_chunk` for ``build`` (a ``snapshots.RowEvents``), which turns each row
+        into its event: a source with a compiled path may give raw rows and set ``build.raw``,
+        which turns those into events (sources/mysql/snapshot_rows.py)."""
+        return self.open_chunk(table, lo, hi)
+
     def handoff(self, at: Position) -> Position:
         """Where the log takes over from a snapshot planned at ``at``: a position at or before
         ``at`` such that every change logged at or before it is visible to every chunk read

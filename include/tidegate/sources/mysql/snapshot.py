@@ -35,6 +35,7 @@ import pymysql.cursors
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
 from ..base import ChunkBound, SnapshotReads, SnapshotTable, catalog_of, snapshot_tables_of
+from .snapshot_rows import row_packets, text_rows
 from .values import bits_text, float32_shortest
 
 SYSTEM_DBS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -307,7 +308,7 @@ class MySqlSnapshotReads(SnapshotReads):
         edges: list[ChunkBound] = [None, *bounds, None]
         return list(zip(edges[:-1], edges[1:], strict=True))
 
-    def _columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, str, Callable | None]]:
+    def _columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, str, Callable | None, str]]:
         (version,) = fetch_all(conn, "SELECT VERSION()")[0]
         mysql_json = "mariadb" not in version.lower()
         rows = fetch_all(conn, "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM "
@@ -316,7 +317,7 @@ class MySqlSnapshotReads(SnapshotReads):
         out = []
         for name, data_type, column_type in rows:
             expr, conv = column_reader(data_type, column_type, mysql_json)
-            out.append((name, expr.format(_ident(name)), conv))
+            out.append((name, expr.format(_ident(name)), conv, data_type))
         return out
 
     def handoff(self, at: Any) -> Any:
@@ -344,6 +345,12 @@ class MySqlSnapshotReads(SnapshotReads):
         """One transaction ``WITH CONSISTENT SNAPSHOT`` (InnoDB's read view taken at once, no
         lock), then the binlog head (every change the view shows is logged before it), then the
         rows, streamed."""
+        return self.chunk_rows(table, lo, hi, None)
+
+    def chunk_rows(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound, build: Any
+                   ) -> tuple[Any, Iterator[Any]]:
+        """:meth:`open_chunk`, the rows as raw row packets where the compiled path writes their
+        events (snapshot_rows.py: it sets ``build.raw``)."""
         conn = self.source.snapshot_connection(unbuffered=True)
         try:
             fetch_all(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -352,10 +359,10 @@ class MySqlSnapshotReads(SnapshotReads):
         except BaseException:
             conn.close()
             raise
-        return upper, self._chunk_rows(conn, table, lo, hi, cols)
+        return upper, self._chunk_rows(conn, table, lo, hi, cols, build)
 
     def _chunk_rows(self, conn: Any, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound,
-                    cols: list[tuple[str, str, Callable | None]]) -> Iterator[dict[str, Any]]:
+                    cols: list[tuple[str, str, Callable | None, str]], build: Any) -> Iterator[Any]:
         try:
             where, params = ["1 = 1"], []
             if lo is not None:
@@ -367,12 +374,17 @@ class MySqlSnapshotReads(SnapshotReads):
                 where.append(sql)
                 params += p
             order = ", ".join(_ident(c) for c in table.key)
-            select = ", ".join(expr for _, expr, _ in cols)
-            names = [n for n, _, _ in cols]
-            convs = [(i, conv) for i, (_, _, conv) in enumerate(cols) if conv is not None]
+            select = ", ".join(c[1] for c in cols)
+            names = [c[0] for c in cols]
+            convs = [(i, c[2]) for i, c in enumerate(cols) if c[2] is not None]
             with conn.cursor() as cur:
                 cur.execute(f"SELECT {select} FROM {_qualified(table)} WHERE {' AND '.join(where)} "
                             f"ORDER BY {order}", params)
+                raw = text_rows(build, cur._result, [(c[0], c[3]) for c in cols], convs) if build else None
+                if raw is not None:
+                    build.raw = raw
+                    yield from row_packets(conn, cur._result)
+                    return
                 while True:
                     batch = cur.fetchmany(FETCH_ROWS)
                     if not batch:
