@@ -387,8 +387,8 @@ class RowEvents:
         # a source's compiled path for its raw rows (SnapshotReads.chunk_rows), if it gives them
         self.raw: Any = None
 
-    def __call__(self, row: Mapping[str, Any] | bytes, mark: str) -> ChangeEvent:
-        if row.__class__ is bytes:
+    def __call__(self, row: Mapping[str, Any] | Any, mark: str) -> ChangeEvent:
+        if self.raw is not None and row.__class__ is not dict:  # a raw row: the compiled path writes it
             ev = self.raw.event(row, mark == "last", self.n + 1)
             if ev is not None:
                 self.n += 1

@@ -181,9 +181,9 @@ def pg(postgres):
     conn.autocommit = True
     schema = "snapp_" + uuid.uuid4().hex[:10]
 
-    def ex(sql):
+    def ex(sql, args=None):
         with conn.cursor() as c:
-            c.execute(sql)
+            c.execute(sql, args)
 
     ex(f"CREATE SCHEMA {schema}")
     made = []
@@ -461,7 +461,6 @@ def test_mysql_compiled_chunk_rows_are_the_python_and_the_log_rows(my, seed):
     events of the same chunk (pymysql's values through RowEvents), and their ``after`` is the
     log event's; nearly all of them came from the compiled path."""
     from tidegate.native import rowcodec
-    from tidegate.shipped import ShippedEvent
 
     assert rowcodec is not None, "the compiled path is not built (make native)"
     ex, db, source = my
@@ -473,10 +472,21 @@ def test_mysql_compiled_chunk_rows_are_the_python_and_the_log_rows(my, seed):
     rows = _generated_rows(random.Random(seed), 120)
     ex(f"INSERT IGNORE INTO {db}.gen VALUES " + ", ".join(["(" + ", ".join(["%s"] * 23) + ")"] * len(rows)),
        [v for r in rows for v in r])
+    assert_compiled_rows_are_the_python_rows(src, start)
+
+
+def assert_compiled_rows_are_the_python_rows(src, start):
+    """The snapshot of the source's one table ``gen``: its events are the log's rows as the
+    stdlib writes them; the compiled path wrote most of them, and every chunk's events have the
+    bytes the Python path gives the same chunk (the rows' values through RowEvents)."""
+    from tidegate.native import rowcodec
+    from tidegate.shipped import ShippedEvent
+
+    assert rowcodec is not None, "the compiled path is not built (make native)"
     events = assert_events_are_the_log_rows_as_stdlib_json(src, start, ["gen"])
     compiled = sum(isinstance(e, ShippedEvent) for e in events)
-    # both paths ran: the rows with a ZEROFILL number, a small DECIMAL or a negative zero took the
-    # Python path, the others the compiled one
+    # both paths ran: rows with a value the compiled path leaves to the Python path (a ZEROFILL
+    # number, a small DECIMAL, a negative zero, NaN...) took it, the others the compiled one
     assert len(events) * 0.3 <= compiled < len(events), f"{compiled} of {len(events)} rows compiled"
     rec = snapshots.plan_snapshot(src.spec, src, handoff=src.head(), kind="start")
     for n in range(1, len(rec.chunks) + 1):
@@ -488,3 +498,62 @@ def test_mysql_compiled_chunk_rows_are_the_python_and_the_log_rows(my, seed):
         assert [(e.value, e.key_bytes, e.idempotency_key) for e in fast] == \
             [(e.value, e.key_bytes, e.idempotency_key) for e in plain]
         assert all(type(e) is ChangeEvent for e in plain)
+
+
+COMPILED_DDL_PG = """CREATE TABLE {s}.gen (
+  id bigint PRIMARY KEY, i2 smallint, i4 int, o oid, n2 numeric(12,2), n numeric, r real,
+  d double precision, b bool, t text, vc varchar(40), c char(8), dt date, tm time, u uuid, j jsonb,
+  iv interval, t0 timestamp(0), t3 timestamp(3), tz timestamptz(6), ip inet)"""
+
+
+def _generated_rows_pg(rng: random.Random, n: int) -> list[tuple]:
+    """Rows of :data:`COMPILED_DDL_PG` with edge values: NaN and the infinities, negative zero,
+    numerics Decimal writes in exponent form, BC and infinite timestamps, escapes and non-ASCII
+    text (no NUL: PostgreSQL's text refuses it)."""
+    def pick(*choices):
+        return rng.choice(choices)
+
+    def rare(common, *edges):
+        return rng.choice(edges) if rng.random() < 0.15 else common
+
+    def text(k):
+        return "".join(rng.choice("ab \"\\'\n\t\x01\x1fé€😀中") for _ in range(rng.randint(0, k)))
+
+    def stamp(frac, zone=""):
+        if rng.random() < 0.1:
+            return pick("infinity", "-infinity", "0044-03-15 12:00:00 BC", None)
+        base = f"{rng.randint(1, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} " \
+               f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+        return base + ("." + "".join(rng.choice("0000123456789") for _ in range(frac)) if frac else "") + zone
+
+    return [(
+        k * rng.choice((1, 1, 3)) if k > 1 else -2**63,
+        pick(-2**15, 2**15 - 1, 0, None), rng.randint(-2**31, 2**31 - 1), pick(0, 4294967295, 42),
+        pick("0.00", "-0.01", "9999999999.99", f"{rng.uniform(-1e6, 1e6):.2f}", None),
+        rare(f"{rng.uniform(-1e5, 1e5):.6f}", "NaN", "0.000000100", "1e-9", "123456789012345678901234567890",
+             "0.0", "-0.000001", None),
+        rare(rng.uniform(-1e9, 1e9), "NaN", "-0", "Infinity", 1e-5, 3.4e38, None),
+        rare(rng.uniform(-1e9, 1e9), "NaN", "-0", "-Infinity", 1e-7, 1e16, 1e300, 1 / 3, None),
+        pick(True, False, None), text(200), text(40), text(8),
+        pick("2024-02-29", "0001-01-01", "infinity", "0044-03-15 BC", None),
+        pick("00:00:00", "23:59:59.999999", "12:30:00.5", None),
+        str(uuid.UUID(int=rng.getrandbits(128))), pick('{"a": [1, 2.5, "é"]}', "[]", "null", None),
+        pick("1 day 02:03:04.5", "-3 mons", "00:00:00", None),
+        stamp(0), stamp(3), stamp(6, pick("+00", "+05:30", "-08")), pick("10.1.2.3/8", "::1", None),
+    ) for k in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("seed", [81, 82, 83])
+def test_postgres_compiled_chunk_rows_are_the_python_and_the_log_rows(pg, seed):
+    """As the MariaDB test above, on PostgreSQL: the compiled path writes a chunk's events from
+    each column's output text."""
+    ex, s, source = pg
+    ex(COMPILED_DDL_PG.format(s=s))
+    ex(f"ALTER TABLE {s}.gen REPLICA IDENTITY FULL")
+    src = source("gen")
+    assert src.replication_slot.ensure() is not None
+    start = src.head()
+    rows = _generated_rows_pg(random.Random(seed), 120)
+    values = ", ".join(["(" + ", ".join(["%s"] * 21) + ")"] * len(rows))
+    ex(f"INSERT INTO {s}.gen VALUES {values} ON CONFLICT DO NOTHING", [v for r in rows for v in r])
+    assert_compiled_rows_are_the_python_rows(src, start)

@@ -1731,9 +1731,12 @@ cdef enum:
     T_DATE = 7       # as date.isoformat(); a zero or impossible date is null
     T_DATETIME = 8   # as datetime.isoformat()
     T_TIMESTAMP = 9  # as datetime.isoformat() of a UTC datetime (+00:00)
+    T_BOOL = 10      # PostgreSQL's t / f
+    T_PG_TIMESTAMP = 11  # PostgreSQL's timestamp text, as values.ts_iso_fast writes it
 
 TEXT_KINDS = {"int": T_INT, "year": T_YEAR, "decimal": T_DECIMAL, "double": T_DOUBLE, "text": T_TEXT,
-              "binary": T_BINARY, "date": T_DATE, "datetime": T_DATETIME, "timestamp": T_TIMESTAMP}
+              "binary": T_BINARY, "date": T_DATE, "datetime": T_DATETIME, "timestamp": T_TIMESTAMP,
+              "bool": T_BOOL, "pg_timestamp": T_PG_TIMESTAMP}
 
 
 cdef inline bint plain_integer(const unsigned char* s, Py_ssize_t n):
@@ -1826,7 +1829,19 @@ cdef int put_text_value(Buf* out, const unsigned char* s, Py_ssize_t n, int kind
         i = 1 if n and s[0] == b'-' else 0
         if i >= n or (s[i] == b'0' and i + 1 < n and s[i + 1] != b'.'):
             return 0  # ZEROFILL's leading zeros: Decimal drops them
+        for i in range(i, n):
+            if (s[i] < b'0' or s[i] > b'9') and s[i] != b'.':
+                return 0  # NaN, Infinity, an exponent
         return put_numeric(out, s, n)
+    elif kind == T_BOOL:
+        if n != 1 or (s[0] != b't' and s[0] != b'f'):
+            return 0
+        if s[0] == b't':
+            put(out, b'true', 4)
+        else:
+            put(out, b'false', 5)
+    elif kind == T_PG_TIMESTAMP:
+        return put_timestamp(out, s, n)
     elif kind == T_DOUBLE:
         if n >= 64 or n == 0:
             return 0
@@ -1900,19 +1915,59 @@ cdef class TextRowPlan:
             put(out, image + span[2 * col], span[2 * col + 1] - span[2 * col])
         return putc(out, b'}')
 
-    def event(self, bytes pkt, bint last, long long n):
-        """The event of one row packet, the ``n``-th of its chunk (``last``: the table's last
-        row), or None for the Python path."""
-        cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(pkt)
-        cdef Py_ssize_t end = PyBytes_GET_SIZE(pkt), o = 0, size
-        cdef Buf img, val, key, ik
-        cdef Py_ssize_t* span = NULL
+    cdef object finish(self, Buf* img, Py_ssize_t* span, bint last, long long n):
+        """The event of the row image ``img`` (values at ``span``): envelope, keys, event id."""
+        cdef Buf val, key, ik
         cdef unsigned char digest[20]
         cdef char uid[36]
+        val.p = key.p = ik.p = NULL
+        val.n = key.n = ik.n = 0
+        val.cap = key.cap = ik.cap = 0
+        try:
+            # idempotency key and event id: the key's JSON in key order
+            put_bytes(&ik, self.ikey_raw)
+            self.put_key(&ik, img.p, span, False)
+            tg_sha1(<const unsigned char*>PyBytes_AS_STRING(NAMESPACE), 16, <const unsigned char*>ik.p, ik.n,
+                    digest)
+            uuid5_text(digest, uid)
+            put(&val, b'{"id":"', 7)
+            put(&val, uid, 36)
+            put(&val, b'","idempotency_key":', 20)
+            put_json_text(&val, <const unsigned char*>ik.p, ik.n)
+            put(&val, b',"op":"r","before":null,"after":', 32)
+            put(&val, img.p, img.n)
+            put(&val, b',"key":', 7)
+            put(&val, ik.p + PyBytes_GET_SIZE(self.ikey_raw), ik.n - PyBytes_GET_SIZE(self.ikey_raw))
+            put_bytes(&val, self.source_head)
+            put(&val, b'last' if last else b'true', 4)
+            put_bytes(&val, self.tx_head)
+            put_u64(&val, <uint64_t>n)
+            put(&val, b',"data_collection_order":', 25)
+            put_u64(&val, <uint64_t>n)
+            put_bytes(&val, self.tail)
+            self.put_key(&key, img.p, span, True)
+            ev = self.cls.__new__(self.cls)
+            d = ev.__dict__
+            d.update(self.common)
+            d["value"] = PyBytes_FromStringAndSize(val.p, val.n)
+            d["key_bytes"] = PyBytes_FromStringAndSize(key.p, key.n)
+            d["idempotency_key"] = PyUnicode_DecodeUTF8(ik.p, ik.n, "strict")
+            return ev
+        finally:
+            PyMem_Free(val.p)
+            PyMem_Free(key.p)
+            PyMem_Free(ik.p)
+
+    def event(self, bytes pkt, bint last, long long n):
+        """The event of one MySQL row packet, the ``n``-th of its chunk (``last``: the table's
+        last row), or None for the Python path."""
+        cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(pkt)
+        cdef Py_ssize_t end = PyBytes_GET_SIZE(pkt), o = 0, size
+        cdef Buf img
+        cdef Py_ssize_t* span = NULL
         cdef int i
-        img.p = val.p = key.p = ik.p = NULL
-        img.n = val.n = key.n = ik.n = 0
-        img.cap = val.cap = key.cap = ik.cap = 0
+        img.p = NULL
+        img.n = img.cap = 0
         span = <Py_ssize_t*>PyMem_Malloc((2 * self.ncols + 2) * sizeof(Py_ssize_t))
         try:
             if span == NULL:
@@ -1948,38 +2003,45 @@ cdef class TextRowPlan:
             if o != end:
                 return None
             putc(&img, b'}')
-            # idempotency key and event id: the key's JSON in key order
-            put_bytes(&ik, self.ikey_raw)
-            self.put_key(&ik, img.p, span, False)
-            tg_sha1(<const unsigned char*>PyBytes_AS_STRING(NAMESPACE), 16, <const unsigned char*>ik.p, ik.n,
-                    digest)
-            uuid5_text(digest, uid)
-            put(&val, b'{"id":"', 7)
-            put(&val, uid, 36)
-            put(&val, b'","idempotency_key":', 20)
-            put_json_text(&val, <const unsigned char*>ik.p, ik.n)
-            put(&val, b',"op":"r","before":null,"after":', 32)
-            put(&val, img.p, img.n)
-            put(&val, b',"key":', 7)
-            put(&val, ik.p + PyBytes_GET_SIZE(self.ikey_raw), ik.n - PyBytes_GET_SIZE(self.ikey_raw))
-            put_bytes(&val, self.source_head)
-            put(&val, b'last' if last else b'true', 4)
-            put_bytes(&val, self.tx_head)
-            put_u64(&val, <uint64_t>n)
-            put(&val, b',"data_collection_order":', 25)
-            put_u64(&val, <uint64_t>n)
-            put_bytes(&val, self.tail)
-            self.put_key(&key, img.p, span, True)
-            ev = self.cls.__new__(self.cls)
-            d = ev.__dict__
-            d.update(self.common)
-            d["value"] = PyBytes_FromStringAndSize(val.p, val.n)
-            d["key_bytes"] = PyBytes_FromStringAndSize(key.p, key.n)
-            d["idempotency_key"] = PyUnicode_DecodeUTF8(ik.p, ik.n, "strict")
-            return ev
+            return self.finish(&img, span, last, n)
         finally:
             PyMem_Free(img.p)
-            PyMem_Free(val.p)
-            PyMem_Free(key.p)
-            PyMem_Free(ik.p)
+            PyMem_Free(span)
+
+    def values_event(self, tuple row, bint last, long long n):
+        """The event of one row of text values (None for NULL; PostgreSQL's output text, as a
+        snapshot chunk reads it), or None for the Python path."""
+        cdef Buf img
+        cdef Py_ssize_t* span = NULL
+        cdef Py_ssize_t size
+        cdef const char* text
+        cdef int i
+        if len(row) != self.ncols:
+            return None
+        img.p = NULL
+        img.n = img.cap = 0
+        span = <Py_ssize_t*>PyMem_Malloc((2 * self.ncols + 2) * sizeof(Py_ssize_t))
+        try:
+            if span == NULL:
+                raise MemoryError()
+            putc(&img, b'{')
+            for i in range(self.ncols):
+                if i:
+                    putc(&img, b',')
+                put_bytes(&img, <bytes>self.names[i])
+                span[2 * i] = img.n
+                v = row[i]
+                if v is None:
+                    put(&img, b'null', 4)
+                elif type(v) is not str:
+                    return None
+                else:
+                    text = PyUnicode_AsUTF8AndSize(v, &size)
+                    if not put_text_value(&img, <const unsigned char*>text, size, self.kind[i]):
+                        return None
+                span[2 * i + 1] = img.n
+            putc(&img, b'}')
+            return self.finish(&img, span, last, n)
+        finally:
+            PyMem_Free(img.p)
             PyMem_Free(span)

@@ -35,11 +35,13 @@ import psycopg2
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
 from ..base import ChunkBound, SnapshotReads, SnapshotTable, catalog_of, snapshot_tables_of
+from ..snapshot_rows import RawRows, compiled_plan
 from .pgoutput import parse_begin
 from .position import Lsn
 from .values import BOOL_OID, DECIMAL_OIDS, INT_OIDS, _identity, converter, ts_iso, ts_iso_fast
 
 FETCH_ROWS = 5000
+NUMERIC_OID = 1700
 SYSTEM_SCHEMAS_SQL = ("n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE "
                       "'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp%%'")
 _NOT_NUMBERS = ("nan", "infinity", "-infinity")
@@ -214,11 +216,12 @@ class PostgresSnapshotReads(SnapshotReads):
         edges: list[ChunkBound] = [None, *bounds, None]
         return list(zip(edges[:-1], edges[1:], strict=True))
 
-    def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
-                   ) -> tuple[Any, Iterator[dict[str, Any]]]:
+    def chunk_rows(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound, build: Any
+                   ) -> tuple[Any, Iterator[Any]]:
         """One REPEATABLE READ transaction: its first statement takes the snapshot, then the
         WAL head is read (every commit the snapshot sees is flushed before it), then the rows
-        stream through a server-side cursor."""
+        stream through a server-side cursor: each row's output text where the compiled path
+        writes the events (``build.raw``, sources/snapshot_rows.py), else its values."""
         import psycopg2.extensions as ext
 
         conn = self.source.snapshot_connection()
@@ -229,16 +232,33 @@ class PostgresSnapshotReads(SnapshotReads):
         except BaseException:
             conn.close()
             raise
-        return upper, self._chunk_rows(conn, table, lo, hi, columns)
+        return upper, self._chunk_rows(conn, table, lo, hi, columns, build)
+
+    def open_chunk(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound
+                   ) -> tuple[Any, Iterator[dict[str, Any]]]:
+        return self.chunk_rows(table, lo, hi, None)
 
     def _chunk_rows(self, conn: Any, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound,
-                    columns: list[tuple[str, int, str, str]]) -> Iterator[dict[str, Any]]:
+                    columns: list[tuple[str, int, str, str]], build: Any) -> Iterator[Any]:
         try:
             types = {name: bare for name, _, _, bare in columns}
             names = [c[0] for c in columns]
             # only the columns whose text needs converting (most text types' does not)
             convert = [(i, name, f) for i, (name, oid, typ, _) in enumerate(columns)
                        if (f := _row_converter(oid, typ)) is not None]
+
+            def decode(row: tuple) -> dict[str, Any]:
+                out = dict(zip(names, row, strict=True))
+                for i, name, f in convert:
+                    v = row[i]
+                    if v is not None:
+                        out[name] = f(v)
+                return out
+
+            plan = compiled_plan(build, names, [compiled_kind(oid, typ) for _, oid, typ, _ in columns]) \
+                if build is not None else None
+            if plan is not None:
+                build.raw = RawRows(plan, plan.values_event, decode)
             where, params = ["true"], []
             for bound, op in ((lo, ">"), (hi, "<=")):
                 if bound is not None:
@@ -251,13 +271,11 @@ class PostgresSnapshotReads(SnapshotReads):
             cur = conn.cursor(name="tidegate_snapshot_chunk")
             cur.itersize = FETCH_ROWS
             cur.execute(sql + " ORDER BY " + ", ".join(_ident(c) for c in table.key), params)
-            for row in cur:
-                out = dict(zip(names, row, strict=True))
-                for i, name, f in convert:
-                    v = row[i]
-                    if v is not None:
-                        out[name] = f(v)
-                yield out
+            if plan is not None:
+                yield from cur  # the output text of each column: the compiled path writes the events
+            else:
+                for row in cur:
+                    yield decode(row)
             cur.close()
             conn.rollback()
         finally:
@@ -365,6 +383,22 @@ def _compose(first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callabl
         return None if x is None else then(x)
 
     return both
+
+
+def compiled_kind(oid: int, typ: str) -> str | None:
+    """The compiled path's kind of a column (``rowcodec.TEXT_KINDS``: the same JSON as
+    :func:`_row_converter`'s value), or None where only the Python path converts its text."""
+    if oid in INT_OIDS:
+        return "int"
+    if oid == BOOL_OID:
+        return "bool"
+    if oid == NUMERIC_OID:
+        return "decimal"
+    if oid in DECIMAL_OIDS:
+        return "double"  # float4, float8
+    if _row_converter(oid, typ) is None:
+        return "text"
+    return "pg_timestamp" if converter(typ) is ts_iso else None
 
 
 def _row_converter(oid: int, typ: str) -> Callable[[Any], Any] | None:
