@@ -1,9 +1,10 @@
-"""The compiled path of MySQL snapshot chunk rows (sources/mysql/snapshot_rows.py,
-``rowcodec.TextRowPlan``) against its Python twin: row packets of the text protocol, generated
-from seeds with the values the protocol carries for every covered column kind (edge values
-included), give the same event bytes (value, message key, idempotency key) as pymysql's values of
-the same packet through ``snapshots.RowEvents``; a row the compiled path leaves to the Python
-path comes out the same too. The real server's packets: tests/integration/test_snapshot_sources.py.
+"""The compiled path of snapshot chunk rows (``rowcodec.TextRowPlan``; sources/snapshot_rows.py)
+against its Python twin. MySQL: row packets of the text protocol, generated from seeds with the
+values the protocol carries for every covered column kind (edge values included), give the same
+event bytes (value, message key, idempotency key) as pymysql's values of the same packet through
+``snapshots.RowEvents``. PostgreSQL: rows of output texts, generated the same way, against the
+values the chunk reader's converters make of them. A row the compiled path leaves to the Python
+path comes out the same too. The real servers' rows: tests/integration/test_snapshot_sources.py.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tidegate.shipped import ShippedEvent
 from tidegate.sources.base import SnapshotTable
 from tidegate.sources.mysql.snapshot import column_reader
 from tidegate.sources.mysql.snapshot_rows import text_kind, text_rows
+from tidegate.sources.postgres.snapshot import compiled_kind, row_decoder
+from tidegate.sources.snapshot_rows import RawRows, compiled_plan
 from tidegate.spec import load_spec_text
 from tidegate.store.records import SnapshotRecord
 
@@ -75,13 +78,17 @@ def value(rng: random.Random, data_type: str) -> bytes | None:
     return f"{date} {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}{frac}".encode()
 
 
-def chunk_events(packets: list[bytes], compiled: bool) -> list:
+def row_events(connector: str) -> snapshots.RowEvents:
     spec = load_spec_text("pipeline: p\ntenant: t\nsource: {kind: mysql, conn_id: c}\n"
                           "sinks: [{id: k, kind: kafka, conn_id: k, topic: t}]\n")
     table = SnapshotTable("shop", "shop", "orders", ("id", "c"))
     rec = SnapshotRecord("p", "s1", "start", pos(1), [table.to_json()],
                          [{"table": 0, "lo": None, "hi": None}], 1_700_000_000_123)
-    build = snapshots.RowEvents(spec, rec, table, 3, "mysql")
+    return snapshots.RowEvents(spec, rec, table, 3, connector)
+
+
+def chunk_events(packets: list[bytes], compiled: bool) -> list:
+    build = row_events("mysql")
     result = MySQLResult.__new__(MySQLResult)
     result.unbuffered_active = False
     result.converters = [(enc, decoders.get(ft)) for _, _, ft, enc in COLUMNS]
@@ -133,3 +140,58 @@ def test_text_that_is_not_utf8_fails_as_in_the_python_path():
     for compiled in (True, False):
         with pytest.raises(UnicodeDecodeError):
             chunk_events([packet], compiled)
+
+
+# (name, type oid, type as format_type writes it) of a generated PostgreSQL table; key: id, c
+PG_COLUMNS = [("id", 20, "bigint"), ("c", 1043, "character varying(20)"), ("i", 23, "integer"),
+              ("o", 26, "oid"), ("n", 1700, "numeric(12,4)"), ("r", 700, "real"),
+              ("d", 701, "double precision"),
+              ("b", 16, "boolean"), ("dt", 1082, "date"), ("ts", 1114, "timestamp(6) without time zone"),
+              ("tz", 1184, "timestamp(3) with time zone"), ("j", 3802, "jsonb"), ("u", 2950, "uuid")]
+
+
+def pg_text(rng: random.Random, oid: int) -> str | None:
+    """Output text PostgreSQL could give a column of type ``oid`` (or NULL), edges included."""
+    if rng.random() < 0.08:
+        return None
+    pick = rng.choice
+    if oid in (20, 23, 26):
+        return pick(["0", "-9223372036854775808", "4294967295", str(rng.randint(-10**12, 10**12))])
+    if oid == 1700:
+        return pick(["NaN", "Infinity", "0.0000", "-0.0001", "0.0000001", "1e-9", "12.3400",
+                     f"{rng.uniform(-1e6, 1e6):.4f}", "123456789012345678901234567890"])
+    if oid in (700, 701):
+        return pick(["0", "-0", "NaN", "Infinity", "-Infinity", "1e-05", "1e+16", "3.4028235e+38",
+                     "0.33333334", repr(rng.uniform(-1e9, 1e9))])
+    if oid == 16:
+        return pick(["t", "f"])
+    if oid in (1114, 1184):
+        zone = pick(["+00", "+05:30", "-08", ""]) if oid == 1184 else ""
+        frac = pick(["", ".5", ".123", ".999999"])
+        day = f"{rng.randint(1, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        time = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+        return pick(["infinity", "-infinity", "0044-03-15 12:00:00 BC", f"{day} {time}{frac}{zone}"])
+    return "".join(pick("ab \"\\'\n\t\x01\x1f\x7fé€😀中") for _ in range(rng.randint(0, 30)))
+
+
+def pg_chunk_events(rows: list[tuple], compiled: bool) -> list:
+    build = row_events("postgresql")
+    columns = [(name, oid, typ, typ) for name, oid, typ in PG_COLUMNS]
+    decode = row_decoder(columns)
+    names = [c[0] for c in columns]
+    plan = compiled_plan(build, names, [compiled_kind(oid, typ) for _, oid, typ in PG_COLUMNS])
+    assert plan is not None
+    if compiled:
+        build.raw = RawRows(plan, plan.values_event, decode)
+    return list(snapshots._marked_rows(iter(rows) if compiled else map(decode, rows), build, final=True))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_generated_postgres_text_rows_give_the_python_paths_bytes(seed):
+    rng = random.Random(seed)
+    rows = [tuple(str(i) if name == "id" else pg_text(rng, oid) for name, oid, _ in PG_COLUMNS)
+            for i in range(1, 301)]
+    fast, python = pg_chunk_events(rows, compiled=True), pg_chunk_events(rows, compiled=False)
+    assert [(e.value, e.key_bytes, e.idempotency_key) for e in fast] == \
+        [(e.value, e.key_bytes, e.idempotency_key) for e in python]
+    assert 0 < sum(type(e) is ShippedEvent for e in fast) < len(fast)

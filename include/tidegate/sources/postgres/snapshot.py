@@ -243,18 +243,7 @@ class PostgresSnapshotReads(SnapshotReads):
         try:
             types = {name: bare for name, _, _, bare in columns}
             names = [c[0] for c in columns]
-            # only the columns whose text needs converting (most text types' does not)
-            convert = [(i, name, f) for i, (name, oid, typ, _) in enumerate(columns)
-                       if (f := _row_converter(oid, typ)) is not None]
-
-            def decode(row: tuple) -> dict[str, Any]:
-                out = dict(zip(names, row, strict=True))
-                for i, name, f in convert:
-                    v = row[i]
-                    if v is not None:
-                        out[name] = f(v)
-                return out
-
+            decode = row_decoder(columns)
             plan = compiled_plan(build, names, [compiled_kind(oid, typ) for _, oid, typ, _ in columns]) \
                 if build is not None else None
             if plan is not None:
@@ -385,6 +374,25 @@ def _compose(first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callabl
     return both
 
 
+def row_decoder(columns: Sequence[tuple[str, int, str, str]]) -> Callable[[tuple], dict[str, Any]]:
+    """A chunk row's output texts to its values (a dict of the column names), for columns as
+    :meth:`PostgresSnapshotReads._columns` gives them."""
+    names = [c[0] for c in columns]
+    # only the columns whose text needs converting (most text types' does not)
+    convert = [(i, name, f) for i, (name, oid, typ, _) in enumerate(columns)
+               if (f := _row_converter(oid, typ)) is not None]
+
+    def decode(row: tuple) -> dict[str, Any]:
+        out = dict(zip(names, row, strict=True))
+        for i, name, f in convert:
+            v = row[i]
+            if v is not None:
+                out[name] = f(v)
+        return out
+
+    return decode
+
+
 def compiled_kind(oid: int, typ: str) -> str | None:
     """The compiled path's kind of a column (``rowcodec.TEXT_KINDS``: the same JSON as
     :func:`_row_converter`'s value), or None where only the Python path converts its text."""
@@ -412,7 +420,7 @@ def _row_converter(oid: int, typ: str) -> Callable[[Any], Any] | None:
     return first if then is _identity else _compose(first, then)
 
 
-__all__ = ["PostgresCatalog", "PostgresSnapshotReads", "wal2json_value"]
+__all__ = ["PostgresCatalog", "PostgresSnapshotReads", "compiled_kind", "row_decoder", "wal2json_value"]
 
 
 _DEFAULT_CONSTANT = re.compile(
