@@ -342,6 +342,7 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
     from tidegate.connections import get_connection
     from tidegate.positions import SnapshotPosition
     from tidegate.reading import Chunk, SegmentRead
+    from tidegate.shipped import ShippedEvent
     from tidegate.snapshots import ChangedKeys, chunk_table, read_chunk
     from tidegate.sources import make_source
     from tidegate.spark.chunks import read_chunks
@@ -372,20 +373,23 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
             reads = sequential()
         cpu0 = tree_cpu()
         t0 = time.perf_counter()
-        rows = size = 0
+        rows = size = compiled = 0
         changed = ChangedKeys(rec, source)  # the consistent handoff's scan of the log, as a run does
         for seg, items, upper in reads:
             changed.scan_to(upper)
             for ev in changed.drop_changed(chunk_table(rec, seg.number), items, upper):
                 rows += 1
                 size += len(ev.value)
+                compiled += type(ev) is ShippedEvent
         wall = time.perf_counter() - t0
         cpu = tree_cpu() - cpu0
     if spark is not None:
         spark.stop()
     source.close()
     peak = max(rss.peak["reader_mb"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    out.update(rows=rows, bytes=size, wall_s=round(wall, 2), rows_per_s=round(rows / wall),
+    # rows the compiled path wrote (sources/snapshot_rows.py; a Spark read's rows all arrive shipped)
+    out.update(rows=rows, compiled_rows=compiled if mode == "sequential" else None,
+               bytes=size, wall_s=round(wall, 2), rows_per_s=round(rows / wall),
                cpu_s=round(cpu, 1), peak_rss_mb=round(peak),
                peak_jvm_rss_mb=round(rss.peak["jvm_mb"]) if mode == "spark" else None)
     return out

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from .events import ChangeEvent, ControlMessage, PositionMark, is_control
+from .native import rowcodec
 
 # What one event carries to the run's process, in this order (a "mark" row carries only
 # its position). Everything the coordinator, the batching and the sinks read.
@@ -41,8 +42,6 @@ def item_to_row(item: ChangeEvent | ControlMessage | PositionMark) -> tuple:
 def items_to_rows(items: list) -> list[tuple]:
     """``[item_to_row(item) for item in items]``, through the compiled loop where it is built
     (tidegate.native)."""
-    from .native import rowcodec
-
     if rowcodec is None:
         return [item_to_row(item) for item in items]
     return rowcodec.rows_from_items(items, ShippedEvent, item_to_row)
@@ -59,8 +58,6 @@ def row_to_item(row: tuple) -> ChangeEvent | ControlMessage | PositionMark:
 def rows_to_items(rows: list[tuple]) -> list[ChangeEvent | ControlMessage | PositionMark]:
     """``[row_to_item(row) for row in rows]``, through the compiled loop where it is built
     (tidegate.native)."""
-    from .native import rowcodec
-
     if rowcodec is None:
         return [row_to_item(row) for row in rows]
     return rowcodec.events_from_rows(rows, ShippedEvent, row_to_item)
@@ -70,8 +67,6 @@ def pack(items: list) -> tuple:
     """A batch of items as the message a reader process sends: packed (one bytes object for the
     events' bytes and keys, see tidegate.native.rowcodec) where the compiled path is built, else
     rows. :func:`unpack` gives the items back."""
-    from .native import rowcodec
-
     if rowcodec is None:
         return ("rows", items_to_rows(items))
     return ("packed", *rowcodec.pack_items(items, ShippedEvent, item_to_row))
@@ -80,8 +75,6 @@ def pack(items: list) -> tuple:
 def unpack(message: tuple) -> list[ChangeEvent | ControlMessage | PositionMark]:
     if message[0] == "rows":
         return rows_to_items(message[1])
-    from .native import rowcodec
-
     if rowcodec is None:
         raise RuntimeError("a packed batch needs tidegate.native.rowcodec, which this process "
                            "did not load (TIDEGATE_NATIVE=0 on one side only?)")

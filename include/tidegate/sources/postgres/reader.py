@@ -40,6 +40,8 @@ import psycopg2
 from ...errors import SourceError
 from ...events import ChangeEvent, ControlMessage, PositionMark, split_key_change
 from ...filters import table_list
+from ...native import rowcodec
+from ...shipped import ShippedEvent
 from ...spec import PipelineSpec
 from ..base import SourceItem
 from ..timeouts import READ_TIMEOUT_ENV, read_timeout_s
@@ -319,9 +321,6 @@ def compiled_rows(host: ReadHost) -> Any:
     """The compiled row path for a read of ``host`` (tidegate.native), or None where it is not
     built, is switched off (``TIDEGATE_NATIVE=0``) or cannot apply: column filters work on the
     values, which the compiled path never makes."""
-    from ...native import rowcodec
-    from ...shipped import ShippedEvent
-
     if rowcodec is None or getattr(host, "column_filters", None) is not None:
         return None
     spec = host.spec

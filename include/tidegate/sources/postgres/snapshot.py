@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg2
+import psycopg2.extensions as ext
 
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
@@ -187,8 +188,6 @@ class PostgresSnapshotReads(SnapshotReads):
     def _raw_text(conn: Any, cur_sql: str, params: Sequence[Any]) -> None:
         """Let this connection return the server's text output of every column of ``cur_sql``
         as is (psycopg2 would parse dates, numbers and arrays into Python objects)."""
-        import psycopg2.extensions as ext
-
         with conn.cursor() as cur:
             cur.execute(cur_sql + " LIMIT 0", params)
             oids = tuple({d.type_code for d in cur.description})
@@ -222,8 +221,6 @@ class PostgresSnapshotReads(SnapshotReads):
         WAL head is read (every commit the snapshot sees is flushed before it), then the rows
         stream through a server-side cursor: each row's output text where the compiled path
         writes the events (``build.raw``, sources/snapshot_rows.py), else its values."""
-        import psycopg2.extensions as ext
-
         conn = self.source.snapshot_connection()
         try:
             conn.set_session(isolation_level=ext.ISOLATION_LEVEL_REPEATABLE_READ)
