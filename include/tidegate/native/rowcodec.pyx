@@ -1881,6 +1881,9 @@ cdef class TextRowPlan:
     cdef bytes ikey_raw, source_head, tx_head, tail
     cdef type cls
     cdef dict common
+    # one row at a time: the buffers and the values' spans are the plan's, reused row after row
+    cdef Buf img, val, key, ik
+    cdef Py_ssize_t* span
 
     def __cinit__(self, list kinds, list names, list pk, list pk_sorted, bytes ikey_raw,
                   bytes source_head, bytes tx_head, bytes tail, type cls, dict common):
@@ -1889,7 +1892,11 @@ cdef class TextRowPlan:
         self.kind = <int*>PyMem_Malloc(max(self.ncols, 1) * sizeof(int))
         self.pk = <int*>PyMem_Malloc(max(self.npk, 1) * sizeof(int))
         self.pk_sorted = <int*>PyMem_Malloc(max(self.npk, 1) * sizeof(int))
-        if not (self.kind and self.pk and self.pk_sorted):
+        self.span = <Py_ssize_t*>PyMem_Malloc((2 * self.ncols + 2) * sizeof(Py_ssize_t))
+        self.img.p = self.val.p = self.key.p = self.ik.p = NULL
+        self.img.n = self.val.n = self.key.n = self.ik.n = 0
+        self.img.cap = self.val.cap = self.key.cap = self.ik.cap = 0
+        if not (self.kind and self.pk and self.pk_sorted and self.span):
             raise MemoryError()
         for i in range(self.ncols):
             self.kind[i] = kinds[i]
@@ -1903,6 +1910,11 @@ cdef class TextRowPlan:
         PyMem_Free(self.kind)
         PyMem_Free(self.pk)
         PyMem_Free(self.pk_sorted)
+        PyMem_Free(self.span)
+        PyMem_Free(self.img.p)
+        PyMem_Free(self.val.p)
+        PyMem_Free(self.key.p)
+        PyMem_Free(self.ik.p)
 
     cdef int put_key(self, Buf* out, const char* image, Py_ssize_t* span, bint by_name) except -1:
         cdef int k, col
@@ -1915,133 +1927,111 @@ cdef class TextRowPlan:
             put(out, image + span[2 * col], span[2 * col + 1] - span[2 * col])
         return putc(out, b'}')
 
-    cdef object finish(self, Buf* img, Py_ssize_t* span, bint last, long long n):
-        """The event of the row image ``img`` (values at ``span``): envelope, keys, event id."""
-        cdef Buf val, key, ik
+    cdef object finish(self, bint last, long long n):
+        """The event of the row image in ``img`` (values at ``span``): envelope, keys, event id."""
+        cdef Buf* img = &self.img
+        cdef Buf* val = &self.val
+        cdef Buf* ik = &self.ik
+        cdef Py_ssize_t* span = self.span
         cdef unsigned char digest[20]
         cdef char uid[36]
-        val.p = key.p = ik.p = NULL
-        val.n = key.n = ik.n = 0
-        val.cap = key.cap = ik.cap = 0
-        try:
-            # idempotency key and event id: the key's JSON in key order
-            put_bytes(&ik, self.ikey_raw)
-            self.put_key(&ik, img.p, span, False)
-            tg_sha1(<const unsigned char*>PyBytes_AS_STRING(NAMESPACE), 16, <const unsigned char*>ik.p, ik.n,
-                    digest)
-            uuid5_text(digest, uid)
-            put(&val, b'{"id":"', 7)
-            put(&val, uid, 36)
-            put(&val, b'","idempotency_key":', 20)
-            put_json_text(&val, <const unsigned char*>ik.p, ik.n)
-            put(&val, b',"op":"r","before":null,"after":', 32)
-            put(&val, img.p, img.n)
-            put(&val, b',"key":', 7)
-            put(&val, ik.p + PyBytes_GET_SIZE(self.ikey_raw), ik.n - PyBytes_GET_SIZE(self.ikey_raw))
-            put_bytes(&val, self.source_head)
-            put(&val, b'last' if last else b'true', 4)
-            put_bytes(&val, self.tx_head)
-            put_u64(&val, <uint64_t>n)
-            put(&val, b',"data_collection_order":', 25)
-            put_u64(&val, <uint64_t>n)
-            put_bytes(&val, self.tail)
-            self.put_key(&key, img.p, span, True)
-            ev = self.cls.__new__(self.cls)
-            d = ev.__dict__
-            d.update(self.common)
-            d["value"] = PyBytes_FromStringAndSize(val.p, val.n)
-            d["key_bytes"] = PyBytes_FromStringAndSize(key.p, key.n)
-            d["idempotency_key"] = PyUnicode_DecodeUTF8(ik.p, ik.n, "strict")
-            return ev
-        finally:
-            PyMem_Free(val.p)
-            PyMem_Free(key.p)
-            PyMem_Free(ik.p)
+        val.n = self.key.n = ik.n = 0
+        # idempotency key and event id: the key's JSON in key order
+        put_bytes(ik, self.ikey_raw)
+        self.put_key(ik, img.p, span, False)
+        tg_sha1(<const unsigned char*>PyBytes_AS_STRING(NAMESPACE), 16, <const unsigned char*>ik.p, ik.n, digest)
+        uuid5_text(digest, uid)
+        put(val, b'{"id":"', 7)
+        put(val, uid, 36)
+        put(val, b'","idempotency_key":', 20)
+        put_json_text(val, <const unsigned char*>ik.p, ik.n)
+        put(val, b',"op":"r","before":null,"after":', 32)
+        put(val, img.p, img.n)
+        put(val, b',"key":', 7)
+        put(val, ik.p + PyBytes_GET_SIZE(self.ikey_raw), ik.n - PyBytes_GET_SIZE(self.ikey_raw))
+        put_bytes(val, self.source_head)
+        put(val, b'last' if last else b'true', 4)
+        put_bytes(val, self.tx_head)
+        put_u64(val, <uint64_t>n)
+        put(val, b',"data_collection_order":', 25)
+        put_u64(val, <uint64_t>n)
+        put_bytes(val, self.tail)
+        self.put_key(&self.key, img.p, span, True)
+        ev = self.cls.__new__(self.cls)
+        d = ev.__dict__
+        d.update(self.common)
+        d["value"] = PyBytes_FromStringAndSize(val.p, val.n)
+        d["key_bytes"] = PyBytes_FromStringAndSize(self.key.p, self.key.n)
+        d["idempotency_key"] = PyUnicode_DecodeUTF8(ik.p, ik.n, "strict")
+        return ev
+
+    cdef int open_value(self, int i) except -1:
+        """Start column ``i``'s value in the image: its name, and where its value begins."""
+        if i == 0:
+            self.img.n = 0
+            putc(&self.img, b'{')
+        else:
+            putc(&self.img, b',')
+        put_bytes(&self.img, <bytes>self.names[i])
+        self.span[2 * i] = self.img.n
+        return 0
 
     def event(self, bytes pkt, bint last, long long n):
         """The event of one MySQL row packet, the ``n``-th of its chunk (``last``: the table's
         last row), or None for the Python path."""
         cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(pkt)
         cdef Py_ssize_t end = PyBytes_GET_SIZE(pkt), o = 0, size
-        cdef Buf img
-        cdef Py_ssize_t* span = NULL
+        cdef Buf* img = &self.img
         cdef int i
-        img.p = NULL
-        img.n = img.cap = 0
-        span = <Py_ssize_t*>PyMem_Malloc((2 * self.ncols + 2) * sizeof(Py_ssize_t))
-        try:
-            if span == NULL:
-                raise MemoryError()
-            putc(&img, b'{')
-            for i in range(self.ncols):
-                if o >= end:
-                    return None
-                if i:
-                    putc(&img, b',')
-                put_bytes(&img, <bytes>self.names[i])
-                span[2 * i] = img.n
-                if p[o] == 0xFB:
-                    put(&img, b'null', 4)
-                    o += 1
-                else:
-                    if p[o] < 0xFB:
-                        size, o = p[o], o + 1
-                    elif o + 9 > end and (p[o] == 0xFE or o + 4 > end):
-                        return None
-                    elif p[o] == 0xFC:
-                        size, o = <Py_ssize_t>le(p + o + 1, 2), o + 3
-                    elif p[o] == 0xFD:
-                        size, o = <Py_ssize_t>le(p + o + 1, 3), o + 4
-                    else:
-                        size, o = <Py_ssize_t>le(p + o + 1, 8), o + 9
-                    if size < 0 or o + size > end:
-                        return None
-                    if not put_text_value(&img, p + o, size, self.kind[i]):
-                        return None
-                    o += size
-                span[2 * i + 1] = img.n
-            if o != end:
+        for i in range(self.ncols):
+            if o >= end:
                 return None
-            putc(&img, b'}')
-            return self.finish(&img, span, last, n)
-        finally:
-            PyMem_Free(img.p)
-            PyMem_Free(span)
+            self.open_value(i)
+            if p[o] == 0xFB:
+                put(img, b'null', 4)
+                o += 1
+            else:
+                if p[o] < 0xFB:
+                    size, o = p[o], o + 1
+                elif o + 9 > end and (p[o] == 0xFE or o + 4 > end):
+                    return None
+                elif p[o] == 0xFC:
+                    size, o = <Py_ssize_t>le(p + o + 1, 2), o + 3
+                elif p[o] == 0xFD:
+                    size, o = <Py_ssize_t>le(p + o + 1, 3), o + 4
+                else:
+                    size, o = <Py_ssize_t>le(p + o + 1, 8), o + 9
+                if size < 0 or o + size > end:
+                    return None
+                if not put_text_value(img, p + o, size, self.kind[i]):
+                    return None
+                o += size
+            self.span[2 * i + 1] = img.n
+        if o != end or self.ncols == 0:
+            return None
+        putc(img, b'}')
+        return self.finish(last, n)
 
     def values_event(self, tuple row, bint last, long long n):
         """The event of one row of text values (None for NULL; PostgreSQL's output text, as a
         snapshot chunk reads it), or None for the Python path."""
-        cdef Buf img
-        cdef Py_ssize_t* span = NULL
+        cdef Buf* img = &self.img
         cdef Py_ssize_t size
         cdef const char* text
         cdef int i
-        if len(row) != self.ncols:
+        if len(row) != self.ncols or self.ncols == 0:
             return None
-        img.p = NULL
-        img.n = img.cap = 0
-        span = <Py_ssize_t*>PyMem_Malloc((2 * self.ncols + 2) * sizeof(Py_ssize_t))
-        try:
-            if span == NULL:
-                raise MemoryError()
-            putc(&img, b'{')
-            for i in range(self.ncols):
-                if i:
-                    putc(&img, b',')
-                put_bytes(&img, <bytes>self.names[i])
-                span[2 * i] = img.n
-                v = row[i]
-                if v is None:
-                    put(&img, b'null', 4)
-                elif type(v) is not str:
+        for i in range(self.ncols):
+            self.open_value(i)
+            v = row[i]
+            if v is None:
+                put(img, b'null', 4)
+            elif type(v) is not str:
+                return None
+            else:
+                text = PyUnicode_AsUTF8AndSize(v, &size)
+                if not put_text_value(img, <const unsigned char*>text, size, self.kind[i]):
                     return None
-                else:
-                    text = PyUnicode_AsUTF8AndSize(v, &size)
-                    if not put_text_value(&img, <const unsigned char*>text, size, self.kind[i]):
-                        return None
-                span[2 * i + 1] = img.n
-            putc(&img, b'}')
-            return self.finish(&img, span, last, n)
-        finally:
-            PyMem_Free(img.p)
-            PyMem_Free(span)
+            self.span[2 * i + 1] = img.n
+        putc(img, b'}')
+        return self.finish(last, n)
