@@ -49,8 +49,10 @@ from typing import Any
 
 from ..connections import Connection
 from ..events import ChangeEvent
+from ..parts import fixed_connection
 from ..reading import Chunk, SegmentRead
 from ..shipped import item_to_row, row_to_item
+from ..snapshots import read_chunk
 from ..spec import PipelineSpec
 from ..store.records import SnapshotRecord
 from .task_source import register_task_source
@@ -82,9 +84,6 @@ def register_source(spark: Any) -> None:
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
             # Runs in a Spark task: one chunk, read with a connection of its own.
-            from ..parts import fixed_connection
-            from ..snapshots import read_chunk
-
             source = fixed_connection(self.connection, self.hash_salt).source(self.spec)
             try:
                 read = read_chunk(self.spec, source, self.record, partition.value)
@@ -109,9 +108,6 @@ def register_source(spark: Any) -> None:
 def chunk_batches(payload: tuple, index: int) -> Iterator[Any]:
     """The task of chunk ``index`` (of the payload's chunks) for a Spark Connect session: the
     same read as ``ChunkReader.read``."""
-    from ..parts import fixed_connection
-    from ..snapshots import read_chunk
-
     spec, connection, hash_salt, rec, numbers = payload
     source = fixed_connection(connection, hash_salt).source(spec)
     try:

@@ -35,8 +35,11 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FatalRunError, SpecError, TidegateError
+from ..parts import resolved_parts
 from ..reading import Chunk, Slice
 from ..spec import DELIVERY_CONF, DELIVERY_MODES
+from ..store import open_store
+from .gathered import GatheredReader, gathered_frame, part_reader, parts_of
 
 if TYPE_CHECKING:
     from ..run import RunContext
@@ -122,12 +125,9 @@ def delivery_task(payload: tuple, gathered: Iterator[Any] | None = None) -> Iter
     # of it, and its CPU is what this shape saves
     import pyarrow as pa
 
-    from ..parts import resolved_parts
     from ..reader_process import ReaderProcess
     from ..run import from_record
     from ..runner import run_pipeline
-    from ..store import open_store
-    from .gathered import GatheredReader
 
     pipeline, run_id, connections, salt, store_url, settings = payload
     try:
@@ -212,8 +212,6 @@ def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
     spark-submit driver's own) with its parts gathered where :func:`gathers_parts` says so;
     returns its report. A fatal error of the task is raised here as
     :class:`~tidegate.errors.FatalRunError`."""
-    from .gathered import parts_of
-
     payload = task_payload(run, store_url)
     barrier = needs_barrier(spark)
     gathered = gathers_parts(run, {**run.spec.spark.conf, **(conf or {})})
@@ -244,8 +242,6 @@ def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
 
 def _gathered_job(spark: Any, run: RunContext, payload: tuple, barrier: bool) -> Any:
     """The two-stage job of a plan with parallel parts (gathered.py)."""
-    from .gathered import gathered_frame, part_reader, parts_of
-
     parts = parts_of(run.record.segments)
     _, _, connections, salt, store_url, _ = payload
     read = part_reader(run.spec, connections[run.spec.source.conn_id], salt, store_url, parts)

@@ -33,7 +33,12 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd
+from ..events import PositionMark
+from ..parts import fixed_connection
+from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, snapshot_record
+from ..shipped import pack, unpack
+from ..snapshots import read_chunk
+from ..store import open_store
 from .slices import NOTE, executor_note
 
 if TYPE_CHECKING:
@@ -71,8 +76,6 @@ def _part_messages(spec: PipelineSpec, connection: Any, salt: bytes | None, stor
     """Part ``index`` as messages: its items packed as a reader process packs them
     (``shipped.pack``: the compiled path where it is built), a chunk's upper bound first, a
     slice's note (what its task read, where its code came from) last."""
-    from ..parts import fixed_connection
-
     part = parts[index]
     source = fixed_connection(connection, salt).source(spec)
     try:
@@ -81,10 +84,6 @@ def _part_messages(spec: PipelineSpec, connection: Any, salt: bytes | None, stor
             yield from _packed(source.read_slice(part.start, part.end, index), count)
             yield (NOTE, executor_note(spec.pipeline, index, len(parts), count[0], time.monotonic() - t0))
             return
-        from ..reading import snapshot_record
-        from ..snapshots import read_chunk
-        from ..store import open_store
-
         with open_store(store_url) as store:
             rec = snapshot_record(store, spec, part.snapshot_id)
         read = read_chunk(spec, source, rec, part.number)
@@ -96,9 +95,6 @@ def _part_messages(spec: PipelineSpec, connection: Any, salt: bytes | None, stor
 
 def _packed(items: Iterable[Any], count: list[int]) -> Iterator[tuple]:
     """``items`` as packed batches of :data:`BATCH_ROWS`; ``count[0]`` counts the events."""
-    from ..events import PositionMark
-    from ..shipped import pack
-
     batch: list[Any] = []
     for item in items:
         batch.append(item)
@@ -139,8 +135,6 @@ def gathered_frame(spark: Any, read_parts: Any, count: int, deliver: Any, schema
 
 def _items(messages: Iterable[tuple[Any, tuple]]) -> Iterator[Any]:
     """A part's items from its messages (a slice's note, its last, logged)."""
-    from ..shipped import unpack
-
     for _, message in messages:
         if message[0] == NOTE:
             log.info("%s", message[1])

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..reader_process import ReaderProcess
 from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, log_runs, snapshot_record
+from ..store import default_url
 from .chunks import read_chunks
+from .delivery import deliver_on_executor, on_executor
 from .session import LazySession
 from .slices import max_task_slice_bytes, read_range
 from .windows import partitions_in_flight
@@ -102,9 +105,6 @@ def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
     (delivery.py); where delivery.on_executor says no (a Delta sink,
     ``spark.tidegate.delivery: client``), delivered here, its segments read by Spark
     tasks. Returns the run report."""
-    from ..store import default_url
-    from .delivery import deliver_on_executor, on_executor
-
     if on_executor(run, run.spec.spark.conf):
         return deliver_on_executor(spark, run, default_url())
     return deliver_here(spark, run)
@@ -113,8 +113,6 @@ def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
 def deliver_here(spark: Any, run: RunContext) -> dict[str, Any]:
     """The run delivered by this driver, its segments read by Spark tasks."""
     from ..runner import run_pipeline
-    from ..store import default_url
-
     reader = SparkReader(spark, run.parts.connection(run.spec.source.conn_id), default_url())
     # What the run costs the driver's side, its start-up left out (benchmarks/cluster.py): with
     # executors on cores of their own, the driver's delivery is what bounds a run.
@@ -154,8 +152,6 @@ def _peak_rss(pid: int | None = None) -> int | None:
     parent, the driver's JVM, in client mode) where /proc tells it."""
     try:
         if pid is None:
-            import resource
-
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         with open(f"/proc/{pid}/status", encoding="ascii") as f:
             for line in f:

@@ -38,8 +38,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..connections import Connection
+import tidegate
+
+from ..connections import Connection, get_connection
 from ..events import ChangeEvent, PositionMark
+from ..parts import fixed_connection
 from ..positions import Position
 from ..reading import MAX_SLICE_CONF, MAX_TASK_SLICE_BYTES
 from ..shipped import item_to_row, row_to_item
@@ -68,8 +71,6 @@ def slice_task(spec: PipelineSpec, connection: Connection, slices: list[tuple[Po
     variable of their own."""
 
     def read_partition(index: int, _ignored: Iterator[Any]) -> Iterator[tuple]:
-        from ..parts import fixed_connection
-
         t0 = time.monotonic()
         source = fixed_connection(connection, hash_salt).source(spec)
         events = 0
@@ -90,8 +91,6 @@ def executor_note(pipeline: str, index: int, count: int, events: int, seconds: f
     """What the task read, where its code came from, and that its environment holds no
     connection and no tidegate setting (they travel inside the job); also printed to the
     executor's stderr."""
-    import tidegate
-
     found = sorted(k for k in os.environ if k.startswith(("AIRFLOW_CONN_", "TIDEGATE_")))
     code = os.path.abspath(os.path.dirname(tidegate.__file__))
     note = (f"tidegate: pipeline {pipeline} slice {index + 1}/{count}: {events} events in {seconds:.2f}s "
@@ -131,8 +130,6 @@ def read_range(spark: Any, spec: PipelineSpec, slices: list[tuple[Position | Non
     if not slices:  # nothing in range
         return
     if connection is None:
-        from ..connections import get_connection
-
         connection = get_connection(spec.source.conn_id)
     window = window or partitions_in_flight(spark)
     task = slice_task(spec, connection, slices, hash_salt)
