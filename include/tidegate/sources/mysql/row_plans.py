@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from ...errors import SourceError
+from ...native import rowcodec
 from .values import (  # noqa: F401 - the column type codes are part of this module's interface
     BINARY_COLLATION,
     BIT,
@@ -333,8 +334,6 @@ def native_plan(tm: TableMap, codec_for: Callable[[int | None], str | None]) -> 
     extension is not there or a column is of a kind it does not cover (the whole table then
     takes the Python path). Covered: integers, DOUBLE, YEAR, DECIMAL of scale up to 6,
     CHAR/VARCHAR/TEXT in UTF-8 and BINARY/VARBINARY/BLOB, DATE, DATETIME2, TIMESTAMP2, TIME2."""
-    from ...native import rowcodec
-
     if rowcodec is None:
         return None
     k = rowcodec.KINDS
