@@ -187,7 +187,7 @@ def pg_chunk_events(rows: list[tuple], compiled: bool) -> list:
     plan = compiled_plan(build, names, [compiled_kind(oid, typ) for _, oid, typ in PG_COLUMNS])
     assert plan is not None
     if compiled:
-        build.raw = RawRows(plan, plan.values_event, decode)
+        build.raw = RawRows(plan.values_event, decode)
     return list(snapshots._marked_rows(iter(rows) if compiled else map(decode, rows), build, final=True))
 
 

@@ -972,8 +972,10 @@ cdef int put_numeric(Buf* out, const unsigned char* s, Py_ssize_t n) except -1:
     return 1
 
 
-cdef int put_float(Buf* out, const unsigned char* s, Py_ssize_t n) except -1:
-    """A bare number as ``float(value)`` is written (repr); 0 for a non-finite one."""
+cdef int put_float(Buf* out, const unsigned char* s, Py_ssize_t n, bint json_token=True) except -1:
+    """A bare number as ``float(value)`` is written (repr); 0 for a non-finite one.
+    ``json_token``: ``s`` is a JSON number (wal2json), whose ``-0`` the Python path reads as the
+    integer 0; else it is a column's text (a snapshot chunk), read by ``float``."""
     cdef char tmp[64]
     cdef char* text
     cdef double d
@@ -984,7 +986,7 @@ cdef int put_float(Buf* out, const unsigned char* s, Py_ssize_t n) except -1:
     d = strtod(tmp, NULL)
     if not isfinite(d):
         return 0
-    if d == 0.0 and integer_token(s, n):
+    if d == 0.0 and json_token and integer_token(s, n):
         d = 0.0  # "-0" is the integer 0 to the Python path: 0.0, not -0.0
     text = PyOS_double_to_string(d, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
     try:
@@ -1718,8 +1720,7 @@ def rows_from_items(list items, type cls, object item_to_row):
 # such row packet, byte for byte what ``snapshots.RowEvents`` builds from pymysql's values
 # (sources/mysql/snapshot_rows.py is the Python side and names the column kinds); None for
 # anything it does not write the same way (a zero date is written as null, as the Python path
-# writes it; text that is not UTF-8, a number pymysql would rewrite, a negative zero double:
-# None), and the caller then decodes that row with pymysql.
+# writes it; text that is not UTF-8, a number pymysql would rewrite: None), and the caller then decodes that row with pymysql.
 
 cdef enum:
     T_INT = 1        # digits as they are
@@ -1807,9 +1808,6 @@ cdef int put_text_datetime(Buf* out, const unsigned char* s, Py_ssize_t n, int k
 
 cdef int put_text_value(Buf* out, const unsigned char* s, Py_ssize_t n, int kind) except -1:
     """One non-null column value of a text row as JSON; 0 where the Python path is needed."""
-    cdef char tmp[64]
-    cdef char* text
-    cdef double x
     cdef Py_ssize_t i
     if kind == T_INT:
         if not plain_integer(s, n):
@@ -1843,18 +1841,7 @@ cdef int put_text_value(Buf* out, const unsigned char* s, Py_ssize_t n, int kind
     elif kind == T_PG_TIMESTAMP:
         return put_timestamp(out, s, n)
     elif kind == T_DOUBLE:
-        if n >= 64 or n == 0:
-            return 0
-        memcpy(tmp, s, n)
-        tmp[n] = 0
-        x = strtod(tmp, NULL)
-        if not isfinite(x) or (x == 0.0 and s[0] == b'-'):
-            return 0
-        text = PyOS_double_to_string(x, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
-        try:
-            put(out, text, strlen(text))
-        finally:
-            PyMem_Free(text)
+        return n > 0 and put_float(out, s, n, False)
     elif kind == T_TEXT:
         if not text_ok(s, n):
             return 0

@@ -10,7 +10,7 @@ differently.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -19,15 +19,13 @@ from ..native import rowcodec
 from ..shipped import ShippedEvent
 
 
-class RawRows:
-    """The compiled events of one chunk's raw rows: :meth:`event` gives a row's event or None,
-    :meth:`decode` the row as the Python path's values (a dict of the column names)."""
+class RawRows(NamedTuple):
+    """The compiled events of one chunk's raw rows: ``event(row, last, n)`` gives a row's event
+    or None (a ``TextRowPlan``'s entry point), ``decode(row)`` the row as the Python path's values
+    (a dict of the column names)."""
 
-    def __init__(self, plan: Any, write: Callable[..., ChangeEvent | None], decode: Callable[[Any], dict]):
-        self.plan, self.write, self.decode = plan, write, decode
-
-    def event(self, row: Any, last: bool, n: int) -> ChangeEvent | None:
-        return self.write(row, last, n)
+    event: Callable[[Any, bool, int], ChangeEvent | None]
+    decode: Callable[[Any], dict]
 
 
 def compiled_plan(build: Any, names: Sequence[str], kinds: Sequence[str | None]) -> Any:

@@ -7,7 +7,7 @@ most of a chunk read's CPU. A chunk of a table whose columns are all of the kind
 :func:`text_kind` is read as raw row packets instead, and the compiled path writes each row's
 event from the packet's text (tests/unit/test_snapshot_rows.py and
 tests/integration/test_snapshot_sources.py compare both paths). A row it would write
-differently (text that is not UTF-8, a ZEROFILL number, a negative zero) is decoded by pymysql.
+differently (text that is not UTF-8, a ZEROFILL number) is decoded by pymysql.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def text_rows(build: Any, result: Any, columns: Sequence[tuple[str, str]],
                 row[i] = conv(row[i])
         return dict(zip(names, row, strict=True))
 
-    return RawRows(plan, plan.event, decode)
+    return RawRows(plan.event, decode)
 
 
 def row_packets(conn: Any, result: Any) -> Iterator[bytes]:

@@ -244,7 +244,7 @@ class PostgresSnapshotReads(SnapshotReads):
             plan = compiled_plan(build, names, [compiled_kind(oid, typ) for _, oid, typ, _ in columns]) \
                 if build is not None else None
             if plan is not None:
-                build.raw = RawRows(plan, plan.values_event, decode)
+                build.raw = RawRows(plan.values_event, decode)
             where, params = ["true"], []
             for bound, op in ((lo, ">"), (hi, "<=")):
                 if bound is not None:
