@@ -506,7 +506,7 @@ COMPILED_DDL_PG = """CREATE TABLE {s}.gen (
   iv interval, t0 timestamp(0), t3 timestamp(3), tz timestamptz(6), ip inet)"""
 
 
-def _generated_rows_pg(rng: random.Random, n: int) -> list[tuple]:
+def generated_rows_pg(rng: random.Random, n: int) -> list[tuple]:
     """Rows of :data:`COMPILED_DDL_PG` with edge values: NaN and the infinities, negative zero,
     numerics Decimal writes in exponent form, BC and infinite timestamps, escapes and non-ASCII
     text (no NUL: PostgreSQL's text refuses it)."""
@@ -553,7 +553,7 @@ def test_postgres_compiled_chunk_rows_are_the_python_and_the_log_rows(pg, seed):
     src = source("gen")
     assert src.replication_slot.ensure() is not None
     start = src.head()
-    rows = _generated_rows_pg(random.Random(seed), 120)
+    rows = generated_rows_pg(random.Random(seed), 120)
     values = ", ".join(["(" + ", ".join(["%s"] * 21) + ")"] * len(rows))
     ex(f"INSERT INTO {s}.gen VALUES {values} ON CONFLICT DO NOTHING", [v for r in rows for v in r])
     assert_compiled_rows_are_the_python_rows(src, start)

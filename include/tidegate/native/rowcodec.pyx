@@ -1181,11 +1181,31 @@ cdef int put_pg_key(Buf* out, TableRows t, const char* image, Py_ssize_t* span, 
             putc(out, b',')
         put_bytes(out, <bytes>t.pk_keys[j])
         col = t.pk_col[j]
-        if col < 0:
+        if col < 0 or span[2 * col] < 0:  # not a column of the table, or not in this image
             put(out, b'null', 4)
         else:
             put(out, image + span[2 * col], span[2 * col + 1] - span[2 * col])
     return putc(out, b'}')
+
+
+cdef int place_pk(TableRows t, list names, list cols) except -1:
+    """``t``'s primary key ``names`` (in the message's order), placed among an image's ``cols``."""
+    import orjson
+
+    cdef int k
+    PyMem_Free(t.pk_col)
+    PyMem_Free(t.pk_sorted)
+    t.pk_col = <int*>PyMem_Malloc((len(names) + 1) * sizeof(int))
+    t.pk_sorted = <int*>PyMem_Malloc((len(names) + 1) * sizeof(int))
+    if t.pk_col == NULL or t.pk_sorted == NULL:
+        raise MemoryError()
+    for k, name in enumerate(names):
+        t.pk_col[k] = cols.index(name) if name in cols else -1
+    for k, j in enumerate(sorted(range(len(names)), key=lambda i: names[i].encode())):
+        t.pk_sorted[k] = j
+    t.pk_keys = [orjson.dumps(n) + b":" for n in names]
+    t.npk = len(names)
+    return 0
 
 
 cdef class Wal2JsonRows:
@@ -1304,25 +1324,30 @@ cdef class Wal2JsonRows:
             PyBytes_FromStringAndSize(<const char*>s + ta, tn)
         t = self.by_name.get(name)
         if t is None:
-            import orjson
-
-            t = TableRows.__new__(TableRows)
-            t.schema = PyBytes_FromStringAndSize(<const char*>s + sa, sn).decode()
-            t.table = PyBytes_FromStringAndSize(<const char*>s + ta, tn).decode()
-            t.tkey = (t.schema, t.table)
-            t.wanted = not self.tables or t.tkey in self.tables
-            sj, tj = orjson.dumps(t.schema), orjson.dumps(t.table)
-            t.source_names = (b',"source":{"connector":"postgresql","pipeline":' + orjson.dumps(self.pipeline)
-                              + b',"db":' + sj + b',"schema":' + sj + b',"table":' + tj + b',"tx_id":"')
-            prefix = f"{self.tenant}|{self.pipeline}|{t.schema}.{t.table}|"
-            t.ikey_raw = prefix.encode()
-            ikey_json = orjson.dumps(prefix)
-            t.ikey_json = ikey_json[:len(ikey_json) - 1]  # without the closing quote
-            t.after_shape = t.before_shape = t.pk_for = None
-            t.pk_raw = None
-            t.npk = 0
+            t = self.named(TableRows.__new__(TableRows),
+                           PyBytes_FromStringAndSize(<const char*>s + sa, sn).decode(),
+                           PyBytes_FromStringAndSize(<const char*>s + ta, tn).decode())
             self.by_name[name] = t
         self.last, self.last_name = t, name
+        return t
+
+    cdef TableRows named(self, TableRows t, str schema, str table):
+        """``t`` with its table's names as the envelope and the idempotency key write them."""
+        import orjson
+
+        t.schema, t.table = schema, table
+        t.tkey = (schema, table)
+        t.wanted = not self.tables or t.tkey in self.tables
+        sj, tj = orjson.dumps(schema), orjson.dumps(table)
+        t.source_names = (b',"source":{"connector":"postgresql","pipeline":' + orjson.dumps(self.pipeline)
+                          + b',"db":' + sj + b',"schema":' + sj + b',"table":' + tj + b',"tx_id":"')
+        prefix = f"{self.tenant}|{self.pipeline}|{schema}.{table}|"
+        t.ikey_raw = prefix.encode()
+        ikey_json = orjson.dumps(prefix)
+        t.ikey_json = ikey_json[:len(ikey_json) - 1]  # without the closing quote
+        t.after_shape = t.before_shape = t.pk_for = None
+        t.pk_raw = None
+        t.npk = 0
         return t
 
     cdef bint resolve_pk(self, TableRows t, const unsigned char* s, Py_ssize_t pa, Py_ssize_t pn,
@@ -1335,23 +1360,8 @@ cdef class Wal2JsonRows:
             return t.npk > 0
         import json
 
-        import orjson
-
         raw = PyBytes_FromStringAndSize(<const char*>s + pa, pn)
-        names = [c["name"] for c in json.loads(raw)]
-        PyMem_Free(t.pk_col)
-        PyMem_Free(t.pk_sorted)
-        t.pk_col = <int*>PyMem_Malloc((len(names) + 1) * sizeof(int))
-        t.pk_sorted = <int*>PyMem_Malloc((len(names) + 1) * sizeof(int))
-        if t.pk_col == NULL or t.pk_sorted == NULL:
-            raise MemoryError()
-        cols = [n for n, _ in image.signature]
-        for k, name in enumerate(names):
-            t.pk_col[k] = cols.index(name) if name in cols else -1
-        for k, j in enumerate(sorted(range(len(names)), key=lambda i: names[i].encode())):
-            t.pk_sorted[k] = j
-        t.pk_keys = [orjson.dumps(n) + b":" for n in names]
-        t.npk = len(names)
+        place_pk(t, [c["name"] for c in json.loads(raw)], [n for n, _ in image.signature])
         t.pk_raw, t.pk_for = raw, image
         return t.npk > 0
 
@@ -1456,34 +1466,37 @@ cdef class Wal2JsonRows:
     cdef object event(self, TableRows t, const unsigned char* s, char op, RowShape shape,
                       Py_ssize_t la, Py_ssize_t ln, Buf* before, Buf* after, Buf* val, Buf* key, Buf* ik):
         """The event of a scanned row change (see ``row``), or None."""
-        cdef Py_ssize_t* span
-        cdef const char* image
-        cdef long long n, k, total
-        cdef int col
-        cdef unsigned char digest[20]
-        cdef char uid[36]
-        cdef int j
         # the images first: nothing is counted before the row is known to be compiled
         if op != b'I' and not put_image(before, self.span_b, shape, self.ident):
             return None
         if op != b'D' and not put_image(after, self.span_a, shape, self.cols):
             return None
-        if op == b'U':  # a changed primary key: two events, by the Python path
-            for k in range(t.npk):
-                col = t.pk_col[k]
-                if col >= 0 and (self.span_a[2 * col + 1] - self.span_a[2 * col]
-                                 != self.span_b[2 * col + 1] - self.span_b[2 * col]
-                                 or memcmp(after.p + self.span_a[2 * col], before.p + self.span_b[2 * col],
-                                           self.span_a[2 * col + 1] - self.span_a[2 * col]) != 0):
-                    return None
-        lsn = PyUnicode_DecodeUTF8(<const char*>s + la, ln, "strict")
+        return self.envelope(t, op, <const char*>s + la, ln, before if op != b'I' else NULL,
+                             after if op != b'D' else NULL, val, key, ik)
+
+    cdef object envelope(self, TableRows t, char op, const char* lsn_text, Py_ssize_t ln, Buf* before,
+                         Buf* after, Buf* val, Buf* key, Buf* ik):
+        """The event of a row change whose images are written (``before`` / ``after``: NULL for
+        none; their values' spans in ``span_b`` / ``span_a``, -1 for a column an image lacks),
+        at the LSN ``lsn_text``; None for a changed primary key (two events, by the Python path)."""
+        cdef Py_ssize_t* span
+        cdef const char* image
+        cdef long long n, k, total
+        cdef Py_ssize_t* sa = self.span_a
+        cdef Py_ssize_t* sb = self.span_b
+        cdef int col
+        cdef unsigned char digest[20]
+        cdef char uid[36]
+        if before != NULL and after != NULL and self.key_changed(t, before, after):
+            return None
+        lsn = PyUnicode_DecodeUTF8(lsn_text, ln, "strict")
         self.count(t.tkey, lsn, &n, &k)
         total = self.total
         # the idempotency key and the event id (uuid5 over the namespace and that key)
         put_bytes(ik, t.ikey_raw)
         put_bytes(ik, self.tx_raw)
         putc(ik, b'|')
-        put(ik, <const char*>s + la, ln)
+        put(ik, lsn_text, ln)
         putc(ik, b':')
         put_u64(ik, <uint64_t>n)
         tg_sha1(<const unsigned char*>PyBytes_AS_STRING(NAMESPACE), 16, <const unsigned char*>ik.p, ik.n,
@@ -1497,23 +1510,23 @@ cdef class Wal2JsonRows:
         put(val, b'","op":"', 8)
         putc(val, b'c' if op == b'I' else (b'u' if op == b'U' else b'd'))
         put(val, b'","before":', 11)
-        if op == b'I':
+        if before == NULL:
             put(val, b'null', 4)
         else:
             put(val, before.p, before.n)
         put(val, b',"after":', 9)
-        if op == b'D':
+        if after == NULL:
             put(val, b'null', 4)
-            image, span = before.p, self.span_b
+            image, span = before.p, sb
         else:
             put(val, after.p, after.n)
-            image, span = after.p, self.span_a
+            image, span = after.p, sa
         put(val, b',"key":', 7)
         put_pg_key(val, t, image, span, False)
         put_bytes(val, t.source_names)
         put_bytes(val, self.tx_raw)
         put(val, b'","position":{"lsn":"', 21)
-        put(val, <const char*>s + la, ln)
+        put(val, lsn_text, ln)
         put_bytes(val, self.tx_mid)
         put_u64(val, <uint64_t>total)
         put(val, b',"data_collection_order":', 25)
@@ -1534,6 +1547,24 @@ cdef class Wal2JsonRows:
         d["end_position"] = None
         d["commit_us"] = self.ts_us
         return ev
+
+    cdef bint key_changed(self, TableRows t, Buf* before, Buf* after):
+        """Whether an UPDATE's primary key changed, as ``reader.old_key`` tells it: an old image
+        without every key column says no; values are compared as their JSON (equal values
+        written differently, 0.0 and -0.0, say yes: the Python path then decides)."""
+        cdef int k, col
+        cdef Py_ssize_t* sa = self.span_a
+        cdef Py_ssize_t* sb = self.span_b
+        for k in range(t.npk):
+            col = t.pk_col[k]
+            if col < 0 or sb[2 * col] < 0:
+                return False
+        for k in range(t.npk):
+            col = t.pk_col[k]
+            if (sa[2 * col + 1] - sa[2 * col] != sb[2 * col + 1] - sb[2 * col]
+                    or memcmp(after.p + sa[2 * col], before.p + sb[2 * col], sa[2 * col + 1] - sa[2 * col]) != 0):
+                return True
+        return False
 
 
 # --------------------------------------------------------------------------- packed batches
@@ -1734,10 +1765,11 @@ cdef enum:
     T_TIMESTAMP = 9  # as datetime.isoformat() of a UTC datetime (+00:00)
     T_BOOL = 10      # PostgreSQL's t / f
     T_PG_TIMESTAMP = 11  # PostgreSQL's timestamp text, as values.ts_iso_fast writes it
+    T_LOG_DOUBLE = 12  # real / double text as the log path reads it (a JSON number: -0 is 0.0)
 
 TEXT_KINDS = {"int": T_INT, "year": T_YEAR, "decimal": T_DECIMAL, "double": T_DOUBLE, "text": T_TEXT,
               "binary": T_BINARY, "date": T_DATE, "datetime": T_DATETIME, "timestamp": T_TIMESTAMP,
-              "bool": T_BOOL, "pg_timestamp": T_PG_TIMESTAMP}
+              "bool": T_BOOL, "pg_timestamp": T_PG_TIMESTAMP, "log_double": T_LOG_DOUBLE}
 
 
 cdef inline bint plain_integer(const unsigned char* s, Py_ssize_t n):
@@ -1840,8 +1872,8 @@ cdef int put_text_value(Buf* out, const unsigned char* s, Py_ssize_t n, int kind
             put(out, b'false', 5)
     elif kind == T_PG_TIMESTAMP:
         return put_timestamp(out, s, n)
-    elif kind == T_DOUBLE:
-        return n > 0 and put_float(out, s, n, False)
+    elif kind == T_DOUBLE or kind == T_LOG_DOUBLE:
+        return n > 0 and put_float(out, s, n, kind == T_LOG_DOUBLE)
     elif kind == T_TEXT:
         if not text_ok(s, n):
             return 0
@@ -2022,3 +2054,175 @@ cdef class TextRowPlan:
             self.span[2 * i + 1] = img.n
         putc(img, b'}')
         return self.finish(last, n)
+
+
+# --------------------------------------------------------------------------- pgoutput rows (PostgreSQL)
+#
+# The pgoutput read path (sources/postgres/pgoutput.py) hands each Insert, Update and Delete
+# message, as the pair (its LSN, its bytes), to :class:`PgOutputRows` before it decodes it.
+# A row's values come as their output text, which ``put_text_value`` writes with the kinds the
+# snapshot's PostgreSQL rows use (the log and the snapshot make the same value of a text); the
+# envelope is Wal2JsonRows's. The reader registers each Relation message's columns
+# (``relation``); a table with a column no kind covers, an unchanged TOAST value (``u``), a new
+# column set, a changed primary key or bytes that do not add up go to the Python path (None).
+
+from libc.stdio cimport snprintf
+
+
+cdef class RelationRows(TableRows):
+    """One Relation message's columns as the compiled path writes them."""
+
+    cdef int ncols, nkey
+    cdef int* kind
+    cdef char* is_key  # in the replica identity (a K tuple's columns)
+    cdef list keys     # b'"name":' per column
+    cdef object signature  # the Python path's signature of a whole row (the reader's ``seen``)
+
+    def __cinit__(self):
+        self.kind = NULL
+        self.is_key = NULL
+
+    def __dealloc__(self):
+        PyMem_Free(self.kind)
+        PyMem_Free(self.is_key)
+
+
+cdef Py_ssize_t put_tuple(Buf* out, Py_ssize_t* span, RelationRows r, const unsigned char* s, Py_ssize_t pos,
+                          Py_ssize_t e, bint key_only) except -2:
+    """The TupleData at ``pos`` as a row image (only the replica identity's columns when
+    ``key_only``; a left-out column's span is -1): where it ends, or -1 for the Python path."""
+    cdef int i
+    cdef Py_ssize_t ln = 0
+    cdef const unsigned char* text
+    cdef bint first = True
+    if pos + 2 > e or <int>be(s + pos, 2) != r.ncols:
+        return -1
+    pos += 2
+    out.n = 0
+    putc(out, b'{')
+    for i in range(r.ncols):
+        if pos >= e:
+            return -1
+        if s[pos] == b't':
+            if pos + 5 > e:
+                return -1
+            ln = <Py_ssize_t>be(s + pos + 1, 4)
+            text = s + pos + 5
+            pos += 5 + ln
+            if pos > e:
+                return -1
+        elif s[pos] == b'n':
+            text = NULL
+            pos += 1
+        else:
+            return -1  # u: an unchanged TOAST value; b: binary (never sent by protocol 1)
+        if key_only and not r.is_key[i]:
+            span[2 * i] = -1
+            continue
+        if not first:
+            putc(out, b',')
+        first = False
+        put_bytes(out, <bytes>r.keys[i])
+        span[2 * i] = out.n
+        if text == NULL:
+            put(out, b'null', 4)
+        elif not put_text_value(out, text, ln, r.kind[i]):
+            return -1
+        span[2 * i + 1] = out.n
+    putc(out, b'}')
+    return pos
+
+
+cdef class PgOutputRows(Wal2JsonRows):
+    """The compiled path of one pgoutput read: ``relation(...)`` for each Relation message,
+    ``row((lsn, msg), seen)`` the event of an Insert / Update / Delete, or None for the Python
+    path. Counts and envelope as :class:`Wal2JsonRows`."""
+
+    cdef dict rels  # relid -> RelationRows, or None for a table the compiled path leaves alone
+
+    def __init__(self, str tenant, str pipeline, tables, type cls):
+        super().__init__(tenant, pipeline, tables, cls)
+        self.rels = {}
+
+    def relation(self, uint32_t relid, str schema, str table, list names, list kinds, list key,
+                 list pk, object signature):
+        """A Relation message's table: its columns' ``names``, their ``kinds`` (``TEXT_KINDS``
+        names; None where no kind covers the type), which are in the replica identity (``key``),
+        the primary key's names ``pk`` and the Python path's ``signature`` of a whole row."""
+        import orjson
+
+        cdef RelationRows r
+        cdef int i
+        if not names or None in kinds or not pk:
+            self.rels[relid] = None
+            return
+        r = <RelationRows>self.named(RelationRows.__new__(RelationRows), schema, table)
+        r.ncols = len(names)
+        r.kind = <int*>PyMem_Malloc(r.ncols * sizeof(int))
+        r.is_key = <char*>PyMem_Malloc(r.ncols)
+        if r.kind == NULL or r.is_key == NULL:
+            raise MemoryError()
+        for i in range(r.ncols):
+            r.kind[i] = TEXT_KINDS[kinds[i]]
+            r.is_key[i] = bool(key[i])
+        r.keys = [orjson.dumps(n) + b":" for n in names]
+        r.nkey = sum(1 for k in key if k)
+        r.signature = signature
+        place_pk(r, pk, names)
+        if r.ncols > self.cap:
+            self.grow(r.ncols)
+        self.rels[relid] = r
+
+    def row(self, object m, dict seen):
+        """The event of the pgoutput row change ``m`` (its LSN and bytes), or None."""
+        if type(m) is not tuple:
+            return None
+        msg = (<tuple>m)[1]
+        cdef uint64_t at = (<tuple>m)[0]
+        cdef const unsigned char* s = <const unsigned char*>PyBytes_AS_STRING(msg)
+        cdef Py_ssize_t e = PyBytes_GET_SIZE(msg), pos
+        cdef char op
+        cdef char lsn[40]
+        cdef int ln
+        cdef Buf* before = &self.bufs[0]
+        cdef Buf* after = &self.bufs[1]
+        cdef bint has_before = True
+        if e < 6 or s[0] not in (73, 85, 68):  # I, U, D
+            return None
+        op = s[0]
+        r = self.rels.get(<uint32_t>be(s + 1, 4))
+        if r is None:
+            return None
+        cdef RelationRows t = <RelationRows>r
+        if not t.wanted:
+            return None
+        if op == b'I':
+            if s[5] != b'N' or put_tuple(after, self.span_a, t, s, 6, e, False) != e:
+                return None
+            has_before = False
+        elif op == b'D':
+            if (s[5] != b'K' and s[5] != b'O') or put_tuple(before, self.span_b, t, s, 6, e, s[5] == b'K') != e:
+                return None
+        else:
+            if s[5] == b'K' or s[5] == b'O':
+                pos = put_tuple(before, self.span_b, t, s, 6, e, s[5] == b'K')
+                if pos < 0 or pos >= e or s[pos] != b'N':
+                    return None
+                pos += 1
+            elif s[5] == b'N':  # the key did not change: the old key is the new row's
+                pos = 6
+                has_before = t.nkey > 0
+                if has_before and put_tuple(before, self.span_b, t, s, pos, e, True) != e:
+                    return None
+            else:
+                return None
+            if put_tuple(after, self.span_a, t, s, pos, e, False) != e:
+                return None
+        if op != b'D':
+            last = seen.get(t.tkey)
+            if last is not t.signature and last != t.signature:
+                return None  # a new column set: the Python path tells it
+        ln = snprintf(lsn, 40, b"%X/%X", <unsigned int>(at >> 32), <unsigned int>(at & 0xFFFFFFFF))
+        self.bufs[2].n = self.bufs[3].n = self.bufs[4].n = 0
+        return self.envelope(t, op, lsn, ln, before if has_before else NULL, after if op != b'D' else NULL,
+                             &self.bufs[2], &self.bufs[3], &self.bufs[4])

@@ -47,9 +47,17 @@ import psycopg2
 from ..base import SourceItem
 from .connection import REPLICATION_OPTIONS, PgServer
 from .position import Lsn, PgPosition
-from .reader import ReadHost, Wal2JsonReader, replication_stream
+from .reader import ReadHost, Wal2JsonReader, compiled_rows, replication_stream
 from .slot import Slot
-from .values import BOOL_OID, DECIMAL_OIDS, INT_OIDS, complete_after, plan_namespace, value_code
+from .values import (
+    BOOL_OID,
+    DECIMAL_OIDS,
+    INT_OIDS,
+    compiled_kind,
+    complete_after,
+    plan_namespace,
+    value_code,
+)
 
 PROTO_VERSION = "1"
 # pgoutput writes values through the session's output functions, converted to its
@@ -454,9 +462,20 @@ class PgOutputReader(Wal2JsonReader):
         self.user_types: dict[int, str] = {}  # Type messages: OID -> schema.name (a dropped type's name)
         self._last: tuple[Any, int, Any] = (None, 0, None)  # the tuple decoded last: data, pos, row
         self._row_table: Table | None = None
+        self.compiled: Any = None  # rowcodec.PgOutputRows, for a read that uses it
 
     def run(self, messages: Iterator[tuple[int, bytes]]) -> Iterator[SourceItem]:
-        return self.items(self.changes(messages))
+        """The items of the slot's pgoutput ``messages``: row changes through the compiled path
+        where it applies (``reader.compiled_rows``), the rest decoded here."""
+        self.compiled = compiled_rows(self.host, "pgoutput") if self.use_compiled else None
+        if self.compiled is None:
+            return self.items(self.changes(messages))
+        return self.items(self.changes(messages), self.compiled, self._decoded)
+
+    def _decoded(self, m: Any) -> Any:
+        """A message the compiled path declined, as :meth:`items` reads it: a row change (its
+        LSN and bytes, which :meth:`_rows` passed on undecoded) as its :class:`Change`."""
+        return self._row_change(*m) if type(m) is tuple else m
 
     def _convert(self, schema: str, table: str, tup: RowTuple) -> dict[str, Any]:
         """A tuple's row (the read path's call, which sets :attr:`plan` for its signature). An
@@ -535,39 +554,56 @@ class PgOutputReader(Wal2JsonReader):
             else:
                 spool.add(lsn, data)
 
-    def _rows(self, taken: Iterable[tuple[int, bytes]]) -> Iterator[Change]:
+    def _rows(self, taken: Iterable[tuple[int, bytes]]) -> Iterator[Any]:
         """The changes of a transaction's messages (Relation and Type messages applied in
-        their place)."""
-        rels = self.relations
-        for at, msg in taken:
-            lsn = "%X/%X" % (at >> 32, at & 0xFFFFFFFF)  # noqa: UP031 - lsn_text's, a call less per row
-            kind = msg[0]
-            if kind == _I:
-                t = rels[_u32(msg, 1)[0]]
-                yield Change("I", None, None, lsn, None, t.schema, t.table,
-                             RowTuple(t, msg, 6, False), None, t.pk)
-            elif kind == _U:
-                t = rels[_u32(msg, 1)[0]]
-                old = msg[5]
-                if old == _KEY or old == _OLD:
-                    ident = RowTuple(t, msg, 6, old == _KEY)
-                    pos = skip_tuple(msg, 6) + 1
-                else:  # the key did not change: wal2json takes it from the new row
-                    ident, pos = None, 6
-                if ident is None and t.key:
-                    ident = RowTuple(t, msg, pos, True)
-                yield Change("U", None, None, lsn, None, t.schema, t.table,
-                             RowTuple(t, msg, pos, False), ident, t.pk)
-            elif kind == _D:
-                t = rels[_u32(msg, 1)[0]]
-                yield Change("D", None, None, lsn, None, t.schema, t.table, None,
-                             RowTuple(t, msg, 6, msg[5] == _KEY), t.pk)
-            elif kind == _T:
-                for relid in parse_truncate(msg):
-                    t = rels[relid]
-                    yield Change("T", None, None, lsn, None, t.schema, t.table)
-            else:  # Relation, Type; Origin and Message say nothing about rows
-                self._catalog(msg)
+        their place); with the compiled path, a row change is passed on as it came, its LSN and
+        bytes, for the compiled path to take or :meth:`_decoded` to decode."""
+        rows = (_I, _U, _D)
+        if self.compiled is None:
+            for item in taken:
+                if item[1][0] in rows:
+                    yield self._row_change(*item)
+                else:
+                    yield from self._other(*item)
+            return
+        for item in taken:
+            if item[1][0] in rows:
+                yield item
+            else:
+                yield from self._other(*item)
+
+    def _row_change(self, at: int, msg: bytes) -> Change:
+        """The :class:`Change` of an Insert, Update or Delete message."""
+        lsn = "%X/%X" % (at >> 32, at & 0xFFFFFFFF)  # noqa: UP031 - lsn_text's, a call less per row
+        kind = msg[0]
+        t = self.relations[_u32(msg, 1)[0]]
+        if kind == _I:
+            return Change("I", None, None, lsn, None, t.schema, t.table, RowTuple(t, msg, 6, False), None,
+                          t.pk)
+        if kind == _D:
+            return Change("D", None, None, lsn, None, t.schema, t.table, None,
+                          RowTuple(t, msg, 6, msg[5] == _KEY), t.pk)
+        old = msg[5]
+        if old == _KEY or old == _OLD:
+            ident = RowTuple(t, msg, 6, old == _KEY)
+            pos = skip_tuple(msg, 6) + 1
+        else:  # the key did not change: wal2json takes it from the new row
+            ident, pos = None, 6
+        if ident is None and t.key:
+            ident = RowTuple(t, msg, pos, True)
+        return Change("U", None, None, lsn, None, t.schema, t.table, RowTuple(t, msg, pos, False), ident,
+                      t.pk)
+
+    def _other(self, at: int, msg: bytes) -> Iterator[Change]:
+        """A transaction's message that is not a row change: a Truncate's changes, or a Relation
+        or Type message applied (Origin and Message say nothing about rows)."""
+        if msg[0] == _T:
+            lsn = lsn_text(at)
+            for relid in parse_truncate(msg):
+                t = self.relations[relid]
+                yield Change("T", None, None, lsn, None, t.schema, t.table)
+        else:
+            self._catalog(msg)
 
     def _catalog(self, data: bytes) -> None:
         kind = data[0]
@@ -588,7 +624,12 @@ class PgOutputReader(Wal2JsonReader):
                 "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
                 "a.attnum = ANY (i.indkey) WHERE i.indrelid = %s AND i.indisprimary ORDER BY a.attnum",
                 (rel.relid,))]
-        self.relations[rel.relid] = Table(rel, types, pk, self.flag)
+        table = self.relations[rel.relid] = Table(rel, types, pk, self.flag)
+        if self.compiled is not None:
+            kinds = [compiled_kind(c.type_oid, typ, log=True)
+                     for c, typ in zip(rel.columns, types, strict=True)]
+            self.compiled.relation(rel.relid, rel.schema, rel.table, [c.name for c in rel.columns], kinds,
+                                   [c.key for c in rel.columns], pk, table.full_plan.signature)
 
     def _type_names(self, rel: Relation) -> tuple[str, ...]:
         """The columns' types as wal2json names them: ``format_type`` with the modifier, -1

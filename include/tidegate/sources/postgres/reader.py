@@ -317,14 +317,15 @@ class TxCounts:
         self.per_table[tkey] += 1
 
 
-def compiled_rows(host: ReadHost) -> Any:
-    """The compiled row path for a read of ``host`` (tidegate.native), or None where it is not
-    built, is switched off (``TIDEGATE_NATIVE=0``) or cannot apply: column filters work on the
-    values, which the compiled path never makes."""
+def compiled_rows(host: ReadHost, plugin: str = "wal2json") -> Any:
+    """The compiled row path for a read of ``host`` through ``plugin`` (tidegate.native), or None
+    where it is not built, is switched off (``TIDEGATE_NATIVE=0``) or cannot apply: column
+    filters work on the values, which the compiled path never makes."""
     if rowcodec is None or getattr(host, "column_filters", None) is not None:
         return None
     spec = host.spec
-    return rowcodec.Wal2JsonRows(spec.tenant, spec.pipeline, host.tables, ShippedEvent)
+    rows = rowcodec.PgOutputRows if plugin == "pgoutput" else rowcodec.Wal2JsonRows
+    return rows(spec.tenant, spec.pipeline, host.tables, ShippedEvent)
 
 
 class Wal2JsonReader:
@@ -379,11 +380,12 @@ class Wal2JsonReader:
             return self.items(map(MESSAGE.decode, messages))
         return self.items(messages, compiled)
 
-    def items(self, messages: Iterator[Any], compiled: Any = None) -> Iterator[SourceItem]:
+    def items(self, messages: Iterator[Any], compiled: Any = None,
+              decode: Callable[[Any], Any] = MESSAGE.decode) -> Iterator[SourceItem]:
         """The items of decoded messages (:class:`Message`, or objects with its fields whose
         ``columns`` and ``identity`` :meth:`_convert` takes: the pgoutput reader's); with
-        ``compiled`` (:func:`compiled_rows`), of raw wal2json messages, each row change first
-        offered to the compiled path."""
+        ``compiled`` (:func:`compiled_rows`), of raw messages, each row change first offered to
+        the compiled path and, where it declines, made a message by ``decode``."""
         host = self.host
         spec = host.spec
         tenant, pipeline = spec.tenant, spec.pipeline
@@ -410,7 +412,6 @@ class Wal2JsonReader:
         ts_ms, ts_us = 0, None
         counts = compiled if compiled is not None else TxCounts()
         end: Lsn | None = None
-        decode = MESSAGE.decode
         for m in messages:
             if compiled is not None:
                 if not skip:

@@ -23,7 +23,6 @@ true/false, everything else as text) and then applies the log path's converter f
 
 from __future__ import annotations
 
-import decimal
 import json
 import re
 import time
@@ -39,13 +38,11 @@ from ..base import ChunkBound, SnapshotReads, SnapshotTable, catalog_of, snapsho
 from ..snapshot_rows import RawRows, compiled_plan
 from .pgoutput import parse_begin
 from .position import Lsn
-from .values import BOOL_OID, DECIMAL_OIDS, INT_OIDS, _identity, converter, ts_iso, ts_iso_fast
+from .values import compiled_kind, row_converter, wal2json_value
 
 FETCH_ROWS = 5000
-NUMERIC_OID = 1700
 SYSTEM_SCHEMAS_SQL = ("n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE "
                       "'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp%%'")
-_NOT_NUMBERS = ("nan", "infinity", "-infinity")
 
 
 def _ident(name: str) -> str:
@@ -54,21 +51,6 @@ def _ident(name: str) -> str:
 
 def _qualified(table: SnapshotTable) -> str:
     return f"{_ident(table.schema)}.{_ident(table.table)}"
-
-
-def wal2json_value(oid: int) -> Callable[[str], Any]:
-    """What wal2json makes of a column's text output (before the log path's converter)."""
-    if oid in INT_OIDS:
-        return int
-    if oid in DECIMAL_OIDS:
-        return lambda t: None if t.lower() in _NOT_NUMBERS else decimal.Decimal(t)
-    if oid == BOOL_OID:
-        return lambda t: t == "t"
-    return _text
-
-
-def _text(t: str) -> str:
-    return t
 
 
 def fetch_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
@@ -363,21 +345,13 @@ def _begin_of(data: Any) -> tuple[int | None, int]:
 HANDOFF_WAIT_S = 600.0
 
 
-def _compose(first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def both(v: Any) -> Any:
-        x = first(v)
-        return None if x is None else then(x)
-
-    return both
-
-
 def row_decoder(columns: Sequence[tuple[str, int, str, str]]) -> Callable[[tuple], dict[str, Any]]:
     """A chunk row's output texts to its values (a dict of the column names), for columns as
     :meth:`PostgresSnapshotReads._columns` gives them."""
     names = [c[0] for c in columns]
     # only the columns whose text needs converting (most text types' does not)
     convert = [(i, name, f) for i, (name, oid, typ, _) in enumerate(columns)
-               if (f := _row_converter(oid, typ)) is not None]
+               if (f := row_converter(oid, typ)) is not None]
 
     def decode(row: tuple) -> dict[str, Any]:
         out = dict(zip(names, row, strict=True))
@@ -388,33 +362,6 @@ def row_decoder(columns: Sequence[tuple[str, int, str, str]]) -> Callable[[tuple
         return out
 
     return decode
-
-
-def compiled_kind(oid: int, typ: str) -> str | None:
-    """The compiled path's kind of a column (``rowcodec.TEXT_KINDS``: the same JSON as
-    :func:`_row_converter`'s value), or None where only the Python path converts its text."""
-    if oid in INT_OIDS:
-        return "int"
-    if oid == BOOL_OID:
-        return "bool"
-    if oid == NUMERIC_OID:
-        return "decimal"
-    if oid in DECIMAL_OIDS:
-        return "double"  # float4, float8
-    if _row_converter(oid, typ) is None:
-        return "text"
-    return "pg_timestamp" if converter(typ) is ts_iso else None
-
-
-def _row_converter(oid: int, typ: str) -> Callable[[Any], Any] | None:
-    """A column's text (never None) to its value, as wal2json and then the log path's converter
-    make it; None when that is the text itself (a text type with the identity converter)."""
-    first, then = wal2json_value(oid), converter(typ)
-    if then is ts_iso:
-        then = ts_iso_fast  # the same text (tests/unit/test_postgres_values.py), mostly without a regex
-    if first is _text:
-        return None if then is _identity else then
-    return first if then is _identity else _compose(first, then)
 
 
 __all__ = ["PostgresCatalog", "PostgresSnapshotReads", "compiled_kind", "row_decoder", "wal2json_value"]

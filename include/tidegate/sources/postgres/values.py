@@ -332,3 +332,61 @@ def value_code(i: int, typ: str, ns: dict[str, Any], src: str | None = None) -> 
     if _is_final(typ):
         return [f"v{i} = {x}"]
     return [f"v{i} = _final({x})"]
+
+
+# ---------------------------------------------------------------------- output text to values
+
+NUMERIC_OID = 1700
+_NOT_NUMBERS = ("nan", "infinity", "-infinity")
+
+
+def wal2json_value(oid: int) -> Callable[[str], Any]:
+    """What wal2json makes of a column's text output (before the log path's converter)."""
+    if oid in INT_OIDS:
+        return int
+    if oid in DECIMAL_OIDS:
+        return lambda t: None if t.lower() in _NOT_NUMBERS else decimal.Decimal(t)
+    if oid == BOOL_OID:
+        return lambda t: t == "t"
+    return _text
+
+
+def _text(t: str) -> str:
+    return t
+
+
+def _compose(first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def both(v: Any) -> Any:
+        x = first(v)
+        return None if x is None else then(x)
+
+    return both
+
+
+def compiled_kind(oid: int, typ: str, log: bool = False) -> str | None:
+    """The compiled path's kind of a column's output text (``rowcodec.TEXT_KINDS``: the same JSON
+    as :func:`row_converter`'s value), or None where only the Python path converts its text.
+    ``log``: for the log's rows (pgoutput), where a real/double's text is read as wal2json's JSON
+    number (``pgoutput.float_number``: ``-0`` is 0.0; a snapshot's ``float`` makes -0.0)."""
+    if oid in INT_OIDS:
+        return "int"
+    if oid == BOOL_OID:
+        return "bool"
+    if oid == NUMERIC_OID:
+        return "decimal"
+    if oid in DECIMAL_OIDS:
+        return "log_double" if log else "double"  # float4, float8
+    if row_converter(oid, typ) is None:
+        return "text"
+    return "pg_timestamp" if converter(typ) is ts_iso else None
+
+
+def row_converter(oid: int, typ: str) -> Callable[[Any], Any] | None:
+    """A column's text (never None) to its value, as wal2json and then the log path's converter
+    make it; None when that is the text itself (a text type with the identity converter)."""
+    first, then = wal2json_value(oid), converter(typ)
+    if then is ts_iso:
+        then = ts_iso_fast  # the same text (tests/unit/test_postgres_values.py), mostly without a regex
+    if first is _text:
+        return None if then is _identity else then
+    return first if then is _identity else _compose(first, then)
