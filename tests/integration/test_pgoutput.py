@@ -295,14 +295,19 @@ def test_the_pipelines_publication_comes_before_its_slot_and_is_for_the_captured
         src.close()
 
 
-def test_without_source_plugin_a_new_slot_takes_what_the_server_offers(postgres, admin, scratch):
+def test_without_source_plugin_a_new_slot_takes_what_the_server_offers(postgres, admin, scratch, caplog):
     s = scratch
+    # A list of tables: pgoutput first, but the CDC role may not create the publication (it owns
+    # no table), so the slot gets wal2json, logged with the statement an administrator can run.
     src = source(postgres, s, f"{s}_auto", ["a"])
     try:
         assert src.replication_slot.plugin_in_use() is None  # decided when the slot is made
         src.replication_slot.ensure()
         assert slot_plugin(admin, f"{s}_auto") == [("wal2json",)]
         assert src.replication_slot.plugin_in_use() == "wal2json"
+        assert f'cannot be created with pgoutput here (cannot create publication \'tidegate_rd_test\'' \
+            in caplog.text and f'CREATE PUBLICATION "tidegate_rd_test" FOR TABLE "{s}"."a"' in caplog.text
+        assert q(admin, "SELECT count(*) FROM pg_publication WHERE pubname = 'tidegate_rd_test'") == [(0,)]
         # A server that cannot load the first choice says so at once; the slot gets the next one.
         slot = Slot(src.server, f"{s}_next", choices=("tidegate_no_such_plugin", "pgoutput"))
         assert slot.ensure() is not None and slot_plugin(admin, f"{s}_next") == [("pgoutput",)]
@@ -310,6 +315,27 @@ def test_without_source_plugin_a_new_slot_takes_what_the_server_offers(postgres,
             Slot(src.server, f"{s}_none", plugin="tidegate_no_such_plugin").ensure()
     finally:
         src.close()
+    q(admin, f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE '{s}%'")
+    # A role that may create it: the pipeline's own publication, FOR TABLE the list, and pgoutput.
+    # Every table, or patterns: wal2json, which reaches no table the pipeline does not capture.
+    # A named publication: pgoutput, the only plugin that reads it.
+    for tables, publication, plugin in ((["a"], None, "pgoutput"), ([], None, "wal2json"),
+                                        ([f"{s}.a*"], None, "wal2json"), ([], f"{s}_pub", "pgoutput")):
+        q(admin, f"DROP PUBLICATION IF EXISTS tidegate_{s}")
+        if publication:
+            q(admin, f"CREATE PUBLICATION {publication} FOR TABLE {s}.b")
+        spec = PipelineSpec(pipeline=s, tenant="acme", sinks=(), source=SourceSpec(
+            kind="postgres", conn_id="x", tables=tuple(t if "." in t else f"{s}.{t}" for t in tables),
+            slot=f"{s}_{plugin[0]}{len(tables)}{publication is not None:d}", publication=publication))
+        src = PostgresSource(spec, postgres.admin)
+        try:
+            assert src.replication_slot.ensure() is not None
+            assert slot_plugin(admin, spec.source.slot) == [(plugin,)], (tables, publication)
+            own = q(admin, f"SELECT count(*) FROM pg_publication WHERE pubname = 'tidegate_{s}'")
+            assert own == [(1 if (plugin, publication) == ("pgoutput", None) else 0,)]
+        finally:
+            src.replication_slot.drop()  # the server's slots are shared by the tests running at once
+            src.close()
 
 
 def test_a_slot_of_the_other_plugin_is_named_with_the_setting(postgres, admin, scratch):

@@ -29,10 +29,15 @@ import psycopg2.errors
 from ...errors import SourceError, SourceSettingError
 from ..preflight import ERROR, INFO, WARNING, Problem
 from .connection import PgServer
+from .slot import PluginUnavailableError
 from .snapshot import SYSTEM_SCHEMAS_SQL
 from .snapshot import _ident as ident
 
 log = logging.getLogger(__name__)
+
+
+class PublicationPrivilegeError(PluginUnavailableError):
+    """The pipeline may not create its own publication (and so a pgoutput slot) here."""
 
 Table = tuple[str, str]  # (schema, table)
 ACTIONS = ("insert", "update", "delete", "truncate")
@@ -109,7 +114,7 @@ class Publication:
             need = ("a superuser (FOR ALL TABLES)" if tables is None else
                     "the CREATE privilege on the database and ownership of every table")
             reason = str(exc).strip().splitlines()[0]
-            raise SourceSettingError(
+            raise PublicationPrivilegeError(
                 f"cannot create publication {self.name!r} on {self.conn}: {reason}. It takes {need}. "
                 f"Have an administrator run: {statement}; the pipeline then uses it as it is (or set "
                 f"source.publication to an existing publication)") from None

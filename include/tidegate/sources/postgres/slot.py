@@ -7,12 +7,15 @@ raises typed errors when it is gone (:class:`SlotMissingError`) or invalidated
 asked, never backwards. Reading never moves the slot; releasing is always an explicit step.
 
 The output plugin (``wal2json`` or ``pgoutput``) is fixed when the slot is created: the one
-``source.plugin`` names, or, without it, what the server offers. The server is asked by creating
-the slot with wal2json: a server without it refuses at once with "could not access file" (it
-loads the plugin before it waits for anything), and the slot is then created with pgoutput,
-which every server has. No extra query, no file-system privilege, and the answer is the
-server's own. Once the slot exists its plugin is the one a read uses; a ``source.plugin`` that
-names another is an error naming both (``Slot.check``).
+``source.plugin`` names, or, without it, the first of the source's choices (``choices``:
+``source.new_slot_plugins``) that the server can take: pgoutput where its publication exists or
+can be made, wal2json where the server can load it. The server is asked by the creation itself:
+a server without wal2json refuses at once with "could not access file" (it loads the plugin
+before it waits for anything), and a publication the pipeline may not create is refused before
+the slot is (``publication.PublicationPrivilegeError``); each refusal is logged and the next
+choice tried. No extra query, no file-system privilege, and the answer is the server's own.
+Once the slot exists its plugin is the one a read uses; a ``source.plugin`` that names another
+is an error naming both (``Slot.check``).
 """
 
 from __future__ import annotations
@@ -63,7 +66,11 @@ class SlotBusyError(SourceError):
     """The slot is held by a WAL sender this run may not take it from."""
 
 
-class PluginMissingError(SourceSettingError):
+class PluginUnavailableError(SourceSettingError):
+    """A new slot cannot be created with this output plugin here (the next choice may be)."""
+
+
+class PluginMissingError(PluginUnavailableError):
     """The server cannot load the output plugin a slot was to be created with."""
 
 
@@ -117,14 +124,18 @@ class Slot:
         if self.info() is not None:
             return None
         tries = [self.plugin] if self.plugin else list(self.choices)
+        refused: list[str] = []
         for plugin, then in zip(tries, tries[1:] + [None], strict=True):
             try:
                 return self._create(plugin)
-            except PluginMissingError:
+            except PluginUnavailableError as exc:
                 if then is None:
+                    if refused:  # every choice was refused: say why for each
+                        raise type(exc)(f"{exc}; and before that: {'; '.join(refused)}") from None
                     raise
-                log.warning("%s cannot load the %s output plugin: creating slot %r with %s",
-                            self.conn, plugin, self.name, then)
+                refused.append(str(exc))
+                log.warning("slot %r cannot be created with %s here (%s): creating it with %s",
+                            self.name, plugin, exc, then)
         return None  # not reached: the last plugin raises
 
     def _create(self, plugin: str) -> PgPosition | None:

@@ -40,6 +40,22 @@ READERS = {WAL2JSON: Wal2JsonReader, PGOUTPUT: PgOutputReader}  # the read path 
 FIRST_LOOK = 100  # rows the first look of has_changes decodes
 
 
+def new_slot_plugins(publication: str | None, tables: frozenset[tuple[str, str]] | TableFilter
+                     ) -> tuple[str, ...]:
+    """The plugins a new slot without ``source.plugin`` tries, in order (docs/operations.md,
+    "Which plugin a pipeline uses"). pgoutput, the faster (docs/performance.md), comes first
+    where its publication reaches no further than the captured tables: one ``source.publication``
+    names (only pgoutput reads it), or the pipeline's own FOR TABLE a list of names. wal2json comes
+    first for every table (``FOR ALL TABLES`` would make each table without a replica identity
+    refuse UPDATE and DELETE, for every application) and for patterns (a FOR TABLE publication
+    does not take the tables created later that they match)."""
+    if publication is not None:
+        return (PGOUTPUT,)
+    if isinstance(tables, frozenset) and tables:
+        return (PGOUTPUT, WAL2JSON)
+    return (WAL2JSON, PGOUTPUT)
+
+
 class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads: snapshot.py
     """Bounded reads of a logical replication slot (wal2json or pgoutput). See
     ``sources/postgres/__init__.py`` for the contract."""
@@ -55,16 +71,17 @@ class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads
         src = spec.source
         self.publication = Publication(self.server, src.publication or f"tidegate_{spec.pipeline}",
                                        owned=src.publication is None)
+        # source.tables: a set of names (empty: all), or a TableFilter for patterns and excludes
+        self.tables: frozenset[tuple[str, str]] | TableFilter = captured(spec.source.tables)
         self.replication_slot = Slot(self.server, slot or src.slot or f"tidegate_{spec.pipeline}",
-                                     plugin=src.plugin, prepare=self._before_slot, pipeline=spec.pipeline)
+                                     plugin=src.plugin, prepare=self._before_slot, pipeline=spec.pipeline,
+                                     choices=new_slot_plugins(src.publication, self.tables))
         self.replication_slot.stall_timeout_s = src.stall_timeout_s
         self.itersize = itersize
         # The reader class of each read: ``reader.messages(source, upto)`` gets the slot's
         # messages, ``reader(source, start_lsn, upto).run(messages)`` the items. None: the one of
         # the slot's plugin (READERS: streaming replication and generated row plans).
         self.reader = reader
-        # source.tables: a set of names (empty: all), or a TableFilter for patterns and excludes
-        self.tables: frozenset[tuple[str, str]] | TableFilter = captured(spec.source.tables)
         self.use_filters(hash_salt)
         self._columns: dict[tuple[str, str], list[str]] = {}
         self._memory: Memory = LocalMemory()

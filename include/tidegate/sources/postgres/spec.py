@@ -35,7 +35,7 @@ def parse(d: dict, probs: Problems) -> dict[str, Any]:
 
 def _plugin(d: dict, probs: Problems) -> str | None:
     """``source.plugin``: the slot's output plugin; None (left out): the existing slot's, or for
-    a new slot wal2json when the server has it, else pgoutput (sources/postgres/slot.py)."""
+    a new slot the first the server takes of ``source.new_slot_plugins`` (sources/postgres/slot.py)."""
     v = d.get("plugin")
     if v is None or v in PLUGINS:
         return v
