@@ -305,7 +305,7 @@ def test_without_source_plugin_a_new_slot_takes_what_the_server_offers(postgres,
         src.replication_slot.ensure()
         assert slot_plugin(admin, f"{s}_auto") == [("wal2json",)]
         assert src.replication_slot.plugin_in_use() == "wal2json"
-        assert f'cannot be created with pgoutput here (cannot create publication \'tidegate_rd_test\'' \
+        assert 'cannot be created with pgoutput here (cannot create publication \'tidegate_rd_test\'' \
             in caplog.text and f'CREATE PUBLICATION "tidegate_rd_test" FOR TABLE "{s}"."a"' in caplog.text
         assert q(admin, "SELECT count(*) FROM pg_publication WHERE pubname = 'tidegate_rd_test'") == [(0,)]
         # A server that cannot load the first choice says so at once; the slot gets the next one.
@@ -315,7 +315,8 @@ def test_without_source_plugin_a_new_slot_takes_what_the_server_offers(postgres,
             Slot(src.server, f"{s}_none", plugin="tidegate_no_such_plugin").ensure()
     finally:
         src.close()
-    q(admin, f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE '{s}%'")
+    q(admin, f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+             f"WHERE slot_name LIKE '{s}%'")
     # A role that may create it: the pipeline's own publication, FOR TABLE the list, and pgoutput.
     # Every table, or patterns: wal2json, which reaches no table the pipeline does not capture.
     # A named publication: pgoutput, the only plugin that reads it.

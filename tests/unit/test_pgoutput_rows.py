@@ -11,6 +11,7 @@ same on a real server's WAL, with wal2json's read as a second oracle.)"""
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 from tidegate.events import ChangeEvent
@@ -24,8 +25,9 @@ from tests.unit.test_pgoutput_messages import FakeServer, Host, delete, insert, 
 # (name, type OID, format_type name, a generator of its output text)
 TYPES = [
     ("i2", 21, "smallint"), ("i4", 23, "integer"), ("i8", 20, "bigint"), ("o", 26, "oid"),
-    ("n", 1700, "numeric"), ("n2", 1700, "numeric(12,2)"), ("r", 700, "real"), ("d", 701, "double precision"),
-    ("b", 16, "boolean"), ("t", 25, "text"), ("vc", 1043, "character varying(40)"), ("c", 1042, "character(8)"),
+    ("n", 1700, "numeric"), ("n2", 1700, "numeric(12,2)"), ("r", 700, "real"),
+    ("d", 701, "double precision"), ("b", 16, "boolean"), ("t", 25, "text"),
+    ("vc", 1043, "character varying(40)"), ("c", 1042, "character(8)"),
     ("dt", 1082, "date"), ("tm", 1083, "time without time zone"), ("u", 2950, "uuid"), ("j", 3802, "jsonb"),
     ("ts", 1114, "timestamp without time zone"), ("tz", 1184, "timestamp with time zone"),
     ("iv", 1186, "interval"),
@@ -51,7 +53,8 @@ def value(rng: random.Random, name: str) -> str | None:
             return rng.choice(["infinity", "-infinity", "0044-03-15 12:00:00 BC"])
         return (f"{rng.randint(1, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
                 f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
-                + rng.choice(["", ".5", ".123456", ".000001"]) + (rng.choice(["+00", "+05:30", "-08"]) if zone else ""))
+                + rng.choice(["", ".5", ".123456", ".000001"])
+                + (rng.choice(["+00", "+05:30", "-08"]) if zone else ""))
 
     if rng.random() < 0.08:
         return None
@@ -61,18 +64,21 @@ def value(rng: random.Random, name: str) -> str | None:
         "i4": lambda: str(rng.randint(-2**31, 2**31 - 1)),
         "i8": lambda: str(rng.choice([-2**63, 2**63 - 1, rng.randint(-10**12, 10**12)])),
         "o": lambda: str(rng.choice([0, 4294967295, 42])),
-        "n": lambda: rng.choice(["NaN", "0.000000100", "0.0000001", "-0.000001", "123456789012345678901234567890",
-                                 "0.0", "1E+2", "Infinity"]) if edge else f"{rng.uniform(-1e5, 1e5):.6f}",
-        "n2": lambda: rng.choice(["0.00", "-0.01", "9999999999.99"]) if edge else f"{rng.uniform(-1e6, 1e6):.2f}",
+        "n": lambda: rng.choice(["NaN", "0.000000100", "0.0000001", "-0.000001", "0.0", "1E+2", "Infinity",
+                                 "123456789012345678901234567890"]) if edge
+        else f"{rng.uniform(-1e5, 1e5):.6f}",
+        "n2": lambda: rng.choice(["0.00", "-0.01", "9999999999.99"]) if edge
+        else f"{rng.uniform(-1e6, 1e6):.2f}",
         "r": lambda: rng.choice(["NaN", "-0", "Infinity", "1e-05", "3.4e+38", "-Infinity"]) if edge
         else repr(rng.uniform(-1e6, 1e6))[:9],
-        "d": lambda: rng.choice(["NaN", "-0", "-Infinity", "1e-07", "1e+16", "1e+300", "0.3333333333333333"]) if edge
+        "d": lambda: rng.choice(["NaN", "-0", "-Infinity", "1e-07", "1e+16", "1e+300", "0.3333333333333333"])
+        if edge
         else repr(rng.uniform(-1e9, 1e9)),
         "b": lambda: rng.choice(["t", "f"]),
         "t": lambda: text(300), "vc": lambda: text(40), "c": lambda: text(8).ljust(8)[:8],
         "dt": lambda: rng.choice(["2024-02-29", "0001-01-01", "infinity", "0044-03-15 BC"]),
         "tm": lambda: rng.choice(["00:00:00", "23:59:59.999999", "12:30:00.5"]),
-        "u": lambda: "%032x" % rng.getrandbits(128),
+        "u": lambda: str(uuid.UUID(int=rng.getrandbits(128))),
         "j": lambda: rng.choice(['{"a": [1, 2.5, "é"]}', "[]", "null", '"x\\ny"']),
         "ts": lambda: stamp(False), "tz": lambda: stamp(True),
         "iv": lambda: rng.choice(["1 day 02:03:04.5", "-3 mons", "00:00:00"]),
@@ -101,7 +107,8 @@ def messages(rng: random.Random) -> list[tuple[int, bytes]]:
             if roll < 0.45 or key is None:
                 new[0] = str(rng.randrange(10**9))
                 rows[int(new[0])] = new
-                changes += [(lsn, insert(7, new)), (lsn + 1, insert(8, [new[0], new[9]] + ["7"] * (len(dflt) - 2)))]
+                changes += [(lsn, insert(7, new)),
+                            (lsn + 1, insert(8, [new[0], new[9]] + ["7"] * (len(dflt) - 2)))]
             elif roll < 0.75:
                 old = rows[key]
                 if rng.random() < 0.15:  # a key change
@@ -112,7 +119,8 @@ def messages(rng: random.Random) -> list[tuple[int, bytes]]:
                 text = UNCHANGED if rng.random() < 0.3 else new[9]
                 tail = ["7"] * (len(dflt) - 2)
                 if new[0] != old[0]:
-                    changes.append((lsn + 1, update(8, [new[0], text, *tail], old=[old[0], None, *[None] * len(tail)])))
+                    old_key = [old[0], None, *[None] * len(tail)]
+                    changes.append((lsn + 1, update(8, [new[0], text, *tail], old=old_key)))
                 else:
                     changes.append((lsn + 1, update(8, [new[0], text, *tail])))
             else:
