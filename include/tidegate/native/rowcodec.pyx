@@ -144,23 +144,29 @@ cdef int put_padded(Buf* b, uint64_t v, int width) except -1:
     return put(b, tmp + i, 24 - i)
 
 
+cdef unsigned char PLAIN[256]  # 1: a byte a JSON string holds as it is (not a control, '"' or '\\')
+for _c in range(256):
+    PLAIN[_c] = 1 if _c >= 0x20 and _c != 0x22 and _c != 0x5C else 0
+
+
 cdef int put_json_text(Buf* b, const unsigned char* s, Py_ssize_t n) except -1:
     """A JSON string of UTF-8 text already checked: escapes as orjson and the stdlib
-    (ensure_ascii=False) write them; every other byte as is."""
-    cdef Py_ssize_t i
+    (ensure_ascii=False) write them; every other byte as is, copied a run at a time."""
+    cdef Py_ssize_t i = 0, j
     cdef unsigned char c
-    if b.n + n + 2 > b.cap:
-        grow(b, n + 2)
-    b.p[b.n] = b'"'
-    b.n += 1
-    for i in range(n):
+    putc(b, b'"')
+    while i < n:
+        j = i
+        while j < n and PLAIN[s[j]]:
+            j += 1
+        if j > i:
+            put(b, <const char*>s + i, j - i)
+            i = j
+            if i == n:
+                break
         c = s[i]
-        if c >= 0x20 and c != 0x22 and c != 0x5C:
-            if b.n + 1 > b.cap:
-                grow(b, 1)
-            b.p[b.n] = <char>c
-            b.n += 1
-        elif c == 0x22:
+        i += 1
+        if c == 0x22:
             put(b, b'\\"', 2)
         elif c == 0x5C:
             put(b, b'\\\\', 2)
@@ -312,8 +318,14 @@ cdef class NativePlan:
 
 cdef int text_ok(const unsigned char* s, Py_ssize_t n) except -1:
     """1 if ``s`` is UTF-8 (as Python's strict codec takes it), else 0."""
-    cdef Py_ssize_t i
-    for i in range(n):
+    cdef Py_ssize_t i = 0
+    cdef uint64_t w
+    while i + 8 <= n:  # ASCII, eight bytes at a time (most text)
+        memcpy(&w, s + i, 8)
+        if w & 0x8080808080808080ULL:
+            break
+        i += 8
+    for i in range(i, n):
         if s[i] >= 0x80:
             try:  # validates (the rare non-ASCII text): the same check as bytes.decode("utf-8")
                 PyUnicode_DecodeUTF8(<const char*>s, n, "strict")

@@ -15,16 +15,15 @@ static void tg_sha1_block(uint32_t h[5], const unsigned char *p) {
         w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
     for (int i = 16; i < 80; i++)
         w[i] = TG_ROL(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20) { f = (b & c) | (~b & d); k = 0x5A827999; }
-        else if (i < 40) { f = b ^ c ^ d; k = 0x6ED9EBA1; }
-        else if (i < 60) { f = (b & c) | (b & d) | (c & d); k = 0x8F1BBCDC; }
-        else { f = b ^ c ^ d; k = 0xCA62C1D6; }
-        uint32_t t = TG_ROL(a, 5) + f + e + k + w[i];
-        e = d; d = c; c = TG_ROL(b, 30); b = a; a = t;
-    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], t;
+    /* four loops of twenty rounds, one function and constant each: no branch per round */
+#define TG_ROUND(f, k) t = TG_ROL(a, 5) + (f) + e + (k) + w[i]; e = d; d = c; c = TG_ROL(b, 30); b = a; a = t
+    int i = 0;
+    for (; i < 20; i++) { TG_ROUND((b & c) | (~b & d), 0x5A827999u); }
+    for (; i < 40; i++) { TG_ROUND(b ^ c ^ d, 0x6ED9EBA1u); }
+    for (; i < 60; i++) { TG_ROUND((b & c) | (b & d) | (c & d), 0x8F1BBCDCu); }
+    for (; i < 80; i++) { TG_ROUND(b ^ c ^ d, 0xCA62C1D6u); }
+#undef TG_ROUND
     h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e;
 }
 
