@@ -18,6 +18,7 @@ from typing import Any
 from . import catalog, guards, runner
 from . import spec as specmod
 from .errors import TidegateError
+from .kinds import source_kind
 from .plan import MODES, RESOLUTIONS, RunParamsError, RunPlan
 from .positions import position_to_json
 from .reader_process import ReaderProcess
@@ -131,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # (reader_process.py). It starts now, its start-up overlapping the guards and the bounds;
         # the run hands it the planned range before it opens the sinks.
         with contextlib.nullcontext() if remote else ReaderProcess(default_url()) as reader:
-            if reader is not None:
+            if reader is not None and source_kind(spec.source.kind).may_read_in_child(spec.source):
                 reader.warm_up(spec.source.kind)
             report = _run_steps(run, args, reader, remote)
     print(json.dumps(report, indent=2, default=str))

@@ -88,6 +88,9 @@ class SourceKind:
     complete: Callable[[Any, str], Any] = field(default=lambda source, pipeline: source)
     # "module:function" (connection, lineage.SourceTable) -> the table's ``datasets.Dataset``
     dataset_of: str = ""
+    # (source spec) -> whether a run may read this source's log in a reader process (False: its
+    # reads cost less in the run's process, so `tidegate run` starts no reader process early)
+    may_read_in_child: Callable[[Any], bool] = field(default=lambda source: True)
 
     def position_type(self) -> Any:
         return _load(self.position)

@@ -104,6 +104,8 @@ class ReaderProcess(InProcessReader):
         return read_in_child(source, run.start, run.end, self.store_url, child)
 
     def _in_child(self, source: Source, run: Slice) -> bool:
+        if source.light_log_reads():
+            return False
         size = _log_bytes(source, run.start, run.end)
         return size is None or size >= self.min_bytes
 

@@ -389,3 +389,36 @@ def test_preflight_and_reads_check_the_named_publication(postgres, admin, scratc
             src.check_retention(start, first_run=False)
     finally:
         src.close()
+
+
+def test_a_pgoutput_slot_is_read_in_the_runs_process(postgres, wal):
+    """Its compiled rows cost less in the run's process than shipped from a reader process
+    (docs/performance.md): a run reads it in-process, and `tidegate run` starts no reader
+    process early for a spec that names pgoutput or a publication. A wal2json slot still goes
+    to a reader process."""
+    import multiprocessing
+
+    from tidegate.reader_process import ReaderProcess
+    from tidegate.reading import Slice
+    from tidegate.sources.postgres import KIND
+
+    s, slots, pub, heads = wal
+    src = source(postgres, s, slots[1], (), plugin="pgoutput", publication=pub)
+    before = set(multiprocessing.active_children())
+    try:
+        assert src.light_log_reads()
+        with ReaderProcess(min_bytes=0) as reader:
+            got = list(reader.read_log(src, Slice(heads[0], heads[-1])))
+            assert set(multiprocessing.active_children()) == before
+        assert_same(list(src.read(heads[0], heads[-1])), got)
+    finally:
+        src.close()
+    w = source(postgres, s, slots[0], ())
+    try:
+        assert not w.light_log_reads()
+    finally:
+        w.close()
+    named = [SourceSpec(kind="postgres", conn_id="c", plugin="pgoutput"),
+             SourceSpec(kind="postgres", conn_id="c", publication="p")]
+    assert [KIND.may_read_in_child(x) for x in named] == [False, False]
+    assert KIND.may_read_in_child(SourceSpec(kind="postgres", conn_id="c"))

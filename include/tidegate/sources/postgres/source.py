@@ -18,6 +18,7 @@ from typing import Any
 from ...connections import Connection
 from ...errors import PositionPurgedError
 from ...filters import TableFilter, captured
+from ...native import rowcodec
 from ...spec import PipelineSpec
 from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
@@ -118,6 +119,14 @@ class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads
         (``Slot.take_over``)."""
         super().use_lease(epoch)
         self.replication_slot.epoch = epoch
+
+    def light_log_reads(self) -> bool:
+        """A pgoutput slot read through the compiled rows (``rowcodec.PgOutputRows``): decoding
+        costs about what packing, piping and unpacking the items would, so a reader process
+        only adds its own start-up and the copies (docs/performance.md, "Which plugin for new
+        slots"); wal2json's JSON is still worth a core of its own."""
+        return (rowcodec is not None and self.column_filters is None
+                and self.replication_slot.plugin_in_use() == PGOUTPUT)
 
     def _before_slot(self, plugin: str) -> None:
         """A pgoutput slot is read with a publication that must exist before it (publication.py)."""

@@ -81,6 +81,13 @@ def complete(source: SourceSpec, pipeline: str) -> SourceSpec:
     return source if source.slot is not None else dataclasses.replace(source, slot=f"tidegate_{pipeline}")
 
 
+def may_read_in_child(source: SourceSpec) -> bool:
+    """A pgoutput slot's rows, compiled, cost less in the run's process than shipped from a
+    reader process (``PostgresSource.light_log_reads``): a spec that names pgoutput (or a
+    publication, which only pgoutput reads) needs no reader process started early."""
+    return source.plugin != "pgoutput" and source.publication is None
+
+
 def replication_client(spec: PipelineSpec) -> tuple[str, str | None]:
     """The pipeline's replication slot."""
     return "slot", spec.source.slot
