@@ -16,7 +16,10 @@ again as themselves (a purged position is still a ``PositionPurgedError``). Memo
 bounded: the child's sender thread holds at most :data:`SEND_AHEAD` batches and the pipe one,
 so the child is at most about 5 MB ahead of what the run has taken. A run that stops early
 (a failed sink, a schema-change halt) stops the child.
-Small ranges are read in-process: a child costs a Python start-up (about 0.3 s). A caller that
+Small ranges are read in-process: a child costs a Python start-up (about 0.3 s). So is a source
+whose decoding costs no more than shipping its items would (``Source.light_log_reads``: a
+pgoutput slot's compiled rows), and for a spec that says so up front
+(``SourceKind.may_read_in_child``) no child is started early. A caller that
 knows a range may come (``tidegate run``, before its guards) starts the child early with
 :meth:`ReaderProcess.warm_up`: its interpreter start and imports then overlap the guards and
 the bounds, and it waits for the range. The run hands its planned range over before it opens
