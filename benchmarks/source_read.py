@@ -2,7 +2,7 @@
 
     eval "$(scripts/services env)"
     .venv/bin/python benchmarks/source_read.py [--rows 200000] [--tx-rows 10] [--only mysql|postgres]
-        [--files 4] [--slice-mb 8] [--plugin wal2json|pgoutput|both]
+        [--files 4] [--slice-mb 8] [--plugin wal2json|pgoutput|both] [--no-floor]
 
 Workload: ``--rows`` row changes of an 11-column table (BIGINT key, INT, VARCHAR, DECIMAL,
 SMALLINT, DOUBLE, VARCHAR(100), DATETIME(6), TIMESTAMP(3), TINYINT, CHAR(8)) in transactions
@@ -27,7 +27,14 @@ protocol, msgspec, generated row plans), plus the fast reader over the reference
 transport, which shows what the transport alone is worth; those are wal2json slots. With
 ``--plugin pgoutput`` or ``both`` (the default) a pgoutput slot, created with the wal2json one
 before the workload (and a publication for the table before both), is read by the pgoutput
-reader (sources/postgres/pgoutput.py, streaming): the same backlog, the same events. Ratios
+reader (sources/postgres/pgoutput.py, streaming): the same backlog, the same events. The
+**floor** rows are the server streaming the same range to a C client that keeps nothing and
+decodes nothing (``--floor``, on by default): ``mariadb-binlog --read-from-remote-server --raw``
+into a tmpfs folder, ``pg_recvlogical`` into /dev/null (through a slot of each plugin made with
+the others, with tidegate's own plugin options), and for PostgreSQL also the server decoding the
+range alone, sending nothing (a binary peek counted in the server); "server CPU s" is the CPU the server's
+processes used meanwhile (MariaDB: the server process; PostgreSQL: the WAL sender, counted when
+the postmaster reaps it), the client's CPU is in "CPU s". Ratios
 are of figures measured in this one run. The workload uses the admin connections, the reads the
 CDC ones; everything created is dropped at the end.
 """
@@ -100,6 +107,88 @@ def _measure(fn) -> dict:
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"events": n, "bytes": size, "wall": wall, "cpu": cpu + children.ru_utime + children.ru_stime,
             "rss_mb": max(rss_mb, children.ru_maxrss / 1024)}
+
+
+def _proc_cpu(pid: int, reaped: bool = False) -> float:
+    """CPU seconds of process ``pid`` (all its threads), plus with ``reaped`` its children that
+    exited and were waited for (``/proc/<pid>/stat`` utime, stime, cutime, cstime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _floor(cmd: list[str], env: dict, server_cpu) -> dict:
+    """Run the streaming client ``cmd`` once: its wall time and CPU, and the server's CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server0 = server_cpu()
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
+    time.sleep(0.3)  # the WAL sender exits after its client: let the postmaster reap it
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"events": 0, "bytes": 0, "wall": wall, "rss_mb": after.ru_maxrss / 1024,
+            "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+            "server_cpu": server_cpu() - server0}
+
+
+def floor_mysql(cur, start, upto) -> dict:
+    """``mariadb-binlog`` fetching the range's binlog files raw (no decoding) into a tmpfs folder."""
+    import tempfile
+
+    c = get_connection("cdc_mysql")
+    cur.execute("SELECT @@pid_file")
+    with open(cur.fetchone()[0]) as f:
+        pid = int(f.read().split()[0])
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as out, \
+            tempfile.NamedTemporaryFile("w", suffix=".cnf") as cnf:
+        os.chmod(cnf.name, 0o600)  # the password goes in a defaults file, never in argv
+        cnf.write(f"[client]\nuser={c.login}\npassword={c.password}\nhost={c.host}\nport={c.port}\n")
+        cnf.flush()
+        res = _floor(["mariadb-binlog", f"--defaults-extra-file={cnf.name}", "--read-from-remote-server",
+                      "--raw", f"--result-file={out}/", f"--start-position={start.pos}", "--to-last-log",
+                      start.file], dict(os.environ), lambda: _proc_cpu(pid))
+        res["bytes"] = sum(p.stat().st_size for p in Path(out).iterdir())
+    return res
+
+
+def floor_postgres(admin_cur, slot: str, plugin: str, publication: str, table: str, upto) -> dict:
+    """``pg_recvlogical`` streaming slot ``slot`` up to ``upto`` into /dev/null, with the options
+    tidegate's reader asks for."""
+    from tidegate.sources.postgres.reader import WAL2JSON
+
+    c = get_connection("cdc_postgres")
+    admin_cur.execute("SELECT pg_backend_pid()")
+    with open(f"/proc/{admin_cur.fetchone()[0]}/stat") as f:
+        postmaster = int(f.read().rpartition(")")[2].split()[1])
+    opts = ({**WAL2JSON, "add-tables": table} if plugin == "wal2json"
+            else {"proto_version": "1", "publication_names": publication})
+    cmd = ["pg_recvlogical", "-h", c.host, "-p", str(c.port), "-U", c.login, "-d", c.schema, "--slot", slot,
+           "--start", "-E", str(upto.lsn), "-f", "/dev/null", "--no-loop", "-F", "0"]
+    for k, v in opts.items():
+        cmd += ["-o", f"{k}={v}"]
+    return _floor(cmd, {**os.environ, "PGPASSWORD": c.password}, lambda: _proc_cpu(postmaster, reaped=True))
+
+
+def decode_only_postgres(admin_cur, slot: str, plugin: str, publication: str, table: str, upto) -> dict:
+    """The server decoding the range through ``plugin`` and sending nothing: a peek counted in
+    the server (``pg_logical_slot_peek_binary_changes``, which leaves the slot where it is)."""
+    from tidegate.sources.postgres.reader import WAL2JSON
+
+    opts = ({**WAL2JSON, "add-tables": table} if plugin == "wal2json"
+            else {"proto_version": "1", "publication_names": publication})
+    args = [x for kv in opts.items() for x in kv]
+    admin_cur.execute("SELECT pg_backend_pid()")
+    (pid,) = admin_cur.fetchone()
+    cpu0, t0 = _proc_cpu(pid), time.perf_counter()
+    admin_cur.execute("SELECT count(*), sum(length(data)) FROM pg_logical_slot_peek_binary_changes("
+                      "%s, %s::pg_lsn, NULL" + ", %s" * len(args) + ")", [slot, str(upto.lsn), *args])
+    n, size = admin_cur.fetchone()
+    wall = time.perf_counter() - t0
+    return {"events": n, "bytes": int(size or 0), "wall": wall, "cpu": 0.0, "rss_mb": 0,
+            "server_cpu": _proc_cpu(pid) - cpu0}
 
 
 def _mysql_spec(db: str) -> PipelineSpec:
@@ -211,7 +300,7 @@ def mysql_workload(cur, db: str, rows: int, tx_rows: int, files: int, flush) -> 
 
 
 def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], slice_mb: float,
-                out: list) -> None:
+                out: list, floor: bool = True) -> None:
     import pymysql
     from tidegate.sources.mysql.source import MySqlSource
 
@@ -232,6 +321,10 @@ def bench_mysql(rows: int, tx_rows: int, files: int, decoders: list[str], slice_
         print(f"mariadb: wrote {rows} row changes in {time.perf_counter() - t0:.1f}s "
               f"({start.file} .. {upto.file})", flush=True)
         base = {"source": "mysql", "db": db, "start": start.to_json(), "upto": upto.to_json()}
+        if floor:
+            res = floor_mysql(cur, start, upto)
+            out.append(("mariadb floor (mariadb-binlog --raw)", res))
+            print(f"  floor: {rows / res['wall']:,.0f} events/s", flush=True)
         for decoder in decoders:
             res = run_child({**base, "decoder": decoder}, rows)
             out.append((f"mariadb {decoder}", res))
@@ -280,7 +373,7 @@ POSTGRES_DECODERS = {  # plugin -> (decoder, name) measured
 }
 
 
-def bench_postgres(rows: int, tx_rows: int, plugins: list[str], out: list) -> None:
+def bench_postgres(rows: int, tx_rows: int, plugins: list[str], out: list, floor: bool = True) -> None:
     import psycopg2
     from tidegate.sources.postgres.source import PostgresSource
 
@@ -295,12 +388,15 @@ def bench_postgres(rows: int, tx_rows: int, plugins: list[str], out: list) -> No
         kind="postgres", conn_id="cdc_postgres", tables=(f"{schema}.bench",), slot=f"{schema}_{plugin}",
         plugin=plugin, publication=publication if plugin == "pgoutput" else None)),
         get_connection("cdc_postgres")) for plugin in plugins}
+    floors = [f"{schema}_floor_{plugin}" for plugin in plugins] if floor else []
     try:
         cur.execute(f"CREATE TABLE {schema}.bench ({COLUMNS_PG})")
         cur.execute(f"ALTER TABLE {schema}.bench REPLICA IDENTITY FULL")
         cur.execute(f"CREATE PUBLICATION {publication} FOR TABLE {schema}.bench")
         for src in srcs.values():
             src.replication_slot.ensure()
+        for slot, plugin in zip(floors, plugins, strict=False):  # streamed, and so moved, by the floor client
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, plugin))
         start = next(iter(srcs.values())).head()
         t0 = time.perf_counter()
         postgres_workload(cur, schema, rows, tx_rows)
@@ -313,12 +409,22 @@ def bench_postgres(rows: int, tx_rows: int, plugins: list[str], out: list) -> No
                                  "publication": publication if plugin == "pgoutput" else None}, rows)
                 out.append((name, res))
                 print(f"  {plugin} {decoder}: {rows / res['wall']:,.0f} events/s", flush=True)
+        for slot, plugin in zip(floors, plugins, strict=False):  # after the reads, as warm as theirs
+            res = decode_only_postgres(cur, slot, plugin, publication, f"{schema}.bench", upto)
+            out.append((f"postgres floor {plugin} (decoding alone, in the server)", res))
+            print(f"  decoding alone {plugin}: {rows / res['wall']:,.0f} events/s", flush=True)
+            res = floor_postgres(cur, slot, plugin, publication, f"{schema}.bench", upto)
+            out.append((f"postgres floor {plugin} (pg_recvlogical)", res))
+            print(f"  floor {plugin}: {rows / res['wall']:,.0f} events/s", flush=True)
     finally:
         for src in srcs.values():
             try:
                 src.replication_slot.drop()
             finally:
                 src.close()
+        for slot in floors:
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name = %s", (slot,))
         cur.execute(f"DROP PUBLICATION IF EXISTS {publication}")
         cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         admin.close()
@@ -326,11 +432,13 @@ def bench_postgres(rows: int, tx_rows: int, plugins: list[str], out: list) -> No
 
 def print_table(rows: int, results: list) -> None:
     print()
-    print(f"{'source / decoder':<50} {'events/s':>10} {'ev/CPU-s':>10} {'wall s':>8} {'CPU s':>8} "
-          f"{'peak RSS MB':>12} {'JSON MB':>8}")
+    print(f"{'source / decoder':<56} {'events/s':>10} {'ev/CPU-s':>10} {'wall s':>8} {'CPU s':>8} "
+          f"{'peak RSS MB':>12} {'JSON MB':>8} {'server CPU s':>13}")
     for name, r in results:
-        print(f"{name:<50} {rows / r['wall']:>10,.0f} {rows / r['cpu']:>10,.0f} {r['wall']:>8.2f} "
-              f"{r['cpu']:>8.2f} {r['rss_mb']:>12.0f} {r['bytes'] / 1e6:>8.1f}")
+        server = f"{r['server_cpu']:.2f}" if "server_cpu" in r else "-"
+        per_cpu = f"{rows / r['cpu']:,.0f}" if r["cpu"] else "-"  # the in-server floor has no client
+        print(f"{name:<56} {rows / r['wall']:>10,.0f} {per_cpu:>10} {r['wall']:>8.2f} "
+              f"{r['cpu']:>8.2f} {r['rss_mb']:>12.0f} {r['bytes'] / 1e6:>8.1f} {server:>13}")
     by = dict(results)
     for new, old, label in (("mariadb fast", "mariadb library", "mariadb fast / library"),
                             ("postgres fast (streaming)", "postgres reference (peek, json)",
@@ -353,6 +461,8 @@ def main() -> None:
                     help="MariaDB: the slice size of the in-file slices measurement")
     ap.add_argument("--plugin", choices=("wal2json", "pgoutput", "both"), default="both",
                     help="Postgres: the slots' output plugin(s) measured on the same backlog")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="leave out the floor rows (the server streaming the range to a C client)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -363,10 +473,11 @@ def main() -> None:
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     results: list = []
     if args.only in (None, "mysql"):
-        bench_mysql(args.rows, args.tx_rows, args.files, args.decoders.split(","), args.slice_mb, results)
+        bench_mysql(args.rows, args.tx_rows, args.files, args.decoders.split(","), args.slice_mb, results,
+                    not args.no_floor)
     if args.only in (None, "postgres"):
         plugins = ["wal2json", "pgoutput"] if args.plugin == "both" else [args.plugin]
-        bench_postgres(args.rows, args.tx_rows, plugins, results)
+        bench_postgres(args.rows, args.tx_rows, plugins, results, not args.no_floor)
     print_table(args.rows, results)
 
 
