@@ -91,6 +91,9 @@ class SourceKind:
     # (source spec) -> whether a run may read this source's log in a reader process (False: its
     # reads cost less in the run's process, so `tidegate run` starts no reader process early)
     may_read_in_child: Callable[[Any], bool] = field(default=lambda source: True)
+    # "module:function" (Source) -> whether its log is read in the run's process rather than in
+    # a reader process (decoding costs no more there than shipping); "" when never
+    reads_in_process: str = ""
 
     def position_type(self) -> Any:
         return _load(self.position)
@@ -98,6 +101,10 @@ class SourceKind:
     def make(self, spec: Any, conn: Any, **kw: Any) -> Any:
         """The Source of the pipeline ``spec`` through the connection ``conn``."""
         return _load(self.source)(spec, conn, **kw)
+
+    def light_reads(self, source: Any) -> bool:
+        """Whether ``source`` (a Source of this kind) reads its log in the run's process."""
+        return bool(self.reads_in_process) and _load(self.reads_in_process)(source)
 
     def dataset(self, conn: Any, table: Any) -> Any:
         """The dataset of a table (a ``lineage.SourceTable``) read through the connection ``conn``."""

@@ -17,7 +17,7 @@ bounded: the child's sender thread holds at most :data:`SEND_AHEAD` batches and 
 so the child is at most about 5 MB ahead of what the run has taken. A run that stops early
 (a failed sink, a schema-change halt) stops the child.
 Small ranges are read in-process: a child costs a Python start-up (about 0.3 s). So is a source
-whose decoding costs no more than shipping its items would (``Source.light_log_reads``: a
+whose decoding costs no more than shipping its items would (``SourceKind.reads_in_process``: a
 pgoutput slot's compiled rows), and for a spec that says so up front
 (``SourceKind.may_read_in_child``) no child is started early. A caller that
 knows a range may come (``tidegate run``, before its guards) starts the child early with
@@ -107,7 +107,7 @@ class ReaderProcess(InProcessReader):
         return read_in_child(source, run.start, run.end, self.store_url, child)
 
     def _in_child(self, source: Source, run: Slice) -> bool:
-        if source.light_log_reads():
+        if kind_of(source.kind).light_reads(source):
             return False
         size = _log_bytes(source, run.start, run.end)
         return size is None or size >= self.min_bytes

@@ -406,7 +406,7 @@ def test_a_pgoutput_slot_is_read_in_the_runs_process(postgres, wal):
     src = source(postgres, s, slots[1], (), plugin="pgoutput", publication=pub)
     before = set(multiprocessing.active_children())
     try:
-        assert src.light_log_reads()
+        assert KIND.light_reads(src)
         with ReaderProcess(min_bytes=0) as reader:
             got = list(reader.read_log(src, Slice(heads[0], heads[-1])))
             assert set(multiprocessing.active_children()) == before
@@ -415,7 +415,7 @@ def test_a_pgoutput_slot_is_read_in_the_runs_process(postgres, wal):
         src.close()
     w = source(postgres, s, slots[0], ())
     try:
-        assert not w.light_log_reads()
+        assert not KIND.light_reads(w)
     finally:
         w.close()
     named = [SourceSpec(kind="postgres", conn_id="c", plugin="pgoutput"),

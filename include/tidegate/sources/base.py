@@ -235,11 +235,6 @@ class Source(abc.ABC):
     def earliest(self) -> Position:
         """The earliest position the log can still be read from."""
 
-    def light_log_reads(self) -> bool:
-        """Whether decoding this source's log in the run's process costs less than shipping the
-        items from a reader process (reader_process.py), which then reads in-process."""
-        return False
-
     def log_sizes(self) -> dict[str, int] | None:
         """The size of each log segment still on the server, for lag arithmetic across
         segments (``Position.bytes_to``); None where positions need none (an LSN)."""

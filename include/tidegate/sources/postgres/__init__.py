@@ -75,7 +75,8 @@ KIND = SourceKind(name="postgres", fields=spec.FIELDS, parse=spec.parse,
                   position="tidegate.sources.postgres.position:PgPosition",
                   source="tidegate.sources.postgres.source:PostgresSource",
                   dataset_of="tidegate.sources.postgres.spec:dataset",
-                  complete=spec.complete, may_read_in_child=spec.may_read_in_child)
+                  complete=spec.complete, may_read_in_child=spec.may_read_in_child,
+                  reads_in_process="tidegate.sources.postgres.source:light_log_reads")
 
 
 def __getattr__(name: str):

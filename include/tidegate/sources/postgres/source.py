@@ -41,6 +41,16 @@ READERS = {WAL2JSON: Wal2JsonReader, PGOUTPUT: PgOutputReader}  # the read path 
 FIRST_LOOK = 100  # rows the first look of has_changes decodes
 
 
+def light_log_reads(source: PostgresSource) -> bool:
+    """Whether ``source``'s reads stay in the run's process (``SourceKind.reads_in_process``): a
+    pgoutput slot read through the compiled rows (``rowcodec.PgOutputRows``), whose decoding
+    costs about what packing, piping and unpacking the items would, so a reader process only
+    adds its own start-up and the copies (docs/performance.md, "Compiled pgoutput rows, the
+    read in the run's process, the floor"); wal2json's JSON is still worth a core of its own."""
+    return (rowcodec is not None and source.column_filters is None
+            and source.replication_slot.plugin_in_use() == PGOUTPUT)
+
+
 def new_slot_plugins(publication: str | None, tables: frozenset[tuple[str, str]] | TableFilter
                      ) -> tuple[str, ...]:
     """The plugins a new slot without ``source.plugin`` tries, in order (docs/operations.md,
@@ -119,14 +129,6 @@ class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads
         (``Slot.take_over``)."""
         super().use_lease(epoch)
         self.replication_slot.epoch = epoch
-
-    def light_log_reads(self) -> bool:
-        """A pgoutput slot read through the compiled rows (``rowcodec.PgOutputRows``): decoding
-        costs about what packing, piping and unpacking the items would, so a reader process
-        only adds its own start-up and the copies (docs/performance.md, "Which plugin for new
-        slots"); wal2json's JSON is still worth a core of its own."""
-        return (rowcodec is not None and self.column_filters is None
-                and self.replication_slot.plugin_in_use() == PGOUTPUT)
 
     def _before_slot(self, plugin: str) -> None:
         """A pgoutput slot is read with a publication that must exist before it (publication.py)."""

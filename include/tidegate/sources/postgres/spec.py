@@ -83,7 +83,7 @@ def complete(source: SourceSpec, pipeline: str) -> SourceSpec:
 
 def may_read_in_child(source: SourceSpec) -> bool:
     """A pgoutput slot's rows, compiled, cost less in the run's process than shipped from a
-    reader process (``PostgresSource.light_log_reads``): a spec that names pgoutput (or a
+    reader process (``source.light_log_reads``): a spec that names pgoutput (or a
     publication, which only pgoutput reads) needs no reader process started early."""
     return source.plugin != "pgoutput" and source.publication is None
 
