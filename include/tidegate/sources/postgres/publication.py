@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 class PublicationPrivilegeError(PluginUnavailableError):
     """The pipeline may not create its own publication (and so a pgoutput slot) here."""
 
+
 Table = tuple[str, str]  # (schema, table)
 ACTIONS = ("insert", "update", "delete", "truncate")
 
