@@ -985,6 +985,17 @@ def test_page_lists_only_pipelines_whose_dag_a_user_may_read_and_refuses_other_a
             browser.quit()
 
 
+def stale(element) -> bool:
+    """Whether ``element`` belongs to a page the browser has left."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    return False
+
+
 def test_pause_and_resume_from_the_page_set_the_dags_is_paused(deployment, tmp_path):
     from selenium.webdriver.common.by import By
 
@@ -997,6 +1008,9 @@ def test_pause_and_resume_from_the_page_set_the_dags_is_paused(deployment, tmp_p
             section = browser.find_element(By.ID, f"pipeline-{n['rest']}")
             assert section.get_attribute("data-paused") == str(before).lower()
             section.find_element(By.CSS_SELECTOR, "h2 form button").click()
+            # The action redirects to a new page: until it loads, the old page (and, the second
+            # time round, the first action's note) is still there (found by CI, a slow hour).
+            wait_for(lambda old=section: stale(old), 30, "the page after the action")
             note = wait_for(lambda: browser.find_elements(By.ID, "done"), 30, "the action's note")[0].text
             assert note == f"{dag} {'resumed' if before else 'paused'} by feed_ops"
             assert is_paused(d, dag) is (not before)  # through the REST API
