@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tidegate.events import ChangeEvent, PositionMark, is_control
+from tidegate.shipped import ShippedEvent
 
 
 def _kind(item: object) -> type:
@@ -29,3 +30,14 @@ def assert_same(expected: list, got: list) -> None:
         if not is_control(a):
             assert (b.before, b.after, b.key) == (a.before, a.after, a.key), k
             assert b.headers == a.headers, k
+
+
+def compiled_share(python: list, compiled: list) -> float:
+    """Two reads of one range, by the Python path and with the compiled path: the same items
+    (:func:`assert_same`), every kind of row change among them, every event of the Python read
+    made in Python. Returns the share of the compiled read's events the compiled path wrote."""
+    assert_same(python, compiled)
+    events = [e for e in compiled if isinstance(e, ChangeEvent)]
+    assert {e.op for e in events} == {"c", "u", "d"}
+    assert all(type(e) is ChangeEvent for e in python if isinstance(e, ChangeEvent))
+    return sum(type(e) is ShippedEvent for e in events) / len(events)
