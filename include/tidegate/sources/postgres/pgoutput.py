@@ -558,17 +558,10 @@ class PgOutputReader(Wal2JsonReader):
         """The changes of a transaction's messages (Relation and Type messages applied in
         their place); with the compiled path, a row change is passed on as it came, its LSN and
         bytes, for the compiled path to take or :meth:`_decoded` to decode."""
-        rows = (_I, _U, _D)
-        if self.compiled is None:
-            for item in taken:
-                if item[1][0] in rows:
-                    yield self._row_change(*item)
-                else:
-                    yield from self._other(*item)
-            return
+        rows, raw = (_I, _U, _D), self.compiled is not None
         for item in taken:
             if item[1][0] in rows:
-                yield item
+                yield item if raw else self._row_change(*item)
             else:
                 yield from self._other(*item)
 

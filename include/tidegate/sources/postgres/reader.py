@@ -317,11 +317,17 @@ class TxCounts:
         self.per_table[tkey] += 1
 
 
+def compiled_applies(host: Any) -> bool:
+    """Whether a read of ``host`` can take the compiled row path (tidegate.native): not where it
+    is not built or switched off (``TIDEGATE_NATIVE=0``), nor with column filters, which work on
+    the values the compiled path never makes."""
+    return rowcodec is not None and getattr(host, "column_filters", None) is None
+
+
 def compiled_rows(host: ReadHost, plugin: str = "wal2json") -> Any:
-    """The compiled row path for a read of ``host`` through ``plugin`` (tidegate.native), or None
-    where it is not built, is switched off (``TIDEGATE_NATIVE=0``) or cannot apply: column
-    filters work on the values, which the compiled path never makes."""
-    if rowcodec is None or getattr(host, "column_filters", None) is not None:
+    """The compiled row path for a read of ``host`` through ``plugin``, or None where it does not
+    apply (:func:`compiled_applies`)."""
+    if not compiled_applies(host):
         return None
     spec = host.spec
     rows = rowcodec.PgOutputRows if plugin == "pgoutput" else rowcodec.Wal2JsonRows

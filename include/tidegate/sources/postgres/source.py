@@ -18,7 +18,6 @@ from typing import Any
 from ...connections import Connection
 from ...errors import PositionPurgedError
 from ...filters import TableFilter, captured
-from ...native import rowcodec
 from ...spec import PipelineSpec
 from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
@@ -47,8 +46,7 @@ def light_log_reads(source: PostgresSource) -> bool:
     costs about what packing, piping and unpacking the items would, so a reader process only
     adds its own start-up and the copies (docs/performance.md, "Compiled pgoutput rows, the
     read in the run's process, the floor"); wal2json's JSON is still worth a core of its own."""
-    return (rowcodec is not None and source.column_filters is None
-            and source.replication_slot.plugin_in_use() == PGOUTPUT)
+    return reader.compiled_applies(source) and source.replication_slot.plugin_in_use() == PGOUTPUT
 
 
 def new_slot_plugins(publication: str | None, tables: frozenset[tuple[str, str]] | TableFilter
