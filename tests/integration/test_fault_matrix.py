@@ -314,6 +314,17 @@ def mysql_pipeline(cdc, mysql) -> Iterator[Pipeline]:
 
 @pytest.fixture()
 def postgres_pipeline(cdc, postgres) -> Iterator[Pipeline]:
+    yield from _postgres_pipeline(cdc, postgres, None)
+
+
+@pytest.fixture()
+def pgoutput_pipeline(cdc, postgres) -> Iterator[Pipeline]:
+    """A PostgreSQL pipeline whose slot is pgoutput (read in the run's process, compiled rows),
+    through a publication the admin made, as an administrator would for a CDC role."""
+    yield from _postgres_pipeline(cdc, postgres, "pgoutput")
+
+
+def _postgres_pipeline(cdc, postgres, plugin: str | None) -> Iterator[Pipeline]:
     name = f"fm_{uuid.uuid4().hex[:6]}"
 
     def connect():
@@ -324,7 +335,10 @@ def postgres_pipeline(cdc, postgres) -> Iterator[Pipeline]:
     db = Db(connect)
     db.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, status text, note text NOT NULL DEFAULT '{NOTE}')")
     db.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
-    source = f"{{kind: postgres, conn_id: cdc_postgres, tables: [public.{name}], slot: {name}}}"
+    pgoutput = f", plugin: pgoutput, publication: {name}" if plugin else ""
+    if plugin:
+        db.execute(f"CREATE PUBLICATION {name} FOR TABLE {name}")
+    source = f"{{kind: postgres, conn_id: cdc_postgres, tables: [public.{name}], slot: {name}{pgoutput}}}"
     (cdc.base / "pipelines" / f"{name}.yaml").write_text(spec_text(name, source, max_events=SUB_BATCH))
     try:
         series = lambda lo, hi: f"SELECT g, 'new' FROM generate_series({lo}, {hi}) g"  # noqa: E731
@@ -333,6 +347,7 @@ def postgres_pipeline(cdc, postgres) -> Iterator[Pipeline]:
         db.reconnect()
         db.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                    f"WHERE slot_name = '{name}'")
+        db.execute(f"DROP PUBLICATION IF EXISTS {name}")
         db.execute(f"DROP TABLE IF EXISTS {name}")
         db.conn.close()
 
@@ -702,7 +717,8 @@ def committed_of(p: Pipeline, ids: range) -> dict[str, int]:
             for sink, items in got.items()}
 
 
-@pytest.mark.parametrize(("source", "seed"), [("mysql", 61), ("mysql", 62), ("postgres", 63)])
+@pytest.mark.parametrize(("source", "seed"),
+                         [("mysql", 61), ("mysql", 62), ("postgres", 63), ("pgoutput", 64)])
 def test_a_transaction_past_the_sub_batch_limits_killed_mid_delivery(request, source, seed):
     """A source transaction of hundreds of rows against sub-batches of 10 events: the run keeps it
     on disk and delivers it as one sub-batch (one Kafka transaction, one MULTI/EXEC). Generated
