@@ -34,8 +34,6 @@ from .sink_checkpoints import adopt
 from .sinks.base import Sink
 from .sources.base import Source
 from .sources.preflight import INFO, WARNING, raise_for_problems
-from .spec import PipelineSpec
-from .store import CheckpointStore
 from .store.records import Incident
 
 log = logging.getLogger(__name__)
@@ -92,16 +90,17 @@ def check_halted(run: RunContext) -> None:
         raise ContinuityHalt(open_incidents[0])
 
 
-def _halt(store: CheckpointStore, spec: PipelineSpec, kind: str, from_pos: Position | None,
-          to_pos: Position | None, detail: str, run_id: str) -> None:
-    inc = store.incidents.record(spec.pipeline, kind, from_pos, to_pos, detail=detail, run_id=run_id)
-    log.error("pipeline %s: %s", spec.pipeline, halt_message(inc))
+def _halt(run: RunContext, kind: str, from_pos: Position | None, to_pos: Position | None,
+          detail: str) -> None:
+    """Record the incident (the missing range) on the run's store and halt."""
+    inc = run.store.incidents.record(run.pipeline, kind, from_pos, to_pos, detail=detail, run_id=run.run_id)
+    log.error("pipeline %s: %s", run.pipeline, halt_message(inc))
     raise ContinuityHalt(inc)
 
 
-def _lowest_checkpoint(store: CheckpointStore, spec: PipelineSpec) -> Position | None:
-    stored = store.checkpoints.current(spec.pipeline)
-    return oldest(stored[s.id].position for s in spec.sinks if s.id in stored)
+def _lowest_checkpoint(run: RunContext) -> Position | None:
+    stored = run.store.checkpoints.current(run.pipeline)
+    return oldest(stored[s.id].position for s in run.spec.sinks if s.id in stored)
 
 
 # --------------------------------------------------------------------------- failover
@@ -116,8 +115,9 @@ def guard_failover(run: RunContext) -> dict[str, Any]:
     MySQL/MariaDB failover whose checkpoints' GTID sets are all on the new server continues
     (each sink's checkpoint, or its adoptable sink-side record, is translated by GTID set);
     anything else halts with the range."""
-    spec, run_id = run.spec, run.run_id
+    spec = run.spec
     with run.opened() as (source, st):
+        run = run.with_store(st)
         current = source.identity()
         stored = st.checkpoints.source_identity(spec.pipeline)
         if stored is None or not st.checkpoints.current(spec.pipeline):
@@ -127,16 +127,15 @@ def guard_failover(run: RunContext) -> dict[str, Any]:
             return {"status": "ok", "identity": current}
         change = source.describe_change(stored)
         if not source.translates_positions:
-            _halt(st, spec, "failover", _lowest_checkpoint(st, spec), source.head(),
-                  change + ". Changes after the checkpoint may be missing.", run_id)
-        return _gtid_failover(spec, st, source, stored, current, change, run_id,
-                              run.parts.sinks(spec))
+            _halt(run, "failover", _lowest_checkpoint(run), source.head(),
+                  change + ". Changes after the checkpoint may be missing.")
+        return _gtid_failover(run, source, stored, current, change)
 
 
-def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, old: Mapping[str, Any],
-                   new: Mapping[str, Any], change: str, run_id: str, sinks: Sequence[Sink]
-                   ) -> dict[str, Any]:
-    effective = effective_checkpoints(spec, store, sinks)
+def _gtid_failover(run: RunContext, source: Source, old: Mapping[str, Any], new: Mapping[str, Any],
+                   change: str) -> dict[str, Any]:
+    spec, store, run_id = run.spec, run.store, run.run_id
+    effective = effective_checkpoints(run, run.parts.sinks(spec))
     lowest_old = oldest(effective.values())
     moved = {}
     for sid, pos in sorted(effective.items()):
@@ -146,9 +145,9 @@ def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, o
             moved[sid] = (pos.with_handoff(source.translate(pos.handoff)) if isinstance(pos, SnapshotPosition)
                           else source.translate(pos))
         except SourceError as exc:  # no GTIDs, GTIDs missing on the new server, or purged there
-            _halt(store, spec, "failover", lowest_old, source.head(),
+            _halt(run, "failover", lowest_old, source.head(),
                   f"{change}; the checkpoints cannot be placed on the new server without loss: "
-                  f"sink {sid}: {exc}", run_id)
+                  f"sink {sid}: {exc}")
     epoch = store.leases.acquire(spec.pipeline, run_id)
     reason = f"GTID failover: {change}; every checkpoint GTID set is on the new server"
     inc = store.incidents.record(spec.pipeline, "failover", lowest_old, oldest(moved.values()),
@@ -161,20 +160,19 @@ def _gtid_failover(spec: PipelineSpec, store: CheckpointStore, source: Source, o
     store.checkpoints.write_many(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="failover",
                                  reason=reason, who="tidegate", control=message.record())
     store.checkpoints.set_source_identity(spec.pipeline, new, epoch=epoch)
-    _journal_failover(store, spec, run_id, effective, moved)
+    _journal_failover(run, effective, moved)
     log.warning("pipeline %s: failover continued without loss (incident #%d): %s", spec.pipeline, inc.id,
                 {k: str(v) for k, v in moved.items()})
     return {"status": "failover_continued", "identity": dict(new), "incident": inc.id,
             "checkpoints": {k: position_to_json(v) for k, v in moved.items()}}
 
 
-def effective_checkpoints(spec: PipelineSpec, store: CheckpointStore, sinks: Sequence[Sink]
-                          ) -> dict[str, Position | None]:
+def effective_checkpoints(run: RunContext, sinks: Sequence[Sink]) -> dict[str, Position | None]:
     """Where each sink really stands: its store checkpoint, or its sink-side record when the
     adoption rule takes it (a crash between the sink's commit and the store write). A required
     sink that cannot be read fails the guard (Airflow retries it); an optional one keeps its
     store checkpoint, with a warning that it may see a duplicate."""
-    stored = store.checkpoints.current(spec.pipeline)
+    spec, stored = run.spec, run.store.checkpoints.current(run.pipeline)
     out: dict[str, Position | None] = {}
     for sink in sinks:
         rec = stored.get(sink.sink_id)
@@ -195,9 +193,10 @@ def effective_checkpoints(spec: PipelineSpec, store: CheckpointStore, sinks: Seq
     return out
 
 
-def _journal_failover(store: CheckpointStore, spec: PipelineSpec, run_id: str,
-                      old: Mapping[str, Position | None], new: Mapping[str, Position]) -> None:
-    jid = store.runs.begin(spec.pipeline, run_id, mode="failover")
+def _journal_failover(run: RunContext, old: Mapping[str, Position | None],
+                      new: Mapping[str, Position]) -> None:
+    store = run.store
+    jid = store.runs.begin(run.pipeline, run.run_id, mode="failover")
     for sid, to in new.items():
         store.runs.sink(jid, sid, start=old.get(sid), end=to, events=0, bytes=0, status="translated")
     store.runs.finish(jid, "success")
@@ -212,13 +211,14 @@ def guard_retention(run: RunContext) -> dict[str, Any]:
     pipeline's first run). Otherwise an incident of the loss's kind halts the pipeline."""
     spec = run.spec
     with run.opened() as (source, st):
-        lowest = _lowest_checkpoint(st, spec)
+        run = run.with_store(st)
+        lowest = _lowest_checkpoint(run)
         try:
             return source.check_retention(None if lowest is None else log_position(lowest),
                                           first_run=not st.checkpoints.current(spec.pipeline))
         except ChangesLostError as exc:
             to = exc.earliest_available if exc.earliest_available is not None else source.head()
-            _halt(st, spec, exc.kind, lowest, to, str(exc), run.run_id)
+            _halt(run, exc.kind, lowest, to, str(exc))
             raise  # not reached: _halt raises
 
 
@@ -284,24 +284,24 @@ def resolve_incidents(run: RunContext, *, resolution: str, reason: str, who: str
     if not (reason or "").strip():
         raise TidegateError("resolve needs a reason (it is kept with the incident): set the "
                             "`reason` param when triggering the run")
-    spec, run_id = run.spec, run.run_id
     with run.opened() as (source, st):
-        done = []
-        incidents = st.incidents.all(spec.pipeline, unresolved_only=True)
+        run, done = run.with_store(st), []
+        incidents = st.incidents.all(run.pipeline, unresolved_only=True)
         for inc in incidents:  # check them all before resolving any
             _check_resolution(inc, resolution)
         if resolution == "resnapshot":  # plans the snapshot that re-loads what was lost
-            _resnapshot(spec, st, source, incidents, run_id=run_id, who=who, reason=reason, tables=tables)
+            _resnapshot(run, source, incidents, who=who, reason=reason, tables=tables)
         for inc in incidents:
             if resolution == "accept_gap":
-                _accept_gap(spec, st, source, inc, run_id, who, reason)
+                _accept_gap(run, source, inc, who, reason)
             done.append(st.incidents.resolve(inc.id, resolution=resolution, who=who, reason=reason).to_json())
         return done
 
 
-def _resnapshot(spec: PipelineSpec, store: CheckpointStore, source: Any, incidents: Sequence[Incident], *,
-                run_id: str, who: str, reason: str, tables: Sequence[str] | None) -> None:
+def _resnapshot(run: RunContext, source: Any, incidents: Sequence[Incident], *, who: str, reason: str,
+                tables: Sequence[str] | None) -> None:
     """Plan the resnapshot once per run id (a retried guard task does not plan a second one)."""
+    spec, store, run_id = run.spec, run.store, run.run_id
     if any(r.kind == "resnapshot" and r.run_id == run_id for r in store.snapshots.all(spec.pipeline)):
         log.info("pipeline %s: run %s already planned its resnapshot", spec.pipeline, run_id)
         return
@@ -318,8 +318,8 @@ def _check_resolution(inc: Incident, resolution: str) -> None:
                             f"not resolve={resolution}")
 
 
-def _accept_gap(spec: PipelineSpec, store: CheckpointStore, source: Any, inc: Incident, run_id: str,
-                who: str, reason: str) -> None:
+def _accept_gap(run: RunContext, source: Any, inc: Incident, who: str, reason: str) -> None:
+    spec, store, run_id = run.spec, run.store, run.run_id
     epoch = store.leases.acquire(spec.pipeline, run_id)
     if inc.kind == "failover":  # the new server's identity is the pipeline's from now on
         store.checkpoints.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)

@@ -33,6 +33,7 @@ from .positions import Position, SnapshotPosition, position_from_json, position_
 from .snapshots import ChangedKeys, chunk_table, completed_message, end_chunk, read_chunk
 
 if TYPE_CHECKING:
+    from .run import RunContext
     from .sources.base import Source, SourceItem
     from .spec import PipelineSpec
     from .store import CheckpointStore
@@ -90,8 +91,8 @@ class SegmentRead(NamedTuple):
 class Reader(Protocol):
     """Reads a run's segments and gives each one back, in plan order."""
 
-    def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
-                 segments: Sequence[Segment]) -> Iterator[SegmentRead]: ...
+    def __call__(self, run: RunContext, source: Source, segments: Sequence[Segment]) -> Iterator[SegmentRead]:
+        """The segments of ``run`` (its spec and opened store) read from its opened ``source``."""
 
     def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
         """The run's planned segments, told before its sinks open: a reader may start on them
@@ -101,14 +102,13 @@ class Reader(Protocol):
 # --------------------------------------------------------------------------- the plan
 
 
-def plan_reads(spec: PipelineSpec, store: CheckpointStore, source: Source, start: Position | None,
-               upto: Position) -> list[Segment]:
+def plan_reads(run: RunContext, source: Source, start: Position | None, upto: Position) -> list[Segment]:
     """The read plan of (start, upto]: from a snapshot position, the snapshot's remaining
     chunks and its end, then the log from its handoff; the log cut into slices a Spark task can
     take whole."""
-    segments: list[Segment] = []
+    spec, segments = run.spec, []
     if isinstance(start, SnapshotPosition):
-        rec = snapshot_record(store, spec, start.snapshot_id)
+        rec = snapshot_record(run.store, spec.pipeline, start.snapshot_id)
         segments += [Chunk(start.at_chunk(c)) for c in range(start.chunk + 1, len(rec.chunks) + 1)]
         segments.append(SnapshotEnd(rec.snapshot_id))
         if upto > rec.handoff:
@@ -175,8 +175,8 @@ def log_runs(segments: Sequence[Segment]) -> list[Slice]:
 # --------------------------------------------------------------------------- readers
 
 
-def read_chunk_segment(spec: PipelineSpec, source: Source, store: CheckpointStore, seg: Chunk) -> SegmentRead:
-    read = read_chunk(spec, source, snapshot_record(store, spec, seg.snapshot_id), seg.number)
+def read_chunk_segment(run: RunContext, source: Source, seg: Chunk) -> SegmentRead:
+    read = read_chunk(run.spec, source, snapshot_record(run.store, run.pipeline, seg.snapshot_id), seg.number)
     return SegmentRead(seg, read.events, read.upper)
 
 
@@ -184,18 +184,17 @@ class InProcessReader:
     """Every segment read here, one after the other: chunks with the run's own source
     connection, the log as one stream per run of touching slices."""
 
-    def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
-                 segments: Sequence[Segment]) -> Iterator[SegmentRead]:
+    def __call__(self, run: RunContext, source: Source, segments: Sequence[Segment]) -> Iterator[SegmentRead]:
         for seg in segments:
             if isinstance(seg, Chunk):
-                yield read_chunk_segment(spec, source, store, seg)
+                yield read_chunk_segment(run, source, seg)
             elif isinstance(seg, SnapshotEnd):
                 yield SegmentRead(seg, ())
-        for run in log_runs(segments):
-            yield SegmentRead(run, self.read_log(source, run))
+        for stretch in log_runs(segments):
+            yield SegmentRead(stretch, self.read_log(source, stretch))
 
-    def read_log(self, source: Source, run: Slice) -> Iterable[SourceItem]:
-        return source.read(run.start, run.end)
+    def read_log(self, source: Source, stretch: Slice) -> Iterable[SourceItem]:
+        return source.read(stretch.start, stretch.end)
 
     def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
         """Nothing is read before the run asks: this process is busy opening the sinks."""
@@ -204,23 +203,24 @@ class InProcessReader:
 # --------------------------------------------------------------------------- the run's items
 
 
-def read_items(spec: PipelineSpec, store: CheckpointStore, source: Source, segments: Sequence[Segment],
-               reader: Reader) -> Iterator[SourceItem]:
+def read_items(run: RunContext, source: Source, segments: Sequence[Segment], reader: Reader
+               ) -> Iterator[SourceItem]:
     """The run's one item stream: its segments read by ``reader``, made into items by :func:`run_items`."""
-    forget_held(spec, store)
+    forget_held(run.spec, run.store)
     records = {}
     for snapshot_id in dict.fromkeys(s.snapshot_id for s in segments if isinstance(s, SnapshotEnd)):
         todo = [s.number for s in segments if isinstance(s, Chunk) and s.snapshot_id == snapshot_id]
-        rec = records[snapshot_id] = snapshot_record(store, spec, snapshot_id)
-        log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", spec.pipeline,
+        rec = records[snapshot_id] = snapshot_record(run.store, run.pipeline, snapshot_id)
+        log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", run.pipeline,
                  snapshot_id, f"{todo[0]}..{todo[-1]}" if todo else "none", len(rec.chunks), rec.handoff)
-    return run_items(spec, store, source, reader(spec, store, source, segments), records)
+    return run_items(run, source, reader(run, source, segments), records)
 
 
-def run_items(spec: PipelineSpec, store: CheckpointStore, source: Source, reads: Iterable[SegmentRead],
-              records: Mapping[str, Any]) -> Iterator[SourceItem]:
+def run_items(run: RunContext, source: Source, reads: Iterable[SegmentRead], records: Mapping[str, Any]
+              ) -> Iterator[SourceItem]:
     """The run's one item stream from its segments as read (see the module docstring);
     ``records``: the snapshots the segments belong to, by id."""
+    spec, store = run.spec, run.store
     changed: dict[str, ChangedKeys] = {}
     for seg, items, upper in reads:
         if isinstance(seg, Chunk):
@@ -243,10 +243,10 @@ def run_items(spec: PipelineSpec, store: CheckpointStore, source: Source, reads:
             yield from items
 
 
-def snapshot_record(store: CheckpointStore, spec: PipelineSpec, snapshot_id: str) -> Any:
-    rec = store.snapshots.get(spec.pipeline, snapshot_id)
+def snapshot_record(store: CheckpointStore, pipeline: str, snapshot_id: str) -> Any:
+    rec = store.snapshots.get(pipeline, snapshot_id)
     if rec is None:
-        raise SnapshotError(f"pipeline {spec.pipeline!r}: a checkpoint is in snapshot {snapshot_id}, "
+        raise SnapshotError(f"pipeline {pipeline!r}: a checkpoint is in snapshot {snapshot_id}, "
                             f"which the checkpoint store does not know (another store?): rewind the "
                             f"checkpoints or trigger resolve=resnapshot")
     return rec

@@ -94,9 +94,9 @@ class Bounds:
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     """What the bounds step decided for one run, as every later step reads it: the spec's text
-    (parsed once by each process that reads the record), the validated plan and the bounds
-    (None: the run had no bounds step, and the step that delivers captures them itself) and the
-    read plan."""
+    (parsed once by each process that reads the record), the validated plan and the bounds and
+    the read plan. Bounds None: a deliver task without a bounds task wrote only the spec and the
+    plan, for its Spark driver to read; the driver runs the bounds step (``runner.bounded``)."""
 
     pipeline: str
     run_id: str

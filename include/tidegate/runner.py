@@ -60,37 +60,68 @@ def capture_bounds(spec: PipelineSpec, source: Source, store: CheckpointStore) -
                   owed=tuple(s.id for s in spec.sinks if s.id in stored and stored[s.id].control))
 
 
-def place_new_sinks(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, *, run_id: str,
-                    epoch: int) -> Bounds:
-    """``start: head``: a sink without a checkpoint begins at the run's upper bound."""
-    new = {sid: bounds.upto for sid, p in bounds.checkpoints.items() if p is None}
-    if spec.source.start != "head" or not new:
-        return bounds
-    log.info("pipeline %s: sinks %s have no checkpoint; start: head places them at %s",
-             spec.pipeline, ", ".join(sorted(new)), bounds.upto)
-    store.checkpoints.write_many(spec.pipeline, new, run_id=run_id, epoch=epoch, kind="head",
-                                 reason="start: head")
-    return bounds.with_checkpoints(new)
+class BoundsWrites:
+    """The checkpoint writes a bounds step makes (new sinks placed, an idle range skipped), on
+    the run's opened source and store, each under the bounds step's own lease holder
+    (``bounds__<pipeline>``): a bounds step is not the delivery, and fences only what an older
+    run might still write."""
 
+    def __init__(self, run: RunContext, source: Source, store: CheckpointStore):
+        self.spec, self.source, self.store = run.spec, source, store
+        self.holder = "bounds__" + run.pipeline
 
-def skip_idle_range(spec: PipelineSpec, store: CheckpointStore, bounds: Bounds, *, run_id: str,
-                    epoch: int) -> Bounds:
-    """The range holds nothing this pipeline delivers (the head moved for other tables, empty
-    transactions or WAL housekeeping): move every sink to ``upto`` without a delivery, so the
-    run skips Spark and the next one does not look at this range again. A sink owed a control
-    message stays where it is: a version written here would owe nothing, and the message would
-    be lost; the run delivers it there and then moves the sink as a delivery does."""
-    moved = idle_moves(bounds)
-    store.checkpoints.write_many(spec.pipeline, moved, run_id=run_id, epoch=epoch, kind="skip",
-                                 reason="nothing this pipeline delivers in the range")
-    log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", spec.pipeline,
-             bounds.lowest(), bounds.upto, ", ".join(sorted(moved)), bounds.upto)
-    return bounds.with_checkpoints(moved)
+    def epoch(self) -> int:
+        return self.store.leases.acquire(self.spec.pipeline, self.holder)
+
+    def place_at_head(self, bounds: Bounds) -> Bounds:
+        """``start: head``: a sink without a checkpoint begins at the run's upper bound."""
+        new = {sid: bounds.upto for sid, p in bounds.checkpoints.items() if p is None}
+        if self.spec.source.start != "head" or not new:
+            return bounds
+        log.info("pipeline %s: sinks %s have no checkpoint; start: head places them at %s",
+                 self.spec.pipeline, ", ".join(sorted(new)), bounds.upto)
+        self.store.checkpoints.write_many(self.spec.pipeline, new, run_id=self.holder, epoch=self.epoch(),
+                                          kind="head", reason="start: head")
+        return bounds.with_checkpoints(new)
+
+    def place_snapshots(self, bounds: Bounds) -> Bounds:
+        """``start: snapshot``: sinks without a checkpoint start with a snapshot, and tables added
+        to ``source.tables`` get one of their own (snapshots.py)."""
+        if self.spec.source.start != "snapshot":
+            return bounds
+        spec, source, store = self.spec, self.source, self.store
+        if None in bounds.checkpoints.values():
+            bounds = bounds.with_checkpoints(snapshots.place_new_sinks(
+                spec, source, store, bounds.checkpoints, upto=bounds.upto, run_id=self.holder,
+                epoch_for=self.epoch))
+        return bounds.with_checkpoints(snapshots.snapshot_added_tables(
+            spec, source, store, bounds.checkpoints, run_id=self.holder, epoch_for=self.epoch))
+
+    def skip_idle_range(self, bounds: Bounds) -> Bounds:
+        """The range holds nothing this pipeline delivers (the head moved for other tables, empty
+        transactions or WAL housekeeping): move every sink to ``upto`` without a delivery, so the
+        run skips Spark and the next one does not look at this range again. A sink owed a control
+        message stays where it is: a version written here would owe nothing, and the message would
+        be lost; the run delivers it there and then moves the sink as a delivery does."""
+        moved = idle_moves(bounds)
+        self.store.checkpoints.write_many(self.spec.pipeline, moved, run_id=self.holder, epoch=self.epoch(),
+                                          kind="skip", reason="nothing this pipeline delivers in the range")
+        log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", self.spec.pipeline,
+                 bounds.lowest(), bounds.upto, ", ".join(sorted(moved)), bounds.upto)
+        return bounds.with_checkpoints(moved)
 
 
 def idle_moves(bounds: Bounds) -> dict[str, Position]:
     """The sinks an idle range moves to ``upto``: those behind it that are owed nothing."""
     return {sid: bounds.upto for sid in bounds.behind() if sid not in bounds.owed}
+
+
+def bounded(run: RunContext) -> RunContext:
+    """The run with its bounds: those its bounds step recorded, or, when no bounds step ran (a
+    deliver task alone recorded only the spec and the plan for the driver; a direct call), the
+    bounds step run now. Every run has its bounds decided once, by the bounds step, before it
+    delivers."""
+    return run if run.bounds else prepare_bounds(run)
 
 
 def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
@@ -103,8 +134,11 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
     checkpoints and the range the replayed run delivered to each chosen sink; it takes no lease
     and moves nothing, so it never fences a run in flight. ``missing_ok`` (backfills): a run the
     journal does not know delivered nothing (a scheduled run that had nothing to do records no
-    range), so the replay has nothing to do; otherwise it is an error, raised before Spark."""
+    range), so the replay has nothing to do; otherwise it is an error, raised before Spark. A
+    dry run: the head and the checkpoints, nothing written but the record."""
     with run.opened() as (source, store):
+        if run.plan.mode == "dry_run":
+            return run.recorded(capture_bounds(run.spec, source, store), store)
         replay_of = replay_target(run.with_store(store))
         if replay_of is not None:
             bounds = _replay_bounds(run, source, store, replay_of, missing_ok)
@@ -115,33 +149,27 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
 
 def _read_plan(run: RunContext, source: Source, store: CheckpointStore, bounds: Bounds
                ) -> list[Segment] | None:
-    """What the delivery will read (None: nothing; a dry run plans when it reads)."""
-    if run.plan.mode == "dry_run" or bounds.nothing_to_do(run.plan.sinks):
+    """What the delivery will read (None: nothing)."""
+    if bounds.nothing_to_do(run.plan.sinks):
         return None
     if bounds.replay_of is not None:
         start = lowest_start([a for a, _ in bounds.ranges.values()])
-        return plan_reads(run.spec, store, source, start, max(b for _, b in bounds.ranges.values()))
-    return plan_reads(run.spec, store, source, bounds.lowest(run.plan.sinks), bounds.upto)
+        return plan_reads(run.with_store(store), source, start, max(b for _, b in bounds.ranges.values()))
+    return plan_reads(run.with_store(store), source, bounds.lowest(run.plan.sinks), bounds.upto)
 
 
 def _incremental_bounds(run: RunContext, source: Source, store: CheckpointStore) -> Bounds:
-    spec, holder = run.spec, "bounds__" + run.spec.pipeline  # the lease holder of a bounds step
-    bounds = capture_bounds(spec, source, store)
-    if spec.source.start == "head" and None in bounds.checkpoints.values():
-        bounds = place_new_sinks(spec, store, bounds, run_id=holder,
-                                 epoch=store.leases.acquire(spec.pipeline, holder))
+    writes = BoundsWrites(run, source, store)
+    bounds = writes.place_at_head(capture_bounds(run.spec, source, store))
     # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
     # snapshot has chunks to read whatever the log holds, so the range is never idle.
-    bounds = _place_snapshot_sinks(spec, source, store, bounds, holder)
+    bounds = writes.place_snapshots(bounds)
     if snapshots.in_snapshot(bounds.checkpoints):
         return bounds
     idle = bool(idle_moves(bounds)) and not source.has_changes(bounds.lowest(), bounds.upto)
     if idle or bounds.nothing_to_do(run.plan.sinks):
         idle_heartbeats(run, bounds)  # before the checkpoints move: a failed heartbeat moves none
-    if idle:
-        bounds = skip_idle_range(spec, store, bounds, run_id=holder,
-                                 epoch=store.leases.acquire(spec.pipeline, holder))
-    return bounds
+    return writes.skip_idle_range(bounds) if idle else bounds
 
 
 def idle_heartbeats(run: RunContext, bounds: Bounds) -> list[str]:
@@ -185,73 +213,45 @@ def _replay_bounds(run: RunContext, source: Source, store: CheckpointStore, repl
 
 def replay_target(run: RunContext) -> str | None:
     """The run a run replays: the plan's ``replay_of``, or the run itself when it is a cleared /
-    re-run Airflow run that already delivered (None: an incremental run)."""
+    re-run Airflow run that already delivered (None: an incremental run). A cleared/re-run
+    Airflow run keeps its run id: when that id already delivered, the re-run replays exactly its
+    range instead of reading new changes."""
     if run.plan.mode == "dry_run":
         return None
     if run.plan.replay_of:
         return run.plan.replay_of
+    if run.plan.mode == "replay":
+        return run.run_id
     with run.opened_store() as store:
-        return _rerun_of(run.spec, store, run.run_id, run.plan.mode)
-
-
-def _place_snapshot_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore, bounds: Bounds,
-                          run_id: str, epoch: int | None = None) -> Bounds:
-    """``start: snapshot``: sinks without a checkpoint start with a snapshot, and tables added to
-    ``source.tables`` get one of their own (snapshots.py), written under ``epoch`` (None: take
-    the lease)."""
-    if spec.source.start != "snapshot":
-        return bounds
-
-    def epoch_for() -> int:
-        return epoch if epoch is not None else store.leases.acquire(spec.pipeline, run_id)
-
-    if None in bounds.checkpoints.values():
-        bounds = bounds.with_checkpoints(snapshots.place_new_sinks(
-            spec, source, store, bounds.checkpoints, upto=bounds.upto, run_id=run_id, epoch_for=epoch_for))
-    return bounds.with_checkpoints(snapshots.snapshot_added_tables(
-        spec, source, store, bounds.checkpoints, run_id=run_id, epoch_for=epoch_for))
+        done = [e for e in store.runs.entries(run.pipeline, run.run_id)
+                if e.status == "success" and e.mode == "incremental"]
+    return run.run_id if done else None
 
 
 # --------------------------------------------------------------------------- the run
 
 
-def run_pipeline(run: RunContext, *, upto: Position | None = None,
-                 data_interval: tuple[Any, Any] | None = None, reader: Reader | None = None
-                 ) -> dict[str, Any]:
+def run_pipeline(run: RunContext, *, data_interval: tuple[Any, Any] | None = None,
+                 reader: Reader | None = None) -> dict[str, Any]:
     """One bounded run as its plan says (default: incremental to every sink); returns the run
     report as JSON. Raises on failure (no checkpoint of a failed sub-batch moves):
-    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. With the run's record (its
-    bounds step ran), the record's bounds are the run's: its upper bound, its replay ranges,
-    the sinks it placed, its read plan. ``reader``: where the plan's segments are read (default:
-    in this process, one after the other; reading.py)."""
-    plan, spec = run.plan, run.spec
-    if plan.max_events:
-        spec = dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, max_events=plan.max_events))
-        run = dataclasses.replace(run, spec=spec)
+    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. The run's record (its bounds
+    step: :func:`bounded`) holds its bounds: its upper bound, its replay ranges, the sinks it
+    placed, its read plan. ``reader``: where the plan's segments are read (default: in this
+    process, one after the other; reading.py)."""
+    run = bounded(run)
+    if run.plan.max_events:
+        spec = run.spec
+        run = dataclasses.replace(run, spec=dataclasses.replace(
+            spec, batch=dataclasses.replace(spec.batch, max_events=run.plan.max_events)))
     with run.opened() as (source, st):
         run = run.with_store(st)
         reader = reader or InProcessReader()
-        bounds = run.bounds
-        upto = upto or (bounds.upto if bounds is not None else None) or source.head()
-        if plan.mode == "dry_run":
-            return _dry_run(spec, source, st, upto, reader)
-        if bounds is not None:
-            replay_of = bounds.replay_of
-        else:
-            replay_of = plan.replay_of or _rerun_of(spec, st, run.run_id, plan.mode)
-        if replay_of:
-            return _replay(run, source, replay_of, reader).to_json()
-        return _incremental(run, source, upto, data_interval, reader).to_json()
-
-
-def _rerun_of(spec: PipelineSpec, store: CheckpointStore, run_id: str, mode: str) -> str | None:
-    """A cleared/re-run Airflow run keeps its run id: when that id already delivered, the
-    re-run replays exactly its range instead of reading new changes."""
-    if mode == "replay":
-        return run_id
-    done = [e for e in store.runs.entries(spec.pipeline, run_id)
-            if e.status == "success" and e.mode == "incremental"]
-    return run_id if done else None
+        if run.plan.mode == "dry_run":
+            return _dry_run(run, source, reader)
+        if run.bounds.replay_of:
+            return _replay(run, source, reader).to_json()
+        return _incremental(run, source, data_interval, reader).to_json()
 
 
 class SchemaGate:
@@ -292,16 +292,14 @@ class SchemaGate:
         raise ContinuityHalt(inc)
 
 
-def _incremental(run: RunContext, source: Source, upto: Position,
-                 data_interval: tuple[Any, Any] | None, reader: Reader) -> RunReport:
-    spec, store, run_id = run.spec, run.store, run.run_id
+def _incremental(run: RunContext, source: Source, data_interval: tuple[Any, Any] | None,
+                 reader: Reader) -> RunReport:
+    spec, store, run_id, upto = run.spec, run.store, run.run_id, run.bounds.upto
     epoch = store.leases.acquire(spec.pipeline, run_id)
     source.use_lease(epoch)  # its reads are this run's: a stalled older run's hold is taken over
-    if run.record is not None and run.record.segments:
+    if run.record.segments:
         reader.ahead(source, run.record.segments)  # the bounds step's plan: _segments says if it holds
     sinks = _sinks(run, source, run.plan.sinks)
-    if run.bounds is None:  # no bounds step: the run places new sinks itself
-        _place_sinks(run, source, upto, epoch)
     start, end = data_interval or (None, None)
     journal_id = store.runs.begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
                                   mode="incremental")
@@ -311,7 +309,7 @@ def _incremental(run: RunContext, source: Source, upto: Position,
         log.info("pipeline %s run %s: reading (%s, %s] for %d sink(s)", spec.pipeline, run_id,
                  lowest, upto, len(sinks))
         gate = SchemaGate(spec, store)
-        items = read_items(spec, store, source, _segments(run, source, lowest, upto), reader)
+        items = read_items(run, source, _segments(run, source, lowest, upto), reader)
         report = co.run(gate.filter(items, lowest))
     snapshots.settle(store, spec)  # snapshots every sink is past are completed
     gate.halt(run_id)
@@ -330,36 +328,21 @@ def _sinks(run: RunContext, source: Source, only: Any) -> list[Sink]:
 def _segments(run: RunContext, source: Source, start: Position | None, upto: Position) -> list[Segment]:
     """The run's read plan: the bounds step's, when it starts where the run starts (a rewind since
     then moves the start back: the plan is made again), else made here."""
-    planned = run.record.segments if run.record is not None else None
+    planned = run.record.segments
     if planned and plan_start(planned) == start:
         return list(planned)
     if planned:
         log.info("pipeline %s run %s: the read plan of the bounds step starts at %s, the run at %s; "
                  "planned again", run.pipeline, run.run_id, plan_start(planned), start)
-    return plan_reads(run.spec, run.store, source, start, upto)
+    return plan_reads(run, source, start, upto)
 
 
-def _place_sinks(run: RunContext, source: Source, upto: Position, epoch: int) -> None:
-    """What a bounds step does for sinks without a checkpoint, under the run's own lease."""
-    spec, store = run.spec, run.store
-    if spec.source.start == "head":
-        place_new_sinks(spec, store, capture_bounds(spec, source, store), run_id=run.run_id, epoch=epoch)
-    if spec.source.start == "snapshot":
-        _place_snapshot_sinks(spec, source, store, dataclasses.replace(
-            capture_bounds(spec, source, store), upto=upto), run.run_id, epoch)
-
-
-def _replay(run: RunContext, source: Source, replay_of: str, reader: Reader) -> RunReport:
+def _replay(run: RunContext, source: Source, reader: Reader) -> RunReport:
     """Re-deliver exactly the ranges a past run delivered, to the chosen sinks (the ranges its
-    record holds, else read from the journal). Checkpoints never move backwards: the coordinator
-    only writes positions beyond the stored ones."""
+    bounds step chose and checked). Checkpoints never move backwards: the coordinator only
+    writes positions beyond the stored ones."""
     spec, store, run_id = run.spec, run.store, run.run_id
-    if run.bounds is not None:
-        ranges = dict(run.bounds.ranges)  # chosen and checked by the bounds step
-    else:
-        ranges = _delivered_ranges(store, spec.pipeline, replay_of)
-        ranges = {sid: r for sid, r in ranges.items() if sid in chosen_sinks(spec, run.plan.sinks)}
-        _check_replayable(spec, source, replay_of, ranges)
+    replay_of, ranges = run.bounds.replay_of, dict(run.bounds.ranges)
     if not ranges:
         raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
     sinks = _sinks(run, source, sorted(ranges))
@@ -373,7 +356,7 @@ def _replay(run: RunContext, source: Source, replay_of: str, reader: Reader) -> 
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
                      starts=starts, ends=ends, tenant=spec.tenant) as co:
         lowest, upto = co.lowest_start(), max(ends.values())
-        return co.run(read_items(spec, store, source, _segments(run, source, lowest, upto), reader))
+        return co.run(read_items(run, source, _segments(run, source, lowest, upto), reader))
 
 
 def _check_replayable(spec: PipelineSpec, source: Source, replay_of: str,
@@ -426,13 +409,13 @@ def check_rewind(spec: PipelineSpec, sink_id: str, version: int, position: Posit
         source.close()
 
 
-def _delivered_ranges(store: CheckpointStore, pipeline: str, run_id: str
+def _delivered_ranges(store: CheckpointStore, pipeline: str, past_run: str
                       ) -> dict[str, tuple[Position | None, Position]]:
-    """Per sink, the range a past run delivered over all its attempts (an attempt that failed
-    part-way may have moved some sinks)."""
-    entries = [e for e in store.runs.entries(pipeline, run_id) if e.mode == "incremental"]
+    """Per sink, the range the run ``past_run`` delivered over all its attempts (an attempt that
+    failed part-way may have moved some sinks)."""
+    entries = [e for e in store.runs.entries(pipeline, past_run) if e.mode == "incremental"]
     if not entries:
-        raise RunError(f"pipeline {pipeline!r} has no journal entry for run {run_id!r}; "
+        raise RunError(f"pipeline {pipeline!r} has no journal entry for run {past_run!r}; "
                        f"`tidegate status {pipeline}` shows the checkpoints, the journal lists runs")
     ranges: dict[str, tuple[Position | None, Position]] = {}
     for entry in entries:
@@ -445,13 +428,12 @@ def _delivered_ranges(store: CheckpointStore, pipeline: str, run_id: str
     return ranges
 
 
-def _dry_run(spec: PipelineSpec, source: Source, store: CheckpointStore, upto: Position,
-             reader: Reader) -> dict[str, Any]:
+def _dry_run(run: RunContext, source: Source, reader: Reader) -> dict[str, Any]:
     """Read and cut the range as a run would; deliver nothing, move nothing."""
-    bounds = capture_bounds(spec, source, store)
-    bounds = dataclasses.replace(bounds, upto=upto)
+    spec, bounds = run.spec, run.bounds
+    segments = plan_reads(run, source, bounds.lowest(), bounds.upto)
     batches = events = size = 0
-    items = read_items(spec, store, source, plan_reads(spec, store, source, bounds.lowest(), upto), reader)
+    items = read_items(run, source, segments, reader)
     for b in cut_sub_batches(items, max_events=spec.batch.max_events,
                              max_bytes=spec.batch.max_bytes, respect_source_tx=spec.batch.respect_source_tx):
         batches, events, size = batches + 1, events + b.event_count, size + b.byte_size

@@ -40,12 +40,12 @@ class Fallback:
     def __init__(self):
         self.asked = None
 
-    def __call__(self, spec, store, source, segments):
+    def __call__(self, run, source, segments):
         self.asked = list(segments)
         yield SegmentRead(segments[0], ["own"])
 
 
-class Spec:
+class Run:
     pipeline = "p"
 
 
@@ -59,7 +59,7 @@ def test_gathered_rows_become_the_plan_reads_in_plan_order(seed):
     plan, items, messages = generated(seed)
     reader = GatheredReader(batches(messages), plan, Fallback())
     reads, got = [], []
-    for read in reader(Spec(), None, None, plan):  # its items taken before the next, as run_items does
+    for read in reader(Run(), None, plan):  # its items taken before the next, as run_items does
         reads.append(read)
         got.append([m.position for m in read.items])
     chunks = [s for s in plan if isinstance(s, Chunk)]
@@ -84,6 +84,6 @@ def test_a_run_that_planned_again_reads_its_own_plan_and_drains_the_gathered_row
     fallback = Fallback()
     reader = GatheredReader(counted(), plan, fallback)
     other = [Slice(pos(1), pos(50))]
-    assert [r.items for r in reader(Spec(), None, None, other)] == [["own"]]
+    assert [r.items for r in reader(Run(), None, other)] == [["own"]]
     assert fallback.asked == other
     assert len(consumed) == sum(len(m) for m in messages)

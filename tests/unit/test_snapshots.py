@@ -171,13 +171,14 @@ def envelopes(sink):
 
 def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     spec, source, sinks, store, parts = env
-    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+    run = runner.prepare_bounds(RunContext(spec, run_id="r1", parts=parts, store=store))
+    bounds = run.bounds
     [rec] = store.snapshots.all("p")
     start = SnapshotPosition(rec.snapshot_id, 0, pos(2))
     assert bounds.checkpoints == {"a": start, "b": start} and not bounds.nothing_to_do()
     assert len(rec.chunks) == 3 + 2  # orders: 7 rows by 3 (the last chunk open-ended); lines: 4 by 3
     source.sizes += [1]  # a change after the handoff
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store), upto=bounds.upto)
+    runner.run_pipeline(run)  # its record: upto is the handoff, the change after it waits
     got = envelopes(sinks["a"])
     kinds = [m.get("type") or m["op"] for m in got]
     assert kinds == ["snapshot_started"] + ["r"] * 11 + ["snapshot_completed"]
@@ -480,12 +481,13 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
         spec, sinks, again, parts = wire_fakes(tmp_path, grown, source)  # fresh recording sinks
         source.captured = ["shop.orders", "shop.lines"]
         again.close()
-        bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+        run = runner.prepare_bounds(RunContext(spec, run_id="r2", parts=parts, store=store))
+        bounds = run.bounds
         added = store.snapshots.all("p")[-1]
         assert added.kind == "added" and snapshots.table_names(added) == ["shop.lines"]
         assert added.handoff == pos(2)  # the checkpoint: the other tables lose nothing
         assert bounds.checkpoints == {s: SnapshotPosition(added.snapshot_id, 0, pos(2)) for s in ("a", "b")}
-        runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store), upto=bounds.upto)
+        runner.run_pipeline(run)
         got = envelopes(sinks["a"])
         assert [m.get("type") or m["op"] for m in got] == (["snapshot_started"] + ["r"] * 4 +
                                                           ["snapshot_completed", "c"])

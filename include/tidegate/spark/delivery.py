@@ -89,14 +89,13 @@ def gathers_parts(run: RunContext, conf: Mapping[str, str]) -> bool:
 
 
 def has_chunks(run: RunContext) -> bool:
-    segments = (run.record.segments if run.record is not None else None) or ()
-    return any(isinstance(s, Chunk) for s in segments)
+    return any(isinstance(s, Chunk) for s in run.record.segments or ())
 
 
 def has_parallel_parts(run: RunContext) -> bool:
     """Snapshot chunks or more than one log slice in the run's read plan (none made yet: the
     delivery task makes it, and reads it itself)."""
-    segments = run.record.segments if run.record is not None else None
+    segments = run.record.segments
     if not segments:
         return False
     return any(isinstance(s, Chunk) for s in segments) or sum(isinstance(s, Slice) for s in segments) > 1

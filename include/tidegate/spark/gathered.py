@@ -43,9 +43,9 @@ from .slices import NOTE, executor_note
 
 if TYPE_CHECKING:
     from ..reading import Reader, Segment
+    from ..run import RunContext
     from ..sources.base import Source
     from ..spec import PipelineSpec
-    from ..store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _part_messages(spec: PipelineSpec, connection: Any, salt: bytes | None, stor
             yield (NOTE, executor_note(spec.pipeline, index, len(parts), count[0], time.monotonic() - t0))
             return
         with open_store(store_url) as store:
-            rec = snapshot_record(store, spec, part.snapshot_id)
+            rec = snapshot_record(store, spec.pipeline, part.snapshot_id)
         read = read_chunk(spec, source, rec, part.number)
         yield ("upper", read.upper)
         yield from _packed(read.events, [0])
@@ -155,13 +155,12 @@ class GatheredReader:
     def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
         """The parts were read before this task began."""
 
-    def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
-                 segments: Sequence[Segment]) -> Iterator[SegmentRead]:
+    def __call__(self, run: RunContext, source: Source, segments: Sequence[Segment]) -> Iterator[SegmentRead]:
         if list(segments) != self.plan:
             log.info("pipeline %s: the run planned again since the bounds step: its plan is read in "
-                     "this task, the gathered parts are let go", spec.pipeline)
+                     "this task, the gathered parts are let go", run.pipeline)
             self.drain()
-            yield from self.fallback(spec, store, source, segments)
+            yield from self.fallback(run, source, segments)
             return
         self.taken = True
         parts = itertools.groupby(self._messages(), key=lambda pm: pm[0])

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from ..run import RunContext
     from ..sources.base import Source
     from ..spec import PipelineSpec
-    from ..store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +51,10 @@ class SparkReader:
     def spark(self) -> Any:
         return self._spark.get() if isinstance(self._spark, LazySession) else self._spark
 
-    def __call__(self, spec: PipelineSpec, store: CheckpointStore, source: Source,
-                 segments: Sequence[Any]) -> Iterator[SegmentRead]:
-        chunks = [s for s in segments if isinstance(s, Chunk)]
+    def __call__(self, run: RunContext, source: Source, segments: Sequence[Any]) -> Iterator[SegmentRead]:
+        spec, chunks = run.spec, [s for s in segments if isinstance(s, Chunk)]
         for snapshot_id in dict.fromkeys(c.snapshot_id for c in chunks):
-            rec = snapshot_record(store, spec, snapshot_id)
+            rec = snapshot_record(run.store, spec.pipeline, snapshot_id)
             mine = [c for c in chunks if c.snapshot_id == snapshot_id]
             yield from read_chunks(self.spark, spec, self.connection, rec, mine, source.hash_salt)
         yield from (SegmentRead(s, ()) for s in segments if isinstance(s, SnapshotEnd))
