@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from tidegate import chunk_reads, snapshots  # noqa: E402
+from tidegate.run import RunContext  # noqa: E402
 from tidegate.sources.base import SnapshotTable  # noqa: E402
 from tidegate.sources.mysql.position import BinlogPosition  # noqa: E402
 from tidegate.spec import load_spec_text  # noqa: E402
@@ -67,13 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     own = sum(len(e.value) + len(e.key_bytes) for e in events)
     store = open_store(a.store)
     keep, reuse, size = [], [], 0
+    run = RunContext(spec, store=store)
     try:
         for chunk in range(1, a.chunks + 1):
             upper = BinlogPosition("bin.000001", 99)
             t0 = time.perf_counter()
-            first = list(chunk_reads.first_read(spec, store, rec, chunk, upper, iter(events))[1])
+            first = list(chunk_reads.first_read(run, rec, chunk, upper, iter(events))[1])
             t1 = time.perf_counter()
-            back = list(chunk_reads.first_read(spec, store, rec, chunk, upper, iter(()))[1])
+            back = list(chunk_reads.first_read(run, rec, chunk, upper, iter(()))[1])
             t2 = time.perf_counter()
             assert len(first) == len(back) == len(events) and back[-1].value == events[-1].value
             size = len(store.snapshots.kept_read(pipeline, "s1", chunk)[1])

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import zstandard
@@ -33,7 +33,9 @@ from .events import ChangeEvent
 from .positions import Position, SnapshotPosition
 from .shipped import items_to_rows, rows_to_items
 from .spec import PipelineSpec
-from .store.base import CheckpointStore
+
+if TYPE_CHECKING:
+    from .run import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +47,14 @@ def keeps_reads(spec: PipelineSpec) -> bool:
     return len(spec.sinks) > 1
 
 
-def first_read(spec: PipelineSpec, store: CheckpointStore, rec: Any, chunk: int, upper: Position,
-               events: Iterable[ChangeEvent]) -> tuple[Position, Iterable[ChangeEvent]]:
-    """The chunk's first read: the one kept (then ``events``, this run's read, is let go), or
-    this one, kept before it is returned (so before any of its rows is delivered). Either way the
-    events come from the kept bytes, batch by batch: a chunk is held compressed, never whole as
-    objects (a chunk is one transaction, which may be larger than memory)."""
-    if not keeps_reads(spec):
+def first_read(run: RunContext, rec: Any, chunk: int, upper: Position, events: Iterable[ChangeEvent]
+               ) -> tuple[Position, Iterable[ChangeEvent]]:
+    """The chunk's first read, on the run's store: the one kept (then ``events``, this run's read,
+    is let go), or this one, kept before it is returned (so before any of its rows is delivered).
+    Either way the events come from the kept bytes, batch by batch: a chunk is held compressed,
+    never whole as objects (a chunk is one transaction, which may be larger than memory)."""
+    store = run.store
+    if not keeps_reads(run.spec):
         return upper, events
     kept = store.snapshots.kept_read(rec.pipeline, rec.snapshot_id, chunk)
     if kept is not None and not readable(kept[1]):
@@ -144,8 +147,9 @@ def _unframe(frame: bytes) -> list[ChangeEvent]:
     return rows_to_items(rows)
 
 
-def forget_held(spec: PipelineSpec, store: CheckpointStore) -> None:
-    """Let go the kept reads of the chunks every sink of the spec holds."""
+def forget_held(run: RunContext) -> None:
+    """Let go the kept reads of the chunks every sink of the run's spec holds (its store)."""
+    spec, store = run.spec, run.store
     if not keeps_reads(spec):
         return
     kept = store.snapshots.kept_chunks(spec.pipeline)

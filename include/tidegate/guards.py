@@ -305,8 +305,8 @@ def _resnapshot(run: RunContext, source: Any, incidents: Sequence[Incident], *, 
     if any(r.kind == "resnapshot" and r.run_id == run_id for r in store.snapshots.all(spec.pipeline)):
         log.info("pipeline %s: run %s already planned its resnapshot", spec.pipeline, run_id)
         return
-    snapshots.resnapshot(spec, source, store, incidents=incidents, tables=tables, run_id=run_id, who=who,
-                         reason=reason)
+    snapshots.SnapshotPlanner.for_run(run, source).resnapshot(incidents=incidents, tables=tables, who=who,
+                                                              reason=reason)
 
 
 def _check_resolution(inc: Incident, resolution: str) -> None:

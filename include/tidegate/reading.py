@@ -206,7 +206,7 @@ class InProcessReader:
 def read_items(run: RunContext, source: Source, segments: Sequence[Segment], reader: Reader
                ) -> Iterator[SourceItem]:
     """The run's one item stream: its segments read by ``reader``, made into items by :func:`run_items`."""
-    forget_held(run.spec, run.store)
+    forget_held(run)
     records = {}
     for snapshot_id in dict.fromkeys(s.snapshot_id for s in segments if isinstance(s, SnapshotEnd)):
         todo = [s.number for s in segments if isinstance(s, Chunk) and s.snapshot_id == snapshot_id]
@@ -225,7 +225,7 @@ def run_items(run: RunContext, source: Source, reads: Iterable[SegmentRead], rec
     for seg, items, upper in reads:
         if isinstance(seg, Chunk):
             rec = records[seg.snapshot_id]
-            upper, items = first_read(spec, store, rec, seg.number, upper, items)
+            upper, items = first_read(run, rec, seg.number, upper, items)
             keys = changed.setdefault(seg.snapshot_id, ChangedKeys(rec, source))
             keys.scan_to(upper)
             kept = keys.drop_changed(chunk_table(rec, seg.number), items, upper)

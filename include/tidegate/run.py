@@ -175,6 +175,15 @@ class RunContext:
     def with_store(self, store: CheckpointStore) -> RunContext:
         return dataclasses.replace(self, store=store)
 
+    def readable(self) -> RunContext:
+        """The run with a record another process can read it from: its own, or, when no bounds
+        step ran (a deliver task alone), one holding the spec and the plan only (that process runs
+        the bounds step, ``runner.bounded``)."""
+        if self.record is not None:
+            return self
+        with self.opened_store() as store:
+            return self.recorded(None, store)
+
     def recorded(self, bounds: Bounds | None, store: CheckpointStore,
                  segments: Sequence[Segment] | None = None) -> RunContext:
         """Write the run's record (what the bounds step decided) and return the context holding it."""

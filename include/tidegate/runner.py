@@ -50,11 +50,11 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- bounds
 
 
-def capture_bounds(spec: PipelineSpec, source: Source, store: CheckpointStore) -> Bounds:
-    """The source head now, each sink's stored checkpoint and the sinks it owes a control
-    message; reads only."""
-    upto = source.head()
-    stored = store.checkpoints.current(spec.pipeline)
+def capture_bounds(run: RunContext, source: Source) -> Bounds:
+    """The source head now, each sink's stored checkpoint (on the run's opened store) and the
+    sinks it owes a control message; reads only."""
+    spec, upto = run.spec, source.head()
+    stored = run.store.checkpoints.current(spec.pipeline)
     return Bounds(spec.pipeline, upto,
                   {s.id: (stored[s.id].position if s.id in stored else None) for s in spec.sinks},
                   owed=tuple(s.id for s in spec.sinks if s.id in stored and stored[s.id].control))
@@ -66,8 +66,8 @@ class BoundsWrites:
     (``bounds__<pipeline>``): a bounds step is not the delivery, and fences only what an older
     run might still write."""
 
-    def __init__(self, run: RunContext, source: Source, store: CheckpointStore):
-        self.spec, self.source, self.store = run.spec, source, store
+    def __init__(self, run: RunContext, source: Source):
+        self.spec, self.source, self.store = run.spec, source, run.store
         self.holder = "bounds__" + run.pipeline
 
     def epoch(self) -> int:
@@ -89,13 +89,10 @@ class BoundsWrites:
         to ``source.tables`` get one of their own (snapshots.py)."""
         if self.spec.source.start != "snapshot":
             return bounds
-        spec, source, store = self.spec, self.source, self.store
+        planner = snapshots.SnapshotPlanner(self.spec, self.source, self.store, self.holder, self.epoch)
         if None in bounds.checkpoints.values():
-            bounds = bounds.with_checkpoints(snapshots.place_new_sinks(
-                spec, source, store, bounds.checkpoints, upto=bounds.upto, run_id=self.holder,
-                epoch_for=self.epoch))
-        return bounds.with_checkpoints(snapshots.snapshot_added_tables(
-            spec, source, store, bounds.checkpoints, run_id=self.holder, epoch_for=self.epoch))
+            bounds = bounds.with_checkpoints(planner.place_new_sinks(bounds.checkpoints, upto=bounds.upto))
+        return bounds.with_checkpoints(planner.added_tables(bounds.checkpoints))
 
     def skip_idle_range(self, bounds: Bounds) -> Bounds:
         """The range holds nothing this pipeline delivers (the head moved for other tables, empty
@@ -136,31 +133,34 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
     journal does not know delivered nothing (a scheduled run that had nothing to do records no
     range), so the replay has nothing to do; otherwise it is an error, raised before Spark. A
     dry run: the head and the checkpoints, nothing written but the record."""
+    given = run.store
     with run.opened() as (source, store):
+        run = run.with_store(store)
         if run.plan.mode == "dry_run":
-            return run.recorded(capture_bounds(run.spec, source, store), store)
-        replay_of = replay_target(run.with_store(store))
-        if replay_of is not None:
-            bounds = _replay_bounds(run, source, store, replay_of, missing_ok)
+            bounds, segments = capture_bounds(run, source), None
         else:
-            bounds = _incremental_bounds(run, source, store)
-        return run.recorded(bounds, store, _read_plan(run, source, store, bounds))
+            replay_of = replay_target(run)
+            if replay_of is not None:
+                bounds = _replay_bounds(run, source, replay_of, missing_ok)
+            else:
+                bounds = _incremental_bounds(run, source)
+            segments = _read_plan(run, source, bounds)
+        return run.recorded(bounds, store, segments).with_store(given)
 
 
-def _read_plan(run: RunContext, source: Source, store: CheckpointStore, bounds: Bounds
-               ) -> list[Segment] | None:
+def _read_plan(run: RunContext, source: Source, bounds: Bounds) -> list[Segment] | None:
     """What the delivery will read (None: nothing)."""
     if bounds.nothing_to_do(run.plan.sinks):
         return None
     if bounds.replay_of is not None:
         start = lowest_start([a for a, _ in bounds.ranges.values()])
-        return plan_reads(run.with_store(store), source, start, max(b for _, b in bounds.ranges.values()))
-    return plan_reads(run.with_store(store), source, bounds.lowest(run.plan.sinks), bounds.upto)
+        return plan_reads(run, source, start, max(b for _, b in bounds.ranges.values()))
+    return plan_reads(run, source, bounds.lowest(run.plan.sinks), bounds.upto)
 
 
-def _incremental_bounds(run: RunContext, source: Source, store: CheckpointStore) -> Bounds:
-    writes = BoundsWrites(run, source, store)
-    bounds = writes.place_at_head(capture_bounds(run.spec, source, store))
+def _incremental_bounds(run: RunContext, source: Source) -> Bounds:
+    writes = BoundsWrites(run, source)
+    bounds = writes.place_at_head(capture_bounds(run, source))
     # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
     # snapshot has chunks to read whatever the log holds, so the range is never idle.
     bounds = writes.place_snapshots(bounds)
@@ -195,12 +195,11 @@ def idle_heartbeats(run: RunContext, bounds: Bounds) -> list[str]:
     return written
 
 
-def _replay_bounds(run: RunContext, source: Source, store: CheckpointStore, replay_of: str,
-                   missing_ok: bool) -> Bounds:
+def _replay_bounds(run: RunContext, source: Source, replay_of: str, missing_ok: bool) -> Bounds:
     chosen = chosen_sinks(run.spec, run.plan.sinks)
-    bounds = capture_bounds(run.spec, source, store)
+    bounds = capture_bounds(run, source)
     try:
-        ranges = _delivered_ranges(store, run.pipeline, replay_of)
+        ranges = _delivered_ranges(run.store, run.pipeline, replay_of)
     except RunError:
         if not missing_ok:
             raise
@@ -260,9 +259,9 @@ class SchemaGate:
     (a resolved ``schema_change`` incident at that boundary). The run delivers what came
     before; :meth:`halt` then records the incident."""
 
-    def __init__(self, spec: PipelineSpec, store: CheckpointStore):
-        self.spec, self.store = spec, store
-        self.passed = {i.from_position for i in store.incidents.all(spec.pipeline)
+    def __init__(self, run: RunContext):
+        self.spec, self.store = run.spec, run.store
+        self.passed = {i.from_position for i in run.store.incidents.all(run.pipeline)
                        if i.kind == "schema_change" and i.resolved}
         self.stopped: tuple[Position | None, ControlMessage] | None = None
 
@@ -308,10 +307,10 @@ def _incremental(run: RunContext, source: Source, data_interval: tuple[Any, Any]
         lowest = co.lowest_start()
         log.info("pipeline %s run %s: reading (%s, %s] for %d sink(s)", spec.pipeline, run_id,
                  lowest, upto, len(sinks))
-        gate = SchemaGate(spec, store)
+        gate = SchemaGate(run)
         items = read_items(run, source, _segments(run, source, lowest, upto), reader)
         report = co.run(gate.filter(items, lowest))
-    snapshots.settle(store, spec)  # snapshots every sink is past are completed
+    snapshots.settle(run)  # snapshots every sink is past are completed
     gate.halt(run_id)
     return report
 
@@ -454,18 +453,19 @@ def release(run: RunContext) -> Position | None:
         low = lowest_start([stored[s.id].position if s.id in stored else None for s in run.spec.sinks])
         if low is None:
             return None
-        target = replay_hold(run.spec, st, log_position(low))  # a snapshot holds the log from its handoff
+        # a snapshot holds the log from its handoff
+        target = replay_hold(run.with_store(st), log_position(low))
         source.release(target)
         return target
 
 
-def replay_hold(spec: PipelineSpec, store: CheckpointStore, low: Position,
-                now: dt.datetime | None = None) -> Position:
+def replay_hold(run: RunContext, low: Position, now: dt.datetime | None = None) -> Position:
     """How far release may let the log go: ``low`` (the lowest checkpoint), or, with
     ``source.replay_retention``, the lowest position any sink's checkpoint had within that
     window, so that a replay or backfill of a run in the window, or a rewind to a version of it,
     still finds its log. Positions of another lineage (before a failover) are another server's
     log and hold nothing here."""
+    spec, store = run.spec, run.store
     window = spec.source.replay_retention_s
     if not window:
         return low

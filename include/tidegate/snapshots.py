@@ -36,7 +36,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -55,6 +55,9 @@ from .sources.base import SnapshotTable, Source, SourceItem
 from .spec import PipelineSpec
 from .store.base import CheckpointStore
 from .store.records import CheckpointRecord, SnapshotRecord
+
+if TYPE_CHECKING:
+    from .run import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +80,10 @@ def new_snapshot_id() -> str:
 
 
 def plan_snapshot(spec: PipelineSpec, source: Source, *, handoff: Position, kind: str,
-                  tables: Sequence[str] | None = None, run_id: str | None = None, who: str | None = None,
+                  tables: Sequence[str] | None = None, who: str | None = None,
                   reason: str | None = None) -> SnapshotRecord:
-    """Name the tables, cut each into primary-key chunks (``snapshot.chunk_rows``)."""
+    """Name the tables, cut each into primary-key chunks (``snapshot.chunk_rows``); the record
+    names no run (:meth:`SnapshotPlanner.begin` names the one that planned it)."""
     handoff = log_position(handoff)
     reads = source.snapshots()
     chosen = reads.tables(tables)
@@ -93,7 +97,7 @@ def plan_snapshot(spec: PipelineSpec, source: Source, *, handoff: Position, kind
             chunks.append({"table": i, "lo": lo, "hi": hi})
     now = dt.datetime.now(dt.UTC)
     rec = SnapshotRecord(spec.pipeline, new_snapshot_id(), kind, handoff, [t.to_json() for t in chosen],
-                         chunks, int(now.timestamp() * 1000), reason=reason, who=who, run_id=run_id)
+                         chunks, int(now.timestamp() * 1000), reason=reason, who=who)
     log.info("pipeline %s: snapshot %s of %s planned as %d chunk(s) of at most %d rows; the log takes "
              "over at %s", spec.pipeline, rec.snapshot_id, ", ".join(t.name for t in chosen), len(chunks),
              spec.snapshot.chunk_rows, handoff)
@@ -123,20 +127,6 @@ def table_names(rec: SnapshotRecord) -> list[str]:
     return [f"{t['schema']}.{t['table']}" for t in rec.tables]
 
 
-def begin(spec: PipelineSpec, source: Source, store: CheckpointStore, *, sinks: Sequence[str],
-          handoff: Position, kind: str, epoch: int, run_id: str, tables: Sequence[str] | None = None,
-          who: str | None = None, reason: str | None = None
-          ) -> tuple[SnapshotRecord, dict[str, CheckpointRecord]]:
-    """Plan a snapshot and move ``sinks`` to its start (chunk 0), owing ``snapshot_started``."""
-    rec = plan_snapshot(spec, source, handoff=handoff, kind=kind, tables=tables, run_id=run_id, who=who,
-                        reason=reason)
-    start = SnapshotPosition(rec.snapshot_id, 0, rec.handoff)
-    written = store.snapshots.begin(rec, {sid: start for sid in sinks}, epoch=epoch,
-                                    reason=reason or f"snapshot {rec.snapshot_id} ({kind})", who=who,
-                                    control=started_message(spec, rec).record())
-    return store.snapshots.get(spec.pipeline, rec.snapshot_id) or rec, written
-
-
 def running(store: CheckpointStore, pipeline: str, checkpoints: Mapping[str, Position | None]
             ) -> SnapshotRecord | None:
     """The snapshot some sink is in (its checkpoint is a position of it), if any."""
@@ -148,102 +138,128 @@ def running(store: CheckpointStore, pipeline: str, checkpoints: Mapping[str, Pos
     return None
 
 
-# --------------------------------------------------------------------------- start: snapshot
+# --------------------------------------------------------------------------- planning
 
 
-def place_new_sinks(spec: PipelineSpec, source: Source, store: CheckpointStore,
-                    checkpoints: Mapping[str, Position | None], *, upto: Position, run_id: str,
-                    epoch_for: Callable[[], int]) -> dict[str, Position]:
-    """``start: snapshot``: the sinks without a checkpoint start with a snapshot. On the
-    pipeline's first run every sink starts a new snapshot handing off at ``upto`` (the head
-    now). A sink added later joins the snapshot others are in, or starts a new one handing off
-    at the lowest checkpoint (the log after it is there). Returns the sinks' new positions."""
-    new = sorted(sid for sid, p in checkpoints.items() if p is None)
-    if spec.source.start != "snapshot" or not new:
-        return {}
-    current = running(store, spec.pipeline, checkpoints)
-    epoch = epoch_for()
-    if current is not None and current.status == "running":
-        at = SnapshotPosition(current.snapshot_id, 0, current.handoff)
-        store.checkpoints.write_many(spec.pipeline, {sid: at for sid in new}, run_id=run_id, epoch=epoch,
-                                     kind="snapshot",
-                                     reason=f"start: snapshot; joins snapshot {current.snapshot_id}",
-                                     control=started_message(spec, current).record())
-        log.info("pipeline %s: sinks %s join snapshot %s", spec.pipeline, ", ".join(new), current.snapshot_id)
-        return {sid: at for sid in new}
-    lowest = oldest(checkpoints.values())
-    handoff = source.snapshots().handoff(upto if lowest is None else log_position(lowest))
-    rec, written = begin(spec, source, store, sinks=new, handoff=handoff, kind="start", epoch=epoch,
-                         run_id=run_id, reason="start: snapshot")
-    return {sid: w.position for sid, w in written.items()}
+@dataclasses.dataclass(frozen=True)
+class SnapshotPlanner:
+    """Plans the snapshots of one run's pipeline and moves its sinks into them, on the run's
+    opened ``source`` and ``store``, as ``run_id`` (the run, or its bounds step), each write under
+    ``epoch_for()`` (the lease, taken when a write is due)."""
 
+    spec: PipelineSpec
+    source: Source
+    store: CheckpointStore
+    run_id: str
+    epoch_for: Callable[[], int]
 
-def snapshot_added_tables(spec: PipelineSpec, source: Source, store: CheckpointStore,
-                          checkpoints: Mapping[str, Position | None], *, run_id: str,
-                          epoch_for: Callable[[], int]) -> dict[str, Position]:
-    """``start: snapshot``: a table added to ``source.tables`` of a running pipeline (named by no
-    snapshot of the pipeline yet) is snapshotted by itself, handing off at the lowest checkpoint,
-    so the other tables lose nothing and keep streaming in the same run (after its chunks).
-    Every sink moves to the snapshot's start. Returns the sinks' new positions."""
-    if not spec.source.tables or None in checkpoints.values() or in_snapshot(checkpoints):
-        return {}
-    history = store.snapshots.all(spec.pipeline)
-    if not history:  # a pipeline that began before it said start: snapshot: nothing is "added"
-        return {}
-    known = {name for rec in history for name in table_names(rec)}
-    # the tables named outright (a table that comes to match a pattern later is not "added":
-    # its rows arrive from the log, docs/operations.md "Filters and masking")
-    named = TableFilter(spec.source.tables)
-    added = [t for t in named.includes
-             if not is_pattern(t) and t not in known and named.matches(*t.split(".", 1))]
-    if not added:
-        return {}
-    handoff = source.snapshots().handoff(log_position(oldest(checkpoints.values())))
-    rec, written = begin(spec, source, store, sinks=list(checkpoints), handoff=handoff, kind="added",
-                         epoch=epoch_for(), run_id=run_id, tables=added,
-                         reason=f"tables added to source.tables: {', '.join(added)}")
-    log.warning("pipeline %s: %s added to source.tables: snapshot %s, the log takes over at %s",
-                spec.pipeline, ", ".join(added), rec.snapshot_id, rec.handoff)
-    return {sid: w.position for sid, w in written.items()}
+    @classmethod
+    def for_run(cls, run: RunContext, source: Source) -> SnapshotPlanner:
+        """As the run itself (its opened store), the lease taken under its run id."""
+        store, pipeline, run_id = run.store, run.pipeline, run.run_id
+        return cls(run.spec, source, store, run_id, lambda: store.leases.acquire(pipeline, run_id))
 
+    def begin(self, *, sinks: Sequence[str], handoff: Position, kind: str,
+              tables: Sequence[str] | None = None, who: str | None = None, reason: str | None = None,
+              epoch: int | None = None) -> tuple[SnapshotRecord, dict[str, CheckpointRecord]]:
+        """Plan a snapshot and move ``sinks`` to its start (chunk 0), owing ``snapshot_started``."""
+        spec = self.spec
+        rec = dataclasses.replace(plan_snapshot(spec, self.source, handoff=handoff, kind=kind, tables=tables,
+                                                who=who, reason=reason), run_id=self.run_id)
+        start = SnapshotPosition(rec.snapshot_id, 0, rec.handoff)
+        written = self.store.snapshots.begin(rec, {sid: start for sid in sinks},
+                                             epoch=self.epoch_for() if epoch is None else epoch,
+                                             reason=reason or f"snapshot {rec.snapshot_id} ({kind})", who=who,
+                                             control=started_message(spec, rec).record())
+        return self.store.snapshots.get(spec.pipeline, rec.snapshot_id) or rec, written
 
-# --------------------------------------------------------------------------- resnapshot
+    def place_new_sinks(self, checkpoints: Mapping[str, Position | None], *, upto: Position
+                        ) -> dict[str, Position]:
+        """``start: snapshot``: the sinks without a checkpoint start with a snapshot. On the
+        pipeline's first run every sink starts a new snapshot handing off at ``upto`` (the head
+        now). A sink added later joins the snapshot others are in, or starts a new one handing off
+        at the lowest checkpoint (the log after it is there). Returns the sinks' new positions."""
+        spec, store = self.spec, self.store
+        new = sorted(sid for sid, p in checkpoints.items() if p is None)
+        if spec.source.start != "snapshot" or not new:
+            return {}
+        current = running(store, spec.pipeline, checkpoints)
+        epoch = self.epoch_for()
+        if current is not None and current.status == "running":
+            at = SnapshotPosition(current.snapshot_id, 0, current.handoff)
+            store.checkpoints.write_many(spec.pipeline, {sid: at for sid in new}, run_id=self.run_id,
+                                         epoch=epoch, kind="snapshot",
+                                         reason=f"start: snapshot; joins snapshot {current.snapshot_id}",
+                                         control=started_message(spec, current).record())
+            log.info("pipeline %s: sinks %s join snapshot %s", spec.pipeline, ", ".join(new),
+                     current.snapshot_id)
+            return {sid: at for sid in new}
+        lowest = oldest(checkpoints.values())
+        handoff = self.source.snapshots().handoff(upto if lowest is None else log_position(lowest))
+        rec, written = self.begin(sinks=new, handoff=handoff, kind="start", epoch=epoch,
+                                  reason="start: snapshot")
+        return {sid: w.position for sid, w in written.items()}
 
+    def added_tables(self, checkpoints: Mapping[str, Position | None]) -> dict[str, Position]:
+        """``start: snapshot``: a table added to ``source.tables`` of a running pipeline (named by
+        no snapshot of the pipeline yet) is snapshotted by itself, handing off at the lowest
+        checkpoint, so the other tables lose nothing and keep streaming in the same run (after its
+        chunks). Every sink moves to the snapshot's start. Returns the sinks' new positions."""
+        spec = self.spec
+        if not spec.source.tables or None in checkpoints.values() or in_snapshot(checkpoints):
+            return {}
+        history = self.store.snapshots.all(spec.pipeline)
+        if not history:  # a pipeline that began before it said start: snapshot: nothing is "added"
+            return {}
+        known = {name for rec in history for name in table_names(rec)}
+        # the tables named outright (a table that comes to match a pattern later is not "added":
+        # its rows arrive from the log, docs/operations.md "Filters and masking")
+        named = TableFilter(spec.source.tables)
+        added = [t for t in named.includes
+                 if not is_pattern(t) and t not in known and named.matches(*t.split(".", 1))]
+        if not added:
+            return {}
+        handoff = self.source.snapshots().handoff(log_position(oldest(checkpoints.values())))
+        rec, written = self.begin(sinks=list(checkpoints), handoff=handoff, kind="added", tables=added,
+                                  reason=f"tables added to source.tables: {', '.join(added)}")
+        log.warning("pipeline %s: %s added to source.tables: snapshot %s, the log takes over at %s",
+                    spec.pipeline, ", ".join(added), rec.snapshot_id, rec.handoff)
+        return {sid: w.position for sid, w in written.items()}
 
-def resnapshot(spec: PipelineSpec, source: Source, store: CheckpointStore, *, incidents: Sequence[Any],
-               tables: Sequence[str] | None, run_id: str, who: str, reason: str) -> SnapshotRecord:
-    """``resolve=resnapshot``: re-load the tables and hand off to the log.
+    def resnapshot(self, *, incidents: Sequence[Any], tables: Sequence[str] | None, who: str, reason: str
+                   ) -> SnapshotRecord:
+        """``resolve=resnapshot``: re-load the tables and hand off to the log.
 
-    After a loss (the open ``incidents``: a purged binlog, a lost slot, a failover without GTID
-    translation) the handoff is where streaming restarts (:meth:`Source.restart_stream`) and
-    every table is re-loaded: the snapshot covers the lost range. On a healthy pipeline the
-    handoff is the lowest checkpoint, so the log after it still reaches every sink (a sink ahead
-    of it receives the stretch between them again, with the same idempotency keys). Every sink
-    moves to the snapshot's start as a new checkpoint version, so no older sink-side record
-    pulls a sink back."""
-    losses = [i for i in incidents if i.kind != "schema_change"]
-    if losses and tables:
-        raise SnapshotError(
-            f"pipeline {spec.pipeline!r}: incident(s) {', '.join('#' + str(i.id) for i in losses)} lost "
-            f"changes of every captured table; a resnapshot of only {', '.join(tables)} would leave a "
-            f"silent gap in the others: trigger resolve=resnapshot without tables (or accept_gap)")
-    epoch = store.leases.acquire(spec.pipeline, run_id)
-    stored = store.checkpoints.current(spec.pipeline)
-    if losses:
-        if any(i.kind == "failover" for i in losses):  # the new server is the pipeline's from now on
-            store.checkpoints.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)
-        handoff = source.restart_stream()
-    else:
-        lowest = oldest(stored[s.id].position for s in spec.sinks if s.id in stored)
-        handoff = source.head() if lowest is None else log_position(lowest)
-    handoff = source.snapshots().handoff(handoff)
-    what = ", ".join(f"#{i.id} ({i.kind})" for i in losses) or "none open"
-    rec, _ = begin(spec, source, store, sinks=[s.id for s in spec.sinks], handoff=handoff, kind="resnapshot",
-                   epoch=epoch, run_id=run_id, tables=tables, who=who,
-                   reason=f"resnapshot (incidents {what}): {reason}")
-    log.warning("pipeline %s: resnapshot %s of %s planned by %s (incidents %s): %s", spec.pipeline,
-                rec.snapshot_id, ", ".join(table_names(rec)), who, what, reason)
-    return rec
+        After a loss (the open ``incidents``: a purged binlog, a lost slot, a failover without GTID
+        translation) the handoff is where streaming restarts (:meth:`Source.restart_stream`) and
+        every table is re-loaded: the snapshot covers the lost range. On a healthy pipeline the
+        handoff is the lowest checkpoint, so the log after it still reaches every sink (a sink ahead
+        of it receives the stretch between them again, with the same idempotency keys). Every sink
+        moves to the snapshot's start as a new checkpoint version, so no older sink-side record
+        pulls a sink back."""
+        spec, source, store = self.spec, self.source, self.store
+        losses = [i for i in incidents if i.kind != "schema_change"]
+        if losses and tables:
+            raise SnapshotError(
+                f"pipeline {spec.pipeline!r}: incident(s) {', '.join('#' + str(i.id) for i in losses)} lost "
+                f"changes of every captured table; a resnapshot of only {', '.join(tables)} would leave a "
+                f"silent gap in the others: trigger resolve=resnapshot without tables (or accept_gap)")
+        epoch = self.epoch_for()
+        stored = store.checkpoints.current(spec.pipeline)
+        if losses:
+            if any(i.kind == "failover" for i in losses):  # the new server is the pipeline's from now on
+                store.checkpoints.set_source_identity(spec.pipeline, source.identity(), epoch=epoch)
+            handoff = source.restart_stream()
+        else:
+            lowest = oldest(stored[s.id].position for s in spec.sinks if s.id in stored)
+            handoff = source.head() if lowest is None else log_position(lowest)
+        handoff = source.snapshots().handoff(handoff)
+        what = ", ".join(f"#{i.id} ({i.kind})" for i in losses) or "none open"
+        rec, _ = self.begin(sinks=[s.id for s in spec.sinks], handoff=handoff, kind="resnapshot", epoch=epoch,
+                            tables=tables, who=who, reason=f"resnapshot (incidents {what}): {reason}")
+        log.warning("pipeline %s: resnapshot %s of %s planned by %s (incidents %s): %s", spec.pipeline,
+                    rec.snapshot_id, ", ".join(table_names(rec)), who, what, reason)
+        return rec
 
 
 # --------------------------------------------------------------------------- reading
@@ -436,9 +452,10 @@ def key_json(key: Mapping[str, Any], floats_ok: bool | None = None) -> str:
 # --------------------------------------------------------------------------- housekeeping
 
 
-def settle(store: CheckpointStore, spec: PipelineSpec) -> list[SnapshotRecord]:
+def settle(run: RunContext) -> list[SnapshotRecord]:
     """Mark the running snapshots completed that no sink is in any more (every sink passed the
     handoff); returns them."""
+    spec, store = run.spec, run.store
     stored = store.checkpoints.current(spec.pipeline)
     inside = {r.position.snapshot_id for sid, r in stored.items()
               if isinstance(r.position, SnapshotPosition) and sid in {s.id for s in spec.sinks}}
@@ -457,6 +474,5 @@ def in_snapshot(checkpoints: Mapping[str, Position | None], sinks: Sequence[str]
     return any(isinstance(checkpoints.get(s), SnapshotPosition) for s in chosen)
 
 
-__all__ = ["ChangedKeys", "ChunkRead", "RowEvents", "begin", "chunk_table", "completed_message", "end_chunk",
-           "in_snapshot", "place_new_sinks", "plan_snapshot", "read_chunk", "resnapshot", "running", "settle",
-           "snapshot_added_tables"]
+__all__ = ["ChangedKeys", "ChunkRead", "RowEvents", "SnapshotPlanner", "chunk_table", "completed_message",
+           "end_chunk", "in_snapshot", "plan_snapshot", "read_chunk", "running", "settle"]

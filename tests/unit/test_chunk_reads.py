@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from _tidegate_fakes import pos
 from tidegate import chunk_reads, snapshots
 from tidegate.positions import SnapshotPosition
+from tidegate.run import RunContext
 from tidegate.sources.base import SnapshotTable
 from tidegate.spec import load_spec_text
 from tidegate.store import open_store
@@ -55,18 +56,18 @@ def test_one_sink_keeps_nothing_and_two_keep_the_first_read(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
     rec = SnapshotRecord("p", "s1", "start", pos(1), TABLES, CHUNKS, 0)
     first, later = chunk_events(rec, [1, 2]), chunk_events(rec, [2])
-    upper, events = chunk_reads.first_read(spec(1), store, rec, 1, pos(5), iter(first))
+    upper, events = chunk_reads.first_read(RunContext(spec(1), store=store), rec, 1, pos(5), iter(first))
     assert upper == pos(5) and store.snapshots.kept_chunks("p") == {}
-    upper, events = chunk_reads.first_read(spec(2), store, rec, 1, pos(5), iter(first))
+    upper, events = chunk_reads.first_read(RunContext(spec(2), store=store), rec, 1, pos(5), iter(first))
     assert upper == pos(5) and [e.value for e in events] == [e.value for e in first]
     # a later run's read of the chunk (fewer rows, a later upper bound) gives way to the kept one
-    upper, events = chunk_reads.first_read(spec(2), store, rec, 1, pos(9), iter(later))
+    upper, events = chunk_reads.first_read(RunContext(spec(2), store=store), rec, 1, pos(9), iter(later))
     assert upper == pos(5) and [e.value for e in events] == [e.value for e in first]
     # one kept by a version that wrote another format (an upgrade between a kill and its rerun):
     # read again, and this read kept, rather than every retry failing
     store.snapshots.forget_read("p", "s1", 2)
     store.snapshots.keep_read("p", "s1", 2, pos(5), (99).to_bytes(4, "big") + b"later")
-    upper, events = chunk_reads.first_read(spec(2), store, rec, 2, pos(9), iter(later))
+    upper, events = chunk_reads.first_read(RunContext(spec(2), store=store), rec, 2, pos(9), iter(later))
     assert upper == pos(9) and [e.value for e in events] == [e.value for e in later]
     assert chunk_reads.readable(store.snapshots.kept_read("p", "s1", 2)[1])
     store.close()
@@ -81,12 +82,12 @@ def test_reads_go_once_every_sink_holds_their_chunks(tmp_path):
     for chunk in (1, 2, 3):
         blob = chunk_reads.encode(chunk_events(rec, [chunk]))
         store.snapshots.keep_read("p", "s1", chunk, pos(3 + chunk), blob)
-    two = spec(2)
+    two = RunContext(spec(2), store=store)
     store.checkpoints.write_many("p", {"s0": at(2), "s1": at(1)}, run_id="r", epoch=epoch)
-    chunk_reads.forget_held(two, store)
+    chunk_reads.forget_held(two)
     assert store.snapshots.kept_chunks("p") == {"s1": [2, 3]}  # s1 lacks chunk 2
     store.checkpoints.write_many("p", {"s1": pos(8)}, run_id="r", epoch=epoch)  # past the handoff
-    chunk_reads.forget_held(two, store)
+    chunk_reads.forget_held(two)
     assert store.snapshots.kept_chunks("p") == {"s1": [3]}  # s0 lacks chunk 3
     store.snapshots.finish("p", "s1")
     assert store.snapshots.kept_chunks("p") == {}

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 from tidegate.errors import SpecError
+from tidegate.run import RunContext
 from tidegate.runner import replay_hold
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.spec import load_spec
@@ -60,10 +61,11 @@ def test_release_holds_the_lowest_checkpoint_of_the_window(tmp_path):
     for n in (1000, 2000, 3000):
         store.checkpoints.write_many("p", {"a": lsn(n), "b": lsn(n + 500)}, run_id="r", epoch=epoch)
     now = dt.datetime.now(dt.UTC)
-    assert replay_hold(spec_with(tmp_path, None), store, lsn(3000), now) == lsn(3000)  # no window
-    windowed = spec_with(tmp_path, "1h")
+    unwindowed = RunContext(spec_with(tmp_path, None), store=store)
+    assert replay_hold(unwindowed, lsn(3000), now) == lsn(3000)  # no window
+    windowed = RunContext(spec_with(tmp_path, "1h"), store=store)
     # Every version is younger than an hour: the oldest of this server's log is held.
-    assert replay_hold(windowed, store, lsn(3000), now) == lsn(1000)
+    assert replay_hold(windowed, lsn(3000), now) == lsn(1000)
     # Two hours on, the window holds only the versions current then: the checkpoints themselves.
-    assert replay_hold(windowed, store, lsn(3000), now + dt.timedelta(hours=2)) == lsn(3000)
+    assert replay_hold(windowed, lsn(3000), now + dt.timedelta(hours=2)) == lsn(3000)
     store.close()

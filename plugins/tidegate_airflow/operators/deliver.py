@@ -90,10 +90,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         """Fill application_args, env_vars, conf, packages, py_files and the Spark connection
         for this run, and make sure the run has a record for the driver to read. Kept apart from
         running so it can be tested without Spark."""
-        run = run or self.run_context(context)
-        if run.record is None:  # no bounds task: the record holds the spec and the plan
-            with run.opened_store() as store:
-                run = run.recorded(None, store).with_store(None)
+        run = (run or self.run_context(context)).readable()
         spec, plan = run.spec, run.plan
         self.spark_conn_id = self.spark_conn_id or spec.spark.conn_id
         self._conn_id = self.spark_conn_id
@@ -251,9 +248,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         from tidegate.spark.connect import deliver_remote
         from tidegate.spark.package import package_zip
 
-        if run.record is None:  # no bounds task: the record holds the spec and the plan
-            with run.opened_store() as store:
-                run = run.recorded(None, store).with_store(None)
+        run = run.readable()
         self._connected = True
         hook = SparkConnectHook(conn_id)
         where = BaseHook.get_connection(conn_id)
