@@ -1,6 +1,6 @@
 """The Spark side of a snapshot: one Spark task per primary-key chunk, delivered in chunk order.
 
-A Python Data Source (``tidegate_snapshot``) has one partition per chunk. Its task opens a
+A Python Data Source (task_source.py) has one partition per chunk. Its task opens a
 source connection of its own, reads the chunk (one short transaction, no lock:
 ``SnapshotReads.open_chunk``) and turns every row into its serialized envelope right there
 (``snapshots.read_chunk``), so the executors do the data work: reading, converting and
@@ -33,14 +33,13 @@ the two tasks run the same Python code as the one reader, each at about half its
 the database server on two vCPUs. The parallel read pays off where executors have cores of
 their own.
 
-What the tasks need travels as for the log's slices (slices.py): the spec, the source connection
-(the driver's, resolved by the run's parts) and the snapshot's record, pickled, as one option of
-the data source, sent to the executors inside the pickled reader.
+What the tasks need (the spec, the source connection, the driver's, resolved by the run's parts,
+the salt and the snapshot's record) travels pickled inside the data source's class
+(task_source.py), never as an option string.
 """
 
 from __future__ import annotations
 
-import base64
 import itertools
 import logging
 import pickle
@@ -60,7 +59,6 @@ from .windows import frames_in_order, is_connect, partitions_in_order
 
 log = logging.getLogger(__name__)
 
-FORMAT = "tidegate_snapshot"
 # One Spark row per batch of events: a pickled list of shipped rows. Spark converts every row
 # between Arrow and its own format twice on the way to the driver; with one row per event that
 # conversion cost more CPU than reading the rows from the database.
@@ -68,46 +66,9 @@ ROW_SCHEMA = "batch BINARY"
 BATCH_ROWS = 2000
 
 
-def register_source(spark: Any) -> None:
-    """Register the ``tidegate_snapshot`` Python Data Source with the session (idempotent)."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-    class ChunkReader(DataSourceReader):
-        def __init__(self, options: dict[str, str]):
-            # What the tasks need, as the driver pickled it: they read no file and no
-            # environment variable of their own.
-            self.spec, self.connection, self.hash_salt, self.record, self.chunks = pickle.loads(
-                base64.b64decode(options["payload"]))
-
-        def partitions(self) -> Sequence[InputPartition]:
-            return [InputPartition(c) for c in self.chunks]
-
-        def read(self, partition: InputPartition) -> Iterator[Any]:
-            # Runs in a Spark task: one chunk, read with a connection of its own.
-            source = fixed_connection(self.connection, self.hash_salt).source(self.spec)
-            try:
-                read = read_chunk(self.spec, source, self.record, partition.value)
-                yield from arrow_batches(read.events, header=("upper", read.upper))
-            finally:
-                source.close()
-
-    class SnapshotSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return FORMAT
-
-        def schema(self) -> str:
-            return ROW_SCHEMA
-
-        def reader(self, schema: Any) -> ChunkReader:
-            return ChunkReader(self.options)
-
-    spark.dataSource.register(SnapshotSource)
-
-
 def chunk_batches(payload: tuple, index: int) -> Iterator[Any]:
-    """The task of chunk ``index`` (of the payload's chunks) for a Spark Connect session: the
-    same read as ``ChunkReader.read``."""
+    """The Spark task of chunk ``index`` (of the payload's chunks): one chunk, read with a source
+    connection of its own; the chunk's upper bound is its first row."""
     spec, connection, hash_salt, rec, numbers = payload
     source = fixed_connection(connection, hash_salt).source(spec)
     try:
@@ -115,14 +76,6 @@ def chunk_batches(payload: tuple, index: int) -> Iterator[Any]:
         yield from arrow_batches(read.events, header=("upper", read.upper))
     finally:
         source.close()
-
-
-def payload(spec: PipelineSpec, connection: Connection, rec: SnapshotRecord, chunks: Sequence[int],
-            hash_salt: bytes | None = None) -> str:
-    """What the tasks get: the spec, the source connection and the salt of hashed columns (secrets
-    both, on the path the connection always took), the snapshot and its chunks."""
-    return base64.b64encode(pickle.dumps((spec, connection, hash_salt, rec, list(chunks)),
-                                         pickle.HIGHEST_PROTOCOL)).decode("ascii")
 
 
 def arrow_batches(events: Iterable[ChangeEvent], rows: int = BATCH_ROWS, header: tuple | None = None
@@ -173,16 +126,15 @@ def read_chunks(spark: Any, spec: PipelineSpec, connection: Connection, rec: Sna
              rec.snapshot_id, len(chunks), window)
     name = f"tidegate-snapshot-{rec.snapshot_id}"
     numbers = [c.number for c in chunks]
-    if is_connect(spark):  # no RDDs: a data frame per chunk, the payload inside the source's class
-        source = register_task_source(spark, (spec, connection, hash_salt, rec, numbers), chunk_batches,
-                                      ROW_SCHEMA)
+    # What the tasks need travels inside the data source's pickled class (task_source.py).
+    source = register_task_source(spark, (spec, connection, hash_salt, rec, numbers), chunk_batches,
+                                  ROW_SCHEMA, len(chunks))
+    if is_connect(spark):  # no RDDs: a data frame per chunk
         parts = frames_in_order(spark, lambda i: spark.read.format(source).option("index", str(i)).load(),
                                 len(chunks), window, name)
         blobs_of: Any = lambda rows: rows  # noqa: E731 - the frames' rows are the blobs already
-    else:
-        register_source(spark)
-        frame = (spark.read.format(FORMAT)
-                 .option("payload", payload(spec, connection, rec, numbers, hash_salt)).load())
+    else:  # one data frame, a partition per chunk
+        frame = spark.read.format(source).load()
         parts = partitions_in_order(spark.sparkContext, frame.rdd, len(chunks), window, name)
         blobs_of = lambda rows: (r[0] for r in rows)  # noqa: E731
     for index, rows in parts:
@@ -190,4 +142,4 @@ def read_chunks(spark: Any, spec: PipelineSpec, connection: Connection, rec: Sna
         yield SegmentRead(chunks[index], map(row_to_item, events), upper)
 
 
-__all__ = ["arrow_batches", "chunk_batches", "pack_batches", "read_chunks", "register_source", "unpack_rows"]
+__all__ = ["arrow_batches", "chunk_batches", "pack_batches", "read_chunks", "unpack_rows"]

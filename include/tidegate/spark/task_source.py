@@ -16,21 +16,22 @@ from typing import Any
 
 
 def register_task_source(spark: Any, payload: Any, task: Callable[[Any, int], Iterator[Any]],
-                         schema: str) -> str:
-    """Register a Python Data Source under a new name whose data frames (one per index, the
-    ``index`` option) have one partition: ``task(payload, index)`` run by a Spark task, yielding
-    Arrow record batches of ``schema``. ``payload`` and ``task`` reach the server inside the
-    pickled class; returns the name."""
+                         schema: str, count: int = 0) -> str:
+    """Register a Python Data Source under a new name whose partition ``index`` is
+    ``task(payload, index)`` run by a Spark task, yielding Arrow record batches of ``schema``. A
+    data frame read with the ``index`` option has that one partition (Spark Connect: a frame per
+    index); without it, partitions 0 to ``count - 1`` (an RDD's partitions, run in a window).
+    ``payload`` and ``task`` reach the executors inside the pickled class; returns the name."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     name = f"tidegate_{uuid.uuid4().hex[:12]}"
 
     class TaskReader(DataSourceReader):
         def __init__(self, options: Mapping[str, str]):
-            self.index = int(options["index"])
+            self.indexes = [int(options["index"])] if "index" in options else range(count)
 
         def partitions(self) -> Sequence[InputPartition]:
-            return [InputPartition(self.index)]
+            return [InputPartition(i) for i in self.indexes]
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
             yield from task(payload, partition.value)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
@@ -156,25 +156,12 @@ class BinlogStream:
 
     def _packet(self, read) -> bytes:
         try:
-            head = read(4)
-            if len(head) < 4:
-                raise _lost()
-            n = head[0] | head[1] << 8 | head[2] << 16
-            pkt = read(n)
-            if len(pkt) < n:
-                raise _lost()
-            if n < MAX_PACKET_LEN:
+            pkt = _one_packet(read)
+            if len(pkt) < MAX_PACKET_LEN:
                 return pkt
             parts = [pkt]  # an event of 16 MiB or more continues in the next packets
-            while n == MAX_PACKET_LEN:
-                head = read(4)
-                if len(head) < 4:
-                    raise _lost()
-                n = head[0] | head[1] << 8 | head[2] << 16
-                part = read(n)
-                if len(part) < n:
-                    raise _lost()
-                parts.append(part)
+            while len(parts[-1]) == MAX_PACKET_LEN:
+                parts.append(_one_packet(read))
             return b"".join(parts)
         except TimeoutError:
             raise SourceError(f"the server sent nothing for {self.read_timeout:g}s "
@@ -184,6 +171,18 @@ class BinlogStream:
         except OSError as exc:
             raise pymysql.err.OperationalError(
                 ER_LOST_CONNECTION, f"Lost connection to server during binlog read: {exc}") from None
+
+
+def _one_packet(read: Callable[[int], bytes]) -> bytes:
+    """One protocol packet: a 3-byte length, a sequence byte, the payload."""
+    head = read(4)
+    if len(head) < 4:
+        raise _lost()
+    n = head[0] | head[1] << 8 | head[2] << 16
+    pkt = read(n)
+    if len(pkt) < n:
+        raise _lost()
+    return pkt
 
 
 def _lost() -> pymysql.err.OperationalError:

@@ -23,51 +23,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import values as code  # the column type codes
 from .binlog_client import FORMAT_DESCRIPTION_EVENT, QUERY_EVENT, TABLE_MAP_EVENT, BinlogStream
 from .ddl import tables_changed
 from .row_plans import TableMap, parse_table_map, table_names
-from .values import (
-    BINARY_COLLATION,
-    BIT,
-    BLOB,
-    DATE,
-    DATETIME,
-    DATETIME2,
-    DECIMAL,
-    DOUBLE,
-    ENUM,
-    FLOAT,
-    GEOMETRY,
-    INT24,
-    JSON,
-    LONG,
-    LONG_BLOB,
-    LONGLONG,
-    MEDIUM_BLOB,
-    NEWDATE,
-    NEWDECIMAL,
-    SET,
-    SHORT,
-    STRING,
-    TIME,
-    TIME2,
-    TIMESTAMP,
-    TIMESTAMP2,
-    TINY,
-    TINY_BLOB,
-    VAR_STRING,
-    VARCHAR,
-    YEAR,
-)
 
 BODY = 20  # payload offset of an event body: status byte + 19-byte header
 LOOKAHEAD_BYTES = 8 * 1024 * 1024
 
-_INTEGERS = {TINY: "tinyint", SHORT: "smallint", INT24: "mediumint", LONG: "int", LONGLONG: "bigint"}
-_SIMPLE = {FLOAT: "float", DOUBLE: "double", DATE: "date", NEWDATE: "date", YEAR: "year",
-           JSON: "json", GEOMETRY: "geometry", DATETIME: "datetime", TIMESTAMP: "timestamp",
-           TIME: "time"}
-_WITH_FSP = {DATETIME2: "datetime", TIMESTAMP2: "timestamp", TIME2: "time"}
+_INTEGERS = {code.TINY: "tinyint", code.SHORT: "smallint", code.INT24: "mediumint", code.LONG: "int",
+             code.LONGLONG: "bigint"}
+_SIMPLE = {code.FLOAT: "float", code.DOUBLE: "double", code.DATE: "date", code.NEWDATE: "date",
+           code.YEAR: "year", code.JSON: "json", code.GEOMETRY: "geometry", code.DATETIME: "datetime",
+           code.TIMESTAMP: "timestamp", code.TIME: "time"}
+_WITH_FSP = {code.DATETIME2: "datetime", code.TIMESTAMP2: "timestamp", code.TIME2: "time"}
 _BLOBS = {1: "tiny", 2: "", 3: "medium", 4: "long"}
 
 
@@ -75,27 +44,27 @@ def column_type(col: Any) -> str:
     """A table map column's type in SQL words (``int unsigned``, ``decimal(10,2)``,
     ``datetime(6)``, ``enum('a','b')``, ``varchar``, ``longtext``, ...)."""
     t = col.type
-    binary = col.collation == BINARY_COLLATION
+    binary = col.collation == code.BINARY_COLLATION
     if t in _INTEGERS:
         return _INTEGERS[t] + (" unsigned" if col.unsigned else "")
-    if t in (NEWDECIMAL, DECIMAL):
+    if t in (code.NEWDECIMAL, code.DECIMAL):
         return f"decimal({col.precision},{col.decimals})" + (" unsigned" if col.unsigned else "")
     if t in _WITH_FSP:
         return _WITH_FSP[t] + (f"({col.decimals})" if col.decimals else "")
     if t in _SIMPLE:
-        return _SIMPLE[t] + (" unsigned" if col.unsigned and t in (FLOAT, DOUBLE) else "")
-    if t in (VARCHAR, VAR_STRING):
+        return _SIMPLE[t] + (" unsigned" if col.unsigned and t in (code.FLOAT, code.DOUBLE) else "")
+    if t in (code.VARCHAR, code.VAR_STRING):
         return "varbinary" if binary else "varchar"
-    if t == STRING:
+    if t == code.STRING:
         return "binary" if binary else "char"
-    if t in (BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB):
+    if t in (code.BLOB, code.TINY_BLOB, code.MEDIUM_BLOB, code.LONG_BLOB):
         size = _BLOBS.get(col.length, "")
         return size + ("blob" if binary else "text")
-    if t in (ENUM, SET):
+    if t in (code.ENUM, code.SET):
         values = col.enum_set_raw or []
         words = ",".join("'" + v.decode("utf-8", "replace").replace("'", "''") + "'" for v in values)
-        return ("enum" if t == ENUM else "set") + f"({words})"
-    if t == BIT:
+        return ("enum" if t == code.ENUM else "set") + f"({words})"
+    if t == code.BIT:
         return f"bit({col.bits})"
     return f"type {t}"
 

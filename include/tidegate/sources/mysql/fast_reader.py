@@ -72,7 +72,7 @@ from .binlog_client import (
 )
 from .columns import query_text
 from .position import BinlogPosition
-from .row_plans import TablePlan, build_plan, parse_table_map, table_names
+from .row_plans import TablePlan, build_plan, lenenc, parse_table_map, table_names
 from .transactions import GtidState, ReadHost, TransactionAssembler, file_seq
 from .values import python_codec
 
@@ -288,7 +288,7 @@ class FastReader:
         o = BODY + self._post_header_len(etype, 10 if etype in _V2 else 8)
         if etype in _V2:  # the v2 post-header's last field is the extra data length
             o += int.from_bytes(pkt[o - 2:o], "little") - 2
-        ncols, o = _lenenc(pkt, o)
+        ncols, o = lenenc(pkt, o)
         nb = (ncols + 7) // 8
         self._check_image(plan, pkt[o:o + nb], pos)
         o += nb
@@ -418,14 +418,3 @@ class FastReader:
     def _query(self, pkt: bytes, end: int, pos: int, end_pos: int, ts: int) -> Iterator[SourceItem]:
         schema, q = query_text(pkt, end, self._post_header_len(QUERY_EVENT, 13))
         yield from self.tx.statement(schema, q, pos, end_pos, ts)
-
-
-def _lenenc(buf: bytes, o: int) -> tuple[int, int]:
-    c = buf[o]
-    if c < 251:
-        return c, o + 1
-    if c == 252:
-        return buf[o + 1] | buf[o + 2] << 8, o + 3
-    if c == 253:
-        return buf[o + 1] | buf[o + 2] << 8 | buf[o + 3] << 16, o + 4
-    return int.from_bytes(buf[o + 1:o + 9], "little"), o + 9

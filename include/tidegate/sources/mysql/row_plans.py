@@ -128,7 +128,7 @@ def lenenc(buf: bytes, o: int) -> tuple[int, int]:
         return buf[o + 1] | buf[o + 2] << 8 | buf[o + 3] << 16, o + 4
     if c == 254:
         return int.from_bytes(buf[o + 1:o + 9], "little"), o + 9
-    raise SourceError(f"malformed length-encoded integer (first byte {c}) in a TABLE_MAP event")
+    raise SourceError(f"malformed length-encoded integer (first byte {c}) in a binlog event")
 
 
 def table_id_at(buf: bytes, o: int, post_header_len: int) -> int:

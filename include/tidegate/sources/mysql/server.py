@@ -11,6 +11,7 @@ lineage (``server_id``, ``server_uuid``), so positions of two servers never comp
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -76,11 +77,9 @@ class MySqlServer:
             return list(cur.fetchall()) if cur.description else []
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # close must not raise
             if self._ctl is not None:
                 self._ctl.close()
-        except Exception:  # noqa: BLE001 - close must not raise
-            pass
         self._ctl = None
 
     # ------------------------------------------------------------------ identity

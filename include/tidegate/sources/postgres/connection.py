@@ -10,6 +10,7 @@ positions of two clusters (or of a promoted standby) never compare.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -96,11 +97,9 @@ class PgServer:
             raise
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # close must not raise
             if self._ctl is not None:
                 self._ctl.close()
-        except Exception:  # noqa: BLE001 - close must not raise
-            pass
         self._ctl = None
 
     # ------------------------------------------------------------------ identity / head
