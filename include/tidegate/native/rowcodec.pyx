@@ -148,6 +148,10 @@ cdef unsigned char PLAIN[256]  # 1: a byte a JSON string holds as it is (not a c
 for _c in range(256):
     PLAIN[_c] = 1 if _c >= 0x20 and _c != 0x22 and _c != 0x5C else 0
 
+cdef char ESCAPE[256]  # the letter after the backslash of a two-character escape; 0: written as \u00XX
+for _c, _e in zip(b'"\\\n\r\t\b\f', b'"\\nrtbf'):
+    ESCAPE[_c] = _e
+
 
 cdef int put_json_text(Buf* b, const unsigned char* s, Py_ssize_t n) except -1:
     """A JSON string of UTF-8 text already checked: escapes as orjson and the stdlib
@@ -166,20 +170,9 @@ cdef int put_json_text(Buf* b, const unsigned char* s, Py_ssize_t n) except -1:
                 break
         c = s[i]
         i += 1
-        if c == 0x22:
-            put(b, b'\\"', 2)
-        elif c == 0x5C:
-            put(b, b'\\\\', 2)
-        elif c == 0x0A:
-            put(b, b'\\n', 2)
-        elif c == 0x0D:
-            put(b, b'\\r', 2)
-        elif c == 0x09:
-            put(b, b'\\t', 2)
-        elif c == 0x08:
-            put(b, b'\\b', 2)
-        elif c == 0x0C:
-            put(b, b'\\f', 2)
+        if ESCAPE[c]:
+            putc(b, b'\\')
+            putc(b, ESCAPE[c])
         else:
             put(b, b'\\u00', 4)
             putc(b, HEX[c >> 4])

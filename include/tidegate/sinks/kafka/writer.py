@@ -4,6 +4,7 @@ loop in :meth:`RecordWriter.write` is the sink's hot path: it reads each event's
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,24 +21,24 @@ POLL_EVERY = 2000  # serve callbacks every N produced messages
 _OP_HEADERS = {op: ("op", op.encode()) for op in ("c", "u", "d", "r")}  # one tuple per op, not per message
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # repr: the default; the fields hold connection settings
 class RecordWriter:
     """``dlq_record(event, why)`` is the dead letter's value; ``encoder`` Debezium's records
     (None: the tidegate envelope, the event's own bytes); ``topic_of`` an event's topic."""
 
-    def __init__(self, settings: ClientSettings, reports: Reports, fail: Fail, topics: Topics, *,
-                 tombstones: bool, dlq_name: str, dlq_record: Callable[[Any, str], bytes],
-                 encoder: Any, topic_of: Callable[[Any], str]):
-        self.settings = settings
-        self.reports = reports
-        self.fail = fail
-        self.topics = topics
-        self.tombstones = tombstones
-        self.dlq_name = dlq_name
-        self.dlq_record = dlq_record
-        self.encoder = encoder
-        self.topic_of = topic_of
-        self.producer: Producer | None = None
-        self.connected = False  # the producer has a connection to a broker it learned (connect)
+    settings: ClientSettings
+    reports: Reports
+    fail: Fail
+    topics: Topics
+    _: dataclasses.KW_ONLY
+    tombstones: bool
+    dlq_name: str
+    dlq_record: Callable[[Any, str], bytes]
+    encoder: Any
+    topic_of: Callable[[Any], str]
+    producer: Producer | None = dataclasses.field(default=None, init=False)
+    # the producer has a connection to a broker it learned (connect)
+    connected: bool = dataclasses.field(default=False, init=False)
 
     def start(self) -> Producer:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import ssl
 import threading
@@ -96,25 +97,25 @@ def connect_options(conn: Connection, name: str) -> dict[str, Any]:
     return opts
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # repr: the default; the fields hold connection settings
 class Client:
     """One sink's connection (``nc``) and JetStream context (``js``) on a loop of its own.
     ``redact`` keeps secrets out of what the error callback logs."""
 
-    def __init__(self, conn: Connection, name: str, sink_id: str, redact: Callable[[str], str],
-                 publish_timeout_s: float, max_in_flight: int):
-        self.conn = conn
-        self.name = name
-        self.sink_id = sink_id
-        self.redact = redact
-        self.publish_timeout_s = publish_timeout_s
-        self.max_in_flight = max_in_flight
-        self.nc: Any = None
-        self.js: Any = None
-        self.max_payload: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._async_errors: list[BaseException] = []
-        self._refused: asyncio.Event | None = None  # set by the error callback on a lasting refusal
+    conn: Connection
+    name: str
+    sink_id: str
+    redact: Callable[[str], str]
+    publish_timeout_s: float
+    max_in_flight: int
+    nc: Any = dataclasses.field(default=None, init=False)
+    js: Any = dataclasses.field(default=None, init=False)
+    max_payload: int | None = dataclasses.field(default=None, init=False)
+    _loop: asyncio.AbstractEventLoop | None = dataclasses.field(default=None, init=False)
+    _thread: threading.Thread | None = dataclasses.field(default=None, init=False)
+    _async_errors: list[BaseException] = dataclasses.field(default_factory=list, init=False)
+    # set by the error callback on a lasting refusal
+    _refused: asyncio.Event | None = dataclasses.field(default=None, init=False)
 
     def options(self) -> dict[str, Any]:
         return {**connect_options(self.conn, self.name), "error_cb": self._on_error,

@@ -5,6 +5,7 @@ module's docstring tells the protocol)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -44,20 +45,19 @@ def _newer_epoch(headers: dict[str, str], epoch: int | None) -> int | None:
     return int(held) if held and held.isdigit() and int(held) > (epoch or 0) else None
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # repr: the default; the fields hold connection settings
 class CheckpointSubject:
     """``fenced(newer epoch or None)`` is the sink's fatal error for a writer another run fenced.
     ``marker_seq``: the stream sequence of this sink's last marker or claim (None: not claimed);
     ``commit_seq``: that of its last commit marker (0: none), where the read-back starts."""
 
-    def __init__(self, client: Client, stream: str, subject: str, checkpoint_key: str,
-                 fenced: Callable[[int | None], SinkError]):
-        self.client = client
-        self.stream = stream
-        self.subject = subject
-        self.checkpoint_key = checkpoint_key
-        self.fenced = fenced
-        self.marker_seq: int | None = None
-        self.commit_seq = 0
+    client: Client
+    stream: str
+    subject: str
+    checkpoint_key: str
+    fenced: Callable[[int | None], SinkError]
+    marker_seq: int | None = dataclasses.field(default=None, init=False)
+    commit_seq: int = dataclasses.field(default=0, init=False)
 
     def headers(self, record: SinkCheckpoint | None, epoch: int | None) -> dict[str, str]:
         headers = {CHECKPOINT_KEY_HEADER: self.checkpoint_key}

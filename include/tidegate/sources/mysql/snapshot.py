@@ -57,24 +57,27 @@ def _qualified(table: SnapshotTable) -> str:
 
 def after_key(cols: Sequence[str], values: Sequence[Any]) -> tuple[str, list[Any]]:
     """SQL for "the key (cols) is above values", lexicographically, and its parameters."""
-    ors, params = [], []
-    for i, c in enumerate(cols):
-        terms = [f"{_ident(p)} = %s" for p in cols[:i]] + [f"{_ident(c)} > %s"]
-        ors.append("(" + " AND ".join(terms) + ")")
-        params += [*values[:i], values[i]]
+    ors, params = _past_key(cols, values, ">")
     return "(" + " OR ".join(ors) + ")", params
 
 
 def up_to_key(cols: Sequence[str], values: Sequence[Any]) -> tuple[str, list[Any]]:
     """SQL for "the key (cols) is at or below values"."""
-    ors, params = [], []
-    for i, c in enumerate(cols):
-        terms = [f"{_ident(p)} = %s" for p in cols[:i]] + [f"{_ident(c)} < %s"]
-        ors.append("(" + " AND ".join(terms) + ")")
-        params += [*values[:i], values[i]]
+    ors, params = _past_key(cols, values, "<")
     ors.append("(" + " AND ".join(f"{_ident(c)} = %s" for c in cols) + ")")
     params += list(values)
     return "(" + " OR ".join(ors) + ")", params
+
+
+def _past_key(cols: Sequence[str], values: Sequence[Any], op: str) -> tuple[list[str], list[Any]]:
+    """The terms of "the key is past values" in direction ``op`` (``>``, ``<``), lexicographically:
+    equal on the first i columns and past on column i, for each i; and their parameters."""
+    ors, params = [], []
+    for i, c in enumerate(cols):
+        terms = [f"{_ident(p)} = %s" for p in cols[:i]] + [f"{_ident(c)} {op} %s"]
+        ors.append("(" + " AND ".join(terms) + ")")
+        params += [*values[:i], values[i]]
+    return ors, params
 
 
 # --------------------------------------------------------------------------- bound values

@@ -293,25 +293,16 @@ def _dump(v: Any, out: list[str]) -> None:
         out.append("]")
 
 
+_JSON_NUMBERS = {0x5: "<h", 0x6: "<H", 0x7: "<i", 0x8: "<I", 0x9: "<q", 0xA: "<Q", 0xB: "<d"}
+
+
 def _json_value(t: int, data: bytes, o: int) -> Any:
     if t in (0x0, 0x1, 0x2, 0x3):  # small/large object/array
         return _json_container(data, o, small=t in (0x0, 0x2), is_object=t in (0x0, 0x1))
     if t == 0x4:
         return {0: None, 1: True, 2: False}[data[o]]
-    if t == 0x5:
-        return UNPACK["<h"](data, o)[0]
-    if t == 0x6:
-        return UNPACK["<H"](data, o)[0]
-    if t == 0x7:
-        return UNPACK["<i"](data, o)[0]
-    if t == 0x8:
-        return UNPACK["<I"](data, o)[0]
-    if t == 0x9:
-        return UNPACK["<q"](data, o)[0]
-    if t == 0xA:
-        return UNPACK["<Q"](data, o)[0]
-    if t == 0xB:
-        return UNPACK["<d"](data, o)[0]
+    if t in _JSON_NUMBERS:  # int16, uint16, int32, uint32, int64, uint64, double
+        return UNPACK[_JSON_NUMBERS[t]](data, o)[0]
     if t == 0xC:
         n, o = _varlen(data, o)
         return data[o:o + n].decode("utf-8", "replace")
