@@ -215,20 +215,21 @@ cdef bint valid_date(int y, int m, int d):
     return m == 2 and d == 29 and y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
 
 
-cdef int put_date(Buf* b, int y, int m, int d) except -1:
-    put_padded(b, y, 4)
-    putc(b, b'-')
-    put_padded(b, m, 2)
-    putc(b, b'-')
-    return put_padded(b, d, 2)
+cdef int put_three(Buf* b, int first, int width, char sep, int second, int third) except -1:
+    """``first`` (``width`` digits), ``second`` and ``third`` (two digits each), ``sep`` between."""
+    put_padded(b, first, width)
+    putc(b, sep)
+    put_padded(b, second, 2)
+    putc(b, sep)
+    return put_padded(b, third, 2)
 
 
-cdef int put_hms(Buf* b, int h, int m, int s) except -1:
-    put_padded(b, h, 2)
-    putc(b, b':')
-    put_padded(b, m, 2)
-    putc(b, b':')
-    return put_padded(b, s, 2)
+cdef inline int put_date(Buf* b, int y, int m, int d) except -1:
+    return put_three(b, y, 4, b'-', m, d)
+
+
+cdef inline int put_hms(Buf* b, int h, int m, int s) except -1:
+    return put_three(b, h, 2, b':', m, s)
 
 
 cdef int frac_us(const unsigned char* p, int fsp):

@@ -185,7 +185,14 @@ class Sink(abc.ABC):
 
     @property
     def where(self) -> str:
-        return f"{self.label or self.kind} sink {self.sink_id!r} (pipeline {self.pipeline!r})"
+        """The sink in messages: kind, id, pipeline and what :meth:`whereabouts` adds."""
+        more = self.whereabouts()
+        return (f"{self.label or self.kind} sink {self.sink_id!r} (pipeline {self.pipeline!r}"
+                f"{more and ', ' + more})")
+
+    def whereabouts(self) -> str:
+        """What a sink's messages add to name it (its connection, never a secret; its mode)."""
+        return ""
 
     def error(self, exc: BaseException, doing: str) -> SinkError:
         """A SinkError of the right class for ``exc``, whose message says what the sink was

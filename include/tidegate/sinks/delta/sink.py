@@ -103,9 +103,8 @@ class DeltaSink(Sink):
         self._claimed = False  # the checkpoint table claimed for self.epoch (open)
         self._just_read = False
 
-    @property
-    def where(self) -> str:
-        return f"Delta sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.mode} mode)"
+    def whereabouts(self) -> str:
+        return f"{self.mode} mode"
 
     # ------------------------------------------------------------------ session
 

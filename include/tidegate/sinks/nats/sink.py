@@ -144,9 +144,8 @@ class NatsSink(Sink):
     def target_of(self, table: Any) -> str:
         return self._subject_of(table)
 
-    @property
-    def where(self) -> str:
-        return f"NATS sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.conn})"
+    def whereabouts(self) -> str:
+        return str(self.conn)
 
     def classify_client_error(self, exc: BaseException) -> ErrorClass:
         return classify_nats_error(exc)

@@ -159,9 +159,8 @@ class RedisSink(Sink):
                     kw[k] = _truthy(x[k]) if k == "ssl_check_hostname" else x[k]
         return kw
 
-    @property
-    def where(self) -> str:
-        return f"Redis sink {self.sink_id!r} (pipeline {self.pipeline!r}, {self.conn})"
+    def whereabouts(self) -> str:
+        return str(self.conn)
 
     def classify_client_error(self, exc: BaseException) -> ErrorClass:
         return classify_redis_error(exc)
