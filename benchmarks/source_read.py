@@ -15,7 +15,7 @@ delivery. It reports wall-clock events/s, the child's CPU seconds (the server's 
 them; ev/CPU-s is events per second of the reader's own CPU, the figure that does not depend on
 what else the two shared cores run) and the child's peak RSS. MariaDB is read with each reader
 ``MySqlSource`` can take (``library`` = python-mysql-replication, the reference in
-tests/reference_decoders; ``fast`` = sources/mysql/fast_reader.py) and, for the fast decoder,
+tests/reference_decoders; ``fast`` = sources/mysql/decoder.py) and, for the fast decoder,
 also in parallel processes (``read_slice``, a pool of one process per CPU): as per-file slices,
 and as slices of at most ``--slice-mb`` cut inside the files at transaction boundaries
 (``MySqlSource.slices``; the time it takes to find the cuts is part of the figure and is also
@@ -72,22 +72,22 @@ COLUMNS_PG = ("id bigint PRIMARY KEY, customer int NOT NULL, status varchar(20),
 
 
 def _reader(source: str, decoder: str):
-    """The reader a decoder name stands for (the sources take it as ``reader=``)."""
+    """The reader a decoder name stands for (the sources take it as ``decoder=``)."""
     if source == "mysql":
-        from tidegate.sources.mysql.source import fast_reader
+        from tidegate.sources.mysql.source import fast_decoder
 
         from tests.reference_decoders.mysql_library import library_reader
-        return {"fast": fast_reader, "library": library_reader}[decoder]
-    from tidegate.sources.postgres.pgoutput import PgOutputReader
-    from tidegate.sources.postgres.reader import Wal2JsonReader
+        return {"fast": fast_decoder, "library": library_reader}[decoder]
+    from tidegate.sources.postgres.pgoutput import PgOutputDecoder
+    from tidegate.sources.postgres.wal2json import Wal2JsonDecoder
 
     from tests.reference_decoders.postgres_reference import ReferenceReader
 
-    class FastPeek(Wal2JsonReader):  # the fast reader over the reference's transport
+    class FastPeek(Wal2JsonDecoder):  # the fast reader over the reference's transport
         messages = ReferenceReader.messages
 
-    return {"fast": Wal2JsonReader, "reference": ReferenceReader, "fast-peek": FastPeek,
-            "pgoutput": PgOutputReader}[decoder]
+    return {"fast": Wal2JsonDecoder, "reference": ReferenceReader, "fast-peek": FastPeek,
+            "pgoutput": PgOutputDecoder}[decoder]
 
 
 def _consume(items) -> tuple[int, int]:
@@ -157,7 +157,7 @@ def floor_mysql(cur, start, upto) -> dict:
 def floor_postgres(admin_cur, slot: str, plugin: str, publication: str, table: str, upto) -> dict:
     """``pg_recvlogical`` streaming slot ``slot`` up to ``upto`` into /dev/null, with the options
     tidegate's reader asks for."""
-    from tidegate.sources.postgres.reader import WAL2JSON
+    from tidegate.sources.postgres.wal2json import WAL2JSON
 
     c = get_connection("cdc_postgres")
     admin_cur.execute("SELECT pg_backend_pid()")
@@ -175,7 +175,7 @@ def floor_postgres(admin_cur, slot: str, plugin: str, publication: str, table: s
 def decode_only_postgres(admin_cur, slot: str, plugin: str, publication: str, table: str, upto) -> dict:
     """The server decoding the range through ``plugin`` and sending nothing: a peek counted in
     the server (``pg_logical_slot_peek_binary_changes``, which leaves the slot where it is)."""
-    from tidegate.sources.postgres.reader import WAL2JSON
+    from tidegate.sources.postgres.wal2json import WAL2JSON
 
     opts = ({**WAL2JSON, "add-tables": table} if plugin == "wal2json"
             else {"proto_version": "1", "publication_names": publication})
@@ -202,9 +202,9 @@ def _slice_worker(args) -> tuple[int, int]:
     from tidegate.sources.mysql.source import MySqlSource
 
     db, decoder, k, frm, to = args
-    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), reader=_reader("mysql", decoder))
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=_reader("mysql", decoder))
     try:
-        return _consume(src.read_slice(BinlogPosition.from_json(frm), BinlogPosition.from_json(to), reader=k))
+        return _consume(src.read_slice(BinlogPosition.from_json(frm), BinlogPosition.from_json(to), index=k))
     finally:
         src.close()
 
@@ -231,7 +231,7 @@ def child(args: dict) -> dict:
     from tidegate.sources.mysql.source import MySqlSource
 
     db, decoder = args["db"], args["decoder"]
-    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), reader=_reader("mysql", decoder),
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=_reader("mysql", decoder),
                       slice_bytes=args.get("slice_bytes") or 1 << 62)
     start, upto = BinlogPosition.from_json(args["start"]), BinlogPosition.from_json(args["upto"])
     try:

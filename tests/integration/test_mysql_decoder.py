@@ -19,7 +19,7 @@ import pymysql
 import pytest
 from tidegate.errors import SourceSettingError
 from tidegate.events import ChangeEvent, is_control
-from tidegate.sources.mysql.source import MySqlSource, fast_reader
+from tidegate.sources.mysql.source import MySqlSource, fast_decoder
 from tidegate.spec import PipelineSpec, SourceSpec
 
 from tests.integration.source_items import assert_same
@@ -58,8 +58,8 @@ def db(admin):
 def read_both(mysql, tables, start, upto):
     """(library items, fast items, library schema changes, fast schema changes)."""
     out = []
-    for reader in (library_reader, fast_reader):
-        src = MySqlSource(spec(tables), mysql.cdc, reader=reader)
+    for reader in (library_reader, fast_decoder):
+        src = MySqlSource(spec(tables), mysql.cdc, decoder=reader)
         items = list(src.read(start, upto))
         out.append((items, [c.to_json() for c in src.schema_changes]))
         src.close()
@@ -233,8 +233,8 @@ def test_both_decoders_raise_the_same_setting_errors(mysql, admin, db):
             ex(admin, *sqls)
             h1 = src.head()
             messages = []
-            for reader in (library_reader, fast_reader):
-                s = MySqlSource(spec([f"{db}.t"]), mysql.cdc, reader=reader)
+            for reader in (library_reader, fast_decoder):
+                s = MySqlSource(spec([f"{db}.t"]), mysql.cdc, decoder=reader)
                 with pytest.raises(SourceSettingError, match=setting) as err:
                     list(s.read(h0, h1))
                 messages.append(str(err.value))
@@ -259,7 +259,7 @@ def test_values_where_the_fast_decoder_corrects_the_library(mysql, admin, db):
        f"INSERT INTO {db}.pfx VALUES ('prefix-key', 1)")
     h1 = src.head()
     got = [e for e in src.read(h0, h1) if isinstance(e, ChangeEvent)]
-    assert src.reader is fast_reader
+    assert src.decoder is fast_decoder
     assert got[0].after == {"id": 1, "y": None, "ts": None, "d": None, "dt": None, "u2": "aé",
                             "u16": "b€", "u32": "c😀", "l1": "\x81é", "e": "é", "bn": "AAAA"}
     assert got[1].key == {"name": "prefix-key"}

@@ -29,7 +29,7 @@ import pytest
 from tidegate import cli
 from tidegate.errors import SlotMissingError, SourceSettingError
 from tidegate.events import ChangeEvent, PositionMark
-from tidegate.sources.postgres.pgoutput import PgOutputReader
+from tidegate.sources.postgres.pgoutput import PgOutputDecoder
 from tidegate.sources.postgres.slot import Slot
 from tidegate.sources.postgres.source import PostgresSource
 from tidegate.spec import PipelineSpec, SourceSpec
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.integration
 TABLES = ["types", "full_t", "dflt_t", "nopk", "ckey", "ddl", "ignored", "mid", "tr1", "tr2", "idx", "big"]
 
 
-class SmallSpoolReader(PgOutputReader):
+class SmallSpoolReader(PgOutputDecoder):
     """The pgoutput reader holding at most 64 KiB of a transaction in memory (then a file)."""
 
     spool_bytes = 64 << 10
@@ -55,7 +55,7 @@ def source(postgres, schema, slot, tables, *, plugin=None, publication=None, rea
                         source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
                                           tables=tuple(f"{schema}.{t}" for t in tables), slot=slot,
                                           plugin=plugin, publication=publication))
-    return PostgresSource(spec, conn or postgres.cdc, reader=reader)
+    return PostgresSource(spec, conn or postgres.cdc, decoder=reader)
 
 
 def write_more(admin, s: str) -> None:

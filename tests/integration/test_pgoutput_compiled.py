@@ -18,7 +18,7 @@ import uuid
 import psycopg2
 import pytest
 from tidegate.events import ChangeEvent
-from tidegate.sources.postgres.pgoutput import PgOutputReader
+from tidegate.sources.postgres.pgoutput import PgOutputDecoder
 from tidegate.sources.postgres.source import PostgresSource
 from tidegate.spec import PipelineSpec, SourceSpec
 
@@ -31,7 +31,7 @@ COLUMNS = ("id", "i2", "i4", "o", "n2", "n", "r", "d", "b", "t", "vc", "c", "dt"
            "t3", "tz", "ip")
 
 
-class PythonRowsReader(PgOutputReader):
+class PythonRowsReader(PgOutputDecoder):
     """The pgoutput reader with every row through the Python path."""
 
     use_compiled = False
@@ -42,7 +42,7 @@ def source(postgres, schema, slot, *, plugin, publication=None, reader=None) -> 
                         source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
                                           tables=(f"{schema}.gen", f"{schema}.dflt"), slot=slot,
                                           plugin=plugin, publication=publication))
-    return PostgresSource(spec, postgres.cdc, reader=reader)
+    return PostgresSource(spec, postgres.cdc, decoder=reader)
 
 
 def workload(conn, s: str, rng: random.Random) -> None:

@@ -1,7 +1,7 @@
 """The fast Postgres read path against the reference one, on one real WAL range: every item,
 byte for byte.
 
-The fast path (``Wal2JsonReader``: the streaming replication protocol, msgspec, generated row
+The fast path (``Wal2JsonDecoder``: the streaming replication protocol, msgspec, generated row
 plans, ``ChangeEvent.native``) and the reference (``tests/reference_decoders``: one peek through a
 named cursor, stdlib json, one converter per value, ``ChangeEvent.build``) read the same
 range: every type the source converts (with NULLs and extremes, floats that orjson writes
@@ -23,9 +23,9 @@ import psycopg2
 import pytest
 from tidegate.events import ChangeEvent, PositionMark, is_control
 from tidegate.sources.postgres.position import Lsn
-from tidegate.sources.postgres.reader import Wal2JsonReader
 from tidegate.sources.postgres.source import PostgresSource
 from tidegate.sources.postgres.values import UNAVAILABLE
+from tidegate.sources.postgres.wal2json import Wal2JsonDecoder
 from tidegate.spec import PipelineSpec, SourceSpec
 
 from tests.integration.source_items import assert_same
@@ -76,17 +76,17 @@ def slot(postgres, schema):
     src.close()
 
 
-def source(postgres, schema, slot, tables, reader=Wal2JsonReader) -> PostgresSource:
+def source(postgres, schema, slot, tables, reader=Wal2JsonDecoder) -> PostgresSource:
     spec = PipelineSpec(pipeline="rd_test", tenant="acme", sinks=(),
                         source=SourceSpec(kind="postgres", conn_id="cdc_postgres",
                                           tables=tuple(f"{schema}.{t}" for t in tables), slot=slot))
-    return PostgresSource(spec, postgres.cdc, reader=reader)
+    return PostgresSource(spec, postgres.cdc, decoder=reader)
 
 
 def read_both(postgres, schema, slot, tables, start, upto):
     """(reference items, fast items, reference schema changes, fast schema changes)."""
     out = []
-    for reader in (ReferenceReader, Wal2JsonReader):
+    for reader in (ReferenceReader, Wal2JsonDecoder):
         src = source(postgres, schema, slot, tables, reader)
         items = list(src.read(start, upto))
         out.append((items, [json.loads(c.value) for c in items if is_control(c)]))
@@ -282,7 +282,7 @@ SCALAR_ROWS = [
 ]
 
 
-class PythonRows(Wal2JsonReader):
+class PythonRows(Wal2JsonDecoder):
     use_compiled = False  # what TIDEGATE_NATIVE=0 gives
 
 
@@ -316,7 +316,7 @@ def test_compiled_and_python_row_paths_give_identical_bytes(postgres, admin, sch
         finally:
             src.close()
 
-    compiled = read(Wal2JsonReader)
+    compiled = read(Wal2JsonDecoder)
     python = read(PythonRows)
     assert_same(python, compiled)
     assert [item_to_row(i) for i in compiled] == [item_to_row(i) for i in python]
@@ -383,7 +383,7 @@ def test_the_quick_look_past_its_first_rows_finds_a_change_or_none(postgres, adm
     assert src.has_changes(h1, h2) is True
     assert src.has_changes(h0, h2, limit=FIRST_LOOK) is True  # cut off at the limit: maybe
     # the first look alone is cut off before the change (the second one found it above)
-    from tidegate.sources.postgres import reader as wal2json
+    from tidegate.sources.postgres import wal2json
 
     assert wal2json.has_changes(src.server, src.replication_slot, src.tables, h0.lsn, h2, FIRST_LOOK) is None
     assert [e.after for e in src.read(h0, h2) if isinstance(e, ChangeEvent)] == [{"id": 1}]

@@ -230,7 +230,7 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
 
     def read_one(k, frm, to):
         s = source(mysql, [f"{db}.orders", f"{db}.items"])
-        results[k] = list(s.read_slice(frm, to, reader=k))
+        results[k] = list(s.read_slice(frm, to, index=k))
         s.close()
 
     threads = [threading.Thread(target=read_one, args=(k, a, b)) for k, (a, b) in enumerate(slices)]
@@ -253,7 +253,7 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     cuts = [a1 for (_, a1), (b0, _) in pairs if a1 == b0]  # inside a file
     assert len(cuts) >= 3
     assert src.slices(h[0], h[3], max_bytes=4096) == fine  # a reader's limit cuts the same way
-    fine_items = [x for k, (a, b) in enumerate(fine) for x in fine_src.read_slice(a, b, reader=k)]
+    fine_items = [x for k, (a, b) in enumerate(fine) for x in fine_src.read_slice(a, b, index=k)]
     assert fingerprint(fine_items) == fingerprint(whole)
     fine_src.close()
 

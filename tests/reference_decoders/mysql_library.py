@@ -4,7 +4,7 @@
 library frames and decodes the events into Python objects, this module turns them into events
 and leaves the transaction structure to ``transactions.py``, exactly as the fast reader does.
 It is kept as the reference the fast reader is compared with, byte for byte
-(``tests/integration/test_mysql_decoder.py``): ``MySqlSource(spec, conn, reader=library_reader)``.
+(``tests/integration/test_mysql_decoder.py``): ``MySqlSource(spec, conn, decoder=library_reader)``.
 
 The library's values are put right where it is wrong in ways that matter to every consumer
 (FLOAT precision, TIMESTAMP zone, SET emptiness, JSON text, negative fractional TIME, BINARY
@@ -39,8 +39,8 @@ MARIADB_FL_STANDALONE = 0x01
 
 def library_reader(source: Any, settings: dict[str, Any], server_id: int, start: BinlogPosition,
                    upto: BinlogPosition, gtids: GtidState) -> LibraryReader:
-    """The reader of ``MySqlSource(spec, conn, reader=library_reader)``: python-mysql-replication
-    over the same range (the signature of ``tidegate.sources.mysql.source.fast_reader``)."""
+    """The reader of ``MySqlSource(spec, conn, decoder=library_reader)``: python-mysql-replication
+    over the same range (the signature of ``tidegate.sources.mysql.source.fast_decoder``)."""
     stream = library_stream(settings, server_id, resume_stream=True, log_file=start.file, log_pos=start.pos,
                             only_schemas=sorted(source.dbs) if source.dbs else None)
     return LibraryReader(source, stream, start, upto, gtids)

@@ -5,9 +5,9 @@ shipped).
 message with the stdlib ``json`` module (non-integer numbers as ``Decimal``), converts every
 value through :func:`~tidegate.sources.postgres.values.converter`, and builds events with
 ``ChangeEvent.build`` (which encodes and validates them). It applies the same transaction rules
-as :class:`~tidegate.sources.postgres.reader.Wal2JsonReader` and is kept to prove, on real WAL,
+as :class:`~tidegate.sources.postgres.wal2json.Wal2JsonDecoder` and is kept to prove, on real WAL,
 that the fast path gives the same items byte for byte (``tests/integration/test_postgres_reader.py``):
-``PostgresSource(spec, conn, reader=ReferenceReader)``.
+``PostgresSource(spec, conn, decoder=ReferenceReader)``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 from tidegate.events import ChangeEvent, ControlMessage, PositionMark, split_key_change
 from tidegate.sources.base import SourceItem
 from tidegate.sources.postgres.position import Lsn, PgPosition
-from tidegate.sources.postgres.reader import ReadHost, ended, old_key, peek_messages
 from tidegate.sources.postgres.values import commit_time, complete_after, converter
+from tidegate.sources.postgres.wal2json import ReadHost, ended, old_key, peek_messages
 
 
 def _row(cols: list[dict] | None) -> dict[str, Any] | None:

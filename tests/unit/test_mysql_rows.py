@@ -22,7 +22,7 @@ from tidegate.errors import SourceSettingError
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.sources.mysql import binlog_client as B
 from tidegate.sources.mysql import row_plans as R
-from tidegate.sources.mysql.fast_reader import FastReader
+from tidegate.sources.mysql.decoder import BinlogDecoder
 from tidegate.sources.mysql.position import BinlogPosition, GtidSet
 from tidegate.sources.mysql.transactions import GtidState as _GtidState
 from tidegate.sources.mysql.values import library_json_text as _json_text
@@ -335,7 +335,7 @@ def test_a_mysql8_stream_with_v2_rows_gtids_and_binary_json():
     upto = BinlogPosition("binlog.000001", end)
     src = StubSource(["db.t"])
     seed = GtidSet.parse(f"{UUID}:1-4")  # the executed set at the start
-    reader = FastReader(src, s, BinlogPosition("binlog.000001", 4), upto, _GtidState(seed, "mysql"),
+    reader = BinlogDecoder(src, s, BinlogPosition("binlog.000001", 4), upto, _GtidState(seed, "mysql"),
                         codec_for=lambda c: "utf-8")
     items = list(reader.run())
     assert [type(i) for i in items] == [ChangeEvent] * 3
@@ -349,7 +349,7 @@ def test_a_mysql8_stream_with_v2_rows_gtids_and_binary_json():
     assert gtid_at < write_pos
 
     # a read whose filter excludes the table yields only the final mark
-    other = FastReader(StubSource(["db.other"]), s, BinlogPosition("binlog.000001", 4), upto,
+    other = BinlogDecoder(StubSource(["db.other"]), s, BinlogPosition("binlog.000001", 4), upto,
                        _GtidState(None, "mysql"), codec_for=lambda c: "utf-8")
     assert [type(i) for i in other.run()] == [PositionMark]
 
@@ -360,7 +360,7 @@ def test_events_the_library_would_drop_are_refused(etype, setting):
     s = Stream()
     s.add(B.ROTATE_EVENT, struct.pack("<Q", 4) + b"binlog.000001", artificial=True)
     s.add(etype, bytes(12))
-    reader = FastReader(StubSource(), s, BinlogPosition("binlog.000001", 4),
+    reader = BinlogDecoder(StubSource(), s, BinlogPosition("binlog.000001", 4),
                         BinlogPosition("binlog.000001", s.pos), _GtidState(None, "mysql"),
                         codec_for=lambda c: "utf-8")
     with pytest.raises(SourceSettingError, match=setting):
@@ -389,6 +389,6 @@ def test_refused_events_beyond_the_bound_or_of_other_tables_pass():
     s.add(B.PARTIAL_UPDATE_ROWS_EVENT, (9).to_bytes(6, "little") + bytes(6))  # not captured
     upto = BinlogPosition("binlog.000001", s.pos)
     s.add(B.MARIADB_QUERY_COMPRESSED_EVENT, bytes(20))  # after the bound
-    reader = FastReader(StubSource(["db.t"]), s, BinlogPosition("binlog.000001", 4), upto,
+    reader = BinlogDecoder(StubSource(["db.t"]), s, BinlogPosition("binlog.000001", 4), upto,
                         _GtidState(None, "mysql"), codec_for=lambda c: "utf-8")
     assert [type(i) for i in reader.run()] == [PositionMark]

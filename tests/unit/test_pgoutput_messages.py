@@ -17,7 +17,7 @@ from tidegate.sources.postgres.columns import ColumnTracker, LocalMemory
 from tidegate.sources.postgres.pgoutput import (
     UNCHANGED,
     Column,
-    PgOutputReader,
+    PgOutputDecoder,
     Plan,
     ProtocolError,
     commit_us_of,
@@ -34,8 +34,8 @@ from tidegate.sources.postgres.pgoutput import (
     row_decoder,
 )
 from tidegate.sources.postgres.position import Lsn, PgPosition
-from tidegate.sources.postgres.reader import Column as Wal2JsonColumn
 from tidegate.sources.postgres.values import RowPlan, commit_time
+from tidegate.sources.postgres.wal2json import Column as Wal2JsonColumn
 from tidegate.spec import PipelineSpec, SourceSpec, load_spec
 
 # --------------------------------------------------------------------------- messages, by hand
@@ -257,8 +257,8 @@ REL = relation(5, "s", "t", "d", [(True, "id", 23, -1), (False, "v", 25, -1)])
 FULL = relation(6, "s", "f", "f", [(True, "id", 23, -1), (True, "v", 25, -1)])
 
 
-def reader(start: int, upto: int, host=None, spool: int | None = None) -> PgOutputReader:
-    r = PgOutputReader(host or Host(), Lsn(start), PgPosition(Lsn(upto), "7", 1))
+def reader(start: int, upto: int, host=None, spool: int | None = None) -> PgOutputDecoder:
+    r = PgOutputDecoder(host or Host(), Lsn(start), PgPosition(Lsn(upto), "7", 1))
     if spool is not None:
         r.spool_bytes = spool
     return r
@@ -268,7 +268,7 @@ def tx(final, end, *changes, xid=1, ts=0):
     return [(final - 1, begin(final, ts, xid)), *changes, (end, commit(final, end, ts))]
 
 
-def row(r: PgOutputReader, tup) -> tuple[dict, tuple]:
+def row(r: PgOutputDecoder, tup) -> tuple[dict, tuple]:
     """A tuple's row and signature, as the read path converts it."""
     return r._convert("s", "t", tup), r.plan.signature
 

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 from tidegate.native import rowcodec
-from tidegate.sources.postgres.pgoutput import UNCHANGED, PgOutputReader
+from tidegate.sources.postgres.pgoutput import UNCHANGED, PgOutputDecoder
 
 from tests.integration.source_items import compiled_share
 from tests.unit.test_pgoutput_messages import FakeServer, Host, delete, insert, reader, relation, tx, update
@@ -38,7 +38,7 @@ def _compiled_module():
     assert rowcodec is not None, "tidegate.native.rowcodec is not built (scripts/build_native.py)"
 
 
-class PythonRowsReader(PgOutputReader):
+class PythonRowsReader(PgOutputDecoder):
     use_compiled = False
 
 

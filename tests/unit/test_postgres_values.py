@@ -10,8 +10,8 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tidegate.events import ChangeEvent, encode_row
-from tidegate.sources.postgres.reader import MESSAGE, Column
 from tidegate.sources.postgres.values import RowPlan, converter, ts_iso, ts_iso_fast
+from tidegate.sources.postgres.wal2json import MESSAGE, Column
 
 _TS_PARTS = st.tuples(
     st.sampled_from(["2024-01-02", "0044-03-15", "12345-01-01", "infinity"]),

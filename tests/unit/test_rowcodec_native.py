@@ -1,5 +1,5 @@
 """The compiled row path (tidegate.native.rowcodec) against the pure-Python path: the same
-binlog bytes read by FastReader with ``native=True`` and ``native=False`` give the same items,
+binlog bytes read by BinlogDecoder with ``native=True`` and ``native=False`` give the same items,
 byte for byte (value, message key, idempotency key) and field for field, for every column kind
 the compiled path covers, NULLs, before and after images, and the events it leaves to the Python
 path (a primary key change, a zero date, text that is not UTF-8).
@@ -23,7 +23,7 @@ from tidegate.native import NATIVE_ENV, rowcodec
 from tidegate.shipped import ShippedEvent
 from tidegate.sources.mysql import binlog_client as B
 from tidegate.sources.mysql import row_plans as R
-from tidegate.sources.mysql.fast_reader import FastReader
+from tidegate.sources.mysql.decoder import BinlogDecoder
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.sources.mysql.transactions import GtidState
 
@@ -209,7 +209,7 @@ def stream(transactions: list[list[tuple[int, list[bytes]]]], tm: bytes | None =
 
 
 def read(s: Stream, end: int, native: bool) -> list:
-    reader = FastReader(StubSource(["db.t"]), s, BinlogPosition("binlog.000001", 4),
+    reader = BinlogDecoder(StubSource(["db.t"]), s, BinlogPosition("binlog.000001", 4),
                         BinlogPosition("binlog.000001", end), GtidState(None, "mysql"),
                         codec_for=lambda c: None if c == BINARY else "utf-8", native=native)
     return list(reader.run())

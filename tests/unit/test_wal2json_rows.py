@@ -16,7 +16,7 @@ import random
 import pytest
 from tidegate.native import rowcodec
 from tidegate.sources.postgres.position import Lsn, PgPosition
-from tidegate.sources.postgres.reader import Wal2JsonReader
+from tidegate.sources.postgres.wal2json import Wal2JsonDecoder
 
 from tests.integration.source_items import compiled_share
 from tests.unit.test_pgoutput_messages import Host
@@ -33,7 +33,7 @@ def _compiled_module():
     assert rowcodec is not None, "tidegate.native.rowcodec is not built (scripts/build_native.py)"
 
 
-class PythonRowsReader(Wal2JsonReader):
+class PythonRowsReader(Wal2JsonDecoder):
     use_compiled = False
 
 
@@ -133,7 +133,7 @@ def test_compiled_rows_are_the_python_rows_on_generated_messages():
     for seed in range(12):
         msgs = messages(random.Random(seed))
         upto = PgPosition(Lsn(0x1000 + 0x100000), "7", 1)
-        compiled = list(Wal2JsonReader(Host(), Lsn(0), upto).run(iter(msgs)))
+        compiled = list(Wal2JsonDecoder(Host(), Lsn(0), upto).run(iter(msgs)))
         shares.append(compiled_share(list(PythonRowsReader(Host(), Lsn(0), upto).run(iter(msgs))), compiled))
     # about a third: the last third of each seed has an array column, the edges go to Python
     assert 0.2 <= min(shares) and max(shares) < 1.0, shares

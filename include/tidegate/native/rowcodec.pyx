@@ -754,7 +754,7 @@ def events_from_rows(list rows, type cls, object row_to_item):
 
 # --------------------------------------------------------------------------- wal2json rows (PostgreSQL)
 #
-# The PostgreSQL read path (sources/postgres/reader.py) hands each wal2json message of a row
+# The PostgreSQL read path (sources/postgres/wal2json.py) hands each wal2json message of a row
 # change (format-version 2: I/U/D) to :class:`Wal2JsonRows`, which scans the JSON in place and
 # writes the event's bytes (envelope, message key, idempotency key) as the Python path
 # (msgspec, the generated row plans, ``ChangeEvent.native``, orjson) writes them, without a
@@ -1239,7 +1239,7 @@ cdef class Wal2JsonRows:
     cdef object ts_us
     cdef public long long total
     cdef dict per_table
-    cdef str last_lsn  # the LSN of the last event and how many events it had (TxCounts, reader.py)
+    cdef str last_lsn  # the LSN of the last event and how many events it had (TxCounts, postgres/wal2json.py)
     cdef long long at_lsn
 
     def __cinit__(self):

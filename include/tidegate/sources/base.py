@@ -261,8 +261,8 @@ class Source(abc.ABC):
         that takes a slice whole, a Spark task, asks for it). Default: one slice."""
         return [(start, upto)]
 
-    def read_slice(self, start: Position | None, end: Position, reader: int = 0) -> Iterator[SourceItem]:
-        """Read one slice of :meth:`slices`; ``reader`` tells concurrent readers apart."""
+    def read_slice(self, start: Position | None, end: Position, index: int = 0) -> Iterator[SourceItem]:
+        """Read one slice of :meth:`slices`; ``index`` (the slice's) tells concurrent reads apart."""
         return self.read(start, end)
 
     # ------------------------------------------------------------------ continuity

@@ -2,11 +2,11 @@
 
 * ``server.py``: the control connection and what the server is (identity, head, binlog
   files, the GTID position at a coordinate);
-* the log reader: ``binlog_client.py`` (our own replication protocol client),
-  ``row_plans.py`` (table maps and generated row decoders) and ``fast_reader.py``; it hands the
-  transaction structure to ``transactions.py``. The reference reader it is compared with
+* the log decoder: ``binlog_client.py`` (our own replication protocol client),
+  ``row_plans.py`` (table maps and generated row decoders) and ``decoder.py``; it hands the
+  transaction structure to ``transactions.py``. The reference decoder it is compared with
   (python-mysql-replication) is a test oracle: ``tests/reference_decoders/mysql_library.py``;
-* ``values.py``: the column value conversions (and the fixes the reference reader applies to
+* ``values.py``: the column value conversions (and the fixes the reference decoder applies to
   python-mysql-replication's values);
 * ``ddl.py`` and ``columns.py``: which tables a DDL statement changes, and their columns after
   it as the binlog tells them (the schema_change control messages);
@@ -79,7 +79,7 @@ KIND = SourceKind(name="mysql", fields=spec.FIELDS, parse=spec.parse,
 
 def __getattr__(name: str):
     # ``from tidegate.sources.mysql import MySqlSource`` keeps working (scripts written against the
-    # package, e.g. benchmark harnesses), without importing the reader when the package is
+    # package, e.g. benchmark harnesses), without importing the decoder when the package is
     # imported for its KIND alone.
     if name == "MySqlSource":
         from .source import MySqlSource

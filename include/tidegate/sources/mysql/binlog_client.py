@@ -16,7 +16,7 @@ instead of waiting for new events, and then frames the event stream itself:
 * the CRC32 checksum the server appends to every event is verified (``zlib.crc32``, far below
   one percent of the read time) and excluded from the body.
 
-The stream knows nothing about event semantics; :mod:`.fast_reader` interprets the events.
+The stream knows nothing about event semantics; :mod:`.decoder` interprets the events.
 """
 
 from __future__ import annotations

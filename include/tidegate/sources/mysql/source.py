@@ -1,8 +1,8 @@
 """``MySqlSource``: the Source interface over the roles of this package.
 
 It composes the server (``server.py``: control connection, identity, head, binlog files), a
-log reader per read (``fast_reader.py`` over ``transactions.py``; the constructor takes
-another, such as the reference reader in tests/reference_decoders), the preflight
+log decoder per read (``decoder.py`` over ``transactions.py``; the constructor takes
+another, such as the reference decoder in tests/reference_decoders), the preflight
 (``preflight.py``) and failover (``failover.py``), and owns what belongs to a pipeline: the
 table filter, the replication client id, and the schema changes met while reading. The
 contract it keeps is in ``sources/mysql/__init__.py``."""
@@ -30,7 +30,7 @@ from . import preflight as server_checks
 from .binlog_client import BinlogStream
 from .columns import columns_after
 from .ddl import captured_targets, tables_changed
-from .fast_reader import FastReader, collation_codecs, native_allowed
+from .decoder import BinlogDecoder, collation_codecs, native_allowed
 from .position import BinlogPosition, GtidSet
 from .server import MySqlServer
 from .snapshot import MySqlCatalog, MySqlSnapshotReads
@@ -47,17 +47,17 @@ _LOOKAHEAD_ID_OFFSET = 1_000_003
 SLICE_BYTES = 64 * 1024 * 1024  # default size above which a binlog file is cut into slices
 
 
-def fast_reader(source: MySqlSource, settings: dict[str, Any], server_id: int, start: BinlogPosition,
-                upto: BinlogPosition, gtids: GtidState) -> FastReader:
-    """The default reader: our own replication protocol client and row plans. A reader is made
-    per read from the connection settings, the replication client id, the range and the GTID
-    state at ``start``; its ``run()`` yields the items and its ``stream`` is closed after."""
+def fast_decoder(source: MySqlSource, settings: dict[str, Any], server_id: int, start: BinlogPosition,
+                 upto: BinlogPosition, gtids: GtidState) -> BinlogDecoder:
+    """The default decoder: our own replication protocol client and row plans. A decoder is
+    made per read from the connection settings, the replication client id, the range and the
+    GTID state at ``start``; its ``run()`` yields the items and its ``stream`` is closed after."""
     stream = BinlogStream(settings, server_id, start.file, start.pos)
-    return FastReader(source, stream, start, upto, gtids, collation_codecs(source.server.query),
-                      native=native_allowed(source))
+    return BinlogDecoder(source, stream, start, upto, gtids, collation_codecs(source.server.query),
+                         native=native_allowed(source))
 
 
-Reader = Callable[[Any, dict[str, Any], int, BinlogPosition, BinlogPosition, GtidState], Any]
+Decoder = Callable[[Any, dict[str, Any], int, BinlogPosition, BinlogPosition, GtidState], Any]
 
 
 class MySqlSource(MySqlCatalog, Source):  # the catalog and snapshot reads: snapshot.py
@@ -68,12 +68,12 @@ class MySqlSource(MySqlCatalog, Source):  # the catalog and snapshot reads: snap
     translates_positions = True
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, server_id: int | None = None,
-                 connect_timeout: float = 10.0, reader: Reader = fast_reader,
+                 connect_timeout: float = 10.0, decoder: Decoder = fast_decoder,
                  slice_bytes: int | None = None, hash_salt: bytes | None = None):
         self.spec = spec
         self.conn = conn
         self.server = MySqlServer(conn, connect_timeout=connect_timeout)
-        self.reader = reader  # makes the log reader of each read (fast_reader)
+        self.decoder = decoder  # makes the log decoder of each read (fast_decoder)
         # A binlog file larger than this is cut into several slices (slices()).
         # TIDEGATE_MYSQL_SLICE_BYTES sets the default.
         self.slice_bytes = int(slice_bytes or os.environ.get("TIDEGATE_MYSQL_SLICE_BYTES") or SLICE_BYTES)
@@ -221,11 +221,11 @@ class MySqlSource(MySqlCatalog, Source):  # the catalog and snapshot reads: snap
             out += list(zip(bounds, bounds[1:], strict=False))
         return out
 
-    def read_slice(self, frm: BinlogPosition, to: BinlogPosition, reader: int = 0) -> Iterator[SourceItem]:
-        """Read one slice of :meth:`slices`. ``reader`` picks a distinct replication client id,
+    def read_slice(self, frm: BinlogPosition, to: BinlogPosition, index: int = 0) -> Iterator[SourceItem]:
+        """Read one slice of :meth:`slices`. ``index`` (the slice's) picks a distinct replication client id,
         so slices can be read at the same time (the server drops a second connection that uses
         the same id)."""
-        sid = (self.client_server_id + (reader + 1) * _SLICE_ID_STRIDE) % (1 << 32) or 1
+        sid = (self.client_server_id + (index + 1) * _SLICE_ID_STRIDE) % (1 << 32) or 1
         return self._read(frm, to, sid)
 
     def _read(self, start: BinlogPosition | None, upto: BinlogPosition,
@@ -242,9 +242,9 @@ class MySqlSource(MySqlCatalog, Source):  # the catalog and snapshot reads: snap
         seed = start.gtid_set if start.gtid_set is not None else self.gtid_at(start.file, start.pos)
         gtids = GtidState(seed, "mariadb" if self.is_mariadb else "mysql")
         settings = self.server.connection_settings()
-        reader = self.reader(self, settings, server_id, start, upto, gtids)
+        decoder = self.decoder(self, settings, server_id, start, upto, gtids)
         try:
-            yield from self.filtered(reader.run())
+            yield from self.filtered(decoder.run())
         except pymysql.err.OperationalError as exc:
             if exc.args and exc.args[0] == ER_MASTER_FATAL_ERROR_READING_BINLOG:
                 earliest = self.earliest()
@@ -260,10 +260,10 @@ class MySqlSource(MySqlCatalog, Source):  # the catalog and snapshot reads: snap
                 raise tls from None
             raise
         finally:
-            reader.stream.close()
+            decoder.stream.close()
 
     def record_schema_change(self, change: SchemaChange) -> list[ControlMessage]:
-        """A DDL statement the reader met (the readers' :class:`~.transactions.ReadHost`): one
+        """A DDL statement the decoder met (the decoders' :class:`~.transactions.ReadHost`): one
         ``schema_change`` control message per captured table it changes (see
         ``sources/mysql/__init__.py``, "Schema changes"); none when it changes none."""
         what = tables_changed(change.query, change.db)

@@ -1,6 +1,6 @@
 """Transaction assembly for a bounded binlog read, shared by both log readers.
 
-The readers (``fast_reader.py``; the reference in tests/reference_decoders) decode events
+The readers (``decoder.py``; the reference in tests/reference_decoders) decode events
 their own way; what a transaction is, what it is called, where it ends and what a read yields when it ends is
 decided here, once, by :class:`TransactionAssembler` (the rules are the "Positions, ids and
 boundaries" of ``sources/mysql/__init__.py``):

@@ -5,7 +5,7 @@ psycopg2), cut by role.
   identifier, timeline, head);
 * ``slot.py``: the pipeline's replication slot (create with its plugin, drop, health, typed
   errors, release);
-* ``reader.py``: the transports (the streaming replication protocol, one peek through a named
+* ``wal2json.py``: the transports (the streaming replication protocol, one peek through a named
   cursor), the wal2json message format, the read path and the cheap ``has_changes`` look; the
   read path it replaced is a test oracle, ``tests/reference_decoders/postgres_reference.py``;
 * ``pgoutput.py``: pgoutput's messages turned into the read path's, and its ``has_changes``;
@@ -36,12 +36,12 @@ Positions, ids and boundaries (the contract other code relies on):
   It is never inside a commit record (see ``PgServer.head``): a bound there, once a slot was
   released to it, would make the server skip that transaction. The server may still return
   one transaction whose commit record ends after the bound (it stops after the record that
-  reaches it): the reader drops it (it checks ``nextlsn`` on the ``B`` record before emitting
+  reaches it): the decoder drops it (it checks ``nextlsn`` on the ``B`` record before emitting
   any row) and the next run delivers it.
 * ``tx_id`` is ``"{xid}:{commit_lsn}"`` (commit_lsn = start of the commit record, wal2json's
   ``lsn`` on B/C, pgoutput's final LSN); ``event_id`` is ``"{change_lsn}:{n}"``, n counting the rows of the
   transaction that share the change's LSN (a multi-insert logs several rows in one record).
-* A read streams the slot over the replication protocol (the reference reader: one
+* A read streams the slot over the replication protocol (the reference decoder: one
   ``pg_logical_slot_peek_changes`` call through a named cursor); either way the cost is linear
   in the range and client memory bounded, and it never moves the slot: only
   :meth:`PostgresSource.release` does. Empty transactions (DDL, no row changes, or every row
@@ -81,7 +81,7 @@ KIND = SourceKind(name="postgres", fields=spec.FIELDS, parse=spec.parse,
 
 def __getattr__(name: str):
     # ``from tidegate.sources.postgres import PostgresSource`` keeps working (scripts written against the
-    # package, e.g. benchmark harnesses), without importing the reader when the package is
+    # package, e.g. benchmark harnesses), without importing the decoder when the package is
     # imported for its KIND alone.
     if name == "PostgresSource":
         from .source import PostgresSource

@@ -4,7 +4,7 @@ pgoutput sends binary messages (PostgreSQL's "Logical Replication Message Format
 Commit, Relation (a table's columns with type OIDs, sent before the first change of the table in
 a session and again after it changes), Type, Insert, Update, Delete, Truncate, Origin; values
 come as their text output. This module turns them into the messages the wal2json read path
-takes (:meth:`~.reader.Wal2JsonReader.items`), so one piece of code applies the transaction
+takes (:meth:`~.wal2json.Wal2JsonDecoder.items`), so one piece of code applies the transaction
 rules, fills unchanged TOAST values, splits key changes and tells schema changes, and an
 envelope is the same bytes whichever plugin the slot has
 (``tests/integration/test_pgoutput.py`` compares the two on the same WAL):
@@ -47,7 +47,6 @@ import psycopg2
 from ..base import SourceItem
 from .connection import REPLICATION_OPTIONS, PgServer
 from .position import Lsn, PgPosition
-from .reader import ReadHost, Wal2JsonReader, compiled_rows, replication_stream
 from .slot import Slot
 from .values import (
     BOOL_OID,
@@ -58,6 +57,7 @@ from .values import (
     plan_namespace,
     value_code,
 )
+from .wal2json import ReadHost, Wal2JsonDecoder, compiled_rows, replication_stream
 
 PROTO_VERSION = "1"
 # pgoutput writes values through the session's output functions, converted to its
@@ -114,7 +114,7 @@ class Relation(msgspec.Struct, frozen=True):
 
 
 class Change(msgspec.Struct, gc=False):
-    """A message as the wal2json read path reads it (:class:`~.reader.Message`'s fields), with
+    """A message as the wal2json read path reads it (:class:`~.wal2json.Message`'s fields), with
     what saves it parsing text again: ``timestamp`` as µs since 1970, ``nextlsn`` as an
     :class:`Lsn`; ``columns`` and ``identity`` are :class:`RowTuple` objects, ``pk`` :class:`KeyName`
     objects."""
@@ -333,7 +333,7 @@ def row_decoder(columns: tuple[Column, ...], types: tuple[str, ...], float_flag:
 
 
 class RowTuple(msgspec.Struct, gc=False):
-    """A tuple of a message, converted when the read path asks (``PgOutputReader._convert``,
+    """A tuple of a message, converted when the read path asks (``PgOutputDecoder._convert``,
     after it reset the float flag for the row): the whole row, or its replica identity columns."""
 
     table: Table
@@ -381,7 +381,7 @@ def skip_tuple(data: bytes, pos: int) -> int:
 def stream_changes(server: PgServer, slot: Slot, upto: PgPosition, publication: str
                    ) -> Iterator[tuple[int, bytes]]:
     """(LSN, message) pairs of the slot's pgoutput messages over the streaming replication
-    protocol, until the server has decoded past ``upto`` (``reader.replication_stream``). The
+    protocol, until the server has decoded past ``upto`` (``wal2json.replication_stream``). The
     LSN of a row change is the change's own, as wal2json's ``lsn``."""
     options = {"proto_version": PROTO_VERSION, "publication_names": publication}
     return replication_stream(server, slot, upto, options, with_lsn=True, session=PGOUTPUT_SESSION)
@@ -394,7 +394,7 @@ def peek_sql() -> str:
 
 def has_changes(server: PgServer, slot: Slot, publication: str, tables: frozenset[tuple[str, str]],
                 start_lsn: Lsn, upto: PgPosition, limit: int) -> bool | None:
-    """``reader.has_changes`` for a pgoutput slot: a row change or truncate of a captured table
+    """``wal2json.has_changes`` for a pgoutput slot: a row change or truncate of a captured table
     in a transaction whose commit record starts in [start, upto) (a bound or a start is never
     inside a commit record: ``PgServer.head``); None when the look was cut off before one.
     The rows sent back are capped as there (a whole first transaction otherwise)."""
@@ -446,9 +446,9 @@ class Spool:
         f.close()
 
 
-class PgOutputReader(Wal2JsonReader):
+class PgOutputDecoder(Wal2JsonDecoder):
     """One bounded pass over a pgoutput slot: the transactions that end in (``start_lsn``,
-    ``upto``], as :class:`~.reader.Wal2JsonReader` reads them (module docstring)."""
+    ``upto``], as :class:`~.wal2json.Wal2JsonDecoder` reads them (module docstring)."""
 
     spool_bytes = SPOOL_BYTES  # how much of a transaction is held in memory before a file takes it
 
@@ -466,7 +466,7 @@ class PgOutputReader(Wal2JsonReader):
 
     def run(self, messages: Iterator[tuple[int, bytes]]) -> Iterator[SourceItem]:
         """The items of the slot's pgoutput ``messages``: row changes through the compiled path
-        where it applies (``reader.compiled_rows``), the rest decoded here."""
+        where it applies (``wal2json.compiled_rows``), the rest decoded here."""
         self.compiled = compiled_rows(self.host, "pgoutput") if self.use_compiled else None
         if self.compiled is None:
             return self.items(self.changes(messages))

@@ -1,9 +1,9 @@
 """``PostgresSource``: the Source interface over the roles of this package.
 
 It composes the server (``connection.py``: sessions, identity, timeline, head), the slot
-(``slot.py``) and, for a pgoutput slot, the publication (``publication.py``), a reader per read
-chosen by the slot's plugin (``reader.py``: wal2json, ``pgoutput.py``: pgoutput, both over the
-streaming replication protocol; the constructor takes another, such as the reference reader in
+(``slot.py``) and, for a pgoutput slot, the publication (``publication.py``), a decoder per read
+chosen by the slot's plugin (``wal2json.py``: wal2json, ``pgoutput.py``: pgoutput, both over the
+streaming replication protocol; the constructor takes another, such as the reference decoder in
 tests/reference_decoders) and the preflight (``preflight.py``), and owns what belongs to a
 pipeline: the slot name, the table filter and the schema changes met while reading. The
 contract it keeps is in ``sources/postgres/__init__.py``.
@@ -23,20 +23,20 @@ from ...store.base import CheckpointStore
 from ...store.records import CheckpointRecord
 from ..base import Source, SourceItem
 from ..preflight import Problem, human_seconds
-from . import pgoutput, reader
+from . import pgoutput, wal2json
 from . import preflight as server_checks
 from .columns import ColumnTracker, LocalMemory, Memory, StoreMemory
 from .connection import PgServer
-from .pgoutput import PgOutputReader
+from .pgoutput import PgOutputDecoder
 from .position import Lsn, PgPosition
 from .publication import Publication, publication_tables
-from .reader import Wal2JsonReader
 from .slot import PGOUTPUT, WAL2JSON, Slot, SlotBusyError
 from .snapshot import PostgresCatalog, PostgresSnapshotReads
+from .wal2json import Wal2JsonDecoder
 
 log = logging.getLogger(__name__)
 
-READERS = {WAL2JSON: Wal2JsonReader, PGOUTPUT: PgOutputReader}  # the read path of a slot's plugin
+DECODERS = {WAL2JSON: Wal2JsonDecoder, PGOUTPUT: PgOutputDecoder}  # the read path of a slot's plugin
 FIRST_LOOK = 100  # rows the first look of has_changes decodes
 
 
@@ -46,7 +46,7 @@ def light_log_reads(source: PostgresSource) -> bool:
     costs about what packing, piping and unpacking the items would, so a reader process only
     adds its own start-up and the copies (docs/performance.md, "Compiled pgoutput rows, the
     read in the run's process, the floor"); wal2json's JSON is still worth a core of its own."""
-    return reader.compiled_applies(source) and source.replication_slot.plugin_in_use() == PGOUTPUT
+    return wal2json.compiled_applies(source) and source.replication_slot.plugin_in_use() == PGOUTPUT
 
 
 def new_slot_plugins(publication: str | None, tables: frozenset[tuple[str, str]] | TableFilter
@@ -72,7 +72,7 @@ class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads
     kind = "postgres"
 
     def __init__(self, spec: PipelineSpec, conn: Connection, *, slot: str | None = None,
-                 itersize: int = 5000, connect_timeout: float = 10.0, reader: Any = None,
+                 itersize: int = 5000, connect_timeout: float = 10.0, decoder: Any = None,
                  hash_salt: bytes | None = None):
         self.spec = spec
         self.conn = conn
@@ -87,10 +87,10 @@ class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads
                                      choices=new_slot_plugins(src.publication, self.tables))
         self.replication_slot.stall_timeout_s = src.stall_timeout_s
         self.itersize = itersize
-        # The reader class of each read: ``reader.messages(source, upto)`` gets the slot's
-        # messages, ``reader(source, start_lsn, upto).run(messages)`` the items. None: the one of
-        # the slot's plugin (READERS: streaming replication and generated row plans).
-        self.reader = reader
+        # The decoder class of each read: ``decoder.messages(source, upto)`` gets the slot's
+        # messages, ``decoder(source, start_lsn, upto).run(messages)`` the items. None: the one of
+        # the slot's plugin (DECODERS: streaming replication and generated row plans).
+        self.decoder = decoder
         self.use_filters(hash_salt)
         self._columns: dict[tuple[str, str], list[str]] = {}
         self._memory: Memory = LocalMemory()
@@ -194,7 +194,7 @@ class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads
         start_lsn, plugin = self._start_lsn(start)
         if upto.lsn <= start_lsn:
             return
-        read_with = self.reader or READERS[plugin]
+        read_with = self.decoder or DECODERS[plugin]
         messages = read_with.messages(self, upto)
         try:
             yield from self.filtered(read_with(self, start_lsn, upto).run(messages))
@@ -244,13 +244,13 @@ class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads
         try:
             if plugin == PGOUTPUT:
                 return pgoutput.has_changes(server, slot, self.publication.name, tables, start_lsn, upto, n)
-            return reader.has_changes(server, slot, tables, start_lsn, upto, n)
+            return wal2json.has_changes(server, slot, tables, start_lsn, upto, n)
         except SlotBusyError:
             return True  # taken a moment ago (see has_changes): there may be work
 
     def table_columns(self, schema: str, table: str) -> list[str]:
         """The table's columns (catalog, remembered for the source's life): what an UPDATE's
-        new tuple lacks is an unchanged TOAST value (readers' :class:`~.reader.ReadHost`)."""
+        new tuple lacks is an unchanged TOAST value (decoders' :class:`~.wal2json.ReadHost`)."""
         key = (schema, table)
         if key not in self._columns:
             self._columns[key] = self.server.table_columns(schema, table)
@@ -261,7 +261,7 @@ class PostgresSource(PostgresCatalog, Source):  # the catalog and snapshot reads
         self._memory = StoreMemory(store, self.spec.pipeline)
 
     def column_tracker(self, start: PgPosition) -> ColumnTracker:
-        """The column sets of a read from ``start`` (readers' :class:`~.reader.ReadHost`)."""
+        """The column sets of a read from ``start`` (decoders' :class:`~.wal2json.ReadHost`)."""
         return ColumnTracker(self._memory, start, self.spec.tenant, self.spec.pipeline)
 
     # ------------------------------------------------------------------ preflight

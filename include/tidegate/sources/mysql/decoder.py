@@ -1,7 +1,7 @@
 """The fast binlog reader: transactions and change events straight from the event bytes.
 
-:class:`FastReader` is the default read path of :class:`~.source.MySqlSource`
-(``source.fast_reader``). It has exactly the semantics of the reference ``LibraryReader``
+:class:`BinlogDecoder` is the default read path of :class:`~.source.MySqlSource`
+(``source.fast_decoder``). It has exactly the semantics of the reference ``LibraryReader``
 (python-mysql-replication, in tests/reference_decoders): both hand the transaction structure
 to the same :class:`~.transactions.TransactionAssembler` (so the same transactions, tx ids,
 end positions and GTID sets, schema-change records, statement checks and final
@@ -121,7 +121,7 @@ def native_allowed(source: Any) -> bool:
     return getattr(source.spec, "envelope", "tidegate") in (None, "tidegate")
 
 
-class FastReader:
+class BinlogDecoder:
     """One bounded pass over the binlog, from the raw events of a :class:`BinlogStream`."""
 
     def __init__(self, host: ReadHost, stream: BinlogStream, start: BinlogPosition,

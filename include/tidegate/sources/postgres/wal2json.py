@@ -6,7 +6,7 @@
   through a named server-side cursor (the reference path's transport; the server decodes the
   whole range before the first row comes back). Both cost time linear in the range, hold
   bounded memory on the client, and never move the slot.
-* :class:`Wal2JsonReader` is the read path: it parses each message with msgspec into typed
+* :class:`Wal2JsonDecoder` is the read path: it parses each message with msgspec into typed
   structs (JSON numbers that are not integers are kept exact as ``Decimal``), converts rows
   with a generated :class:`~.values.RowPlan` per (table, column signature), and builds events
   with ``ChangeEvent.native``; where the compiled module is built, row changes are first
@@ -334,7 +334,7 @@ def compiled_rows(host: ReadHost, plugin: str = "wal2json") -> Any:
     return rows(spec.tenant, spec.pipeline, host.tables, ShippedEvent)
 
 
-class Wal2JsonReader:
+class Wal2JsonDecoder:
     """One bounded pass: the transactions that end in (``start_lsn``, ``upto``]."""
 
     use_compiled = True  # False: every message through the Python path (a subclass's choice)
