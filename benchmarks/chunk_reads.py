@@ -2,7 +2,7 @@
 sinks or more writes every chunk's events to the checkpoint store before delivering them).
 
     eval "$(scripts/services env)"
-    .venv/bin/python benchmarks/chunk_reads.py [--chunks 10] [--chunk-rows 50000] [--store URL]
+    .venv/bin/python benchmarks/kept.py [--chunks 10] [--chunk-rows 50000] [--store URL]
 
 Builds ``--chunk-rows`` snapshot row events of an 11-column row (the columns of
 benchmarks/snapshot.py's table) as a chunk read does, with their envelopes, keys and idempotency
@@ -28,8 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from tidegate import chunk_reads, snapshots  # noqa: E402
+from tidegate import snapshot  # noqa: E402
 from tidegate.run import RunContext  # noqa: E402
+from tidegate.snapshot import kept  # noqa: E402
 from tidegate.sources.base import SnapshotTable  # noqa: E402
 from tidegate.sources.mysql.position import BinlogPosition  # noqa: E402
 from tidegate.spec import load_spec_text  # noqa: E402
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     table = SnapshotTable("shop", "shop", "orders", ("id",))
     rec = SnapshotRecord(pipeline, "s1", "start", BinlogPosition("bin.000001", 4), [table.to_json()],
                          [{"table": 0, "lo": None, "hi": None}] * a.chunks, 0)
-    build = snapshots.RowEvents(spec, rec, table, 1, "mysql")
+    build = snapshot.RowEvents(spec, rec, table, 1, "mysql")
     events = [build(row(i), "true") for i in range(1, a.chunk_rows + 1)]
     for e in events:  # what delivering them computes anyway (and keeps): not a cost of keeping
         e.value, e.key_bytes, e.idempotency_key  # noqa: B018
@@ -73,9 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         for chunk in range(1, a.chunks + 1):
             upper = BinlogPosition("bin.000001", 99)
             t0 = time.perf_counter()
-            first = list(chunk_reads.first_read(run, rec, chunk, upper, iter(events))[1])
+            first = list(kept.first_read(run, rec, chunk, upper, iter(events))[1])
             t1 = time.perf_counter()
-            back = list(chunk_reads.first_read(run, rec, chunk, upper, iter(()))[1])
+            back = list(kept.first_read(run, rec, chunk, upper, iter(()))[1])
             t2 = time.perf_counter()
             assert len(first) == len(back) == len(events) and back[-1].value == events[-1].value
             size = len(store.snapshots.kept_read(pipeline, "s1", chunk)[1])

@@ -14,13 +14,13 @@ apart; PostgreSQL: after the pipeline's slot is created, as a first run does) an
 then read twice, each time in a fresh child process that consumes every row's serialized
 envelope in chunk order, as a run's coordinator does:
 
-* ``sequential``: ``snapshots.read_chunk``, one chunk after the other with one connection, rows
+* ``sequential``: ``snapshot.read_chunk``, one chunk after the other with one connection, rows
   turned into envelopes in that process (``tidegate run`` reads this way);
 * ``spark``: ``tidegate.spark.chunks.read_chunks`` on a ``--master`` session, ``--parallelism``
   chunks read at once by Spark tasks that also build the envelopes; the driver gets the bytes.
 
 Both hand the chunks over as a run does: each chunk's upper bound extends the scan of the log
-from the handoff, and rows of keys the log changes are left to it (``snapshots.ChangedKeys``).
+from the handoff, and rows of keys the log changes are left to it (``snapshot.ChangedKeys``).
 
 Each reports rows/s over the read (the Spark session's start-up, about 15 s here, is reported
 apart and not in rows/s), CPU seconds of the child and its descendants (for Spark: the driver,
@@ -155,7 +155,7 @@ def drop_table(source: str, name: str) -> None:
 def plan(spec) -> tuple[str, float]:
     """The snapshot record (pickled, base64, for the child's argv) and the planning seconds."""
     from tidegate.connections import get_connection
-    from tidegate.snapshots import plan_snapshot
+    from tidegate.snapshot import plan_snapshot
     from tidegate.sources import make_source
 
     source = make_source(spec, get_connection(spec.source.conn_id))
@@ -341,9 +341,10 @@ def child(mode: str, spec_args: list, record_json: str, master: str) -> dict:
 
     from tidegate.connections import get_connection
     from tidegate.positions import SnapshotPosition
-    from tidegate.reading import Chunk, SegmentRead
+    from tidegate.reading import SegmentRead
+    from tidegate.segments import Chunk
     from tidegate.shipped import ShippedEvent
-    from tidegate.snapshots import ChangedKeys, chunk_table, read_chunk
+    from tidegate.snapshot import ChangedKeys, chunk_table, read_chunk
     from tidegate.sources import make_source
     from tidegate.spark.chunks import read_chunks
 

@@ -19,7 +19,7 @@ exclude matches it.
 
 Where the filters act: every source applies them to what it reads before the items leave its
 process (:func:`filter_items` on the log's items, :meth:`RowTransform.row` on a snapshot's chunk
-rows, ``snapshots.RowEvents``), so sinks, the DLQ records, the pipe of the reader process and the
+rows, ``snapshot.RowEvents``), so sinks, the DLQ records, the pipe of the reader process and the
 rows a Spark task ships only ever hold filtered rows. A decoder needs nothing of its own: the
 source's ``read`` passes every decoder's items through :func:`filter_items`.
 

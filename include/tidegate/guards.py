@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import snapshots
+from . import snapshot
 from .errors import ChangesLostError, ContinuityHalt, SourceError, TidegateError, halt_message
 from .events import ControlMessage
 from .plan import GUARD_ORDER, RESOLUTIONS
@@ -277,7 +277,7 @@ def resolve_incidents(run: RunContext, *, resolution: str, reason: str, who: str
     the missing range (on a new server or a lost slot: to where streaming can resume) as new
     store versions, so no older sink-side record pulls a sink back; the range and the reason
     stay on record. ``resnapshot`` plans a snapshot of every table (or of ``tables``, on a
-    healthy pipeline) that hands off to the log where it restarts (snapshots.py), also when
+    healthy pipeline) that hands off to the log where it restarts (snapshot.py), also when
     no incident is open."""
     if resolution not in RESOLUTIONS:
         raise TidegateError(f"resolve must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
@@ -305,7 +305,7 @@ def _resnapshot(run: RunContext, source: Any, incidents: Sequence[Incident], *, 
     if any(r.kind == "resnapshot" and r.run_id == run_id for r in store.snapshots.all(spec.pipeline)):
         log.info("pipeline %s: run %s already planned its resnapshot", spec.pipeline, run_id)
         return
-    snapshots.SnapshotPlanner.for_run(run, source).resnapshot(incidents=incidents, tables=tables, who=who,
+    snapshot.SnapshotPlanner.for_run(run, source).resnapshot(incidents=incidents, tables=tables, who=who,
                                                               reason=reason)
 
 

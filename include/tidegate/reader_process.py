@@ -48,7 +48,8 @@ from .errors import SourceError, TidegateError
 from .kinds import source_kind as kind_of
 from .parts import fixed_connection
 from .positions import Position
-from .reading import InProcessReader, Segment, Slice, log_runs
+from .reading import InProcessReader
+from .segments import Segment, Slice, log_runs
 from .shipped import pack, unpack
 from .sources.base import Source, SourceItem
 from .store import open_store

@@ -16,21 +16,28 @@ A **reader** takes the segments and gives each one's items back in plan order
 here, the reader process (reader_process.py) or Spark tasks (tidegate/spark/). What crosses a
 process is rows of one format (shipped.py). :func:`run_items` then makes the run's one item
 stream out of the segments read: a chunk's rows become one transaction, less the rows whose
-keys the log changes after the handoff (snapshots.ChangedKeys), and the snapshot's end brings
+keys the log changes after the handoff (snapshot.ChangedKeys), and the snapshot's end brings
 its ``snapshot_completed``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from .chunk_reads import first_read, forget_held
 from .errors import SnapshotError
-from .positions import Position, SnapshotPosition, position_from_json, position_to_json
-from .snapshots import ChangedKeys, chunk_table, completed_message, end_chunk, read_chunk
+from .positions import Position, SnapshotPosition
+from .segments import (
+    Chunk,
+    Segment,
+    Slice,
+    SnapshotEnd,
+    log_runs,
+)
+from .snapshot import read_chunk
+from .snapshot.items import SnapshotItems
+from .snapshot.kept import forget_held
 
 if TYPE_CHECKING:
     from .run import RunContext
@@ -46,37 +53,6 @@ MAX_SLICE_CONF = "spark.tidegate.maxTaskSliceBytes"
 MAX_TASK_SLICE_BYTES = 16 * 1024 * 1024
 
 
-@dataclasses.dataclass(frozen=True)
-class Chunk:
-    """One chunk of a snapshot; ``end`` is the snapshot position once it is delivered."""
-
-    end: SnapshotPosition
-
-    @property
-    def snapshot_id(self) -> str:
-        return self.end.snapshot_id
-
-    @property
-    def number(self) -> int:
-        return self.end.chunk
-
-
-@dataclasses.dataclass(frozen=True)
-class SnapshotEnd:
-    """The end of a snapshot: its ``snapshot_completed`` message, ending at the handoff."""
-
-    snapshot_id: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Slice:
-    """A part of the log, (start, end], that a reader decodes on its own."""
-
-    start: Position | None
-    end: Position
-
-
-Segment = Chunk | SnapshotEnd | Slice
 
 
 class SegmentRead(NamedTuple):
@@ -132,46 +108,6 @@ def max_slice_bytes(spec: PipelineSpec) -> int:
     return int(configured) if configured else MAX_TASK_SLICE_BYTES
 
 
-def plan_start(segments: Sequence[Segment]) -> Position | None:
-    """Where a plan starts reading, to compare with where the run starts (the plan is the
-    bounds step's; a checkpoint moved back since, by a rewind, makes it stale)."""
-    first = segments[0] if segments else None
-    if isinstance(first, Chunk):
-        return dataclasses.replace(first.end, chunk=first.end.chunk - 1)
-    return first.start if isinstance(first, Slice) else None
-
-
-def segment_to_json(seg: Segment) -> dict[str, Any]:
-    if isinstance(seg, Chunk):
-        return {"chunk": position_to_json(seg.end)}
-    if isinstance(seg, SnapshotEnd):
-        return {"snapshot_end": seg.snapshot_id}
-    return {"slice": [position_to_json(seg.start), position_to_json(seg.end)]}
-
-
-def segment_from_json(d: Mapping[str, Any]) -> Segment:
-    if "chunk" in d:
-        return Chunk(position_from_json(d["chunk"]))
-    if "snapshot_end" in d:
-        return SnapshotEnd(d["snapshot_end"])
-    start, end = d["slice"]
-    return Slice(position_from_json(start), position_from_json(end))
-
-
-def log_runs(segments: Sequence[Segment]) -> list[Slice]:
-    """The plan's slices joined where they touch: a reader that takes the log as a stream reads
-    each run of slices in one go (concatenated in order, slices read as their whole range)."""
-    out: list[Slice] = []
-    for seg in segments:
-        if not isinstance(seg, Slice):
-            continue
-        if out and out[-1].end == seg.start:
-            out[-1] = Slice(out[-1].start, seg.end)
-        else:
-            out.append(seg)
-    return out
-
-
 # --------------------------------------------------------------------------- readers
 
 
@@ -219,26 +155,14 @@ def read_items(run: RunContext, source: Source, segments: Sequence[Segment], rea
 def run_items(run: RunContext, source: Source, reads: Iterable[SegmentRead], records: Mapping[str, Any]
               ) -> Iterator[SourceItem]:
     """The run's one item stream from its segments as read (see the module docstring);
-    ``records``: the snapshots the segments belong to, by id."""
-    spec, store = run.spec, run.store
-    changed: dict[str, ChangedKeys] = {}
+    ``records``: the snapshots the segments belong to, by id, whose parts
+    :class:`~tidegate.snapshot.items.SnapshotItems` makes into items."""
+    snapshot_items = SnapshotItems(run, source, records)
     for seg, items, upper in reads:
         if isinstance(seg, Chunk):
-            rec = records[seg.snapshot_id]
-            upper, items = first_read(run, rec, seg.number, upper, items)
-            keys = changed.setdefault(seg.snapshot_id, ChangedKeys(rec, source))
-            keys.scan_to(upper)
-            kept = keys.drop_changed(chunk_table(rec, seg.number), items, upper)
-            yield from end_chunk(kept, seg.end, store, rec, seg.number)
+            yield from snapshot_items.chunk(seg.end, items, upper)
         elif isinstance(seg, SnapshotEnd):
-            rec = records[seg.snapshot_id]
-            keys = changed.get(seg.snapshot_id)
-            if keys is not None and keys.dropped:
-                log.info(
-                    "pipeline %s: snapshot %s: %d row(s) left to the log (their keys changed after the "
-                    "handoff)", spec.pipeline, rec.snapshot_id, keys.dropped)
-            rows = sum(store.snapshots.chunk_rows(spec.pipeline, rec.snapshot_id).values())
-            yield completed_message(spec, rec, rows)
+            yield snapshot_items.end(seg.snapshot_id)
         else:
             yield from items
 
@@ -252,6 +176,4 @@ def snapshot_record(store: CheckpointStore, pipeline: str, snapshot_id: str) -> 
     return rec
 
 
-__all__ = ["Chunk", "InProcessReader", "Reader", "Segment", "SegmentRead", "Slice", "SnapshotEnd",
-           "log_runs", "plan_reads", "plan_start", "read_items", "run_items", "segment_from_json",
-           "segment_to_json"]
+__all__ = ["InProcessReader", "Reader", "SegmentRead", "plan_reads", "read_items", "run_items"]

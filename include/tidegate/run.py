@@ -21,7 +21,7 @@ from .errors import RunError
 from .parts import Parts
 from .plan import RunPlan
 from .positions import Position, lowest_start, position_from_json, position_to_json
-from .reading import Segment, segment_from_json, segment_to_json
+from .segments import Segment, segment_from_json, segment_to_json
 from .spec import PipelineSpec, load_spec_text
 from .store import open_store
 

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from . import snapshots
+from . import snapshot
 from .batching import cut_sub_batches
 from .coordinator import Coordinator, RunReport
 from .errors import ContinuityHalt, RunError
@@ -36,8 +36,9 @@ from .positions import (
     lowest_start,
     same_lineage,
 )
-from .reading import InProcessReader, Reader, Segment, plan_reads, plan_start, read_items
+from .reading import InProcessReader, Reader, plan_reads, read_items
 from .run import Bounds, RunContext
+from .segments import Segment, plan_start
 from .sources.base import Source, SourceItem
 from .spec import PipelineSpec
 from .store import CheckpointStore
@@ -86,10 +87,10 @@ class BoundsWrites:
 
     def place_snapshots(self, bounds: Bounds) -> Bounds:
         """``start: snapshot``: sinks without a checkpoint start with a snapshot, and tables added
-        to ``source.tables`` get one of their own (snapshots.py)."""
+        to ``source.tables`` get one of their own (snapshot.py)."""
         if self.spec.source.start != "snapshot":
             return bounds
-        planner = snapshots.SnapshotPlanner(self.spec, self.source, self.store, self.holder, self.epoch)
+        planner = snapshot.SnapshotPlanner(self.spec, self.source, self.store, self.holder, self.epoch)
         if None in bounds.checkpoints.values():
             bounds = bounds.with_checkpoints(planner.place_new_sinks(bounds.checkpoints, upto=bounds.upto))
         return bounds.with_checkpoints(planner.added_tables(bounds.checkpoints))
@@ -164,7 +165,7 @@ def _incremental_bounds(run: RunContext, source: Source) -> Bounds:
     # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
     # snapshot has chunks to read whatever the log holds, so the range is never idle.
     bounds = writes.place_snapshots(bounds)
-    if snapshots.in_snapshot(bounds.checkpoints):
+    if snapshot.in_snapshot(bounds.checkpoints):
         return bounds
     idle = bool(idle_moves(bounds)) and not source.has_changes(bounds.lowest(), bounds.upto)
     if idle or bounds.nothing_to_do(run.plan.sinks):
@@ -310,7 +311,7 @@ def _incremental(run: RunContext, source: Source, data_interval: tuple[Any, Any]
         gate = SchemaGate(run)
         items = read_items(run, source, _segments(run, source, lowest, upto), reader)
         report = co.run(gate.filter(items, lowest))
-    snapshots.settle(run)  # snapshots every sink is past are completed
+    snapshot.settle(run)  # snapshots every sink is past are completed
     gate.halt(run_id)
     return report
 

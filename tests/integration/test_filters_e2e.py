@@ -376,7 +376,7 @@ def spark():
 def test_spark_slice_tasks_ship_filtered_rows(env, mysql, spark, request):
     """A binlog range over several files read by Spark tasks (each rebuilds the source from the
     connection and the salt the driver shipped) gives the sequential read's filtered envelopes."""
-    from tidegate.reading import Slice
+    from tidegate.segments import Slice
     from tidegate.shipped import ShippedEvent
     from tidegate.spark.job import SparkReader
 
@@ -405,8 +405,8 @@ def test_spark_slice_tasks_ship_filtered_rows(env, mysql, spark, request):
 
     # a snapshot's chunks read by Spark tasks (the data source's payload carries the salt)
     from tidegate.positions import SnapshotPosition
-    from tidegate.reading import Chunk
-    from tidegate.snapshots import plan_snapshot
+    from tidegate.segments import Chunk
+    from tidegate.snapshot import plan_snapshot
     from tidegate.spark.chunks import read_chunks
 
     rec = plan_snapshot(spec, source, handoff=upto, kind="start")

@@ -399,7 +399,7 @@ def test_a_pgoutput_slot_is_read_in_the_runs_process(postgres, wal):
     import multiprocessing
 
     from tidegate.reader_process import ReaderProcess
-    from tidegate.reading import Slice
+    from tidegate.segments import Slice
     from tidegate.sources.postgres import KIND
 
     s, slots, pub, heads = wal

@@ -15,9 +15,10 @@ import uuid
 import psycopg2
 import pymysql
 import pytest
-from tidegate import snapshots
+from tidegate import snapshot
 from tidegate.errors import SnapshotError
 from tidegate.events import ChangeEvent, encode_row
+from tidegate.snapshot import rows as snapshot_rows
 from tidegate.sources import make_source
 from tidegate.spec import PipelineSpec, SourceSpec
 
@@ -51,9 +52,9 @@ def assert_events_are_the_log_rows_as_stdlib_json(src, start, table_names):
     its log event's, and its bytes (value, key, event id) the stdlib's JSON of its envelope."""
     logged = {(e.table, json.dumps(e.key, sort_keys=True)): e.after for e in src.read(start, src.head())
               if isinstance(e, ChangeEvent)}
-    rec = snapshots.plan_snapshot(src.spec, src, handoff=src.head(), kind="start")
+    rec = snapshot.plan_snapshot(src.spec, src, handoff=src.head(), kind="start")
     events = [e for n in range(1, len(rec.chunks) + 1)
-              for e in snapshots.read_chunk(src.spec, src, rec, n).events]
+              for e in snapshot.read_chunk(src.spec, src, rec, n).events]
     assert sorted({e.table for e in events}) == sorted(table_names)
     assert {(e.table, json.dumps(e.key, sort_keys=True)): e.after for e in events} == logged
     assert len(events) == len(logged)
@@ -488,13 +489,13 @@ def assert_compiled_rows_are_the_python_rows(src, start):
     # both paths ran: rows with a value the compiled path leaves to the Python path (a ZEROFILL
     # number, a small DECIMAL, NaN...) took it, the others the compiled one
     assert len(events) * 0.3 <= compiled < len(events), f"{compiled} of {len(events)} rows compiled"
-    rec = snapshots.plan_snapshot(src.spec, src, handoff=src.head(), kind="start")
+    rec = snapshot.plan_snapshot(src.spec, src, handoff=src.head(), kind="start")
     for n in range(1, len(rec.chunks) + 1):
-        table, c = snapshots.chunk_table(rec, n), rec.chunks[n - 1]
-        fast = list(snapshots.read_chunk(src.spec, src, rec, n).events)
+        table, c = snapshot.chunk_table(rec, n), rec.chunks[n - 1]
+        fast = list(snapshot.read_chunk(src.spec, src, rec, n).events)
         _, plain_rows = src.snapshots().open_chunk(table, c["lo"], c["hi"])
-        build = snapshots.RowEvents(src.spec, rec, table, n, src.connector, src.column_filters)
-        plain = list(snapshots._marked_rows(plain_rows, build, final=c["hi"] is None))
+        build = snapshot.RowEvents(src.spec, rec, table, n, src.connector, src.column_filters)
+        plain = list(snapshot_rows._marked_rows(plain_rows, build, final=c["hi"] is None))
         assert [(e.value, e.key_bytes, e.idempotency_key) for e in fast] == \
             [(e.value, e.key_bytes, e.idempotency_key) for e in plain]
         assert all(type(e) is ChangeEvent for e in plain)

@@ -269,7 +269,7 @@ def test_three_bounded_runs_equal_one_read_and_slices_equal_sequential(mysql, ad
     assert [e.after for e in rows(shipped)[:50]] == [e.after for e in rows(whole)[:50]]  # parsed on use
     # a child started ahead (tidegate run starts it once its bounds are set) reads the same
     from tidegate.reader_process import ReaderProcess
-    from tidegate.reading import Slice
+    from tidegate.segments import Slice
 
     with ReaderProcess(min_bytes=0) as reader:
         reader.warm_up("mysql")

@@ -252,7 +252,7 @@ def test_a_range_handed_to_a_reader_process_ahead_is_what_the_run_reads(admin, s
     import multiprocessing
 
     from tidegate.reader_process import ReaderProcess
-    from tidegate.reading import Slice
+    from tidegate.segments import Slice
 
     create_workload_tables(admin, schema)
     src = make(["orders", "items"])

@@ -14,8 +14,8 @@ from tidegate.errors import ConnectionConfigError, SpecError
 from tidegate.parts import resolved_parts
 from tidegate.plan import RunPlan
 from tidegate.positions import SnapshotPosition
-from tidegate.reading import Chunk, Slice, SnapshotEnd
 from tidegate.run import RunContext, RunRecord
+from tidegate.segments import Chunk, Slice, SnapshotEnd
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.spark.delivery import delivery_mode, gathers_parts, needs_barrier, on_executor
 from tidegate.spark.session import kept_session_id

@@ -10,7 +10,8 @@ import random
 import pytest
 from tidegate.events import PositionMark
 from tidegate.positions import SnapshotPosition
-from tidegate.reading import Chunk, SegmentRead, Slice, SnapshotEnd
+from tidegate.reading import SegmentRead
+from tidegate.segments import Chunk, Slice, SnapshotEnd
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.spark.gathered import NOTE, GatheredReader, _packed, _part_batches, parts_of
 

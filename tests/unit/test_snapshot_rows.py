@@ -2,7 +2,7 @@
 against its Python twin. MySQL: row packets of the text protocol, generated from seeds with the
 values the protocol carries for every covered column kind (edge values included), give the same
 event bytes (value, message key, idempotency key) as pymysql's values of the same packet through
-``snapshots.RowEvents``. PostgreSQL: rows of output texts, generated the same way, against the
+``snapshot.RowEvents``. PostgreSQL: rows of output texts, generated the same way, against the
 values the chunk reader's converters make of them. A row the compiled path leaves to the Python
 path comes out the same too. The real servers' rows: tests/integration/test_snapshot_sources.py.
 """
@@ -17,9 +17,10 @@ from _tidegate_fakes import pos
 from pymysql.connections import MySQLResult
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import decoders
-from tidegate import snapshots
+from tidegate import snapshot
 from tidegate.native import rowcodec
 from tidegate.shipped import ShippedEvent
+from tidegate.snapshot import rows as snapshot_rows
 from tidegate.sources.base import SnapshotTable
 from tidegate.sources.mysql.snapshot import column_reader
 from tidegate.sources.mysql.snapshot_rows import text_kind, text_rows
@@ -83,13 +84,13 @@ def value(rng: random.Random, data_type: str) -> bytes | None:
     return f"{date} {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}{frac}".encode()
 
 
-def row_events(connector: str) -> snapshots.RowEvents:
+def row_events(connector: str) -> snapshot.RowEvents:
     spec = load_spec_text("pipeline: p\ntenant: t\nsource: {kind: mysql, conn_id: c}\n"
                           "sinks: [{id: k, kind: kafka, conn_id: k, topic: t}]\n")
     table = SnapshotTable("shop", "shop", "orders", ("id", "c"))
     rec = SnapshotRecord("p", "s1", "start", pos(1), [table.to_json()],
                          [{"table": 0, "lo": None, "hi": None}], 1_700_000_000_123)
-    return snapshots.RowEvents(spec, rec, table, 3, connector)
+    return snapshot.RowEvents(spec, rec, table, 3, connector)
 
 
 def chunk_events(packets: list[bytes], compiled: bool) -> list:
@@ -105,7 +106,7 @@ def chunk_events(packets: list[bytes], compiled: bool) -> list:
         rows = iter(packets)
     else:
         rows = (raw.decode(p) for p in packets)
-    return list(snapshots._marked_rows(rows, build, final=True))
+    return list(snapshot_rows._marked_rows(rows, build, final=True))
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -188,7 +189,7 @@ def pg_chunk_events(rows: list[tuple], compiled: bool) -> list:
     assert plan is not None
     if compiled:
         build.raw = RawRows(plan.values_event, decode)
-    return list(snapshots._marked_rows(iter(rows) if compiled else map(decode, rows), build, final=True))
+    return list(snapshot_rows._marked_rows(iter(rows) if compiled else map(decode, rows), build, final=True))
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -8,13 +8,14 @@ import json
 
 import pytest
 from _tidegate_fakes import QuietSource, pos, stream, wire_fakes
-from tidegate import guards, runner, snapshots
+from tidegate import guards, runner, snapshot
 from tidegate.errors import CommitPolicyError, SnapshotError
 from tidegate.events import ChangeEvent, ControlMessage, PositionMark, snapshot_mark
 from tidegate.plan import RunParamsError, RunPlan
 from tidegate.positions import SnapshotPosition, log_position, position_from_json
 from tidegate.run import RunContext
 from tidegate.shipped import item_to_row, row_to_item
+from tidegate.snapshot import rows as snapshot_rows
 from tidegate.sources.base import SnapshotReads, SnapshotTable
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.sources.postgres.position import Lsn, PgPosition
@@ -333,10 +334,10 @@ def test_messages_are_identical_on_every_read(env):
     spec, source, sinks, store, parts = env
     runner.prepare_bounds(RunContext(spec, parts=parts, store=store))
     [rec] = store.snapshots.all("p")
-    a = list(snapshots.read_chunk(spec, source, rec, 1).events)
-    b = list(snapshots.read_chunk(spec, source, rec, 1).events)
+    a = list(snapshot.read_chunk(spec, source, rec, 1).events)
+    b = list(snapshot.read_chunk(spec, source, rec, 1).events)
     assert [e.value for e in a] == [e.value for e in b] and len(a) == 3
-    m = snapshots.completed_message(spec, rec, 11)
+    m = snapshot.completed_message(spec, rec, 11)
     assert isinstance(m, ControlMessage) and m.end_position == pos(2) and m.tx_end
     assert m.idempotency_key == f"t|{m.pipeline}|__control|snapshot_completed|{rec.snapshot_id}"
 
@@ -346,7 +347,7 @@ def test_messages_are_identical_on_every_read(env):
 
 class ChangingLog:
     """A log of single-row changes of ``shop.orders`` (key id) at positions 1000·n: what
-    :class:`snapshots.ChangedKeys` scans."""
+    :class:`snapshot.ChangedKeys` scans."""
 
     def __init__(self, changes):  # [(op, before_id, after_id), ...]
         self.changes = changes
@@ -370,8 +371,8 @@ def tiny_spec():
 
 def rows_of(rec, ids, final):
     table = SnapshotTable("shop", "shop", "orders", ("id",))
-    build = snapshots.RowEvents(tiny_spec(), rec, table, 1, "mysql")
-    return table, list(snapshots._marked_rows(({"id": i, "v": 0} for i in ids), build, final))
+    build = snapshot.RowEvents(tiny_spec(), rec, table, 1, "mysql")
+    return table, list(snapshot_rows._marked_rows(({"id": i, "v": 0} for i in ids), build, final))
 
 
 
@@ -392,8 +393,8 @@ def snapshot_events(rows):
     tables = [{"db": "shop", "schema": "shop", "table": "orders", "key": ["id"]}]
     rec = SnapshotRecord("p", "s1", "start", pos(1), tables, [{"table": 0, "lo": None, "hi": None}], 0)
     table = SnapshotTable("shop", "shop", "orders", ("id",))
-    build = snapshots.RowEvents(tiny_spec(), rec, table, 1, "mysql")
-    return list(snapshots._marked_rows(iter(rows), build, final=True))
+    build = snapshot.RowEvents(tiny_spec(), rec, table, 1, "mysql")
+    return list(snapshot_rows._marked_rows(iter(rows), build, final=True))
 
 
 def test_snapshot_row_events_are_the_stdlib_json_of_their_rows():
@@ -414,8 +415,8 @@ def test_the_flat_float_check_agrees_with_the_deep_one():
     from tidegate.events import orjson_formats_like_stdlib
 
     for row in ROWS_OF_EVERY_FLOAT:
-        assert snapshots.row_floats_like_stdlib(row) == orjson_formats_like_stdlib(row), row
-    assert [snapshots.row_floats_like_stdlib(r) for r in ROWS_OF_EVERY_FLOAT] == [
+        assert snapshot_rows.row_floats_like_stdlib(row) == orjson_formats_like_stdlib(row), row
+    assert [snapshot_rows.row_floats_like_stdlib(r) for r in ROWS_OF_EVERY_FLOAT] == [
         True, False, False, False, True, False, True]
 
 def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_log():
@@ -424,7 +425,7 @@ def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_lo
     # after the handoff (pos 1): 2 updates key 3; 3 changes key 5 into key 9; 4 deletes key 6 (after
     # the chunk's upper bound 3: the row is kept, the delete follows it)
     log = ChangingLog([("c", None, 1), ("u", 3, 3), ("u", 5, 9), ("d", 6, None)])
-    changed = snapshots.ChangedKeys(rec, log)
+    changed = snapshot.ChangedKeys(rec, log)
     changed.scan_to(pos(3))
     changed.scan_to(pos(2))  # never backwards, never twice
     assert log.scans == [(pos(1), pos(3))]
@@ -437,7 +438,7 @@ def test_chunk_rows_of_keys_the_log_changes_after_the_handoff_are_left_to_the_lo
     # re-marked from its bytes
     shipped = row_to_item(item_to_row(rows[0]))
     assert "after" not in shipped.__dict__
-    again = snapshots.marked(shipped, "last")
+    again = snapshot_rows.marked(shipped, "last")
     assert json.loads(again.value) == {**json.loads(rows[0].value),
                                        "source": {**json.loads(rows[0].value)["source"], "snapshot": "last"}}
     # another table's rows pass untouched
@@ -451,7 +452,7 @@ def test_a_chunk_leaves_to_the_log_the_keys_changed_up_to_its_own_upper_bound():
     tables = [{"db": "shop", "schema": "shop", "table": "orders", "key": ["id"]}]
     rec = SnapshotRecord("p", "s1", "start", pos(1), tables, [{"table": 0, "lo": None, "hi": None}], 0)
     log = ChangingLog([("c", None, 1), ("u", 3, 3), ("u", 5, 9), ("d", 6, None)])
-    changed = snapshots.ChangedKeys(rec, log)
+    changed = snapshot.ChangedKeys(rec, log)
     changed.scan_to(pos(4))
     table, rows = rows_of(rec, [2, 3, 5, 6, 9], final=True)
     assert [e.key for e in changed.drop_changed(table, rows, pos(3))] == [{"id": 2}, {"id": 6}]
@@ -473,7 +474,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
     try:
         runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
         [first] = store.snapshots.all("p")
-        assert snapshots.table_names(first) == ["shop.orders"]
+        assert snapshot.table_names(first) == ["shop.orders"]
         # nothing added: streams on
         assert runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
         source.sizes += [1]  # a change after the handoff, in the run that snapshots the new table
@@ -484,7 +485,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
         run = runner.prepare_bounds(RunContext(spec, run_id="r2", parts=parts, store=store))
         bounds = run.bounds
         added = store.snapshots.all("p")[-1]
-        assert added.kind == "added" and snapshots.table_names(added) == ["shop.lines"]
+        assert added.kind == "added" and snapshot.table_names(added) == ["shop.lines"]
         assert added.handoff == pos(2)  # the checkpoint: the other tables lose nothing
         assert bounds.checkpoints == {s: SnapshotPosition(added.snapshot_id, 0, pos(2)) for s in ("a", "b")}
         runner.run_pipeline(run)

@@ -157,7 +157,7 @@ class SnapshotReads(abc.ABC):
 
     def chunk_rows(self, table: SnapshotTable, lo: ChunkBound, hi: ChunkBound, build: Any
                    ) -> tuple[Position, Iterator[Any]]:
-        """:meth:`open_chunk` for ``build`` (a ``snapshots.RowEvents``), which turns each row
+        """:meth:`open_chunk` for ``build`` (a ``snapshot.RowEvents``), which turns each row
         into its event: a source with a compiled path may give raw rows and set ``build.raw``,
         which turns those into events (sources/mysql/snapshot_rows.py)."""
         return self.open_chunk(table, lo, hi)

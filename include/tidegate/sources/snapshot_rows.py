@@ -2,7 +2,7 @@
 compiled hot path"): what the source kinds share. A kind's reads give a chunk's rows raw (MySQL:
 the server's row packets, sources/mysql/snapshot_rows.py; PostgreSQL: its output text per
 column, sources/postgres/snapshot.py) and a :class:`RawRows` for them, which writes each row's
-``op: r`` event with ``rowcodec.TextRowPlan``, the bytes ``snapshots.RowEvents`` writes from
+``op: r`` event with ``rowcodec.TextRowPlan``, the bytes ``snapshot.RowEvents`` writes from
 the row's values, or decodes the row for that Python path where the compiled one would write it
 differently.
 """
@@ -29,7 +29,7 @@ class RawRows(NamedTuple):
 
 
 def compiled_plan(build: Any, names: Sequence[str], kinds: Sequence[str | None]) -> Any:
-    """``rowcodec.TextRowPlan`` for a chunk read by ``build`` (a ``snapshots.RowEvents``) with
+    """``rowcodec.TextRowPlan`` for a chunk read by ``build`` (a ``snapshot.RowEvents``) with
     columns ``names`` of compiled ``kinds``; None where the Python path reads the chunk: the
     module is not built, the table has column rules (they rewrite values), or a column's kind is
     not compiled (None)."""

@@ -3,7 +3,7 @@
 A Python Data Source (task_source.py) has one partition per chunk. Its task opens a
 source connection of its own, reads the chunk (one short transaction, no lock:
 ``SnapshotReads.open_chunk``) and turns every row into its serialized envelope right there
-(``snapshots.read_chunk``), so the executors do the data work: reading, converting and
+(``snapshot.read_chunk``), so the executors do the data work: reading, converting and
 serializing; the chunk's upper bound travels as the first row. The task hands Spark Arrow
 record batches of one binary column, each value a pickled batch of rows in the one row format
 every reader ships (shipped.py): Spark moves a few large values per chunk instead of converting
@@ -49,9 +49,10 @@ from typing import Any
 from ..connections import Connection
 from ..events import ChangeEvent
 from ..parts import fixed_connection
-from ..reading import Chunk, SegmentRead
+from ..reading import SegmentRead
+from ..segments import Chunk
 from ..shipped import item_to_row, row_to_item
-from ..snapshots import read_chunk
+from ..snapshot import read_chunk
 from ..spec import PipelineSpec
 from ..store.records import SnapshotRecord
 from .task_source import register_task_source

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FatalRunError, SpecError, TidegateError
 from ..parts import resolved_parts
-from ..reading import Chunk, Slice
+from ..segments import Chunk, Slice
 from ..spec import DELIVERY_CONF, DELIVERY_MODES
 from ..store import open_store
 from .gathered import GatheredReader, gathered_frame, part_reader, parts_of

@@ -35,15 +35,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..events import PositionMark
 from ..parts import fixed_connection
-from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, snapshot_record
+from ..reading import SegmentRead, snapshot_record
+from ..segments import Chunk, Slice, SnapshotEnd
 from ..shipped import pack, unpack
-from ..snapshots import read_chunk
+from ..snapshot import read_chunk
 from ..store import open_store
 from .slices import NOTE, executor_note
 
 if TYPE_CHECKING:
-    from ..reading import Reader, Segment
+    from ..reading import Reader
     from ..run import RunContext
+    from ..segments import Segment
     from ..sources.base import Source
     from ..spec import PipelineSpec
 

@@ -22,7 +22,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..reader_process import ReaderProcess
-from ..reading import Chunk, SegmentRead, Slice, SnapshotEnd, log_runs, snapshot_record
+from ..reading import SegmentRead, snapshot_record
+from ..segments import Chunk, Slice, SnapshotEnd, log_runs
 from ..store import default_url
 from .chunks import read_chunks
 from .delivery import deliver_on_executor, on_executor

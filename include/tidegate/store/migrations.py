@@ -89,7 +89,7 @@ MIGRATIONS.append(
     ]))
 
 # 6: a snapshot chunk's first read, kept until every sink holds the chunk, so that a rerun gives
-# the sinks behind the rows the others got (tidegate.chunk_reads).
+# the sinks behind the rows the others got (tidegate.snapshot.kept).
 MIGRATIONS.append(
     (6, "snapshots: a chunk's first read, kept while a sink lacks the chunk", [
         """CREATE TABLE tidegate_snapshot_chunk_reads (

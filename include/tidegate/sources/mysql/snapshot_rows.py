@@ -2,7 +2,7 @@
 (sources/snapshot_rows.py; docs/architecture.md, "The compiled hot path").
 
 pymysql turns each value of a row into a Python object (an int, a Decimal, a datetime) and
-``snapshots.RowEvents`` turns those into the envelope's JSON: two passes per column in Python,
+``snapshot.RowEvents`` turns those into the envelope's JSON: two passes per column in Python,
 most of a chunk read's CPU. A chunk of a table whose columns are all of the kinds of
 :func:`text_kind` is read as raw row packets instead, and the compiled path writes each row's
 event from the packet's text (tests/unit/test_snapshot_rows.py and
@@ -41,7 +41,7 @@ def text_kind(data_type: str, encoding: str | None) -> str | None:
 
 def text_rows(build: Any, result: Any, columns: Sequence[tuple[str, str]],
               convs: Sequence[tuple[int, Callable]]) -> RawRows | None:
-    """The compiled events of a chunk read by ``build`` (a ``snapshots.RowEvents``) whose
+    """The compiled events of a chunk read by ``build`` (a ``snapshot.RowEvents``) whose
     result set is ``result`` (pymysql's, its descriptions read), with columns ``(name,
     DATA_TYPE)`` and the Python path's value converters ``convs`` (column index, converter);
     None where the Python path reads it."""

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import zstandard
 
-from .events import ChangeEvent
-from .positions import Position, SnapshotPosition
-from .shipped import items_to_rows, rows_to_items
-from .spec import PipelineSpec
+from ..events import ChangeEvent
+from ..positions import Position, SnapshotPosition
+from ..shipped import items_to_rows, rows_to_items
+from ..spec import PipelineSpec
 
 if TYPE_CHECKING:
-    from .run import RunContext
+    from ..run import RunContext
 
 log = logging.getLogger(__name__)
 
