@@ -310,6 +310,8 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(spark_submit_spe
     run_id = "scheduled__2026-01-01T00:01:00+00:00"
     ctx = make_context(dag, deliver, conf={"sinks": ["events", "cache"], "max_events": 500}, run_id=run_id)
     monkeypatch.delenv("TIDEGATE_DATA_DIR", raising=False)
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):  # a Spark test in this process may have set them
+        monkeypatch.delenv(name, raising=False)
     deliver.prepare(ctx, "/tmp/report.json")
     assert deliver.application_args == ["--pipeline", "shop_mysql", "--run-id", run_id,
                                         "--report-file", "/tmp/report.json"]
