@@ -185,11 +185,13 @@ class RunContext:
             return self.recorded(None, store)
 
     def recorded(self, bounds: Bounds | None, store: CheckpointStore,
-                 segments: Sequence[Segment] | None = None) -> RunContext:
-        """Write the run's record (what the bounds step decided) and return the context holding it."""
+                 segments: Sequence[Segment] | None = None, *, keep: bool = True) -> RunContext:
+        """The context holding the run's record (what the bounds step decided), written to the
+        store (``keep``) for the steps after it."""
         record = RunRecord(self.pipeline, self.run_id, self.spec.text, self.spec.path, self.plan, bounds,
                            None if segments is None else tuple(segments))
-        store.runs.put_record(self.pipeline, self.run_id, record.to_json())
+        if keep:
+            store.runs.put_record(self.pipeline, self.run_id, record.to_json())
         return dataclasses.replace(self, record=record)
 
 

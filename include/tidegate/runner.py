@@ -117,13 +117,16 @@ def idle_moves(bounds: Bounds) -> dict[str, Position]:
 def bounded(run: RunContext) -> RunContext:
     """The run with its bounds: those its bounds step recorded, or, when no bounds step ran (a
     deliver task alone recorded only the spec and the plan for the driver; a direct call), the
-    bounds step run now. Every run has its bounds decided once, by the bounds step, before it
-    delivers."""
-    return run if run.bounds else prepare_bounds(run)
+    bounds step run now, its decisions held by this attempt only. Every run has its bounds
+    decided by the bounds step before it delivers; where no bounds task keeps them, each attempt
+    decides afresh (so a cleared run that delivered replays its range, as a bounds task would
+    make it)."""
+    return run if run.bounds else prepare_bounds(run, keep=False)
 
 
-def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
-    """The bounds step of a run; writes the run's record and returns the context holding it.
+def prepare_bounds(run: RunContext, *, missing_ok: bool = False, keep: bool = True) -> RunContext:
+    """The bounds step of a run; writes the run's record (``keep``; else the returned context
+    alone holds it) and returns the context holding it.
 
     Incremental: capture, place new sinks (``start: head`` / ``start: snapshot``), skip an idle
     range. Cheap: no sink is contacted (but those with a heartbeat interval, when the source has
@@ -146,7 +149,7 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
             else:
                 bounds = _incremental_bounds(run, source)
             segments = _read_plan(run, source, bounds)
-        return run.recorded(bounds, store, segments).with_store(given)
+        return run.recorded(bounds, store, segments, keep=keep).with_store(given)
 
 
 def _read_plan(run: RunContext, source: Source, bounds: Bounds) -> list[Segment] | None:

@@ -111,6 +111,23 @@ def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
     assert store.checkpoints.get("p", "a").position == pos(3)
 
 
+def test_a_deliver_task_without_a_bounds_task_decides_its_bounds_on_every_attempt(env):
+    """A DAG whose deliver task runs without a bounds task records the spec and the plan only;
+    its driver runs the bounds step, and what it decides stays with that attempt: a first
+    attempt delivers up to the head then, and the same run id cleared and run again replays
+    exactly that range (its journal says it delivered), not a range kept from the first."""
+    from tidegate.run import from_record
+
+    spec, source, sinks, store, parts = env
+    RunContext(spec, run_id="r1", parts=parts, store=store).readable()  # what the deliver task writes
+    first = runner.run_pipeline(from_record(store, "p", "r1", parts))  # the driver
+    assert first["events"] == 6 and store.runs.record("p", "r1")["bounds"] is None
+    source.sizes += [1]  # the head moves before the run is cleared
+    again = runner.run_pipeline(from_record(store, "p", "r1", parts))
+    assert again["events"] == 6 and keys(sinks["a"])[6:] == keys(sinks["a"])[:6]  # r1's range again
+    assert store.checkpoints.get("p", "a").position == pos(3)
+
+
 def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
     spec, source, sinks, store, parts = env
     report = runner.run_pipeline(RunContext(spec, RunPlan(mode="dry_run"), run_id="d1", parts=parts,
