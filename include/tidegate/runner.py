@@ -87,7 +87,7 @@ class BoundsWrites:
 
     def place_snapshots(self, bounds: Bounds) -> Bounds:
         """``start: snapshot``: sinks without a checkpoint start with a snapshot, and tables added
-        to ``source.tables`` get one of their own (snapshot.py)."""
+        to ``source.tables`` get one of their own (``snapshot.SnapshotPlanner``)."""
         if self.spec.source.start != "snapshot":
             return bounds
         planner = snapshot.SnapshotPlanner(self.spec, self.source, self.store, self.holder, self.epoch)
