@@ -71,8 +71,8 @@ COLUMNS_PG = ("id bigint PRIMARY KEY, customer int NOT NULL, status varchar(20),
 # --------------------------------------------------------------------------- measuring child
 
 
-def _reader(source: str, decoder: str):
-    """The reader a decoder name stands for (the sources take it as ``decoder=``)."""
+def _decoder_for(source: str, decoder: str):
+    """The decoder a decoder name stands for (the sources take it as ``decoder=``)."""
     if source == "mysql":
         from tidegate.sources.mysql.source import fast_decoder
 
@@ -202,7 +202,7 @@ def _slice_worker(args) -> tuple[int, int]:
     from tidegate.sources.mysql.source import MySqlSource
 
     db, decoder, k, frm, to = args
-    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=_reader("mysql", decoder))
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=_decoder_for("mysql", decoder))
     try:
         return _consume(src.read_slice(BinlogPosition.from_json(frm), BinlogPosition.from_json(to), index=k))
     finally:
@@ -221,7 +221,7 @@ def child(args: dict) -> dict:
                                               plugin=args.get("plugin"),
                                               publication=args.get("publication")))
         src = PostgresSource(spec, get_connection("cdc_postgres"),
-                             reader=_reader("postgres", args["decoder"]))
+                             decoder=_decoder_for("postgres", args["decoder"]))
         start, upto = PgPosition.from_json(args["start"]), PgPosition.from_json(args["upto"])
         try:
             return _measure(lambda: _consume(src.read(start, upto)))
@@ -231,7 +231,7 @@ def child(args: dict) -> dict:
     from tidegate.sources.mysql.source import MySqlSource
 
     db, decoder = args["db"], args["decoder"]
-    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=_reader("mysql", decoder),
+    src = MySqlSource(_mysql_spec(db), get_connection("cdc_mysql"), decoder=_decoder_for("mysql", decoder),
                       slice_bytes=args.get("slice_bytes") or 1 << 62)
     start, upto = BinlogPosition.from_json(args["start"]), BinlogPosition.from_json(args["upto"])
     try:
