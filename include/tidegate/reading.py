@@ -53,8 +53,6 @@ MAX_SLICE_CONF = "spark.tidegate.maxTaskSliceBytes"
 MAX_TASK_SLICE_BYTES = 16 * 1024 * 1024
 
 
-
-
 class SegmentRead(NamedTuple):
     """A segment as read: its items and, for a chunk, ``upper``: a log position at or after
     every change its rows show (the log head read just after the chunk's view was taken)."""

@@ -114,19 +114,18 @@ def idle_moves(bounds: Bounds) -> dict[str, Position]:
     return {sid: bounds.upto for sid in bounds.behind() if sid not in bounds.owed}
 
 
-def bounded(run: RunContext) -> RunContext:
-    """The run with its bounds: those its bounds step recorded, or, when no bounds step ran (a
-    deliver task alone recorded only the spec and the plan for the driver; a direct call), the
-    bounds step run now, its decisions held by this attempt only. Every run has its bounds
-    decided by the bounds step before it delivers; where no bounds task keeps them, each attempt
-    decides afresh (so a cleared run that delivered replays its range, as a bounds task would
-    make it)."""
-    return run if run.bounds else prepare_bounds(run, keep=False)
+def bounded(run: RunContext, source: Source) -> RunContext:
+    """The run (on its opened store and ``source``) with its bounds: those its bounds step
+    recorded, or, when no bounds step ran (a deliver task alone recorded only the spec and the
+    plan for the driver; a direct call), the bounds step run now, its decisions held by this
+    attempt only. Every run has its bounds decided by the bounds step before it delivers; where
+    no bounds task keeps them, each attempt decides afresh (so a cleared run that delivered
+    replays its range, as a bounds task would make it)."""
+    return run if run.bounds else _bounds_step(run, source, missing_ok=False, keep=False)
 
 
-def prepare_bounds(run: RunContext, *, missing_ok: bool = False, keep: bool = True) -> RunContext:
-    """The bounds step of a run; writes the run's record (``keep``; else the returned context
-    alone holds it) and returns the context holding it.
+def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
+    """The bounds step of a run; writes the run's record and returns the context holding it.
 
     Incremental: capture, place new sinks (``start: head`` / ``start: snapshot``), skip an idle
     range. Cheap: no sink is contacted (but those with a heartbeat interval, when the source has
@@ -139,17 +138,22 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False, keep: bool = Tr
     dry run: the head and the checkpoints, nothing written but the record."""
     given = run.store
     with run.opened() as (source, store):
-        run = run.with_store(store)
-        if run.plan.mode == "dry_run":
-            bounds, segments = capture_bounds(run, source), None
+        return _bounds_step(run.with_store(store), source, missing_ok=missing_ok, keep=True).with_store(given)
+
+
+def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool, keep: bool) -> RunContext:
+    """What the bounds step decides, on the run's opened store and source; written to the store
+    as the run's record when ``keep``."""
+    if run.plan.mode == "dry_run":
+        bounds, segments = capture_bounds(run, source), None
+    else:
+        replay_of = replay_target(run)
+        if replay_of is not None:
+            bounds = _replay_bounds(run, source, replay_of, missing_ok)
         else:
-            replay_of = replay_target(run)
-            if replay_of is not None:
-                bounds = _replay_bounds(run, source, replay_of, missing_ok)
-            else:
-                bounds = _incremental_bounds(run, source)
-            segments = _read_plan(run, source, bounds)
-        return run.recorded(bounds, store, segments, keep=keep).with_store(given)
+            bounds = _incremental_bounds(run, source)
+        segments = _read_plan(run, source, bounds)
+    return run.recorded(bounds, run.store, segments, keep=keep)
 
 
 def _read_plan(run: RunContext, source: Source, bounds: Bounds) -> list[Segment] | None:
@@ -242,13 +246,12 @@ def run_pipeline(run: RunContext, *, data_interval: tuple[Any, Any] | None = Non
     step: :func:`bounded`) holds its bounds: its upper bound, its replay ranges, the sinks it
     placed, its read plan. ``reader``: where the plan's segments are read (default: in this
     process, one after the other; reading.py)."""
-    run = bounded(run)
     if run.plan.max_events:
         spec = run.spec
         run = dataclasses.replace(run, spec=dataclasses.replace(
             spec, batch=dataclasses.replace(spec.batch, max_events=run.plan.max_events)))
     with run.opened() as (source, st):
-        run = run.with_store(st)
+        run = bounded(run.with_store(st), source)
         reader = reader or InProcessReader()
         if run.plan.mode == "dry_run":
             return _dry_run(run, source, reader)
