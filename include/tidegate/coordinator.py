@@ -164,6 +164,10 @@ class Coordinator:
         # Control messages a sink's checkpoint version owes it (an accepted gap, a failover):
         # delivered before anything after that checkpoint, then settled by a new version.
         self._owed: dict[str, ControlMessage] = {}
+        # Where the store had a sink before this run adopted the sink's own record: the adopted
+        # stretch is journaled as this run's, so a replay of the run re-sends it (the replay's
+        # ranges are the journal's) and every stored version lies in some run's range.
+        self._adopted_from: dict[str, Position | None] = {}
         self.report = RunReport(pipeline, run_id, epoch, {
             s.sink_id: SinkReport(s.sink_id, s.kind, s.required, None, None) for s in sinks})
 
@@ -225,6 +229,7 @@ class Coordinator:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the
         store takes the sink's record as a new version before anything else happens."""
         rep = self.report.sinks[sink.sink_id]
+        self._adopted_from[sink.sink_id] = rep.checkpoint
         written = self.store.checkpoints.write_many(self.pipeline, {sink.sink_id: adoption.position},
                                                     run_id=self.run_id, epoch=self.epoch, kind="adopt",
                                                     reason=adoption.why)[sink.sink_id]
@@ -406,7 +411,9 @@ class Coordinator:
         if self.journal_id is None:
             return
         for rep in self.report.sinks.values():
-            self.store.runs.sink(self.journal_id, rep.sink_id, start=rep.start, end=rep.end,
+            replay = rep.sink_id in self._starts
+            start = rep.start if replay else self._adopted_from.get(rep.sink_id, rep.start)
+            self.store.runs.sink(self.journal_id, rep.sink_id, start=start, end=rep.end,
                                  events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
                                  dlq=rep.dlq)
         self.store.runs.finish(self.journal_id, status)

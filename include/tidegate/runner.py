@@ -345,12 +345,15 @@ def _segments(run: RunContext, source: Source, start: Position | None, upto: Pos
 
 def _replay(run: RunContext, source: Source, reader: Reader) -> RunReport:
     """Re-deliver exactly the ranges a past run delivered, to the chosen sinks (the ranges its
-    bounds step chose and checked). Checkpoints never move backwards: the coordinator only
-    writes positions beyond the stored ones."""
+    bounds step chose and checked; none: nothing to replay, as the bounds step says it).
+    Checkpoints never move backwards: the coordinator only writes positions beyond the stored
+    ones."""
     spec, store, run_id = run.spec, run.store, run.run_id
     replay_of, ranges = run.bounds.replay_of, dict(run.bounds.ranges)
-    if not ranges:
-        raise RunError(f"run {replay_of!r} delivered nothing to the chosen sinks")
+    if not ranges:  # as the bounds step says it (nothing to do), whoever ran it
+        log.info("pipeline %s run %s: run %s delivered nothing to the chosen sinks: nothing to replay",
+                 spec.pipeline, run_id, replay_of)
+        return RunReport(spec.pipeline, run_id, 0, {})
     sinks = _sinks(run, source, sorted(ranges))
     epoch = store.leases.acquire(spec.pipeline, run_id)
     source.use_lease(epoch)
