@@ -32,7 +32,7 @@ from itertools import chain, filterfalse
 from operator import attrgetter
 from typing import NamedTuple
 
-from .events import ChangeEvent, PositionMark, _cached, is_control
+from .events import ChangeEvent, PositionMark, cached, is_control
 from .positions import Position
 from .spill import SpilledEvents
 
@@ -67,7 +67,7 @@ class Transaction:
             return self.end_position >= position
         return self.end_position > position
 
-    @_cached  # functools.cached_property takes a lock shared by all transactions on every first read
+    @cached  # functools.cached_property takes a lock shared by all transactions on every first read
     def byte_size(self) -> int:
         if type(self.events) is SpilledEvents:
             return self.events.byte_size
@@ -122,7 +122,7 @@ class SubBatch:
         if held:
             yield held
 
-    @_cached  # counted once per sub-batch: every sink that gets all of it shares the count
+    @cached  # counted once per sub-batch: every sink that gets all of it shares the count
     def table_counts(self) -> dict[TableRef, int]:
         """Row events per source table (control messages are no table's)."""
         in_memory = (tx.events for tx in self.transactions if type(tx.events) is not SpilledEvents)

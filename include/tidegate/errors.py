@@ -222,5 +222,6 @@ class FatalRunError(TidegateError):
 def _rebuild_error(cls: type, args: tuple, attrs: dict) -> TidegateError:
     exc = cls.__new__(cls)
     exc.args = args
-    exc.__dict__.update(attrs)
+    for name, value in attrs.items():
+        setattr(exc, name, value)
     return exc

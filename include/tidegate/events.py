@@ -20,6 +20,7 @@ checks the equivalence over random values.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import decimal
 import hashlib
@@ -28,11 +29,13 @@ import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import orjson
 
 from .positions import Position
+
+T = TypeVar("T")
 
 # Namespace for event ids: uuid5(namespace, idempotency_key). Fixed forever: changing it
 # changes every event id and breaks consumers' dedup across versions.
@@ -133,10 +136,11 @@ def event_uuid(key: str) -> str:
     return f"{x[:8]}-{x[8:12]}-5{x[13:16]}-{_VARIANT_DIGIT[x[16]]}{x[17:20]}-{x[20:32]}"
 
 
-class _cached:  # noqa: N801 - used like functools.cached_property
+class cached:  # noqa: N801 - used like functools.cached_property
     """``functools.cached_property`` without its lock (Python 3.11 takes an RLock on every
     first access, a large share of serializing one event). A race computes the same
-    deterministic value twice, which is harmless."""
+    deterministic value twice, which is harmless. The one way a derived value is kept on an
+    instance that is otherwise never written after :func:`filled` built it."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -151,6 +155,19 @@ class _cached:  # noqa: N801 - used like functools.cached_property
             return self
         value = obj.__dict__[self.name] = self.fn(obj)
         return value
+
+
+def filled(cls: type[T], fields: dict[str, Any]) -> T:
+    """An instance of ``cls`` whose attributes are ``fields``, built without ``__init__``: the
+    one way an event is built field by field. A frozen dataclass's generated ``__init__`` sets
+    each field through ``object.__setattr__``, several times the cost of filling the instance's
+    dict at once. The instance is complete when this returns; nothing writes it afterwards but
+    :class:`cached` (a derived value, kept once). ``tidegate.native.rowcodec`` is its compiled
+    twin, filling the events it decodes the same way. ``fields`` becomes the instance's dict
+    (no copy): the caller hands over a dict it built for this instance."""
+    obj = object.__new__(cls)
+    object.__setattr__(obj, "__dict__", fields)  # past the frozen dataclass's __setattr__
+    return obj
 
 
 def orjson_formats_like_stdlib(v: Any) -> bool:
@@ -213,7 +230,7 @@ class ChangeEvent:
     tx_end: bool = False
     end_position: Position | None = field(default=None, compare=False)
     # Message headers beyond the standard ones (the two events of a primary-key change name
-    # each other's key: split_key_change); set in the instance's __dict__ when there are any.
+    # each other's key: split_key_change); given to native() when there are any.
     # The commit time in µs since the epoch, where the source log has it finer than ``ts_ms``
     # (PostgreSQL): ``envelope: debezium`` writes it as ``source.ts_us``. Not part of this
     # envelope (its bytes stay as the contract fixes them); carried between processes beside the
@@ -236,52 +253,36 @@ class ChangeEvent:
                key: dict[str, Any] | None, tx_id: str, event_id: str, position: dict[str, Any],
                ts_ms: int, total_order: int, data_collection_order: int, snapshot: str | bool = "false",
                tx_end: bool = False, end_position: Position | None = None,
-               floats_checked: bool = False, commit_us: int | None = None) -> ChangeEvent:
+               floats_checked: bool = False, commit_us: int | None = None,
+               headers: dict[str, bytes] | None = None) -> ChangeEvent:
         """An event from values that are already JSON-native (what :func:`encode_row` returns)
         and fields that hold the invariants of :meth:`validate` by construction: a fast source
         path that skips re-encoding and re-validation. ``floats_checked=True`` says the source
         checked that every float lies where orjson and the stdlib agree
         (:func:`orjson_formats_like_stdlib`), so :attr:`value` need not search for floats.
-        ``commit_us``: the commit time in µs, when the source knows it (:attr:`commit_us`).
-
-        The event is built through ``__dict__`` (a frozen dataclass keeps its fields there),
-        which is several times cheaper than the generated ``__init__``.
+        ``commit_us``: the commit time in µs, when the source knows it (:attr:`commit_us`);
+        ``headers``: message headers beyond the standard ones (:attr:`headers`).
         """
-        ev = object.__new__(cls)
-        ev.__dict__.update(
-            tenant=tenant, pipeline=pipeline, connector=connector, db=db, schema=schema,
-            table=table, op=op, before=before, after=after, key=key, tx_id=tx_id,
-            event_id=event_id, position=position, ts_ms=ts_ms, total_order=total_order,
-            data_collection_order=data_collection_order,
-            snapshot=snapshot if snapshot.__class__ is str else snapshot_mark(snapshot), tx_end=tx_end,
-            end_position=end_position, commit_us=commit_us)
+        fields = {
+            "tenant": tenant, "pipeline": pipeline, "connector": connector, "db": db, "schema": schema,
+            "table": table, "op": op, "before": before, "after": after, "key": key, "tx_id": tx_id,
+            "event_id": event_id, "position": position, "ts_ms": ts_ms, "total_order": total_order,
+            "data_collection_order": data_collection_order,
+            "snapshot": snapshot if snapshot.__class__ is str else snapshot_mark(snapshot),
+            "tx_end": tx_end, "end_position": end_position, "commit_us": commit_us}
         if floats_checked:
-            ev.__dict__["_floats_checked"] = True  # otherwise value searches the floats itself
-        return ev
+            fields["_floats_checked"] = True  # otherwise value searches the floats itself
+        if headers:
+            fields["headers"] = headers
+        return filled(cls, fields)
 
-    def _mark_tx_end(self, end_position: Position) -> None:
-        """Make this (not yet published) event the last row of its transaction. Sources hold
-        one event back until they know whether the next item ends the transaction."""
-        self.__dict__["tx_end"] = True
-        self.__dict__["end_position"] = end_position
-
-    @classmethod
-    def from_value(cls, value: bytes, *, tx_end: bool = False,
-                   end_position: Position | None = None) -> ChangeEvent:
-        """Rebuild an event from its serialized envelope (e.g. after a Spark task produced it);
-        the original bytes are kept, so sinks send exactly what the task serialized."""
-        env = json.loads(value)
-        src, tx = env["source"], env["transaction"]
-        tenant, _, rest = env["idempotency_key"].partition("|")
-        ev = cls(tenant=tenant, pipeline=src["pipeline"], connector=src["connector"], db=src["db"],
-                 schema=src["schema"], table=src["table"], op=env["op"], before=env["before"],
-                 after=env["after"], key=env["key"], tx_id=src["tx_id"], event_id=rest.rsplit("|", 1)[1],
-                 position=src["position"], ts_ms=src["ts_ms"], total_order=tx["total_order"],
-                 data_collection_order=tx["data_collection_order"],
-                 snapshot=snapshot_mark(src["snapshot"]),
-                 tx_end=tx_end, end_position=end_position)
-        ev.__dict__["value"] = bytes(value)  # prime the cached value with the original bytes
-        return ev
+    def ending(self, end_position: Position) -> ChangeEvent:
+        """This event as the last row of its transaction, which ends at ``end_position``: a copy
+        (a source holds one event back until it knows whether the next item ends the
+        transaction). The copy keeps what was derived already: none of it depends on the end."""
+        fields = self.__dict__.copy()
+        fields["tx_end"], fields["end_position"] = True, end_position
+        return filled(type(self), fields)
 
     def validate(self) -> None:
         if self.op not in OPS:
@@ -291,11 +292,11 @@ class ChangeEvent:
         if self.tx_end and self.end_position is None:
             raise ValueError("the last row of a transaction must carry end_position")
 
-    @_cached
+    @cached
     def idempotency_key(self) -> str:
         return idempotency_key(self.tenant, self.pipeline, self.db, self.table, self.tx_id, self.event_id)
 
-    @_cached
+    @cached
     def id(self) -> str:
         return event_uuid(self.idempotency_key)
 
@@ -326,30 +327,28 @@ class ChangeEvent:
             "ts_ms": self.ts_ms,
         }
 
-    def _orjson_safe(self) -> bool:
-        d = self.__dict__
-        safe = d.get("_floats_checked")
-        if safe is None:
-            safe = d["_floats_checked"] = (
-                orjson_formats_like_stdlib(self.before) and orjson_formats_like_stdlib(self.after)
+    @cached
+    def _floats_checked(self) -> bool:
+        """Whether orjson writes every float of the event as the stdlib does (``native`` may
+        have been told so by the source)."""
+        return (orjson_formats_like_stdlib(self.before) and orjson_formats_like_stdlib(self.after)
                 and orjson_formats_like_stdlib(self.key) and orjson_formats_like_stdlib(self.position))
-        return safe
 
-    @_cached
+    @cached
     def value(self) -> bytes:
         """The envelope as compact UTF-8 JSON, computed once and shared by every sink."""
         env = self.envelope()
-        if self._orjson_safe():
+        if self._floats_checked:
             try:
                 return orjson.dumps(env)
             except TypeError:  # > 64-bit integers, non-str keys, types neither library takes
                 pass
         return _stdlib_dumps(env, allow_nan=False)
 
-    @_cached
+    @cached
     def key_bytes(self) -> bytes:
         """The message key: the JSON of the primary key (same row → same partition)."""
-        return key_json_bytes(self.key, self._orjson_safe())
+        return key_json_bytes(self.key, self._floats_checked)
 
 
 # Headers of the two events of a primary-key change, as Debezium names them: the delete names
@@ -367,20 +366,18 @@ def split_key_change(update: ChangeEvent, old_key: dict[str, Any]) -> tuple[Chan
     ``data_collection_order`` of the create are one more: the caller counts two events) and
     its event id with ``:d`` / ``:c``, so both are replay-stable."""
     d = update.__dict__
+    floats = d.get("_floats_checked", False)
 
-    def event(op: str, before: Any, after: Any, key: Any, shift: int) -> ChangeEvent:
+    def event(op: str, before: Any, after: Any, key: Any, shift: int, headers: dict) -> ChangeEvent:
         return ChangeEvent.native(d["tenant"], d["pipeline"], d["connector"], d["db"], d["schema"],
                                   d["table"], op, before, after, key, d["tx_id"], f"{d['event_id']}:{op}",
                                   d["position"], d["ts_ms"], d["total_order"] + shift,
                                   d["data_collection_order"] + shift,
-                                  d["snapshot"], False, None, d.get("_floats_checked", False),
-                                  d.get("commit_us"))
+                                  d["snapshot"], False, None, floats, d.get("commit_us"), headers)
 
-    delete = event("d", update.before, None, old_key, 0)
-    create = event("c", None, update.after, update.key, 1)
-    delete.__dict__["headers"] = {NEW_KEY_HEADER: create.key_bytes}
-    create.__dict__["headers"] = {OLD_KEY_HEADER: delete.key_bytes}
-    return delete, create
+    new_key, old_key_bytes = key_json_bytes(update.key), key_json_bytes(old_key)
+    return (event("d", update.before, None, old_key, 0, {NEW_KEY_HEADER: new_key}),
+            event("c", None, update.after, update.key, 1, {OLD_KEY_HEADER: old_key_bytes}))
 
 
 CONTROL_TYPES = ("schema_change", "gap", "failover", "snapshot_started", "snapshot_completed")
@@ -418,6 +415,10 @@ class ControlMessage:
     def idempotency_key(self) -> str:
         return f"{self.tenant}|{self.pipeline}|__control|{self.type}|{self.event_id}"
 
+    def ending(self, end_position: Position) -> ControlMessage:
+        """This message as the last item of its transaction (:meth:`ChangeEvent.ending`)."""
+        return dataclasses.replace(self, tx_end=True, end_position=end_position)
+
     @property
     def table(self) -> str | None:
         return self.fields.get("table")
@@ -438,11 +439,11 @@ class ControlMessage:
         """What the store keeps to deliver it later (:meth:`from_json` reads it back)."""
         return {**self.to_json(), "event_id": self.event_id}
 
-    @_cached
+    @cached
     def value(self) -> bytes:
         return _stdlib_dumps(self.to_json(), sort_keys=False, allow_nan=False)
 
-    @_cached
+    @cached
     def key_bytes(self) -> bytes:
         return self.pipeline.encode("utf-8")
 

@@ -514,15 +514,14 @@ def filter_items(items: Iterable[Any], filters: ColumnFilters) -> Iterator[Any]:
 
 def _event(ev: Any, tr: RowTransform) -> Any:
     d = ev.__dict__
-    out = ChangeEvent.native(d["tenant"], d["pipeline"], d["connector"], d["db"], d["schema"], d["table"],
-                             d["op"], tr.row(d["before"]), tr.row(d["after"]), tr.key(d["key"]), d["tx_id"],
-                             d["event_id"], d["position"], d["ts_ms"], d["total_order"],
-                             d["data_collection_order"], d["snapshot"], d["tx_end"], d["end_position"],
-                             d.get("_floats_checked", False), d.get("commit_us"))
     headers = d.get("headers")
     if headers:  # the two events of a key change name each other's key: as it leaves, filtered
-        out.__dict__["headers"] = {h: key_json_bytes(tr.row(json.loads(v))) for h, v in headers.items()}
-    return out
+        headers = {h: key_json_bytes(tr.row(json.loads(v))) for h, v in headers.items()}
+    return ChangeEvent.native(d["tenant"], d["pipeline"], d["connector"], d["db"], d["schema"], d["table"],
+                              d["op"], tr.row(d["before"]), tr.row(d["after"]), tr.key(d["key"]), d["tx_id"],
+                              d["event_id"], d["position"], d["ts_ms"], d["total_order"],
+                              d["data_collection_order"], d["snapshot"], d["tx_end"], d["end_position"],
+                              d.get("_floats_checked", False), d.get("commit_us"), headers)
 
 
 def _schema_change(msg: Any, tr: RowTransform) -> Any:

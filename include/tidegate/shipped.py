@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from .events import ChangeEvent, ControlMessage, PositionMark, is_control
+from .events import ChangeEvent, ControlMessage, PositionMark, cached, filled, is_control
 from .native import rowcodec
 
 # What one event carries to the run's process, in this order (a "mark" row carries only
@@ -82,20 +82,9 @@ def unpack(message: tuple) -> list[ChangeEvent | ControlMessage | PositionMark]:
     return rowcodec.unpack_items(blob, metas, others, ShippedEvent, row_to_item)
 
 
-class _FromEnvelope:
+def _from_envelope(read: Callable[[dict], Any]) -> cached:
     """A field of a :class:`ShippedEvent` that did not travel: read from the envelope on first use."""
-
-    def __init__(self, read: Callable[[dict], Any]):
-        self.read = read
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        if obj is None:
-            return self
-        value = obj.__dict__[self.name] = self.read(obj._envelope())
-        return value
+    return cached(lambda ev: read(ev._env))
 
 
 class ShippedEvent(ChangeEvent):
@@ -103,34 +92,32 @@ class ShippedEvent(ChangeEvent):
     :data:`ROW_FIELDS` are set, ``value`` is the task's bytes, and every other field is parsed
     from ``value`` only when read (the sinks and the coordinator never read them)."""
 
-    tenant = _FromEnvelope(lambda env: env["idempotency_key"].partition("|")[0])
-    pipeline = _FromEnvelope(lambda env: env["source"]["pipeline"])
-    connector = _FromEnvelope(lambda env: env["source"]["connector"])
-    before = _FromEnvelope(lambda env: env["before"])
-    after = _FromEnvelope(lambda env: env["after"])
-    key = _FromEnvelope(lambda env: env["key"])
-    event_id = _FromEnvelope(lambda env: env["idempotency_key"].rsplit("|", 1)[1])
-    position = _FromEnvelope(lambda env: env["source"]["position"])
-    ts_ms = _FromEnvelope(lambda env: env["source"]["ts_ms"])
-    total_order = _FromEnvelope(lambda env: env["transaction"]["total_order"])
-    data_collection_order = _FromEnvelope(lambda env: env["transaction"]["data_collection_order"])
-    snapshot = _FromEnvelope(lambda env: env["source"]["snapshot"])
-    id = _FromEnvelope(lambda env: env["id"])
+    tenant = _from_envelope(lambda env: env["idempotency_key"].partition("|")[0])
+    pipeline = _from_envelope(lambda env: env["source"]["pipeline"])
+    connector = _from_envelope(lambda env: env["source"]["connector"])
+    before = _from_envelope(lambda env: env["before"])
+    after = _from_envelope(lambda env: env["after"])
+    key = _from_envelope(lambda env: env["key"])
+    event_id = _from_envelope(lambda env: env["idempotency_key"].rsplit("|", 1)[1])
+    position = _from_envelope(lambda env: env["source"]["position"])
+    ts_ms = _from_envelope(lambda env: env["source"]["ts_ms"])
+    total_order = _from_envelope(lambda env: env["transaction"]["total_order"])
+    data_collection_order = _from_envelope(lambda env: env["transaction"]["data_collection_order"])
+    snapshot = _from_envelope(lambda env: env["source"]["snapshot"])
+    id = _from_envelope(lambda env: env["id"])
 
     @classmethod
     def from_row(cls, row: tuple) -> ShippedEvent:
-        ev = object.__new__(cls)
         (_, value, key_bytes, ikey, op, db, schema, table, tx_id, tx_end, end_position, headers,
          commit_us) = row
-        ev.__dict__.update(value=value, key_bytes=key_bytes, idempotency_key=ikey, op=op, db=db,
-                           schema=schema, table=table, tx_id=tx_id, tx_end=tx_end,
-                           end_position=end_position, commit_us=commit_us)
+        fields = {"value": value, "key_bytes": key_bytes, "idempotency_key": ikey, "op": op, "db": db,
+                  "schema": schema, "table": table, "tx_id": tx_id, "tx_end": tx_end,
+                  "end_position": end_position, "commit_us": commit_us}
         if headers:
-            ev.__dict__["headers"] = headers
-        return ev
+            fields["headers"] = headers
+        return filled(cls, fields)
 
-    def _envelope(self) -> dict:
-        env = self.__dict__.get("_env")
-        if env is None:
-            env = self.__dict__["_env"] = orjson.loads(self.value)
-        return env
+    @cached
+    def _env(self) -> dict:
+        """The envelope, parsed once: only when a field that did not travel is read."""
+        return orjson.loads(self.value)

@@ -21,7 +21,7 @@ from tidegate.events import ChangeEvent, ControlMessage, PositionMark, split_key
 from tidegate.sources.base import SourceItem
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.sources.postgres.values import commit_time, complete_after, converter
-from tidegate.sources.postgres.wal2json import ReadHost, ended, old_key, peek_messages
+from tidegate.sources.postgres.wal2json import ReadHost, old_key, peek_messages
 
 
 def _row(cols: list[dict] | None) -> dict[str, Any] | None:
@@ -98,7 +98,7 @@ class ReferenceReader:
                     last_end = end
                     item, pending = pending, None
                     yield (ChangeEvent.build(**item, tx_end=True, end_position=end_pos) if type(item) is dict
-                           else ended(item, end_pos))
+                           else item.ending(end_pos))
                 continue
             schema, table = d.get("schema"), d.get("table")
             if host.tables and (schema, table) not in host.tables:

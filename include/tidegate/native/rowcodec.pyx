@@ -13,10 +13,14 @@ non-finite double, an update that changes the primary key, bytes that do not add
 up on the whole event (returns None): the caller then decodes that event with the Python
 path, which gives the values or the errors the contract names. ``tests/unit/test_rowcodec_native.py``
 compares the bytes of both paths.
+
+Every event built here is filled as ``events.filled`` fills one (its compiled twin): a new
+instance whose dict is set at once, never written again but for a memoized derived value.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.object cimport PyObject_GenericSetAttr
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, strlen
@@ -704,7 +708,7 @@ def encode_rows(NativePlan plan, bytes pkt, Py_ssize_t o, Py_ssize_t end, str op
             d["value"] = PyBytes_FromStringAndSize(val.p, val.n)
             d["key_bytes"] = PyBytes_FromStringAndSize(key.p, key.n)
             d["idempotency_key"] = PyUnicode_DecodeUTF8(ik.p, ik.n, "strict")
-            ev.__dict__.update(d)
+            PyObject_GenericSetAttr(ev, "__dict__", d)  # events.filled: d is this event's dict
             events.append(ev)
             row += 1
         if o != end:

@@ -140,8 +140,7 @@ def end_chunk(events: Iterable[ChangeEvent], end: SnapshotPosition, store: Check
     if held is None:
         yield PositionMark(end)
     else:
-        held._mark_tx_end(end)
-        yield held
+        yield held.ending(end)
 
 
 def read_chunk(spec: PipelineSpec, source: Source, rec: SnapshotRecord, chunk: int,

@@ -120,12 +120,11 @@ class BinlogPosition(LogPosition):
             raise ValueError(f"binlog file {self.file!r} is not of the form <basename>.<number>")
         if not isinstance(self.pos, int) or self.pos < 0:
             raise ValueError(f"binlog pos {self.pos!r} must be a non-negative integer")
-        # Positions are compared at every sub-batch and transaction: parse the file's number once.
-        object.__setattr__(self, "_seq", int(m.group("seq")))
 
-    @property
+    @functools.cached_property
     def file_seq(self) -> int:
-        return self._seq
+        # Positions are compared at every sub-batch and transaction: parse the file's number once.
+        return _seq(self.file)
 
     @property
     def basename(self) -> str:
@@ -139,7 +138,7 @@ class BinlogPosition(LogPosition):
         return (self.kind, self.server_id, self.server_uuid)
 
     def _key(self) -> tuple[int, int]:
-        return (self._seq, self.pos)
+        return (self.file_seq, self.pos)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):

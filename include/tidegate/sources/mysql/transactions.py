@@ -25,7 +25,6 @@ position carries the set a checkpoint needs.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -169,11 +168,7 @@ class TransactionAssembler:
         self.in_tx = False
         if self.pending is not None:  # a transaction with nothing to deliver yields nothing
             end = self.host.position(self.file, end_pos, self.gtids.current())
-            ev, self.pending = self.pending, None
-            if type(ev) is ControlMessage:  # frozen and not serialized yet: a marked copy
-                ev = dataclasses.replace(ev, tx_end=True, end_position=end)
-            else:
-                ev._mark_tx_end(end)
+            ev, self.pending = self.pending.ending(end), None
             self.last_end = end
             yield ev
 

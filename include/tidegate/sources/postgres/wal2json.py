@@ -27,7 +27,6 @@ item byte for byte.
 
 from __future__ import annotations
 
-import dataclasses
 import select
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -80,14 +79,6 @@ def old_key(before: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | Non
         return None
     old = {c: before[c] for c in key}
     return old if old != key else None
-
-
-def ended(item: ChangeEvent | ControlMessage, end: PgPosition) -> ChangeEvent | ControlMessage:
-    """``item`` as the last item of its transaction, which ends at ``end``."""
-    if type(item) is ControlMessage:  # frozen and not serialized yet: a marked copy
-        return dataclasses.replace(item, tx_end=True, end_position=end)
-    item._mark_tx_end(end)
-    return item
 
 
 # ---------------------------------------------------------------------- transports
@@ -445,7 +436,7 @@ class Wal2JsonDecoder:
             if a == "C":
                 if pending is not None:  # an empty transaction yields nothing
                     last_end = end
-                    ev, pending = ended(pending, PgPosition(end, sysid, tl)), None
+                    ev, pending = pending.ending(PgPosition(end, sysid, tl)), None
                     yield ev
                 continue
             schema, table = m.schema, m.table
