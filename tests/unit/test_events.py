@@ -1,5 +1,6 @@
 """Two builds of the same input give byte-identical events, keys and ids (replays dedup)."""
 
+import dataclasses
 import datetime as dt
 import decimal
 import hashlib
@@ -99,3 +100,23 @@ def test_a_primary_key_change_splits_into_a_delete_and_a_create_that_travel_with
     shipped = [row_to_item(item_to_row(e)) for e in (gone, made, update)]
     assert [e.headers for e in shipped] == [gone.headers, made.headers, None]
     assert [e.value for e in shipped] == [gone.value, made.value, update.value]
+
+
+def test_the_last_row_of_a_transaction_is_a_marked_copy_and_the_held_event_is_never_written():
+    """A source holds one event back until it knows the transaction's end: ending() gives a copy
+    marked as the last row, with the bytes already written; the event it was made from, which a
+    reader may hold too, stays as it was. Shipped events end the same way."""
+    first = build_events()[0]
+    value, key, ident = first.value, first.key_bytes, first.id  # derived before the end is known
+    before = dict(first.__dict__)
+    end = BinlogPosition("mysql-bin.000001", 999)
+    last = first.ending(end)
+    assert first.__dict__ == before and (first.tx_end, first.end_position) == (False, None)
+    assert (last.tx_end, last.end_position) == (True, end)
+    assert (last.value, last.key_bytes, last.id) == (value, key, ident)
+    assert last == dataclasses.replace(first, tx_end=True, end_position=end)
+    shipped = row_to_item(item_to_row(first))
+    shipped_last = shipped.ending(end)
+    assert (shipped.tx_end, shipped_last.tx_end, shipped_last.end_position) == (False, True, end)
+    assert type(shipped_last) is type(shipped) and shipped_last.value == value
+    assert shipped_last.after == first.after  # a field that did not travel: still read from the bytes

@@ -351,13 +351,12 @@ class BinlogDecoder:
                         False, False, None, checked)
             if op == "u" and key is not None:
                 old = {pk0: before[pk0]} if pk0 is not None else {c: before[c] for c in pk}
-                if old != key:  # the primary key changed: a delete, then a create
-                    gone, ev = split_key_change(ev, old)
-                    total += 1
-                    n += 1
+                if old != key:  # the primary key changed: a delete (held), then a create
                     if pending is not None:
                         yield pending
-                    pending = gone
+                    pending, ev = split_key_change(ev, old)
+                    total += 1
+                    n += 1
             if pending is not None:
                 yield pending
             pending = ev

@@ -494,11 +494,10 @@ class Wal2JsonDecoder:
                         tx_id, f"{lsn}:{n}", {"lsn": lsn, "commit_lsn": commit, "xid": xid}, ts_ms,
                         total, k, False, False, None, not flag[0], ts_us)
             if op == "u" and key is not None and before and (old := old_key(before, key)) is not None:
-                gone, ev = split_key_change(ev, old)  # the primary key changed: delete, then create
-                counts.extra(tkey)
                 if pending is not None:
                     yield pending
-                pending = gone
+                pending, ev = split_key_change(ev, old)  # the key changed: a delete (held), a create
+                counts.extra(tkey)
             if pending is not None:
                 yield pending
             pending = ev
