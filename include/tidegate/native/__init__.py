@@ -24,7 +24,7 @@ def _load() -> ModuleType | None:
     if os.environ.get(NATIVE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
-        from . import rowcodec as module
+        from . import rowcodec as module  # optional: not built, the pure-Python path runs
     except ImportError:
         module = _from_zip("rowcodec")
         if module is not None:
@@ -45,6 +45,7 @@ def _from_zip(name: str) -> ModuleType | None:
     cannot import an extension from a zip, so it is written to a folder named for its content,
     once per machine, and loaded from there. None when the zip has none for this interpreter, or
     it does not load here (another platform)."""
+    # only a Spark task loading the module from a zip needs these
     import importlib.machinery
     import importlib.util
     import tempfile

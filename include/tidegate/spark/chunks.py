@@ -90,7 +90,7 @@ def arrow_batches(events: Iterable[ChangeEvent], rows: int = BATCH_ROWS, header:
 
 def pack_batches(shipped: Iterable[tuple], rows: int = BATCH_ROWS) -> Iterator[Any]:
     """Shipped rows as Arrow record batches of :data:`ROW_SCHEMA`, ``rows`` to a Spark row."""
-    import pyarrow as pa
+    import pyarrow as pa  # in the Spark task that packs; a driver importing this module needs none
 
     schema = pa.schema([("batch", pa.binary())])
     batch: list[tuple] = []

@@ -65,6 +65,8 @@ def spec_connect_url(spec: Any, connection: Callable[[str], Any]) -> str | None:
 
 def _deliver_as_client(session: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
     """The run in this process; Spark tasks read its parallel parts."""
+    # The CLI imports this module at every start; the Spark reader's modules load for a Connect
+    # run only (about 20 ms of every `tidegate run` otherwise).
     from ..runner import run_pipeline
     from .job import SparkReader
 
@@ -81,6 +83,7 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     which may hold a token: it is never logged) and delivered by one Spark task or by this
     process (delivery.py says which); returns the run report, with ``connect_timings`` (seconds:
     opening the session, shipping the package, the run)."""
+    # as above: loaded for a Connect run only
     from ..store import default_url
     from .delivery import deliver_on_executor, on_executor
 

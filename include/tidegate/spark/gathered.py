@@ -111,7 +111,7 @@ def _packed(items: Iterable[Any], count: list[int]) -> Iterator[tuple]:
 
 def _part_batches(index: int, messages: Iterable[tuple]) -> Iterator[Any]:
     """One Arrow batch per message: (part, seq, the pickled message)."""
-    import pyarrow as pa
+    import pyarrow as pa  # in the Spark task that packs; a driver importing this module needs none
 
     for seq, message in enumerate(messages):
         yield pa.RecordBatch.from_arrays(

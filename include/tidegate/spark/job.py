@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..reader_process import ReaderProcess
 from ..reading import SegmentRead, snapshot_record
+from ..runner import run_pipeline
 from ..segments import Chunk, Slice, SnapshotEnd, log_runs
 from ..store import default_url
 from .chunks import read_chunks
@@ -111,7 +112,6 @@ def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
 
 def deliver_here(spark: Any, run: RunContext) -> dict[str, Any]:
     """The run delivered by this driver, its segments read by Spark tasks."""
-    from ..runner import run_pipeline
     reader = SparkReader(spark, run.parts.connection(run.spec.source.conn_id), default_url())
     # What the run costs the driver's side, its start-up left out (benchmarks/cluster.py): with
     # executors on cores of their own, the driver's delivery is what bounds a run.

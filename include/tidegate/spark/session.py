@@ -66,7 +66,7 @@ class LazySession:
         return self._open(app_name)
 
     def _open(self, app_name: str, session_id: str | None = None) -> Any:
-        from pyspark.sql import SparkSession
+        from pyspark.sql import SparkSession  # pyspark loads when a session opens, not at CLI start
 
         url = f"{self.url};session_id={session_id}" if session_id else self.url
         spark = SparkSession.builder.remote(url).appName(app_name).create()

@@ -22,6 +22,7 @@ def register_task_source(spark: Any, payload: Any, task: Callable[[Any, int], It
     data frame read with the ``index`` option has that one partition (Spark Connect: a frame per
     index); without it, partitions 0 to ``count - 1`` (an RDD's partitions, run in a window).
     ``payload`` and ``task`` reach the executors inside the pickled class; returns the name."""
+    # pyspark's data source API: loaded by a run that reads through Spark, never by one that does not
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     name = f"tidegate_{uuid.uuid4().hex[:12]}"

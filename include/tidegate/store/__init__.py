@@ -41,11 +41,11 @@ def open_store(url: str | None = None) -> CheckpointStore:
 
 def _backend(url: str) -> CheckpointStore:
     if url.startswith("sqlite:///"):
-        from .sqlite import SqliteStore
+        from .sqlite import SqliteStore  # the backend the URL names, and only it
 
         return SqliteStore(url[len("sqlite:///"):])
     if url.startswith(("postgresql://", "postgres://")) or "dbname=" in url:
-        from .postgres import PostgresStore
+        from .postgres import PostgresStore  # the backend the URL names, and only it
 
         return PostgresStore(url)
     scheme = url.split("://", 1)[0] if "://" in url else "(none)"

@@ -73,7 +73,7 @@ class PostgresStore(CheckpointStore):
 
     @contextlib.contextmanager
     def _transaction(self, write: bool) -> Iterator[Any]:
-        import psycopg2
+        import psycopg2  # a SQLite store's process never loads libpq
 
         if self._conn.closed:  # the server went away since the last call: reconnect once
             self._conn = self._connect()

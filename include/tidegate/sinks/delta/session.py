@@ -8,6 +8,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
 from ...errors import NonRetryableSinkError
 from . import jars
 
@@ -37,9 +40,6 @@ def open_session(remote: Any, name: str, app_name: str, where: str) -> tuple[Any
 
 
 def _classic_session(app_name: str) -> Any:
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
     with _SESSION_LOCK:
         if SparkContext._active_spark_context is None:
             b = SparkSession.builder.master("local[2]").appName(app_name)

@@ -61,6 +61,9 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+import pyarrow as pa
+from pyspark.sql import functions as F
+
 from ...batching import SubBatch
 from ...connections import Connection
 from ...errors import ErrorClass, SinkError
@@ -259,8 +262,6 @@ class DeltaSink(Sink):
     def _write_record(self, record: SinkCheckpoint | None, extends: int | None, txn: int,
                       user_meta: str) -> None:
         """One row of the checkpoint table (the record, or None for a claim with none to carry)."""
-        import pyarrow as pa
-
         t = pa.table({"record": pa.array([record.dumps() if record else None], pa.string()),
                       "extends": pa.array([extends], pa.int64())})
         self.tables.write_rows(self.checkpoint_path, t, txn, user_meta)
@@ -277,8 +278,6 @@ class DeltaSink(Sink):
             self._just_read = False
             return self._committed
         try:
-            from pyspark.sql import functions as F
-
             if not self.tables.exists(self.checkpoint_path):
                 return None
             row = (self.tables.spark.read.format("delta").load(self.checkpoint_path)

@@ -8,6 +8,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pyarrow as pa
+from pyspark.errors import AnalysisException
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
 from ...errors import NonRetryableSinkError
 from . import ledger
 
@@ -64,8 +69,6 @@ class Tables:
     def schema(self, path: str) -> Any:
         """The schema of the Delta table at ``path``, None when there is none. Asked through a read,
         which works over Spark Connect (delta's DeltaTable API needs a classic session)."""
-        from pyspark.errors import AnalysisException
-
         try:
             return self.spark.read.format("delta").load(path).schema
         except AnalysisException as exc:
@@ -79,8 +82,6 @@ class Tables:
     def history(self, path: str, limit: int | None = 50) -> list[str | None]:
         """The userMetadata of the table's newest commits, newest first ([] when there is no table).
         The newest ``limit`` first; the whole history only when none of them is this sink's."""
-        from pyspark.errors import AnalysisException
-
         stmt = f"DESCRIBE HISTORY delta.{quote(path)}" + (f" LIMIT {limit}" if limit else "")
         try:
             rows = self.spark.sql(stmt).select("version", "userMetadata").collect()
@@ -116,9 +117,6 @@ class Tables:
 
     def _frame(self, path: str, evs: list[tuple[int, Any]]) -> tuple[Any, dict[str, dict[str, str | None]]]:
         """The events as a DataFrame parsed by Spark: ``seq`` and the envelope ``e`` (typed)."""
-        import pyarrow as pa
-        from pyspark.sql import functions as F
-
         types = self._known_types(path, evs[0][1].key)
         row_t, key_t = types["row"], types["key"]
         for _, ev in evs:
@@ -141,8 +139,6 @@ class Tables:
 
     def append(self, path: str, evs: list[tuple[int, Any]], txn: int, user_meta: str) -> None:
         """Every envelope as a row of the changelog table (partitioned by the commit's date)."""
-        from pyspark.sql import functions as F
-
         df, _ = self._frame(path, evs)
         key_json = F.get_json_object("raw", "$.key")
         out = df.select(
@@ -159,9 +155,6 @@ class Tables:
     def merge(self, path: str, evs: list[tuple[int, Any]], txn: int, user_meta: str, *, reset: bool) -> None:
         """One ``MERGE`` (Spark SQL, so the same over Spark Connect) of the last change per key;
         ``reset``: rows the changes do not name are deleted (a snapshot starts the table afresh)."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
         table = f"delta.{quote(path)}"
         if not evs:  # only a snapshot's start: empty the table (none yet: nothing to empty)
             if self.exists(path):

@@ -82,7 +82,7 @@ def __getattr__(name: str):
     # package, e.g. benchmark harnesses), without importing the decoder when the package is
     # imported for its KIND alone.
     if name == "MySqlSource":
-        from .source import MySqlSource
+        from .source import MySqlSource  # on demand: the KIND alone loads no decoder
 
         return MySqlSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

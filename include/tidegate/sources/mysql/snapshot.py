@@ -216,7 +216,7 @@ class MySqlCatalog:
         debezium``. MariaDB stores JSON as LONGTEXT with a ``json_valid`` check; such a column is
         reported as ``json``, as Debezium's DDL parser reads it. The connector is ``mariadb`` when
         the server says so."""
-        from ...debezium.envelope import SourceInfo, TableInfo
+        from ...debezium.envelope import SourceInfo, TableInfo  # loaded for envelope: debezium alone
 
         conn = self.snapshot_connection()
         try:

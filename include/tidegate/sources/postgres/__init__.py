@@ -84,7 +84,7 @@ def __getattr__(name: str):
     # package, e.g. benchmark harnesses), without importing the decoder when the package is
     # imported for its KIND alone.
     if name == "PostgresSource":
-        from .source import PostgresSource
+        from .source import PostgresSource  # on demand: the KIND alone loads no decoder
 
         return PostgresSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -92,7 +92,7 @@ class PostgresCatalog:
         """Every table's column types (``format_type``; a domain's is its base type's, which is
         how Debezium types a domain column) and nullability, and the database's name (Debezium's
         ``source.db``), for ``envelope: debezium``."""
-        from ...debezium.envelope import SourceInfo, TableInfo
+        from ...debezium.envelope import SourceInfo, TableInfo  # loaded for envelope: debezium alone
 
         conn = self.snapshot_connection()
         try:
