@@ -55,6 +55,7 @@ from tests.integration.airflow_support import (
     spark_connect_server,  # noqa: F401 - the spark_connect fixture
     task_ended,
 )
+from tests.integration.semisync import SemiSync
 from tests.integration.sink_readers import is_marker, kafka_changes, redis_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -381,6 +382,7 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
             return list(c.fetchall())
 
     sql = on(admin)
+    semisync = SemiSync(mysql.mysql_kwargs()["port"], sql)
     sql(f"CREATE DATABASE {db}")
     sql(f"CREATE TABLE {db}.orders (id INT PRIMARY KEY, status VARCHAR(20), qty INT)")
     sql(f"CREATE TABLE {db}.lines (order_id INT, line INT, sku VARCHAR(20), qty INT, "
@@ -402,10 +404,7 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         # it, so it arrives in every sink from the log. (It is released once the snapshot is
         # planned: while one commit waits for its ack, a second one queued behind it makes SHOW
         # MASTER STATUS wait too, and every head read with it.)
-        for setting in ("rpl_semi_sync_master_wait_point = 'AFTER_SYNC'",
-                        "rpl_semi_sync_master_timeout = 300000", "rpl_semi_sync_master_wait_no_slave = ON",
-                        "rpl_semi_sync_master_enabled = ON"):
-            sql(f"SET GLOBAL {setting}")
+        semisync.on()
         head = query("SHOW MASTER STATUS")[0][:2]
         update = f"UPDATE {db}.orders SET qty = qty + 100, status = 'semisync' WHERE id = {SEMISYNC_ORDER}"
         waiting = threading.Thread(target=on(waiter_conn), args=(update,), daemon=True)
@@ -418,7 +417,7 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
         writer.ops[("orders", SEMISYNC_ORDER)].append("u")
 
         def release_then_write() -> None:
-            sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+            semisync.off()
             waiting.join(10)
             writer.start()
 
@@ -482,11 +481,11 @@ def test_mariadb_snapshot_killed_resumed_streamed_then_resnapshot_after_a_purge(
                              capture_output=True, text=True, check=True).stdout
         status = json.loads(out)["pipelines"][0]
         assert status["halted"] is False
-        add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, on(waiter_conn),
+        add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, semisync, query, on(waiter_conn),
                                          on(writer_conn), store, kafka_bootstrap, nats_service.cdc,
                                          redis_service.cdc)
     finally:
-        sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+        semisync.off()
         writer.stop.set()
         store.close()
         sql(f"DROP DATABASE IF EXISTS {db}")
@@ -501,7 +500,7 @@ def tidegate_run(env: dict, pipeline: str, run_id: str) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, waiter, writer_sql, store,
+def add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, semisync, query, waiter, writer_sql, store,
                                      bootstrap, nats_conn, redis_conn) -> None:
     """A table added to the running MariaDB pipeline, with an UPDATE of one of its rows in the
     binlog but still waiting for its semi-sync ack when a run moves every checkpoint past it (the
@@ -511,7 +510,7 @@ def add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, waiter
     sql(f"CREATE TABLE {db}.extra (id INT PRIMARY KEY, status VARCHAR(20), qty INT)")
     sql(f"INSERT INTO {db}.extra SELECT seq, 'new', 0 FROM {db}.seq_1_to_{EXTRA}")
     tidegate_run(env, pipeline, "more_3")  # the checkpoints pass the fill: extra is not captured
-    sql("SET GLOBAL rpl_semi_sync_master_enabled = ON")
+    semisync.on()
     head = query("SHOW MASTER STATUS")[0][:2]
     update = f"UPDATE {db}.extra SET qty = qty + 100, status = 'semisync' WHERE id = 5"
     waiting = threading.Thread(target=waiter, args=(update,), daemon=True)
@@ -532,7 +531,7 @@ def add_a_table_while_a_commit_waits(env, base, pipeline, db, sql, query, waiter
     hot = HotWriter(writer_sql, [(f"{db}.extra", range(1, 301)), (f"{db}.orders", range(1, 401))])
 
     def release_then_write() -> None:
-        sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+        semisync.off()
         waiting.join(10)
         hot.start()
 

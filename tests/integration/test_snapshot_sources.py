@@ -24,6 +24,7 @@ from tidegate.spec import PipelineSpec, SourceSpec
 
 from tests.integration import test_source_mysql as mysql_types
 from tests.integration import test_source_postgres as pg_types
+from tests.integration.semisync import SemiSync
 
 pytestmark = pytest.mark.integration
 
@@ -319,11 +320,9 @@ def test_mariadb_semisync_commit_waiting_for_its_ack_is_after_the_handoff(my, my
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     waiter = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     a = admin.cursor().execute
+    semisync = SemiSync(mysql.mysql_kwargs()["port"], a)
     try:
-        a("SET GLOBAL rpl_semi_sync_master_wait_point = 'AFTER_SYNC'")
-        a("SET GLOBAL rpl_semi_sync_master_timeout = 600000")
-        a("SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON")
-        a("SET GLOBAL rpl_semi_sync_master_enabled = ON")
+        semisync.on()
         t = threading.Thread(target=lambda: waiter.cursor().execute(f"UPDATE {db}.t SET v = 1 WHERE id = 1"))
         t.start()
         deadline = time.monotonic() + 10
@@ -339,7 +338,7 @@ def test_mariadb_semisync_commit_waiting_for_its_ack_is_after_the_handoff(my, my
         assert [(e.key, e.after["v"]) for e in changes] == [({"id": 1}, 1)]
         assert t.is_alive()
     finally:
-        a("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+        semisync.off()
         t.join(10)
         admin.close()
         waiter.close()
