@@ -387,15 +387,23 @@ class Coordinator:
     def _commit(self, batch: SubBatch, acked: set[str]) -> None:
         """Advance, in one store transaction, the checkpoints of the sinks that have the batch
         and whose stored checkpoint is behind its end (never backwards)."""
-        end = batch.end_position
         moves = {}
         for sid in sorted(acked):
             rep = self.report.sinks[sid]
+            end = self._reached(sid, batch)
             rep.end = later(rep.end, end)
             # An owed control message was delivered: a new version settles it, even in place.
             if rep.checkpoint is None or end > rep.checkpoint or sid in self._owed:
                 moves[sid] = later(rep.checkpoint, end)
         self._write(moves)
+
+    def _reached(self, sink_id: str, batch: SubBatch) -> Position:
+        """Where a sink that has ``batch`` stands: its end, or, in a replay, no further than the
+        end of the sink's range (the part of the batch past it was not given to that sink: a
+        sink whose past run stopped short, an optional sink that failed, must not be moved over
+        changes it never got)."""
+        end, limit = batch.end_position, self._ends.get(sink_id)
+        return end if limit is None or end <= limit else limit
 
     def _write(self, sink_positions: Mapping[str, Position], kind: str = "write") -> None:
         if not sink_positions:

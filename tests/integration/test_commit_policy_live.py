@@ -79,3 +79,88 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
                         password=redis_service.cdc.password)
         r.delete(f"{pipeline}:t")
         r.close()
+
+
+def test_a_cleared_run_whose_optional_redis_failed_half_way_leaves_it_where_it_stopped(
+        mysql, kafka_bootstrap, kafka, redis_service, tmp_path):
+    """The optional Redis sink loses its right to XADD half way through a run (its ACL user is
+    changed on the real server: every later XADD gets NOPERM); the run ends with Kafka at the
+    head and Redis behind. Cleared, the run is replayed: Kafka gets its range again, Redis the
+    shorter range it had, and the replay leaves Redis's checkpoint there, though it reads on for
+    Kafka. The next run gives Redis every change it missed (before the fix, the replay moved Redis
+    over them for good)."""
+    import threading
+    import time
+
+    tag = uuid.uuid4().hex[:6]
+    db, pipeline, user, password = f"cr_{tag}", f"cr_{tag}", f"tg_{tag}", uuid.uuid4().hex
+    stream = f"{pipeline}:t"
+    admin_redis = redis.Redis(host="127.0.0.1", port=redis_service.port, username=redis_service.cdc.login,
+                              password=redis_service.cdc.password)
+    admin_redis.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all")
+    path = tmp_path / "p.yaml"
+    path.write_text(textwrap.dedent(f"""
+        pipeline: {pipeline}
+        source: {{kind: mysql, conn_id: src, tables: [{db}.t], server_id: 48311, start: head}}
+        batch: {{max_events: 50}}
+        sinks:
+          - {{id: events, kind: kafka, conn_id: kafka, topic: "{{pipeline}}.{{table}}", exactly_once: true}}
+          - {{id: cache, kind: redis, conn_id: redis, stream: "{{pipeline}}:{{table}}", required: false}}
+    """))
+    spec = load_spec(str(path))
+    conns = {"src": mysql.cdc, "kafka": kafka.cdc,
+             "redis": dataclasses.replace(redis_service.cdc, login=user, password=password)}
+    parts = Parts(conns.__getitem__)
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    try:
+        with admin.cursor() as c:
+            c.execute(f"CREATE DATABASE {db}")
+            c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+        runner.prepare_bounds(RunContext(spec, parts=parts, store=store))  # place at head
+        with admin.cursor() as c:
+            for i in range(0, 4000, 10):  # 400 transactions of 10 rows: 80 sub-batches
+                c.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({i + k})" for k in range(10)))
+
+        reports = []
+        run = threading.Thread(target=lambda: reports.append(runner.run_pipeline(
+            RunContext(spec, run_id="r1", parts=parts, store=store))))
+        run.start()
+        while admin_redis.exists(stream) == 0 or admin_redis.xlen(stream) < 50:
+            assert run.is_alive(), "the run ended before Redis had its first sub-batch"
+            time.sleep(0.001)
+        admin_redis.execute_command("ACL", "SETUSER", user, "-xadd")  # from now on: NOPERM
+        run.join(120)
+        sinks = {s["id"]: s for s in reports[0]["sinks"]}
+        assert sinks["events"]["status"] == "ok" and sinks["events"]["events"] == 4000
+        got = sinks["cache"]["events"]
+        assert sinks["cache"]["status"] == "failed" and 0 < got < 4000, sinks["cache"]
+        stopped = store.checkpoints.current(pipeline)["cache"].position
+        head = store.checkpoints.current(pipeline)["events"].position
+        assert stopped < head
+        admin_redis.execute_command("ACL", "SETUSER", user, "+xadd")
+
+        replay = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))  # cleared
+        sinks = {s["id"]: s for s in replay["sinks"]}
+        assert (sinks["events"]["events"], sinks["cache"]["events"]) == (4000, got)
+        assert store.checkpoints.current(pipeline)["cache"].position == stopped  # not moved over the rest
+
+        with admin.cursor() as c:
+            c.execute(f"INSERT INTO {db}.t VALUES (4000)")
+        r2 = runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+        sinks = {s["id"]: s for s in r2["sinks"]}
+        assert (sinks["events"]["events"], sinks["cache"]["events"]) == (1, 4000 - got + 1)
+        ckpt = store.checkpoints.current(pipeline)
+        assert ckpt["events"].position == ckpt["cache"].position
+
+        kafka_keys = [ch["idempotency_key"] for ch in kafka_changes(kafka_bootstrap, f"{pipeline}.t")]
+        assert len(set(kafka_keys)) == 4001
+        assert set(redis_ids(redis_service.cdc, stream)) == set(kafka_keys)  # every change, in both
+    finally:
+        with admin.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS {db}")
+        admin.close()
+        store.close()
+        admin_redis.delete(stream)
+        admin_redis.execute_command("ACL", "DELUSER", user)
+        admin_redis.close()
