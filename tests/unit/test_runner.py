@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import pytest
 from _tidegate_fakes import FakeSink, QuietSource, pos, stream, wire_fakes
 from tidegate import runner
@@ -9,6 +12,7 @@ from tidegate.events import PositionMark
 from tidegate.plan import RunPlan
 from tidegate.run import RunContext
 from tidegate.sink_checkpoints import SinkCheckpoint
+from tidegate.spec import load_spec
 
 
 class FakeSource(QuietSource):
@@ -73,7 +77,6 @@ def test_runs_deliver_each_change_once_and_a_caught_up_pipeline_has_nothing_to_d
 
 def test_start_head_places_new_sinks_at_the_head(env, tmp_path):
     spec, source, sinks, store, parts = env
-    import dataclasses
 
     spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
     report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
@@ -147,7 +150,6 @@ def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
 
 
 def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
-    import dataclasses
 
     spec, source, sinks, store, parts = env
     spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
@@ -249,7 +251,7 @@ class KeepingSink(FakeSink):
         return end
 
 
-def _attempt(path: str, rid: str, env, *, retry: bool = False) -> None:
+def _attempt(path: str, rid: str, env, *, retry: bool = False, plan: RunPlan | None = None) -> None:
     """One attempt of run ``rid`` as a DAG of that shape makes it: a bounds task records the
     bounds (a retried deliver task reuses them); a deliver task alone records the spec and the
     plan once, its driver decides the bounds on every attempt; a direct call does the same
@@ -257,7 +259,7 @@ def _attempt(path: str, rid: str, env, *, retry: bool = False) -> None:
     from tidegate.run import from_record, read_record
 
     spec, _source, _sinks, store, parts = env
-    run = RunContext(spec, run_id=rid, parts=parts, store=store)
+    run = RunContext(spec, plan or RunPlan(), run_id=rid, parts=parts, store=store)
     if path == "direct":
         runner.run_pipeline(run)
         return
@@ -277,7 +279,6 @@ def test_generated_schedules_deliver_every_change_once_and_a_cleared_run_replays
     finished runs, against the source's own log: per sink, the runs that are not replays deliver
     every change exactly once, in log order, and a cleared run re-delivers exactly what it
     delivered to each sink, nothing of what came since."""
-    import random
 
     from tidegate.errors import TidegateError
 
@@ -320,6 +321,75 @@ def test_generated_schedules_deliver_every_change_once_and_a_cleared_run_replays
             if rnd.random() < 0.7:
                 source.sizes.append(rnd.randint(1, 4))  # written between the failure and the retry
         _attempt(path, rid, env, retry=op == "fail")
+        finished[rid] = path
+        for sid, s in sinks.items():
+            mine[sid] += s.delivered[before[sid]:]
+    before = {sid: len(s.delivered) for sid, s in sinks.items()}
+    _attempt("direct", "catch-up", env)
+    log_keys = [e.idempotency_key for e in stream(source.sizes) if not isinstance(e, PositionMark)]
+    for sid, s in sinks.items():
+        fresh = [key for by_sink in delivered_by.values() for key in by_sink[sid]]
+        assert fresh + s.delivered[before[sid]:] == log_keys, (seed, sid)
+
+
+# Seeds 0-12, 17, 27, 63: of 300, those that found the replay gap fixed in c5036a3
+# when that fix is taken out (3,000 seeds pass with it).
+@pytest.mark.parametrize("seed", [*range(13), 17, 27, 63])
+def test_generated_schedules_with_explicit_replays_and_sinks_down_for_a_whole_run(env, seed, tmp_path):
+    """A wider generator than the one above: three sinks (one required, two optional), sinks
+    that fail for a whole run or half way, explicit replays of a finished run to a random subset
+    of the sinks (``mode: replay``), clears, writes between a failure and the retry. Per sink,
+    the runs that are not replays deliver every change once, in log order; a replay gives each
+    chosen sink exactly what the replayed run delivered to it and the others nothing."""
+    from tidegate.errors import TidegateError
+
+    rnd = random.Random(seed)
+    spec, source, sinks, store, parts = env
+    sinks.update(a=KeepingSink("a"), b=KeepingSink("b", required=False), c=KeepingSink("c", required=False))
+    three = tmp_path / "three.yaml"  # the spec's text is what a run record carries: a file of its own
+    three.write_text(spec.text + '  - {id: c, kind: redis, conn_id: r, stream: "{pipeline}:{table}", '
+                     'required: false}\n')
+    spec = load_spec(str(three))
+    env = (spec, source, sinks, store, parts)
+    delivered_by: dict[str, dict[str, list[str]]] = {}
+    finished: dict[str, str] = {}
+    for step in range(rnd.randint(8, 20)):
+        before = {sid: len(s.delivered) for sid, s in sinks.items()}
+        op = rnd.choice(["write", "write", "run", "fail", "down", "clear", "replay"])
+        if op == "write" or not source.sizes:
+            source.sizes.append(rnd.randint(1, 4))
+            continue
+        if op in ("clear", "replay") and finished:
+            rid = rnd.choice(sorted(finished))
+            chosen = sorted(rnd.sample(sorted(sinks), rnd.randint(1, 3))) if op == "replay" else sorted(sinks)
+            plan = RunPlan(mode="replay", replay_of=rid, sinks=chosen) if op == "replay" else None
+            _attempt(rnd.choice(PATHS) if op == "replay" else finished[rid],
+                     f"m{step}" if op == "replay" else rid, env, plan=plan)
+            for sid, s in sinks.items():
+                want = delivered_by[rid][sid] if sid in chosen else []
+                assert s.delivered[before[sid]:] == want, (seed, step, op, rid, sid)
+            continue
+        rid, path = f"r{step}", rnd.choice(PATHS)
+        mine = delivered_by[rid] = {sid: [] for sid in sinks}
+        if op in ("fail", "down"):
+            sink = sinks[rnd.choice(sorted(sinks))]
+            sink.fail_from_call = sink.calls + 1 + (0 if op == "down" else rnd.randint(0, 2))
+            sink.fail_times = 1_000 if op == "down" else 1
+            failed = False
+            try:
+                _attempt(path, rid, env)
+            except TidegateError:
+                failed = True  # the required sink failed: the run fails, Airflow retries it
+            sink.fail_from_call = sink.fail_times = None
+            for sid, s in sinks.items():
+                mine[sid] += s.delivered[before[sid]:]
+                before[sid] = len(s.delivered)
+            if not failed:
+                finished[rid] = path
+                continue
+            if rnd.random() < 0.7:
+                source.sizes.append(rnd.randint(1, 4))
+        _attempt(path, rid, env, retry=op in ("fail", "down"))
         finished[rid] = path
         for sid, s in sinks.items():
             mine[sid] += s.delivered[before[sid]:]
