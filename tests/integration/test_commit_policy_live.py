@@ -21,20 +21,26 @@ from tests.integration.sink_readers import kafka_changes, redis_ids
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 
-def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kafka_bootstrap, kafka,
-                                                                        redis_service, tmp_path):
-    tag = uuid.uuid4().hex[:6]
-    db, pipeline = f"cp_{tag}", f"cp_{tag}"
+def _kafka_and_optional_redis(tmp_path, pipeline: str, db: str, *, server_id: int, max_events: int):
+    """A pipeline of ``{db}.t`` to a required Kafka topic (exactly once) and an optional Redis
+    stream, from the head."""
     path = tmp_path / "p.yaml"
     path.write_text(textwrap.dedent(f"""
         pipeline: {pipeline}
-        source: {{kind: mysql, conn_id: src, tables: [{db}.t], server_id: 48310, start: head}}
-        batch: {{max_events: 2}}
+        source: {{kind: mysql, conn_id: src, tables: [{db}.t], server_id: {server_id}, start: head}}
+        batch: {{max_events: {max_events}}}
         sinks:
           - {{id: events, kind: kafka, conn_id: kafka, topic: "{{pipeline}}.{{table}}", exactly_once: true}}
           - {{id: cache, kind: redis, conn_id: redis, stream: "{{pipeline}}:{{table}}", required: false}}
     """))
-    spec = load_spec(str(path))
+    return load_spec(str(path))
+
+
+def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kafka_bootstrap, kafka,
+                                                                        redis_service, tmp_path):
+    tag = uuid.uuid4().hex[:6]
+    db, pipeline = f"cp_{tag}", f"cp_{tag}"
+    spec = _kafka_and_optional_redis(tmp_path, pipeline, db, server_id=48310, max_events=2)
     dead_redis = dataclasses.replace(redis_service.cdc, port=1)  # nothing listens there
     conns = {"src": mysql.cdc, "kafka": kafka.cdc, "redis": redis_service.cdc}
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
@@ -98,16 +104,7 @@ def test_a_cleared_run_whose_optional_redis_failed_half_way_leaves_it_where_it_s
     admin_redis = redis.Redis(host="127.0.0.1", port=redis_service.port, username=redis_service.cdc.login,
                               password=redis_service.cdc.password)
     admin_redis.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all")
-    path = tmp_path / "p.yaml"
-    path.write_text(textwrap.dedent(f"""
-        pipeline: {pipeline}
-        source: {{kind: mysql, conn_id: src, tables: [{db}.t], server_id: 48311, start: head}}
-        batch: {{max_events: 50}}
-        sinks:
-          - {{id: events, kind: kafka, conn_id: kafka, topic: "{{pipeline}}.{{table}}", exactly_once: true}}
-          - {{id: cache, kind: redis, conn_id: redis, stream: "{{pipeline}}:{{table}}", required: false}}
-    """))
-    spec = load_spec(str(path))
+    spec = _kafka_and_optional_redis(tmp_path, pipeline, db, server_id=48311, max_events=50)
     conns = {"src": mysql.cdc, "kafka": kafka.cdc,
              "redis": dataclasses.replace(redis_service.cdc, login=user, password=password)}
     parts = Parts(conns.__getitem__)

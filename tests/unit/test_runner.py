@@ -270,6 +270,82 @@ def _attempt(path: str, rid: str, env, *, retry: bool = False, plan: RunPlan | N
     runner.run_pipeline(from_record(store, "p", rid, parts))
 
 
+class _Schedule:
+    """One generated schedule's bookkeeping and oracle: what each run gave each sink, the runs
+    that finished (and their DAG shapes), and, at the end, every change once per sink outside
+    replays. Draws from ``rnd`` in a fixed order, so a seed is the same schedule every time."""
+
+    def __init__(self, env, seed: int):
+        self.env, self.seed, self.rnd = env, seed, random.Random(seed)
+        self.sinks, self.source = env[2], env[1]
+        self.delivered_by: dict[str, dict[str, list[str]]] = {}  # run id -> sink -> its deliveries
+        self.finished: dict[str, str] = {}  # run id -> its DAG shape, for runs that ended well
+
+    def marks(self) -> dict[str, int]:
+        return {sid: len(s.delivered) for sid, s in self.sinks.items()}
+
+    def taken(self, marks: dict[str, int]) -> dict[str, list[str]]:
+        return {sid: s.delivered[marks[sid]:] for sid, s in self.sinks.items()}
+
+    def write(self) -> None:
+        self.source.sizes.append(self.rnd.randint(1, 4))
+
+    def run(self, step: int, failure=None) -> None:
+        """Run ``r{step}`` through a random DAG shape. ``failure()`` (drawn after the shape):
+        (a sink, after how many of its next calls it fails, how many times); a run that fails
+        (a required sink) is retried as Airflow would, with writes between as often as not."""
+        from tidegate.errors import TidegateError
+
+        rid, path = f"r{step}", self.rnd.choice(PATHS)
+        mine = self.delivered_by[rid] = {sid: [] for sid in self.sinks}
+        marks = self.marks()
+        if failure is not None:
+            sink, after, times = failure()
+            sink.fail_from_call, sink.fail_times = sink.calls + 1 + after, times
+            try:
+                _attempt(path, rid, self.env)
+                failed = False
+            except TidegateError:
+                failed = True
+            sink.fail_from_call = sink.fail_times = None
+            for sid, got in self.taken(marks).items():
+                mine[sid] += got
+            if not failed:  # an optional sink failed, or the failure came after the last delivery
+                self.finished[rid] = path
+                return
+            if self.rnd.random() < 0.7:
+                self.write()  # written between the failure and the retry
+            marks = self.marks()
+        _attempt(path, rid, self.env, retry=failure is not None)
+        self.finished[rid] = path
+        for sid, got in self.taken(marks).items():
+            mine[sid] += got
+
+    def again(self, step: int, rid: str, chosen: list[str] | None = None) -> None:
+        """A clear of finished run ``rid`` (``chosen`` None), or an explicit replay of it to the
+        ``chosen`` sinks through a random DAG shape: each chosen sink gets exactly what ``rid``
+        gave it, the others nothing."""
+        marks = self.marks()
+        if chosen is None:
+            _attempt(self.finished[rid], rid, self.env)
+        else:
+            _attempt(self.rnd.choice(PATHS), f"m{step}", self.env,
+                     plan=RunPlan(mode="replay", replay_of=rid, sinks=chosen))
+        for sid, got in self.taken(marks).items():
+            want = self.delivered_by[rid][sid] if chosen is None or sid in chosen else []
+            assert got == want, (self.seed, step, rid, sid)
+
+    def check(self) -> None:
+        """A last run catches every sink up; then each has every change of the log once, in log
+        order, counting the runs that were not replays."""
+        marks = self.marks()
+        _attempt("direct", "catch-up", self.env)
+        log_keys = [e.idempotency_key for e in stream(self.source.sizes) if not isinstance(e, PositionMark)]
+        for sid, got in self.taken(marks).items():
+            fresh = [key for by_sink in self.delivered_by.values() for key in by_sink[sid]]
+            assert fresh + got == log_keys, (self.seed, sid)
+
+
 # Seeds 0-11, then those of 3,400 that failed before a fix (110, 136, 242, 282, 316, 389: a
 # replay moved an optional sink that had failed in the replayed run past changes it never got).
 @pytest.mark.parametrize("seed", [*range(12), 110, 136, 242, 282, 316, 389])
@@ -279,57 +355,22 @@ def test_generated_schedules_deliver_every_change_once_and_a_cleared_run_replays
     finished runs, against the source's own log: per sink, the runs that are not replays deliver
     every change exactly once, in log order, and a cleared run re-delivers exactly what it
     delivered to each sink, nothing of what came since."""
-
-    from tidegate.errors import TidegateError
-
-    rnd = random.Random(seed)
-    spec, source, sinks, store, parts = env
+    sched = _Schedule(env, seed)
+    rnd, sinks = sched.rnd, sched.sinks
     # Sinks that keep their own checkpoint record beside their data, as every real sink does: a
     # sub-batch one sink took while the run failed is adopted from it, not sent again.
     sinks.update(a=KeepingSink("a"), b=KeepingSink("b", required=False))
-    delivered_by: dict[str, dict[str, list[str]]] = {}  # run id -> sink -> its deliveries
-    finished: dict[str, str] = {}  # run id -> its DAG shape, for runs that ended well
     for step in range(rnd.randint(8, 16)):
-        before = {sid: len(s.delivered) for sid, s in sinks.items()}
         op = rnd.choice(["write", "write", "run", "run", "fail", "clear"])
-        if op == "write" or not source.sizes:
-            source.sizes.append(rnd.randint(1, 4))
-            continue
-        if op == "clear" and finished:
-            rid = rnd.choice(sorted(finished))
-            _attempt(finished[rid], rid, env)
-            for sid, s in sinks.items():
-                assert s.delivered[before[sid]:] == delivered_by[rid][sid], (seed, step, rid, sid)
-            continue
-        rid, path = f"r{step}", rnd.choice(PATHS)
-        mine = delivered_by[rid] = {sid: [] for sid in sinks}
-        if op == "fail":
-            sink = sinks[rnd.choice(sorted(sinks))]
-            sink.fail_from_call, sink.fail_times = sink.calls + 1 + rnd.randint(0, 2), 1
-            failed = False
-            try:
-                _attempt(path, rid, env)
-            except TidegateError:
-                failed = True  # a required sink failed: the run fails, Airflow retries it
-            sink.fail_from_call = sink.fail_times = None
-            for sid, s in sinks.items():
-                mine[sid] += s.delivered[before[sid]:]
-                before[sid] = len(s.delivered)
-            if not failed:  # an optional sink failed, or the failure came after the last delivery
-                finished[rid] = path
-                continue
-            if rnd.random() < 0.7:
-                source.sizes.append(rnd.randint(1, 4))  # written between the failure and the retry
-        _attempt(path, rid, env, retry=op == "fail")
-        finished[rid] = path
-        for sid, s in sinks.items():
-            mine[sid] += s.delivered[before[sid]:]
-    before = {sid: len(s.delivered) for sid, s in sinks.items()}
-    _attempt("direct", "catch-up", env)
-    log_keys = [e.idempotency_key for e in stream(source.sizes) if not isinstance(e, PositionMark)]
-    for sid, s in sinks.items():
-        fresh = [key for by_sink in delivered_by.values() for key in by_sink[sid]]
-        assert fresh + s.delivered[before[sid]:] == log_keys, (seed, sid)
+        if op == "write" or not sched.source.sizes:
+            sched.write()
+        elif op == "clear" and sched.finished:
+            sched.again(step, rnd.choice(sorted(sched.finished)))
+        elif op == "fail":
+            sched.run(step, lambda: (sinks[rnd.choice(sorted(sinks))], rnd.randint(0, 2), 1))
+        else:
+            sched.run(step)
+    sched.check()
 
 
 # Seeds 0-12, 17, 27, 63: of 300, those that found the replay gap fixed in c5036a3
@@ -341,61 +382,28 @@ def test_generated_schedules_with_explicit_replays_and_sinks_down_for_a_whole_ru
     of the sinks (``mode: replay``), clears, writes between a failure and the retry. Per sink,
     the runs that are not replays deliver every change once, in log order; a replay gives each
     chosen sink exactly what the replayed run delivered to it and the others nothing."""
-    from tidegate.errors import TidegateError
-
-    rnd = random.Random(seed)
     spec, source, sinks, store, parts = env
     sinks.update(a=KeepingSink("a"), b=KeepingSink("b", required=False), c=KeepingSink("c", required=False))
     three = tmp_path / "three.yaml"  # the spec's text is what a run record carries: a file of its own
     three.write_text(spec.text + '  - {id: c, kind: redis, conn_id: r, stream: "{pipeline}:{table}", '
                      'required: false}\n')
-    spec = load_spec(str(three))
-    env = (spec, source, sinks, store, parts)
-    delivered_by: dict[str, dict[str, list[str]]] = {}
-    finished: dict[str, str] = {}
+    sched = _Schedule((load_spec(str(three)), source, sinks, store, parts), seed)
+    rnd = sched.rnd
     for step in range(rnd.randint(8, 20)):
-        before = {sid: len(s.delivered) for sid, s in sinks.items()}
         op = rnd.choice(["write", "write", "run", "fail", "down", "clear", "replay"])
         if op == "write" or not source.sizes:
-            source.sizes.append(rnd.randint(1, 4))
-            continue
-        if op in ("clear", "replay") and finished:
-            rid = rnd.choice(sorted(finished))
-            chosen = sorted(rnd.sample(sorted(sinks), rnd.randint(1, 3))) if op == "replay" else sorted(sinks)
-            plan = RunPlan(mode="replay", replay_of=rid, sinks=chosen) if op == "replay" else None
-            _attempt(rnd.choice(PATHS) if op == "replay" else finished[rid],
-                     f"m{step}" if op == "replay" else rid, env, plan=plan)
-            for sid, s in sinks.items():
-                want = delivered_by[rid][sid] if sid in chosen else []
-                assert s.delivered[before[sid]:] == want, (seed, step, op, rid, sid)
-            continue
-        rid, path = f"r{step}", rnd.choice(PATHS)
-        mine = delivered_by[rid] = {sid: [] for sid in sinks}
-        if op in ("fail", "down"):
-            sink = sinks[rnd.choice(sorted(sinks))]
-            sink.fail_from_call = sink.calls + 1 + (0 if op == "down" else rnd.randint(0, 2))
-            sink.fail_times = 1_000 if op == "down" else 1
-            failed = False
-            try:
-                _attempt(path, rid, env)
-            except TidegateError:
-                failed = True  # the required sink failed: the run fails, Airflow retries it
-            sink.fail_from_call = sink.fail_times = None
-            for sid, s in sinks.items():
-                mine[sid] += s.delivered[before[sid]:]
-                before[sid] = len(s.delivered)
-            if not failed:
-                finished[rid] = path
-                continue
-            if rnd.random() < 0.7:
-                source.sizes.append(rnd.randint(1, 4))
-        _attempt(path, rid, env, retry=op in ("fail", "down"))
-        finished[rid] = path
-        for sid, s in sinks.items():
-            mine[sid] += s.delivered[before[sid]:]
-    before = {sid: len(s.delivered) for sid, s in sinks.items()}
-    _attempt("direct", "catch-up", env)
-    log_keys = [e.idempotency_key for e in stream(source.sizes) if not isinstance(e, PositionMark)]
-    for sid, s in sinks.items():
-        fresh = [key for by_sink in delivered_by.values() for key in by_sink[sid]]
-        assert fresh + s.delivered[before[sid]:] == log_keys, (seed, sid)
+            sched.write()
+        elif op in ("clear", "replay") and sched.finished:
+            rid = rnd.choice(sorted(sched.finished))
+            chosen = sorted(rnd.sample(sorted(sinks), rnd.randint(1, 3))) if op == "replay" else None
+            sched.again(step, rid, chosen)
+        elif op in ("fail", "down"):
+            down = op == "down"  # down: every call of the run fails; fail: one call, 0-2 calls in
+
+            def failure(down=down):
+                sink = sinks[rnd.choice(sorted(sinks))]
+                return sink, 0 if down else rnd.randint(0, 2), 1_000 if down else 1
+            sched.run(step, failure)
+        else:
+            sched.run(step)
+    sched.check()
