@@ -290,24 +290,33 @@ class _Schedule:
     def write(self) -> None:
         self.source.sizes.append(self.rnd.randint(1, 4))
 
+    @staticmethod
+    def failing(sink: FakeSink, after: int, times: int):
+        """Make ``sink`` fail ``times`` times from its call ``after`` calls from now; returns
+        what ends it."""
+        sink.fail_from_call, sink.fail_times = sink.calls + 1 + after, times
+
+        def disarm() -> None:
+            sink.fail_from_call = sink.fail_times = None
+        return disarm
+
     def run(self, step: int, failure=None) -> None:
-        """Run ``r{step}`` through a random DAG shape. ``failure()`` (drawn after the shape):
-        (a sink, after how many of its next calls it fails, how many times); a run that fails
-        (a required sink) is retried as Airflow would, with writes between as often as not."""
+        """Run ``r{step}`` through a random DAG shape. ``failure()`` (drawn after the shape)
+        arms a fault and returns what disarms it; a run that fails (a required sink, a commit
+        policy) is retried as Airflow would, with writes between as often as not."""
         from tidegate.errors import TidegateError
 
         rid, path = f"r{step}", self.rnd.choice(PATHS)
         mine = self.delivered_by[rid] = {sid: [] for sid in self.sinks}
         marks = self.marks()
         if failure is not None:
-            sink, after, times = failure()
-            sink.fail_from_call, sink.fail_times = sink.calls + 1 + after, times
+            disarm = failure()
             try:
                 _attempt(path, rid, self.env)
                 failed = False
             except TidegateError:
                 failed = True
-            sink.fail_from_call = sink.fail_times = None
+            disarm()
             for sid, got in self.taken(marks).items():
                 mine[sid] += got
             if not failed:  # an optional sink failed, or the failure came after the last delivery
@@ -367,7 +376,7 @@ def test_generated_schedules_deliver_every_change_once_and_a_cleared_run_replays
         elif op == "clear" and sched.finished:
             sched.again(step, rnd.choice(sorted(sched.finished)))
         elif op == "fail":
-            sched.run(step, lambda: (sinks[rnd.choice(sorted(sinks))], rnd.randint(0, 2), 1))
+            sched.run(step, lambda: sched.failing(sinks[rnd.choice(sorted(sinks))], rnd.randint(0, 2), 1))
         else:
             sched.run(step)
     sched.check()
@@ -402,7 +411,7 @@ def test_generated_schedules_with_explicit_replays_and_sinks_down_for_a_whole_ru
 
             def failure(down=down):
                 sink = sinks[rnd.choice(sorted(sinks))]
-                return sink, 0 if down else rnd.randint(0, 2), 1_000 if down else 1
+                return sched.failing(sink, 0 if down else rnd.randint(0, 2), 1_000 if down else 1)
             sched.run(step, failure)
         else:
             sched.run(step)
