@@ -112,8 +112,15 @@ def policy_holds(policy: BatchSpec, sinks: Sequence[Sink], acked: set[str]) -> b
     if policy.commit_policy == "all":
         return all(s.sink_id in acked for s in sinks)
     if policy.commit_policy == "quorum":
-        return len(acked & {s.sink_id for s in sinks}) >= (policy.quorum or 0)
+        return len(acked & {s.sink_id for s in sinks}) >= quorum_of(policy, sinks)
     raise ValueError(f"unknown commit policy {policy.commit_policy!r}")
+
+
+def quorum_of(policy: BatchSpec, sinks: Sequence[Sink]) -> int:
+    """The sinks a quorum policy needs in this run: ``quorum``, or every sink the run delivers
+    to when it delivers to fewer (a replay to one sink, ``sinks: [a]``): the quorum could
+    never be met otherwise."""
+    return min(policy.quorum or 0, len(sinks))
 
 
 def _count_targets(targets: dict[str, dict[str, Any]], sink: Sink, part: SubBatch) -> None:
@@ -462,7 +469,7 @@ def _policy_message(pipeline: str, policy: BatchSpec, sinks: Sequence[Sink], rep
               f"{report.sinks[s.sink_id].error or 'failed earlier in this run'}"
               for s in sinks if s.sink_id not in acked]
     need = {"required": "every required sink", "all": "every sink",
-            "quorum": f"at least {policy.quorum} sinks"}[policy.commit_policy]
+            "quorum": f"at least {quorum_of(policy, sinks)} sinks"}[policy.commit_policy]
     return (f"pipeline {pipeline!r}: sub-batch {batch.seq} (ending at {batch.end_position}) "
             f"reached {len(acked)} of {len(sinks)} sinks; commit policy "
             f"{policy.commit_policy!r} needs {need}. No checkpoint moved for it. "
