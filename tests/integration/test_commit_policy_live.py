@@ -36,6 +36,14 @@ def _kafka_and_optional_redis(tmp_path, pipeline: str, db: str, *, server_id: in
     return load_spec(str(path))
 
 
+def _table_placed_at_head(admin, db: str, run: RunContext) -> None:
+    """``{db}.t`` created, and the pipeline's sinks placed at the head (``start: head``)."""
+    with admin.cursor() as c:
+        c.execute(f"CREATE DATABASE {db}")
+        c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+    runner.prepare_bounds(run)
+
+
 def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kafka_bootstrap, kafka,
                                                                         redis_service, tmp_path):
     tag = uuid.uuid4().hex[:6]
@@ -46,11 +54,7 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     try:
-        with admin.cursor() as c:
-            c.execute(f"CREATE DATABASE {db}")
-            c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
-        runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
-                                         store=store))  # place at head
+        _table_placed_at_head(admin, db, RunContext(spec, parts=Parts(conns.__getitem__), store=store))
         with admin.cursor() as c:
             for i in range(1, 6):
                 c.execute(f"INSERT INTO {db}.t VALUES ({i})")
@@ -111,10 +115,7 @@ def test_a_cleared_run_whose_optional_redis_failed_half_way_leaves_it_where_it_s
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     try:
-        with admin.cursor() as c:
-            c.execute(f"CREATE DATABASE {db}")
-            c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
-        runner.prepare_bounds(RunContext(spec, parts=parts, store=store))  # place at head
+        _table_placed_at_head(admin, db, RunContext(spec, parts=parts, store=store))
         with admin.cursor() as c:
             for i in range(0, 4000, 10):  # 400 transactions of 10 rows: 80 sub-batches
                 c.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({i + k})" for k in range(10)))

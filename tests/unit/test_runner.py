@@ -364,15 +364,15 @@ class _Schedule:
             want = self.delivered_by[rid][sid] if chosen is None or sid in chosen else []
             assert got == want, (self.seed, step, rid, sid)
 
-    def check(self) -> None:
-        """A last run catches every sink up; then each has every change of the log once, in log
-        order, counting the runs that were not replays."""
+    def caught_up(self) -> tuple[list[str], dict[str, list[str]]]:
+        """A last run catches every sink up: (the log's changes, in order; per sink, what it got
+        outside replays, in order). The oracle: each sink's list equals the log's."""
         marks = self.marks()
         _attempt("direct", "catch-up", self.env)
         log_keys = [e.idempotency_key for e in stream(self.source.sizes) if not isinstance(e, PositionMark)]
-        for sid, got in self.taken(marks).items():
-            fresh = [key for by_sink in self.delivered_by.values() for key in by_sink[sid]]
-            assert fresh + got == log_keys, (self.seed, sid)
+        got = {sid: [key for by_sink in self.delivered_by.values() for key in by_sink[sid]] + late
+               for sid, late in self.taken(marks).items()}
+        return log_keys, got
 
 
 # Seeds 0-11, then those of 3,400 that failed before a fix (110, 136, 242, 282, 316, 389: a
@@ -399,7 +399,8 @@ def test_generated_schedules_deliver_every_change_once_and_a_cleared_run_replays
             sched.run(step, lambda: sched.failing(sinks[rnd.choice(sorted(sinks))], rnd.randint(0, 2), 1))
         else:
             sched.run(step)
-    sched.check()
+    log_keys, got = sched.caught_up()
+    assert got == {"a": log_keys, "b": log_keys}, seed
 
 
 def _three_sinks(env, tmp_path, batch: str = "max_events: 3") -> tuple:
@@ -415,9 +416,10 @@ def _three_sinks(env, tmp_path, batch: str = "max_events: 3") -> tuple:
     return load_spec(str(three)), source, sinks, store, parts
 
 
-def _wide_schedule(sched: _Schedule) -> None:
+def _wide_schedule(sched: _Schedule) -> tuple[list[str], dict[str, list[str]]]:
     """Writes, runs with a sink failing half way or for a whole run, clears, and explicit
-    replays of a finished run to a random subset of the sinks; then the oracle."""
+    replays of a finished run to a random subset of the sinks; then the catch-up
+    (:meth:`_Schedule.caught_up`)."""
     rnd, sinks = sched.rnd, sched.sinks
     for step in range(rnd.randint(8, 20)):
         op = rnd.choice(["write", "write", "run", "fail", "down", "clear", "replay"])
@@ -436,7 +438,7 @@ def _wide_schedule(sched: _Schedule) -> None:
             sched.run(step, failure)
         else:
             sched.run(step)
-    sched.check()
+    return sched.caught_up()
 
 
 # Seeds 0-12, 17, 27, 63: of 300, those that found the replay gap fixed in c5036a3
@@ -448,7 +450,8 @@ def test_generated_schedules_with_explicit_replays_and_sinks_down_for_a_whole_ru
     of the sinks (``mode: replay``), clears, writes between a failure and the retry. Per sink,
     the runs that are not replays deliver every change once, in log order; a replay gives each
     chosen sink exactly what the replayed run delivered to it and the others nothing."""
-    _wide_schedule(_Schedule(_three_sinks(env, tmp_path), seed))
+    log_keys, got = _wide_schedule(_Schedule(_three_sinks(env, tmp_path), seed))
+    assert got == {"a": log_keys, "b": log_keys, "c": log_keys}, seed
 
 
 # Seeds 0-11; 1, 8 and 10 among them (48 of 400) found that a replay to fewer sinks than the
@@ -462,4 +465,5 @@ def test_generated_schedules_under_every_commit_policy(env, seed, tmp_path):
     policy = draw.choice(["required", "all", "quorum"])
     quorum = f", quorum: {draw.randint(1, 3)}" if policy == "quorum" else ""
     batch = f"max_events: 3, commit_policy: {policy}{quorum}"
-    _wide_schedule(_Schedule(_three_sinks(env, tmp_path, batch), seed))
+    log_keys, got = _wide_schedule(_Schedule(_three_sinks(env, tmp_path, batch), seed))
+    assert got == {"a": log_keys, "b": log_keys, "c": log_keys}, (seed, batch)
