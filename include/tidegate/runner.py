@@ -346,8 +346,8 @@ def _segments(run: RunContext, source: Source, start: Position | None, upto: Pos
 def _replay(run: RunContext, source: Source, reader: Reader) -> RunReport:
     """Re-deliver exactly the ranges a past run delivered, to the chosen sinks (the ranges its
     bounds step chose and checked; none: nothing to replay, as the bounds step says it).
-    Checkpoints never move backwards: the coordinator only writes positions beyond the stored
-    ones."""
+    Checkpoints never move backwards, nor past a sink's own range: the coordinator writes a
+    position only beyond the stored one and no further than that sink's range end."""
     spec, store, run_id = run.spec, run.store, run.run_id
     replay_of, ranges = run.bounds.replay_of, dict(run.bounds.ranges)
     if not ranges:  # as the bounds step says it (nothing to do), whoever ran it
