@@ -246,6 +246,15 @@ cdef int frac_us(const unsigned char* p, int fsp):
     return p[0] << 16 | p[1] << 8 | p[2]
 
 
+cdef int put_fraction(Buf* out, const unsigned char* p, int fsp) except -1:
+    """A temporal's fraction of a second as ``.uuuuuu``; nothing where it is zero."""
+    cdef int us = frac_us(p, fsp)
+    if us:
+        putc(out, b'.')
+        put_padded(out, us, 6)
+    return 0
+
+
 cdef inline uint64_t be(const unsigned char* p, int n):
     cdef uint64_t x = 0
     cdef int i
@@ -399,7 +408,7 @@ cdef Py_ssize_t decode_image(NativePlan plan, const unsigned char* buf, Py_ssize
     cdef uint64_t u
     cdef int64_t x, intpart, packed
     cdef double d
-    cdef int y, m, dd, hh, mm, ss, us, fsp, slot
+    cdef int y, m, dd, hh, mm, ss, us, fsp, w, slot
     cdef char* text
     cdef bytes name
     if o + nb > end:
@@ -457,43 +466,35 @@ cdef Py_ssize_t decode_image(NativePlan plan, const unsigned char* buf, Py_ssize
             if o + ln > end:
                 return -1
             o += decimal_value(out, p, plan.a[i], plan.b[i])
-        elif kind == K_DATETIME2:
+        elif kind == K_DATETIME2 or kind == K_TIMESTAMP2:
+            # a big-endian whole part (5 bytes; TIMESTAMP2's, seconds since 1970, 4), then the
+            # fraction's (fsp + 1) // 2 bytes
             fsp = plan.a[i]
-            ln = 5 + (fsp + 1) // 2
+            w = 5 if kind == K_DATETIME2 else 4
+            ln = w + (fsp + 1) // 2
             if o + ln > end:
                 return -1
-            u = be(p, 5)
-            y = <int>(((u >> 22) & 0x1FFFF) // 13)
-            m = <int>(((u >> 22) & 0x1FFFF) % 13)
-            dd = <int>((u >> 17) & 0x1F)
-            hh, mm, ss = <int>((u >> 12) & 0x1F), <int>((u >> 6) & 0x3F), <int>(u & 0x3F)
-            if not (valid_date(y, m, dd) and hh < 24 and mm < 60 and ss < 60):
-                return -1  # zero or impossible: null in the Python path
-            putc(out, b'"')
-            put_date(out, y, m, dd)
-            putc(out, b'T')
-            put_hms(out, hh, mm, ss)
-            us = frac_us(p + 5, fsp)
-            if us:
-                putc(out, b'.')
-                put_padded(out, us, 6)
-            putc(out, b'"')
-            o += ln
-        elif kind == K_TIMESTAMP2:
-            fsp = plan.a[i]
-            ln = 4 + (fsp + 1) // 2
-            if o + ln > end:
-                return -1
-            u = be(p, 4)
-            if u == 0:
-                put(out, b'null', 4)
+            u = be(p, w)
+            if kind == K_TIMESTAMP2:
+                if u == 0:
+                    put(out, b'null', 4)
+                else:
+                    civil(out, <int64_t>u)
+                    put_fraction(out, p + w, fsp)
+                    put(out, b'+00:00"', 7)
             else:
-                civil(out, <int64_t>u)
-                us = frac_us(p + 4, fsp)
-                if us:
-                    putc(out, b'.')
-                    put_padded(out, us, 6)
-                put(out, b'+00:00"', 7)
+                y = <int>(((u >> 22) & 0x1FFFF) // 13)
+                m = <int>(((u >> 22) & 0x1FFFF) % 13)
+                dd = <int>((u >> 17) & 0x1F)
+                hh, mm, ss = <int>((u >> 12) & 0x1F), <int>((u >> 6) & 0x3F), <int>(u & 0x3F)
+                if not (valid_date(y, m, dd) and hh < 24 and mm < 60 and ss < 60):
+                    return -1  # zero or impossible: null in the Python path
+                putc(out, b'"')
+                put_date(out, y, m, dd)
+                putc(out, b'T')
+                put_hms(out, hh, mm, ss)
+                put_fraction(out, p + w, fsp)
+                putc(out, b'"')
             o += ln
         elif kind == K_DATE:
             if o + 3 > end:

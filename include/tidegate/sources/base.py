@@ -107,18 +107,6 @@ def choose_tables(pipeline: str, captured: Sequence[str] | None, existing: Seque
     return list(tables)
 
 
-def catalog_of(rows: list[tuple]) -> dict[str, tuple[list[str], list[str]]]:
-    """:meth:`Source.table_catalog`'s answer from catalog rows (schema, table, column, is key),
-    in the tables' column order."""
-    out: dict[str, tuple[list[str], list[str]]] = {}
-    for schema, table, column, is_key in rows:
-        cols, key = out.setdefault(f"{schema}.{table}", ([], []))
-        cols.append(column)
-        if is_key:
-            key.append(column)
-    return out
-
-
 class SnapshotReads(abc.ABC):
     """What a source gives a snapshot (docs/architecture.md, "Snapshots"): the tables it reads,
     each cut into primary-key ranges, a range's rows with the log position they show, and where

@@ -147,8 +147,7 @@ class NatsSink(Sink):
     def whereabouts(self) -> str:
         return str(self.conn)
 
-    def classify_client_error(self, exc: BaseException) -> ErrorClass:
-        return classify_nats_error(exc)
+    classify_client_error = staticmethod(classify_nats_error)
 
     def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
         low = text.lower()

@@ -162,8 +162,7 @@ class RedisSink(Sink):
     def whereabouts(self) -> str:
         return str(self.conn)
 
-    def classify_client_error(self, exc: BaseException) -> ErrorClass:
-        return classify_redis_error(exc)
+    classify_client_error = staticmethod(classify_redis_error)
 
     def explain(self, exc: BaseException, text: str, doing: str) -> str | None:
         up = text.upper()

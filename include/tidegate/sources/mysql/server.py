@@ -11,7 +11,6 @@ lineage (``server_id``, ``server_uuid``), so positions of two servers never comp
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
@@ -19,6 +18,7 @@ import pymysql
 
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError, SourceSettingError
+from ..dbapi import close_quietly
 from ..timeouts import read_timeout_s
 from .position import BinlogPosition, GtidSet
 from .tls import PyMySqlConnection, pymysql_tls, tls_failure
@@ -77,9 +77,7 @@ class MySqlServer:
             return list(cur.fetchall()) if cur.description else []
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # close must not raise
-            if self._ctl is not None:
-                self._ctl.close()
+        close_quietly(self._ctl)
         self._ctl = None
 
     # ------------------------------------------------------------------ identity

@@ -27,6 +27,7 @@ import decimal
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 import pymysql
@@ -34,7 +35,8 @@ import pymysql.cursors
 
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
-from ..base import ChunkBound, SnapshotReads, SnapshotTable, catalog_of, snapshot_tables_of
+from ..base import ChunkBound, SnapshotReads, SnapshotTable, snapshot_tables_of
+from ..dbapi import SqlCatalog, fetch_all
 from .snapshot_rows import row_packets, text_rows
 from .values import bits_text, float32_shortest
 
@@ -173,21 +175,17 @@ def column_reader(data_type: str, column_type: str, mysql_json: bool
 # --------------------------------------------------------------------------- catalog and reads
 
 
-def fetch_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
-    """Every row ``sql`` returns on ``conn``."""
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        return list(cur.fetchall())
-
-
-class MySqlCatalog:
-    """A mixin of :class:`~tidegate.sources.mysql.source.MySqlSource`: its tables' columns and
-    types, read on the snapshot reads' kind of connection (:meth:`snapshot_connection`)."""
+class MySqlCatalog(SqlCatalog):
+    """A mixin of :class:`~tidegate.sources.mysql.source.MySqlSource`: its base tables' columns
+    and types from ``information_schema``, read on the snapshot reads' kind of connection
+    (:meth:`snapshot_connection`: UTC, and unbuffered where a chunk streams)."""
 
     connector = "mysql"
-    spec: Any
-    conn: Any
-    server: Any  # the MySqlServer: every connection's settings, TLS included
+    catalog_sql = ("SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_KEY = 'PRI' FROM "
+                   "information_schema.COLUMNS c JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = "
+                   "c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME WHERE t.TABLE_TYPE = 'BASE TABLE' AND "
+                   "c.TABLE_SCHEMA NOT IN %s ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION")
+    catalog_args = (SYSTEM_DBS,)
 
     def snapshot_connection(self, unbuffered: bool = False) -> pymysql.connections.Connection:
         # The server's settings (TLS and all), UTC for TIMESTAMP; a chunk is streamed to a
@@ -197,20 +195,6 @@ class MySqlCatalog:
                                    cursorclass=(pymysql.cursors.SSCursor if unbuffered
                                                 else pymysql.cursors.Cursor))
 
-    def table_catalog(self) -> dict[str, tuple[list[str], list[str]]]:
-        """Every base table's columns and primary key (for the filters' preflight)."""
-        conn = self.snapshot_connection()
-        try:
-            rows = fetch_all(
-                conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_KEY = 'PRI' FROM "
-                      "information_schema.COLUMNS c JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = "
-                      "c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME WHERE t.TABLE_TYPE = 'BASE TABLE' AND "
-                      "c.TABLE_SCHEMA NOT IN %s ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION",
-                (SYSTEM_DBS,))
-        finally:
-            conn.close()
-        return catalog_of(rows)
-
     def column_types(self) -> Any:
         """Every base table's column types (``COLUMN_TYPE``) and nullability, for ``envelope:
         debezium``. MariaDB stores JSON as LONGTEXT with a ``json_valid`` check; such a column is
@@ -218,8 +202,7 @@ class MySqlCatalog:
         the server says so."""
         from ...debezium.envelope import SourceInfo, TableInfo  # loaded for envelope: debezium alone
 
-        conn = self.snapshot_connection()
-        try:
+        with closing(self.snapshot_connection()) as conn:
             version, server_id = fetch_all(conn, "SELECT VERSION(), @@server_id")[0]
             rows = fetch_all(
                 conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, "
@@ -244,8 +227,6 @@ class MySqlCatalog:
                       "information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%%' "
                       "AND CONSTRAINT_SCHEMA NOT IN %s",
                 (SYSTEM_DBS,)) if mariadb else []
-        finally:
-            conn.close()
         json_cols = {(d, t, m.group(1)) for d, t, clause in checks
                      for m in [re.match(r"json_valid\(`?([^`)]+)`?\)", str(clause))] if m}
         primary: dict[tuple[str, str], list[str]] = {}
@@ -275,8 +256,7 @@ class MySqlSnapshotReads(SnapshotReads):
     source: Any
 
     def tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
-        conn = self.source.snapshot_connection()
-        try:
+        with closing(self.source.snapshot_connection()) as conn:
             existing = {f"{d}.{t}" for d, t in fetch_all(
                 conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
                       "'BASE TABLE' AND TABLE_SCHEMA NOT IN %s", (SYSTEM_DBS,))}
@@ -290,14 +270,11 @@ class MySqlSnapshotReads(SnapshotReads):
             return snapshot_tables_of(self.source.spec.pipeline, captured, existing, tables, primary_key,
                                       f"no such table on {self.source.conn} (or the CDC user cannot "
                                       f"see it; it needs SELECT on the table)")
-        finally:
-            conn.close()
 
     def chunk_plan(self, table: SnapshotTable, chunk_rows: int) -> list[tuple[ChunkBound, ChunkBound]]:
         cols = ", ".join(_ident(c) for c in table.key)
         bounds: list[list[Any]] = []
-        conn = self.source.snapshot_connection()
-        try:
+        with closing(self.source.snapshot_connection()) as conn:
             while True:
                 where, params = after_key(table.key, [bound_from_json(v) for v in bounds[-1]]) if bounds \
                     else ("1 = 1", [])
@@ -306,8 +283,6 @@ class MySqlSnapshotReads(SnapshotReads):
                 if not rows:
                     break
                 bounds.append([bound_to_json(v) for v in rows[0]])
-        finally:
-            conn.close()
         edges: list[ChunkBound] = [None, *bounds, None]
         return list(zip(edges[:-1], edges[1:], strict=True))
 
@@ -330,13 +305,10 @@ class MySqlSnapshotReads(SnapshotReads):
         binlog but not yet visible (semi-synchronous replication waiting for its ack): the
         snapshot's position lies before it, so the log from there delivers it. MySQL has no such
         status; there the handoff stays ``at`` (docs/architecture.md, "Snapshots")."""
-        conn = self.source.snapshot_connection()
-        try:
+        with closing(self.source.snapshot_connection()) as conn:
             fetch_all(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
             status = {k.lower(): v for k, v in fetch_all(conn, "SHOW STATUS LIKE 'binlog_snapshot_%'")}
             fetch_all(conn, "COMMIT")
-        finally:
-            conn.close()
         file, pos = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
         if not file or pos is None:
             return at

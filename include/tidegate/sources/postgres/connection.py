@@ -10,7 +10,6 @@ positions of two clusters (or of a promoted standby) never compare.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ import psycopg2.extras
 from ...connections import Connection
 from ...errors import SourceError
 from ...watchdog import Watchdog
+from ..dbapi import close_quietly
 from ..timeouts import READ_TIMEOUT_ENV, read_timeout_s
 from .position import Lsn, PgPosition
 from .tls import libpq_tls, tls_failure
@@ -97,9 +97,7 @@ class PgServer:
             raise
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # close must not raise
-            if self._ctl is not None:
-                self._ctl.close()
+        close_quietly(self._ctl)
         self._ctl = None
 
     # ------------------------------------------------------------------ identity / head

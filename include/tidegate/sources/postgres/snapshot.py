@@ -27,6 +27,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 import psycopg2
@@ -34,7 +35,8 @@ import psycopg2.extensions as ext
 
 from ...errors import SnapshotError
 from ...filters import snapshot_candidates
-from ..base import ChunkBound, SnapshotReads, SnapshotTable, catalog_of, snapshot_tables_of
+from ..base import ChunkBound, SnapshotReads, SnapshotTable, snapshot_tables_of
+from ..dbapi import SqlCatalog, fetch_all
 from ..snapshot_rows import RawRows, compiled_plan
 from .pgoutput import parse_begin
 from .position import Lsn
@@ -53,40 +55,21 @@ def _qualified(table: SnapshotTable) -> str:
     return f"{_ident(table.schema)}.{_ident(table.table)}"
 
 
-def fetch_all(conn: Any, sql: str, args: Any = None) -> list[tuple]:
-    """Every row ``sql`` returns on ``conn``."""
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        return cur.fetchall()
-
-
-class PostgresCatalog:
+class PostgresCatalog(SqlCatalog):
     """A mixin of :class:`~tidegate.sources.postgres.source.PostgresSource`: its tables' columns and
     types, read on the snapshot reads' kind of session (:meth:`snapshot_connection`)."""
 
     connector = "postgresql"
-    spec: Any
-    conn: Any
-    server: Any  # the PgServer: every session's settings, TLS included
+    catalog_sql = ("SELECT n.nspname, c.relname, a.attname, coalesce(a.attnum = ANY (i.indkey), false) "
+                   "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_attribute a ON "
+                   "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped LEFT JOIN pg_index i ON "
+                   f"i.indrelid = c.oid AND i.indisprimary WHERE c.relkind IN ('r', 'p') AND "
+                   f"{SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
 
     def snapshot_connection(self) -> Any:
         conn = self.server.connect(" for a snapshot", application_name="tidegate-snapshot")
         conn.set_session(readonly=True, autocommit=False)
         return conn
-
-    def table_catalog(self) -> dict[str, tuple[list[str], list[str]]]:
-        """Every table's columns and primary key (for the filters' preflight)."""
-        conn = self.snapshot_connection()
-        try:
-            rows = fetch_all(
-                conn, "SELECT n.nspname, c.relname, a.attname, coalesce(a.attnum = ANY (i.indkey), false) "
-                      "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_attribute a ON "
-                      "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped LEFT JOIN pg_index i ON "
-                      f"i.indrelid = c.oid AND i.indisprimary WHERE c.relkind IN ('r', 'p') AND "
-                      f"{SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
-        finally:
-            conn.close()
-        return catalog_of(rows)
 
     def column_types(self) -> Any:
         """Every table's column types (``format_type``; a domain's is its base type's, which is
@@ -94,8 +77,7 @@ class PostgresCatalog:
         ``source.db``), for ``envelope: debezium``."""
         from ...debezium.envelope import SourceInfo, TableInfo  # loaded for envelope: debezium alone
 
-        conn = self.snapshot_connection()
-        try:
+        with closing(self.snapshot_connection()) as conn:
             database = str(fetch_all(conn, "SELECT current_database()")[0][0])
             rows = fetch_all(
                 conn, "SELECT n.nspname, c.relname, a.attname, CASE WHEN ty.typtype = 'd' "
@@ -109,8 +91,6 @@ class PostgresCatalog:
                       "JOIN pg_type ty ON ty.oid = a.atttypid "
                       "LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum "
                       f"WHERE c.relkind IN ('r', 'p') AND {SYSTEM_SCHEMAS_SQL} ORDER BY 1, 2, a.attnum")
-        finally:
-            conn.close()
         tables: dict[str, TableInfo] = {}
         for schema, table, column, sql_type, nullable, default, type_name, labels, generated in rows:
             info = tables.setdefault(f"{schema}.{table}", TableInfo({}, {}))
@@ -133,8 +113,7 @@ class PostgresSnapshotReads(SnapshotReads):
     source: Any
 
     def tables(self, tables: Sequence[str] | None = None) -> list[SnapshotTable]:
-        conn = self.source.snapshot_connection()
-        try:
+        with closing(self.source.snapshot_connection()) as conn:
             # Leaf tables only: a partitioned table's rows are its partitions' (so are its changes).
             existing = {f"{s}.{t}" for s, t in fetch_all(
                 conn, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
@@ -150,8 +129,6 @@ class PostgresSnapshotReads(SnapshotReads):
 
             return snapshot_tables_of(self.source.spec.pipeline, captured, existing, tables, primary_key,
                                       f"no such table on {self.source.conn} (or the CDC role cannot see it)")
-        finally:
-            conn.close()
 
     def _columns(self, conn: Any, table: SnapshotTable) -> list[tuple[str, int, str, str]]:
         """(name, type oid, type with modifiers as wal2json names it, type without them)."""
