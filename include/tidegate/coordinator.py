@@ -6,7 +6,8 @@ Per run (docs/architecture.md, "One run"):
    the sink's own ``committed_checkpoint()`` when that record extends the store's current
    version and lies ahead of it (a sink that committed its data but crashed before the store
    write is not sent that data again; see :mod:`tidegate.sink_checkpoints`). An adopted record is
-   written to the store at once, so the store stays the authority.
+   written to the store at once, so the store stays the authority, and the adopted stretch is
+   credited to the journaled attempt that delivered it (:meth:`Coordinator._credit_adoption`).
 2. ``run(items)``: cut the source stream into sub-batches; for each one, deliver to all sinks
    concurrently, each sink getting only ``batch.after(its position)`` (nothing at all when it
    needs nothing); retry per the sink's policy; evaluate the commit policy *before* any
@@ -171,9 +172,9 @@ class Coordinator:
         # Control messages a sink's checkpoint version owes it (an accepted gap, a failover):
         # delivered before anything after that checkpoint, then settled by a new version.
         self._owed: dict[str, ControlMessage] = {}
-        # Where the store had a sink before this run adopted the sink's own record: the adopted
-        # stretch is journaled as this run's, so a replay of the run re-sends it (the replay's
-        # ranges are the journal's) and every stored version lies in some run's range.
+        # Where the store had a sink before this run adopted the sink's own record, when no
+        # journaled attempt could be credited with the adopted stretch (_credit_adoption): the
+        # stretch is journaled as this run's, so every stored version lies in some run's range.
         self._adopted_from: dict[str, Position | None] = {}
         self.report = RunReport(pipeline, run_id, epoch, {
             s.sink_id: SinkReport(s.sink_id, s.kind, s.required, None, None) for s in sinks})
@@ -236,13 +237,33 @@ class Coordinator:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the
         store takes the sink's record as a new version before anything else happens."""
         rep = self.report.sinks[sink.sink_id]
-        self._adopted_from[sink.sink_id] = rep.checkpoint
+        was = rep.checkpoint
         written = self.store.checkpoints.write_many(self.pipeline, {sink.sink_id: adoption.position},
                                                     run_id=self.run_id, epoch=self.epoch, kind="adopt",
                                                     reason=adoption.why)[sink.sink_id]
         log.warning("pipeline %s: sink %s: %s; the store now holds it as version %d", self.pipeline,
                     sink.sink_id, adoption.why, written.version)
         rep.checkpoint, rep.version = written.position, written.version
+        if not self._credit_adoption(sink.sink_id, was, written.position):
+            self._adopted_from[sink.sink_id] = was
+
+    def _credit_adoption(self, sink_id: str, was: Position | None, adopted: Position) -> bool:
+        """Credit the adopted stretch (``was``, ``adopted``] to the attempt that delivered it: the
+        newest journaled attempt of a run (not a replay) that gave this sink anything, when it
+        left the sink where the store had it. Its journal entry then ends at ``adopted``, so a
+        clear of that run re-sends the stretch, as it re-sends the rest of what it delivered.
+        False when no attempt fits (its journal write was lost with the run): this run takes it."""
+        for entry in reversed(self.store.runs.entries(self.pipeline)):
+            js = entry.sinks.get(sink_id)
+            if entry.id == self.journal_id or entry.mode != "incremental" or js is None:
+                continue
+            if js.end != was:
+                return False
+            self.store.runs.extend(entry.id, sink_id, adopted)
+            log.info("pipeline %s: sink %s: the adopted stretch (%s, %s] is credited to run %s, whose "
+                     "attempt delivered it", self.pipeline, sink_id, was, adopted, entry.run_id)
+            return True
+        return False
 
     def close(self) -> None:
         for s in self.sinks:

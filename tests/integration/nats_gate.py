@@ -1,4 +1,5 @@
-"""A TCP relay between a run and the NATS server that can hold the server's answers.
+"""A TCP relay between a run and the NATS server (or another server: Redis) that can hold the
+server's answers.
 
 Tests use it to freeze a run at one exact point of the NATS protocol: once armed, the first
 data publish the run sends (an ``HPUB`` on the data subjects) makes the relay keep every byte
@@ -6,7 +7,9 @@ the server sends back on that connection (the publish acks among them) instead o
 on. The server stores what it was sent; the run waits for acks that do not come, so it
 cannot have published its commit marker. ``cut()`` then breaks the held connections, as a
 network that drops them would: the held bytes are lost and the client reconnects;
-``release()`` passes them on instead, late, as a slow network would.
+``release()`` passes them on instead, late, as a slow network would; ``cut_and_refuse()``
+breaks them and refuses every later connection (a Redis EXEC whose reply is lost and a server
+that cannot be reached again: the run never learns that the sink committed).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class NatsGate:
         self.armed = False
         self.holding = threading.Event()
         self.held_bytes = 0
+        self._refusing = False
         self._conns: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter, dict]] = []
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
@@ -74,7 +78,20 @@ class NatsGate:
 
         asyncio.run_coroutine_threadsafe(go(), self._loop).result(10)
 
+    def cut_and_refuse(self) -> None:
+        """Break the held connections (what they held is lost) and refuse every connection
+        from now on: a server whose answer was lost and that cannot be reached again."""
+        async def go() -> None:
+            self._server.close()
+            self._refusing = True
+
+        asyncio.run_coroutine_threadsafe(go(), self._loop).result(10)
+        self.cut()
+
     async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
+        if self._refusing:
+            c_writer.transport.abort()
+            return
         s_reader, s_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         state: dict = {"hold": False, "held": []}
         self._conns.append((c_writer, s_writer, state))

@@ -162,3 +162,84 @@ def test_a_cleared_run_whose_optional_redis_failed_half_way_leaves_it_where_it_s
         admin_redis.delete(stream)
         admin_redis.execute_command("ACL", "DELUSER", user)
         admin_redis.close()
+
+
+def test_a_lost_redis_acknowledgement_is_credited_to_the_run_that_delivered_it(
+        mysql, kafka_bootstrap, kafka, redis_service, tmp_path):
+    """The optional Redis sink commits a sub-batch (its MULTI/EXEC runs on the real server) and
+    the run never hears of it: a relay holds the EXEC's reply, then breaks the connection and
+    refuses every later one, so the sink's retries fail and the run ends with Redis behind in
+    the store. A later run adopts Redis's own record and credits the adopted stretch to the run
+    that delivered it: a clear of that run re-sends all it gave Redis, the lost-ack sub-batch
+    included (before the fix, the later run took the stretch as its own, and the clear left it
+    out)."""
+    import threading
+    import time
+
+    from tests.integration.nats_gate import NatsGate
+
+    tag = uuid.uuid4().hex[:6]
+    db, pipeline = f"la_{tag}", f"la_{tag}"
+    stream = f"{pipeline}:t"
+    admin_redis = redis.Redis(host="127.0.0.1", port=redis_service.port, username=redis_service.cdc.login,
+                              password=redis_service.cdc.password)
+    spec = _kafka_and_optional_redis(tmp_path, pipeline, db, server_id=48312, max_events=50)
+    conns = {"src": mysql.cdc, "kafka": kafka.cdc, "redis": redis_service.cdc}
+    parts = Parts(conns.__getitem__)
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+    try:
+        _table_placed_at_head(admin, db, RunContext(spec, parts=parts, store=store))
+        with admin.cursor() as c:
+            for i in range(0, 4000, 10):  # 400 transactions of 10 rows: 80 sub-batches
+                c.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({i + k})" for k in range(10)))
+
+        with NatsGate(redis_service.port, hold_on=b"EXEC") as gate:
+            relayed = dataclasses.replace(redis_service.cdc, port=gate.port)
+            gated = Parts({**conns, "redis": relayed}.__getitem__)
+            reports = []
+            run = threading.Thread(target=lambda: reports.append(runner.run_pipeline(
+                RunContext(spec, run_id="r1", parts=gated, store=store))))
+            run.start()
+            while admin_redis.exists(stream) == 0 or admin_redis.xlen(stream) < 50:
+                assert run.is_alive(), "the run ended before Redis had its first sub-batch"
+                time.sleep(0.001)
+            gate.armed = True  # the next EXEC runs on the server; its reply stays in the relay
+            assert gate.holding.wait(60), "no EXEC reached Redis after the relay was armed"
+            time.sleep(0.2)  # the EXEC runs on the server
+            gate.cut_and_refuse()
+            run.join(120)
+        sinks = {s["id"]: s for s in reports[0]["sinks"]}
+        assert sinks["events"]["status"] == "ok" and sinks["events"]["events"] == 4000
+        heard = sinks["cache"]["events"]
+        held = admin_redis.xlen(stream)  # the sub-batch whose acknowledgement was lost included
+        assert sinks["cache"]["status"] == "failed" and 0 < heard < held < 4000, (sinks["cache"], held)
+        stopped = store.checkpoints.current(pipeline)["cache"].position
+
+        with admin.cursor() as c:
+            c.execute(f"INSERT INTO {db}.t VALUES (4000)")
+        r2 = runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+        sinks = {s["id"]: s for s in r2["sinks"]}
+        assert (sinks["events"]["events"], sinks["cache"]["events"]) == (1, 4000 - held + 1)  # adopted
+        adopted = [v for v in store.checkpoints.history(pipeline, "cache") if v.kind == "adopt"]
+        assert len(adopted) == 1 and adopted[0].position > stopped, adopted
+
+        first = redis_ids(redis_service.cdc, stream)
+        replay = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))  # cleared
+        sinks = {s["id"]: s for s in replay["sinks"]}
+        assert (sinks["events"]["events"], sinks["cache"]["events"]) == (4000, held)
+        assert redis_ids(redis_service.cdc, stream)[len(first):] == first[:held]  # r1's part, again
+        journal = {(e.run_id, e.mode): e.sinks["cache"] for e in store.runs.entries(pipeline)
+                   if "cache" in e.sinks}
+        assert journal["r1", "incremental"].end == adopted[0].position == journal["r2", "incremental"].start
+
+        kafka_keys = [ch["idempotency_key"] for ch in kafka_changes(kafka_bootstrap, f"{pipeline}.t")]
+        assert len(kafka_keys) == 2 * 4000 + 1 and set(first) == set(kafka_keys)
+        assert len(first) == len(set(first)) == 4001  # before the replay: every change once
+    finally:
+        with admin.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS {db}")
+        admin.close()
+        store.close()
+        admin_redis.delete(stream)
+        admin_redis.close()

@@ -36,6 +36,13 @@ class Runs(Role):
                     "dlq = excluded.dlq",
                     (journal_id, sink_id, pos_text(start), pos_text(end), events, bytes, status, error, dlq))
 
+    def extend(self, journal_id: int, sink_id: str, end: Position) -> None:
+        """Move the end of what one sink received in a journaled run to ``end``: a delivery of
+        that attempt the sink committed and the run never heard of (an adopted record)."""
+        with self._tx(write=True) as tx:
+            tx.exec("UPDATE tidegate_journal_sinks SET to_position = ? WHERE journal_id = ? AND sink_id = ?",
+                    (pos_text(end), journal_id, sink_id))
+
     def finish(self, journal_id: int, status: str) -> None:
         with self._tx(write=True) as tx:
             tx.exec("UPDATE tidegate_journal SET status = ?, finished_at = ? WHERE id = ?",
