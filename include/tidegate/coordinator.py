@@ -249,21 +249,18 @@ class Coordinator:
 
     def _credit_adoption(self, sink_id: str, was: Position | None, adopted: Position) -> bool:
         """Credit the adopted stretch (``was``, ``adopted``] to the attempt that delivered it: the
-        newest journaled attempt of a run (not a replay) that gave this sink anything, when it
+        newest journaled attempt of a run (not a replay) that journaled this sink, when it
         left the sink where the store had it. Its journal entry then ends at ``adopted``, so a
         clear of that run re-sends the stretch, as it re-sends the rest of what it delivered.
         False when no attempt fits (its journal write was lost with the run): this run takes it."""
-        for entry in reversed(self.store.runs.entries(self.pipeline)):
-            js = entry.sinks.get(sink_id)
-            if entry.id == self.journal_id or entry.mode != "incremental" or js is None:
-                continue
-            if js.end != was:
-                return False
-            self.store.runs.extend(entry.id, sink_id, adopted)
-            log.info("pipeline %s: sink %s: the adopted stretch (%s, %s] is credited to run %s, whose "
-                     "attempt delivered it", self.pipeline, sink_id, was, adopted, entry.run_id)
-            return True
-        return False
+        last = self.store.runs.last_attempt(self.pipeline, sink_id, before=self.journal_id)
+        if last is None or last[2] != was:
+            return False
+        journal_id, run_id, _ = last
+        self.store.runs.extend(journal_id, sink_id, adopted)
+        log.info("pipeline %s: sink %s: the adopted stretch (%s, %s] is credited to run %s, whose "
+                 "attempt delivered it", self.pipeline, sink_id, was, adopted, run_id)
+        return True
 
     def close(self) -> None:
         for s in self.sinks:

@@ -36,6 +36,17 @@ class Runs(Role):
                     "dlq = excluded.dlq",
                     (journal_id, sink_id, pos_text(start), pos_text(end), events, bytes, status, error, dlq))
 
+    def last_attempt(self, pipeline: str, sink_id: str, *, before: int | None = None
+                     ) -> tuple[int, str, Position | None] | None:
+        """(journal id, run id, where it left the sink) of the newest journaled attempt of a run
+        (not a replay) that journaled ``sink_id``, older than journal id ``before``."""
+        with self._tx() as tx:
+            row = tx.one("SELECT j.id, j.run_id, s.to_position FROM tidegate_journal j JOIN "
+                         "tidegate_journal_sinks s ON s.journal_id = j.id WHERE j.pipeline = ? AND "
+                         "j.mode = 'incremental' AND s.sink_id = ? AND j.id < ? ORDER BY j.id DESC LIMIT 1",
+                         (pipeline, sink_id, before if before is not None else 2**62))
+        return None if row is None else (row[0], row[1], pos_value(row[2]))
+
     def extend(self, journal_id: int, sink_id: str, end: Position) -> None:
         """Move the end of what one sink received in a journaled run to ``end``: a delivery of
         that attempt the sink committed and the run never heard of (an adopted record)."""
