@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+import threading
+import time
 import uuid
 
 import pymysql
@@ -16,6 +18,7 @@ from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 
+from tests.integration.nats_gate import NatsGate
 from tests.integration.sink_readers import kafka_changes, redis_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -42,6 +45,35 @@ def _table_placed_at_head(admin, db: str, run: RunContext) -> None:
         c.execute(f"CREATE DATABASE {db}")
         c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
     runner.prepare_bounds(run)
+
+
+def _four_thousand_rows_after_the_head(admin, db: str, run: RunContext) -> None:
+    """The table placed at the head, then 400 transactions of 10 rows (80 sub-batches of 50)."""
+    _table_placed_at_head(admin, db, run)
+    with admin.cursor() as c:
+        for i in range(0, 4000, 10):
+            c.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({i + k})" for k in range(10)))
+
+
+def _r1_once_redis_has_a_sub_batch(run: RunContext, admin_redis, stream: str
+                                   ) -> tuple[threading.Thread, list[dict]]:
+    """``run`` started in a thread, returned once Redis holds its first sub-batch (50 entries),
+    with the list its report will be put in."""
+    reports: list[dict] = []
+    thread = threading.Thread(target=lambda: reports.append(runner.run_pipeline(run)))
+    thread.start()
+    while admin_redis.exists(stream) == 0 or admin_redis.xlen(stream) < 50:
+        assert thread.is_alive(), "the run ended before Redis had its first sub-batch"
+        time.sleep(0.001)
+    return thread, reports
+
+
+def _dropped(admin, db: str, store, admin_redis, stream: str) -> None:
+    with admin.cursor() as c:
+        c.execute(f"DROP DATABASE IF EXISTS {db}")
+    admin.close()
+    store.close()
+    admin_redis.delete(stream)
 
 
 def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kafka_bootstrap, kafka,
@@ -99,9 +131,6 @@ def test_a_cleared_run_whose_optional_redis_failed_half_way_leaves_it_where_it_s
     shorter range it had, and the replay leaves Redis's checkpoint there, though it reads on for
     Kafka. The next run gives Redis every change it missed (before the fix, the replay moved Redis
     over them for good)."""
-    import threading
-    import time
-
     tag = uuid.uuid4().hex[:6]
     db, pipeline, user, password = f"cr_{tag}", f"cr_{tag}", f"tg_{tag}", uuid.uuid4().hex
     stream = f"{pipeline}:t"
@@ -115,18 +144,10 @@ def test_a_cleared_run_whose_optional_redis_failed_half_way_leaves_it_where_it_s
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     try:
-        _table_placed_at_head(admin, db, RunContext(spec, parts=parts, store=store))
-        with admin.cursor() as c:
-            for i in range(0, 4000, 10):  # 400 transactions of 10 rows: 80 sub-batches
-                c.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({i + k})" for k in range(10)))
+        _four_thousand_rows_after_the_head(admin, db, RunContext(spec, parts=parts, store=store))
 
-        reports = []
-        run = threading.Thread(target=lambda: reports.append(runner.run_pipeline(
-            RunContext(spec, run_id="r1", parts=parts, store=store))))
-        run.start()
-        while admin_redis.exists(stream) == 0 or admin_redis.xlen(stream) < 50:
-            assert run.is_alive(), "the run ended before Redis had its first sub-batch"
-            time.sleep(0.001)
+        run, reports = _r1_once_redis_has_a_sub_batch(RunContext(spec, run_id="r1", parts=parts, store=store),
+                                                      admin_redis, stream)
         admin_redis.execute_command("ACL", "SETUSER", user, "-xadd")  # from now on: NOPERM
         run.join(120)
         sinks = {s["id"]: s for s in reports[0]["sinks"]}
@@ -155,11 +176,7 @@ def test_a_cleared_run_whose_optional_redis_failed_half_way_leaves_it_where_it_s
         assert len(set(kafka_keys)) == 4001
         assert set(redis_ids(redis_service.cdc, stream)) == set(kafka_keys)  # every change, in both
     finally:
-        with admin.cursor() as c:
-            c.execute(f"DROP DATABASE IF EXISTS {db}")
-        admin.close()
-        store.close()
-        admin_redis.delete(stream)
+        _dropped(admin, db, store, admin_redis, stream)
         admin_redis.execute_command("ACL", "DELUSER", user)
         admin_redis.close()
 
@@ -173,11 +190,6 @@ def test_a_lost_redis_acknowledgement_is_credited_to_the_run_that_delivered_it(
     that delivered it: a clear of that run re-sends all it gave Redis, the lost-ack sub-batch
     included (before the fix, the later run took the stretch as its own, and the clear left it
     out)."""
-    import threading
-    import time
-
-    from tests.integration.nats_gate import NatsGate
-
     tag = uuid.uuid4().hex[:6]
     db, pipeline = f"la_{tag}", f"la_{tag}"
     stream = f"{pipeline}:t"
@@ -189,21 +201,13 @@ def test_a_lost_redis_acknowledgement_is_credited_to_the_run_that_delivered_it(
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
     try:
-        _table_placed_at_head(admin, db, RunContext(spec, parts=parts, store=store))
-        with admin.cursor() as c:
-            for i in range(0, 4000, 10):  # 400 transactions of 10 rows: 80 sub-batches
-                c.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({i + k})" for k in range(10)))
+        _four_thousand_rows_after_the_head(admin, db, RunContext(spec, parts=parts, store=store))
 
         with NatsGate(redis_service.port, hold_on=b"EXEC") as gate:
             relayed = dataclasses.replace(redis_service.cdc, port=gate.port)
             gated = Parts({**conns, "redis": relayed}.__getitem__)
-            reports = []
-            run = threading.Thread(target=lambda: reports.append(runner.run_pipeline(
-                RunContext(spec, run_id="r1", parts=gated, store=store))))
-            run.start()
-            while admin_redis.exists(stream) == 0 or admin_redis.xlen(stream) < 50:
-                assert run.is_alive(), "the run ended before Redis had its first sub-batch"
-                time.sleep(0.001)
+            run, reports = _r1_once_redis_has_a_sub_batch(
+                RunContext(spec, run_id="r1", parts=gated, store=store), admin_redis, stream)
             gate.armed = True  # the next EXEC runs on the server; its reply stays in the relay
             assert gate.holding.wait(60), "no EXEC reached Redis after the relay was armed"
             time.sleep(0.2)  # the EXEC runs on the server
@@ -237,9 +241,5 @@ def test_a_lost_redis_acknowledgement_is_credited_to_the_run_that_delivered_it(
         assert len(kafka_keys) == 2 * 4000 + 1 and set(first) == set(kafka_keys)
         assert len(first) == len(set(first)) == 4001  # before the replay: every change once
     finally:
-        with admin.cursor() as c:
-            c.execute(f"DROP DATABASE IF EXISTS {db}")
-        admin.close()
-        store.close()
-        admin_redis.delete(stream)
+        _dropped(admin, db, store, admin_redis, stream)
         admin_redis.close()
