@@ -3,7 +3,8 @@
 Per seed and source (MariaDB, PostgreSQL wal2json, pgoutput): a table whose columns change while
 rows change: columns added, dropped, renamed and widened (INT to BIGINT, VARCHAR to TEXT), long
 text values (past PostgreSQL's TOAST threshold, so an update that leaves them alone sends them
-as unchanged), single-row inserts, updates of random columns and deletes, with runs between
+as unchanged), single-row inserts, updates of random columns and deletes, some of them grouped
+in transactions (on PostgreSQL with schema changes inside: its DDL is transactional), with runs between
 them at random, so a run's range often spans a schema change. The test keeps its own model of
 the table (its columns and rows) and, per row change, the images it must produce. The oracle:
 the row events a Redis stream holds, in order, equal the model's: the operation, the
@@ -135,12 +136,27 @@ class Model:
             self.sql(f"ALTER TABLE {self.table} ALTER COLUMN {name} TYPE {self.sql_type(kind)}")
         self.columns[name] = kind
 
-    def step(self) -> None:
-        ops = ["insert", "insert", "update", "update", "delete", "add", "drop", "rename", "widen"]
+    def step(self, ddl: bool = True) -> None:
+        ops = ["insert", "insert", "update", "update", "delete", "transaction"]
+        ops += ["add", "drop", "rename", "widen"] if ddl else []
         op = self.rnd.choice(ops) if self.rows else "insert"
         if op == "drop" and len(self.columns) <= 2:
             op = "add"
-        getattr(self, op)()
+        if op == "transaction":
+            self.transaction()
+        else:
+            getattr(self, op)()
+
+    def transaction(self) -> None:
+        """Two to five steps in one transaction; on PostgreSQL schema changes among them (its DDL
+        is transactional), on MariaDB row changes only (a DDL statement commits)."""
+        if not self.rows:
+            return
+        self.sql("BEGIN")
+        for _ in range(self.rnd.randint(2, 5)):
+            if self.rows:
+                self.step(ddl=self.kind != "mysql")
+        self.sql("COMMIT")
 
 
 def _spec(tmp_path, name: str, kind: str, table: str, extra: dict):
