@@ -433,19 +433,29 @@ class Coordinator:
     def _write(self, sink_positions: Mapping[str, Position], kind: str = "write") -> None:
         if not sink_positions:
             return
+        # The journal follows every move, in the same store transaction: an attempt killed before
+        # its end has journaled what it gave each sink, so a clear of the run re-sends it.
+        journal = None if self.journal_id is None else (self.journal_id, {
+            sid: (self._journal_start(sid), self.report.sinks[sid].end) for sid in sink_positions})
         written = self.store.checkpoints.write_many(self.pipeline, sink_positions, run_id=self.run_id,
-                                                    epoch=self.epoch, kind=kind)
+                                                    epoch=self.epoch, kind=kind, journal=journal)
         for sid, rec in written.items():
             self.report.sinks[sid].checkpoint = rec.position
             self.report.sinks[sid].version = rec.version
             self._owed.pop(sid, None)
 
+    def _journal_start(self, sink_id: str) -> Position | None:
+        """Where this run's journaled range for the sink starts: its start, or, where this run
+        took an adopted stretch as its own, where the store had the sink before."""
+        rep = self.report.sinks[sink_id]
+        replay = sink_id in self._starts
+        return rep.start if replay else self._adopted_from.get(sink_id, rep.start)
+
     def _journal(self, status: str) -> None:
         if self.journal_id is None:
             return
         for rep in self.report.sinks.values():
-            replay = rep.sink_id in self._starts
-            start = rep.start if replay else self._adopted_from.get(rep.sink_id, rep.start)
+            start = self._journal_start(rep.sink_id)
             self.store.runs.sink(self.journal_id, rep.sink_id, start=start, end=rep.end,
                                  events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
                                  dlq=rep.dlq)

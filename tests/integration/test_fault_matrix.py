@@ -57,7 +57,7 @@ from tidegate.store import CheckpointStore, open_store
 
 from tests.conftest import services_cmd
 from tests.integration.airflow_support import VENV_BIN, per_key
-from tests.integration.sink_readers import kafka_changes, nats_count, nats_messages, redis_events
+from tests.integration.sink_readers import kafka_changes, nats_count, nats_messages, redis_events, redis_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -770,3 +770,47 @@ def test_a_transaction_past_the_sub_batch_limits_killed_mid_delivery(request, so
     later = p.catch_up(f"after_{seed}")
     print(f"seed {seed}: the runs after the kill ended {later or 'ok'}")
     assert_exactly_once(p, f"seed {seed}: large transaction, SIGKILL mid-delivery")
+
+
+# --------------------------------------------------------------------------- 7: killed, retried, then cleared
+
+
+def keys_held(p) -> dict[str, list[str]]:
+    """The idempotency keys Kafka (read_committed) and Redis hold, in their order."""
+    return {"events": [c["idempotency_key"] for c in kafka_changes(p.cdc.kafka, p.topic)],
+            "cache": redis_ids(p.cdc.redis, p.redis_key)}
+
+
+def test_a_run_killed_after_some_sub_batches_then_retried_and_cleared_resends_both_attempts(
+        mysql_pipeline):
+    """A run SIGKILLed after it moved some checkpoints, retried to the end, then cleared: the clear
+    re-sends everything the run delivered over both attempts, the killed one's sub-batches too.
+
+    MariaDB to Kafka (exactly once, read_committed), NATS and Redis, `tidegate run` processes as the
+    fault matrix starts them. The killed attempt never reaches its end, where a run used to journal
+    what each sink received; the journal now follows every checkpoint write, so the killed
+    attempt's part of the range is journaled up to its last store write (before, a clear re-sent
+    only what the retry delivered)."""
+    p = mysql_pipeline
+    p.run_ok("place")
+    p.work.wave(120)  # 120 inserts, 40 updates, 24 deletes: 19 sub-batches of 10
+    run = p.start("r1")
+    try:
+        wait_for(lambda: run.proc.poll() is not None or p.writes("r1") >= 3,
+                 "the run to commit three sub-batches to the store")
+        run.signal(signal.SIGKILL)
+        run.wait()
+    finally:
+        run.signal(signal.SIGKILL)
+    killed_at = p.writes("r1")
+    assert killed_at >= 3, "the run ended before it could be killed mid-range"
+    p.work.wave(10)  # written between the kill and the retry
+    p.run_ok("r1")  # the retry: the run id again, and the killed attempt finished nothing
+    delivered = keys_held(p)
+    assert len(delivered["events"]) == len(set(delivered["events"])) == p.work.changes
+
+    replay = p.run_ok("r1")  # a clear of the run that finished: a replay of its range
+    again = keys_held(p)
+    for sid in ("events", "cache"):
+        resent = collections.Counter(again[sid]) - collections.Counter(delivered[sid])
+        assert resent == collections.Counter(delivered[sid]), (sid, killed_at, replay["sinks"])

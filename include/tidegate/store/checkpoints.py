@@ -14,6 +14,7 @@ from typing import Any
 from ..positions import Position
 from .leases import Leases
 from .records import CheckpointRecord, checkpoint_key, now_iso, pos_text, pos_value, ts_text
+from .runs import Runs
 from .tx import Backend, Role, StoreError, Tx
 
 CKPT_COLS = ("pipeline, sink_id, version, position, run_id, epoch, written_at, kind, reason, who, "
@@ -33,20 +34,28 @@ class Checkpoints(Role):
     def write_many(self, pipeline: str, positions: Mapping[str, Position], *,
                    run_id: str | None, epoch: int, kind: str = "write",
                    reason: str | None = None, who: str | None = None,
-                   control: Mapping[str, Any] | None = None) -> dict[str, CheckpointRecord]:
+                   control: Mapping[str, Any] | None = None,
+                   journal: tuple[int, Mapping[str, tuple[Position | None, Position]]] | None = None
+                   ) -> dict[str, CheckpointRecord]:
         """Record new versions of several sinks' checkpoints in one transaction. ``kind`` says
         what moved them: ``write`` (a delivery), ``adopt`` (a sink-side record), ``head``
         (placed at the head), ``skip`` (a range with nothing to deliver), or a move that is not
         a delivery (``failover``, ``accept_gap``, ``rewind``, ``resnapshot``). ``control``: a
         control message (JSON) each of these versions owes its sink (delivered by the next run
-        before anything after the position)."""
+        before anything after the position). ``journal``: (journal id, per sink the range the
+        run has given it so far), journaled in the same transaction (:meth:`Runs.progress`)."""
         if any(p is None for p in positions.values()):
             raise ValueError("a checkpoint position cannot be None")
         with self._tx(write=True) as tx:
             self._leases.check_epoch(tx, pipeline, epoch)
-            return {sid: self.append(tx, pipeline, sid, pos, run_id=run_id, epoch=epoch, kind=kind,
-                                     reason=reason, who=who, control=control)
-                    for sid, pos in positions.items()}
+            written = {sid: self.append(tx, pipeline, sid, pos, run_id=run_id, epoch=epoch, kind=kind,
+                                        reason=reason, who=who, control=control)
+                       for sid, pos in positions.items()}
+            if journal is not None:
+                journal_id, ranges = journal
+                for sid, (start, end) in ranges.items():
+                    Runs.progress(tx, journal_id, sid, start, end)
+            return written
 
     @staticmethod
     def append(tx: Tx, pipeline: str, sink_id: str, position: Position, **kw: Any) -> CheckpointRecord:

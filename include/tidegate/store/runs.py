@@ -47,6 +47,17 @@ class Runs(Role):
                          (pipeline, sink_id, before if before is not None else 2**62))
         return None if row is None else (row[0], row[1], pos_value(row[2]))
 
+    @staticmethod
+    def progress(tx: Tx, journal_id: int, sink_id: str, start: Position | None, end: Position) -> None:
+        """Inside the caller's transaction (a checkpoint write): the journaled run has given the
+        sink (``start``, ``end``] so far. Written with every checkpoint move, so an attempt that
+        never reaches its end (SIGKILL) is journaled as far as the store moved for it; the run's
+        end writes the whole entry (:meth:`sink`)."""
+        tx.exec("INSERT INTO tidegate_journal_sinks (journal_id, sink_id, from_position, to_position, "
+                "events, bytes, status, error, dlq) VALUES (?, ?, ?, ?, 0, 0, 'running', NULL, 0) "
+                "ON CONFLICT (journal_id, sink_id) DO UPDATE SET to_position = excluded.to_position",
+                (journal_id, sink_id, pos_text(start), pos_text(end)))
+
     def extend(self, journal_id: int, sink_id: str, end: Position) -> None:
         """Move the end of what one sink received in a journaled run to ``end``: a delivery of
         that attempt the sink committed and the run never heard of (an adopted record)."""
