@@ -23,11 +23,11 @@ def store(tmp_path):
     s.close()
 
 
-def _coordinator(store, sinks, policy="required", quorum=None, max_events=2, run_id="r1"):
+def _coordinator(store, sinks, policy="required", quorum=None, max_events=2, run_id="r1", journal_id=None):
     epoch = store.leases.acquire("p", run_id)
     return Coordinator(store, "p", run_id, epoch, sinks,
                        BatchSpec(max_events=max_events, commit_policy=policy, quorum=quorum),
-                       sleep=lambda s: None)
+                       sleep=lambda s: None, journal_id=journal_id)
 
 
 def _positions(store):
@@ -175,6 +175,31 @@ def test_report_and_journal(store):
     assert j.sinks["s2"].status == "failed"
     doc = report.to_json()
     assert doc["sinks"][0]["end"] == pos(4).to_json()
+
+
+class JournalWatchingSink(FakeSink):
+    """Reads the run's journal entry as each delivery begins: what a SIGKILL at that moment
+    would leave behind."""
+
+    def __init__(self, sink_id, store):
+        super().__init__(sink_id)
+        self.store, self.seen = store, []
+
+    def deliver(self, batch, extends=None):
+        entry = self.store.runs.entries("p", "r1")[0]
+        self.seen.append({sid: (js.start, js.end) for sid, js in entry.sinks.items()})
+        return super().deliver(batch, extends)
+
+
+def test_the_journal_follows_every_checkpoint_move_before_the_run_ends(store):
+    """A run killed mid-range never reaches its end; its journal entry already holds, per sink,
+    the range up to the last checkpoint it wrote, so a clear of the run re-sends that part
+    (the real-server kill: test_fault_matrix.py, section 7)."""
+    sink = JournalWatchingSink("s1", store)
+    with _coordinator(store, [sink], journal_id=store.runs.begin("p", "r1")) as co:
+        co.run(iter(stream([1] * 6)))
+    assert sink.seen == [{}, {"s1": (None, pos(2))}, {"s1": (None, pos(4))}]
+    assert store.runs.entries("p", "r1")[0].sinks["s1"].end == pos(6)
 
 
 def test_split_transaction_moves_checkpoints_only_at_boundaries(store):
