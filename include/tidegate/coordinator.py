@@ -7,7 +7,7 @@ Per run (docs/architecture.md, "One run"):
    version and lies ahead of it (a sink that committed its data but crashed before the store
    write is not sent that data again; see :mod:`tidegate.sink_checkpoints`). An adopted record is
    written to the store at once, so the store stays the authority, and the adopted stretch is
-   credited to the journaled attempt that delivered it (:meth:`Coordinator._credit_adoption`).
+   credited to the journaled attempt that delivered it (:func:`~tidegate.sink_checkpoints.credit_adoption`).
 2. ``run(items)``: cut the source stream into sub-batches; for each one, deliver to all sinks
    concurrently, each sink getting only ``batch.after(its position)`` (nothing at all when it
    needs nothing); retry per the sink's policy; evaluate the commit policy *before* any
@@ -35,7 +35,7 @@ from .errors import CommitPolicyError, ErrorClass, FatalRunError, SinkTimedOutEr
 from .events import ControlMessage
 from .positions import Position, later, lowest_start, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
-from .sink_checkpoints import Adoption, SinkCheckpoint, adopt
+from .sink_checkpoints import Adoption, SinkCheckpoint, adopt, credit_adoption
 from .sinks.base import Sink
 from .sources.base import SourceItem
 from .spec import BatchSpec
@@ -173,7 +173,7 @@ class Coordinator:
         # delivered before anything after that checkpoint, then settled by a new version.
         self._owed: dict[str, ControlMessage] = {}
         # Where the store had a sink before this run adopted the sink's own record, when no
-        # journaled attempt could be credited with the adopted stretch (_credit_adoption): the
+        # journaled attempt could be credited with the adopted stretch (credit_adoption): the
         # stretch is journaled as this run's, so every stored version lies in some run's range.
         self._adopted_from: dict[str, Position | None] = {}
         self.report = RunReport(pipeline, run_id, epoch, {
@@ -244,23 +244,9 @@ class Coordinator:
         log.warning("pipeline %s: sink %s: %s; the store now holds it as version %d", self.pipeline,
                     sink.sink_id, adoption.why, written.version)
         rep.checkpoint, rep.version = written.position, written.version
-        if not self._credit_adoption(sink.sink_id, was, written.position):
+        if not credit_adoption(self.store, self.pipeline, sink.sink_id, was, written.position,
+                               before=self.journal_id):
             self._adopted_from[sink.sink_id] = was
-
-    def _credit_adoption(self, sink_id: str, was: Position | None, adopted: Position) -> bool:
-        """Credit the adopted stretch (``was``, ``adopted``] to the attempt that delivered it: the
-        newest journaled attempt of a run (not a replay) that journaled this sink, when it
-        left the sink where the store had it. Its journal entry then ends at ``adopted``, so a
-        clear of that run re-sends the stretch, as it re-sends the rest of what it delivered.
-        False when no attempt fits (its journal write was lost with the run): this run takes it."""
-        last = self.store.runs.last_attempt(self.pipeline, sink_id, before=self.journal_id)
-        if last is None or last[2] != was:
-            return False
-        journal_id, run_id, _ = last
-        self.store.runs.extend(journal_id, sink_id, adopted)
-        log.info("pipeline %s: sink %s: the adopted stretch (%s, %s] is credited to run %s, whose "
-                 "attempt delivered it", self.pipeline, sink_id, was, adopted, run_id)
-        return True
 
     def close(self) -> None:
         for s in self.sinks:

@@ -19,6 +19,7 @@ as a coordinate of the new one.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ from .positions import (
     same_lineage,
 )
 from .store.records import CheckpointRecord
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,24 @@ def adopt(stored: CheckpointRecord | None, side: SinkCheckpoint | None) -> Adopt
                                          f"{version}: the sink committed it after the last store write")
 
 
+def credit_adoption(store: Any, pipeline: str, sink_id: str, was: Position | None, adopted: Position, *,
+                    before: int | None) -> bool:
+    """Credit an adopted stretch (``was``, ``adopted``] to the attempt that delivered it: the
+    newest journaled attempt of a run (not a replay; older than journal ``before``) that
+    journaled this sink, when it left the sink where the store had it. Its journal entry then
+    ends at ``adopted``, so a clear of that run re-sends the stretch, as it re-sends the rest of
+    what it delivered. False when no attempt fits (one killed before its first checkpoint write
+    journaled nothing): the adopting run takes the stretch."""
+    last = store.runs.last_attempt(pipeline, sink_id, before=before)
+    if last is None or last[2] != was:
+        return False
+    journal_id, run_id, _ = last
+    store.runs.extend(journal_id, sink_id, adopted)
+    log.info("pipeline %s: sink %s: the adopted stretch (%s, %s] is credited to run %s, whose attempt "
+             "delivered it", pipeline, sink_id, was, adopted, run_id)
+    return True
+
+
 def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: str,
            who: str | None, check_held: Callable[[Position], None] | None = None
            ) -> tuple[CheckpointRecord, CheckpointRecord]:
@@ -119,4 +140,4 @@ def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: 
     return current, store.checkpoints.rewind(pipeline, sink_id, to_version, reason=reason, who=who)
 
 
-__all__ = ["Adoption", "SinkCheckpoint", "adopt", "rewind"]
+__all__ = ["Adoption", "SinkCheckpoint", "adopt", "credit_adoption", "rewind"]
