@@ -814,3 +814,61 @@ def test_a_run_killed_after_some_sub_batches_then_retried_and_cleared_resends_bo
     for sid in ("events", "cache"):
         resent = collections.Counter(again[sid]) - collections.Counter(delivered[sid])
         assert resent == collections.Counter(delivered[sid]), (sid, killed_at, replay["sinks"])
+
+
+def _delivered_since(p: Pipeline, before: dict[str, list[str]]) -> tuple[dict, dict[str, list[str]]]:
+    """What Kafka (a multiset: its three partitions are read one after the other) and Redis (in
+    order) hold now that they did not hold at ``before``; and what they hold now."""
+    now = keys_held(p)
+    return {"events": collections.Counter(now["events"]) - collections.Counter(before["events"]),
+            "cache": now["cache"][len(before["cache"]):]}, now
+
+
+# Seeds 1-30 pass; with the journal written only at a run's end, 10 of them fail (6 and 11 among
+# them, kept here). TIDEGATE_KILL_CLEAR_SEEDS="1 2 ..." runs others.
+@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("TIDEGATE_KILL_CLEAR_SEEDS", "6 11").split()])
+def test_generated_kills_retries_and_clears(mysql_pipeline, seed):
+    """Generated schedules of waves, runs, runs SIGKILLed after 1-3 sub-batches reached the store
+    and retried under the same run id (writes between, as often as not), and clears of finished
+    runs. Each run's deliveries are what Kafka (read_committed) and Redis hold after it that they
+    did not before; a clear must re-send exactly that, on Kafka as a multiset (three
+    partitions), on Redis in order."""
+    rnd = random.Random(seed)
+    p = mysql_pipeline
+    p.run_ok("place")
+    by_run: dict[str, dict[str, list[str]]] = {}
+    seen = keys_held(p)
+    for step in range(rnd.randint(6, 10)):
+        op = rnd.choice(["wave", "run", "kill", "clear"])
+        if op == "wave" or p.work.changes == 0:
+            p.work.wave(rnd.randint(5, 40))
+            continue
+        # A run that delivered nothing journals nothing: run again, its id reads new changes.
+        done = sorted(r for r in by_run if any(e.status == "success" and e.mode == "incremental"
+                                               for e in p.cdc.store.runs.entries(p.name, r)))
+        if op == "clear" and done:
+            rid = rnd.choice(done)
+            p.run_ok(rid)
+            got, seen = _delivered_since(p, seen)
+            assert got["events"] == by_run[rid]["events"], (seed, step, rid)
+            assert got["cache"] == by_run[rid]["cache"], (seed, step, rid)
+            continue
+        rid = f"r{step}"
+        if op == "kill":
+            run = p.start(rid)
+            k = rnd.randint(1, 3)
+            try:
+                wait_for(lambda run=run, k=k, rid=rid: run.proc.poll() is not None or p.writes(rid) >= k,
+                         f"run {rid} to commit {k} sub-batches")
+                run.signal(signal.SIGKILL)
+                run.wait()
+            finally:
+                run.signal(signal.SIGKILL)
+            if rnd.random() < 0.5:
+                p.work.wave(rnd.randint(1, 10))  # written between the kill and the retry
+            finished = any(e.status == "success" for e in p.cdc.store.runs.entries(p.name, rid))
+            if not finished:  # else the kill came after its end: a retry would be a clear
+                p.run_ok(rid)
+        else:
+            p.run_ok(rid)
+        by_run[rid], seen = _delivered_since(p, seen)
