@@ -826,7 +826,10 @@ def _delivered_since(p: Pipeline, before: dict[str, list[str]]) -> tuple[dict, d
 
 # Seeds 1-30 pass; with the journal written only at a run's end, 10 of them fail (6 and 11 among
 # them, kept here). TIDEGATE_KILL_CLEAR_SEEDS="1 2 ..." runs others.
-@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("TIDEGATE_KILL_CLEAR_SEEDS", "6 11").split()])
+KILL_CLEAR_SEEDS = [int(s) for s in os.environ.get("TIDEGATE_KILL_CLEAR_SEEDS", "6 11").split()]
+
+
+@pytest.mark.parametrize("seed", KILL_CLEAR_SEEDS)
 def test_generated_kills_retries_and_clears(mysql_pipeline, seed):
     """Generated schedules of waves, runs, runs SIGKILLed after 1-3 sub-batches reached the store
     and retried under the same run id (writes between, as often as not), and clears of finished
