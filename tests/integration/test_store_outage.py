@@ -113,14 +113,18 @@ def assert_checkpoints_sane(p: Pipeline, held: dict[str, list]) -> None:
         assert not missing, f"{sid}: the checkpoint {at} lies past {len(missing)} changes the sink lacked"
 
 
-def faulted_then_caught_up(p: Pipeline, fault) -> str:
+def faulted_then_caught_up(p: Pipeline, fault, wave: int = 300) -> str:
     """Place, a wave, a run with ``fault(run)`` after two committed sub-batches; then what the
-    sinks and the store held, another wave, runs until caught up; checks everything."""
+    sinks and the store held, another wave, runs until caught up; checks everything. The run
+    is SIGSTOPped as soon as the store shows its second sub-batch, so the fault lands mid-run
+    however long the fault takes to set up; ``fault`` SIGCONTs it once the store is down."""
     p.run_ok("place")
-    p.work.wave(300)
+    p.work.wave(wave)
     run = p.start("faulted")
     try:
         wait_for(lambda: p.writes(run.run_id) >= 2, "2 sub-batches committed", run=run)
+        run.signal(signal.SIGSTOP)
+        assert run.proc.poll() is None, "the run ended before the fault could land mid-run"
         ended = fault(run)
     finally:
         run.signal(signal.SIGKILL)
@@ -143,6 +147,7 @@ def test_store_server_crashes_mid_run_and_restarts(pipeline):
     def crash(run) -> str:
         with restarted("postgres"):
             stop_server("postgres", signal.SIGQUIT)  # immediate shutdown: a crash
+            run.signal(signal.SIGCONT)
             rc = run.wait(120)
         return "ok" if rc == 0 else explained_failure(run.output())
 
@@ -157,6 +162,7 @@ def test_store_server_hangs_mid_run_the_run_ends_naming_the_timeout(pipeline):
         pids = postgres_processes()
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
+        run.signal(signal.SIGCONT)
         try:
             stopped = time.monotonic()
             hang_s = 3 * STORE_TIMEOUT_S + 20
@@ -171,5 +177,5 @@ def test_store_server_hangs_mid_run_the_run_ends_naming_the_timeout(pipeline):
                     os.kill(pid, signal.SIGCONT)
         return "ok" if run.proc.returncode == 0 else explained_failure(run.output())
 
-    ended = faulted_then_caught_up(p, hang)
+    ended = faulted_then_caught_up(p, hang, wave=600)  # a CI run once saw the run end first
     assert "did not answer within TIDEGATE_STORE_TIMEOUT_S=4s" in ended, ended
