@@ -7,7 +7,8 @@ Per run (docs/architecture.md, "One run"):
    version and lies ahead of it (a sink that committed its data but crashed before the store
    write is not sent that data again; see :mod:`tidegate.sink_checkpoints`). An adopted record is
    written to the store at once, so the store stays the authority, and the adopted stretch is
-   credited to the journaled attempt that delivered it (:func:`~tidegate.sink_checkpoints.credit_adoption`).
+   credited to the journaled attempt that delivered it, in the same store transaction
+   (:func:`~tidegate.sink_checkpoints.delivering_attempt`).
 2. ``run(items)``: cut the source stream into sub-batches; for each one, deliver to all sinks
    concurrently, each sink getting only ``batch.after(its position)`` (nothing at all when it
    needs nothing); retry per the sink's policy; evaluate the commit policy *before* any
@@ -35,7 +36,7 @@ from .errors import CommitPolicyError, ErrorClass, FatalRunError, SinkTimedOutEr
 from .events import ControlMessage
 from .positions import Position, later, lowest_start, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
-from .sink_checkpoints import Adoption, SinkCheckpoint, adopt, credit_adoption
+from .sink_checkpoints import Adoption, SinkCheckpoint, adopt, delivering_attempt
 from .sinks.base import Sink
 from .sources.base import SourceItem
 from .spec import BatchSpec
@@ -173,7 +174,7 @@ class Coordinator:
         # delivered before anything after that checkpoint, then settled by a new version.
         self._owed: dict[str, ControlMessage] = {}
         # Where the store had a sink before this run adopted the sink's own record, when no
-        # journaled attempt could be credited with the adopted stretch (credit_adoption): the
+        # journaled attempt could be credited with the adopted stretch (delivering_attempt): the
         # stretch is journaled as this run's, so every stored version lies in some run's range.
         self._adopted_from: dict[str, Position | None] = {}
         self.report = RunReport(pipeline, run_id, epoch, {
@@ -238,14 +239,17 @@ class Coordinator:
         store takes the sink's record as a new version before anything else happens."""
         rep = self.report.sinks[sink.sink_id]
         was = rep.checkpoint
+        # The stretch is credited to the attempt that delivered it, in the adoption's transaction.
+        credited = delivering_attempt(self.store, self.pipeline, sink.sink_id, was, before=self.journal_id)
+        journal = None if credited is None else (credited, {sink.sink_id: (was, adoption.position)})
         written = self.store.checkpoints.write_many(self.pipeline, {sink.sink_id: adoption.position},
                                                     run_id=self.run_id, epoch=self.epoch, kind="adopt",
-                                                    reason=adoption.why)[sink.sink_id]
-        log.warning("pipeline %s: sink %s: %s; the store now holds it as version %d", self.pipeline,
-                    sink.sink_id, adoption.why, written.version)
+                                                    reason=adoption.why, journal=journal)[sink.sink_id]
+        log.warning("pipeline %s: sink %s: %s; the store now holds it as version %d%s", self.pipeline,
+                    sink.sink_id, adoption.why, written.version,
+                    "" if credited is None else f", credited to journal entry {credited}")
         rep.checkpoint, rep.version = written.position, written.version
-        if not credit_adoption(self.store, self.pipeline, sink.sink_id, was, written.position,
-                               before=self.journal_id):
+        if credited is None:
             self._adopted_from[sink.sink_id] = was
 
     def close(self) -> None:

@@ -19,7 +19,6 @@ as a coordinate of the new one.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +33,6 @@ from .positions import (
     same_lineage,
 )
 from .store.records import CheckpointRecord
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,22 +93,16 @@ def adopt(stored: CheckpointRecord | None, side: SinkCheckpoint | None) -> Adopt
                                          f"{version}: the sink committed it after the last store write")
 
 
-def credit_adoption(store: Any, pipeline: str, sink_id: str, was: Position | None, adopted: Position, *,
-                    before: int | None) -> bool:
-    """Credit an adopted stretch (``was``, ``adopted``] to the attempt that delivered it: the
-    newest journaled attempt of a run (not a replay; older than journal ``before``) that
-    journaled this sink, when it left the sink where the store had it. Its journal entry then
-    ends at ``adopted``, so a clear of that run re-sends the stretch, as it re-sends the rest of
-    what it delivered. False when no attempt fits (one killed before its first checkpoint write
+def delivering_attempt(store: Any, pipeline: str, sink_id: str, was: Position | None, *,
+                       before: int | None) -> int | None:
+    """The journal entry to credit with an adopted stretch that starts at ``was``: the newest
+    journaled attempt of a run (not a replay; older than journal ``before``) that journaled this
+    sink, when it left the sink at ``was``; the attempt that delivered the stretch. Its entry then
+    ends where the record does, so a clear of that run re-sends the stretch with the rest of what
+    it delivered. None when no attempt fits (one killed before its first checkpoint write
     journaled nothing): the adopting run takes the stretch."""
     last = store.runs.last_attempt(pipeline, sink_id, before=before)
-    if last is None or last[2] != was:
-        return False
-    journal_id, run_id, _ = last
-    store.runs.extend(journal_id, sink_id, adopted)
-    log.info("pipeline %s: sink %s: the adopted stretch (%s, %s] is credited to run %s, whose attempt "
-             "delivered it", pipeline, sink_id, was, adopted, run_id)
-    return True
+    return last[0] if last is not None and last[2] == was else None
 
 
 def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: str,
@@ -140,4 +131,4 @@ def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: 
     return current, store.checkpoints.rewind(pipeline, sink_id, to_version, reason=reason, who=who)
 
 
-__all__ = ["Adoption", "SinkCheckpoint", "adopt", "credit_adoption", "rewind"]
+__all__ = ["Adoption", "SinkCheckpoint", "adopt", "delivering_attempt", "rewind"]

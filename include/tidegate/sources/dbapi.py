@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from contextlib import closing
 from typing import Any
 
 
@@ -51,5 +50,5 @@ class SqlCatalog:
 
     def table_catalog(self) -> dict[str, tuple[list[str], list[str]]]:
         """Every table's columns and primary key (for the filters' preflight)."""
-        with closing(self.snapshot_connection()) as conn:
+        with contextlib.closing(self.snapshot_connection()) as conn:
             return catalog_of(fetch_all(conn, self.catalog_sql, self.catalog_args))

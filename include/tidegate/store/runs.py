@@ -52,18 +52,12 @@ class Runs(Role):
         """Inside the caller's transaction (a checkpoint write): the journaled run has given the
         sink (``start``, ``end``] so far. Written with every checkpoint move, so an attempt that
         never reaches its end (SIGKILL) is journaled as far as the store moved for it; the run's
-        end writes the whole entry (:meth:`sink`)."""
+        end writes the whole entry (:meth:`sink`). An existing entry keeps its start: an adopted
+        stretch credited to an earlier attempt only moves that attempt's end."""
         tx.exec("INSERT INTO tidegate_journal_sinks (journal_id, sink_id, from_position, to_position, "
                 "events, bytes, status, error, dlq) VALUES (?, ?, ?, ?, 0, 0, 'running', NULL, 0) "
                 "ON CONFLICT (journal_id, sink_id) DO UPDATE SET to_position = excluded.to_position",
                 (journal_id, sink_id, pos_text(start), pos_text(end)))
-
-    def extend(self, journal_id: int, sink_id: str, end: Position) -> None:
-        """Move the end of what one sink received in a journaled run to ``end``: a delivery of
-        that attempt the sink committed and the run never heard of (an adopted record)."""
-        with self._tx(write=True) as tx:
-            tx.exec("UPDATE tidegate_journal_sinks SET to_position = ? WHERE journal_id = ? AND sink_id = ?",
-                    (pos_text(end), journal_id, sink_id))
 
     def finish(self, journal_id: int, status: str) -> None:
         with self._tx(write=True) as tx:
