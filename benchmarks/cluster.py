@@ -74,7 +74,7 @@ PATHS = ("in-process", "spark", "connect", "connect-gathered")
 CONNECT_CHILD = """
 import json, sys
 from tidegate.connections import get_connection
-from tidegate.run import from_record
+from tidegate.bounds_step import from_record
 from tidegate.spark.connect import connect_url, deliver_remote
 from tidegate.store import open_store
 pipeline, run_id, package = sys.argv[1:4]
@@ -250,9 +250,10 @@ def snapshot_rows(log: str) -> int:
 def step(what: str, pipeline: str, run_id: str) -> dict:
     """Runs in a fresh process: the guards and bounds of a run (as the DAG's first two tasks), or
     its release."""
-    from tidegate import catalog, guards, runner
+    from tidegate import bounds_step, catalog, guards, runner
+    from tidegate.bounds_step import from_record
     from tidegate.plan import RunPlan
-    from tidegate.run import RunContext, from_record
+    from tidegate.run import RunContext
     from tidegate.store import open_store
 
     with open_store() as store:
@@ -263,7 +264,7 @@ def step(what: str, pipeline: str, run_id: str) -> dict:
         plan = RunPlan.from_values({"mode": "incremental"}, sink_ids=[s.id for s in spec.sinks], who="bench")
         run = RunContext(spec, plan, run_id, store=store)
         guards.run_guards(run)
-        run = runner.prepare_bounds(run)
+        run = bounds_step.prepare_bounds(run)
         kinds = [type(s).__name__ for s in (run.record.segments or ())] if run.record else []
         return {"nothing_to_do": run.bounds.nothing_to_do(plan.sinks),
                 "plan": {k: kinds.count(k) for k in sorted(set(kinds))}}

@@ -121,7 +121,7 @@ PHASES = textwrap.dedent("""\
     def imports():
         import tidegate.guards, tidegate.runner, tidegate.sources.mysql  # noqa: F401
     phase("import the engine", imports)
-    from tidegate import catalog, guards, runner
+    from tidegate import bounds_step, catalog, guards, runner
     from tidegate.run import RunContext
     from tidegate.store import open_store
     spec = phase("read the spec", lambda: catalog.find(sys.argv[1]))
@@ -131,7 +131,7 @@ PHASES = textwrap.dedent("""\
     phase("guard: failover (source identity)", lambda: guards.guard_failover(run))
     phase("guard: retention (binlog list)", lambda: guards.guard_retention(run))
     phase("guard: preflight (settings)", lambda: guards.preflight(run))
-    run = phase("bounds (head, checkpoints, range)", lambda: runner.prepare_bounds(run))
+    run = phase("bounds (head, checkpoints, range)", lambda: bounds_step.prepare_bounds(run))
     out["nothing to do"] = run.bounds.nothing_to_do()
     print(json.dumps(out))
     """)

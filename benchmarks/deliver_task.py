@@ -63,7 +63,7 @@ PHASES = textwrap.dedent("""\
     phase("import the deliver operator", lambda: __import__("tidegate_airflow.operators.deliver"))
     from tidegate import coordinator
     from tidegate.parts import Parts
-    from tidegate.run import from_record
+    from tidegate.bounds_step import from_record
     from tidegate.spark import chunks, job, session
     from tidegate.store import default_url, open_store
     from tidegate.runner import run_pipeline

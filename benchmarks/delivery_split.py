@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "include"))
 
 CHILD = """
 import json, os, resource, sys, time
-from tidegate.run import from_record
+from tidegate.bounds_step import from_record
 from tidegate.spark.connect import connect_url, deliver_remote
 from tidegate.spark.package import package_zip
 from tidegate.connections import get_connection
@@ -136,7 +136,7 @@ def setup(source: str, env: dict, name: str) -> str:
 
 
 def one_run(mode: str, source: str, events: int, env: dict, base: Path, server: int) -> dict:
-    from tidegate import runner
+    from tidegate import bounds_step
     from tidegate.run import RunContext
     from tidegate.spec import load_spec
     from tidegate.store import open_store
@@ -153,9 +153,9 @@ def one_run(mode: str, source: str, events: int, env: dict, base: Path, server: 
         """))
     spec = load_spec(str(spec_path))
     with open_store() as store:
-        runner.prepare_bounds(RunContext(spec, run_id="place", store=store))
+        bounds_step.prepare_bounds(RunContext(spec, run_id="place", store=store))
         write_rows(source, env, name, events)
-        runner.prepare_bounds(RunContext(spec, run_id="r1", store=store))
+        bounds_step.prepare_bounds(RunContext(spec, run_id="r1", store=store))
     before, jvm_before = tree_cpu(server), own_cpu(server)
     out = subprocess.run([sys.executable, "-c", CHILD, name, "r1"], env=env, capture_output=True, text=True)
     if out.returncode != 0:

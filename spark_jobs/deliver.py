@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, spark: Any, deliver: Any = None) -> dict[str, Any]:
     """``deliver``: the engine's entry (default ``tidegate.spark.job.deliver``)."""
-    from tidegate.run import from_record
+    from tidegate.bounds_step import from_record
     from tidegate.store import open_store
 
     if deliver is None:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import catalog, guards, runner
+from . import bounds_step, catalog, guards, runner
 from . import spec as specmod
 from .errors import TidegateError
 from .kinds import source_kind
@@ -147,7 +147,7 @@ def _run_steps(run: Any, args: argparse.Namespace, reader: Any, remote: str | No
         guards.run_guards(run)
     report: dict[str, Any] = {}
     if plan.mode != "dry_run":
-        run = runner.prepare_bounds(run)  # writes the run's record, which the delivery reads
+        run = bounds_step.prepare_bounds(run)  # writes the run's record, which the delivery reads
         report["bounds"] = run.bounds.to_json()
         if run.bounds.nothing_to_do(plan.sinks):
             return {**report, "nothing_to_do": True}
@@ -248,8 +248,8 @@ def _check_log_held_for_rewind(args: argparse.Namespace, position: Any) -> None:
     checkpoint moves forward again: refuse it now, before a version is written."""
     spec = catalog.find(args.pipeline)
     try:
-        runner.check_rewind(spec, args.sink, args.to_version, position)
-    except runner.LogNotHeldError:
+        bounds_step.check_rewind(spec, args.sink, args.to_version, position)
+    except bounds_step.LogNotHeldError:
         raise
     except (TidegateError, OSError) as exc:
         raise TidegateError(f"cannot ask the source of {args.pipeline} whether it still holds the log "

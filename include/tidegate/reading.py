@@ -34,6 +34,7 @@ from .segments import (
     Slice,
     SnapshotEnd,
     log_runs,
+    plan_start,
 )
 from .snapshot import read_chunk
 from .snapshot.items import SnapshotItems
@@ -89,6 +90,18 @@ def plan_reads(run: RunContext, source: Source, start: Position | None, upto: Po
             segments += log_slices(spec, source, rec.handoff, upto)
         return segments
     return log_slices(spec, source, start, upto)
+
+
+def planned_reads(run: RunContext, source: Source, start: Position | None, upto: Position) -> list[Segment]:
+    """The run's read plan: the bounds step's, when it starts where the run starts (a rewind since
+    then moves the start back: the plan is made again), else made here."""
+    planned = run.record.segments
+    if planned and plan_start(planned) == start:
+        return list(planned)
+    if planned:
+        log.info("pipeline %s run %s: the read plan of the bounds step starts at %s, the run at %s; "
+                 "planned again", run.pipeline, run.run_id, plan_start(planned), start)
+    return plan_reads(run, source, start, upto)
 
 
 def log_slices(spec: PipelineSpec, source: Source, start: Position | None, upto: Position) -> list[Segment]:

@@ -1,17 +1,15 @@
 """One bounded run, the same code path for `tidegate run`, the Spark job and the Airflow tasks.
 
-A run (docs/architecture.md, "One run"): :func:`prepare_bounds` captures the bounds (the
-source head now is the upper bound ``upto``; the sinks' checkpoints are where they start),
-places new sinks at the head (``start: head``) and moves the checkpoints over a range that
-holds nothing the pipeline delivers; when nothing is left, the run stops cheaply. Otherwise
-:func:`run_pipeline` takes the pipeline lease (fencing epoch), reads (lowest start, upto] from
-the source and hands it to the coordinator, which delivers sub-batch by sub-batch and commits
-checkpoints as it goes; :func:`release` then lets the source recycle its log up to the lowest
-checkpoint.
+A run (docs/architecture.md, "One run") has three steps: the bounds (``bounds_step.py``: the
+upper bound ``upto``, each sink's start, the read plan, kept as the run's record), the delivery
+and the release. :func:`run_pipeline` delivers: it takes the pipeline lease (fencing epoch),
+reads (lowest start, upto] from the source and hands it to the coordinator, which delivers
+sub-batch by sub-batch and commits checkpoints as it goes. :func:`release` then lets the source
+recycle its log up to the lowest checkpoint.
 
 Every step is handed the run's :class:`~tidegate.run.RunContext` (spec, plan, run id, store and
-the :class:`~tidegate.parts.Parts` its source and sinks are made by). The bounds step writes the
-run's record; the delivery reads its bounds from it instead of deciding them again.
+the :class:`~tidegate.parts.Parts` its source and sinks are made by). The delivery reads its
+bounds from the run's record instead of deciding them again.
 """
 
 from __future__ import annotations
@@ -24,216 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 from . import snapshot
 from .batching import cut_sub_batches
+from .bounds_step import bounded
 from .coordinator import Coordinator, RunReport
-from .errors import ContinuityHalt, RunError
+from .errors import ContinuityHalt
 from .events import ControlMessage, PositionMark, is_control
-from .parts import Parts, chosen_sinks
-from .positions import (
-    Position,
-    describe_lineage,
-    lineage_of_identity,
-    log_position,
-    lowest_start,
-    same_lineage,
-)
-from .reading import InProcessReader, Reader, plan_reads, read_items
-from .run import Bounds, RunContext
-from .segments import Segment, plan_start
+from .positions import Position, log_position, lowest_start, same_lineage
+from .reading import InProcessReader, Reader, plan_reads, planned_reads, read_items
+from .run import RunContext
 from .sources.base import Source, SourceItem
-from .spec import PipelineSpec
-from .store import CheckpointStore
 
 if TYPE_CHECKING:
     from .sinks.base import Sink
 
 log = logging.getLogger(__name__)
-
-# --------------------------------------------------------------------------- bounds
-
-
-def capture_bounds(run: RunContext, source: Source) -> Bounds:
-    """The source head now, each sink's stored checkpoint (on the run's opened store) and the
-    sinks it owes a control message; reads only."""
-    spec, upto = run.spec, source.head()
-    stored = run.store.checkpoints.current(spec.pipeline)
-    return Bounds(spec.pipeline, upto,
-                  {s.id: (stored[s.id].position if s.id in stored else None) for s in spec.sinks},
-                  owed=tuple(s.id for s in spec.sinks if s.id in stored and stored[s.id].control))
-
-
-class BoundsWrites:
-    """The checkpoint writes a bounds step makes (new sinks placed, an idle range skipped), on
-    the run's opened source and store, each under the bounds step's own lease holder
-    (``bounds__<pipeline>``): a bounds step is not the delivery, and fences only what an older
-    run might still write."""
-
-    def __init__(self, run: RunContext, source: Source):
-        self.spec, self.source, self.store = run.spec, source, run.store
-        self.holder = "bounds__" + run.pipeline
-
-    def epoch(self) -> int:
-        return self.store.leases.acquire(self.spec.pipeline, self.holder)
-
-    def place_at_head(self, bounds: Bounds) -> Bounds:
-        """``start: head``: a sink without a checkpoint begins at the run's upper bound."""
-        new = {sid: bounds.upto for sid, p in bounds.checkpoints.items() if p is None}
-        if self.spec.source.start != "head" or not new:
-            return bounds
-        log.info("pipeline %s: sinks %s have no checkpoint; start: head places them at %s",
-                 self.spec.pipeline, ", ".join(sorted(new)), bounds.upto)
-        self.store.checkpoints.write_many(self.spec.pipeline, new, run_id=self.holder, epoch=self.epoch(),
-                                          kind="head", reason="start: head")
-        return bounds.with_checkpoints(new)
-
-    def place_snapshots(self, bounds: Bounds) -> Bounds:
-        """``start: snapshot``: sinks without a checkpoint start with a snapshot, and tables added
-        to ``source.tables`` get one of their own (``snapshot.SnapshotPlanner``)."""
-        if self.spec.source.start != "snapshot":
-            return bounds
-        planner = snapshot.SnapshotPlanner(self.spec, self.source, self.store, self.holder, self.epoch)
-        if None in bounds.checkpoints.values():
-            bounds = bounds.with_checkpoints(planner.place_new_sinks(bounds.checkpoints, upto=bounds.upto))
-        return bounds.with_checkpoints(planner.added_tables(bounds.checkpoints))
-
-    def skip_idle_range(self, bounds: Bounds) -> Bounds:
-        """The range holds nothing this pipeline delivers (the head moved for other tables, empty
-        transactions or WAL housekeeping): move every sink to ``upto`` without a delivery, so the
-        run skips Spark and the next one does not look at this range again. A sink owed a control
-        message stays where it is: a version written here would owe nothing, and the message would
-        be lost; the run delivers it there and then moves the sink as a delivery does."""
-        moved = idle_moves(bounds)
-        self.store.checkpoints.write_many(self.spec.pipeline, moved, run_id=self.holder, epoch=self.epoch(),
-                                          kind="skip", reason="nothing this pipeline delivers in the range")
-        log.info("pipeline %s: nothing to deliver in (%s, %s]; sinks %s moved to %s", self.spec.pipeline,
-                 bounds.lowest(), bounds.upto, ", ".join(sorted(moved)), bounds.upto)
-        return bounds.with_checkpoints(moved)
-
-
-def idle_moves(bounds: Bounds) -> dict[str, Position]:
-    """The sinks an idle range moves to ``upto``: those behind it that are owed nothing."""
-    return {sid: bounds.upto for sid in bounds.behind() if sid not in bounds.owed}
-
-
-def bounded(run: RunContext, source: Source) -> RunContext:
-    """The run (on its opened store and ``source``) with its bounds: those its bounds step
-    recorded, or, when no bounds step ran (a deliver task alone recorded only the spec and the
-    plan for the driver; a direct call), the bounds step run now, its decisions held by this
-    attempt only. Every run has its bounds decided by the bounds step before it delivers; where
-    no bounds task keeps them, each attempt decides afresh (so a cleared run that delivered
-    replays its range, as a bounds task would make it)."""
-    return run if run.bounds else _bounds_step(run, source, missing_ok=False, keep=False)
-
-
-def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
-    """The bounds step of a run; writes the run's record and returns the context holding it.
-
-    Incremental: capture, place new sinks (``start: head`` / ``start: snapshot``), skip an idle
-    range. Cheap: no sink is contacted (but those with a heartbeat interval, when the source has
-    nothing for them: :func:`idle_heartbeats`); the lease is taken only when a checkpoint moves.
-    A replay (the plan's ``replay_of``, or a cleared run that already delivered): the head, the
-    checkpoints and the range the replayed run delivered to each chosen sink; it takes no lease
-    and moves nothing, so it never fences a run in flight. ``missing_ok`` (backfills): a run the
-    journal does not know delivered nothing (a scheduled run that had nothing to do records no
-    range), so the replay has nothing to do; otherwise it is an error, raised before Spark. A
-    dry run: the head and the checkpoints, nothing written but the record."""
-    given = run.store
-    with run.opened() as (source, store):
-        return _bounds_step(run.with_store(store), source, missing_ok=missing_ok, keep=True).with_store(given)
-
-
-def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool, keep: bool) -> RunContext:
-    """What the bounds step decides, on the run's opened store and source; written to the store
-    as the run's record when ``keep``."""
-    if run.plan.mode == "dry_run":
-        bounds, segments = capture_bounds(run, source), None
-    else:
-        replay_of = replay_target(run)
-        if replay_of is not None:
-            bounds = _replay_bounds(run, source, replay_of, missing_ok)
-        else:
-            bounds = _incremental_bounds(run, source)
-        segments = _read_plan(run, source, bounds)
-    return run.recorded(bounds, run.store, segments, keep=keep)
-
-
-def _read_plan(run: RunContext, source: Source, bounds: Bounds) -> list[Segment] | None:
-    """What the delivery will read (None: nothing)."""
-    if bounds.nothing_to_do(run.plan.sinks):
-        return None
-    if bounds.replay_of is not None:
-        start = lowest_start([a for a, _ in bounds.ranges.values()])
-        return plan_reads(run, source, start, max(b for _, b in bounds.ranges.values()))
-    return plan_reads(run, source, bounds.lowest(run.plan.sinks), bounds.upto)
-
-
-def _incremental_bounds(run: RunContext, source: Source) -> Bounds:
-    writes = BoundsWrites(run, source)
-    bounds = writes.place_at_head(capture_bounds(run, source))
-    # start: snapshot plans one (docs/architecture.md, "Snapshots"); a sink inside a
-    # snapshot has chunks to read whatever the log holds, so the range is never idle.
-    bounds = writes.place_snapshots(bounds)
-    if snapshot.in_snapshot(bounds.checkpoints):
-        return bounds
-    idle = bool(idle_moves(bounds)) and not source.has_changes(bounds.lowest(), bounds.upto)
-    if idle or bounds.nothing_to_do(run.plan.sinks):
-        idle_heartbeats(run, bounds)  # before the checkpoints move: a failed heartbeat moves none
-    return writes.skip_idle_range(bounds) if idle else bounds
-
-
-def idle_heartbeats(run: RunContext, bounds: Bounds) -> list[str]:
-    """A run whose source holds nothing for its sinks still tells the sinks that keep
-    heartbeats (``heartbeat_interval_ms``) how far the source got: each such sink with a
-    checkpoint and no control message owed writes one at ``upto`` when its interval has passed
-    (the sink decides). Only these sinks are contacted; returns the ids that wrote one."""
-    chosen = chosen_sinks(run.spec, run.plan.sinks)
-    ids = [s.id for s in run.spec.sinks if s.heartbeat_interval_ms > 0 and s.id in chosen
-           and s.id not in bounds.owed and bounds.checkpoints.get(s.id) is not None]
-    if not ids:
-        return []
-    written = []
-    for sink in run.parts.sinks(run.spec, ids):
-        try:
-            if sink.heartbeat(bounds.upto):
-                written.append(sink.sink_id)
-        finally:
-            sink.close()
-    if written:
-        log.info("pipeline %s: nothing to deliver; heartbeats at %s to sinks %s", run.spec.pipeline,
-                 bounds.upto, ", ".join(written))
-    return written
-
-
-def _replay_bounds(run: RunContext, source: Source, replay_of: str, missing_ok: bool) -> Bounds:
-    chosen = chosen_sinks(run.spec, run.plan.sinks)
-    bounds = capture_bounds(run, source)
-    try:
-        ranges = _delivered_ranges(run.store, run.pipeline, replay_of)
-    except RunError:
-        if not missing_ok:
-            raise
-        ranges = {}
-    ranges = {sid: r for sid, r in ranges.items() if sid in chosen}
-    if ranges:
-        _check_replayable(run.spec, source, replay_of, ranges)
-    return dataclasses.replace(bounds, replay_of=replay_of, ranges=ranges)
-
-
-def replay_target(run: RunContext) -> str | None:
-    """The run a run replays: the plan's ``replay_of``, or the run itself when it is a cleared /
-    re-run Airflow run that already delivered (None: an incremental run). A cleared/re-run
-    Airflow run keeps its run id: when that id already delivered, the re-run replays exactly its
-    range instead of reading new changes."""
-    if run.plan.mode == "dry_run":
-        return None
-    if run.plan.replay_of:
-        return run.plan.replay_of
-    if run.plan.mode == "replay":
-        return run.run_id
-    with run.opened_store() as store:
-        done = [e for e in store.runs.entries(run.pipeline, run.run_id)
-                if e.status == "success" and e.mode == "incremental"]
-    return run.run_id if done else None
-
 
 # --------------------------------------------------------------------------- the run
 
@@ -304,7 +105,7 @@ def _incremental(run: RunContext, source: Source, data_interval: tuple[Any, Any]
     epoch = store.leases.acquire(spec.pipeline, run_id)
     source.use_lease(epoch)  # its reads are this run's: a stalled older run's hold is taken over
     if run.record.segments:
-        reader.ahead(source, run.record.segments)  # the bounds step's plan: _segments says if it holds
+        reader.ahead(source, run.record.segments)  # the bounds step's plan: planned_reads says if it holds
     sinks = _sinks(run, source, run.plan.sinks)
     start, end = data_interval or (None, None)
     journal_id = store.runs.begin(spec.pipeline, run_id, interval_start=start, interval_end=end,
@@ -315,7 +116,7 @@ def _incremental(run: RunContext, source: Source, data_interval: tuple[Any, Any]
         log.info("pipeline %s run %s: reading (%s, %s] for %d sink(s)", spec.pipeline, run_id,
                  lowest, upto, len(sinks))
         gate = SchemaGate(run)
-        items = read_items(run, source, _segments(run, source, lowest, upto), reader)
+        items = read_items(run, source, planned_reads(run, source, lowest, upto), reader)
         report = co.run(gate.filter(items, lowest))
     snapshot.settle(run)  # snapshots every sink is past are completed
     gate.halt(run_id)
@@ -329,18 +130,6 @@ def _sinks(run: RunContext, source: Source, only: Any) -> list[Sink]:
     for sink in sinks:
         sink.use_run(column_types=source.column_types, spark=run.spark)
     return sinks
-
-
-def _segments(run: RunContext, source: Source, start: Position | None, upto: Position) -> list[Segment]:
-    """The run's read plan: the bounds step's, when it starts where the run starts (a rewind since
-    then moves the start back: the plan is made again), else made here."""
-    planned = run.record.segments
-    if planned and plan_start(planned) == start:
-        return list(planned)
-    if planned:
-        log.info("pipeline %s run %s: the read plan of the bounds step starts at %s, the run at %s; "
-                 "planned again", run.pipeline, run.run_id, plan_start(planned), start)
-    return plan_reads(run, source, start, upto)
 
 
 def _replay(run: RunContext, source: Source, reader: Reader) -> RunReport:
@@ -365,76 +154,7 @@ def _replay(run: RunContext, source: Source, reader: Reader) -> RunReport:
     with Coordinator(store, spec.pipeline, run_id, epoch, sinks, spec.batch, journal_id=journal_id,
                      starts=starts, ends=ends, tenant=spec.tenant) as co:
         lowest, upto = co.lowest_start(), max(ends.values())
-        return co.run(read_items(run, source, _segments(run, source, lowest, upto), reader))
-
-
-def _check_replayable(spec: PipelineSpec, source: Source, replay_of: str,
-                      ranges: dict[str, tuple[Position | None, Position]]) -> None:
-    """A past run's range is a range of the server it was read from: after a failover it
-    cannot be read again from the new one; and the server must still hold its log."""
-    now = lineage_of_identity(source.identity())
-    for sid, (start, end) in ranges.items():
-        if end.lineage is not None and now is not None and end.lineage != now:
-            raise RunError(f"pipeline {spec.pipeline!r}: run {replay_of!r} delivered to sink {sid} a "
-                           f"range of {describe_lineage(end.lineage)}, but the source is now "
-                           f"{describe_lineage(now)} (a failover happened since): that range cannot "
-                           f"be replayed from the new server")
-        check_log_held(spec, source, start, f"the replay of run {replay_of!r} to sink {sid}, range "
-                                            f"({start}, {end}],")
-
-
-class LogNotHeldError(RunError):
-    """A replay, backfill or rewind asks for log the source no longer holds. It is refused
-    before anything is read or moved, and opens no incident: nothing new is lost (the range was
-    delivered once) and the pipeline runs on."""
-
-
-def check_log_held(spec: PipelineSpec, source: Source, start: Position | None, asked: str) -> None:
-    """Refuse ``asked`` (what needs the log after ``start``, in words) up front when the source
-    no longer holds that log (a released Postgres slot, a purged binlog), naming where the log
-    stands and the setting that keeps more of it. A position of another server is left to the
-    lineage checks."""
-    if start is None:
-        return
-    at = log_position(start)
-    now = lineage_of_identity(source.identity())
-    if at.lineage is not None and now is not None and at.lineage != now:
-        return
-    gone = source.log_gone_before(at)
-    if gone:
-        raise LogNotHeldError(f"pipeline {spec.pipeline!r}: {asked} needs the source log after {at}, but "
-                              f"{gone}. Refused before anything was read: nothing was delivered, no "
-                              f"checkpoint moved, no incident was opened.")
-
-
-def check_rewind(spec: PipelineSpec, sink_id: str, version: int, position: Position, *,
-                 parts: Parts | None = None) -> None:
-    """Before a rewind is written: the source still holds the log after the restored position
-    (otherwise every later run would fail until the checkpoint moves forward again)."""
-    source = (parts or Parts()).source(spec)
-    try:
-        check_log_held(spec, source, position, f"a rewind of sink {sink_id} to version {version}")
-    finally:
-        source.close()
-
-
-def _delivered_ranges(store: CheckpointStore, pipeline: str, past_run: str
-                      ) -> dict[str, tuple[Position | None, Position]]:
-    """Per sink, the range the run ``past_run`` delivered over all its attempts (an attempt that
-    failed part-way may have moved some sinks)."""
-    entries = [e for e in store.runs.entries(pipeline, past_run) if e.mode == "incremental"]
-    if not entries:
-        raise RunError(f"pipeline {pipeline!r} has no journal entry for run {past_run!r}; "
-                       f"`tidegate status {pipeline}` shows the checkpoints, the journal lists runs")
-    ranges: dict[str, tuple[Position | None, Position]] = {}
-    for entry in entries:
-        for sid, js in entry.sinks.items():
-            if js.end is None or (js.start is not None and not js.end > js.start):
-                continue  # this attempt moved nothing for the sink
-            lo, hi = ranges.get(sid, (js.start, js.end))
-            lo = None if lo is None or js.start is None else min(lo, js.start)
-            ranges[sid] = (lo, max(hi, js.end))
-    return ranges
+        return co.run(read_items(run, source, planned_reads(run, source, lowest, upto), reader))
 
 
 def _dry_run(run: RunContext, source: Source, reader: Reader) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import psycopg2
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
-from tidegate import runner
+from tidegate import bounds_step, runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
@@ -243,7 +243,7 @@ def test_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_path):
     admin_kwargs.pop("database", None)
     try:
         debezium, debezium_modes = harness.mariadb_backlog(
-            admin_kwargs, lambda: runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
+            admin_kwargs, lambda: bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
                                                                    store=store)),
             tmp_path / "debezium", pipeline)
         runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
@@ -271,7 +271,7 @@ def test_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, tmp_path):
     try:
         harness.postgres_setup(postgres.admin_dsn)
         _tidegate_slot(postgres.admin_dsn, create=True)
-        runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
+        bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
         harness.postgres_backlog(postgres.admin_dsn)
         # Debezium reads its slot while tidegate runs
         properties = harness.postgres_properties(postgres.admin, pipeline)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from tidegate import runner
+from tidegate import bounds_step, runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.store import open_store
@@ -320,7 +320,7 @@ def test_generated_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_p
     admin_kwargs.pop("database", None)
     try:
         debezium, _ = harness.mariadb_backlog(
-            admin_kwargs, lambda: runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
+            admin_kwargs, lambda: bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
                                                                    store=store)),
             tmp_path / "debezium", pipeline, backlog=backlog, variant=False, extra=MODE_SETS["mariadb"])
         runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
@@ -345,7 +345,7 @@ def test_generated_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, t
     try:
         harness.postgres_setup(postgres.admin_dsn, backlog, extra_slots=slots.values())
         _tidegate_slot(postgres.admin_dsn, create=True, backlog=backlog)
-        runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
+        bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
         harness.postgres_backlog(postgres.admin_dsn, backlog)
         properties = harness.postgres_properties(postgres.admin, pipeline)
         captures = [harness.Capture("postgres", properties, tmp_path / "debezium", probe=False)]

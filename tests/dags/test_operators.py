@@ -225,8 +225,8 @@ def test_single_guard_operators(pipelines_dir):
 
 
 def _bounds(cache=MYSQL_OLD):
+    from tidegate.bounds_step import Bounds
     from tidegate.positions import position_from_json
-    from tidegate.runner import Bounds
 
     return Bounds("shop_mysql", position_from_json(MYSQL_UPTO), {
         "events": position_from_json(MYSQL_UPTO), "bus": position_from_json(MYSQL_UPTO),
@@ -303,7 +303,7 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(spark_submit_spe
                                                                 monkeypatch):
     """The argv names the run; the driver reads the rest from the run's record, which the bounds
     task wrote (here, without a bounds task, the deliver task writes it: the spec and the plan)."""
-    from tidegate.run import read_record
+    from tidegate.bounds_step import read_record
 
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")

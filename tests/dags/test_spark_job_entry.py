@@ -39,6 +39,7 @@ def test_rejects_bad_arguments(job, argv, capsys):
 
 def record_run(run_id: str, plan=None) -> None:
     """What the bounds task leaves for the driver: the run's record (spec text, plan)."""
+    from tidegate.bounds_step import recorded
     from tidegate.plan import RunPlan
     from tidegate.run import RunContext
     from tidegate.spec import load_spec
@@ -46,7 +47,7 @@ def record_run(run_id: str, plan=None) -> None:
 
     spec = load_spec(ROOT / "include" / "pipelines" / "shop_mysql.yaml")
     with open_store() as store:
-        RunContext(spec, plan or RunPlan(), run_id).recorded(None, store)
+        recorded(RunContext(spec, plan or RunPlan(), run_id), None, store)
 
 
 class FakeSpark:

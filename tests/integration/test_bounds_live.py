@@ -10,7 +10,7 @@ import uuid
 import psycopg2
 import pymysql
 import pytest
-from tidegate import runner
+from tidegate import bounds_step
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
@@ -42,17 +42,17 @@ def test_postgres_head_moved_by_other_tables_is_nothing_to_do(postgres, tmp_path
         c.execute(f"CREATE TABLE {other} (id int PRIMARY KEY)")
         c.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (f"b_{tag}",))
     try:
-        first = runner.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
+        first = bounds_step.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
         assert first.nothing_to_do()
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {other} VALUES (1), (2)")
             c.execute("SELECT pg_switch_wal()")  # housekeeping WAL too
-        quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
+        quiet = bounds_step.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
         assert quiet.nothing_to_do() and quiet.upto != first.upto
         assert store.checkpoints.get(spec.pipeline, "a").position == quiet.upto
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {mine} VALUES (1)")
-        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(lookup),
+        assert not bounds_step.prepare_bounds(RunContext(spec, parts=Parts(lookup),
                                                     store=store)).bounds.nothing_to_do()
     finally:
         with admin.cursor() as c:
@@ -77,7 +77,7 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
             for d in (f"bm_{tag}", f"bo_{tag}"):
                 c.execute(f"CREATE DATABASE {d}")
                 c.execute(f"CREATE TABLE {d}.t (id INT PRIMARY KEY)")
-        assert runner.prepare_bounds(RunContext(spec, parts=Parts(lookup),
+        assert bounds_step.prepare_bounds(RunContext(spec, parts=Parts(lookup),
                                                 store=store)).bounds.nothing_to_do()
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bo_{tag}.t VALUES (1), (2)")
@@ -85,12 +85,12 @@ def test_mysql_head_moved_by_other_databases_is_nothing_to_do(mysql, tmp_path):
             c.execute("SET SESSION binlog_format = 'STATEMENT'")
             c.execute(f"INSERT INTO bo_{tag}.t VALUES (3)")
             c.execute("SET SESSION binlog_format = 'ROW'")
-        quiet = runner.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
+        quiet = bounds_step.prepare_bounds(RunContext(spec, parts=Parts(lookup), store=store)).bounds
         assert quiet.nothing_to_do()
         assert store.checkpoints.get(spec.pipeline, "a").position.pos == quiet.upto.pos
         with admin.cursor() as c:
             c.execute(f"INSERT INTO bm_{tag}.t VALUES (1)")
-        assert not runner.prepare_bounds(RunContext(spec, parts=Parts(lookup),
+        assert not bounds_step.prepare_bounds(RunContext(spec, parts=Parts(lookup),
                                                     store=store)).bounds.nothing_to_do()
     finally:
         with admin.cursor() as c:

@@ -12,7 +12,7 @@ import uuid
 import pymysql
 import pytest
 import redis
-from tidegate import runner
+from tidegate import bounds_step, runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
@@ -44,7 +44,7 @@ def _table_placed_at_head(admin, db: str, run: RunContext) -> None:
     with admin.cursor() as c:
         c.execute(f"CREATE DATABASE {db}")
         c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
-    runner.prepare_bounds(run)
+    bounds_step.prepare_bounds(run)
 
 
 def _four_thousand_rows_after_the_head(admin, db: str, run: RunContext) -> None:

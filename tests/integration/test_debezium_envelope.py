@@ -20,7 +20,7 @@ import uuid
 import psycopg2
 import pymysql
 import pytest
-from tidegate import runner
+from tidegate import bounds_step, runner
 from tidegate.parts import Parts
 from tidegate.positions import position_from_json
 from tidegate.run import RunContext
@@ -130,7 +130,8 @@ def check_heartbeats(bootstrap: str, spec, conns: dict, store) -> None:
     written before), at that sub-batch's end; an idle run within the interval writes none, one
     after it writes one at its upper bound, where the checkpoint moves."""
     def idle_run():
-        return runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store)).bounds
+        run = RunContext(spec, parts=Parts(conns.__getitem__), store=store)
+        return bounds_step.prepare_bounds(run).bounds
 
     pipeline = spec.pipeline
     topic = f"__debezium-heartbeat.{pipeline}"
@@ -169,7 +170,7 @@ def test_mariadb_changes_as_the_mariadb_connector_writes_them(mysql, kafka, kafk
             c.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, amount DECIMAL(10,2), at DATETIME(6), "
                       f"stamp TIMESTAMP(3) NULL, tags SET('x','y','z'), doc JSON, flags BIT(10), "
                       f"raw VARBINARY(4), big BIGINT UNSIGNED)")
-            runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
+            bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
             c.execute("BEGIN")
             c.execute(f"INSERT INTO {t} VALUES (1, 12.34, '2024-01-02 03:04:05.000001', "
                       f"'2024-01-02 03:04:05.1', 'z,x', '{{\"a\": 1}}', b'1000000001', 0x00ff, "
@@ -229,7 +230,7 @@ def test_postgres_changes_as_the_postgres_connector_writes_them(postgres, kafka,
                       f"at TIMESTAMP, stamp TIMESTAMPTZ, u UUID, doc JSONB, nums INT[], span INTERVAL)")
             c.execute(f"GRANT SELECT ON {t} TO {postgres.cdc.login}")
             c.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (pipeline,))
-            runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
+            bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
             c.execute("BEGIN")
             c.execute(f"INSERT INTO {t} VALUES (1, 12.34, 1.250, '2024-01-02 03:04:05.5', "
                       f"'2024-01-02 03:04:05.12+00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{{\"a\": 1}}', "

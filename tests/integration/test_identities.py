@@ -21,7 +21,7 @@ import nats
 import pymysql
 import pytest
 from test_sink_support import make_batches, pipeline_spec, unique
-from tidegate import runner
+from tidegate import bounds_step, runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.sinks import make_sink
@@ -69,7 +69,7 @@ def test_two_pipelines_of_one_table_into_one_nats_stream_keep_every_message(mysq
             c.execute(f"CREATE DATABASE {db}")
             c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(8))")
             for spec in specs:
-                runner.prepare_bounds(RunContext(spec, parts=Parts(conns),
+                bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns),
                                                  store=store))  # both placed at one head
             for i in range(1, 6):
                 c.execute(f"INSERT INTO {db}.t VALUES ({i}, 'x')")

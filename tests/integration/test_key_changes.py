@@ -18,7 +18,7 @@ import psycopg2
 import pymysql
 import pytest
 import redis
-from tidegate import runner
+from tidegate import bounds_step, runner
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.sinks.kafka.partition import murmur2_partition
@@ -107,7 +107,7 @@ def test_mariadb_primary_key_update_is_a_delete_and_a_create_on_every_sink(
         with admin.cursor() as c:
             c.execute(f"CREATE DATABASE {db}")
             c.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(10))")
-            runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
+            bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
             for w in WRITES:
                 c.execute(w.format(t=f"{db}.t"))
         report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
@@ -136,7 +136,7 @@ def test_postgres_primary_key_update_is_a_delete_and_a_create_on_every_sink(
             c.execute(f"CREATE TABLE public.{pipeline} (id INT PRIMARY KEY, v VARCHAR(10))")
             c.execute(f"GRANT SELECT ON public.{pipeline} TO {postgres.cdc.login}")
             c.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (pipeline,))
-            runner.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
+            bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
             for w in WRITES:
                 c.execute(w.format(t=f"public.{pipeline}"))
         report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),

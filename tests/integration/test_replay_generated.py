@@ -29,7 +29,7 @@ import pymysql
 import pytest
 import redis
 from confluent_kafka.admin import AdminClient
-from tidegate import runner
+from tidegate import bounds_step, runner
 from tidegate.parts import Parts
 from tidegate.plan import RunPlan
 from tidegate.run import RunContext
@@ -85,7 +85,8 @@ sinks:
 
     def setup(self) -> None:
         self.sql(f"CREATE DATABASE {self.db}", f"CREATE TABLE {self.db}.t (id INT PRIMARY KEY, v INT)")
-        runner.prepare_bounds(RunContext(self.spec, parts=Parts(self.conns.__getitem__), store=self.store))
+        run = RunContext(self.spec, parts=Parts(self.conns.__getitem__), store=self.store)
+        bounds_step.prepare_bounds(run)
 
     def write(self) -> None:
         for _ in range(self.rnd.randint(2, 8)):

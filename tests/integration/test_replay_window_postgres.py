@@ -17,7 +17,7 @@ import uuid
 
 import psycopg2
 import pytest
-from tidegate import cli, runner
+from tidegate import bounds_step, cli
 from tidegate.catalog import find
 from tidegate.parts import Parts
 from tidegate.plan import RunPlan
@@ -147,8 +147,8 @@ def test_without_a_replay_window_a_replay_is_refused_up_front(pipeline, capsys, 
     assert f"replication slot '{name}' now starts at {slot_start(admin, name)}" in err, err
     assert "source.replay_retention" in err and str(folder / f"{name}.yaml") in err, err
     # A backfill asks at its bounds step, before Spark: the same refusal.
-    with pytest.raises(runner.LogNotHeldError, match="source.replay_retention"):
-        runner.prepare_bounds(RunContext(find(name), RunPlan(mode="replay", replay_of="r1")),
+    with pytest.raises(bounds_step.LogNotHeldError, match="source.replay_retention"):
+        bounds_step.prepare_bounds(RunContext(find(name), RunPlan(mode="replay", replay_of="r1")),
                               missing_ok=True)
     # So does a rewind past the slot, before any version is written.
     with open_store() as store:

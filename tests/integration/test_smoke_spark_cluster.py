@@ -97,7 +97,7 @@ def spec_text(pipeline: str, db: str, lake: Path, events: Path) -> str:
 
 def bounds_step(pipeline: str, run_id: str):
     """The DAG's guard and bounds tasks, in this process (they need no Spark): the run's record."""
-    from tidegate import catalog, guards, runner
+    from tidegate import bounds_step, catalog, guards
     from tidegate.plan import RunPlan
     from tidegate.run import RunContext
     from tidegate.store import open_store
@@ -107,7 +107,7 @@ def bounds_step(pipeline: str, run_id: str):
         plan = RunPlan.from_values({"mode": "incremental"}, sink_ids=[s.id for s in spec.sinks], who="test")
         run = RunContext(spec, plan, run_id, store=store)
         guards.run_guards(run)
-        return runner.prepare_bounds(run), spec
+        return bounds_step.prepare_bounds(run), spec
 
 
 def submit(spec, run_id: str, tmp_path: Path) -> dict:
@@ -150,8 +150,8 @@ def write_changes(sql) -> collections.Counter:
 
 
 def test_delta_sinks_delivered_by_spark_submit_on_the_cluster(cluster, mysql, tmp_path, monkeypatch):
-    from tidegate import runner
-    from tidegate.run import from_record
+    from tidegate import bounds_step, runner
+    from tidegate.bounds_step import from_record
     from tidegate.store import open_store
 
     db = pipeline = f"dlc_{uuid.uuid4().hex[:6]}"

@@ -9,12 +9,13 @@ import pickle
 import uuid
 
 import pytest
+from tidegate.bounds_step import RunRecord
 from tidegate.connections import Connection
 from tidegate.errors import ConnectionConfigError, SpecError
 from tidegate.parts import resolved_parts
 from tidegate.plan import RunPlan
 from tidegate.positions import SnapshotPosition
-from tidegate.run import RunContext, RunRecord
+from tidegate.run import RunContext
 from tidegate.segments import Chunk, Slice, SnapshotEnd
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.spark.delivery import delivery_mode, gathers_parts, needs_barrier, on_executor

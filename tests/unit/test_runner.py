@@ -7,9 +7,10 @@ import random
 
 import pytest
 from _tidegate_fakes import FakeSink, QuietSource, pos, stream, wire_fakes
-from tidegate import runner
-from tidegate.errors import CommitPolicyError, NonRetryableSinkError
+from tidegate import bounds_step, runner
+from tidegate.errors import CommitPolicyError, NonRetryableSinkError, RunError
 from tidegate.events import PositionMark
+from tidegate.parts import chosen_sinks
 from tidegate.plan import RunPlan
 from tidegate.run import RunContext
 from tidegate.sink_checkpoints import SinkCheckpoint
@@ -65,10 +66,10 @@ def test_runs_deliver_each_change_once_and_a_caught_up_pipeline_has_nothing_to_d
     spec, source, sinks, store, parts = env
     first = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert first["events"] == 6 and first["end_position"] == pos(3).to_json()
-    assert runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
+    assert bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
     source.sizes += [2]
-    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+    bounds = bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert not bounds.nothing_to_do() and bounds.checkpoints["a"] == pos(3)
     runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert [k[0] for k in keys(sinks["a"])] == ["0-1-1"] * 2 + ["0-1-2"] + ["0-1-3"] * 3 + ["0-1-4"] * 2
@@ -121,10 +122,10 @@ def test_a_deliver_task_without_a_bounds_task_decides_its_bounds_on_every_attemp
     its driver runs the bounds step, and what it decides stays with that attempt: a first
     attempt delivers up to the head then, and the same run id cleared and run again replays
     exactly that range (its journal says it delivered), not a range kept from the first."""
-    from tidegate.run import from_record
+    from tidegate.bounds_step import from_record, readable
 
     spec, source, sinks, store, parts = env
-    RunContext(spec, run_id="r1", parts=parts, store=store).readable()  # what the deliver task writes
+    readable(RunContext(spec, run_id="r1", parts=parts, store=store))  # what the deliver task writes
     first = runner.run_pipeline(from_record(store, "p", "r1", parts))  # the driver
     assert first["events"] == 6 and store.runs.record("p", "r1")["bounds"] is None
     source.sizes += [1]  # the head moves before the run is cleared
@@ -143,36 +144,36 @@ def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
 
 def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
     spec, source, sinks, store, parts = env
-    with pytest.raises(runner.RunError, match="no journal entry for run 'nope'"):
+    with pytest.raises(RunError, match="no journal entry for run 'nope'"):
         runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x",
                                        parts=parts, store=store))
-    with pytest.raises(runner.RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
-        runner.chosen_sinks(spec, ["zzz"])
+    with pytest.raises(RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
+        chosen_sinks(spec, ["zzz"])
 
 
 def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
 
     spec, source, sinks, store, parts = env
     spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
-    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+    bounds = bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.nothing_to_do()  # a first run has nothing to read: no Spark
     assert bounds.checkpoints == {"a": pos(3), "b": pos(3)}
     assert [h.kind for h in store.checkpoints.history("p", "a")] == ["head"]
     source.sizes += [1]
-    assert not runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
+    assert not bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
 
 def test_a_range_with_nothing_to_deliver_moves_checkpoints_without_a_run(env):
     spec, source, sinks, store, parts = env
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [0, 0]  # the head moved, but only past transactions this pipeline skips
-    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+    bounds = bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.nothing_to_do()
     assert [h.kind for h in store.checkpoints.history("p", "a")][-1] == "skip"
     current = {sid: r.position for sid, r in store.checkpoints.current("p").items()}
     assert current == {"a": pos(5), "b": pos(5)}
     source.sizes += [1]
-    assert not runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
+    assert not bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
 
 def test_replay_bounds_name_the_replayed_range_and_move_nothing(env):
@@ -181,11 +182,11 @@ def test_replay_bounds_name_the_replayed_range_and_move_nothing(env):
     source.sizes += [2]
     lease = store.leases.get("p")
     history = {s: len(store.checkpoints.history("p", s)) for s in ("a", "b")}
-    bounds = runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]),
+    bounds = bounds_step.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]),
                                               parts=parts, store=store)).bounds
     assert (bounds.replay_of, bounds.ranges) == ("r1", {"a": (None, pos(3))})
     assert not bounds.nothing_to_do(["a"])
-    assert runner.Bounds.from_json(bounds.to_json()) == bounds
+    assert bounds_step.Bounds.from_json(bounds.to_json()) == bounds
     # Reads only: no lease taken (a run in flight is not fenced), no checkpoint version written.
     assert store.leases.get("p") == lease
     assert {s: len(store.checkpoints.history("p", s)) for s in ("a", "b")} == history
@@ -197,24 +198,25 @@ def test_replaying_a_run_that_delivered_nothing(env):
     a run the journal does not know is an error, raised at bounds."""
     spec, source, sinks, store, parts = env
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
-    bounds = runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"),
+    bounds = bounds_step.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"),
                                               parts=parts, store=store), missing_ok=True).bounds
     assert bounds.nothing_to_do() and bounds.ranges == {}
     assert bounds.to_json()["nothing_to_do"] is True
-    with pytest.raises(runner.RunError, match="no journal entry for run 'scheduled__idle'"):
-        runner.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"),
+    with pytest.raises(RunError, match="no journal entry for run 'scheduled__idle'"):
+        bounds_step.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"),
                                          parts=parts, store=store))
 
 
 def test_replay_target(env):
     spec, source, sinks, store, parts = env
-    assert runner.replay_target(RunContext(spec, RunPlan(), run_id="r1", store=store)) is None
+    assert bounds_step.replay_target(RunContext(spec, RunPlan(), run_id="r1", store=store)) is None
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
-    assert runner.replay_target(RunContext(spec, RunPlan(), run_id="r1",
+    assert bounds_step.replay_target(RunContext(spec, RunPlan(), run_id="r1",
                                            store=store)) == "r1"  # a cleared run replays
-    assert runner.replay_target(RunContext(spec, RunPlan(mode="replay", replay_of="r0"), run_id="x",
+    assert bounds_step.replay_target(RunContext(spec, RunPlan(mode="replay", replay_of="r0"), run_id="x",
                                            store=store)) == "r0"
-    assert runner.replay_target(RunContext(spec, RunPlan(mode="dry_run"), run_id="r1", store=store)) is None
+    dry = RunContext(spec, RunPlan(mode="dry_run"), run_id="r1", store=store)
+    assert bounds_step.replay_target(dry) is None
 
 
 def test_a_replay_moves_a_sink_no_further_than_its_own_range(env):
@@ -276,7 +278,7 @@ def _attempt(path: str, rid: str, env, *, retry: bool = False, plan: RunPlan | N
     bounds (a retried deliver task reuses them); a deliver task alone records the spec and the
     plan once, its driver decides the bounds on every attempt; a direct call does the same
     without a record."""
-    from tidegate.run import from_record, read_record
+    from tidegate.bounds_step import from_record, read_record, readable
 
     spec, _source, _sinks, store, parts = env
     run = RunContext(spec, plan or RunPlan(), run_id=rid, parts=parts, store=store)
@@ -284,9 +286,9 @@ def _attempt(path: str, rid: str, env, *, retry: bool = False, plan: RunPlan | N
         runner.run_pipeline(run)
         return
     if path == "bounds task" and not retry:
-        runner.prepare_bounds(run)
+        bounds_step.prepare_bounds(run)
     if path == "deliver only" and read_record(store, "p", rid) is None:
-        run.readable()
+        readable(run)
     runner.run_pipeline(from_record(store, "p", rid, parts))
 
 

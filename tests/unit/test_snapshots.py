@@ -8,7 +8,7 @@ import json
 
 import pytest
 from _tidegate_fakes import QuietSource, pos, stream, wire_fakes
-from tidegate import guards, runner, snapshot
+from tidegate import bounds_step, guards, runner, snapshot
 from tidegate.errors import CommitPolicyError, SnapshotError
 from tidegate.events import ChangeEvent, ControlMessage, PositionMark, snapshot_mark
 from tidegate.plan import RunParamsError, RunPlan
@@ -172,7 +172,7 @@ def envelopes(sink):
 
 def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     spec, source, sinks, store, parts = env
-    run = runner.prepare_bounds(RunContext(spec, run_id="r1", parts=parts, store=store))
+    run = bounds_step.prepare_bounds(RunContext(spec, run_id="r1", parts=parts, store=store))
     bounds = run.bounds
     [rec] = store.snapshots.all("p")
     start = SnapshotPosition(rec.snapshot_id, 0, pos(2))
@@ -225,7 +225,7 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
 
 def test_an_empty_chunk_moves_the_checkpoint(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(RunContext(spec, parts=parts, store=store))
+    bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store))
     source.tables["shop.orders"] = {k: v for k, v in source.tables["shop.orders"].items() if k[0] > 3}
     runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
     rows = [m for m in envelopes(sinks["a"]) if m.get("op") == "r"]
@@ -240,7 +240,7 @@ def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
         runner.run_pipeline(RunContext(spec, only_a, run_id="r1", parts=parts, store=store))
     [rec] = store.snapshots.all("p")
     # b has no checkpoint yet: it joins the snapshot a is in, from chunk 0
-    bounds = runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
+    bounds = bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.checkpoints["b"] == SnapshotPosition(rec.snapshot_id, 0, pos(2))
     sinks["a"].fail_from_call = None
     runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
@@ -303,7 +303,7 @@ def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
 
 def test_release_during_a_snapshot_keeps_the_log_from_the_handoff(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(RunContext(spec, parts=parts, store=store))
+    bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store))
     runner.release(RunContext(spec, parts=parts, store=store))
     assert source.released == [pos(2)]
 
@@ -332,7 +332,7 @@ def test_the_store_keeps_snapshots_supersedes_and_completes(tmp_path):
 
 def test_messages_are_identical_on_every_read(env):
     spec, source, sinks, store, parts = env
-    runner.prepare_bounds(RunContext(spec, parts=parts, store=store))
+    bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store))
     [rec] = store.snapshots.all("p")
     a = list(snapshot.read_chunk(spec, source, rec, 1).events)
     b = list(snapshot.read_chunk(spec, source, rec, 1).events)
@@ -476,13 +476,13 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
         [first] = store.snapshots.all("p")
         assert snapshot.table_names(first) == ["shop.orders"]
         # nothing added: streams on
-        assert runner.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
+        assert bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
         source.sizes += [1]  # a change after the handoff, in the run that snapshots the new table
         grown = head.replace("[shop.orders]", "[shop.orders, shop.lines]")
         spec, sinks, again, parts = wire_fakes(tmp_path, grown, source)  # fresh recording sinks
         source.captured = ["shop.orders", "shop.lines"]
         again.close()
-        run = runner.prepare_bounds(RunContext(spec, run_id="r2", parts=parts, store=store))
+        run = bounds_step.prepare_bounds(RunContext(spec, run_id="r2", parts=parts, store=store))
         bounds = run.bounds
         added = store.snapshots.all("p")[-1]
         assert added.kind == "added" and snapshot.table_names(added) == ["shop.lines"]
@@ -494,7 +494,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
                                                           ["snapshot_completed", "c"])
         assert got[0]["tables"] == ["shop.lines"] and got[-2]["rows"] == 4
         assert store.checkpoints.get("p", "a").position == pos(3)
-        assert runner.prepare_bounds(RunContext(spec, parts=parts,
+        assert bounds_step.prepare_bounds(RunContext(spec, parts=parts,
                                                 store=store)).bounds.checkpoints == {"a": pos(3), "b": pos(3)}
     finally:
         store.close()

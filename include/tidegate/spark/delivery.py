@@ -124,8 +124,8 @@ def delivery_task(payload: tuple, gathered: Iterator[Any] | None = None) -> Iter
     # of it, and its CPU is what this shape saves
     import pyarrow as pa
 
+    from ..bounds_step import from_record
     from ..reader_process import ReaderProcess
-    from ..run import from_record
     from ..runner import run_pipeline
 
     pipeline, run_id, connections, salt, store_url, settings = payload

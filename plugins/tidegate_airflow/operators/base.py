@@ -49,7 +49,8 @@ class TidegateTaskMixin:
         """The run's context: from its record when this task reads one and the bounds task
         wrote it, else from the spec folder and the run's params (validated here)."""
         from tidegate import catalog  # the spec is read when the task runs, never at parse time
-        from tidegate.run import RunContext, read_record
+        from tidegate.bounds_step import read_record
+        from tidegate.run import RunContext
         from tidegate.store import open_store
 
         run_id = run_id_of(context)

@@ -57,9 +57,9 @@ class TidegateBoundsOperator(TidegateBaseOperator, SkipMixin):
                 "replay_of": self.replay_of}
 
     def run(self, run: Any, context: Context) -> dict[str, Any]:
-        from tidegate import runner
+        from tidegate import bounds_step
 
-        bounds = runner.prepare_bounds(run, missing_ok=_is_backfill(context)).bounds
+        bounds = bounds_step.prepare_bounds(run, missing_ok=_is_backfill(context)).bounds
         pipeline, replay_of = run.pipeline, bounds.replay_of
         if replay_of is not None:
             for sink_id, (start, end) in bounds.ranges.items():

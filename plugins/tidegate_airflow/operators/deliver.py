@@ -90,7 +90,9 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         """Fill application_args, env_vars, conf, packages, py_files and the Spark connection
         for this run, and make sure the run has a record for the driver to read. Kept apart from
         running so it can be tested without Spark."""
-        run = (run or self.run_context(context)).readable()
+        from tidegate.bounds_step import readable  # the engine is imported when the task runs, not at parse
+
+        run = readable(run or self.run_context(context))
         spec, plan = run.spec, run.plan
         self.spark_conn_id = self.spark_conn_id or spec.spark.conn_id
         self._conn_id = self.spark_conn_id
@@ -245,10 +247,11 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         with a Delta sink is delivered here, Spark tasks reading the parts
         (tidegate/spark/delivery.py). The connections travel pickled inside the job; the server
         URL may hold a token and is not logged."""
+        from tidegate.bounds_step import readable
         from tidegate.spark.connect import deliver_remote
         from tidegate.spark.package import package_zip
 
-        run = run.readable()
+        run = readable(run)
         self._connected = True
         hook = SparkConnectHook(conn_id)
         where = BaseHook.get_connection(conn_id)
