@@ -105,29 +105,29 @@ class Bounds:
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     """What the bounds step decided for one run, as every later step reads it: the spec's text
-    (parsed once by each process that reads the record), the validated plan and the bounds and
-    the read plan. Bounds None: a deliver task without a bounds task wrote only the spec and the
-    plan, for its Spark driver to read; the driver runs the bounds step (``bounds_step.bounded``)."""
+    (parsed once by each process that reads the record), the validated plan, the bounds and the
+    read plan. Only the bounds step writes one (:func:`prepare_bounds`): a record always holds
+    bounds."""
 
     pipeline: str
     run_id: str
     spec_text: str
     spec_path: str | None
     plan: RunPlan
-    bounds: Bounds | None = None
+    bounds: Bounds
     segments: tuple[Segment, ...] | None = None  # the read plan (reading.py); None: none made
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "run_id": self.run_id, "spec_text": self.spec_text,
                 "spec_path": self.spec_path, "plan": self.plan.to_json(),
-                "bounds": self.bounds.to_json() if self.bounds is not None else None,
+                "bounds": self.bounds.to_json(),
                 "segments": None if self.segments is None else [segment_to_json(s) for s in self.segments]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunRecord:
-        bounds, segments = d.get("bounds"), d.get("segments")
+        segments = d.get("segments")
         return cls(d["pipeline"], d["run_id"], d["spec_text"], d.get("spec_path"),
-                   RunPlan(**d["plan"]), Bounds.from_json(bounds) if bounds else None,
+                   RunPlan(**d["plan"]), Bounds.from_json(d["bounds"]),
                    None if segments is None else tuple(segment_from_json(s) for s in segments))
 
     def spec(self) -> PipelineSpec:
@@ -135,17 +135,7 @@ class RunRecord:
         return dataclasses.replace(spec, path=self.spec_path)
 
 
-def readable(run: RunContext) -> RunContext:
-    """The run with a record another process can read it from: its own, or, when no bounds
-    step ran (a deliver task alone), one holding the spec and the plan only (that process runs
-    the bounds step, :func:`bounded`)."""
-    if run.record is not None:
-        return run
-    with run.opened_store() as store:
-        return recorded(run, None, store)
-
-
-def recorded(run: RunContext, bounds: Bounds | None, store: CheckpointStore,
+def recorded(run: RunContext, bounds: Bounds, store: CheckpointStore,
              segments: Sequence[Segment] | None = None, *, keep: bool = True) -> RunContext:
     """The context holding the run's record (what the bounds step decided), written to the
     store (``keep``) for the steps after it."""
@@ -234,13 +224,12 @@ def idle_moves(bounds: Bounds) -> dict[str, Position]:
 
 
 def bounded(run: RunContext, source: Source) -> RunContext:
-    """The run (on its opened store and ``source``) with its bounds: those its bounds step
-    recorded, or, when no bounds step ran (a deliver task alone recorded only the spec and the
-    plan for the driver; a direct call), the bounds step run now, its decisions held by this
-    attempt only. Every run has its bounds decided by the bounds step before it delivers; where
-    no bounds task keeps them, each attempt decides afresh (so a cleared run that delivered
-    replays its range, as a bounds task would make it)."""
-    return run if run.bounds else _bounds_step(run, source, missing_ok=False, keep=False)
+    """The run (on its opened store and ``source``) with its bounds: those of its record, or,
+    handed a run without one (a direct ``runner.run_pipeline`` call), the bounds step run now,
+    its decisions held by this call only, so that every call decides afresh (a repeated call
+    with a run id that delivered replays its range, as a bounds task would make it). The bounds
+    step is part of every run: the delivery never decides a bound itself."""
+    return run if run.record is not None else _bounds_step(run, source, missing_ok=False, keep=False)
 
 
 def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:

@@ -50,8 +50,8 @@ class RunContext:
         return self.spec.pipeline
 
     @property
-    def bounds(self) -> Any:  # a bounds_step.Bounds, or None before the bounds step
-        return self.record.bounds if self.record is not None else None
+    def bounds(self) -> Any:  # a bounds_step.Bounds: the record's (read only once there is one)
+        return self.record.bounds
 
     @contextmanager
     def opened_store(self) -> Iterator[CheckpointStore]:

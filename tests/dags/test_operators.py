@@ -45,6 +45,23 @@ def purge_incident(pipeline: str, kind: str = "binlog_purged") -> int:
         store.close()
 
 
+def write_record(dag, bounds, *, conf: dict | None = None, run_id: str = "manual__2026-01-01") -> None:
+    """The run's record, as the DAG's bounds task leaves it for deliver, release and report: the
+    spec, the plan of the run's params and ``bounds``."""
+    from tidegate import catalog
+    from tidegate.bounds_step import recorded
+    from tidegate.run import RunContext
+    from tidegate_airflow.params import plan_for_run
+
+    spec = catalog.find(bounds.pipeline)
+    plan = plan_for_run(make_context(dag, conf=conf, run_id=run_id), sink_ids=[s.id for s in spec.sinks])
+    store = store_of()
+    try:
+        recorded(RunContext(spec, plan, run_id), bounds, store)
+    finally:
+        store.close()
+
+
 # --------------------------------------------------------------------------- run params
 
 
@@ -233,6 +250,14 @@ def _bounds(cache=MYSQL_OLD):
         "cache": position_from_json(cache)})
 
 
+def _pg_bounds(upto=None):
+    from tidegate.bounds_step import Bounds
+    from tidegate.positions import position_from_json
+
+    upto = upto or {"lsn": "0/3000", "system_id": "1", "timeline": 1}
+    return Bounds("shop_postgres", position_from_json({"kind": "postgres", **upto}), {})
+
+
 def test_nothing_to_do_short_circuits_deliver_only(dags):
     place("shop_mysql", {"events": MYSQL_UPTO, "bus": MYSQL_UPTO, "cache": MYSQL_UPTO})
     dag = dags["cdc_shop_mysql"]
@@ -302,13 +327,15 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(spark_submit_spe
                                                                 pipelines_dir,
                                                                 monkeypatch):
     """The argv names the run; the driver reads the rest from the run's record, which the bounds
-    task wrote (here, without a bounds task, the deliver task writes it: the spec and the plan)."""
+    task wrote."""
     from tidegate.bounds_step import read_record
 
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
     run_id = "scheduled__2026-01-01T00:01:00+00:00"
-    ctx = make_context(dag, deliver, conf={"sinks": ["events", "cache"], "max_events": 500}, run_id=run_id)
+    conf = {"sinks": ["events", "cache"], "max_events": 500}
+    write_record(dag, _bounds(), conf=conf, run_id=run_id)
+    ctx = make_context(dag, deliver, conf=conf, run_id=run_id)
     monkeypatch.delenv("TIDEGATE_DATA_DIR", raising=False)
     for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):  # a Spark test in this process may have set them
         monkeypatch.delenv(name, raising=False)
@@ -319,7 +346,7 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(spark_submit_spe
         record = read_record(store, "shop_mysql", run_id)
     assert record.spec_text == (pipelines_dir / "shop_mysql.yaml").read_text()  # the spec travels
     assert (record.plan.mode, record.plan.sinks, record.plan.max_events, record.bounds) == (
-        "incremental", ["events", "cache"], 500, None)
+        "incremental", ["events", "cache"], 500, _bounds())
     assert deliver.py_files.endswith(".zip")  # the tidegate package travels too
     # The real spark-submit command line, as the provider's hook builds it.
     hook = deliver._get_hook()
@@ -358,6 +385,7 @@ def test_deliver_takes_spark_settings_from_the_spec(spark_submit_specs, pipeline
     monkeypatch.setenv("AIRFLOW_CONN_CDC_POSTGRES", "postgres://cdc:pw-pg-123@127.0.0.1:5432/shop")
     dag = build_dags()["cdc_shop_postgres"]
     deliver = dag.get_task("deliver")
+    write_record(dag, _pg_bounds())
     deliver.prepare(make_context(dag, deliver), None)
     assert deliver._conn_id == "my_spark" and deliver.conf == {"spark.driver.memory": "2g"}
     assert deliver.packages == "org.example:lib:1.0"
@@ -388,6 +416,7 @@ def test_client_mode_passes_connections_in_spark_submits_environment_only(spark_
     monkeypatch.setattr(hook_module.subprocess, "Popen", Popen)
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
+    write_record(dag, _bounds())
     assert deliver.execute(make_context(dag, deliver)) is None
     line = " ".join(seen["cmd"])
     assert not any(s in line for s in SECRETS) and "AIRFLOW_CONN" not in line, line
@@ -408,6 +437,7 @@ def test_deliver_refuses_to_put_secrets_on_a_cluster_mode_command_line(spark_sub
         {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
+    write_record(dag, _bounds())
     with pytest.raises(UnsafeConnectionTransportError, match="pass_connections=False"):
         deliver.prepare(make_context(dag, deliver), None)
     deliver.pass_connections = False
@@ -442,6 +472,7 @@ def test_deliver_returns_the_report_and_maps_fatal_exit(spark_submit_specs, dags
 
     dag = dags["cdc_shop_mysql"]
     deliver = dag.get_task("deliver")
+    write_record(dag, _bounds())
     spark_submit(0, report)
     returned = deliver.execute(make_context(dag, deliver))
     # the driver's report, and what this task process cost (its own CPU, its children's)
@@ -468,8 +499,11 @@ def test_release_only_in_incremental_mode(dags):
     dag = dags["cdc_shop_mysql"]
     release = dag.get_task("release")
     source = wire(ScriptedSource(), release)
+    write_record(dag, _bounds())
     assert release.execute(make_context(dag, release))["released_to"] == MYSQL_OLD  # the lowest
-    assert release.execute(make_context(dag, release, conf={"mode": "dry_run"}))["released_to"] is None
+    write_record(dag, _bounds(), conf={"mode": "dry_run"}, run_id="manual__dry")
+    assert release.execute(make_context(dag, release, conf={"mode": "dry_run"},
+                                        run_id="manual__dry"))["released_to"] is None
     assert source.calls == ["release"]
 
 
@@ -497,10 +531,9 @@ def test_report_per_sink_numbers_and_metrics(dags, monkeypatch):
     monkeypatch.setattr(report_mod, "emit_metrics", lambda summary: real_emit(summary, stats))
     dag = dags["cdc_shop_postgres"]
     op = dag.get_task("report")
+    write_record(dag, _pg_bounds(upto))
     summary = op.execute(make_context(dag, op, xcoms={
-        "deliver": run, "bounds": {"pipeline": "shop_postgres", "upto": upto, "checkpoints": {},
-                                   "nothing_to_do": False},
-        "release": {"released_to": {"lsn": "0/2000"}}}))
+        "deliver": run, "release": {"released_to": {"lsn": "0/2000"}}}))
     by = {s["id"]: s for s in summary["sinks"]}
     assert (by["events"]["events"], by["events"]["lag_bytes"], by["events"]["behind"]) == (10, 0, False)
     assert (by["cache"]["status"], by["cache"]["lag_bytes"], by["cache"]["behind"]) == ("failed", 4096, True)

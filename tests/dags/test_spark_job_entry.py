@@ -37,8 +37,15 @@ def test_rejects_bad_arguments(job, argv, capsys):
     assert e.value.code == 2
 
 
+def _bounds():
+    from tidegate.bounds_step import Bounds
+    from tidegate.sources.mysql.position import BinlogPosition
+
+    return Bounds("shop_mysql", BinlogPosition("mysql-bin.000002", 400), {"events": None, "cache": None})
+
+
 def record_run(run_id: str, plan=None) -> None:
-    """What the bounds task leaves for the driver: the run's record (spec text, plan)."""
+    """What the bounds task leaves for the driver: the run's record (spec text, plan, bounds)."""
     from tidegate.bounds_step import recorded
     from tidegate.plan import RunPlan
     from tidegate.run import RunContext
@@ -47,7 +54,7 @@ def record_run(run_id: str, plan=None) -> None:
 
     spec = load_spec(ROOT / "include" / "pipelines" / "shop_mysql.yaml")
     with open_store() as store:
-        recorded(RunContext(spec, plan or RunPlan(), run_id), None, store)
+        recorded(RunContext(spec, plan or RunPlan(), run_id), _bounds(), store)
 
 
 class FakeSpark:
@@ -76,7 +83,7 @@ def test_main_reads_the_run_record_calls_the_engine_and_writes_the_report(job, p
     assert code == 0 and names == ["tidegate-shop_mysql"] and spark.stopped
     run = seen["run"]
     assert seen["spark"] is spark and run.run_id == "r1" and run.spec.pipeline == "shop_mysql"
-    assert run.plan == RunPlan(sinks=["events", "cache"], max_events=10) and run.bounds is None
+    assert run.plan == RunPlan(sinks=["events", "cache"], max_events=10) and run.bounds == _bounds()
     assert run.spec.path.endswith("shop_mysql.yaml")  # named as the file it came from
     assert json.loads(out.read_text()) == report
     assert "TIDEGATE_RUN_REPORT " in capsys.readouterr().out

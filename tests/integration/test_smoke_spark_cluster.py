@@ -95,7 +95,7 @@ def spec_text(pipeline: str, db: str, lake: Path, events: Path) -> str:
     """)
 
 
-def bounds_step(pipeline: str, run_id: str):
+def guards_and_bounds(pipeline: str, run_id: str):
     """The DAG's guard and bounds tasks, in this process (they need no Spark): the run's record."""
     from tidegate import bounds_step, catalog, guards
     from tidegate.plan import RunPlan
@@ -150,7 +150,7 @@ def write_changes(sql) -> collections.Counter:
 
 
 def test_delta_sinks_delivered_by_spark_submit_on_the_cluster(cluster, mysql, tmp_path, monkeypatch):
-    from tidegate import bounds_step, runner
+    from tidegate import runner
     from tidegate.bounds_step import from_record
     from tidegate.store import open_store
 
@@ -171,11 +171,11 @@ def test_delta_sinks_delivered_by_spark_submit_on_the_cluster(cluster, mysql, tm
         sql(f"CREATE DATABASE {db}")
         admin.select_db(db)
         sql("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
-        placed, _ = bounds_step(pipeline, "place")  # start: head places both sinks at the head
+        placed, _ = guards_and_bounds(pipeline, "place")  # start: head places both sinks at the head
         assert placed.bounds.nothing_to_do(placed.plan.sinks)
         ops = write_changes(sql)
         run_id = "cluster__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
-        run, spec = bounds_step(pipeline, run_id)
+        run, spec = guards_and_bounds(pipeline, run_id)
         slices = [s for s in run.record.segments if type(s).__name__ == "Slice"]
         assert len(slices) == 2, run.record.segments  # one slice per binlog file
         report = submit(spec, run_id, tmp_path)

@@ -9,7 +9,7 @@ import pickle
 import uuid
 
 import pytest
-from tidegate.bounds_step import RunRecord
+from tidegate.bounds_step import Bounds, RunRecord
 from tidegate.connections import Connection
 from tidegate.errors import ConnectionConfigError, SpecError
 from tidegate.parts import resolved_parts
@@ -31,7 +31,8 @@ def spec_text(conf: str = "", sinks: str = "- {id: k, kind: kafka, conn_id: kafk
 def run_with(segments, text: str | None = None) -> RunContext:
     text = text or spec_text()
     spec = load_spec_text(text)
-    record = RunRecord("p", "r1", text, None, RunPlan(), None, segments)
+    bounds = Bounds("p", BinlogPosition("bin.000001", 4), {"k": None})
+    record = RunRecord("p", "r1", text, None, RunPlan(), bounds, segments)
     return RunContext(spec, RunPlan(), "r1", record=record)
 
 

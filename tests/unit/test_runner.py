@@ -118,19 +118,24 @@ def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
 
 
 def test_a_deliver_task_without_a_bounds_task_decides_its_bounds_on_every_attempt(env):
-    """A DAG whose deliver task runs without a bounds task records the spec and the plan only;
-    its driver runs the bounds step, and what it decides stays with that attempt: a first
-    attempt delivers up to the head then, and the same run id cleared and run again replays
-    exactly that range (its journal says it delivered), not a range kept from the first."""
-    from tidegate.bounds_step import from_record, readable
+    """A DAG whose deliver task runs without a bounds task: that task runs the bounds step on
+    every attempt and its driver reads the record. A first attempt delivers up to the head then,
+    and the same run id cleared and run again replays exactly that range (its journal says it
+    delivered), not a range kept from the first."""
+    from tidegate.bounds_step import from_record
 
     spec, source, sinks, store, parts = env
-    readable(RunContext(spec, run_id="r1", parts=parts, store=store))  # what the deliver task writes
-    first = runner.run_pipeline(from_record(store, "p", "r1", parts))  # the driver
-    assert first["events"] == 6 and store.runs.record("p", "r1")["bounds"] is None
+
+    def deliver_task():
+        bounds_step.prepare_bounds(RunContext(spec, run_id="r1", parts=parts, store=store))
+        return runner.run_pipeline(from_record(store, "p", "r1", parts))  # the driver
+
+    first = deliver_task()
+    assert first["events"] == 6 and "replay_of" not in store.runs.record("p", "r1")["bounds"]
     source.sizes += [1]  # the head moves before the run is cleared
-    again = runner.run_pipeline(from_record(store, "p", "r1", parts))
+    again = deliver_task()
     assert again["events"] == 6 and keys(sinks["a"])[6:] == keys(sinks["a"])[:6]  # r1's range again
+    assert store.runs.record("p", "r1")["bounds"].get("replay_of") == "r1"
     assert store.checkpoints.get("p", "a").position == pos(3)
 
 
@@ -275,20 +280,17 @@ class KeepingSink(FakeSink):
 
 def _attempt(path: str, rid: str, env, *, retry: bool = False, plan: RunPlan | None = None) -> None:
     """One attempt of run ``rid`` as a DAG of that shape makes it: a bounds task records the
-    bounds (a retried deliver task reuses them); a deliver task alone records the spec and the
-    plan once, its driver decides the bounds on every attempt; a direct call does the same
-    without a record."""
-    from tidegate.bounds_step import from_record, read_record, readable
+    bounds (a retried deliver task reuses them); a deliver task alone runs the bounds step on
+    every attempt; a direct call does the same without a record."""
+    from tidegate.bounds_step import from_record
 
     spec, _source, _sinks, store, parts = env
     run = RunContext(spec, plan or RunPlan(), run_id=rid, parts=parts, store=store)
     if path == "direct":
         runner.run_pipeline(run)
         return
-    if path == "bounds task" and not retry:
+    if path == "deliver only" or not retry:
         bounds_step.prepare_bounds(run)
-    if path == "deliver only" and read_record(store, "p", rid) is None:
-        readable(run)
     runner.run_pipeline(from_record(store, "p", rid, parts))
 
 

@@ -37,7 +37,7 @@ class TidegateTaskMixin:
     #: What the task's source and sinks are made by (a ``tidegate.parts.Parts``); None: from
     #: Airflow's connections. Tests set one that hands out their fakes.
     parts: Any = None
-    #: Whether the task reads the run's record (written by the bounds task) rather than the
+    #: Whether the task reads the run's record (written by the bounds step) rather than the
     #: spec folder and the params: the tasks downstream of bounds do.
     reads_record: bool = False
 
@@ -46,20 +46,18 @@ class TidegateTaskMixin:
         return None
 
     def run_context(self, context: Mapping[str, Any]) -> Any:
-        """The run's context: from its record when this task reads one and the bounds task
-        wrote it, else from the spec folder and the run's params (validated here)."""
+        """The run's context: from its record when this task reads one (the bounds step wrote
+        it), else from the spec folder and the run's params (validated here)."""
         from tidegate import catalog  # the spec is read when the task runs, never at parse time
-        from tidegate.bounds_step import read_record
+        from tidegate.bounds_step import from_record
         from tidegate.run import RunContext
         from tidegate.store import open_store
 
         run_id = run_id_of(context)
-        if self.reads_record:
+        if self.reads_record:  # a run without a record fails here, naming the bounds step
             with open_store() as store:
-                record = read_record(store, self.pipeline, run_id)
-            if record is not None:
-                spec = record.spec()
-                return RunContext(spec, record.plan, run_id, self._parts(spec), record=record)
+                run = from_record(store, self.pipeline, run_id)
+            return dataclasses.replace(run, parts=self._parts(run.spec), store=None)
         spec = catalog.find(self.pipeline)
         plan = plan_for_run(context, sink_ids=[s.id for s in spec.sinks], overrides=self.plan_overrides())
         return RunContext(spec, plan, run_id, self._parts(spec))

@@ -22,6 +22,7 @@ from ..assets import emit_asset_events
 from ..connections import connection_env, salt_env
 from ..exceptions import DeliverFatalError, UnsafeConnectionTransportError
 from .base import TidegateTaskMixin
+from .bounds import TidegateBoundsOperator
 
 DEFAULT_APPLICATION = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "deliver.py")
 
@@ -34,8 +35,8 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     pipeline name and the run id only: the driver reads the run's record from the checkpoint
     store (the spec's text, the plan, the bounds the bounds task decided), so a driver on a
     cluster never reads the Airflow worker's disk; the ``tidegate`` package travels as a zip in
-    ``--py-files`` (``ship_package``). Without a bounds task, this task writes the record (spec
-    and plan; the driver then captures the bounds itself). In client deploy mode (the driver runs in this
+    ``--py-files`` (``ship_package``). Without a bounds task upstream, this task runs the bounds
+    step itself (and writes the record) on every attempt. In client deploy mode (the driver runs in this
     task: ``local[N]``, a standalone master, YARN or Kubernetes in client mode) the connections
     the spec uses reach the driver as ``AIRFLOW_CONN_<ID>`` variables of the spark-submit
     process's own environment, built from Airflow's connections at execute time: they are in no
@@ -62,7 +63,6 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields, "pipeline", "spark_conn_id", "source_conn_id")
     ui_color = "#fde0c5"
-    reads_record = True
 
     def __init__(self, *, pipeline: str, spark_conn_id: str | None = None, conf: dict[str, Any] | None = None,
                  packages: str | None = None, source_conn_id: str | None = None,
@@ -84,15 +84,30 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         self._connected = False  # the run is in this task, a Spark Connect client
         self._delivered: tuple[Any, dict[str, Any] | None] | None = None  # (run, its report)
 
+    # ------------------------------------------------------------------ the run's record
+
+    @property
+    def reads_record(self) -> bool:
+        """Whether a bounds task upstream wrote the run's record (the DAG factory's shape)."""
+        return any(isinstance(t, TidegateBoundsOperator) for t in self.get_flat_relatives(upstream=True))
+
+    def recorded_run(self, run: Any) -> Any:
+        """The run with its record: the bounds task's, or, in a DAG without one, the bounds step
+        run here, on every attempt (a cleared run that delivered then replays its range, as a
+        bounds task would make it)."""
+        if self.reads_record:
+            return run
+        from tidegate.bounds_step import prepare_bounds  # the engine is imported when the task runs
+
+        return prepare_bounds(run)
+
     # ------------------------------------------------------------------ building the submit
 
     def prepare(self, context: Context, report_file: str | None, run: Any = None) -> Any:
         """Fill application_args, env_vars, conf, packages, py_files and the Spark connection
-        for this run, and make sure the run has a record for the driver to read. Kept apart from
-        running so it can be tested without Spark."""
-        from tidegate.bounds_step import readable  # the engine is imported when the task runs, not at parse
-
-        run = readable(run or self.run_context(context))
+        for this run, whose record the driver reads. Kept apart from running so it can be tested
+        without Spark."""
+        run = run or self.recorded_run(self.run_context(context))
         spec, plan = run.spec, run.plan
         self.spark_conn_id = self.spark_conn_id or spec.spark.conn_id
         self._conn_id = self.spark_conn_id
@@ -209,6 +224,7 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         return deliver_lineage(run, report)
 
     def deliver(self, run: Any, context: Context) -> dict[str, Any] | None:
+        run = self.recorded_run(run)
         conn_id = self.spark_conn_id or run.spec.spark.conn_id
         if spark_conn_type(conn_id) == SparkConnectHook.conn_type:
             return self.deliver_connected(run, conn_id)
@@ -247,11 +263,9 @@ class TidegateDeliverOperator(TidegateTaskMixin, SparkSubmitOperator):
         with a Delta sink is delivered here, Spark tasks reading the parts
         (tidegate/spark/delivery.py). The connections travel pickled inside the job; the server
         URL may hold a token and is not logged."""
-        from tidegate.bounds_step import readable
         from tidegate.spark.connect import deliver_remote
         from tidegate.spark.package import package_zip
 
-        run = readable(run)
         self._connected = True
         hook = SparkConnectHook(conn_id)
         where = BaseHook.get_connection(conn_id)

@@ -21,7 +21,6 @@ class TidegateReportOperator(TidegateBaseOperator):
 
     :param pipeline: the pipeline name.
     :param deliver_task_id: task whose XCom is the run report (None when it was skipped).
-    :param bounds_task_id: task whose XCom is the bounds (read when the run has no record).
     :param release_task_id: task whose XCom says where the source was released to (None: not
         read; the DAG factory runs report beside release, not after it, and release logs it).
     :param emit_metrics: send metrics.
@@ -31,11 +30,10 @@ class TidegateReportOperator(TidegateBaseOperator):
     reads_record = True
 
     def __init__(self, *, pipeline: str, deliver_task_id: str | None = "deliver",
-                 bounds_task_id: str | None = "bounds", release_task_id: str | None = "release",
+                 release_task_id: str | None = "release",
                  emit_metrics: bool = True, **kwargs: Any) -> None:
         super().__init__(pipeline=pipeline, **kwargs)
         self.deliver_task_id = deliver_task_id
-        self.bounds_task_id = bounds_task_id
         self.release_task_id = release_task_id
         self.emit_metrics = emit_metrics
 
@@ -46,8 +44,7 @@ class TidegateReportOperator(TidegateBaseOperator):
             return ti.xcom_pull(task_ids=task_id) if task_id else None
 
         spec, plan = run.spec, run.plan
-        bounds = run.bounds.to_json() if run.bounds is not None else pull(self.bounds_task_id)
-        summary = summarize(spec, report=pull(self.deliver_task_id), bounds=bounds,
+        summary = summarize(spec, report=pull(self.deliver_task_id), bounds=run.bounds.to_json(),
                             released=pull(self.release_task_id), mode=plan.mode)
         summary["run_id"] = run.run_id
         for line in format_summary(summary):
@@ -66,9 +63,7 @@ class TidegateReportOperator(TidegateBaseOperator):
 
 def _state(run: Any) -> dict[str, Any] | None:
     """The pipeline's state from the store, its lag against the run's upper bound (None: the
-    run has no record, and the state is read as the status page reads it)."""
-    if run.bounds is None:
-        return None
+    store could not be read, and the state is read as the status page reads it)."""
     from tidegate.status import pipeline_status
 
     try:
@@ -78,12 +73,12 @@ def _state(run: Any) -> dict[str, Any] | None:
         return None
 
 
-def summarize(spec: Any, *, report: dict | None, bounds: dict | None, released: dict | None,
+def summarize(spec: Any, *, report: dict | None, bounds: dict, released: dict | None,
               mode: str = "incremental") -> dict[str, Any]:
-    """Pure: the run's per-sink numbers from the XComs (any of them may be None)."""
+    """Pure: the run's per-sink numbers from its bounds and the XComs (the deliver and release
+    ones may be None: skipped, or not read)."""
     from tidegate.positions import position_from_json
 
-    bounds = bounds or {}
     upto = position_from_json(bounds.get("upto"))
     by_id = {s.get("id"): s for s in (report or {}).get("sinks") or []}
     sinks = []
