@@ -1,4 +1,5 @@
-"""Build tidegate's compiled hot path in place: include/tidegate/native/rowcodec*.so.
+"""Build tidegate's compiled hot path in place: include/tidegate/native/rowcodec*.so, from
+native/rowcodec.pyx and the ``.pxi`` file of each role it includes (each beside its Python twin).
 
     .venv/bin/python scripts/build_native.py [--force]
 
@@ -19,8 +20,10 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NATIVE = ROOT / "include" / "tidegate" / "native"
-SOURCES = [NATIVE / "rowcodec.pyx", NATIVE / "sha1.h", Path(__file__).resolve()]
+PACKAGE = ROOT / "include" / "tidegate"
+NATIVE = PACKAGE / "native"
+SOURCES = [NATIVE / "rowcodec.pyx", *sorted(PACKAGE.rglob("*.pxi")), NATIVE / "sha1.h",
+           Path(__file__).resolve()]
 
 
 def up_to_date() -> bool:
@@ -51,8 +54,10 @@ def build() -> None:
 
     ext = Extension("tidegate.native.rowcodec", [str(NATIVE / "rowcodec.pyx")],
                     include_dirs=[str(NATIVE)], extra_compile_args=["-O2"])
-    dist = Distribution({"ext_modules": cythonize([ext], quiet=True, language_level=3,
-                                                  build_dir=str(ROOT / "build" / "cython"))})
+    # The .pxi files are included by their path under the package (rowcodec.pyx's include lines).
+    modules = cythonize([ext], quiet=True, language_level=3, include_path=[str(PACKAGE)],
+                        build_dir=str(ROOT / "build" / "cython"))
+    dist = Distribution({"ext_modules": modules})
     cmd = dist.get_command_obj("build_ext")
     cmd.build_lib = str(ROOT / "include")  # next to the sources: the editable install imports it there
     cmd.build_temp = str(ROOT / "build" / "temp")

@@ -1,7 +1,8 @@
 """Compiled parts of tidegate (docs/architecture.md, "The compiled hot path").
 
-``rowcodec`` (``rowcodec.pyx``, Cython) turns the rows of a binlog ROWS event, and the row
-messages of a wal2json slot, into the bytes a run sends. It is built from this repository by
+``rowcodec`` (``rowcodec.pyx``, Cython, with the ``.pxi`` file of each role beside its Python
+twin) turns the rows of a binlog ROWS event, of a wal2json or pgoutput message and of a
+snapshot chunk into the bytes a run sends. It is built from this repository by
 ``make install`` (``scripts/build_native.py``); where it is not built, or ``TIDEGATE_NATIVE=0``
 is set, :data:`rowcodec` is None and the readers use the pure-Python path, which gives the same
 bytes.
