@@ -374,6 +374,32 @@ def test_deliver_argv_has_no_secret_and_env_has_the_connections(spark_submit_spe
     assert deliver._driver_env["TIDEGATE_DATA_DIR"] == str(repo_dir() / ".state" / "data")
 
 
+def test_a_deliver_task_without_a_bounds_task_runs_the_bounds_step_on_every_attempt(
+        spark_submit_specs, dags, connections):
+    """A DAG of one deliver task: the task runs the bounds step itself before it submits (a record
+    always holds bounds), again on every attempt; the DAG factory's deliver task reads the record
+    its bounds task wrote instead."""
+    from airflow.sdk import DAG
+    from tidegate.bounds_step import read_record
+    from tidegate.positions import position_to_json
+    from tidegate_airflow.operators.deliver import TidegateDeliverOperator
+
+    assert dags["cdc_shop_mysql"].get_task("deliver").reads_record
+    with DAG("deliver_only", schedule=None) as dag:
+        deliver = TidegateDeliverOperator(task_id="deliver", pipeline="shop_mysql")
+    assert not deliver.reads_record
+    source = wire(ScriptedSource(), deliver)
+    seen = []
+    for checkpoint in (MYSQL_UPTO, MYSQL_OLD):  # the sinks move between the attempts
+        place("shop_mysql", {"events": checkpoint, "bus": checkpoint, "cache": checkpoint})
+        deliver.prepare(make_context(dag, deliver, run_id="manual__alone"), None)
+        with store_of() as store:
+            record = read_record(store, "shop_mysql", "manual__alone")
+        assert record.bounds.upto == source.head() and record.plan.mode == "incremental"
+        seen.append(record.bounds.checkpoints["cache"])
+    assert [position_to_json(p) for p in seen] == [MYSQL_UPTO, MYSQL_OLD]  # decided afresh each time
+
+
 def test_deliver_takes_spark_settings_from_the_spec(spark_submit_specs, pipelines_dir, connections,
                                                     monkeypatch):
     from tidegate_airflow.factory import build_dags
