@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 TX_TIMEOUT_MS = 2000
 NOTE = "x" * 6000  # rows of 6 KB: a transaction of 20 of them stays open long enough to be seen
-ROWS = 800  # 1,000 changes in 50 transactions: the run lasts long enough to be caught in one
+ROWS = 2400  # 3,000 changes in 150 transactions: a run of 1,000 once ended before one was caught open
 
 
 @dataclass

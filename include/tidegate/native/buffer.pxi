@@ -99,11 +99,17 @@ for _c, _e in zip(b'"\\\n\r\t\b\f', b'"\\nrtbf'):
 
 
 cdef int put_json_text(Buf* b, const unsigned char* s, Py_ssize_t n) except -1:
-    """A JSON string of UTF-8 text already checked: escapes as orjson and the stdlib
-    (ensure_ascii=False) write them; every other byte as is, copied a run at a time."""
+    """A JSON string of UTF-8 text already checked (:func:`put_json_chars`, quoted)."""
+    putc(b, b'"')
+    put_json_chars(b, s, n)
+    return putc(b, b'"')
+
+
+cdef int put_json_chars(Buf* b, const unsigned char* s, Py_ssize_t n) except -1:
+    """The inside of a JSON string of UTF-8 text already checked: escapes as orjson and the
+    stdlib (ensure_ascii=False) write them; every other byte as is, copied a run at a time."""
     cdef Py_ssize_t i = 0, j
     cdef unsigned char c
-    putc(b, b'"')
     while i < n:
         j = i
         while j < n and PLAIN[s[j]]:
@@ -122,7 +128,7 @@ cdef int put_json_text(Buf* b, const unsigned char* s, Py_ssize_t n) except -1:
             put(b, b'\\u00', 4)
             putc(b, HEX[c >> 4])
             putc(b, HEX[c & 15])
-    return putc(b, b'"')
+    return 0
 
 
 cdef int put_base64(Buf* b, const unsigned char* s, Py_ssize_t n, Py_ssize_t pad) except -1:

@@ -7,6 +7,7 @@ One extension module built from one file per role, each beside the Python code i
 twin, which gives the same bytes and runs where this module is not built):
 
 * ``native/buffer.pxi``: the output buffer and the value writers every role shares;
+* ``native/envelope.pxi``: the envelope's shared parts (event id, change, orders), in its field order;
 * ``sources/mysql/binlog_rows.pxi``: binlog rows (twin: ``sources/mysql/row_plans.py``);
 * ``shipped_rows.pxi``: shipped rows and packed batches (twin: ``shipped.py``);
 * ``sources/postgres/wal2json_rows.pxi``: wal2json rows (twin: ``sources/postgres/wal2json.py``);
@@ -54,6 +55,7 @@ cdef bytes NAMESPACE = bytes.fromhex("6f1c2a9e5b0d4c1e9d3a7a2e8b4c0d11")  # even
 
 
 include "native/buffer.pxi"
+include "native/envelope.pxi"
 include "sources/mysql/binlog_rows.pxi"
 include "shipped_rows.pxi"
 include "sources/postgres/wal2json_rows.pxi"

@@ -210,28 +210,19 @@ cdef class TextRowPlan:
         cdef Buf* val = &self.val
         cdef Buf* ik = &self.ik
         cdef Py_ssize_t* span = self.span
-        cdef unsigned char digest[20]
-        cdef char uid[36]
         val.n = self.key.n = ik.n = 0
-        # idempotency key and event id: the key's JSON in key order
+        # the idempotency key (the key's JSON in key order), then the envelope (envelope.pxi)
         put_bytes(ik, self.ikey_raw)
         self.put_key(ik, img.p, span, False)
-        tg_sha1(<const unsigned char*>PyBytes_AS_STRING(NAMESPACE), 16, <const unsigned char*>ik.p, ik.n, digest)
-        uuid5_text(digest, uid)
-        put(val, b'{"id":"', 7)
-        put(val, uid, 36)
-        put(val, b'","idempotency_key":', 20)
-        put_json_text(val, <const unsigned char*>ik.p, ik.n)
-        put(val, b',"op":"r","before":null,"after":', 32)
-        put(val, img.p, img.n)
-        put(val, b',"key":', 7)
+        put_event_id(val, ik)
+        putc(val, b'"')
+        put_json_chars(val, <const unsigned char*>ik.p, ik.n)
+        put_change(val, b'r', NULL, img)
         put(val, ik.p + PyBytes_GET_SIZE(self.ikey_raw), ik.n - PyBytes_GET_SIZE(self.ikey_raw))
         put_bytes(val, self.source_head)
         put(val, b'last' if last else b'true', 4)
         put_bytes(val, self.tx_head)
-        put_u64(val, <uint64_t>n)
-        put(val, b',"data_collection_order":', 25)
-        put_u64(val, <uint64_t>n)
+        put_orders(val, <uint64_t>n, <uint64_t>n)
         put_bytes(val, self.tail)
         self.put_key(&self.key, img.p, span, True)
         ev = self.cls.__new__(self.cls)

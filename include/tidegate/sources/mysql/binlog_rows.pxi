@@ -396,17 +396,14 @@ def encode_rows(NativePlan plan, bytes pkt, Py_ssize_t o, Py_ssize_t end, str op
     cdef Py_ssize_t* s2 = NULL
     cdef bint upd = op == "u"
     cdef int row = 0
-    cdef unsigned char digest[20]
-    cdef char uid[36]
-    cdef const char* ns = PyBytes_AS_STRING(NAMESPACE)
-    cdef bytes opq
+    cdef bytes opb = op.encode()
+    cdef char opc = opb[0]  # c, u or d
     cdef list events = []
     cdef Buf* after_img
     cdef Py_ssize_t* after_span
     cdef int k, j
     if PyBytes_GET_SIZE(pkt) < end:
         return None
-    opq = b'","op":"' + op.encode() + b'","before":'
     img1.p = img2.p = val.p = key.p = ik.p = NULL
     img1.n = img2.n = val.n = key.n = ik.n = 0
     img1.cap = img2.cap = val.cap = key.cap = ik.cap = 0
@@ -430,35 +427,18 @@ def encode_rows(NativePlan plan, bytes pkt, Py_ssize_t o, Py_ssize_t end, str op
                 after_img, after_span = &img2, s2
             total += 1
             n += 1
-            # idempotency key and event id (uuid5 over namespace + key)
-            put_bytes(&ik, ikey_raw)
+            put_bytes(&ik, ikey_raw)  # the idempotency key, then the envelope (envelope.pxi)
             put_u64(&ik, row)
-            tg_sha1(<const unsigned char*>ns, 16, <const unsigned char*>ik.p, ik.n, digest)
-            uuid5_text(digest, uid)
-            put(&val, b'{"id":"', 7)
-            put(&val, uid, 36)
-            put(&val, b'","idempotency_key":', 20)
+            put_event_id(&val, &ik)
             put_bytes(&val, ikey_json)
             put_u64(&val, row)
-            put_bytes(&val, opq)
-            if op == "c":
-                put(&val, b'null,"after":', 13)
-                put(&val, img1.p, img1.n)
-            elif upd:
-                put(&val, img1.p, img1.n)
-                put(&val, b',"after":', 9)
-                put(&val, img2.p, img2.n)
-            else:
-                put(&val, img1.p, img1.n)
-                put(&val, b',"after":null', 13)
-            put(&val, b',"key":', 7)
+            put_change(&val, opc, NULL if opc == b'c' else &img1,
+                       &img2 if upd else (&img1 if opc == b'c' else NULL))
             put_key(&val, plan, after_img.p, after_span, False)
             put_bytes(&val, source_head)
             put_u64(&val, row)
             put_bytes(&val, source_tail)
-            put_u64(&val, <uint64_t>total)
-            put(&val, b',"data_collection_order":', 25)
-            put_u64(&val, <uint64_t>n)
+            put_orders(&val, <uint64_t>total, <uint64_t>n)
             put_bytes(&val, tail)
             put_key(&key, plan, after_img.p, after_span, True)
             ev = cls.__new__(cls)

@@ -741,52 +741,33 @@ cdef class Wal2JsonRows:
         cdef Py_ssize_t* sa = self.span_a
         cdef Py_ssize_t* sb = self.span_b
         cdef int col
-        cdef unsigned char digest[20]
-        cdef char uid[36]
         if before != NULL and after != NULL and self.key_changed(t, before, after):
             return None
         lsn = PyUnicode_DecodeUTF8(lsn_text, ln, "strict")
         self.count(t.tkey, lsn, &n, &k)
         total = self.total
-        # the idempotency key and the event id (uuid5 over the namespace and that key)
+        # the idempotency key, then the envelope (envelope.pxi)
         put_bytes(ik, t.ikey_raw)
         put_bytes(ik, self.tx_raw)
         putc(ik, b'|')
         put(ik, lsn_text, ln)
         putc(ik, b':')
         put_u64(ik, <uint64_t>n)
-        tg_sha1(<const unsigned char*>PyBytes_AS_STRING(NAMESPACE), 16, <const unsigned char*>ik.p, ik.n,
-                digest)
-        uuid5_text(digest, uid)
-        put(val, b'{"id":"', 7)
-        put(val, uid, 36)
-        put(val, b'","idempotency_key":', 20)
+        put_event_id(val, ik)
         put_bytes(val, t.ikey_json)
         put(val, ik.p + PyBytes_GET_SIZE(t.ikey_raw), ik.n - PyBytes_GET_SIZE(t.ikey_raw))
-        put(val, b'","op":"', 8)
-        putc(val, b'c' if op == b'I' else (b'u' if op == b'U' else b'd'))
-        put(val, b'","before":', 11)
-        if before == NULL:
-            put(val, b'null', 4)
-        else:
-            put(val, before.p, before.n)
-        put(val, b',"after":', 9)
+        put_change(val, b'c' if op == b'I' else (b'u' if op == b'U' else b'd'), before, after)
         if after == NULL:
-            put(val, b'null', 4)
             image, span = before.p, sb
         else:
-            put(val, after.p, after.n)
             image, span = after.p, sa
-        put(val, b',"key":', 7)
         put_pg_key(val, t, image, span, False)
         put_bytes(val, t.source_names)
         put_bytes(val, self.tx_raw)
         put(val, b'","position":{"lsn":"', 21)
         put(val, lsn_text, ln)
         put_bytes(val, self.tx_mid)
-        put_u64(val, <uint64_t>total)
-        put(val, b',"data_collection_order":', 25)
-        put_u64(val, <uint64_t>k)
+        put_orders(val, <uint64_t>total, <uint64_t>k)
         put_bytes(val, self.tx_tail)
         put_pg_key(key, t, image, span, True)
         ev = self.cls.__new__(self.cls)
