@@ -5,8 +5,7 @@ decided once before anything is read and kept as the run's record.
 checkpoint, places new sinks (``start: head``, ``start: snapshot``), moves the checkpoints over a
 range that holds nothing the pipeline delivers, and makes the read plan. A replay's bounds are
 the ranges the replayed run delivered (the journal), checked to be readable still. :class:`Bounds`
-is what it decides; :func:`bounded` is how a delivery handed a run without recorded bounds runs
-this step first.
+is what it decides. The delivery (``runner.run_pipeline``) takes a run that holds its record.
 """
 
 from __future__ import annotations
@@ -136,13 +135,12 @@ class RunRecord:
 
 
 def recorded(run: RunContext, bounds: Bounds, store: CheckpointStore,
-             segments: Sequence[Segment] | None = None, *, keep: bool = True) -> RunContext:
+             segments: Sequence[Segment] | None = None) -> RunContext:
     """The context holding the run's record (what the bounds step decided), written to the
-    store (``keep``) for the steps after it."""
+    store for the steps after it."""
     record = RunRecord(run.pipeline, run.run_id, run.spec.text, run.spec.path, run.plan, bounds,
                        None if segments is None else tuple(segments))
-    if keep:
-        store.runs.put_record(run.pipeline, run.run_id, record.to_json())
+    store.runs.put_record(run.pipeline, run.run_id, record.to_json())
     return dataclasses.replace(run, record=record)
 
 
@@ -223,15 +221,6 @@ def idle_moves(bounds: Bounds) -> dict[str, Position]:
     return {sid: bounds.upto for sid in bounds.behind() if sid not in bounds.owed}
 
 
-def bounded(run: RunContext, source: Source) -> RunContext:
-    """The run (on its opened store and ``source``) with its bounds: those of its record, or,
-    handed a run without one (a direct ``runner.run_pipeline`` call), the bounds step run now,
-    its decisions held by this call only, so that every call decides afresh (a repeated call
-    with a run id that delivered replays its range, as a bounds task would make it). The bounds
-    step is part of every run: the delivery never decides a bound itself."""
-    return run if run.record is not None else _bounds_step(run, source, missing_ok=False, keep=False)
-
-
 def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
     """The bounds step of a run; writes the run's record and returns the context holding it.
 
@@ -246,12 +235,12 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
     dry run: the head and the checkpoints, nothing written but the record."""
     given = run.store
     with run.opened() as (source, store):
-        return _bounds_step(run.with_store(store), source, missing_ok=missing_ok, keep=True).with_store(given)
+        return _bounds_step(run.with_store(store), source, missing_ok=missing_ok).with_store(given)
 
 
-def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool, keep: bool) -> RunContext:
-    """What the bounds step decides, on the run's opened store and source; written to the store
-    as the run's record when ``keep``."""
+def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool) -> RunContext:
+    """What the bounds step decides, on the run's opened store and source, written to the store
+    as the run's record."""
     if run.plan.mode == "dry_run":
         bounds, segments = capture_bounds(run, source), None
     else:
@@ -261,7 +250,7 @@ def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool, keep: boo
         else:
             bounds = _incremental_bounds(run, source)
         segments = _read_plan(run, source, bounds)
-    return recorded(run, bounds, run.store, segments, keep=keep)
+    return recorded(run, bounds, run.store, segments)
 
 
 def _read_plan(run: RunContext, source: Source, bounds: Bounds) -> list[Segment] | None:

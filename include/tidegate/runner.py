@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import snapshot
 from .batching import cut_sub_batches
-from .bounds_step import bounded
 from .coordinator import Coordinator, RunReport
 from .errors import ContinuityHalt
 from .events import ControlMessage, PositionMark, is_control
@@ -43,16 +42,16 @@ def run_pipeline(run: RunContext, *, data_interval: tuple[Any, Any] | None = Non
                  reader: Reader | None = None) -> dict[str, Any]:
     """One bounded run as its plan says (default: incremental to every sink); returns the run
     report as JSON. Raises on failure (no checkpoint of a failed sub-batch moves):
-    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. The run's record (its bounds
-    step: :func:`bounded`) holds its bounds: its upper bound, its replay ranges, the sinks it
-    placed, its read plan. ``reader``: where the plan's segments are read (default: in this
-    process, one after the other; reading.py)."""
+    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. ``run`` holds its record,
+    written by its bounds step (``bounds_step.prepare_bounds``) before it: its upper bound, its
+    replay ranges, the sinks it placed, its read plan. ``reader``: where the plan's segments are
+    read (default: in this process, one after the other; reading.py)."""
     if run.plan.max_events:
         spec = run.spec
         run = dataclasses.replace(run, spec=dataclasses.replace(
             spec, batch=dataclasses.replace(spec.batch, max_events=run.plan.max_events)))
     with run.opened() as (source, st):
-        run = bounded(run.with_store(st), source)
+        run = run.with_store(st)
         reader = reader or InProcessReader()
         if run.plan.mode == "dry_run":
             return _dry_run(run, source, reader)

@@ -26,13 +26,14 @@ import psycopg2
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
-from tidegate import bounds_step, runner
+from tidegate import bounds_step
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.compat import backlogs, harness
+from tests.runs import whole_run
 
 pytestmark = pytest.mark.integration
 
@@ -246,7 +247,7 @@ def test_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_path):
             admin_kwargs, lambda: bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
                                                                    store=store)),
             tmp_path / "debezium", pipeline)
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
     finally:
         harness.mariadb_teardown(admin_kwargs)
         store.close()
@@ -279,7 +280,7 @@ def test_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, tmp_path):
                     harness.Capture("postgres", harness.variant_properties("postgres", properties),
                                     tmp_path / "debezium" / "modes", probe=False)]
         try:
-            runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+            whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
         finally:
             debezium, debezium_modes = (capture.finish() for capture in captures)
     finally:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from tidegate import bounds_step, runner
+from tidegate import bounds_step
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.store import open_store
@@ -42,6 +42,7 @@ from tests.compat.test_debezium_compat import (
     read_committed,
     write_spec,
 )
+from tests.runs import whole_run
 
 pytestmark = pytest.mark.integration
 
@@ -323,7 +324,7 @@ def test_generated_mariadb_matches_debezium(mysql, kafka, kafka_bootstrap, tmp_p
             admin_kwargs, lambda: bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__),
                                                                    store=store)),
             tmp_path / "debezium", pipeline, backlog=backlog, variant=False, extra=MODE_SETS["mariadb"])
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
     finally:
         harness.mariadb_teardown(admin_kwargs)
         store.close()
@@ -353,7 +354,7 @@ def test_generated_postgres_matches_debezium(postgres, kafka, kafka_bootstrap, t
                                      tmp_path / "debezium" / name, probe=False)
                      for name, settings in MODE_SETS["postgres"].items()]
         try:
-            runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+            whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
         finally:
             debezium = [capture.finish() for capture in captures][0]
     finally:
@@ -434,7 +435,7 @@ def test_generated_mariadb_snapshot_matches_debeziums_initial_snapshot(mysql, ka
                                    timeout_s=180)
             harness.run_statements(c.execute, backlog.MARIADB_END)
         debezium = capture.finish()
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
     finally:
         admin.close()
         harness.mariadb_teardown(admin_kwargs)
@@ -484,7 +485,7 @@ def test_generated_postgres_snapshot_matches_debeziums_initial_snapshot(postgres
         finally:
             admin.close()
         debezium = capture.finish()
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
     finally:
         _tidegate_slot(postgres.admin_dsn, create=False)
         harness.postgres_teardown(postgres.admin_dsn)

@@ -12,7 +12,7 @@ import uuid
 import pymysql
 import pytest
 import redis
-from tidegate import bounds_step, runner
+from tidegate import bounds_step
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
@@ -20,6 +20,7 @@ from tidegate.store import open_store
 
 from tests.integration.nats_gate import NatsGate
 from tests.integration.sink_readers import kafka_changes, redis_ids
+from tests.runs import whole_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -60,7 +61,7 @@ def _r1_once_redis_has_a_sub_batch(run: RunContext, admin_redis, stream: str
     """``run`` started in a thread, returned once Redis holds its first sub-batch (50 entries),
     with the list its report will be put in."""
     reports: list[dict] = []
-    thread = threading.Thread(target=lambda: reports.append(runner.run_pipeline(run)))
+    thread = threading.Thread(target=lambda: reports.append(whole_run(run)))
     thread.start()
     while admin_redis.exists(stream) == 0 or admin_redis.xlen(stream) < 50:
         assert thread.is_alive(), "the run ended before Redis had its first sub-batch"
@@ -92,7 +93,7 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
                 c.execute(f"INSERT INTO {db}.t VALUES ({i})")
 
         down = {**conns, "redis": dead_redis}.__getitem__
-        report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(down), store=store))
+        report = whole_run(RunContext(spec, run_id="r1", parts=Parts(down), store=store))
         sinks = {s["id"]: s for s in report["sinks"]}
         assert sinks["events"]["status"] == "ok" and sinks["events"]["events"] == 5
         assert sinks["cache"]["status"] == "failed" and sinks["cache"]["events"] == 0
@@ -102,7 +103,7 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
 
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {db}.t VALUES (6)")
-        report = runner.run_pipeline(RunContext(spec, run_id="r2", parts=Parts(conns.__getitem__),
+        report = whole_run(RunContext(spec, run_id="r2", parts=Parts(conns.__getitem__),
                                                 store=store))
         sinks = {s["id"]: s for s in report["sinks"]}
         assert (sinks["events"]["events"], sinks["cache"]["events"]) == (1, 6)
@@ -159,14 +160,14 @@ def test_a_cleared_run_whose_optional_redis_failed_half_way_leaves_it_where_it_s
         assert stopped < head
         admin_redis.execute_command("ACL", "SETUSER", user, "+xadd")
 
-        replay = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))  # cleared
+        replay = whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))  # cleared
         sinks = {s["id"]: s for s in replay["sinks"]}
         assert (sinks["events"]["events"], sinks["cache"]["events"]) == (4000, got)
         assert store.checkpoints.current(pipeline)["cache"].position == stopped  # not moved over the rest
 
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {db}.t VALUES (4000)")
-        r2 = runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+        r2 = whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
         sinks = {s["id"]: s for s in r2["sinks"]}
         assert (sinks["events"]["events"], sinks["cache"]["events"]) == (1, 4000 - got + 1)
         ckpt = store.checkpoints.current(pipeline)
@@ -222,14 +223,14 @@ def test_a_lost_redis_acknowledgement_is_credited_to_the_run_that_delivered_it(
 
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {db}.t VALUES (4000)")
-        r2 = runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+        r2 = whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
         sinks = {s["id"]: s for s in r2["sinks"]}
         assert (sinks["events"]["events"], sinks["cache"]["events"]) == (1, 4000 - held + 1)  # adopted
         adopted = [v for v in store.checkpoints.history(pipeline, "cache") if v.kind == "adopt"]
         assert len(adopted) == 1 and adopted[0].position > stopped, adopted
 
         first = redis_ids(redis_service.cdc, stream)
-        replay = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))  # cleared
+        replay = whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))  # cleared
         sinks = {s["id"]: s for s in replay["sinks"]}
         assert (sinks["events"]["events"], sinks["cache"]["events"]) == (4000, held)
         assert redis_ids(redis_service.cdc, stream)[len(first):] == first[:held]  # r1's part, again

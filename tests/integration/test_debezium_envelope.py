@@ -20,7 +20,7 @@ import uuid
 import psycopg2
 import pymysql
 import pytest
-from tidegate import bounds_step, runner
+from tidegate import bounds_step
 from tidegate.parts import Parts
 from tidegate.positions import position_from_json
 from tidegate.run import RunContext
@@ -28,6 +28,7 @@ from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_records
+from tests.runs import whole_run
 
 pytestmark = pytest.mark.integration
 CONTEXT = "__debezium.context."
@@ -182,7 +183,7 @@ def test_mariadb_changes_as_the_mariadb_connector_writes_them(mysql, kafka, kafk
             c.execute(f"UPDATE {t} SET id = 100 WHERE id = 1")
             c.execute(f"DELETE FROM {t} WHERE id = 2")
             c.execute(f"TRUNCATE TABLE {t}")
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
         values = check_changes(committed(kafka_bootstrap, f"{pipeline}.{db}.t"))
         first = values[0]
         assert first["after"] == {
@@ -241,7 +242,7 @@ def test_postgres_changes_as_the_postgres_connector_writes_them(postgres, kafka,
             c.execute(f"UPDATE {t} SET id = 100 WHERE id = 1")
             c.execute(f"DELETE FROM {t} WHERE id = 2")
             c.execute(f"TRUNCATE {t}")
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__), store=store))
         values = check_changes(committed(kafka_bootstrap, f"{pipeline}.public.{pipeline}"))
         first = values[0]
         assert first["after"] == {

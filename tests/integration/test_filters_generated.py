@@ -25,13 +25,14 @@ import psycopg2
 import pymysql
 import pytest
 import redis
-from tidegate import runner
 from tidegate.connections import Connection
 from tidegate.guards import guard_retention
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
+
+from tests.runs import whole_run
 
 pytestmark = pytest.mark.integration
 
@@ -279,7 +280,7 @@ def test_generated_rules_on_generated_tables_and_changes(kind, seed, tmp_path, m
             for sp in pipelines:
                 if step == 0:  # the guard makes a PostgreSQL pipeline's slot on its first run
                     guard_retention(RunContext(sp, run_id="r0", parts=parts, store=store))
-                runner.run_pipeline(RunContext(sp, run_id=f"r{step}", parts=parts, store=store))
+                whole_run(RunContext(sp, run_id=f"r{step}", parts=parts, store=store))
             if step < 2:
                 table.wave(rnd, rnd.randint(5, 20))
         plain, filtered = (stream(redis_service.cdc, f"{sp.pipeline}:t") for sp in pipelines)

@@ -21,7 +21,7 @@ import nats
 import pymysql
 import pytest
 from test_sink_support import make_batches, pipeline_spec, unique
-from tidegate import bounds_step, runner
+from tidegate import bounds_step
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.sinks import make_sink
@@ -31,6 +31,7 @@ from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, nats_ids, redis_ids
+from tests.runs import whole_run
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +75,7 @@ def test_two_pipelines_of_one_table_into_one_nats_stream_keep_every_message(mysq
             for i in range(1, 6):
                 c.execute(f"INSERT INTO {db}.t VALUES ({i}, 'x')")
             c.execute(f"UPDATE {db}.t SET v = 'y' WHERE id = 2")
-        reports = [runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns),
+        reports = [whole_run(RunContext(spec, run_id="r1", parts=Parts(conns),
                                                   store=store)) for spec in specs]
         assert [r["sinks"][0]["duplicates"] for r in reports] == [0, 0]
         ids = [i for i in nats_ids(nats_service.cdc, stream) if "|__control|" not in i]

@@ -18,7 +18,7 @@ import psycopg2
 import pymysql
 import pytest
 import redis
-from tidegate import bounds_step, runner
+from tidegate import bounds_step
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.sinks.kafka.partition import murmur2_partition
@@ -26,6 +26,7 @@ from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_records, nats_messages
+from tests.runs import whole_run
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +111,7 @@ def test_mariadb_primary_key_update_is_a_delete_and_a_create_on_every_sink(
             bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
             for w in WRITES:
                 c.execute(w.format(t=f"{db}.t"))
-        report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
+        report = whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
                                                 store=store))
         assert report["sub_batches"] == len(WRITES)  # max_events 1: the delete and create stay together
         check_sinks(pipeline, "t", kafka_bootstrap, nats_service.cdc, redis_service.cdc, FINAL)
@@ -139,7 +140,7 @@ def test_postgres_primary_key_update_is_a_delete_and_a_create_on_every_sink(
             bounds_step.prepare_bounds(RunContext(spec, parts=Parts(conns.__getitem__), store=store))
             for w in WRITES:
                 c.execute(w.format(t=f"public.{pipeline}"))
-        report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
+        report = whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
                                                 store=store))
         assert report["sub_batches"] == len(WRITES)
         check_sinks(pipeline, pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, FINAL)

@@ -29,7 +29,7 @@ import pymysql
 import pytest
 import redis
 from confluent_kafka.admin import AdminClient
-from tidegate import bounds_step, runner
+from tidegate import bounds_step
 from tidegate.parts import Parts
 from tidegate.plan import RunPlan
 from tidegate.run import RunContext
@@ -38,6 +38,7 @@ from tidegate.store import open_store
 
 from tests.integration.nats_gate import NatsGate
 from tests.integration.sink_readers import kafka_changes
+from tests.runs import whole_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -140,7 +141,7 @@ sinks:
             conns = self.conns
             if fault == "lost ack":
                 conns = {**conns, "redis": dataclasses.replace(self.redis_conn, port=gate.port)}
-            thread = threading.Thread(target=lambda: reports.append(runner.run_pipeline(RunContext(
+            thread = threading.Thread(target=lambda: reports.append(whole_run(RunContext(
                 self.spec, run_id=rid, parts=Parts(conns.__getitem__), store=self.store))))
             thread.start()
             if fault != "none":  # once Redis holds this run's first sub-batch
@@ -179,11 +180,11 @@ sinks:
             chosen = sorted(self.rnd.sample(["cache", "events"], self.rnd.randint(1, 2)))
         unknown = set(self.unheard[1]) if self.unheard and self.unheard[0] == rid else set()
         if chosen is None:  # a clear: the run id again
-            runner.run_pipeline(RunContext(self.spec, run_id=rid, parts=Parts(self.conns.__getitem__),
+            whole_run(RunContext(self.spec, run_id=rid, parts=Parts(self.conns.__getitem__),
                                            store=self.store))
         else:
             plan = RunPlan(mode="replay", replay_of=rid, sinks=chosen)
-            runner.run_pipeline(RunContext(self.spec, plan, run_id=f"m{step}",
+            whole_run(RunContext(self.spec, plan, run_id=f"m{step}",
                                            parts=Parts(self.conns.__getitem__), store=self.store))
         got = self.new()
         self.heard(rid if chosen is None else f"m{step}")
@@ -212,7 +213,7 @@ sinks:
         return table, keys, state
 
     def run_quietly(self, rid: str) -> None:
-        runner.run_pipeline(RunContext(self.spec, run_id=rid, parts=Parts(self.conns.__getitem__),
+        whole_run(RunContext(self.spec, run_id=rid, parts=Parts(self.conns.__getitem__),
                                        store=self.store))
         got = self.new()
         self.by_run[rid] = {sid: [e["idempotency_key"] for e in got[sid]] for sid in got}

@@ -23,12 +23,13 @@ import psycopg2
 import pymysql
 import pytest
 import redis
-from tidegate import runner
 from tidegate.guards import guard_retention
 from tidegate.parts import Parts
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
+
+from tests.runs import whole_run
 
 pytestmark = pytest.mark.integration
 
@@ -216,12 +217,12 @@ def test_generated_schema_changes_between_row_changes(kind, seed, tmp_path, mysq
         spec = _spec(tmp_path, name, kind, where, extra)
         parts = Parts({"src": src, "redis": redis_service.cdc}.__getitem__)
         guard_retention(RunContext(spec, run_id="r0", parts=parts, store=store))  # a slot, on PostgreSQL
-        runner.run_pipeline(RunContext(spec, run_id="r0", parts=parts, store=store))
+        whole_run(RunContext(spec, run_id="r0", parts=parts, store=store))
         for step in range(rnd.randint(20, 40)):
             model.step()
             if rnd.random() < 0.2:
-                runner.run_pipeline(RunContext(spec, run_id=f"r{step + 1}", parts=parts, store=store))
-        runner.run_pipeline(RunContext(spec, run_id="last", parts=parts, store=store))
+                whole_run(RunContext(spec, run_id=f"r{step + 1}", parts=parts, store=store))
+        whole_run(RunContext(spec, run_id="last", parts=parts, store=store))
         got = _row_events(redis_service.cdc, f"{name}:t")
         assert len(got) == len(model.events), (kind, seed, len(got), len(model.events))
         for i, (g, want) in enumerate(zip(got, model.events, strict=True)):

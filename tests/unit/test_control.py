@@ -8,7 +8,6 @@ import textwrap
 
 import pytest
 from _tidegate_fakes import FakeParts, FakeSink, QuietSource, pos, stream, tx_events
-from tidegate import runner
 from tidegate.coordinator import Coordinator, read_ahead
 from tidegate.errors import ContinuityHalt
 from tidegate.events import ControlMessage, PositionMark
@@ -17,6 +16,8 @@ from tidegate.run import RunContext
 from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.spec import BatchSpec, load_spec
 from tidegate.store import open_store
+
+from tests.runs import whole_run
 
 
 @pytest.fixture()
@@ -139,7 +140,7 @@ def gated(tmp_path, store):
 
 def test_continue_delivers_the_schema_change_in_order_with_the_rows(gated, store):
     spec, sink, parts = gated("continue")
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     keys = sink.delivered
     assert keys.index(ddl(3).idempotency_key) == 3  # after tx 1 and 2's three rows, before tx 4
     assert len(keys) == 6
@@ -150,7 +151,7 @@ def test_halt_delivers_the_rows_before_then_waits_for_resolve_continue(gated, st
 
     spec, sink, parts = gated("halt")
     with pytest.raises(ContinuityHalt, match="resolve=continue") as halt:
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     inc = halt.value.incident
     assert (inc.kind, inc.from_position, inc.to_position) == ("schema_change", pos(2), pos(3))
     assert "ALTER TABLE orders ADD COLUMN note TEXT" in inc.detail
@@ -162,7 +163,7 @@ def test_halt_delivers_the_rows_before_then_waits_for_resolve_continue(gated, st
                                             resolution="accept_gap", reason="x", who="op")
     guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store), resolution="continue",
                                         reason="consumers updated", who="op")
-    runner.run_pipeline(RunContext(spec, RunPlan(), run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, RunPlan(), run_id="r2", parts=parts, store=store))
     assert sink.delivered[3] == ddl(3).idempotency_key and len(sink.delivered) == 6
     assert store.checkpoints.get("p", "a").position == pos(5)
 

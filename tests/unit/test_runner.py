@@ -16,6 +16,8 @@ from tidegate.run import RunContext
 from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.spec import load_spec
 
+from tests.runs import whole_run
+
 
 class FakeSource(QuietSource):
     """A log of transactions 1..n (positions 1000·n); the head moves as the test appends."""
@@ -64,14 +66,14 @@ def keys(sink):
 
 def test_runs_deliver_each_change_once_and_a_caught_up_pipeline_has_nothing_to_do(env):
     spec, source, sinks, store, parts = env
-    first = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    first = whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert first["events"] == 6 and first["end_position"] == pos(3).to_json()
     assert bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds.nothing_to_do()
 
     source.sizes += [2]
     bounds = bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert not bounds.nothing_to_do() and bounds.checkpoints["a"] == pos(3)
-    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert [k[0] for k in keys(sinks["a"])] == ["0-1-1"] * 2 + ["0-1-2"] + ["0-1-3"] * 3 + ["0-1-4"] * 2
     assert sinks["b"].delivered == sinks["a"].delivered
     assert store.checkpoints.get("p", "a").position == pos(4)
@@ -81,23 +83,23 @@ def test_start_head_places_new_sinks_at_the_head(env, tmp_path):
     spec, source, sinks, store, parts = env
 
     spec = dataclasses.replace(spec, source=dataclasses.replace(spec.source, start="head"))
-    report = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    report = whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert report["events"] == 0 and sinks["a"].delivered == []
     assert store.checkpoints.get("p", "a").position == pos(3)
     source.sizes += [1]
-    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert keys(sinks["a"]) == [["0-1-4", "mysql-bin.000001:3100:0"]]
 
 
 def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints_back(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [2, 1]
-    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
     versions = {s: store.checkpoints.get("p", s).version for s in ("a", "b")}
     before = list(sinks["a"].delivered)
 
-    runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]),
+    whole_run(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]),
                                    run_id="manual-1", parts=parts, store=store))
     replayed = sinks["a"].delivered[len(before):]
     assert replayed == before[:6]  # exactly r1's range (tx 1..3), nothing of r2
@@ -108,10 +110,10 @@ def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints
 
 def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [1]
     # Airflow "clear" keeps the run id
-    again = runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    again = whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert again["events"] == 6  # r1's range again, not the new transaction 4
     assert keys(sinks["a"])[6:] == keys(sinks["a"])[:6]
     assert store.checkpoints.get("p", "a").position == pos(3)
@@ -141,7 +143,7 @@ def test_a_deliver_task_without_a_bounds_task_decides_its_bounds_on_every_attemp
 
 def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
     spec, source, sinks, store, parts = env
-    report = runner.run_pipeline(RunContext(spec, RunPlan(mode="dry_run"), run_id="d1", parts=parts,
+    report = whole_run(RunContext(spec, RunPlan(mode="dry_run"), run_id="d1", parts=parts,
                                             store=store))
     assert (report["events"], report["sub_batches"]) == (6, 2)
     assert sinks["a"].delivered == [] and store.checkpoints.current("p") == {}
@@ -150,7 +152,7 @@ def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
 def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
     spec, source, sinks, store, parts = env
     with pytest.raises(RunError, match="no journal entry for run 'nope'"):
-        runner.run_pipeline(RunContext(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x",
+        whole_run(RunContext(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x",
                                        parts=parts, store=store))
     with pytest.raises(RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
         chosen_sinks(spec, ["zzz"])
@@ -170,7 +172,7 @@ def test_bounds_place_new_sinks_at_the_head_under_start_head(env):
 
 def test_a_range_with_nothing_to_deliver_moves_checkpoints_without_a_run(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [0, 0]  # the head moved, but only past transactions this pipeline skips
     bounds = bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.nothing_to_do()
@@ -183,7 +185,7 @@ def test_a_range_with_nothing_to_deliver_moves_checkpoints_without_a_run(env):
 
 def test_replay_bounds_name_the_replayed_range_and_move_nothing(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [2]
     lease = store.leases.get("p")
     history = {s: len(store.checkpoints.history("p", s)) for s in ("a", "b")}
@@ -202,7 +204,7 @@ def test_replaying_a_run_that_delivered_nothing(env):
     range for it, so the replay has nothing to do (and never starts Spark); an explicit replay of
     a run the journal does not know is an error, raised at bounds."""
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     bounds = bounds_step.prepare_bounds(RunContext(spec, RunPlan(mode="replay", replay_of="scheduled__idle"),
                                               parts=parts, store=store), missing_ok=True).bounds
     assert bounds.nothing_to_do() and bounds.ranges == {}
@@ -215,7 +217,7 @@ def test_replaying_a_run_that_delivered_nothing(env):
 def test_replay_target(env):
     spec, source, sinks, store, parts = env
     assert bounds_step.replay_target(RunContext(spec, RunPlan(), run_id="r1", store=store)) is None
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     assert bounds_step.replay_target(RunContext(spec, RunPlan(), run_id="r1",
                                            store=store)) == "r1"  # a cleared run replays
     assert bounds_step.replay_target(RunContext(spec, RunPlan(mode="replay", replay_of="r0"), run_id="x",
@@ -230,16 +232,16 @@ def test_a_replay_moves_a_sink_no_further_than_its_own_range(env):
     replay reads further for the other sink: the next run gives it what it missed."""
     spec, source, sinks, store, parts = env
     sinks.update(a=KeepingSink("a"), b=KeepingSink("b", required=False))
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [1, 3]  # transactions 4 and 5: two sub-batches of max_events 3
     sinks["b"].fail_from_call, sinks["b"].fail_times = sinks["b"].calls + 2, 1  # fails on transaction 5
-    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert store.checkpoints.get("p", "b").position == pos(4) and len(sinks["a"].delivered) == 10
     b_before = len(sinks["b"].delivered)
-    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))  # cleared: a replay
+    whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))  # cleared: a replay
     assert [k[0] for k in keys(sinks["b"])[b_before:]] == ["0-1-4"]
     assert store.checkpoints.get("p", "b").position == pos(4)  # not moved over transaction 5
-    runner.run_pipeline(RunContext(spec, run_id="r3", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r3", parts=parts, store=store))
     assert [k[0] for k in keys(sinks["b"])[b_before + 1:]] == ["0-1-5"] * 3
     assert store.checkpoints.get("p", "b").position == pos(5)
 
@@ -252,15 +254,15 @@ def test_a_replay_to_fewer_sinks_than_the_quorum_needs_each_of_them(env, tmp_pat
     path.write_text(spec.text.replace("batch: {max_events: 3}",
                                       "batch: {max_events: 3, commit_policy: quorum, quorum: 2}"))
     spec = load_spec(str(path))
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     before = len(sinks["b"].delivered)
     replay = RunPlan(mode="replay", replay_of="r1", sinks=["b"])
-    runner.run_pipeline(RunContext(spec, replay, run_id="m1", parts=parts, store=store))
+    whole_run(RunContext(spec, replay, run_id="m1", parts=parts, store=store))
     assert sinks["b"].delivered[before:] == sinks["b"].delivered[:before]
     sinks["b"].fail_from_call = sinks["b"].calls + 1
     needs_it = "reached 0 of 1 sinks; commit policy 'quorum' needs at least 1 sinks"
     with pytest.raises(CommitPolicyError, match=needs_it):
-        runner.run_pipeline(RunContext(spec, replay, run_id="m2", parts=parts, store=store))
+        whole_run(RunContext(spec, replay, run_id="m2", parts=parts, store=store))
 
 
 # --------------------------------------------------------------------------- generated schedules
@@ -287,7 +289,7 @@ def _attempt(path: str, rid: str, env, *, retry: bool = False, plan: RunPlan | N
     spec, _source, _sinks, store, parts = env
     run = RunContext(spec, plan or RunPlan(), run_id=rid, parts=parts, store=store)
     if path == "direct":
-        runner.run_pipeline(run)
+        whole_run(run)
         return
     if path == "deliver only" or not retry:
         bounds_step.prepare_bounds(run)

@@ -23,6 +23,8 @@ from tidegate.spec import load_spec_text
 from tidegate.store import open_store
 from tidegate.store.records import SnapshotRecord
 
+from tests.runs import whole_run
+
 # --------------------------------------------------------------------------- positions
 
 
@@ -196,7 +198,7 @@ def test_start_snapshot_delivers_every_row_then_hands_off_to_the_log(env):
     assert store.checkpoints.get("p", "a").position == pos(2)
     assert store.snapshots.get("p", rec.snapshot_id).status == "completed"
     assert store.snapshots.get("p", rec.snapshot_id).rows == 11
-    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert [m["op"] for m in envelopes(sinks["a"])[13:]] == ["c"]
     assert envelopes(sinks["b"]) == envelopes(sinks["a"])
     assert store.checkpoints.get("p", "a").position == pos(3)
@@ -206,14 +208,14 @@ def test_a_killed_snapshot_resumes_at_the_next_chunk(env):
     spec, source, sinks, store, parts = env
     sinks["a"].fail_from_call = 3  # the 3rd sub-batch fails: chunks 1-2 are in
     with pytest.raises(CommitPolicyError):
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     [rec] = store.snapshots.all("p")
     at = store.checkpoints.get("p", "a").position
     assert at == SnapshotPosition(rec.snapshot_id, 2, pos(2))
     delivered = list(sinks["a"].delivered)
     sinks["a"].fail_from_call = None
     source.chunk_reads.clear()
-    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert source.chunk_reads[0] == ("shop.orders", [6], None)  # chunk 3 first: nothing re-read
     keys = sinks["a"].delivered
     assert len(keys) == len(set(keys)) == 1 + 11 + 1  # started, rows, completed (the log is before H)
@@ -227,7 +229,7 @@ def test_an_empty_chunk_moves_the_checkpoint(env):
     spec, source, sinks, store, parts = env
     bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store))
     source.tables["shop.orders"] = {k: v for k, v in source.tables["shop.orders"].items() if k[0] > 3}
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     rows = [m for m in envelopes(sinks["a"]) if m.get("op") == "r"]
     assert len(rows) == 4 + 4 and store.checkpoints.get("p", "a").position == pos(2)
 
@@ -237,23 +239,23 @@ def test_a_sink_added_later_joins_the_running_snapshot_or_gets_its_own(env):
     only_a = RunPlan(sinks=["a"])
     sinks["a"].fail_from_call = 2
     with pytest.raises(CommitPolicyError):
-        runner.run_pipeline(RunContext(spec, only_a, run_id="r1", parts=parts, store=store))
+        whole_run(RunContext(spec, only_a, run_id="r1", parts=parts, store=store))
     [rec] = store.snapshots.all("p")
     # b has no checkpoint yet: it joins the snapshot a is in, from chunk 0
     bounds = bounds_step.prepare_bounds(RunContext(spec, parts=parts, store=store)).bounds
     assert bounds.checkpoints["b"] == SnapshotPosition(rec.snapshot_id, 0, pos(2))
     sinks["a"].fail_from_call = None
-    runner.run_pipeline(RunContext(spec, run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r2", parts=parts, store=store))
     assert sorted(sinks["b"].delivered) == sorted(set(sinks["a"].delivered))
     assert len(sinks["a"].delivered) == len(set(sinks["a"].delivered))
 
 
 def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     source.sizes += [2]
     # b stays at pos(2)
-    runner.run_pipeline(RunContext(spec, RunPlan(sinks=["a"]), run_id="r2", parts=parts, store=store))
+    whole_run(RunContext(spec, RunPlan(sinks=["a"]), run_id="r2", parts=parts, store=store))
     plan = RunPlan.from_values({"resolve": "resnapshot", "reason": "consumer rebuilt",
                                 "tables": ["shop.lines"]}, who="ops")
     out = guards.run_guards(RunContext(spec, plan, run_id="r3", parts=parts, store=store), checks=("halted",))
@@ -269,7 +271,7 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
     guards.run_guards(RunContext(spec, plan, run_id="r3", parts=parts, store=store), checks=("halted",))
     assert len(store.snapshots.all("p")) == 2
     before = len(sinks["a"].delivered)
-    runner.run_pipeline(RunContext(spec, run_id="r4", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r4", parts=parts, store=store))
     new = envelopes(sinks["a"])[-(len(sinks["a"].delivered) - before):]
     assert [m.get("type") or m["op"] for m in new] == ["snapshot_started"] + ["r"] * 4 + \
         ["snapshot_completed"] + ["c", "c"]  # a gets transaction 3 again (b needed it)
@@ -278,7 +280,7 @@ def test_resnapshot_of_a_healthy_pipeline_hands_off_at_the_lowest_checkpoint(env
 
 def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
     inc = store.incidents.record("p", "binlog_purged", pos(2), pos(9), detail="purged")
     with pytest.raises(SnapshotError) as e:
         guards.resolve_incidents(RunContext(spec, run_id="r2", parts=parts, store=store),
@@ -292,7 +294,7 @@ def test_resnapshot_after_a_loss_resolves_it_and_refuses_a_subset(env):
     assert done[0]["resolution"] == "resnapshot" and done[0]["reason"] == "binlog purged by hand"
     rec = store.snapshots.all("p")[-1]
     assert rec.handoff == pos(4)  # restart_stream(): the head
-    runner.run_pipeline(RunContext(spec, run_id="r3", parts=parts, store=store))
+    whole_run(RunContext(spec, run_id="r3", parts=parts, store=store))
     assert store.checkpoints.get("p", "a").position == pos(4)
     store.incidents.record("p", "schema_change", pos(4), pos(4))
     with pytest.raises(Exception) as e:
@@ -472,7 +474,7 @@ def test_a_table_added_to_a_running_pipeline_gets_a_snapshot_of_its_own(tmp_path
     """
     spec, sinks, store, parts = wire_fakes(tmp_path, head, source)
     try:
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+        whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
         [first] = store.snapshots.all("p")
         assert snapshot.table_names(first) == ["shop.orders"]
         # nothing added: streams on
