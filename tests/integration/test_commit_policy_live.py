@@ -104,7 +104,7 @@ def test_optional_redis_down_required_kafka_advances_redis_catches_up(mysql, kaf
         with admin.cursor() as c:
             c.execute(f"INSERT INTO {db}.t VALUES (6)")
         report = whole_run(RunContext(spec, run_id="r2", parts=Parts(conns.__getitem__),
-                                                store=store))
+                                      store=store))
         sinks = {s["id"]: s for s in report["sinks"]}
         assert (sinks["events"]["events"], sinks["cache"]["events"]) == (1, 6)
         ckpt = store.checkpoints.current(pipeline)

@@ -76,7 +76,7 @@ def test_two_pipelines_of_one_table_into_one_nats_stream_keep_every_message(mysq
                 c.execute(f"INSERT INTO {db}.t VALUES ({i}, 'x')")
             c.execute(f"UPDATE {db}.t SET v = 'y' WHERE id = 2")
         reports = [whole_run(RunContext(spec, run_id="r1", parts=Parts(conns),
-                                                  store=store)) for spec in specs]
+                                        store=store)) for spec in specs]
         assert [r["sinks"][0]["duplicates"] for r in reports] == [0, 0]
         ids = [i for i in nats_ids(nats_service.cdc, stream) if "|__control|" not in i]
         per_pipeline = collections.Counter(i.split("|")[1] for i in ids)

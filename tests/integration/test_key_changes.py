@@ -112,7 +112,7 @@ def test_mariadb_primary_key_update_is_a_delete_and_a_create_on_every_sink(
             for w in WRITES:
                 c.execute(w.format(t=f"{db}.t"))
         report = whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
-                                                store=store))
+                                      store=store))
         assert report["sub_batches"] == len(WRITES)  # max_events 1: the delete and create stay together
         check_sinks(pipeline, "t", kafka_bootstrap, nats_service.cdc, redis_service.cdc, FINAL)
     finally:
@@ -141,7 +141,7 @@ def test_postgres_primary_key_update_is_a_delete_and_a_create_on_every_sink(
             for w in WRITES:
                 c.execute(w.format(t=f"public.{pipeline}"))
         report = whole_run(RunContext(spec, run_id="r1", parts=Parts(conns.__getitem__),
-                                                store=store))
+                                      store=store))
         assert report["sub_batches"] == len(WRITES)
         check_sinks(pipeline, pipeline, kafka_bootstrap, nats_service.cdc, redis_service.cdc, FINAL)
     finally:

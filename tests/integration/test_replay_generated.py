@@ -181,11 +181,11 @@ sinks:
         unknown = set(self.unheard[1]) if self.unheard and self.unheard[0] == rid else set()
         if chosen is None:  # a clear: the run id again
             whole_run(RunContext(self.spec, run_id=rid, parts=Parts(self.conns.__getitem__),
-                                           store=self.store))
+                                 store=self.store))
         else:
             plan = RunPlan(mode="replay", replay_of=rid, sinks=chosen)
             whole_run(RunContext(self.spec, plan, run_id=f"m{step}",
-                                           parts=Parts(self.conns.__getitem__), store=self.store))
+                                 parts=Parts(self.conns.__getitem__), store=self.store))
         got = self.new()
         self.heard(rid if chosen is None else f"m{step}")
         for sid in ("events", "cache"):
@@ -214,7 +214,7 @@ sinks:
 
     def run_quietly(self, rid: str) -> None:
         whole_run(RunContext(self.spec, run_id=rid, parts=Parts(self.conns.__getitem__),
-                                       store=self.store))
+                             store=self.store))
         got = self.new()
         self.by_run[rid] = {sid: [e["idempotency_key"] for e in got[sid]] for sid in got}
 

@@ -100,12 +100,23 @@ def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints
     before = list(sinks["a"].delivered)
 
     whole_run(RunContext(spec, RunPlan(mode="replay", replay_of="r1", sinks=["a"]),
-                                   run_id="manual-1", parts=parts, store=store))
+                         run_id="manual-1", parts=parts, store=store))
     replayed = sinks["a"].delivered[len(before):]
     assert replayed == before[:6]  # exactly r1's range (tx 1..3), nothing of r2
     assert len(sinks["b"].delivered) == len(before)  # not chosen
     assert {s: store.checkpoints.get("p", s).version for s in ("a", "b")} == versions
     assert store.checkpoints.get("p", "a").position == pos(5)
+
+
+def test_a_delivery_handed_a_run_without_its_record_fails_naming_the_bounds_step(env):
+    """The delivery never decides a bound itself: a run that skipped its bounds step reads and
+    delivers nothing, and moves no checkpoint."""
+    spec, source, sinks, store, parts = env
+    with pytest.raises(RunError, match=r"run .r1. has no bounds: its bounds step \(bounds_step"):
+        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    assert sinks["a"].delivered == [] and sinks["b"].delivered == []
+    assert store.checkpoints.current("p") == {}
+    assert store.runs.record("p", "r1") is None
 
 
 def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
@@ -144,7 +155,7 @@ def test_a_deliver_task_without_a_bounds_task_decides_its_bounds_on_every_attemp
 def test_dry_run_reads_and_counts_but_delivers_and_moves_nothing(env):
     spec, source, sinks, store, parts = env
     report = whole_run(RunContext(spec, RunPlan(mode="dry_run"), run_id="d1", parts=parts,
-                                            store=store))
+                                  store=store))
     assert (report["events"], report["sub_batches"]) == (6, 2)
     assert sinks["a"].delivered == [] and store.checkpoints.current("p") == {}
 
@@ -153,7 +164,7 @@ def test_unknown_sink_and_unknown_replay_run_are_clear_errors(env):
     spec, source, sinks, store, parts = env
     with pytest.raises(RunError, match="no journal entry for run 'nope'"):
         whole_run(RunContext(spec, RunPlan(mode="replay", replay_of="nope"), run_id="x",
-                                       parts=parts, store=store))
+                             parts=parts, store=store))
     with pytest.raises(RunError, match="has no sink\\(s\\) zzz; its sinks are: a, b"):
         chosen_sinks(spec, ["zzz"])
 
