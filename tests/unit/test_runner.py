@@ -294,7 +294,8 @@ class KeepingSink(FakeSink):
 def _attempt(path: str, rid: str, env, *, retry: bool = False, plan: RunPlan | None = None) -> None:
     """One attempt of run ``rid`` as a DAG of that shape makes it: a bounds task records the
     bounds (a retried deliver task reuses them); a deliver task alone runs the bounds step on
-    every attempt; a direct call does the same without a record."""
+    every attempt and its driver reads the record; a direct call (`tidegate run`) runs the bounds
+    step, then the delivery with the record it returns."""
     from tidegate.bounds_step import from_record
 
     spec, _source, _sinks, store, parts = env
