@@ -160,11 +160,9 @@ def postgres_properties(conn, prefix: str) -> dict[str, str]:
 class Capture:
     """One run of Debezium's embedded engine, from start to the stop table's row."""
 
-    # Four captures (a JVM each) share two cores with tidegate's run and the other test worker:
-    # the whole generated PostgreSQL comparison takes about 155 s when the other worker is idle.
     def __init__(self, source: str, properties: dict[str, str], out: Path, *, probe: bool,
-                 timeout_s: int = 360):
-        self.out, self.timeout_s = out, timeout_s
+                 timeout_s: int = 120):
+        self.out = out
         out.mkdir(parents=True, exist_ok=True)
         props = out / "connector.properties"
         # a properties file, not argv: it holds the database password
@@ -199,10 +197,10 @@ class Capture:
 
     def finish(self) -> Path:
         try:
-            rc = self.proc.wait(timeout=self.timeout_s + 60)
+            rc = self.proc.wait(timeout=180)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.fail(f"did not finish within {self.timeout_s + 60} s")
+            self.fail("did not finish within 180 s")
         self._reader.join(5)
         self._log.close()
         if rc != 0:
