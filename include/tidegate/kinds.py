@@ -39,8 +39,9 @@ class SinkKind:
     name: str
     spec_type: type  # the kind's SinkSpec subclass
     fields: tuple[str, ...]  # the YAML fields of a sink entry of this kind, beyond the common ones
-    # (entry, field path "sinks[i]", problems) -> the kind's own keyword arguments of spec_type
-    parse: Callable[[dict, str, Any], dict[str, Any]]
+    # (entry, field path "sinks[i]", problems) -> the kind's own keyword arguments of spec_type;
+    # a kind with envelope_fields is handed the entry's envelope fields too, as a fourth argument
+    parse: Callable[..., dict[str, Any]]
     channel_chars: re.Pattern  # what a DLQ or control channel name may hold (as its data names)
     channel_what: str  # what messages call such a name: "topic", "subject", "stream key"
     sink: str  # "module:Class" of the Sink, imported when a sink is made (client library)
@@ -55,6 +56,16 @@ class SinkKind:
     # "module:function" (pipeline spec, sink spec, source info) -> the record encoder the sink's
     # envelope asks for (None: the tidegate envelope); "" when the kind has one envelope only
     envelope: str = ""
+    # "module:function" (entry, field path, problems) -> the entry's envelope fields (``envelope``
+    # and its options) as keyword arguments of spec_type; "" with ``envelope``. Light: DAG
+    # parsing loads specs. The envelope's owner parses them, so the sink's spec imports none of it.
+    envelope_fields: str = ""
+
+    def parse_entry(self, d: dict, fp: str, probs: Any) -> dict[str, Any]:
+        """The keyword arguments of ``spec_type`` a sink entry ``d`` (at ``fp``) gives."""
+        if self.envelope_fields:
+            return self.parse(d, fp, probs, _load(self.envelope_fields)(d, fp, probs))
+        return self.parse(d, fp, probs)
 
     def make(self, pipeline_spec: Any, sink_spec: Any, conn: Any) -> Any:
         """The Sink for ``sink_spec`` of ``pipeline_spec`` through the connection ``conn``."""

@@ -478,7 +478,7 @@ def _sink(raw: Any, fp: str, probs: Problems) -> SinkSpec | None:
         probs.add(f"{fp}.dlq", "set but on_poison is not dlq", "on_poison: dlq, or omit dlq")
     return sink_kind.spec_type(id=sid, kind=sink_kind.name, conn_id=conn_id or "", required=required,
                                on_poison=on_poison or "halt", dlq=dlq, control=control,
-                               **sink_kind.parse(d, fp, probs))
+                               **sink_kind.parse_entry(d, fp, probs))
 
 
 def _channel(d: dict, key: str, fp: str, probs: Problems, chars: re.Pattern, what: str) -> str | None:

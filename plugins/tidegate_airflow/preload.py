@@ -39,7 +39,8 @@ SPARK_CLIENT = ("pyspark.sql.connect.session",)
 
 
 def _kind_modules() -> list[str]:
-    """The source and sink classes' modules of every registered kind (their client libraries)."""
+    """The source and sink classes' modules of every registered kind (their client libraries),
+    and the modules of a sink kind's envelope (its encoder, and the parser of its fields)."""
     from tidegate import kinds
 
     out = []
@@ -51,7 +52,9 @@ def _kind_modules() -> list[str]:
                 continue
             # A sink kind that needs Spark settings (Delta) pulls Spark in: left to its task.
             if not getattr(kind, "spark_conf", ""):
-                out.append(getattr(kind, attr).partition(":")[0])
+                refs = (getattr(kind, attr), getattr(kind, "envelope", ""),
+                        getattr(kind, "envelope_fields", ""))
+                out += [ref.partition(":")[0] for ref in refs if ref]
     return out
 
 

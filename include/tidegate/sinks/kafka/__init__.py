@@ -8,4 +8,5 @@ KIND = SinkKind(name="kafka", spec_type=spec.KafkaSinkSpec, fields=spec.FIELDS, 
                 channel_chars=spec.TOPIC_CHARS, channel_what="topic",
                 dataset_of="tidegate.sinks.kafka.spec:dataset",
                 sink="tidegate.sinks.kafka.sink:KafkaSink",
-                envelope="tidegate.debezium.envelope:encoder_for")
+                envelope="tidegate.debezium.envelope:encoder_for",
+                envelope_fields="tidegate.debezium.spec:parse")

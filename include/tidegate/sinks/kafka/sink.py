@@ -54,8 +54,8 @@ The sink's parts, one role each: ``client.py`` (the clients' settings), ``errors
 classes, callback reports, messages), ``topics.py`` (look-up and creation), ``writer.py`` (the
 producer and the records of a frame), ``readback.py`` (the last committed record with a key),
 ``heartbeats.py`` (``envelope: debezium``'s heartbeats), ``partition.py`` (murmur2). The
-envelope's encoder (Debezium's records) comes from the kind (``sinks/kafka/__init__.py``), so
-this package never imports ``debezium/``.
+envelope's encoder (Debezium's records) and the parser of its spec fields come from the kind
+(``sinks/kafka/__init__.py``), so this package never imports ``debezium/``.
 """
 
 

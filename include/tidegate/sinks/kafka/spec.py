@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...datasets import Dataset, host_port, on_server
-from ...debezium import spec as debezium_spec
-from ...debezium.envelope import DebeziumOptions
 from ...spec import Problems, SinkSpec, bool_field, int_field, str_field, template_field
 
 TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
@@ -27,7 +25,9 @@ class KafkaSinkSpec(SinkSpec):
     checkpoint_topic: str = "_tidegate_checkpoints"
     tombstones_on_delete: bool = False  # a null-valued record after each delete (log compaction)
     envelope: str = "tidegate"  # tidegate | debezium (docs/operations.md, "Debezium envelope")
-    debezium: DebeziumOptions | None = None  # with envelope: debezium
+    # with envelope: debezium, its debezium.envelope.DebeziumOptions (the envelope's owner parses
+    # them: the kind's envelope_fields)
+    debezium: Any = None
 
     @property
     def guarantee(self) -> str:
@@ -38,9 +38,10 @@ class KafkaSinkSpec(SinkSpec):
         return self.debezium.heartbeat_interval_ms if self.debezium is not None else 0
 
 
-def parse(d: dict, fp: str, probs: Problems) -> dict[str, Any]:
+def parse(d: dict, fp: str, probs: Problems, envelope: dict[str, Any]) -> dict[str, Any]:
+    """The entry's fields; ``envelope``: its envelope fields, parsed by the envelope's owner (the
+    kind's ``envelope_fields``)."""
     dflt = KafkaSinkSpec("x", "kafka", "x")
-    envelope = debezium_spec.parse(d, fp, probs)
     # With Debezium's envelope the topic defaults to Debezium's name: <prefix>.<db or schema>.<table>.
     debezium = envelope["envelope"] == "debezium"
     return dict(
