@@ -56,28 +56,28 @@ def test_unknown_kinds_are_refused_by_name():
         make_sink(spec, SinkSpec(id="x", kind="s3", conn_id="c"), None)
 
 
+def _loaded_after(statements: str, libraries: tuple[str, ...] = ()) -> list[str]:
+    """The tidegate modules (and ``libraries``) a fresh interpreter holds after ``statements``."""
+    probe = (f"import json, sys; {statements}; print(json.dumps(sorted(m for m in sys.modules "
+             f"if m.startswith('tidegate') or m.split('.')[0] in {libraries!r})))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(ROOT / "include"), "PATH": ""})
+    return json.loads(out.stdout)
+
+
 def test_no_sink_package_imports_the_debezium_envelope():
     """The Kafka kind names the envelope's encoder and the parser of its fields; the sinks'
     own modules (every kind's spec and sink) import nothing of ``tidegate.debezium``."""
-    probe = ("import json, sys; from tidegate import kinds; import importlib; "
-             "[importlib.import_module(m) for k in kinds.SINKS for m in "
-             "(kinds.sink_kind(k).sink.partition(':')[0], 'tidegate.sinks.' + k + '.spec')]; "
-             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('tidegate'))))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(ROOT / "include"), "PATH": ""})
-    loaded = json.loads(out.stdout)
+    loaded = _loaded_after("from tidegate import kinds; import importlib; "
+                           "[importlib.import_module(m) for k in kinds.SINKS for m in "
+                           "(kinds.sink_kind(k).sink.partition(':')[0], 'tidegate.sinks.' + k + '.spec')]")
     assert "tidegate.sinks.kafka.sink" in loaded and "tidegate.sinks.delta.sink" in loaded
     assert [m for m in loaded if m.startswith("tidegate.debezium")] == []
 
 
 def test_loading_specs_imports_no_client_library_and_no_source_or_sink_code():
-    probe = ("import json, sys; from tidegate.catalog import scan; scan(); "
-             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('tidegate') "
-             "or m.split('.')[0] in ('confluent_kafka', 'nats', 'redis', 'psycopg2', 'pymysql', "
-             "'pymysqlreplication'))))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(ROOT / "include"), "PATH": ""})
-    loaded = json.loads(out.stdout)
+    loaded = _loaded_after("from tidegate.catalog import scan; scan()",
+                           ("confluent_kafka", "nats", "redis", "psycopg2", "pymysql", "pymysqlreplication"))
     heavy = [m for m in loaded if not m.startswith("tidegate")
              or m.rsplit(".", 1)[-1] in ("base", "sink", "source", "position")]
     assert heavy == [], heavy
