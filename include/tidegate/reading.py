@@ -17,7 +17,8 @@ here, the reader process (reader_process.py) or Spark tasks (tidegate/spark/). W
 process is rows of one format (shipped.py). :func:`run_items` then makes the run's one item
 stream out of the segments read: a chunk's rows become one transaction, less the rows whose
 keys the log changes after the handoff (snapshot.ChangedKeys), and the snapshot's end brings
-its ``snapshot_completed``.
+its ``snapshot_completed``. With ``source.on_schema_change: halt``, :class:`SchemaGate` ends
+the stream before a schema change of a captured table.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from .errors import SnapshotError
+from .errors import ContinuityHalt, SnapshotError
+from .events import ControlMessage, PositionMark, is_control
 from .positions import Position, SnapshotPosition
 from .segments import (
     Chunk,
@@ -178,6 +180,47 @@ def run_items(run: RunContext, source: Source, reads: Iterable[SegmentRead], rec
             yield from items
 
 
+# --------------------------------------------------------------------------- on_schema_change: halt
+
+
+class SchemaGate:
+    """``on_schema_change: halt``: the stream stops before a schema change of a captured table
+    (at the last whole transaction before it), unless an operator let this very change pass
+    (a resolved ``schema_change`` incident at that boundary). The run delivers what came
+    before; :meth:`halt` then records the incident."""
+
+    def __init__(self, run: RunContext):
+        self.spec, self.store = run.spec, run.store
+        self.passed = {i.from_position for i in run.store.incidents.all(run.pipeline)
+                       if i.kind == "schema_change" and i.resolved}
+        self.stopped: tuple[Position | None, ControlMessage] | None = None
+
+    def filter(self, items: Iterable[SourceItem], start: Position | None) -> Iterator[SourceItem]:
+        if self.spec.source.on_schema_change != "halt":
+            yield from items
+            return
+        boundary, tx = start, []  # the rows of the transaction in progress wait for its end
+        for item in items:
+            if is_control(item) and item.type == "schema_change" and boundary not in self.passed:
+                self.stopped = (boundary, item)
+                return
+            tx.append(item)
+            if isinstance(item, PositionMark) or item.tx_end:
+                yield from tx
+                tx, boundary = [], item.position if isinstance(item, PositionMark) else item.end_position
+        yield from tx
+
+    def halt(self, run_id: str) -> None:
+        if self.stopped is None:
+            return
+        boundary, change = self.stopped
+        detail = (f"schema change of {change.fields.get('db')}.{change.table}: "
+                  f"{change.fields.get('ddl') or change.fields.get('change')}")
+        inc = self.store.incidents.record(self.spec.pipeline, "schema_change", boundary,
+                                          change.end_position or boundary, detail=detail, run_id=run_id)
+        raise ContinuityHalt(inc)
+
+
 def snapshot_record(store: CheckpointStore, pipeline: str, snapshot_id: str) -> Any:
     rec = store.snapshots.get(pipeline, snapshot_id)
     if rec is None:
@@ -187,4 +230,4 @@ def snapshot_record(store: CheckpointStore, pipeline: str, snapshot_id: str) -> 
     return rec
 
 
-__all__ = ["InProcessReader", "Reader", "SegmentRead", "plan_reads", "read_items", "run_items"]
+__all__ = ["InProcessReader", "Reader", "SchemaGate", "SegmentRead", "plan_reads", "read_items", "run_items"]

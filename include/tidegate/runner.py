@@ -17,18 +17,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import snapshot
 from .batching import cut_sub_batches
 from .coordinator import Coordinator, RunReport
-from .errors import ContinuityHalt
-from .events import ControlMessage, PositionMark, is_control
 from .positions import Position, log_position, lowest_start, same_lineage
-from .reading import InProcessReader, Reader, plan_reads, planned_reads, read_items
+from .reading import InProcessReader, Reader, SchemaGate, plan_reads, planned_reads, read_items
 from .run import RunContext
-from .sources.base import Source, SourceItem
+from .sources.base import Source
 
 if TYPE_CHECKING:
     from .sinks.base import Sink
@@ -58,44 +55,6 @@ def run_pipeline(run: RunContext, *, data_interval: tuple[Any, Any] | None = Non
         if run.bounds.replay_of:
             return _replay(run, source, reader).to_json()
         return _incremental(run, source, data_interval, reader).to_json()
-
-
-class SchemaGate:
-    """``on_schema_change: halt``: the stream stops before a schema change of a captured table
-    (at the last whole transaction before it), unless an operator let this very change pass
-    (a resolved ``schema_change`` incident at that boundary). The run delivers what came
-    before; :meth:`halt` then records the incident."""
-
-    def __init__(self, run: RunContext):
-        self.spec, self.store = run.spec, run.store
-        self.passed = {i.from_position for i in run.store.incidents.all(run.pipeline)
-                       if i.kind == "schema_change" and i.resolved}
-        self.stopped: tuple[Position | None, ControlMessage] | None = None
-
-    def filter(self, items: Iterable[SourceItem], start: Position | None) -> Iterator[SourceItem]:
-        if self.spec.source.on_schema_change != "halt":
-            yield from items
-            return
-        boundary, tx = start, []  # the rows of the transaction in progress wait for its end
-        for item in items:
-            if is_control(item) and item.type == "schema_change" and boundary not in self.passed:
-                self.stopped = (boundary, item)
-                return
-            tx.append(item)
-            if isinstance(item, PositionMark) or item.tx_end:
-                yield from tx
-                tx, boundary = [], item.position if isinstance(item, PositionMark) else item.end_position
-        yield from tx
-
-    def halt(self, run_id: str) -> None:
-        if self.stopped is None:
-            return
-        boundary, change = self.stopped
-        detail = (f"schema change of {change.fields.get('db')}.{change.table}: "
-                  f"{change.fields.get('ddl') or change.fields.get('change')}")
-        inc = self.store.incidents.record(self.spec.pipeline, "schema_change", boundary,
-                                          change.end_position or boundary, detail=detail, run_id=run_id)
-        raise ContinuityHalt(inc)
 
 
 def _incremental(run: RunContext, source: Source, data_interval: tuple[Any, Any] | None,
