@@ -14,20 +14,20 @@ the run's record, so the delivery reads what the bounds step planned.
 A **reader** takes the segments and gives each one's items back in plan order
 (:class:`SegmentRead`); where it reads them is its own business: :class:`InProcessReader`
 here, the reader process (reader_process.py) or Spark tasks (tidegate/spark/). What crosses a
-process is rows of one format (shipped.py). :func:`run_items` then makes the run's one item
-stream out of the segments read: a chunk's rows become one transaction, less the rows whose
-keys the log changes after the handoff (snapshot.ChangedKeys), and the snapshot's end brings
-its ``snapshot_completed``. With ``source.on_schema_change: halt``, :class:`SchemaGate` ends
+process is rows of one format (shipped.py). :func:`read_items` then makes the run's one item
+stream out of the segments read (``snapshot.items.SnapshotItems.stream``): a chunk's rows
+become one transaction, less the rows whose keys the log changes after the handoff
+(snapshot.ChangedKeys), and the snapshot's end brings its ``snapshot_completed``. With ``source.on_schema_change: halt``, :class:`SchemaGate` ends
 the stream before a schema change of a captured table.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from .errors import ContinuityHalt, SnapshotError
+from .errors import ContinuityHalt
 from .events import ControlMessage, PositionMark, is_control
 from .positions import Position, SnapshotPosition
 from .segments import (
@@ -38,15 +38,13 @@ from .segments import (
     log_runs,
     plan_start,
 )
-from .snapshot import read_chunk
-from .snapshot.items import SnapshotItems
-from .snapshot.kept import forget_held
+from .snapshot import read_chunk, snapshot_record
+from .snapshot.items import snapshot_items
 
 if TYPE_CHECKING:
     from .run import RunContext
     from .sources.base import Source, SourceItem
     from .spec import PipelineSpec
-    from .store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -154,30 +152,9 @@ class InProcessReader:
 
 def read_items(run: RunContext, source: Source, segments: Sequence[Segment], reader: Reader
                ) -> Iterator[SourceItem]:
-    """The run's one item stream: its segments read by ``reader``, made into items by :func:`run_items`."""
-    forget_held(run)
-    records = {}
-    for snapshot_id in dict.fromkeys(s.snapshot_id for s in segments if isinstance(s, SnapshotEnd)):
-        todo = [s.number for s in segments if isinstance(s, Chunk) and s.snapshot_id == snapshot_id]
-        rec = records[snapshot_id] = snapshot_record(run.store, run.pipeline, snapshot_id)
-        log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", run.pipeline,
-                 snapshot_id, f"{todo[0]}..{todo[-1]}" if todo else "none", len(rec.chunks), rec.handoff)
-    return run_items(run, source, reader(run, source, segments), records)
-
-
-def run_items(run: RunContext, source: Source, reads: Iterable[SegmentRead], records: Mapping[str, Any]
-              ) -> Iterator[SourceItem]:
-    """The run's one item stream from its segments as read (see the module docstring);
-    ``records``: the snapshots the segments belong to, by id, whose parts
-    :class:`~tidegate.snapshot.items.SnapshotItems` makes into items."""
-    snapshot_items = SnapshotItems(run, source, records)
-    for seg, items, upper in reads:
-        if isinstance(seg, Chunk):
-            yield from snapshot_items.chunk(seg.end, items, upper)
-        elif isinstance(seg, SnapshotEnd):
-            yield snapshot_items.end(seg.snapshot_id)
-        else:
-            yield from items
+    """The run's one item stream: its segments read by ``reader``, a snapshot's parts made into
+    items (:meth:`SnapshotItems.stream <tidegate.snapshot.items.SnapshotItems.stream>`)."""
+    return snapshot_items(run, source, segments).stream(reader(run, source, segments))
 
 
 # --------------------------------------------------------------------------- on_schema_change: halt
@@ -221,13 +198,4 @@ class SchemaGate:
         raise ContinuityHalt(inc)
 
 
-def snapshot_record(store: CheckpointStore, pipeline: str, snapshot_id: str) -> Any:
-    rec = store.snapshots.get(pipeline, snapshot_id)
-    if rec is None:
-        raise SnapshotError(f"pipeline {pipeline!r}: a checkpoint is in snapshot {snapshot_id}, "
-                            f"which the checkpoint store does not know (another store?): rewind the "
-                            f"checkpoints or trigger resolve=resnapshot")
-    return rec
-
-
-__all__ = ["InProcessReader", "Reader", "SchemaGate", "SegmentRead", "plan_reads", "read_items", "run_items"]
+__all__ = ["InProcessReader", "Reader", "SchemaGate", "SegmentRead", "plan_reads", "read_items"]

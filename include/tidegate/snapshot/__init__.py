@@ -27,9 +27,10 @@ re-sends the same idempotency keys), ``source.snapshot`` ``"true"`` (``"last"`` 
 row of a table), ``ts_ms`` = when the snapshot was planned, ``source.position`` =
 ``{"snapshot", "chunk"}``.
 The package: ``planning.py`` (a snapshot planned, sinks moved into it: :class:`SnapshotPlanner`;
-completed ones settled), ``rows.py`` (a chunk read as row events, the keys left to the log,
-the chunk's end), ``kept.py`` (a chunk's first read, kept until every sink holds it). A run
-makes a snapshot's segments into items through ``items.SnapshotItems``.
+completed ones settled; ``snapshot_record``, a snapshot the store must know), ``rows.py`` (a
+chunk read as row events, the keys left to the log, the chunk's end), ``kept.py`` (a chunk's
+first read, kept until every sink holds it). A run makes its segments as read into its item
+stream through ``items.SnapshotItems`` (``items.snapshot_items`` builds it for the segments).
 """
 
 from .planning import (
@@ -41,6 +42,7 @@ from .planning import (
     position_json,
     running,
     settle,
+    snapshot_record,
     started_message,
     table_names,
 )
@@ -48,4 +50,4 @@ from .rows import ChangedKeys, ChunkRead, RowEvents, chunk_table, end_chunk, key
 
 __all__ = ["ChangedKeys", "ChunkRead", "RowEvents", "SnapshotPlanner", "chunk_table", "completed_message",
            "end_chunk", "in_snapshot", "key_json", "new_snapshot_id", "plan_snapshot", "position_json",
-           "read_chunk", "running", "settle", "started_message", "table_names"]
+           "read_chunk", "running", "settle", "snapshot_record", "started_message", "table_names"]

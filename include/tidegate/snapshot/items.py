@@ -4,13 +4,14 @@ end as its ``snapshot_completed`` message (the package docstring has the method)
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..events import ChangeEvent, ControlMessage
 from ..positions import Position, SnapshotPosition
-from .kept import first_read
-from .planning import completed_message
+from ..segments import Chunk, Segment, SnapshotEnd
+from .kept import first_read, forget_held
+from .planning import completed_message, snapshot_record
 from .rows import ChangedKeys, chunk_table, end_chunk
 
 if TYPE_CHECKING:
@@ -28,6 +29,18 @@ class SnapshotItems:
     def __init__(self, run: RunContext, source: Source, records: Mapping[str, Any]):
         self.run, self.source, self.records = run, source, records
         self.changed: dict[str, ChangedKeys] = {}
+
+    def stream(self, reads: Iterable[Any]) -> Iterator[SourceItem]:
+        """The run's one item stream from its segments as read (``reading.SegmentRead``, in plan
+        order): a chunk's rows as :meth:`chunk` makes them, a snapshot's end as its message, the
+        log's items as they come."""
+        for seg, items, upper in reads:
+            if isinstance(seg, Chunk):
+                yield from self.chunk(seg.end, items, upper)
+            elif isinstance(seg, SnapshotEnd):
+                yield self.end(seg.snapshot_id)
+            else:
+                yield from items
 
     def chunk(self, end: SnapshotPosition, items: Iterable[ChangeEvent], upper: Position
               ) -> Iterator[SourceItem]:
@@ -51,4 +64,18 @@ class SnapshotItems:
         return completed_message(self.run.spec, rec, rows)
 
 
-__all__ = ["SnapshotItems"]
+def snapshot_items(run: RunContext, source: Source, segments: Sequence[Segment]) -> SnapshotItems:
+    """The snapshot parts of a run about to read ``segments`` (on its opened ``source`` and
+    store): the kept first reads that every sink holds let go, and the snapshots whose end is
+    among the segments looked up, each logged with the chunks the run reads of it."""
+    forget_held(run)
+    records = {}
+    for snapshot_id in dict.fromkeys(s.snapshot_id for s in segments if isinstance(s, SnapshotEnd)):
+        todo = [s.number for s in segments if isinstance(s, Chunk) and s.snapshot_id == snapshot_id]
+        rec = records[snapshot_id] = snapshot_record(run.store, run.pipeline, snapshot_id)
+        log.info("pipeline %s: snapshot %s: reading chunks %s of %d, then the log from %s", run.pipeline,
+                 snapshot_id, f"{todo[0]}..{todo[-1]}" if todo else "none", len(rec.chunks), rec.handoff)
+    return SnapshotItems(run, source, records)
+
+
+__all__ = ["SnapshotItems", "snapshot_items"]

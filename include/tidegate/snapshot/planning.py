@@ -84,6 +84,16 @@ def table_names(rec: SnapshotRecord) -> list[str]:
     return [f"{t['schema']}.{t['table']}" for t in rec.tables]
 
 
+def snapshot_record(store: CheckpointStore, pipeline: str, snapshot_id: str) -> SnapshotRecord:
+    """The snapshot a checkpoint or a read plan names; refused when the store does not know it."""
+    rec = store.snapshots.get(pipeline, snapshot_id)
+    if rec is None:
+        raise SnapshotError(f"pipeline {pipeline!r}: a checkpoint is in snapshot {snapshot_id}, "
+                            f"which the checkpoint store does not know (another store?): rewind the "
+                            f"checkpoints or trigger resolve=resnapshot")
+    return rec
+
+
 def running(store: CheckpointStore, pipeline: str, checkpoints: Mapping[str, Position | None]
             ) -> SnapshotRecord | None:
     """The snapshot some sink is in (its checkpoint is a position of it), if any."""

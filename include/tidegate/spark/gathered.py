@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..events import PositionMark
 from ..parts import fixed_connection
-from ..reading import SegmentRead, snapshot_record
+from ..reading import SegmentRead
 from ..segments import Chunk, Slice, SnapshotEnd
 from ..shipped import pack, unpack
-from ..snapshot import read_chunk
+from ..snapshot import read_chunk, snapshot_record
 from ..store import open_store
 from .slices import NOTE, executor_note
 
@@ -148,7 +148,7 @@ class GatheredReader:
     """The delivery task's reader: the plan's parts from the gathered rows (``batches``, Arrow
     batches of :data:`PART_SCHEMA` in (part, seq) order) when the run reads ``plan``; else
     ``fallback`` reads what the run asks. The rows stream through: each read's items must be
-    taken before the next read is asked for (as ``reading.run_items`` does)."""
+    taken before the next read is asked for (as ``SnapshotItems.stream`` does)."""
 
     def __init__(self, batches: Iterator[Any], plan: Sequence[Segment], fallback: Reader):
         self.batches, self.plan, self.fallback = batches, list(plan), fallback

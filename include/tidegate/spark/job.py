@@ -22,9 +22,10 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..reader_process import ReaderProcess
-from ..reading import SegmentRead, snapshot_record
+from ..reading import SegmentRead
 from ..runner import run_pipeline
 from ..segments import Chunk, Slice, SnapshotEnd, log_runs
+from ..snapshot import snapshot_record
 from ..store import default_url
 from .chunks import read_chunks
 from .delivery import deliver_on_executor, on_executor
