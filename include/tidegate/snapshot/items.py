@@ -1,5 +1,6 @@
-"""A run's snapshot segments made into items: a chunk's rows as the sinks get them, a snapshot's
-end as its ``snapshot_completed`` message (the package docstring has the method)."""
+"""A run's segments as read made into its one item stream: a chunk's rows as the sinks get them,
+a snapshot's end as its ``snapshot_completed`` message, the log's items as they are (the package
+docstring has the method)."""
 
 from __future__ import annotations
 
