@@ -60,7 +60,7 @@ def test_gathered_rows_become_the_plan_reads_in_plan_order(seed):
     plan, items, messages = generated(seed)
     reader = GatheredReader(batches(messages), plan, Fallback())
     reads, got = [], []
-    for read in reader(Run(), None, plan):  # its items taken before the next, as run_items does
+    for read in reader(Run(), None, plan):  # its items taken before the next, as SnapshotItems.stream does
         reads.append(read)
         got.append([m.position for m in read.items])
     chunks = [s for s in plan if isinstance(s, Chunk)]
