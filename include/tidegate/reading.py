@@ -17,8 +17,9 @@ here, the reader process (reader_process.py) or Spark tasks (tidegate/spark/). W
 process is rows of one format (shipped.py). :func:`read_items` then makes the run's one item
 stream out of the segments read (``snapshot.items.SnapshotItems.stream``): a chunk's rows
 become one transaction, less the rows whose keys the log changes after the handoff
-(snapshot.ChangedKeys), and the snapshot's end brings its ``snapshot_completed``. With ``source.on_schema_change: halt``, :class:`SchemaGate` ends
-the stream before a schema change of a captured table.
+(snapshot.ChangedKeys), and the snapshot's end brings its ``snapshot_completed``. With
+``source.on_schema_change: halt``, :class:`SchemaGate` ends the stream before a schema change
+of a captured table.
 """
 
 from __future__ import annotations
