@@ -115,19 +115,26 @@ class RunRecord:
     plan: RunPlan
     bounds: Bounds
     segments: tuple[Segment, ...] | None = None  # the read plan (reading.py); None: none made
+    # Where the read plan starts reading (None: the log's beginning): the delivery takes the
+    # plan only from there (a checkpoint moved back since, by a rewind, makes it stale).
+    plan_start: Position | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "run_id": self.run_id, "spec_text": self.spec_text,
                 "spec_path": self.spec_path, "plan": self.plan.to_json(),
                 "bounds": self.bounds.to_json(),
-                "segments": None if self.segments is None else [segment_to_json(s) for s in self.segments]}
+                "segments": None if self.segments is None else [segment_to_json(s) for s in self.segments],
+                "plan_start": position_to_json(self.plan_start)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunRecord:
-        segments = d.get("segments")
+        # A record written before plans kept their start has no "plan_start": its plan is
+        # dropped, and the delivery plans its reads again (what a stale plan gets).
+        segments = d.get("segments") if "plan_start" in d else None
         return cls(d["pipeline"], d["run_id"], d["spec_text"], d.get("spec_path"),
                    RunPlan(**d["plan"]), Bounds.from_json(d["bounds"]),
-                   None if segments is None else tuple(segment_from_json(s) for s in segments))
+                   None if segments is None else tuple(segment_from_json(s) for s in segments),
+                   position_from_json(d.get("plan_start")))
 
     def spec(self) -> PipelineSpec:
         spec = load_spec_text(self.spec_text, origin=self.spec_path or f"<{self.pipeline}>")
@@ -135,11 +142,11 @@ class RunRecord:
 
 
 def recorded(run: RunContext, bounds: Bounds, store: CheckpointStore,
-             segments: Sequence[Segment] | None = None) -> RunContext:
+             segments: Sequence[Segment] | None = None, plan_start: Position | None = None) -> RunContext:
     """The context holding the run's record (what the bounds step decided), written to the
-    store for the steps after it."""
+    store for the steps after it. ``segments``: the read plan, made from ``plan_start``."""
     record = RunRecord(run.pipeline, run.run_id, run.spec.text, run.spec.path, run.plan, bounds,
-                       None if segments is None else tuple(segments))
+                       None if segments is None else tuple(segments), plan_start)
     store.runs.put_record(run.pipeline, run.run_id, record.to_json())
     return dataclasses.replace(run, record=record)
 
@@ -242,25 +249,25 @@ def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool) -> RunCon
     """What the bounds step decides, on the run's opened store and source, written to the store
     as the run's record."""
     if run.plan.mode == "dry_run":
-        bounds, segments = capture_bounds(run, source), None
+        return recorded(run, capture_bounds(run, source), run.store)
+    replay_of = replay_target(run)
+    if replay_of is not None:
+        bounds = _replay_bounds(run, source, replay_of, missing_ok)
     else:
-        replay_of = replay_target(run)
-        if replay_of is not None:
-            bounds = _replay_bounds(run, source, replay_of, missing_ok)
-        else:
-            bounds = _incremental_bounds(run, source)
-        segments = _read_plan(run, source, bounds)
-    return recorded(run, bounds, run.store, segments)
+        bounds = _incremental_bounds(run, source)
+    if bounds.nothing_to_do(run.plan.sinks):  # nothing to read: no plan
+        return recorded(run, bounds, run.store)
+    start, end = _read_range(run, bounds)
+    return recorded(run, bounds, run.store, plan_reads(run, source, start, end), start)
 
 
-def _read_plan(run: RunContext, source: Source, bounds: Bounds) -> list[Segment] | None:
-    """What the delivery will read (None: nothing)."""
-    if bounds.nothing_to_do(run.plan.sinks):
-        return None
+def _read_range(run: RunContext, bounds: Bounds) -> tuple[Position | None, Position]:
+    """What the delivery will read: (lowest start, end] of the chosen sinks, or of the ranges a
+    replay re-delivers."""
     if bounds.replay_of is not None:
-        start = lowest_start([a for a, _ in bounds.ranges.values()])
-        return plan_reads(run, source, start, max(b for _, b in bounds.ranges.values()))
-    return plan_reads(run, source, bounds.lowest(run.plan.sinks), bounds.upto)
+        return (lowest_start([a for a, _ in bounds.ranges.values()]),
+                max(b for _, b in bounds.ranges.values()))
+    return bounds.lowest(run.plan.sinks), bounds.upto
 
 
 def _incremental_bounds(run: RunContext, source: Source) -> Bounds:

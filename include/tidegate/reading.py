@@ -37,7 +37,6 @@ from .segments import (
     Slice,
     SnapshotEnd,
     log_runs,
-    plan_start,
 )
 from .snapshot import read_chunk, snapshot_record
 from .snapshot.items import snapshot_items
@@ -96,12 +95,12 @@ def plan_reads(run: RunContext, source: Source, start: Position | None, upto: Po
 def planned_reads(run: RunContext, source: Source, start: Position | None, upto: Position) -> list[Segment]:
     """The run's read plan: the bounds step's, when it starts where the run starts (a rewind since
     then moves the start back: the plan is made again), else made here."""
-    planned = run.record.segments
-    if planned and plan_start(planned) == start:
-        return list(planned)
-    if planned:
+    record = run.record
+    if record.segments and record.plan_start == start:
+        return list(record.segments)
+    if record.segments:
         log.info("pipeline %s run %s: the read plan of the bounds step starts at %s, the run at %s; "
-                 "planned again", run.pipeline, run.run_id, plan_start(planned), start)
+                 "planned again", run.pipeline, run.run_id, record.plan_start, start)
     return plan_reads(run, source, start, upto)
 
 

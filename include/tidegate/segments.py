@@ -43,15 +43,6 @@ class Slice:
 Segment = Chunk | SnapshotEnd | Slice
 
 
-def plan_start(segments: Sequence[Segment]) -> Position | None:
-    """Where a plan starts reading, to compare with where the run starts (the plan is the
-    bounds step's; a checkpoint moved back since, by a rewind, makes it stale)."""
-    first = segments[0] if segments else None
-    if isinstance(first, Chunk):
-        return dataclasses.replace(first.end, chunk=first.end.chunk - 1)
-    return first.start if isinstance(first, Slice) else None
-
-
 def segment_to_json(seg: Segment) -> dict[str, Any]:
     if isinstance(seg, Chunk):
         return {"chunk": position_to_json(seg.end)}
@@ -83,5 +74,5 @@ def log_runs(segments: Sequence[Segment]) -> list[Slice]:
     return out
 
 
-__all__ = ["Chunk", "Segment", "Slice", "SnapshotEnd", "log_runs", "plan_start", "segment_from_json",
+__all__ = ["Chunk", "Segment", "Slice", "SnapshotEnd", "log_runs", "segment_from_json",
            "segment_to_json"]

@@ -119,6 +119,41 @@ def test_a_delivery_handed_a_run_without_its_record_fails_naming_the_bounds_step
     assert store.runs.record("p", "r1") is None
 
 
+def test_the_delivery_reads_the_bounds_steps_plan_from_where_it_starts_or_plans_again(env, caplog):
+    """The record keeps where its read plan starts. A delivery that starts there reads that plan
+    (a record read back from the store holds the same); a rewind between the bounds step and the
+    delivery moves the start back: the plan is made again from there and delivers from there."""
+    spec, source, sinks, store, parts = env
+    whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
+    source.sizes += [2]
+    run = bounds_step.prepare_bounds(RunContext(spec, run_id="r2", parts=parts, store=store))
+    assert run.record.plan_start == pos(3) and run.record.segments
+    assert bounds_step.read_record(store, "p", "r2") == run.record
+    caplog.set_level("INFO", logger="tidegate.reading")
+    runner.run_pipeline(run)
+    assert "planned again" not in caplog.text
+    assert source.reads[-1] == (pos(3), pos(4))
+
+    source.sizes += [1]
+    run = bounds_step.prepare_bounds(RunContext(spec, run_id="r3", parts=parts, store=store))
+    assert run.record.plan_start == pos(4)
+    for sid in ("a", "b"):  # back to r1's end, after the bounds step
+        store.checkpoints.rewind("p", sid, store.checkpoints.get("p", sid).version - 1, reason="test")
+    runner.run_pipeline(run)
+    assert "starts at " + str(pos(4)) + ", the run at " + str(pos(3)) + "; planned again" in caplog.text
+    assert source.reads[-1] == (pos(3), pos(5))
+    assert store.checkpoints.get("p", "a").position == pos(5)
+
+
+def test_a_record_written_before_plans_kept_their_start_is_planned_again(env):
+    spec, source, sinks, store, parts = env
+    record = bounds_step.prepare_bounds(RunContext(spec, run_id="r1", parts=parts, store=store)).record
+    old = record.to_json()
+    del old["plan_start"]
+    assert record.segments and bounds_step.RunRecord.from_json(old).segments is None
+    assert bounds_step.RunRecord.from_json(record.to_json()) == record
+
+
 def test_a_rerun_of_a_successful_run_id_replays_its_range(env):
     spec, source, sinks, store, parts = env
     whole_run(RunContext(spec, run_id="r1", parts=parts, store=store))
