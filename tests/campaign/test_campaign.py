@@ -43,6 +43,10 @@ COVERING = [140, 2703, 2976, 971, 3273, 874]
 #   sinks opened: the run said the store went away, then never exited (the sinks' Connect
 #   sessions were left open and gRPC's close hung at exit; fixed: a failed open closes the sinks;
 #   tests/unit/test_coordinator.py holds it in CI).
+# - 5309 (message sinks, PostgreSQL): a zombie stopped right after its last commit ended ok when
+#   woken: the oracle's error, not the engine's (nothing was left for it to write; it wrote
+#   nothing). The oracle now checks that instead; the seed's timing rarely meets that moment, so
+#   test_fault_matrix.py's test_a_zombie_stopped_after_its_last_commit_... holds it in CI.
 MESSAGE_SINKS = ("kafka", "nats", "redis")
 FOUND = [(2488, None), (415, None)]
 if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):

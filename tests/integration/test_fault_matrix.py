@@ -52,6 +52,7 @@ import psycopg2
 import pymysql
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from tidegate.positions import position_from_json
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.store import CheckpointStore, open_store
 
@@ -705,6 +706,53 @@ def test_zombie_run_resumed_after_a_newer_run_writes_nothing(mysql_pipeline, sto
     assert problems == {}, out[-4000:]
     assert_exactly_once(p, "zombie run resumed after a takeover")
 
+
+
+def stop_after_its_last_commit(p: Pipeline, run: Run) -> bool:
+    """SIGSTOP the run as soon as every sink's checkpoint is at the run's upper bound (its
+    record's): its delivery is done, its exit not yet. False when it exited first."""
+    upto = None
+    while run.proc.poll() is None:  # no sleep: stop within a millisecond of the last commit
+        if upto is None:
+            record = p.cdc.store.runs.record(p.name, run.run_id)
+            upto = record and position_from_json(record["bounds"]["upto"])
+            continue
+        current = p.cdc.store.checkpoints.current(p.name)
+        if all(sid in current and current[sid].position >= upto for sid in SINKS):
+            run.signal(signal.SIGSTOP)
+            if store_writable(p.cdc.base / "store.sqlite"):
+                return True
+            run.signal(signal.SIGCONT)
+    return False
+
+
+def test_a_zombie_stopped_after_its_last_commit_ends_ok_and_writes_nothing(mysql_pipeline):
+    """Campaign seed 5309: a run stopped right after its last commit, taken over (the source
+    written between) and woken has nothing left to write, so nothing to be fenced from: it ends
+    ok and writes nothing (no message, no checkpoint); every change is there once."""
+    p = mysql_pipeline
+    p.run_ok("place")
+    for attempt in range(8):
+        p.work.wave(120)
+        zombie = p.start(f"zombie{attempt}")
+        try:
+            if not stop_after_its_last_commit(p, zombie):  # it exited first: try again
+                assert zombie.wait() == 0, zombie.output()[-3000:]
+                continue
+            p.work.wave(40)
+            taken = p.run(f"takeover{attempt}")
+            assert taken.returncode == 0, taken.stderr[-3000:]
+            before, history = sink_contents(p), p.history()
+            zombie.signal(signal.SIGCONT)
+            rc = zombie.wait(120)
+        finally:
+            zombie.signal(signal.SIGKILL)
+        print(f"the zombie stopped after its last commit on attempt {attempt + 1}: rc={rc}")
+        assert rc == 0, zombie.output()[-3000:]
+        assert sink_contents(p) == before and p.history() == history
+        assert_exactly_once(p, "zombie stopped after its last commit")
+        return
+    pytest.fail("the run exited before it could be stopped after its last commit, 8 times")
 
 
 # --------------------------------------------------------------------------- 6: a transaction past the limits
