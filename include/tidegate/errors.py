@@ -219,6 +219,11 @@ class FatalRunError(TidegateError):
     fatal = True
 
 
+class DeliveryTaskError(TidegateError):
+    """The Spark task delivering a run failed on every attempt Spark made, on an engine error
+    a retry may fix (the source or the store away): Airflow retries the run."""
+
+
 def _rebuild_error(cls: type, args: tuple, attrs: dict) -> TidegateError:
     exc = cls.__new__(cls)
     exc.args = args

@@ -250,6 +250,10 @@ class Pipeline:
         raise AssertionError(f"{self.name}: not caught up after {max_runs} runs: {failures}")
 
 
+# A traceback's line naming one of the engine's errors (tidegate.store.tx.StoreError: ...)
+ENGINE_ERROR = re.compile(r"^tidegate\.(?:\w+\.)*\w+Error: ", re.M)
+
+
 def explained_failure(stderr: str) -> str:
     """What a failed run said last: the CLI's one-line error, or the last line of the traceback
     of an error the engine does not wrap (e.g. a source connection lost mid-read). A failed run
@@ -259,6 +263,9 @@ def explained_failure(stderr: str) -> str:
     said = [ln for ln in lines if ln.startswith("tidegate: ")]
     if not said:
         assert "Traceback (most recent call last)" in stderr, f"a run failed silently:\n{stderr[-3000:]}"
+        # An engine error is said in one line, also when a Spark task raised it (campaign seed 5505)
+        assert not ENGINE_ERROR.search(stderr), \
+            f"a run buried the engine's error in a traceback:\n{stderr[-3000:]}"
         return lines[-1]
     error = said[-1]
     if "is halted by incident" in error:

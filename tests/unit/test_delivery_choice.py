@@ -18,7 +18,7 @@ from tidegate.positions import SnapshotPosition
 from tidegate.run import RunContext
 from tidegate.segments import Chunk, Slice, SnapshotEnd
 from tidegate.sources.mysql.position import BinlogPosition
-from tidegate.spark.delivery import delivery_mode, gathers_parts, needs_barrier, on_executor
+from tidegate.spark.delivery import delivery_mode, engine_error, gathers_parts, needs_barrier, on_executor
 from tidegate.spark.session import kept_session_id
 from tidegate.spec import load_spec_text
 
@@ -138,3 +138,31 @@ def test_the_delivery_tasks_log_comes_back_and_is_logged_again_under_its_loggers
     assert [(name, text.split(" UTC] ", 1)[1]) for name, _, text in got[1:]] == [
         ("tidegate.coordinator", f"sub-batch {TASK_LOG_LINES + 3}"),
         ("tidegate.coordinator", f"sub-batch {TASK_LOG_LINES + 4}")]
+
+
+# The end of the text of the Spark Connect error a campaign run (seed 5505, delivered by a Spark
+# task) ended with when PostgreSQL, its source and its store, was SIGKILLed: Spark retried the
+# task, each attempt failed to open the store, and the run printed this traceback's last line,
+# " SQLSTATE: 38000", as its error.
+STORE_REFUSED = ("cannot connect to the Postgres checkpoint store postgresql://u@127.0.0.1:5/s "
+                 "(TIDEGATE_STORE_TIMEOUT_S=30s): connection to server at \"127.0.0.1\", port 5 failed: "
+                 "Connection refused")
+SPARK_TASK_FAILED = f"""
+  An exception was thrown from the Python worker. Please see the stack trace below.
+[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):
+  File "/work/main/include/tidegate/spark/delivery.py", line 226, in task
+    yield from delivery_task(payload)
+  File "/w/app-1/0/./tidegate-4dc424d536f0.zip/tidegate/store/postgres.py", line 65, in _connect
+    raise StoreError(f"cannot connect to the Postgres checkpoint store {{self.url}} "
+tidegate.store.tx.StoreError: {STORE_REFUSED}
+ SQLSTATE: 38000"""
+
+
+def test_a_failed_delivery_task_is_said_by_the_engine_error_its_traceback_names():
+    assert engine_error(RuntimeError(SPARK_TASK_FAILED)) == "StoreError: " + STORE_REFUSED
+    # the last one, when an attempt's error names another as its cause
+    chained = "tidegate.errors.SourceError: the source went away\n" + SPARK_TASK_FAILED
+    assert engine_error(RuntimeError(chained)) == "StoreError: " + STORE_REFUSED
+    # a Spark failure of its own (an executor lost past the retries) is not the engine's
+    assert engine_error(RuntimeError("Job aborted due to stage failure: ExecutorLostFailure "
+                                     "(executor 0 exited caused by one of the running tasks)")) is None

@@ -28,13 +28,14 @@ import contextlib
 import json
 import logging
 import os
+import re
 import resource
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FatalRunError, SpecError, TidegateError
+from ..errors import DeliveryTaskError, FatalRunError, SpecError, TidegateError
 from ..parts import resolved_parts
 from ..segments import Chunk, Slice
 from ..spec import DELIVERY_CONF, DELIVERY_MODES
@@ -210,7 +211,8 @@ def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
     """Run ``run`` as one Spark job through ``spark`` (a Connect client's session, or a
     spark-submit driver's own) with its parts gathered where :func:`gathers_parts` says so;
     returns its report. A fatal error of the task is raised here as
-    :class:`~tidegate.errors.FatalRunError`."""
+    :class:`~tidegate.errors.FatalRunError`; an engine error on each of the task's attempts
+    (Spark retried it) as :class:`~tidegate.errors.DeliveryTaskError`, which Airflow retries."""
     payload = task_payload(run, store_url)
     barrier = needs_barrier(spark)
     gathered = gathers_parts(run, {**run.spec.spark.conf, **(conf or {})})
@@ -228,7 +230,15 @@ def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
         # One partition, one task: a UDF over a one-row frame needs no planning process on the
         # server (a Python Data Source starts two, each importing the engine, before its task runs).
         frame = spark.range(1, numPartitions=1).mapInArrow(task, REPORT_SCHEMA, barrier=barrier)
-    [row] = frame.collect()
+    try:
+        [row] = frame.collect()
+    except Exception as exc:
+        said = engine_error(exc)
+        if said is None:
+            raise  # not the engine's (an executor lost past Spark's retries): as Spark says it
+        raise DeliveryTaskError(f"pipeline {run.pipeline!r}, run {run.run_id!r}: the Spark task delivering "
+                                f"it failed on each attempt (spark.task.maxFailures), the last on "
+                                f"{said}") from exc
     report = json.loads(row["report"])
     relog(report.pop("task_log", []))
     if report.get("fatal"):
@@ -237,6 +247,20 @@ def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
     report["delivered_by"] = "executor"
     report["parts_gathered"] = len(parts_of(run.record.segments)) if gathered else 0
     return report
+
+
+# The line of a task's Python traceback that names the engine's error ("tidegate.store.tx.StoreError:
+# cannot connect ..."), inside the text of the Spark error that ends the job.
+_ENGINE_ERROR = re.compile(r"^tidegate\.(?:\w+\.)*(\w+): (.+)$", re.M)
+
+
+def engine_error(exc: BaseException) -> str | None:
+    """``Class: message`` of the last engine error named in a failed Spark job's text (a task
+    re-raises a retryable one so that Spark retries it; a fatal one it reports), or None. Said
+    here in one line, as the run would say it in one process, instead of the Spark error's
+    pages of traceback that end in ``SQLSTATE: 38000``."""
+    found = _ENGINE_ERROR.findall(str(exc))
+    return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
 
 
 def _gathered_job(spark: Any, run: RunContext, payload: tuple, barrier: bool) -> Any:
@@ -279,5 +303,5 @@ def _setting(spark: Any, key: str) -> str | None:
         return None
 
 
-__all__ = ["DELIVERY_CONF", "deliver_on_executor", "delivery_mode", "delivery_task", "gathers_parts",
-           "on_executor", "relog"]
+__all__ = ["DELIVERY_CONF", "deliver_on_executor", "delivery_mode", "delivery_task", "engine_error",
+           "gathers_parts", "on_executor", "relog"]
