@@ -166,3 +166,8 @@ def test_a_failed_delivery_task_is_said_by_the_engine_error_its_traceback_names(
     # a Spark failure of its own (an executor lost past the retries) is not the engine's
     assert engine_error(RuntimeError("Job aborted due to stage failure: ExecutorLostFailure "
                                      "(executor 0 exited caused by one of the running tasks)")) is None
+    # nor is a logger's line that a task printed before it failed
+    assert engine_error(RuntimeError("tidegate.sinks.kafka: producer closed\n" + "Job aborted")) is None
+    # an engine error whose name does not end in "Error" is one all the same
+    halt = "tidegate.errors.ContinuityHalt: the slot was invalidated\nJob aborted"
+    assert engine_error(RuntimeError(halt)) == "ContinuityHalt: the slot was invalidated"

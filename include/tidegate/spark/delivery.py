@@ -254,12 +254,24 @@ def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
 _ENGINE_ERROR = re.compile(r"^tidegate\.(?:\w+\.)*(\w+): (.+)$", re.M)
 
 
+def _engine_error_names() -> set[str]:
+    """Names of the engine's error classes: a logger's line ("tidegate.sinks.kafka: ...") that a
+    task printed before it failed has the same shape, and is not one."""
+    names, todo = set(), [TidegateError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return names
+
+
 def engine_error(exc: BaseException) -> str | None:
     """``Class: message`` of the last engine error named in a failed Spark job's text (a task
     re-raises a retryable one so that Spark retries it; a fatal one it reports), or None. Said
     here in one line, as the run would say it in one process, instead of the Spark error's
     pages of traceback that end in ``SQLSTATE: 38000``."""
-    found = _ENGINE_ERROR.findall(str(exc))
+    names = _engine_error_names()
+    found = [m for m in _ENGINE_ERROR.findall(str(exc)) if m[0] in names]
     return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
 
 
