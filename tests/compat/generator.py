@@ -153,6 +153,11 @@ def _mariadb_types(r: random.Random) -> list[ColumnType]:
             _pick(
                 "0", "-0e0", "1.5", "-3.25", "3.4e38", "1e-38", also=lambda r: f"{r.uniform(-1e6, 1e6):.3f}"
             ),
+            # A DEFAULT of more than 6 significant digits differs by nature (docs/compat.md: the
+            # catalog keeps 6, Debezium reads an ALTER's text; seed 129): not drawn.
+            default=_pick(
+                "0", "-0e0", "1.5", "-3.25", "3.4e38", "1e-38", also=lambda r: f"{r.uniform(-1e6, 1e6):.6g}"
+            ),
         ),
         ColumnType(
             "DOUBLE",
