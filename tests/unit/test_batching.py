@@ -101,12 +101,12 @@ def test_respect_source_tx_false_splits_but_checkpoints_stay_at_boundaries(sizes
 
 
 @settings(max_examples=40, deadline=None)
-@given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=4), max_events=st.integers(1, 4000),
+@given(sizes=st.lists(st.integers(0, 9000), min_size=1, max_size=4), max_events=st.integers(1, 5000),
        tables=st.integers(1, 3))
 def test_a_transaction_past_the_limits_is_kept_on_disk_and_read_back_whole(sizes, max_events, tables):
-    """Generated transactions up to 5,000 rows (frames of 2,000: three to a file) and limits: a
-    transaction that passes a limit is spilled; every reader gets it back whole, in order, as
-    often as it asks; sizes and per-table counts match what an in-memory transaction would give."""
+    """Generated transactions up to 9,000 rows (frames of 2,000) and limits: a transaction that
+    passes a limit is spilled; every reader gets it back whole, in order, as often as it asks;
+    sizes and per-table counts match what an in-memory transaction would give."""
     items = []
     for n, size in enumerate(sizes, start=1):
         items += [event(n, i, last=i == size - 1, table=f"t{i % tables}") for i in range(size)] \
