@@ -17,7 +17,6 @@ import datetime as dt
 import decimal
 import hashlib
 import json
-import os
 import random
 import uuid
 
@@ -33,6 +32,7 @@ from tidegate.spec import load_spec
 from tidegate.store import open_store
 
 from tests.runs import whole_run
+from tests.seeds import seeds_from_env
 
 pytestmark = pytest.mark.integration
 
@@ -261,7 +261,8 @@ def _source(kind: str, tag: str, mysql, postgres, columns, key):
 
 
 # Four seeds per source in make test; TIDEGATE_FILTER_SEEDS=100 ran 300 schedules (none failed).
-@pytest.mark.parametrize("seed", range(int(os.environ.get("TIDEGATE_FILTER_SEEDS", "4"))))
+# TIDEGATE_FILTER_SEEDS picks others (tests/seeds.py: N, A-B or a,b,c).
+@pytest.mark.parametrize("seed", seeds_from_env("TIDEGATE_FILTER_SEEDS", [0, 1, 2, 3]))
 @pytest.mark.parametrize("kind", ["mysql", "postgres", "pgoutput"])
 def test_generated_rules_on_generated_tables_and_changes(kind, seed, tmp_path, mysql, postgres,
                                                          redis_service):

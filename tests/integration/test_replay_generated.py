@@ -18,7 +18,6 @@ yet excepted: the store does not know it), and the other sinks nothing.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import threading
 import time
@@ -39,6 +38,7 @@ from tidegate.store import open_store
 from tests.integration.nats_gate import NatsGate
 from tests.integration.sink_readers import kafka_changes
 from tests.runs import whole_run
+from tests.seeds import seeds_from_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -230,10 +230,8 @@ sinks:
 # Seeds 0-99 pass (59 lost acknowledgements, 43 Redis ACL losses, 190 clears and replays). Without
 # the fix of a replay's reach (a sink moved no further than its own range), 8 of seeds 0-39 fail,
 # 10 and 14 among them; without the adopted stretch credited to the attempt that delivered it,
-# seed 19 of 0-19. TIDEGATE_REPLAY_SEEDS=n runs seeds 0..n-1 instead.
-SEEDS = [0, 10, 14, 19]
-if os.environ.get("TIDEGATE_REPLAY_SEEDS"):
-    SEEDS = list(range(int(os.environ["TIDEGATE_REPLAY_SEEDS"])))
+# seed 19 of 0-19. TIDEGATE_REPLAY_SEEDS picks others (tests/seeds.py: N, A-B or a,b,c).
+SEEDS = seeds_from_env("TIDEGATE_REPLAY_SEEDS", [0, 10, 14, 19])
 
 
 @pytest.mark.parametrize("seed", SEEDS)
