@@ -10,10 +10,11 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEEDS=10 SOURCES=postgres SINKS=kafka,nats KINDS=run_kill,zombie
     make campaign SEEDS=4 SINKS=delta      # Delta schedules only (Spark Connect clients)
     make campaign SEEDS=4 DELIVERY=executor  # every run delivered by a Spark task on a cluster
+    make campaign SEEDS=10 HANGS=past_timeouts  # store and source timeouts of 3 s, hangs past them
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
         [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--delivery executor]
-        [--keep-going]
+        [--hangs past_timeouts] [--keep-going]
 
 Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
 what the oracle found, and the command that reproduces it. The figure table at the end: fault
@@ -52,6 +53,7 @@ from tests.campaign.schedule import (
     DELIVERIES,
     EXECUTOR_FAULTS,
     FAULT_KINDS,
+    HANG_TIMEOUT_S,
     KAFKA_TXN_TIMEOUT_MS,
     NATS_WINDOW_S,
     SINK_GROUPS,
@@ -190,6 +192,9 @@ class Pipe:
                         TIDEGATE_READER_PROCESS_MIN_BYTES=IN_PROCESS_READS,
                         AIRFLOW_CONN_CAMPAIGN_KAFKA=json.dumps(kafka_conn),
                         PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+        if sched.past_timeouts:  # a run waiting on a hung store or source gives up after this
+            self.env.update(TIDEGATE_STORE_TIMEOUT_S=str(HANG_TIMEOUT_S),
+                            TIDEGATE_SOURCE_READ_TIMEOUT_S=str(HANG_TIMEOUT_S))
         if "delta_merge" in self.sinks and DELTA_SPARK == "connect":
             sv.spark_connect()
         if sched.delivery == "executor":
@@ -551,13 +556,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delivery", default="process", choices=DELIVERIES,
                     help="executor: every run delivered by a Spark task (a Connect server on a standalone "
                          "cluster), with the faults of that task")
+    ap.add_argument("--hangs", default="within_timeouts", choices=("within_timeouts", "past_timeouts"),
+                    help=f"past_timeouts: the runs' store and source timeouts {HANG_TIMEOUT_S:g}s, and hangs "
+                         f"of those servers drawn past them as often as not")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     a = ap.parse_args(argv)
     seeds = [a.seed] if a.seed is not None else list(range(a.first, a.first + a.seeds))
     # a seed means a schedule only together with the subsets it was drawn within
     options = "".join(f" {var}={val}" for var, val, default in (
         ("SOURCES", a.sources, ",".join(SOURCES)), ("SINKS", a.sinks, "kafka,nats,redis,delta"),
-        ("KINDS", a.kinds, ",".join(FAULT_KINDS)), ("DELIVERY", a.delivery, "process")) if val != default)
+        ("KINDS", a.kinds, ",".join(FAULT_KINDS)), ("DELIVERY", a.delivery, "process"),
+        ("HANGS", a.hangs, "within_timeouts")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
     with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
@@ -566,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for seed in seeds:
                 sched = draw(seed, tuple(a.sources.split(",")), tuple(a.sinks.split(",")),
-                             tuple(a.kinds.split(",")), a.delta_share, a.delivery)
+                             tuple(a.kinds.split(",")), a.delta_share, a.delivery,
+                             a.hangs == "past_timeouts")
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

@@ -30,6 +30,10 @@ EXECUTOR_KINDS = ("run_kill", *EXECUTOR_FAULTS, *SERVER_FAULTS)
 DELIVERIES = ("process", "executor")
 
 NATS_WINDOW_S = 2.0  # the campaign's NATS duplicate_window: a stall of the run can exceed it
+# With --hangs past_timeouts: the runs' TIDEGATE_STORE_TIMEOUT_S and TIDEGATE_SOURCE_READ_TIMEOUT_S,
+# and a hang of the source's or the store's server drawn from 0.5 s to this long twice and 2 s more:
+# a run waiting on the hung server times out and fails, and must be retried to the same outcome.
+HANG_TIMEOUT_S = 3.0
 KAFKA_TXN_TIMEOUT_MS = 4000  # the campaign's Kafka transaction.timeout.ms (its connection's extra)
 
 
@@ -68,11 +72,14 @@ class Schedule:
     max_events: int
     steps: tuple[Step, ...] = field(default_factory=tuple)
     delivery: str = "process"  # process (`tidegate run` delivers) | executor (a Spark task does)
+    past_timeouts: bool = False  # the runs' store and source timeouts HANG_TIMEOUT_S, hangs drawn past it
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
             f", optional {list(self.optional)}" if self.optional else "")
         where = ", delivered by a Spark task" if self.delivery == "executor" else ""
+        if self.past_timeouts:
+            where += f", store and source timeouts {HANG_TIMEOUT_S:g}s"
         return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
                 f"store {self.store}, max_events {self.max_events}{where}\n"
                 + "\n".join(f"  {i + 1}. {s}" for i, s in enumerate(self.steps)))
@@ -80,12 +87,13 @@ class Schedule:
 
 def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] = SINK_GROUPS,
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
-         delivery: str = "process") -> Schedule:
+         delivery: str = "process", past_timeouts: bool = False) -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
     Spark task, with the fault kinds that apply there (EXECUTOR_KINDS within ``kinds``; no Delta
-    sink, which keeps a run in its client)."""
+    sink, which keeps a run in its client). ``past_timeouts``: hangs of the source's and the
+    store's servers drawn past HANG_TIMEOUT_S as often as not (the same draws otherwise)."""
     rng = random.Random(seed)
     if delivery == "executor":
         kinds = tuple(k for k in EXECUTOR_KINDS if k in kinds or kinds == FAULT_KINDS)
@@ -107,11 +115,12 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     if with_delta:  # a Delta run is slow: one fault, no zombie (two runs at once, both starting Spark)
         usable = [k for k in usable if k != "zombie"] or usable
     n_steps = 1 if with_delta else rng.randint(2, 4)
-    steps = tuple(_step(rng, rng.choice(usable), with_delta) for _ in range(n_steps))
+    steps = tuple(_step(rng, rng.choice(usable), with_delta, past_timeouts) for _ in range(n_steps))
     store = "postgres" if any(s.fault.endswith("_store") for s in steps) else "sqlite"
     # Delta: a few large sub-batches (each is a Delta commit per table, a second or more)
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
-    return Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps, delivery)
+    return Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps, delivery,
+                    past_timeouts)
 
 
 def sink_of(kind: str) -> str | None:
@@ -122,7 +131,7 @@ def sink_of(kind: str) -> str | None:
     return None
 
 
-def _step(rng: random.Random, fault: str, with_delta: bool = False) -> Step:
+def _step(rng: random.Random, fault: str, with_delta: bool = False, past_timeouts: bool = False) -> Step:
     if rng.random() < 0.7:
         moment: tuple[str, float] = ("commits", rng.randint(1, 2 if with_delta else 4))
         if with_delta and rng.random() < 0.5:  # (drawn for Delta schedules only: others keep theirs)
@@ -135,6 +144,8 @@ def _step(rng: random.Random, fault: str, with_delta: bool = False) -> Step:
         hold = NATS_WINDOW_S + round(rng.uniform(0.5, 3), 1)
     elif fault == "run_stall_kafka":
         hold = KAFKA_TXN_TIMEOUT_MS / 1000 + round(rng.uniform(0.5, 3), 1)
+    elif past_timeouts and fault in ("stop_source", "stop_store"):  # one draw, as below
+        hold = round(rng.uniform(0.5, 2 * HANG_TIMEOUT_S + 2), 1)
     else:
         hold = round(rng.uniform(0.5, 4), 1)
     writes = rng.choice((0, 0, rng.randint(3, 15)))
