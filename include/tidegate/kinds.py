@@ -105,6 +105,10 @@ class SourceKind:
     # "module:function" (Source) -> whether its log is read in the run's process rather than in
     # a reader process (decoding costs no more there than shipping); "" when never
     reads_in_process: str = ""
+    # whether reading the log holds what a newer run takes over from a stalled reader by its lease
+    # epoch (a PostgreSQL slot): such a log is read only where the run holds its lease, never by a
+    # Spark task of its own, whose session could name no epoch (spark/gathered.py)
+    log_read_under_lease: bool = False
 
     def position_type(self) -> Any:
         return _load(self.position)

@@ -694,6 +694,10 @@ def test_postgres_snapshot_with_a_concurrent_writer_then_two_runs(
         rc, log = dags_test(env, dag, {"resolve": "resnapshot", "reason": "rebuild extra",
                                        "tables": [f"{schema}.extra"]})
         assert rc == 0 and task_ended(log, "deliver"), log[-3000:]
+        # the chunks are read by Spark tasks of their own, the slot only by the delivery task,
+        # which holds the run's lease: a stalled reader of the slot can always be taken over
+        assert re.search(rf"pipeline {pipeline}: the log \(\S+, \S+\] is read in the delivery task, "
+                         rf"under the run's lease \(lease epoch \d+\)", log), log[-3000:]
         assert waiting.is_alive(), "the standby answered: the commit was not held across the resnapshot"
         resnap = store.snapshots.all(pipeline)[-1]
         assert resnap.kind == "resnapshot" and resnap.status == "completed"

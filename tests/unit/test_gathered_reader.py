@@ -13,7 +13,8 @@ from tidegate.positions import SnapshotPosition
 from tidegate.reading import SegmentRead
 from tidegate.segments import Chunk, Slice, SnapshotEnd
 from tidegate.sources.mysql.position import BinlogPosition
-from tidegate.spark.gathered import NOTE, GatheredReader, _packed, _part_batches, parts_of
+from tidegate.spark.gathered import NOTE, GatheredReader, _packed, _part_batches, parts_of, slices_are_parts
+from tidegate.spec import PipelineSpec, SourceSpec
 
 
 def pos(n: int) -> BinlogPosition:
@@ -88,3 +89,33 @@ def test_a_run_that_planned_again_reads_its_own_plan_and_drains_the_gathered_row
     assert [r.items for r in reader(Run(), None, other)] == [["own"]]
     assert fallback.asked == other
     assert len(consumed) == sum(len(m) for m in messages)
+
+
+class LeasedSource:
+    lease_epoch = 7
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_log_held_under_the_lease_is_no_part_and_is_read_in_the_delivery_task(seed):
+    """A PostgreSQL slot's log (SourceKind.log_read_under_lease) is read by the delivery task,
+    which holds the run's lease, after the gathered chunks: never by a task of its own."""
+    plan, items, messages = generated(seed)
+    chunks = [s for s in plan if isinstance(s, Chunk)]
+    slices = [s for s in plan if isinstance(s, Slice)]
+    assert parts_of(plan, slices=False) == chunks
+    fallback = Fallback()
+    reader = GatheredReader(batches(messages[:len(chunks)]), plan, fallback, slices=False)
+    reads = []
+    for read in reader(Run(), LeasedSource(), plan):
+        reads.append((read.segment, [getattr(m, "position", m) for m in read.items]))
+    assert [seg for seg, _ in reads] == [*chunks, *([SnapshotEnd("s1")] if chunks else []), slices[0]]
+    for n in range(len(chunks)):
+        assert reads[n][1] == [m.position for m in items[n]]
+    assert fallback.asked == slices and reads[-1][1] == ["own"]
+
+
+def test_which_kinds_log_slices_are_parts():
+    def spec(kind):
+        return PipelineSpec(pipeline="p", source=SourceSpec(kind, "c"), sinks=())
+
+    assert slices_are_parts(spec("mysql")) and not slices_are_parts(spec("postgres"))

@@ -22,6 +22,11 @@ a new run of the same record (delivery.py).
 The delivery task takes the gathered rows only when the run reads the plan it was made for (the
 bounds step's, which the parts are); a run that planned again (a checkpoint moved back since the
 bounds) reads its own plan in the task, as a one-slice run does, and lets the gathered rows go.
+
+A log whose read holds what a newer run takes over by its lease epoch (a PostgreSQL slot:
+``SourceKind.log_read_under_lease``) is no part: the run's lease is taken in the delivery task,
+so a stage-1 task could name no epoch on its session, and a stalled one could not be taken over.
+The delivery task reads such a log itself, under the lease, after the gathered chunks.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..events import PositionMark
+from ..kinds import source_kind
 from ..parts import fixed_connection
 from ..reading import SegmentRead
 from ..segments import Chunk, Slice, SnapshotEnd
@@ -55,9 +61,16 @@ PART_SCHEMA = "part INT, seq INT, batch BINARY"
 BATCH_ROWS = 2000  # items to a message (a Spark row of stage 1), as a reader process ships them
 
 
-def parts_of(segments: Sequence[Segment]) -> list[Chunk | Slice]:
-    """The plan's parts a task reads each: its chunks and slices, in plan order."""
-    return [s for s in segments if isinstance(s, Chunk | Slice)]
+def parts_of(segments: Sequence[Segment], slices: bool = True) -> list[Chunk | Slice]:
+    """The plan's parts a task reads each: its chunks and (``slices``) its log slices, in plan
+    order."""
+    return [s for s in segments if isinstance(s, Chunk) or (slices and isinstance(s, Slice))]
+
+
+def slices_are_parts(spec: PipelineSpec) -> bool:
+    """Whether a gathered run's log slices are parts: not when the source's log read holds what
+    only the run's lease may take over (the module's docstring)."""
+    return not source_kind(spec.source.kind).log_read_under_lease
 
 
 def part_reader(spec: PipelineSpec, connection: Any, salt: bytes | None, store_url: str,
@@ -148,10 +161,12 @@ class GatheredReader:
     """The delivery task's reader: the plan's parts from the gathered rows (``batches``, Arrow
     batches of :data:`PART_SCHEMA` in (part, seq) order) when the run reads ``plan``; else
     ``fallback`` reads what the run asks. The rows stream through: each read's items must be
-    taken before the next read is asked for (as ``SnapshotItems.stream`` does)."""
+    taken before the next read is asked for (as ``SnapshotItems.stream`` does). ``slices``: whether
+    the plan's log slices are among the parts; if not, ``fallback`` reads them here."""
 
-    def __init__(self, batches: Iterator[Any], plan: Sequence[Segment], fallback: Reader):
-        self.batches, self.plan, self.fallback = batches, list(plan), fallback
+    def __init__(self, batches: Iterator[Any], plan: Sequence[Segment], fallback: Reader,
+                 slices: bool = True):
+        self.batches, self.plan, self.fallback, self.slices = batches, list(plan), fallback, slices
         self.taken = False
 
     def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
@@ -174,7 +189,11 @@ class GatheredReader:
                 yield SegmentRead(seg, _items(messages), upper)
             elif isinstance(seg, SnapshotEnd):
                 yield SegmentRead(seg, ())
-        if slices:
+        if slices and not self.slices:
+            log.info("pipeline %s: the log (%s, %s] is read in the delivery task, under the run's lease "
+                     "(lease epoch %s)", run.pipeline, slices[0].start, slices[-1].end, source.lease_epoch)
+            yield from self.fallback(run, source, slices)
+        elif slices:
             yield SegmentRead(Slice(slices[0].start, slices[-1].end),
                               (i for _ in slices for i in _items(next(parts)[1])))
 
@@ -190,4 +209,4 @@ class GatheredReader:
             pass
 
 
-__all__ = ["GatheredReader", "PART_SCHEMA", "gathered_frame", "part_reader", "parts_of"]
+__all__ = ["GatheredReader", "PART_SCHEMA", "gathered_frame", "part_reader", "parts_of", "slices_are_parts"]

@@ -76,7 +76,8 @@ KIND = SourceKind(name="postgres", fields=spec.FIELDS, parse=spec.parse,
                   source="tidegate.sources.postgres.source:PostgresSource",
                   dataset_of="tidegate.sources.postgres.spec:dataset",
                   complete=spec.complete, may_read_in_child=spec.may_read_in_child,
-                  reads_in_process="tidegate.sources.postgres.source:light_log_reads")
+                  reads_in_process="tidegate.sources.postgres.source:light_log_reads",
+                  log_read_under_lease=True)
 
 
 def __getattr__(name: str):
