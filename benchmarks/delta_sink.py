@@ -4,12 +4,19 @@ Delta sink throughput: 1M changes over a 200k-row table delivered in one run (on
 local[2], in ``mode: merge`` and ``mode: changelog``.
 
     python benchmarks/delta_sink.py [--rows 200000] [--changes 1000000] [--mode merge|changelog|both]
+    python benchmarks/delta_sink.py --sub-batches 10 [--changes 40] [--rows 2000]  # the fixed cost
 
 First a snapshot of ``--rows`` rows (op r) is delivered, then ``--changes`` changes (creates, updates,
 a few key changes and deletes over random keys) in one sub-batch. Printed per mode: the wall time
 of the change run, the time building the events (Python, not part of a run: a run's events come
 from the source), the time inside Spark stages (the union of the stages' submit-to-complete
-intervals, from Spark's status REST API) and its share of the run. Run it under
+intervals, from Spark's status REST API) and its share of the run.
+
+With ``--sub-batches N`` the changes go instead as N sub-batches of ``--changes`` each (what a
+continuous pipeline or a small ``max_events`` makes), by a sink holding a lease epoch (so it
+checks its fence as a run's sink does), and it prints the cost of one sub-batch: wall time,
+Spark jobs, and its split into the fence checks, the table's MERGE or append and the checkpoint
+table's commit (timed around the sink's own methods). Run it under
 ``flock /tmp/tidegate-bench.lock``; the machine may be shared, so compare figures of one run.
 """
 
@@ -119,12 +126,65 @@ def _ms(text: str) -> float:
     return dt.datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000
 
 
+class Phases:
+    """Seconds spent in named methods of an object, timed around its own bound methods."""
+
+    def __init__(self, obj: object, names: tuple[str, ...]):
+        self.seconds = dict.fromkeys(names, 0.0)
+        for name in names:
+            setattr(obj, name, self._timed(name, getattr(obj, name)))
+
+    def _timed(self, name, fn):
+        def timed(*args, **kw):
+            t = time.monotonic()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.seconds[name] += time.monotonic() - t
+        return timed
+
+
+def spark_jobs(ui: str) -> int:
+    apps = json.load(urllib.request.urlopen(f"{ui}/api/v1/applications"))
+    return len(json.load(urllib.request.urlopen(f"{ui}/api/v1/applications/{apps[0]['id']}/jobs")))
+
+
+def sub_batch_cost(ui: str, lake: str, mode: str, snap: list, changes: list, n: int, size: int) -> None:
+    """``n`` sub-batches of ``size`` changes, one deliver each: the cost of one, and its parts."""
+    spec = DeltaSinkSpec(id=mode, kind="delta", conn_id="", mode=mode,
+                         path=lake + "/{pipeline}/" + mode + "/{schema}/{table}")
+    pipeline = PipelineSpec(pipeline="bench", source=SourceSpec("mysql", "x"), sinks=(spec,),
+                            batch=BatchSpec(max_events=size), tenant="bench")
+    sink = DeltaSink(pipeline, spec, None)
+    sink.epoch = 1  # as under a run's lease: the sink claims its checkpoint table and checks its fence
+    sink.open()
+    sink.deliver(events("bench", snap, 1), 1)
+    phases = Phases(sink, ("_check_fence", "_write_checkpoint"))
+    table_phase = Phases(sink.tables, ("merge", "append"))
+    tx0 = 1 + len(snap) // TX_ROWS + 1
+    jobs0, t = spark_jobs(ui), time.monotonic()
+    for i in range(n):
+        sink.deliver(events("bench", changes[i * size:(i + 1) * size], tx0 + i), 2 + i)
+    wall = time.monotonic() - t
+    split = {**phases.seconds, **table_phase.seconds}
+    table = split["merge" if mode == "merge" else "append"]
+    print(f"mode {mode}: {n} sub-batches of {size} changes: {wall / n:.2f}s per sub-batch, "
+          f"{(spark_jobs(ui) - jobs0) / n:.0f} Spark jobs per sub-batch; per sub-batch: fence checks "
+          f"(two) {split['_check_fence'] / n:.2f}s, table {table / n:.2f}s, "
+          f"checkpoint table {split['_write_checkpoint'] / n:.2f}s")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--changes", type=int, default=1_000_000)
     p.add_argument("--mode", choices=("merge", "changelog", "both"), default="both")
+    p.add_argument("--sub-batches", type=int, default=0,
+                   help="deliver --changes per sub-batch this many times (default --changes 40, --rows 2000)")
     args = p.parse_args()
+    if args.sub_batches:
+        args.rows = args.rows if args.rows != p.get_default("rows") else 2000
+        args.changes = args.changes if args.changes != p.get_default("changes") else 40
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.master("local[2]").appName("tidegate-bench-delta")
@@ -135,12 +195,14 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     ui = spark.sparkContext.uiWebUrl
     t = time.monotonic()
-    snap, changes = workload(args.rows, args.changes)
+    snap, changes = workload(args.rows, args.changes * max(args.sub_batches, 1))
     print(f"workload: {len(snap)} snapshot rows, {len(changes)} changes "
           f"({time.monotonic() - t:.1f}s to plan)")
     modes = ("merge", "changelog") if args.mode == "both" else (args.mode,)
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-delta-") as lake:
-        for mode in modes:
+        for mode in modes if args.sub_batches else ():
+            sub_batch_cost(ui, lake, mode, snap, changes, args.sub_batches, args.changes)
+        for mode in modes if not args.sub_batches else ():
             spec = DeltaSinkSpec(id=mode, kind="delta", conn_id="", mode=mode,
                                  path=lake + "/{pipeline}/" + mode + "/{schema}/{table}")
             pipeline = PipelineSpec(pipeline="bench", source=SourceSpec("mysql", "x"), sinks=(spec,),
