@@ -149,19 +149,43 @@ def spark_jobs(ui: str) -> int:
     return len(json.load(urllib.request.urlopen(f"{ui}/api/v1/applications/{apps[0]['id']}/jobs")))
 
 
-def sub_batch_cost(ui: str, lake: str, mode: str, snap: list, changes: list, n: int, size: int) -> None:
-    """``n`` sub-batches of ``size`` changes, one deliver each: the cost of one, and its parts."""
+def opened_sink(lake: str, mode: str, max_events: int, epoch: int | None) -> DeltaSink:
+    """The mode's sink, open; ``epoch``: as under a run's lease (the sink claims its checkpoint
+    table and checks its fence at every sub-batch), None: no lease."""
     spec = DeltaSinkSpec(id=mode, kind="delta", conn_id="", mode=mode,
                          path=lake + "/{pipeline}/" + mode + "/{schema}/{table}")
     pipeline = PipelineSpec(pipeline="bench", source=SourceSpec("mysql", "x"), sinks=(spec,),
-                            batch=BatchSpec(max_events=size), tenant="bench")
+                            batch=BatchSpec(max_events=max_events), tenant="bench")
     sink = DeltaSink(pipeline, spec, None)
-    sink.epoch = 1  # as under a run's lease: the sink claims its checkpoint table and checks its fence
+    sink.epoch = epoch
     sink.open()
-    sink.deliver(events("bench", snap, 1), 1)
+    return sink
+
+
+def one_run_cost(spark, ui: str, lake: str, sink: DeltaSink, mode: str, snap_rows: int,
+                 changes: list) -> None:
+    """Every change in one sub-batch: wall time, time in Spark stages, the table's rows after."""
+    t = time.monotonic()
+    batch = events("bench", changes, 1 + snap_rows // TX_ROWS + 1)
+    build = time.monotonic() - t
+    t0_ms = time.time() * 1000
+    t = time.monotonic()
+    sink.deliver(batch, 2)
+    wall = time.monotonic() - t
+    in_stages = stage_seconds(ui, t0_ms)
+    n = spark.read.format("delta").load(f"{lake}/bench/{mode}/shop/orders").count()
+    print(f"mode {mode}: {len(changes)} changes in one run: {wall:.1f}s wall "
+          f"({len(changes) / wall:,.0f} changes/s), {in_stages:.1f}s in Spark stages "
+          f"({100 * in_stages / wall:.0f}%), events built in {build:.1f}s (not part of the run); "
+          f"table rows after: {n}")
+
+
+def sub_batch_cost(ui: str, sink: DeltaSink, mode: str, snap_rows: int, changes: list, n: int,
+                   size: int) -> None:
+    """``n`` sub-batches of ``size`` changes, one deliver each: the cost of one, and its parts."""
     phases = Phases(sink, ("_check_fence", "_write_checkpoint"))
     table_phase = Phases(sink.tables, ("merge", "append"))
-    tx0 = 1 + len(snap) // TX_ROWS + 1
+    tx0 = 1 + snap_rows // TX_ROWS + 1
     jobs0, t = spark_jobs(ui), time.monotonic()
     for i in range(n):
         sink.deliver(events("bench", changes[i * size:(i + 1) * size], tx0 + i), 2 + i)
@@ -176,15 +200,15 @@ def sub_batch_cost(ui: str, lake: str, mode: str, snap: list, changes: list, n: 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=200_000)
-    p.add_argument("--changes", type=int, default=1_000_000)
+    p.add_argument("--rows", type=int, help="default 200000; 2000 with --sub-batches")
+    p.add_argument("--changes", type=int, help="default 1000000; 40 (per sub-batch) with --sub-batches")
     p.add_argument("--mode", choices=("merge", "changelog", "both"), default="both")
     p.add_argument("--sub-batches", type=int, default=0,
-                   help="deliver --changes per sub-batch this many times (default --changes 40, --rows 2000)")
+                   help="deliver --changes per sub-batch this many times")
     args = p.parse_args()
-    if args.sub_batches:
-        args.rows = args.rows if args.rows != p.get_default("rows") else 2000
-        args.changes = args.changes if args.changes != p.get_default("changes") else 40
+    small = args.sub_batches > 0
+    args.rows = args.rows or (2000 if small else 200_000)
+    args.changes = args.changes or (40 if small else 1_000_000)
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.master("local[2]").appName("tidegate-bench-delta")
@@ -200,29 +224,13 @@ def main() -> int:
           f"({time.monotonic() - t:.1f}s to plan)")
     modes = ("merge", "changelog") if args.mode == "both" else (args.mode,)
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-delta-") as lake:
-        for mode in modes if args.sub_batches else ():
-            sub_batch_cost(ui, lake, mode, snap, changes, args.sub_batches, args.changes)
-        for mode in modes if not args.sub_batches else ():
-            spec = DeltaSinkSpec(id=mode, kind="delta", conn_id="", mode=mode,
-                                 path=lake + "/{pipeline}/" + mode + "/{schema}/{table}")
-            pipeline = PipelineSpec(pipeline="bench", source=SourceSpec("mysql", "x"), sinks=(spec,),
-                                    batch=BatchSpec(max_events=args.changes), tenant="bench")
-            sink = DeltaSink(pipeline, spec, None)
-            sink.open()
+        for mode in modes:
+            sink = opened_sink(lake, mode, args.changes, epoch=1 if small else None)
             sink.deliver(events("bench", snap, 1), 1)
-            t = time.monotonic()
-            batch = events("bench", changes, 1 + len(snap) // TX_ROWS + 1)
-            build = time.monotonic() - t
-            t0_ms = time.time() * 1000
-            t = time.monotonic()
-            sink.deliver(batch, 2)
-            wall = time.monotonic() - t
-            in_stages = stage_seconds(ui, t0_ms)
-            n = spark.read.format("delta").load(f"{lake}/bench/{mode}/shop/orders").count()
-            print(f"mode {mode}: {len(changes)} changes in one run: {wall:.1f}s wall "
-                  f"({len(changes) / wall:,.0f} changes/s), {in_stages:.1f}s in Spark stages "
-                  f"({100 * in_stages / wall:.0f}%), events built in {build:.1f}s (not part of the run); "
-                  f"table rows after: {n}")
+            if small:
+                sub_batch_cost(ui, sink, mode, len(snap), changes, args.sub_batches, args.changes)
+            else:
+                one_run_cost(spark, ui, lake, sink, mode, len(snap), changes)
     spark.stop()
     return 0
 

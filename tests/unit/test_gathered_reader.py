@@ -13,7 +13,7 @@ from tidegate.positions import SnapshotPosition
 from tidegate.reading import SegmentRead
 from tidegate.segments import Chunk, Slice, SnapshotEnd
 from tidegate.sources.mysql.position import BinlogPosition
-from tidegate.spark.gathered import NOTE, GatheredReader, _packed, _part_batches, parts_of, slices_are_parts
+from tidegate.spark.gathered import NOTE, GatheredReader, _packed, _part_batches, gathered_parts, parts_of
 from tidegate.spec import PipelineSpec, SourceSpec
 
 
@@ -59,7 +59,7 @@ def batches(messages: list[list[tuple]]):
 @pytest.mark.parametrize("seed", range(12))
 def test_gathered_rows_become_the_plan_reads_in_plan_order(seed):
     plan, items, messages = generated(seed)
-    reader = GatheredReader(batches(messages), plan, Fallback())
+    reader = GatheredReader(batches(messages), plan, parts_of(plan), Fallback())
     reads, got = [], []
     for read in reader(Run(), None, plan):  # its items taken before the next, as SnapshotItems.stream does
         reads.append(read)
@@ -84,7 +84,7 @@ def test_a_run_that_planned_again_reads_its_own_plan_and_drains_the_gathered_row
             yield b
 
     fallback = Fallback()
-    reader = GatheredReader(counted(), plan, fallback)
+    reader = GatheredReader(counted(), plan, parts_of(plan), fallback)
     other = [Slice(pos(1), pos(50))]
     assert [r.items for r in reader(Run(), None, other)] == [["own"]]
     assert fallback.asked == other
@@ -104,7 +104,7 @@ def test_a_log_held_under_the_lease_is_no_part_and_is_read_in_the_delivery_task(
     slices = [s for s in plan if isinstance(s, Slice)]
     assert parts_of(plan, slices=False) == chunks
     fallback = Fallback()
-    reader = GatheredReader(batches(messages[:len(chunks)]), plan, fallback, slices=False)
+    reader = GatheredReader(batches(messages[:len(chunks)]), plan, chunks, fallback)
     reads = []
     for read in reader(Run(), LeasedSource(), plan):
         reads.append((read.segment, [getattr(m, "position", m) for m in read.items]))
@@ -115,7 +115,11 @@ def test_a_log_held_under_the_lease_is_no_part_and_is_read_in_the_delivery_task(
 
 
 def test_which_kinds_log_slices_are_parts():
+    plan, _, _ = generated(5)
+    chunks = [s for s in plan if isinstance(s, Chunk)]
+
     def spec(kind):
         return PipelineSpec(pipeline="p", source=SourceSpec(kind, "c"), sinks=())
 
-    assert slices_are_parts(spec("mysql")) and not slices_are_parts(spec("postgres"))
+    assert gathered_parts(spec("mysql"), plan) == parts_of(plan) != chunks
+    assert gathered_parts(spec("postgres"), plan) == chunks

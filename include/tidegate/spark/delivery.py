@@ -40,7 +40,7 @@ from ..parts import resolved_parts
 from ..segments import Chunk, Slice
 from ..spec import DELIVERY_CONF, DELIVERY_MODES
 from ..store import open_store
-from .gathered import GatheredReader, gathered_frame, part_reader, parts_of, slices_are_parts
+from .gathered import GatheredReader, gathered_frame, gathered_parts, part_reader
 
 if TYPE_CHECKING:
     from ..run import RunContext
@@ -94,13 +94,11 @@ def has_chunks(run: RunContext) -> bool:
 
 
 def has_parallel_parts(run: RunContext) -> bool:
-    """Snapshot chunks or more than one log slice that tasks may read (gathered.slices_are_parts)
-    in the run's read plan (none made yet: the delivery task makes it, and reads it itself)."""
-    segments = run.record.segments
-    if not segments:
-        return False
-    return any(isinstance(s, Chunk) for s in segments) or (
-        slices_are_parts(run.spec) and sum(isinstance(s, Slice) for s in segments) > 1)
+    """Snapshot chunks, or more than one log slice, among the parts Spark tasks would read
+    (gathered.gathered_parts) of the run's read plan (none made yet: the delivery task makes it,
+    and reads it itself)."""
+    parts = gathered_parts(run.spec, run.record.segments or ())
+    return any(isinstance(p, Chunk) for p in parts) or sum(isinstance(p, Slice) for p in parts) > 1
 
 
 def task_payload(run: RunContext, store_url: str) -> tuple:
@@ -135,8 +133,9 @@ def delivery_task(payload: tuple, gathered: Iterator[Any] | None = None) -> Iter
         with _environment(settings), _task_log() as lines, open_store(store_url) as store:
             run = from_record(store, pipeline, run_id, resolved_parts(connections, salt))
             with ReaderProcess(store_url) as own:
-                reader = own if gathered is None else GatheredReader(gathered, run.record.segments, own,
-                                                                     slices_are_parts(run.spec))
+                segments = run.record.segments
+                reader = own if gathered is None else GatheredReader(
+                    gathered, segments, gathered_parts(run.spec, segments), own)
                 report = run_pipeline(run, reader=reader)
     except TidegateError as exc:
         if not exc.fatal:
@@ -247,7 +246,7 @@ def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
         raise FatalRunError(f"pipeline {run.pipeline!r}: the delivery task stopped on a fatal error, "
                             f"not retried: {report.get('error')}")
     report["delivered_by"] = "executor"
-    report["parts_gathered"] = len(gathered_parts(run)) if gathered else 0
+    report["parts_gathered"] = len(gathered_parts(run.spec, run.record.segments)) if gathered else 0
     return report
 
 
@@ -277,14 +276,9 @@ def engine_error(exc: BaseException) -> str | None:
     return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
 
 
-def gathered_parts(run: RunContext) -> list[Chunk | Slice]:
-    """The parts of the run's plan that Spark tasks of their own read (gathered.py)."""
-    return parts_of(run.record.segments, slices_are_parts(run.spec))
-
-
 def _gathered_job(spark: Any, run: RunContext, payload: tuple, barrier: bool) -> Any:
     """The two-stage job of a plan with parallel parts (gathered.py)."""
-    parts = gathered_parts(run)
+    parts = gathered_parts(run.spec, run.record.segments)
     _, _, connections, salt, store_url, _ = payload
     read = part_reader(run.spec, connections[run.spec.source.conn_id], salt, store_url, parts)
     # A snapshot's chunks are read at most snapshot.parallelism at once, as the spec promises the

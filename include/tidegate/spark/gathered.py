@@ -67,10 +67,11 @@ def parts_of(segments: Sequence[Segment], slices: bool = True) -> list[Chunk | S
     return [s for s in segments if isinstance(s, Chunk) or (slices and isinstance(s, Slice))]
 
 
-def slices_are_parts(spec: PipelineSpec) -> bool:
-    """Whether a gathered run's log slices are parts: not when the source's log read holds what
-    only the run's lease may take over (the module's docstring)."""
-    return not source_kind(spec.source.kind).log_read_under_lease
+def gathered_parts(spec: PipelineSpec, segments: Sequence[Segment]) -> list[Chunk | Slice]:
+    """The parts of pipeline ``spec``'s plan that Spark tasks of their own read: its log slices
+    only when the source's log read holds nothing that only the run's lease may take over (the
+    module's docstring). The one answer both stages and the run's report go by."""
+    return parts_of(segments, not source_kind(spec.source.kind).log_read_under_lease)
 
 
 def part_reader(spec: PipelineSpec, connection: Any, salt: bytes | None, store_url: str,
@@ -161,12 +162,14 @@ class GatheredReader:
     """The delivery task's reader: the plan's parts from the gathered rows (``batches``, Arrow
     batches of :data:`PART_SCHEMA` in (part, seq) order) when the run reads ``plan``; else
     ``fallback`` reads what the run asks. The rows stream through: each read's items must be
-    taken before the next read is asked for (as ``SnapshotItems.stream`` does). ``slices``: whether
-    the plan's log slices are among the parts; if not, ``fallback`` reads them here."""
+    taken before the next read is asked for (as ``SnapshotItems.stream`` does). ``parts``: those of
+    the plan that stage 1 read (:func:`gathered_parts`); log slices not among them ``fallback``
+    reads here."""
 
-    def __init__(self, batches: Iterator[Any], plan: Sequence[Segment], fallback: Reader,
-                 slices: bool = True):
-        self.batches, self.plan, self.fallback, self.slices = batches, list(plan), fallback, slices
+    def __init__(self, batches: Iterator[Any], plan: Sequence[Segment], parts: Sequence[Chunk | Slice],
+                 fallback: Reader):
+        self.batches, self.plan, self.fallback = batches, list(plan), fallback
+        self.slices_gathered = any(isinstance(p, Slice) for p in parts)
         self.taken = False
 
     def ahead(self, source: Source, segments: Sequence[Segment]) -> None:
@@ -189,7 +192,7 @@ class GatheredReader:
                 yield SegmentRead(seg, _items(messages), upper)
             elif isinstance(seg, SnapshotEnd):
                 yield SegmentRead(seg, ())
-        if slices and not self.slices:
+        if slices and not self.slices_gathered:
             log.info("pipeline %s: the log (%s, %s] is read in the delivery task, under the run's lease "
                      "(lease epoch %s)", run.pipeline, slices[0].start, slices[-1].end, source.lease_epoch)
             yield from self.fallback(run, source, slices)
@@ -209,4 +212,4 @@ class GatheredReader:
             pass
 
 
-__all__ = ["GatheredReader", "PART_SCHEMA", "gathered_frame", "part_reader", "parts_of", "slices_are_parts"]
+__all__ = ["GatheredReader", "PART_SCHEMA", "gathered_frame", "gathered_parts", "part_reader", "parts_of"]
