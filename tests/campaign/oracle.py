@@ -4,6 +4,9 @@
   through a read_committed consumer, the changelog table on Delta);
 - per key, the changes in commit order (the workload's model knows each key's history);
 - the replay per key (the merged table on Delta) equal to the source table's rows;
+- a snapshot row (``op: "r"``, a resnapshot's) holds the key's state where it stands in the
+  key's sequence: the state the changes before it left (docs/architecture.md, "Snapshots": the
+  states a sink receives for a key are a subsequence of its history in commit order);
 - the store's checkpoints never moved back within one lineage (a rewind starts a new one).
 """
 
@@ -29,6 +32,8 @@ class SinkVerdict:
     out_of_order: int = 0  # keys whose changes arrived all, in another order
     wrong_rows: int = 0  # keys whose replayed row differs from the source's
     backwards: int = 0  # checkpoint versions that moved back
+    snapshot_rows: int = 0  # op "r" rows received (without repeats)
+    wrong_snapshot_rows: int = 0  # "r" rows whose state is not the key's state where they stand
     # duplicates within a limit the docs state (README, "Guarantees"): reported, not a failure
     known: int = 0
     examples: list[str] = field(default_factory=list)
@@ -36,12 +41,13 @@ class SinkVerdict:
     @property
     def ok(self) -> bool:
         return not (self.duplicates - self.known or self.lost or self.unexpected or self.out_of_order
-                    or self.wrong_rows or self.backwards)
+                    or self.wrong_rows or self.backwards or self.wrong_snapshot_rows)
 
     def problems(self) -> str:
         parts = [f"{n} {what}" for what, n in (
             ("duplicates", self.duplicates), ("lost", self.lost), ("unexpected", self.unexpected),
             ("keys out of order", self.out_of_order), ("rows unlike the source", self.wrong_rows),
+            ("snapshot rows out of place", self.wrong_snapshot_rows),
             ("checkpoint moves back", self.backwards)) if n]
         return f"{self.sink}: " + ", ".join(parts) + (f" (e.g. {self.examples[:3]})" if self.examples else "")
 
@@ -54,9 +60,10 @@ def envelope_key(env: dict) -> Key:
 
 
 def check_changes(sink: str, items: list[tuple[str, dict]], expected: dict[Key, list[tuple]],
-                  changes: int) -> tuple[SinkVerdict, list[dict]]:
-    """Exactly once and per-key order of (id, envelope) in sink order; returns the verdict and
-    the envelopes without repeats (for the replay)."""
+                  changes: int, ordered: bool = True) -> tuple[SinkVerdict, list[dict]]:
+    """Exactly once and per-key order of (id, envelope) in sink order, and each snapshot row
+    where its state belongs (``ordered`` False, a Delta changelog: a state the key had); returns
+    the verdict and the envelopes without repeats (for the replay)."""
     v = SinkVerdict(sink, changes, received=len(items))
     seen: set[str] = set()
     unique = []
@@ -73,6 +80,14 @@ def check_changes(sink: str, items: list[tuple[str, dict]], expected: dict[Key, 
         got[envelope_key(env)].append((env["op"], (env["after"] or {}).get("v")))
     for k in set(expected) | set(got):
         want, have = expected.get(k, []), got.get(k, [])
+        rows = [x for x in have if x[0] == "r"]
+        if rows:
+            v.snapshot_rows += len(rows)
+            misplaced = snapshot_rows_misplaced(want, have, ordered)
+            v.wrong_snapshot_rows += misplaced
+            if misplaced and len(v.examples) < 3:
+                v.examples.append(f"{k}: snapshot row out of place: want {want} got {have}")
+            have = [x for x in have if x[0] != "r"]
         if want == have:
             continue
         missing = collections.Counter(want) - collections.Counter(have)
@@ -84,6 +99,23 @@ def check_changes(sink: str, items: list[tuple[str, dict]], expected: dict[Key, 
         if len(v.examples) < 3:
             v.examples.append(f"{k}: want {want} got {have}")
     return v, unique
+
+
+def snapshot_rows_misplaced(history: list[tuple], have: list[tuple], ordered: bool) -> int:
+    """The "r" entries of ``have`` (a key's (op, v) as the sink holds them) whose v is not the
+    key's state where they stand: after the entries before them (``ordered``), or, where the sink
+    keeps no order, any state the key's ``history`` passed through. The key is absent before its
+    first change (every schedule's pipeline is placed before the workload writes)."""
+    if not ordered:
+        states = {x for op, x in history if op != "d"}
+        return sum(1 for op, x in have if op == "r" and x not in states)
+    state, wrong = None, 0
+    for op, x in have:
+        if op == "r":
+            wrong += x is None or x != state
+        else:
+            state = None if op == "d" else x
+    return wrong
 
 
 def replay(envelopes: list[dict]) -> dict[Key, dict]:
@@ -200,7 +232,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
             compare_rows(v, merged, source)
         else:
             items = read_delta_changelog(pipe) if sink == "delta_log" else read_stream_sink(sink, pipe)
-            v, unique = check_changes(sink, items, work.expected, work.changes)
+            v, unique = check_changes(sink, items, work.expected, work.changes, ordered=sink != "delta_log")
             if sink == "nats" and any(step.fault == "zombie" for step in pipe.sched.steps):
                 # The stated limit: a zombie stalled past the duplicate window sends, when it
                 # resumes, what its client had buffered (at most max_in_flight messages), before

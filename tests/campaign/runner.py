@@ -11,10 +11,11 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEEDS=4 SINKS=delta      # Delta schedules only (Spark Connect clients)
     make campaign SEEDS=4 DELIVERY=executor  # every run delivered by a Spark task on a cluster
     make campaign SEEDS=10 HANGS=past_timeouts  # store and source timeouts of 3 s, hangs past them
+    make campaign SEEDS=10 SNAPSHOTS=resnapshot  # one faulted run per schedule re-loads tables
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
         [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--delivery executor]
-        [--hangs past_timeouts] [--keep-going]
+        [--hangs past_timeouts] [--snapshots resnapshot] [--keep-going]
 
 Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
 what the oracle found, and the command that reproduces it. The figure table at the end: fault
@@ -33,6 +34,7 @@ import signal
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -57,6 +59,7 @@ from tests.campaign.schedule import (
     KAFKA_TXN_TIMEOUT_MS,
     NATS_WINDOW_S,
     SINK_GROUPS,
+    SNAPSHOT_CHUNK_ROWS,
     SOURCES,
     Schedule,
     Step,
@@ -79,6 +82,7 @@ MAX_RETRIES = 8
 # and shuffled into the delivery task (a kill of the executor then also loses the parts' shuffle
 # output, which Spark reads again).
 EXECUTOR_SLICE_BYTES = 48 * 1024
+WRITER_PAUSE_S = 0.1  # between the transactions written while a resnapshot reads
 VERBOSE = bool(os.environ.get("CAMPAIGN_VERBOSE"))  # failed runs retried before a schedule is declared stuck
 
 
@@ -113,6 +117,7 @@ class Outcome:
         lines.append(f"  -> {verdict} in {self.seconds:.0f}s; " + ", ".join(
             f"{v.sink} {v.received}/{v.events}" + (f" ({v.known} duplicates within the stated limit of a "
                                                    f"zombie's client buffer)" if v.known else "")
+            + (f" ({v.snapshot_rows} snapshot rows)" if v.snapshot_rows else "")
             for v in self.verdicts))
         return "\n".join(lines)
 
@@ -238,11 +243,13 @@ class Pipe:
         cluster = f"{{conn_id: spark_connect_cluster, conf: {{{conf}}}}}"
         spark = ("spark: {conn_id: spark_connect}\n" if connect else
                  f"spark: {cluster}\n" if s.delivery == "executor" else "")
+        snapshot = (f"snapshot: {{chunk_rows: {SNAPSHOT_CHUNK_ROWS}}}\n"
+                    if s.resnapshot_step is not None else "")
         return textwrap.dedent(f"""\
             pipeline: {self.name}
             source: {source}
             batch: {batch}
-            """) + spark + "sinks:\n" + "".join(
+            """) + snapshot + spark + "sinks:\n" + "".join(
             f"  - {ln}\n" for ln in lines)
 
     def delta_commits(self) -> int:
@@ -297,9 +304,9 @@ class Pipe:
 
     # ------------------------------------------------------------------ runs
 
-    def start(self, run_id: str) -> Run:
+    def start(self, run_id: str, args: tuple[str, ...] = ()) -> Run:
         self.runs += 1
-        run = Run.start(self.name, run_id, self.env, self.dir / f"{run_id}.log")
+        run = Run.start(self.name, run_id, self.env, self.dir / f"{run_id}.log", args)
         run.started = time.monotonic()
         self.live.append(run)
         return run
@@ -363,6 +370,13 @@ class Pipe:
                 time.sleep(1)
         raise Finding(f"{tag}: still delivering after 100 runs")
 
+    def trigger(self, i: int) -> tuple[str, ...]:
+        """The arguments of step ``i``'s faulted run: a resnapshot where the schedule says so."""
+        if i != self.sched.resnapshot_step:
+            return ()
+        tables = ",".join(f"{self.schema}.{t}" for t in self.sched.resnapshot_tables)
+        return ("--resolve", "resnapshot", "--tables", tables, "--reason", "campaign")
+
     def drop(self) -> None:
         self.close_store()
         try:
@@ -399,15 +413,55 @@ def wait_moment(p: Pipe, run: Run, moment: tuple[str, float]) -> bool:
     return False
 
 
+class Writer:
+    """Transactions written while a run goes on, one every ``WRITER_PAUSE_S``, in a thread of its
+    own; ``join`` raises what it raised."""
+
+    def __init__(self, work: Workload, n: int):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._wave, args=(work, n), daemon=True)
+        self.thread.start()
+
+    def _wave(self, work: Workload, n: int) -> None:
+        try:
+            for _ in range(n):
+                work.transaction()
+                time.sleep(WRITER_PAUSE_S)
+        except BaseException as exc:  # noqa: BLE001 - given to join
+            self.error = exc
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def start_faulted(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> tuple[Run, Writer | None]:
+    """The step's wave and its faulted run. A resnapshot's run starts with the sinks caught up,
+    so its handoff is the head and the rows no later change touches are snapshot rows. A fifth
+    of its wave is written while it reads (keys changed during the snapshot: their rows are left
+    to the log), unless the fault strikes the source's or the store's server (a transaction cut
+    by it is not known to have committed, so the workload's model could not follow)."""
+    if i != p.sched.resnapshot_step:
+        work.wave(step.wave)
+        return p.start(f"s{i}_fault"), None
+    during = 0 if step.fault.endswith(("_source", "_store")) else max(3, step.wave // 5)
+    work.wave(step.wave - during)
+    p.catch_up(f"s{i}_before", out)
+    run = p.start(f"s{i}_fault", p.trigger(i))
+    return run, Writer(work, during) if during else None
+
+
 def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> None:
-    work.wave(step.wave)
-    run = p.start(f"s{i}_fault")
+    run, writer = start_faulted(p, work, i, step, out)
     if step.fault == "zombie":
-        zombie(p, work, i, step, run, out)
+        zombie(p, work, i, step, run, out, writer)
         return
     if not wait_moment(p, run, step.moment):
         out.notes.append(f"{i + 1}: {step.fault} missed: the run ended before {step.moment}")
         p.finish(run, out)
+        if writer:
+            writer.join()
         return
     at = p.writes(run.run_id)
     if step.fault in EXECUTOR_FAULTS:
@@ -429,6 +483,8 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
             p.close_store()
     ended = p.finish(run, out, killed=step.fault == "run_kill")
     out.notes.append(f"{i + 1}: {step.fault} after {at} sub-batches; the run ended {ended[:200]}")
+    if writer:
+        writer.join()
     if step.writes_between:
         work.wave(step.writes_between)  # between the crash and the rerun
     p.catch_up(f"s{i}_after", out)
@@ -451,7 +507,8 @@ def executor_fault(p: Pipe, run: Run, step: Step, i: int, out: Outcome) -> None:
         out.notes.append(f"{i + 1}: {step.fault} missed: no delivering Spark task found")
 
 
-def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome) -> None:
+def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome,
+           writer: Writer | None = None) -> None:
     """Stop the run right after a commit, let takeover runs finish the work (with source writes
     between), then wake it: it must write nothing and fail naming the fencing, unless it was
     stopped after its last commit (nothing left for it to write: it may end ok)."""
@@ -459,7 +516,11 @@ def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome) 
                                                                        p.store_free):
         out.notes.append(f"{i + 1}: zombie missed: the run ended first")
         p.finish(run, out)
+        if writer:
+            writer.join()
         return
+    if writer:  # the wave written while the run read, before the takeovers write theirs
+        writer.join()
     at, done = p.writes(run.run_id), p.range_delivered(run.run_id)
     try:
         for t in range(step.takeovers):
@@ -559,6 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hangs", default="within_timeouts", choices=("within_timeouts", "past_timeouts"),
                     help=f"past_timeouts: the runs' store and source timeouts {HANG_TIMEOUT_S:g}s, and hangs "
                          f"of those servers drawn past them as often as not")
+    ap.add_argument("--snapshots", default="none", choices=("none", "resnapshot"),
+                    help="resnapshot: in every schedule, one step's faulted run re-loads some tables "
+                         "(resolve=resnapshot), in chunks of a few rows")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     a = ap.parse_args(argv)
     seeds = [a.seed] if a.seed is not None else list(range(a.first, a.first + a.seeds))
@@ -566,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     options = "".join(f" {var}={val}" for var, val, default in (
         ("SOURCES", a.sources, ",".join(SOURCES)), ("SINKS", a.sinks, "kafka,nats,redis,delta"),
         ("KINDS", a.kinds, ",".join(FAULT_KINDS)), ("DELIVERY", a.delivery, "process"),
-        ("HANGS", a.hangs, "within_timeouts")) if val != default)
+        ("HANGS", a.hangs, "within_timeouts"), ("SNAPSHOTS", a.snapshots, "none")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
     with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
@@ -576,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in seeds:
                 sched = draw(seed, tuple(a.sources.split(",")), tuple(a.sinks.split(",")),
                              tuple(a.kinds.split(",")), a.delta_share, a.delivery,
-                             a.hangs == "past_timeouts")
+                             a.hangs == "past_timeouts", a.snapshots == "resnapshot")
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

@@ -5,7 +5,9 @@ replays the same schedule and the same workload)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from tests.campaign.generator import TABLES
 
 SOURCES = ("mysql", "postgres")
 CORE_SINKS = ("kafka", "nats", "redis")
@@ -35,6 +37,9 @@ NATS_WINDOW_S = 2.0  # the campaign's NATS duplicate_window: a stall of the run 
 # a run waiting on the hung server times out and fails, and must be retried to the same outcome.
 HANG_TIMEOUT_S = 3.0
 KAFKA_TXN_TIMEOUT_MS = 4000  # the campaign's Kafka transaction.timeout.ms (its connection's extra)
+# With --snapshots resnapshot: the spec's snapshot.chunk_rows (a table of a schedule holds tens of
+# rows, so a resnapshot is several chunks, each a part of its own where a Spark task gathers them).
+SNAPSHOT_CHUNK_ROWS = 4
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,10 @@ class Schedule:
     steps: tuple[Step, ...] = field(default_factory=tuple)
     delivery: str = "process"  # process (`tidegate run` delivers) | executor (a Spark task does)
     past_timeouts: bool = False  # the runs' store and source timeouts HANG_TIMEOUT_S, hangs drawn past it
+    # With --snapshots resnapshot: the step whose faulted run is triggered with resolve=resnapshot,
+    # and the tables it re-loads (the fault then strikes a run that snapshots them).
+    resnapshot_step: int | None = None
+    resnapshot_tables: tuple[str, ...] = ()
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
@@ -82,18 +91,25 @@ class Schedule:
             where += f", store and source timeouts {HANG_TIMEOUT_S:g}s"
         return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
                 f"store {self.store}, max_events {self.max_events}{where}\n"
-                + "\n".join(f"  {i + 1}. {s}" for i, s in enumerate(self.steps)))
+                + "\n".join(f"  {i + 1}. {s}" + self._resnapshot(i) for i, s in enumerate(self.steps)))
+
+    def _resnapshot(self, i: int) -> str:
+        if i != self.resnapshot_step:
+            return ""
+        return f", its run re-loading {list(self.resnapshot_tables)} (resolve=resnapshot)"
 
 
 def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] = SINK_GROUPS,
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
-         delivery: str = "process", past_timeouts: bool = False) -> Schedule:
+         delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False) -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
     Spark task, with the fault kinds that apply there (EXECUTOR_KINDS within ``kinds``; no Delta
     sink, which keeps a run in its client). ``past_timeouts``: hangs of the source's and the
-    store's servers drawn past HANG_TIMEOUT_S as often as not (the same draws otherwise)."""
+    store's servers drawn past HANG_TIMEOUT_S as often as not (the same draws otherwise).
+    ``resnapshot``: one step's faulted run re-loads some tables (drawn from a generator of its
+    own, ``{seed}/snapshot``, so the rest of the schedule is the seed's as without it)."""
     rng = random.Random(seed)
     if delivery == "executor":
         kinds = tuple(k for k in EXECUTOR_KINDS if k in kinds or kinds == FAULT_KINDS)
@@ -119,8 +135,17 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     store = "postgres" if any(s.fault.endswith("_store") for s in steps) else "sqlite"
     # Delta: a few large sub-batches (each is a Delta commit per table, a second or more)
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
-    return Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps, delivery,
-                    past_timeouts)
+    sched = Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps,
+                     delivery, past_timeouts)
+    return with_resnapshot(sched) if resnapshot else sched
+
+
+def with_resnapshot(sched: Schedule) -> Schedule:
+    """The schedule with one step's faulted run triggered as a resnapshot of one to all tables."""
+    rng = random.Random(f"{sched.seed}/snapshot")
+    step = rng.randrange(len(sched.steps))
+    tables = tuple(sorted(rng.sample(TABLES, rng.randint(1, len(TABLES)))))
+    return replace(sched, resnapshot_step=step, resnapshot_tables=tables)
 
 
 def sink_of(kind: str) -> str | None:

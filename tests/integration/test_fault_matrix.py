@@ -166,11 +166,12 @@ class Run:
     out: Path
 
     @classmethod
-    def start(cls, pipeline: str, run_id: str, env: dict[str, str], out: Path) -> Run:
-        """`tidegate run PIPELINE --run-id RUN_ID` in a process group of its own, its output
+    def start(cls, pipeline: str, run_id: str, env: dict[str, str], out: Path,
+              args: tuple[str, ...] = ()) -> Run:
+        """`tidegate run PIPELINE --run-id RUN_ID [ARGS]` in a process group of its own, its output
         (stdout and stderr) to ``out``."""
         with open(out, "wb") as f:
-            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", run_id],
+            proc = subprocess.Popen([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", run_id, *args],
                                     env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         return cls(run_id, proc, out)
 
