@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tidegate.positions import IncomparablePositionsError
+from tidegate.positions import IncomparablePositionsError, SnapshotPosition
 from tidegate.sinks.delta import ledger
 from tidegate.sources.mysql.position import BinlogPosition
 
@@ -70,3 +70,44 @@ def test_needs_the_transactions_after_what_the_table_holds():
     assert ledger.needs(pos(300), True, pos(300))  # a split transaction's part: the whole is needed
     assert ledger.needs(pos(1), False, None)
     assert ledger.needs(pos(1), False, pos(9, server_id=2))  # another server's log: all of it
+
+
+def snap(sid: str, chunk: int, handoff: int = 300) -> SnapshotPosition:
+    return SnapshotPosition(sid, chunk, pos(handoff))
+
+
+OLD, NEW = "20261201T000000000-aaaa", "20261203T000000000-bbbb"
+
+
+def test_a_commit_holding_chunks_is_marked_with_its_snapshot_and_highest_chunk():
+    history = [meta(covers=pos(500)), meta(covers=snap(NEW, 3), snapshot=snap(NEW, 3)),
+               meta(covers=snap(OLD, 9), snapshot=snap(OLD, 9))]
+    assert ledger.held_snapshot(history, APP) == (NEW, 3)  # the newest mark, past log-only commits
+    assert ledger.held_snapshot([meta()], APP) is None
+    assert ledger.held_snapshot([meta(app="x/y::sink::z", snapshot=snap(NEW, 1))], APP) is None
+
+
+def test_a_new_snapshot_is_needed_whole_even_where_it_hands_off_at_what_the_table_covers():
+    """A resnapshot of a healthy pipeline hands off at the checkpoint: its chunks lie just before
+    what the table covers, yet the table never held them (found by campaign seed 5781)."""
+    covers = pos(300)
+    assert snap(NEW, 1) < covers  # why the log's rule (ledger.needs) skipped them
+    assert ledger.needs_chunk(snap(NEW, 0), False, (OLD, 9), covers)  # snapshot_started: the reset
+    assert ledger.needs_chunk(snap(NEW, 1), False, (OLD, 9), covers)
+    assert ledger.needs_chunk(snap(NEW, 1), False, None, covers)  # a table without marks
+    assert ledger.needs_chunk(snap(NEW, 1), False, None, None)  # a table added to the pipeline
+
+
+def test_a_snapshot_the_table_holds_is_not_written_again():
+    """A rerun after a crash between two tables' commits, and a replay of a snapshot's run."""
+    assert not ledger.needs_chunk(snap(NEW, 2), False, (NEW, 3), pos(900))
+    assert not ledger.needs_chunk(snap(NEW, 3), False, (NEW, 3), pos(900))
+    assert ledger.needs_chunk(snap(NEW, 4), False, (NEW, 3), pos(900))
+    assert ledger.needs_chunk(snap(NEW, 3), True, (NEW, 3), pos(900))  # a leading part: the whole chunk
+    assert not ledger.needs_chunk(snap(OLD, 9), False, (NEW, 3), pos(900))  # an older snapshot
+    # without marks (tables written before them): a snapshot handing off before what the table
+    # covers was delivered to it; within one snapshot, by chunk
+    assert not ledger.needs_chunk(snap(OLD, 1, handoff=200), False, None, pos(300))
+    assert not ledger.needs_chunk(snap(NEW, 2), False, None, snap(NEW, 2))
+    assert ledger.needs_chunk(snap(NEW, 3), False, None, snap(NEW, 2))
+    assert ledger.needs_chunk(snap(NEW, 1), False, None, pos(9, server_id=2))  # another server's log

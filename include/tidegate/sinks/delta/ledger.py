@@ -12,6 +12,11 @@ Every commit of the sink (a table's MERGE, DELETE or append, the checkpoint tabl
 - ``userMetadata``: :func:`commit_metadata`, with ``covers``: the source position up to which the
   table holds every change of this pipeline (the sub-batch's end). A rerun reads it back per table
   (:func:`covered_position` over the table's history) and writes each table only what follows it.
+- ``snapshot`` (a sub-batch that holds a snapshot's chunks): the snapshot's id and the highest
+  chunk the sub-batch holds. A snapshot is not the log: a resnapshot of a healthy pipeline hands
+  off at the sinks' checkpoint, so its chunks lie before what a table covers, yet the table has
+  never held them. Which snapshot's chunks a table holds is therefore read from these marks
+  (:func:`held_snapshot`, :func:`needs_chunk`), not from ``covers``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,14 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ...positions import IncomparablePositionsError, Position, position_from_json, position_to_json
+from ...positions import (
+    IncomparablePositionsError,
+    Position,
+    SnapshotPosition,
+    log_position,
+    position_from_json,
+    position_to_json,
+)
 
 EPOCH_BITS = 32  # txnVersion = epoch in the high bits, (store version extended + 1) in the low ones
 MAX_EXTENDS = (1 << EPOCH_BITS) - 2
@@ -43,11 +55,14 @@ def txn_epoch(txn: int) -> int:
 
 def commit_metadata(*, app: str, pipeline: str, sink: str, epoch: int | None, extends: int,
                     covers: Position | None, controls: list[dict[str, Any]] | None = None,
-                    claim: bool = False) -> str:
-    """The ``userMetadata`` of one commit (JSON): who wrote it, its txnVersion, what it covers."""
+                    claim: bool = False, snapshot: SnapshotPosition | None = None) -> str:
+    """The ``userMetadata`` of one commit (JSON): who wrote it, its txnVersion, what it covers,
+    and the last snapshot chunk its sub-batch holds (``snapshot``)."""
     meta: dict[str, Any] = {"tidegate": {
         "app": app, "pipeline": pipeline, "sink": sink, "epoch": epoch, "extends": extends,
         "txn": txn_version(epoch, extends), "covers": position_to_json(covers)}}
+    if snapshot is not None:
+        meta["tidegate"]["snapshot"] = {"id": snapshot.snapshot_id, "chunk": snapshot.chunk}
     if claim:
         meta["tidegate"]["claim"] = True
     if controls:
@@ -76,6 +91,41 @@ def covered_position(history: Iterable[str | None], app: str) -> Position | None
         if mine is not None and mine.get("covers") is not None:
             return position_from_json(mine["covers"])
     return None
+
+
+def held_snapshot(history: Iterable[str | None], app: str) -> tuple[str, int] | None:
+    """The (snapshot id, chunk) of the newest commit of the app that holds a snapshot's chunks
+    (``history`` newest first): the table holds that snapshot up to that chunk, and no newer one.
+    None: no commit of the app says (none of this sink's form, or no snapshot since)."""
+    for text in history:
+        mine = parse_metadata(text, app)
+        if mine is not None and isinstance(mine.get("snapshot"), dict):
+            return str(mine["snapshot"]["id"]), int(mine["snapshot"]["chunk"])
+    return None
+
+
+def needs_chunk(end: SnapshotPosition, partial: bool, held: tuple[str, int] | None,
+                covers: Position | None) -> bool:
+    """Whether a table still needs a snapshot's transaction ending at ``end`` (a chunk's rows, or
+    at chunk 0 the ``snapshot_started`` that resets a merged table). With ``held``, its newest
+    snapshot mark: a newer snapshot is needed whole, an older one not at all, the same one after
+    its held chunk (from it, for a ``partial`` leading part). Without a mark (tables written
+    before the marks), by ``covers``: a snapshot handing off before what the table covers was
+    delivered to it already; one handing off there or later (a resnapshot at the checkpoint, a
+    table added to the pipeline) was not."""
+    if held is not None:
+        sid, chunk = held
+        if end.snapshot_id != sid:
+            return end.snapshot_id > sid  # ids are time-ordered
+        return end.chunk >= chunk if partial else end.chunk > chunk
+    if covers is None:
+        return True
+    if isinstance(covers, SnapshotPosition) and covers.snapshot_id == end.snapshot_id:
+        return end.chunk >= covers.chunk if partial else end.chunk > covers.chunk
+    try:
+        return end.handoff >= log_position(covers)
+    except IncomparablePositionsError:
+        return True  # another server's log (an accepted gap)
 
 
 def newest_txn(history: Iterable[str | None], app: str) -> int | None:
@@ -110,5 +160,5 @@ def needs(tx_end: Position, partial: bool, covers: Position | None) -> bool:
         return True  # another server's log (an accepted gap): all of it is new
 
 
-__all__ = ["EPOCH_BITS", "commit_metadata", "covered_position", "needs", "newest_txn", "parse_metadata",
-           "table_covers", "txn_epoch", "txn_version"]
+__all__ = ["EPOCH_BITS", "commit_metadata", "covered_position", "held_snapshot", "needs", "needs_chunk",
+           "newest_txn", "parse_metadata", "table_covers", "txn_epoch", "txn_version"]

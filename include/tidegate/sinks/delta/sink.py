@@ -26,10 +26,12 @@ records the source position the commit covers; at the first sub-batch that touch
 run, the sink reads the table's newest such commit (``DESCRIBE HISTORY``) and writes the table only
 the transactions after the later of that and the sink's record: a rerun after a crash between two
 tables' commits (same store version, a longer range) writes each table exactly what it lacks, and a
-replay or rewind writes nothing a table holds. After the tables, the sub-batch's record
-(:class:`~tidegate.sink_checkpoints.SinkCheckpoint`: position and version extended) is committed to the
-sink's checkpoint table; that is the sink-side checkpoint, read back on open and adopted under the
-rule of every other sink.
+replay or rewind writes nothing a table holds. A snapshot's chunks are judged instead by the
+snapshot marks of the table's commits (ledger.needs_chunk): a resnapshot hands off at the
+checkpoint, before what the tables cover, and must still be written. After the tables, the
+sub-batch's record (:class:`~tidegate.sink_checkpoints.SinkCheckpoint`: position and version
+extended) is committed to the sink's checkpoint table; that is the sink-side checkpoint, read
+back on open and adopted under the rule of every other sink.
 
 Fencing. On open a run claims the checkpoint table (a row carrying the last record forward, at its
 epoch's lowest txnVersion); before a sub-batch's first commit and after its record the sink reads
@@ -67,7 +69,7 @@ from pyspark.sql import functions as F
 from ...batching import SubBatch
 from ...connections import Connection
 from ...errors import ErrorClass, SinkError
-from ...positions import Position
+from ...positions import Position, SnapshotPosition
 from ...sink_checkpoints import SinkCheckpoint
 from ...spec import PipelineSpec, render_template
 from ..base import RetryPolicy, Sink, is_control
@@ -103,6 +105,9 @@ class DeltaSink(Sink):
         # path -> up to where the table holds this sink's changes (its commits' ``covers``), read
         # from its history at the first sub-batch that touches it in this run
         self._covers: dict[str, Position | None] = {}
+        # path -> the (snapshot id, chunk) the table holds (ledger.held_snapshot), read from its
+        # whole history at the first snapshot transaction for it in this run
+        self._snapshots: dict[str, tuple[str, int] | None] = {}
         self._claimed = False  # the checkpoint table claimed for self.epoch (open)
         self._just_read = False
 
@@ -162,9 +167,10 @@ class DeltaSink(Sink):
         self._check_fence("before writing")
         txn = ledger.txn_version(self.epoch, extends)
         controls = [c.to_json() for c in batch.events if is_control(c) and c.type in META_TYPES]
+        chunk = last_chunk(batch)
         user_meta = ledger.commit_metadata(app=self.app_id, pipeline=self.pipeline, sink=self.sink_id,
                                            epoch=self.epoch, extends=extends, covers=batch.end_position,
-                                           controls=controls)
+                                           controls=controls, snapshot=chunk)
         by_path, resets = self._parts(batch, done)
         for path, evs in by_path.items():
             first = evs[0][1]
@@ -174,12 +180,12 @@ class DeltaSink(Sink):
                 self.tables.merge(path, [(s, e) for s, e in evs if s > cut], txn, user_meta, reset=cut > 0)
             else:
                 self.tables.append(path, evs, txn, user_meta)
-            self._covers[path] = batch.end_position
+            self._committed_to(path, batch.end_position, chunk)
         for name in resets:  # a snapshot of a table with no row in this sub-batch
             path = self._path_of(name)
             if self.mode == "merge" and path not in by_path:
                 self.tables.merge(path, [], txn, user_meta, reset=True)
-                self._covers[path] = batch.end_position
+                self._committed_to(path, batch.end_position, chunk)
         # The record never moves back: after a rewind the tables still hold what they held.
         end = ledger.table_covers(batch.end_position, done)
         self._write_checkpoint(SinkCheckpoint(end, extends), txn, user_meta)
@@ -200,13 +206,29 @@ class DeltaSink(Sink):
                 seq += 1
                 if not is_control(ev):
                     path = self.table_path(ev)
-                    if ledger.needs(tx.end_position, tx.partial, self._holds(path, done)):
+                    if self._needs(path, tx, done):
                         by_path[path].append((seq, ev))
                 elif ev.type == "snapshot_started":
                     for name in ev.fields.get("tables") or []:
-                        if ledger.needs(tx.end_position, tx.partial, self._holds(self._path_of(name), done)):
+                        if self._needs(self._path_of(name), tx, done):
                             resets[name] = seq
         return by_path, resets
+
+    def _needs(self, path: str, tx: Any, done: Position | None) -> bool:
+        """Whether the table at ``path`` lacks transaction ``tx``: a snapshot's by the snapshot
+        marks of its commits, the log's by what its commits cover (ledger.py)."""
+        if isinstance(tx.end_position, SnapshotPosition):
+            if path not in self._snapshots:
+                self._snapshots[path] = ledger.held_snapshot(self.tables.history(path, None), self.app_id)
+            return ledger.needs_chunk(tx.end_position, tx.partial, self._snapshots[path],
+                                      self._holds(path, done))
+        return ledger.needs(tx.end_position, tx.partial, self._holds(path, done))
+
+    def _committed_to(self, path: str, end: Position, chunk: SnapshotPosition | None) -> None:
+        """What the table holds after this run's commit to it (no need to read its history again)."""
+        self._covers[path] = end
+        if chunk is not None:
+            self._snapshots[path] = (chunk.snapshot_id, chunk.chunk)
 
     def _path_of(self, name: str) -> str:
         # (the table's name gives its schema, not a PostgreSQL database: docs/operations.md)
@@ -303,4 +325,12 @@ class DeltaSink(Sink):
         return ErrorClass.RETRYABLE if "IOException" in text else ErrorClass.NON_RETRYABLE
 
 
-__all__ = ["CHANGELOG_COLUMNS", "DeltaSink", "json_type", "learn_types"]
+def last_chunk(batch: SubBatch) -> SnapshotPosition | None:
+    """The highest snapshot position a transaction of the sub-batch ends at (the snapshot mark of
+    its commits), or None when it holds no snapshot transaction."""
+    chunks = [tx.end_position for tx in batch.transactions if isinstance(tx.end_position, SnapshotPosition)]
+    return max(chunks) if chunks else None
+
+
+__all__ = ["CHANGELOG_COLUMNS", "DeltaSink", "json_type", "learn_types", "last_chunk"]
+
