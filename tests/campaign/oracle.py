@@ -6,7 +6,9 @@
 - the replay per key (the merged table on Delta) equal to the source table's rows;
 - a snapshot row (``op: "r"``, a resnapshot's) holds the key's state where it stands in the
   key's sequence: the state the changes before it left (docs/architecture.md, "Snapshots": the
-  states a sink receives for a key are a subsequence of its history in commit order);
+  states a sink receives for a key are a subsequence of its history in commit order); and every
+  sink gets the same snapshot rows (a chunk's first read is kept for all of them), so a row one
+  sink lacks was lost there, not left to the log;
 - the store's checkpoints never moved back within one lineage (a rewind starts a new one).
 """
 
@@ -34,6 +36,7 @@ class SinkVerdict:
     backwards: int = 0  # checkpoint versions that moved back
     snapshot_rows: int = 0  # op "r" rows received (without repeats)
     wrong_snapshot_rows: int = 0  # "r" rows whose state is not the key's state where they stand
+    missing_snapshot_rows: int = 0  # "r" rows another sink of the pipeline got and this one did not
     # duplicates within a limit the docs state (README, "Guarantees"): reported, not a failure
     known: int = 0
     examples: list[str] = field(default_factory=list)
@@ -41,13 +44,15 @@ class SinkVerdict:
     @property
     def ok(self) -> bool:
         return not (self.duplicates - self.known or self.lost or self.unexpected or self.out_of_order
-                    or self.wrong_rows or self.backwards or self.wrong_snapshot_rows)
+                    or self.wrong_rows or self.backwards or self.wrong_snapshot_rows
+                    or self.missing_snapshot_rows)
 
     def problems(self) -> str:
         parts = [f"{n} {what}" for what, n in (
             ("duplicates", self.duplicates), ("lost", self.lost), ("unexpected", self.unexpected),
             ("keys out of order", self.out_of_order), ("rows unlike the source", self.wrong_rows),
             ("snapshot rows out of place", self.wrong_snapshot_rows),
+            ("snapshot rows other sinks got", self.missing_snapshot_rows),
             ("checkpoint moves back", self.backwards)) if n]
         return f"{self.sink}: " + ", ".join(parts) + (f" (e.g. {self.examples[:3]})" if self.examples else "")
 
@@ -221,9 +226,19 @@ def read_delta_merged(pipe) -> dict[Key, dict]:
             for r in delta_rows(pipe.lake / pipe.name / "merged" / pipe.schema / t)}
 
 
+def same_snapshot_rows(found: list[tuple[SinkVerdict, set[str]]]) -> None:
+    """Every sink got the snapshot rows any sink got (by idempotency key)."""
+    every = set().union(*(ids for _, ids in found))
+    for v, ids in found:
+        v.missing_snapshot_rows = len(every - ids)
+        if v.missing_snapshot_rows and len(v.examples) < 3:
+            v.examples.append(f"lacks snapshot rows {sorted(every - ids)[:3]}")
+
+
 def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
     source = work.source_rows()
     out = []
+    snapshot_ids: list[tuple[SinkVerdict, set[str]]] = []
     for sink in pipe.sinks:
         if sink == "delta_merge":
             v = SinkVerdict(sink, work.changes)
@@ -233,6 +248,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
         else:
             items = read_delta_changelog(pipe) if sink == "delta_log" else read_stream_sink(sink, pipe)
             v, unique = check_changes(sink, items, work.expected, work.changes, ordered=sink != "delta_log")
+            snapshot_ids.append((v, {ident for ident, env in items if env["op"] == "r"}))
             if sink == "nats" and any(step.fault == "zombie" for step in pipe.sched.steps):
                 # The stated limit: a zombie stalled past the duplicate window sends, when it
                 # resumes, what its client had buffered (at most max_in_flight messages), before
@@ -244,6 +260,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
                 v.out_of_order = 0
         check_history(v, history.get(sink, []))
         out.append(v)
+    same_snapshot_rows(snapshot_ids)
     return out
 
 
