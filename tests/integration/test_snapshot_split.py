@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 from tidegate.positions import SnapshotPosition
 from tidegate.store import open_store
 
@@ -161,6 +162,15 @@ class Pipe:
             held.append(pos.chunk if isinstance(pos, SnapshotPosition) else (10**9 if pos else 0))
         return min(held)
 
+    def redis_length(self) -> int:
+        """Entries of the Redis sink's stream: it grows by a whole sub-batch at once (MULTI/EXEC)."""
+        c = self.sv.redis
+        r = redis.Redis(host="127.0.0.1", port=c.port, username=c.login, password=c.password)
+        try:
+            return r.xlen(f"{self.name}:orders")
+        finally:
+            r.close()
+
     def content(self) -> dict:
         with self.admin.cursor() as c:
             c.execute(f"SELECT id, status, qty FROM {self.table}")
@@ -186,10 +196,16 @@ def stop_one_sink_then_kill(p: Pipe, run: Run, store, server: int) -> int:
         assert time.monotonic() < deadline, run.output()[-2000:]
         time.sleep(0.01)
     pids = process_tree(server)
+    redis_at = p.redis_length() if p.case.stopped != "redis" else None
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(3.0)  # the other sinks commit the chunk the stopped one waits on
+        # the other sinks commit the chunk the stopped one waits on: 3 s, or, where Redis is one
+        # of them, until its stream has grown (up to 20 s: on a loaded machine 3 s fell short once)
+        time.sleep(3.0)
+        deadline = time.monotonic() + 17
+        while redis_at is not None and p.redis_length() <= redis_at and time.monotonic() < deadline:
+            time.sleep(0.1)
         run.signal(signal.SIGKILL)
         run.proc.wait(30)
     finally:
