@@ -85,9 +85,9 @@ def check_changes(sink: str, items: list[tuple[str, dict]], expected: dict[Key, 
         got[envelope_key(env)].append((env["op"], (env["after"] or {}).get("v")))
     for k in set(expected) | set(got):
         want, have = expected.get(k, []), got.get(k, [])
-        rows = [x for x in have if x[0] == "r"]
+        rows = sum(1 for op, _ in have if op == "r")
         if rows:
-            v.snapshot_rows += len(rows)
+            v.snapshot_rows += rows
             misplaced = snapshot_rows_misplaced(want, have, ordered)
             v.wrong_snapshot_rows += misplaced
             if misplaced and len(v.examples) < 3:

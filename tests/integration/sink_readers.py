@@ -9,6 +9,8 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 from confluent_kafka import Consumer, TopicPartition
@@ -132,21 +134,30 @@ def nats_messages(conn, stream: str, subject: str) -> list[tuple[dict, dict]]:
     return [(json.loads(m.data), m.headers or {}) for m in msgs if m.subject == subject]
 
 
-def redis_ids(conn, key: str) -> list[str]:
+@contextmanager
+def redis_client(conn) -> Iterator[redis.Redis]:
     r = redis.Redis(host="127.0.0.1", port=conn.port, username=conn.login, password=conn.password)
     try:
-        return [f[b"idempotency_key"].decode() for _, f in r.xrange(key)]
+        yield r
     finally:
         r.close()
+
+
+def redis_ids(conn, key: str) -> list[str]:
+    with redis_client(conn) as r:
+        return [f[b"idempotency_key"].decode() for _, f in r.xrange(key)]
 
 
 def redis_events(conn, key: str) -> list[bytes]:
     """The `event` field (the envelope) of every entry of a Redis stream, in stream order."""
-    r = redis.Redis(host="127.0.0.1", port=conn.port, username=conn.login, password=conn.password)
-    try:
+    with redis_client(conn) as r:
         return [f[b"event"] for _, f in r.xrange(key)]
-    finally:
-        r.close()
+
+
+def redis_length(conn, key: str) -> int:
+    """Entries of a Redis stream (a Redis sink adds a sub-batch's entries at once: MULTI/EXEC)."""
+    with redis_client(conn) as r:
+        return r.xlen(key)
 
 
 def nats_payloads(conn, stream: str, subject: str) -> list[dict]:

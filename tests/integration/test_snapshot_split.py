@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis
 from tidegate.positions import SnapshotPosition
 from tidegate.store import open_store
 
 from tests.campaign.faults import process_tree
 from tests.campaign.runner import Services
 from tests.integration.airflow_support import VENV_BIN
+from tests.integration.sink_readers import redis_length
 from tests.integration.test_fault_matrix import Run, server_pid
 from tests.integration.test_snapshot_e2e import assert_no_time_travel, replay, sink_events
 
@@ -162,15 +162,6 @@ class Pipe:
             held.append(pos.chunk if isinstance(pos, SnapshotPosition) else (10**9 if pos else 0))
         return min(held)
 
-    def redis_length(self) -> int:
-        """Entries of the Redis sink's stream: it grows by a whole sub-batch at once (MULTI/EXEC)."""
-        c = self.sv.redis
-        r = redis.Redis(host="127.0.0.1", port=c.port, username=c.login, password=c.password)
-        try:
-            return r.xlen(f"{self.name}:orders")
-        finally:
-            r.close()
-
     def content(self) -> dict:
         with self.admin.cursor() as c:
             c.execute(f"SELECT id, status, qty FROM {self.table}")
@@ -196,7 +187,8 @@ def stop_one_sink_then_kill(p: Pipe, run: Run, store, server: int) -> int:
         assert time.monotonic() < deadline, run.output()[-2000:]
         time.sleep(0.01)
     pids = process_tree(server)
-    redis_at = p.redis_length() if p.case.stopped != "redis" else None
+    stream = f"{p.name}:orders"  # the Redis sink's
+    redis_at = redis_length(p.sv.redis, stream) if p.case.stopped != "redis" else None
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -204,7 +196,8 @@ def stop_one_sink_then_kill(p: Pipe, run: Run, store, server: int) -> int:
         # of them, until its stream has grown (up to 20 s: on a loaded machine 3 s fell short once)
         time.sleep(3.0)
         deadline = time.monotonic() + 17
-        while redis_at is not None and p.redis_length() <= redis_at and time.monotonic() < deadline:
+        while (redis_at is not None and redis_length(p.sv.redis, stream) <= redis_at
+               and time.monotonic() < deadline):
             time.sleep(0.1)
         run.signal(signal.SIGKILL)
         run.proc.wait(30)
