@@ -16,13 +16,21 @@ from tidegate.plan import MODES, PARAM_KEYS, RESOLUTIONS, RunParamsError, RunPla
 
 from .exceptions import InvalidRunParamsError
 
+# The JSON Schema dialect of every field of the form. Airflow validates a Param with
+# ``jsonschema.validate``, which first checks the field's schema against its dialect's metaschema,
+# and it validates each of the seven fields about eleven times while a DAG is built and serialized
+# (each task's copy of the params is compared and printed). Against the default dialect (2020-12)
+# that check was most of a pipeline's parse; against draft-07 it costs a third as much. Every
+# keyword the form uses means the same in both, and the trigger form reads none of this.
+SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
+
 
 def run_params(sink_ids: Sequence[str]) -> dict[str, Any]:
     """The trigger form: ``{name: Param}`` for a DAG's ``params``."""
     from airflow.sdk import Param
 
     ids = list(sink_ids)
-    return {
+    form = {
         "mode": Param(
             "incremental", type="string", enum=list(MODES), title="Mode",
             description="incremental: deliver what is new since each sink's checkpoint. "
@@ -56,6 +64,9 @@ def run_params(sink_ids: Sequence[str]) -> dict[str, Any]:
             description="With resolve=resnapshot: only these tables (schema.table; db.table for MySQL); "
                         "empty: every captured table. After a loss every table is re-loaded."),
     }
+    for param in form.values():
+        param.schema["$schema"] = SCHEMA_DIALECT
+    return form
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:

@@ -9,6 +9,8 @@ store and StatsD listener; stopped at the end). In file order:
 - REST API triggers (`/api/v2/dags/{dag_id}/dagRuns`, bearer token): `mode=dry_run` delivers
   nothing and reports what it would; `sinks=[one]` with `max_events` delivers to that sink only,
   in sub-batches of that size.
+- The trigger form: Airflow's own form shows each of the pipeline's fields (a screenshot), and the
+  API server refuses a run whose conf breaks one (HTTP 400 naming the field).
 - A `*/1 * * * *` pipeline, unpaused: workloads written between scheduled runs are delivered
   exactly once (Kafka read_committed per key in order; NATS and Redis by idempotency_key).
 - `airflow backfill create` over two of those scheduled intervals, created while a scheduled
@@ -683,6 +685,34 @@ def test_purge_halts_failed_run_emits_metrics_page_shows_incident_accept_gap_res
         True, "accept_gap", "row 1 re-entered by hand")
     wait_for(lambda: "0|g" in statsd.values(f"airflow.tidegate.incidents_open.{p}"), 60,
              "incidents_open back to 0 after the report task")
+
+
+def test_airflow_trigger_form_shows_every_field_and_the_api_refuses_bad_values(deployment, tmp_path):
+    """The form's fields name the draft-07 dialect (params.SCHEMA_DIALECT): Airflow's own trigger
+    form still shows each of them, and the API server still validates a run's conf with them."""
+    from selenium.webdriver.common.by import By
+
+    d, api = deployment, deployment["api"]
+    dag = d["dags"]["rest"]
+    for conf, field in (({"max_events": 0}, "max_events"), ({"mode": "everything"}, "mode"),
+                        ({"tables": ["no_schema"]}, "tables")):
+        with pytest.raises(AssertionError, match=r"HTTP 400.*" + field):
+            api.call("POST", f"/api/v2/dags/{dag}/dagRuns", {"logical_date": None, "conf": conf})
+    browser = page_browser(d, tmp_path, "admin")
+    try:
+        browser.get(d["senv"]["TIDEGATE_AIRFLOW_URL"] + f"/dags/{dag}")
+        button = wait_for(lambda: [b for b in browser.find_elements(By.TAG_NAME, "button")
+                                   if b.text.strip() == "Trigger"], 60, "the Trigger button")[0]
+        button.click()
+        form = wait_for(lambda: [e for e in browser.find_elements(By.CSS_SELECTOR, "[role=dialog]")
+                                 if "Run Parameters" in e.text], 30, "the form")[0]
+        titles = ("Mode", "Sinks", "Max events per sub-batch", "Replay of run", "Resolve incident", "Reason",
+                  "Tables to re-load")
+        wait_for(lambda: all(t in form.text for t in titles), 30, f"the fields {titles} in the form")
+        assert "incremental" in form.text  # the mode's default
+        shot(browser, "airflow_trigger_form.png")
+    finally:
+        browser.quit()
 
 
 def test_statsd_names_are_plain_metric_lines(deployment):
