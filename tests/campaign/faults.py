@@ -6,7 +6,6 @@ tests/integration/test_fault_matrix.py, whose helpers these reuse."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import time
@@ -17,6 +16,7 @@ import psutil
 
 from tests.conftest import services_cmd
 from tests.integration.test_fault_matrix import gone, restarted, server_pid, stop_server, store_writable
+from tests.stopped import stopped
 
 
 def server_name(role: str, source: str) -> str:
@@ -61,20 +61,8 @@ def hang_server(name: str, hold: float) -> None:
     """SIGSTOP the server (and its children) for ``hold`` seconds, then SIGCONT. A child that ends
     between the listing and its signal (a PostgreSQL backend whose client left: seed 5793, with a
     resnapshot's chunk readers coming and going) is passed over; whatever was stopped is woken."""
-    pids = process_tree(server_pid(name))
-    try:
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
+    with stopped(process_tree(server_pid(name))):
         time.sleep(hold)
-    finally:
-        for p in reversed(pids):
-            try:
-                os.kill(p, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
 
 
 def stop_clean(run, writes: Callable[[], int], store_free: Callable[[], bool]) -> bool:

@@ -17,6 +17,7 @@ Redis by idempotency_key), in commit order per key.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -43,6 +44,7 @@ from tests.integration.airflow_support import (
 )
 from tests.integration.sink_readers import kafka_changes, nats_messages, redis_events
 from tests.integration.test_fault_matrix import Workload, restarted, server_pid, stop_server, wait_for
+from tests.stopped import stopped
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -126,14 +128,15 @@ def fails_then_retry_delivers(env, store, pipeline: str, servers: tuple[str, ...
     retry in the same DAG run delivers."""
     before = history(store, pipeline)
     failed = failed_attempts(store, pipeline)
-    stopped = [server_pid(server) for server in servers]
-    for server, pid in zip(servers, stopped, strict=True):
-        if hang:
-            os.kill(pid, signal.SIGSTOP)
-        else:
+    pids = [server_pid(server) for server in servers]
+    held = contextlib.ExitStack()  # the stopped servers are woken whatever happens
+    if hang:
+        held.enter_context(stopped(pids))
+    else:
+        for server, pid in zip(servers, pids, strict=True):
             stop_server(server, signal.SIGKILL, pid)
     t_start = time.monotonic()
-    with dag_run_in_background(env, f"cdc_{pipeline}") as proc:
+    with held, dag_run_in_background(env, f"cdc_{pipeline}") as proc:
         try:
             wait_for(lambda: failed_attempts(store, pipeline) > failed or proc.poll() is not None,
                      "the deliver attempt to fail", timeout=300)
@@ -144,13 +147,11 @@ def fails_then_retry_delivers(env, store, pipeline: str, servers: tuple[str, ...
             print(f"failed attempt ({took.total_seconds():.1f}s in the deliver's journal, "
                   f"{time.monotonic() - t_start:.0f}s after the DAG run started):",
                   {s: (j.status, j.events, (j.error or "")[:120]) for s, j in entry.sinks.items()})
-        finally:
-            for server, pid in zip(servers, stopped, strict=True):
-                if hang:
-                    os.kill(pid, signal.SIGCONT)
-                else:
-                    with restarted(server):
-                        pass
+        finally:  # the servers come back (SIGCONT; restarted) before the retry is awaited
+            held.close()
+            for server in () if hang else servers:
+                with restarted(server):
+                    pass
         t0 = time.monotonic()
         rc = proc.wait(300)
         log = proc.log()

@@ -38,6 +38,7 @@ from tests.integration.airflow_support import VENV_BIN
 from tests.integration.sink_readers import redis_length
 from tests.integration.test_fault_matrix import Run, server_pid
 from tests.integration.test_snapshot_e2e import assert_no_time_travel, replay, sink_events
+from tests.stopped import stopped
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -186,12 +187,9 @@ def stop_one_sink_then_kill(p: Pipe, run: Run, store, server: int) -> int:
         assert run.proc.poll() is None, "the run ended before the fault:\n" + run.output()[-2000:]
         assert time.monotonic() < deadline, run.output()[-2000:]
         time.sleep(0.01)
-    pids = process_tree(server)
     stream = f"{p.name}:orders"  # the Redis sink's
     redis_at = redis_length(p.sv.redis, stream) if p.case.stopped != "redis" else None
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with stopped(process_tree(server)):
         # the other sinks commit the chunk the stopped one waits on: 3 s, or, where Redis is one
         # of them, until its stream has grown (up to 20 s: on a loaded machine 3 s fell short once)
         time.sleep(3.0)
@@ -201,9 +199,6 @@ def stop_one_sink_then_kill(p: Pipe, run: Run, store, server: int) -> int:
             time.sleep(0.1)
         run.signal(signal.SIGKILL)
         run.proc.wait(30)
-    finally:
-        for pid in reversed(pids):
-            os.kill(pid, signal.SIGCONT)
     return p.chunks_held(store)
 
 

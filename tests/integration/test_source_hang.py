@@ -15,7 +15,6 @@ sockets' buffers hold (Linux grows a loopback receive buffer up to net.ipv4.tcp_
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -28,12 +27,12 @@ from tests.integration.test_fault_matrix import (  # noqa: F401 - cdc, *_pipelin
     assert_exactly_once,
     cdc,
     explained_failure,
-    gone,
     mysql_pipeline,
     postgres_pipeline,
     server_pid,
     wait_for,
 )
+from tests.stopped import stopped
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -57,21 +56,14 @@ def hang_mid_read(p: Pipeline, server: str) -> str:
     run = p.start(f"hang_{server}")
     try:
         wait_for(lambda: p.writes(run.run_id) >= 2, "2 sub-batches committed", run=run)
-        pids = server_processes(server)
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-        stopped = time.monotonic()
-        try:
+        with stopped(server_processes(server)):
+            since = time.monotonic()
             hang_s = 3 * READ_TIMEOUT_S + 30
-            while run.proc.poll() is None and time.monotonic() - stopped < hang_s:
+            while run.proc.poll() is None and time.monotonic() - since < hang_s:
                 time.sleep(0.2)
             assert run.proc.poll() is not None, (
                 f"the run still waits on {server}, stopped {hang_s}s ago:\n" + run.output()[-3000:])
-            took = time.monotonic() - stopped
-        finally:
-            for pid in pids:
-                if not gone(pid):
-                    os.kill(pid, signal.SIGCONT)
+            took = time.monotonic() - since
     finally:
         run.signal(signal.SIGKILL)
     ended = "ok" if run.proc.returncode == 0 else explained_failure(run.output())

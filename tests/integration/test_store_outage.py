@@ -40,7 +40,6 @@ from tests.integration.test_fault_matrix import (
     after,
     assert_exactly_once,
     explained_failure,
-    gone,
     restarted,
     server_pid,
     sink_contents,
@@ -48,6 +47,7 @@ from tests.integration.test_fault_matrix import (
     stop_server,
     wait_for,
 )
+from tests.stopped import stopped
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -159,22 +159,15 @@ def test_store_server_hangs_mid_run_the_run_ends_naming_the_timeout(pipeline):
     p = pipeline
 
     def hang(run) -> str:
-        pids = postgres_processes()
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-        run.signal(signal.SIGCONT)
-        try:
-            stopped = time.monotonic()
+        with stopped(postgres_processes()):
+            run.signal(signal.SIGCONT)
+            since = time.monotonic()
             hang_s = 3 * STORE_TIMEOUT_S + 20
-            while run.proc.poll() is None and time.monotonic() - stopped < hang_s:
+            while run.proc.poll() is None and time.monotonic() - since < hang_s:
                 time.sleep(0.2)
             assert run.proc.poll() is not None, (
                 f"the run still waits on a checkpoint store stopped {hang_s}s ago:\n" + run.output()[-3000:])
-            print(f"the run ended {time.monotonic() - stopped:.1f}s after the store's server stopped")
-        finally:
-            for pid in pids:
-                if not gone(pid):
-                    os.kill(pid, signal.SIGCONT)
+            print(f"the run ended {time.monotonic() - since:.1f}s after the store's server stopped")
         return "ok" if run.proc.returncode == 0 else explained_failure(run.output())
 
     ended = faulted_then_caught_up(p, hang, wave=600)  # a CI run once saw the run end first
