@@ -21,7 +21,7 @@ from .exceptions import InvalidRunParamsError
 # and it validates each of the seven fields about eleven times while a DAG is built and serialized
 # (each task's copy of the params is compared and printed). Against the default dialect (2020-12)
 # that check was most of a pipeline's parse; against draft-07 it costs a third as much. Every
-# keyword the form uses means the same in both, and the trigger form reads none of this.
+# keyword the form uses means the same in both; Airflow's trigger form ignores the key.
 SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 
 
