@@ -30,6 +30,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -344,7 +345,7 @@ class Pipe:
             return "killed"
         try:
             said = explained_failure(text)
-            if "fatal" in said.lower() and not zombie:  # a fenced zombie must stop for good
+            if said_fatal(said) and not zombie:  # a fenced zombie must stop for good
                 outcome.findings.append(f"run {run.run_id} failed fatally (Airflow would not retry) "
                                         f"after a transient fault: {said[:400]}")
             return said
@@ -391,6 +392,14 @@ class Pipe:
                 conn.close()
         except Exception as exc:  # noqa: BLE001 - clean-up only
             print(f"  (clean-up of {self.name}: {exc})")
+
+
+def said_fatal(said: str) -> bool:
+    """Whether a failed run's one-line error says the run stopped on a fatal error (Airflow does
+    not retry those). A server's own severity label quoted in the error is not tidegate's
+    classification: PostgreSQL refuses a connection while it shuts down with "FATAL:  the
+    database system is shutting down", which the run rightly treats as transient (seed 2976)."""
+    return "fatal" in re.sub(r"\bFATAL:", "", said).lower()
 
 
 # --------------------------------------------------------------------------- one step

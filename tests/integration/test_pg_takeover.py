@@ -100,8 +100,12 @@ class PgPipeline:
 # How the stalled run reads: in its own process (a small range: the default), or in its reader
 # process (TIDEGATE_READER_PROCESS_MIN_BYTES=0), which reads up to ~6000 items ahead of delivery:
 # there the range must be larger than that for the WAL sender still to hold the slot when stopped.
+# The reader process reads at most about 5 MB ahead of what the run took (reader_process.py):
+# the wave must hold well more WAL than that, or under load the reader reads it all and lets the
+# slot go before the run is stopped, and there is nothing to take over (8,000 rows of about 700
+# bytes of wal2json each did not always).
 READS = {"in-process": {"wave": 600, "max_events": 10, "env": {}},
-         "reader-process": {"wave": 8000, "max_events": 200,
+         "reader-process": {"wave": 20000, "max_events": 200,
                             "env": {"TIDEGATE_READER_PROCESS_MIN_BYTES": "0"}}}
 
 
