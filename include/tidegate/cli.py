@@ -30,6 +30,13 @@ from .spark.package import package_zip
 from .status import pipelines_status
 from .store import CheckpointStore, default_url, open_store
 
+# Exit statuses of a command that failed on an engine error. A fatal one (a bad spec or
+# connection, a halt, a fenced writer: ``TidegateError.fatal``) fails the same way on every
+# retry, as the Airflow task that fails without retrying; a script or scheduler running the CLI
+# tells the two apart by the status. 2 is argparse's (a usage error).
+EXIT_FAILED = 1
+EXIT_FATAL = 3
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
@@ -37,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except TidegateError as exc:  # expected failures: one clear line, no traceback
         print(f"tidegate: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FATAL if exc.fatal else EXIT_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -35,6 +35,13 @@ from .positions import (
 from .store.records import CheckpointRecord
 
 
+class RewindRefused(TidegateError):
+    """A rewind that cannot be made as asked (no such version, a version from before a
+    failover): asking again gives the same answer."""
+
+    fatal = True
+
+
 @dataclass(frozen=True)
 class SinkCheckpoint:
     """What a sink records beside its data: the position after the last sub-batch it committed
@@ -117,12 +124,12 @@ def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: 
     current = store.checkpoints.get(pipeline, sink_id)
     target = store.checkpoints.version(pipeline, sink_id, to_version)
     if current is None or target is None:
-        raise TidegateError(f"{pipeline}::sink::{sink_id} has no version {to_version} "
+        raise RewindRefused(f"{pipeline}::sink::{sink_id} has no version {to_version} "
                             f"(`tidegate checkpoints history {pipeline} {sink_id}` lists them)")
     now = lineage_of_identity(store.checkpoints.source_identity(pipeline))
     was = target.position.lineage
     if now is not None and was is not None and was != now:
-        raise TidegateError(
+        raise RewindRefused(
             f"version {to_version} of {pipeline}::sink::{sink_id} is a position on "
             f"{describe_lineage(was)}, but the pipeline now reads {describe_lineage(now)} (a "
             f"failover happened since): rewind to a version written after the failover")

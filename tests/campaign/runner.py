@@ -30,7 +30,6 @@ import collections
 import json
 import os
 import random
-import re
 import signal
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from pathlib import Path
 
 import psycopg2
 import pymysql
+from tidegate.cli import EXIT_FATAL
 from tidegate.connections import get_connection
 from tidegate.positions import position_from_json
 from tidegate.reading import MAX_SLICE_CONF
@@ -345,7 +345,10 @@ class Pipe:
             return "killed"
         try:
             said = explained_failure(text)
-            if said_fatal(said) and not zombie:  # a fenced zombie must stop for good
+            # The CLI's exit status says how the engine classed the error (a server's own words
+            # quoted in it, e.g. PostgreSQL's "FATAL:  the database system is shutting down",
+            # seed 2976, do not). A fenced zombie must stop for good.
+            if rc == EXIT_FATAL and not zombie:
                 outcome.findings.append(f"run {run.run_id} failed fatally (Airflow would not retry) "
                                         f"after a transient fault: {said[:400]}")
             return said
@@ -392,14 +395,6 @@ class Pipe:
                 conn.close()
         except Exception as exc:  # noqa: BLE001 - clean-up only
             print(f"  (clean-up of {self.name}: {exc})")
-
-
-def said_fatal(said: str) -> bool:
-    """Whether a failed run's one-line error says the run stopped on a fatal error (Airflow does
-    not retry those). A server's own severity label quoted in the error is not tidegate's
-    classification: PostgreSQL refuses a connection while it shuts down with "FATAL:  the
-    database system is shutting down", which the run rightly treats as transient (seed 2976)."""
-    return "fatal" in re.sub(r"\bFATAL:", "", said).lower()
 
 
 # --------------------------------------------------------------------------- one step

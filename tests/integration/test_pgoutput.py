@@ -27,6 +27,7 @@ import uuid
 import psycopg2
 import pytest
 from tidegate import cli
+from tidegate.cli import EXIT_FATAL
 from tidegate.errors import SlotMissingError, SourceSettingError
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.sources.postgres.pgoutput import PgOutputDecoder
@@ -211,7 +212,7 @@ def test_a_pgoutput_pipeline_runs_end_to_end(pipeline, admin, capsys, redis_serv
     pgoutput slot and delivers two runs of changes to Redis, each event once, in commit order."""
     name = pipeline
     rc, _, err = tidegate(capsys, "run", name, "--run-id", "r0")
-    assert rc == 1 and f"cannot create publication 'tidegate_{name}'" in err, err
+    assert rc == EXIT_FATAL and f"cannot create publication 'tidegate_{name}'" in err, err
     assert "CREATE privilege on the database and ownership of every table" in err, err
     assert q(admin, f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{name}'") == []
     statement = err.split("Have an administrator run: ", 1)[1].split("; the pipeline", 1)[0]

@@ -19,6 +19,7 @@ import psycopg2
 import pytest
 from tidegate import bounds_step, cli
 from tidegate.catalog import find
+from tidegate.cli import EXIT_FATAL
 from tidegate.parts import Parts
 from tidegate.plan import RunPlan
 from tidegate.run import RunContext
@@ -142,7 +143,7 @@ def test_without_a_replay_window_a_replay_is_refused_up_front(pipeline, capsys, 
     assert slot_start(admin, name) > r1_start.lsn  # released past r1
 
     rc, _, err = tidegate(capsys, "run", name, "--mode", "replay", "--replay-of", "r1", "--run-id", "r3")
-    assert rc == 1
+    assert rc == EXIT_FATAL  # a retry cannot fix it
     assert "the replay of run 'r1' to sink" in err and f"({r1_start}," in err, err
     assert f"replication slot '{name}' now starts at {slot_start(admin, name)}" in err, err
     assert "source.replay_retention" in err and str(folder / f"{name}.yaml") in err, err
@@ -156,7 +157,7 @@ def test_without_a_replay_window_a_replay_is_refused_up_front(pipeline, capsys, 
     versions, placed = len(history), history[0]  # placed at the head by r0, before r1's rows
     rc, _, err = tidegate(capsys, "checkpoints", "rewind", name, "cache",
                           "--to-version", str(placed.version), "--reason", "cache rebuilt")
-    assert rc == 1 and "a rewind of sink cache" in err and "source.replay_retention" in err, err
+    assert rc == EXIT_FATAL and "a rewind of sink cache" in err and "source.replay_retention" in err, err
 
     with open_store() as store:  # nothing lost, nothing recorded as lost, nothing moved
         assert store.incidents.all(name) == [] and not store.incidents.is_halted(name)

@@ -26,6 +26,7 @@ import psycopg2
 import pymysql
 import pytest
 from tidegate import cli
+from tidegate.cli import EXIT_FATAL
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, nats_stream, redis_events
@@ -149,14 +150,14 @@ def test_mariadb_add_and_drop_column_between_rows(pipelines, capsys, mysql, kafk
 
         # on_schema_change: halt: the rows before the DDL, then a halt with the incident
         rc, err = tidegate_run(capsys, stop)
-        assert rc == 1 and "schema_change" in err
+        assert rc == EXIT_FATAL and "schema_change" in err
         [inc] = incidents(stop)
         assert inc.kind == "schema_change" and not inc.resolved and "ADD COLUMN b" in inc.detail
         assert_every_sink(delivered(kafka_bootstrap, nats_service.cdc, redis_service.cdc, stop, "t",
                                     binlog_order), expected[:1])
-        assert tidegate_run(capsys, stop)[0] == 1  # still halted: nothing moves without a resolve
+        assert tidegate_run(capsys, stop)[0] == EXIT_FATAL  # still halted: nothing moves without a resolve
         rc, err = tidegate_run(capsys, stop, "--resolve", "continue", "--reason", "consumers know b")
-        assert rc == 1 and "DROP COLUMN a" in err  # past the ADD, halted at the DROP
+        assert rc == EXIT_FATAL and "DROP COLUMN a" in err  # past the ADD, halted at the DROP
         assert_every_sink(delivered(kafka_bootstrap, nats_service.cdc, redis_service.cdc, stop, "t",
                                     binlog_order), expected[:3])
         assert tidegate_run(capsys, stop, "--resolve", "continue", "--reason", "a is gone")[0] == 0
@@ -222,11 +223,11 @@ def test_postgres_add_column_and_truncate_between_rows(pipelines, capsys, postgr
 
         # halt: stops before the column change, then before the TRUNCATE
         rc, err = tidegate_run(capsys, stop)
-        assert rc == 1 and "schema_change" in err
+        assert rc == EXIT_FATAL and "schema_change" in err
         assert_every_sink(delivered(kafka_bootstrap, nats_service.cdc, redis_service.cdc, stop, table,
                                     lsn_order), expected[:1])
         rc, err = tidegate_run(capsys, stop, "--resolve", "continue", "--reason", "b has a default")
-        assert rc == 1 and "truncate" in err
+        assert rc == EXIT_FATAL and "truncate" in err
         assert_every_sink(delivered(kafka_bootstrap, nats_service.cdc, redis_service.cdc, stop, table,
                                     lsn_order), expected[:3])
         assert tidegate_run(capsys, stop, "--resolve", "continue", "--reason", "reloaded")[0] == 0

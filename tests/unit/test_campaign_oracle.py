@@ -72,16 +72,3 @@ def test_a_sink_that_lacks_snapshot_rows_other_sinks_got_fails():
     assert kafka.ok and delta.ok
     same_snapshot_rows([(kafka, {"r11"}), (delta, set())])
     assert kafka.ok and not delta.ok and delta.missing_snapshot_rows == 1
-
-
-def test_a_servers_fatal_severity_is_not_a_fatal_run():
-    from tests.campaign.runner import said_fatal
-
-    # seed 2976: the store's server (also the source's) killed; the run's next connection met it
-    # shutting down, a transient failure Airflow retries
-    assert not said_fatal('tidegate: cannot connect to cdc_postgres (postgres://u@127.0.0.1:25432): '
-                          'connection to server at "127.0.0.1", port 25432 failed: FATAL:  the database '
-                          'system is shutting down')
-    assert said_fatal("tidegate: pipeline 'p': sink 'events' failed fatally (fenced); the run stops and "
-                      "must not be retried")
-    assert said_fatal("tidegate: pipeline 'p': the delivery task stopped on a fatal error, not retried: x")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from _tidegate_fakes import pos
+from tidegate.cli import EXIT_FAILED, EXIT_FATAL
 from tidegate.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ def test_history_and_rewind(env):
     # No source here to ask whether it still holds the log after version 1: refused, unless told.
     r = tg({**env, "AIRFLOW_CONN_CDC_MYSQL": ""}, "checkpoints", "rewind", "shop_mysql", "events",
            "--to-version", "1", "--reason", "consumer lost data")
-    assert r.returncode == 1 and "--no-source-check" in r.stderr, r.stderr
+    assert r.returncode == EXIT_FAILED and "--no-source-check" in r.stderr, r.stderr
     r = tg(env, "checkpoints", "rewind", "shop_mysql", "events", "--to-version", "1",
            "--reason", "consumer lost data", "--who", "ann", "--no-source-check")
     assert r.returncode == 0, r.stderr
@@ -71,19 +72,19 @@ def test_history_and_rewind(env):
     assert hist[2]["kind"] == "rewind" and hist[2]["reason"] == "consumer lost data"
     assert hist[2]["who"] == "ann" and hist[2]["position"] == pos(1).to_json()
     r = tg(env, "checkpoints", "rewind", "shop_mysql", "events", "--to-version", "77", "--reason", "x")
-    assert r.returncode == 1 and "no version 77" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == EXIT_FATAL and "no version 77" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_run_errors_and_usage(env):
-    r = tg(env, "run", "no_such_pipeline")
-    assert r.returncode == 1 and "no valid spec defines pipeline 'no_such_pipeline'" in r.stderr
+    r = tg(env, "run", "no_such_pipeline")  # a retry cannot fix it: the fatal status
+    assert r.returncode == EXIT_FATAL and "no valid spec defines pipeline 'no_such_pipeline'" in r.stderr
     assert tg(env, "run", "shop_mysql", "--mode", "bogus").returncode == 2
     assert tg(env, "checkpoints", "rewind", "p", "s").returncode == 2  # missing required options
     assert tg(env, "run", "shop_mysql", "--resolve", "resnapshot_all").returncode == 2
     r = tg(env, "run", "shop_mysql", "--resolve", "continue")  # the RunPlan rule: a reason is required
-    assert r.returncode == 1 and "reason is required when resolve is set" in r.stderr
+    assert r.returncode == EXIT_FATAL and "reason is required when resolve is set" in r.stderr
     r = tg(env, "run", "shop_mysql", "--resolve", "continue", "--reason", "x", "--no-guards")
-    assert r.returncode == 1 and "drop --no-guards" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == EXIT_FATAL and "drop --no-guards" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_rewind_to_a_version_from_before_a_failover_is_refused(tmp_path):
@@ -95,5 +96,18 @@ def test_rewind_to_a_version_from_before_a_failover_is_refused(tmp_path):
         s.checkpoints.set_source_identity("p", {"kind": "mysql", "server_id": 2, "server_uuid": None})
     env = {**os.environ, "TIDEGATE_CHECKPOINT_STORE": url}
     r = tg(env, "checkpoints", "rewind", "p", "k", "--to-version", "1", "--reason", "x")
-    assert r.returncode == 1 and "failover happened since" in r.stderr, r.stderr
+    assert r.returncode == EXIT_FATAL and "failover happened since" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_run_says_by_its_status_whether_a_retry_can_help(env):
+    """1: the run failed and a later run may succeed (here its source does not answer: nothing
+    listens on the port); 3: a retry fails the same way (a halt, a bad spec, a fenced writer),
+    the errors on which the Airflow task fails without retrying. The campaign's oracle reads the
+    status, never the message, which may quote a server's own "FATAL:" (campaign seed 2976)."""
+    down = {**env, "AIRFLOW_CONN_CDC_POSTGRES": "postgres://cdc:secret@127.0.0.1:9/shop"}
+    r = tg(down, "run", "shop_postgres")
+    assert r.returncode == EXIT_FAILED and "cannot connect to cdc_postgres" in r.stderr, r.stderr
+    assert "secret" not in r.stderr and "Traceback" not in r.stderr
+    r = tg(env, "run", "shop_mysql")  # the fixture's open binlog_purged incident halts it
+    assert r.returncode == EXIT_FATAL and "is halted by incident" in r.stderr, r.stderr
