@@ -23,6 +23,8 @@ from .exceptions import InvalidRunParamsError
 # that check was most of a pipeline's parse; against draft-07 it costs a third as much. Every
 # keyword the form uses means the same in both; Airflow's trigger form ignores the key.
 SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
+# How the form shows "resolve" left empty: a run that resolves nothing.
+NO_RESOLUTION = "(none: resolve nothing)"
 
 
 def run_params(sink_ids: Sequence[str]) -> dict[str, Any]:
@@ -49,6 +51,9 @@ def run_params(sink_ids: Sequence[str]) -> dict[str, Any]:
             description="With mode=replay: the run id whose delivered range is replayed."),
         "resolve": Param(
             None, type=["null", "string"], enum=[None, *RESOLUTIONS], title="Resolve incident",
+            # Airflow's form labels an enum's values with this (its key for None is "null"); without
+            # it the default choice reads "null"
+            values_display={"null": NO_RESOLUTION, **{r: r for r in RESOLUTIONS}},
             description="Resolve the pipeline's open continuity incidents before running: "
                         "accept_gap moves the checkpoints past the missing range; resnapshot re-loads "
                         "the tables (also on a healthy pipeline, e.g. for a consumer that rebuilds) and "

@@ -710,6 +710,8 @@ def test_airflow_trigger_form_shows_every_field_and_the_api_refuses_bad_values(d
                   "Tables to re-load")
         wait_for(lambda: all(t in form.text for t in titles), 30, f"the fields {titles} in the form")
         assert "incremental" in form.text  # the mode's default
+        # resolve's default, labelled by params.NO_RESOLUTION (Airflow showed "null")
+        assert "(none: resolve nothing)" in form.text
         shot(browser, "airflow_trigger_form.png")
     finally:
         browser.quit()
