@@ -19,7 +19,7 @@ from . import bounds_step, catalog, guards, runner
 from . import spec as specmod
 from .errors import TidegateError
 from .kinds import source_kind
-from .plan import MODES, RESOLUTIONS, RunParamsError, RunPlan
+from .plan import EXIT_FATAL, MODES, RESOLUTIONS, RunParamsError, RunPlan
 from .positions import position_to_json
 from .reader_process import ReaderProcess
 from .run import RunContext
@@ -30,12 +30,12 @@ from .spark.package import package_zip
 from .status import pipelines_status
 from .store import CheckpointStore, default_url, open_store
 
-# Exit statuses of a command that failed on an engine error. A fatal one (a bad spec or
-# connection, a halt, a fenced writer: ``TidegateError.fatal``) fails the same way on every
-# retry, as the Airflow task that fails without retrying; a script or scheduler running the CLI
-# tells the two apart by the status. 2 is argparse's (a usage error).
+# A command that failed on an engine error exits EXIT_FAILED, or plan.EXIT_FATAL (as the Spark
+# job does) when the error is fatal (a bad spec or connection, a halt, a fenced writer:
+# ``TidegateError.fatal``): it fails the same way on every retry, as the Airflow task that fails
+# without retrying. A script or scheduler running the CLI tells the two apart by the status.
+# 2 is argparse's (a usage error).
 EXIT_FAILED = 1
-EXIT_FATAL = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:

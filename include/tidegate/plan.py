@@ -24,7 +24,7 @@ RESOLUTIONS = ("accept_gap", "resnapshot", "continue")
 # while halted), then the server behind the connection, then whether its log still holds the
 # checkpoints, then settings and headroom.
 GUARD_ORDER = ("halted", "failover", "retention", "preflight")
-# spark_jobs/deliver.py exits with this code on an error that a retry cannot fix.
+# spark_jobs/deliver.py and the CLI exit with this code on an error that a retry cannot fix.
 EXIT_FATAL = 3
 PARAM_KEYS = ("mode", "sinks", "max_events", "replay_of", "resolve", "reason", "tables")
 
