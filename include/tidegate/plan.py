@@ -92,13 +92,15 @@ def _text(v: Any) -> str | None:
 
 
 def _names(v: Any, param: str, what: str, problems: list[str]) -> list[str] | None:
-    """A list of names given as a list or as one comma-separated string (a CLI flag)."""
+    """A list of names given as a list or as one comma-separated string (a CLI flag), each
+    without the spaces around it. The form's pattern, checked by Python's ``re``, lets a name
+    with a newline at its end through (``$`` matches before it)."""
     if isinstance(v, str):
-        v = [n.strip() for n in v.split(",") if n.strip()]
+        v = v.split(",")
     if not isinstance(v, (list, tuple)) or not all(isinstance(n, str) for n in v):
         problems.append(f"{param} must be a list of {what}, got {v!r}")
         return None
-    return list(v)
+    return [n.strip() for n in v if n.strip()]
 
 
 def _sinks(v: Any, known: Sequence[str] | None, problems: list[str]) -> list[str] | None:
