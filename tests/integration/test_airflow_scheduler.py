@@ -687,6 +687,16 @@ def test_purge_halts_failed_run_emits_metrics_page_shows_incident_accept_gap_res
              "incidents_open back to 0 after the report task")
 
 
+def rendered(read):
+    """``read()``, or None while React replaces the elements it was reading (a stale element)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        return read()
+    except StaleElementReferenceException:
+        return None
+
+
 def test_airflow_trigger_form_shows_every_field_and_the_api_refuses_bad_values(deployment, tmp_path):
     """The form's fields name the draft-07 dialect (params.SCHEMA_DIALECT): Airflow's own trigger
     form still shows each of them, and the API server still validates a run's conf with them."""
@@ -701,17 +711,20 @@ def test_airflow_trigger_form_shows_every_field_and_the_api_refuses_bad_values(d
     browser = page_browser(d, tmp_path, "admin")
     try:
         browser.get(d["senv"]["TIDEGATE_AIRFLOW_URL"] + f"/dags/{dag}")
-        button = wait_for(lambda: [b for b in browser.find_elements(By.TAG_NAME, "button")
-                                   if b.text.strip() == "Trigger"], 60, "the Trigger button")[0]
-        button.click()
-        form = wait_for(lambda: [e for e in browser.find_elements(By.CSS_SELECTOR, "[role=dialog]")
-                                 if "Run Parameters" in e.text], 30, "the form")[0]
+        wait_for(lambda: rendered(lambda: [b.click() for b in browser.find_elements(By.TAG_NAME, "button")
+                                           if b.text.strip() == "Trigger"][:1]), 60, "the Trigger button")
+
+        def form_text() -> str:
+            dialogs = lambda: browser.find_elements(By.CSS_SELECTOR, "[role=dialog]")  # noqa: E731
+            return rendered(lambda: "".join(e.text for e in dialogs() if "Run Parameters" in e.text)) or ""
+
         titles = ("Mode", "Sinks", "Max events per sub-batch", "Replay of run", "Resolve incident", "Reason",
                   "Tables to re-load")
-        wait_for(lambda: all(t in form.text for t in titles), 30, f"the fields {titles} in the form")
-        assert "incremental" in form.text  # the mode's default
+        text = wait_for(lambda: all(t in form_text() for t in titles) and form_text(), 60,
+                        f"the fields {titles} in the form")
+        assert "incremental" in text  # the mode's default
         # resolve's default, labelled by params.NO_RESOLUTION (Airflow showed "null")
-        assert "(none: resolve nothing)" in form.text
+        assert "(none: resolve nothing)" in text, text
         shot(browser, "airflow_trigger_form.png")
     finally:
         browser.quit()
