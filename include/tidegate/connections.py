@@ -1,9 +1,11 @@
 """Connections outside Airflow: the same ``AIRFLOW_CONN_<ID>`` variables Airflow reads.
 
 Airflow accepts a URI (``mysql://user:pass@host:3306/db?key=value``) or a JSON object
-(``{"conn_type": ..., "host": ..., "extra": {...}}``). Inside Airflow, operators resolve the
-connection with Airflow's own machinery and hand the engine a :class:`Connection`; the engine
-itself never imports Airflow. The password is kept out of ``repr``, ``str`` and every error.
+(``{"conn_type": ..., "host": ..., "extra": {...}}``); both are read here as Airflow reads
+them (tests/dags/test_connections_generated.py: Airflow's own ``Connection`` as the oracle).
+Inside Airflow, operators resolve the connection with Airflow's own machinery and hand the
+engine a :class:`Connection`; the engine itself never imports Airflow. The password is kept out
+of ``repr``, ``str`` and every error.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from .errors import ConnectionConfigError
 
@@ -107,23 +109,57 @@ def _from_json(conn_id: str, d: dict[str, Any]) -> Connection:
 
 
 def _from_uri(conn_id: str, uri: str) -> Connection:
-    parts = urlsplit(uri)
-    if not parts.scheme:
+    """A connection URI read as Airflow reads it (tests/dags/test_connections_generated.py holds
+    the two equal on generated connections): a host that carries a protocol of its own (a Spark
+    Connect host ``sc://spark``) comes as ``<type>://sc://spark...``, and each query value that
+    is JSON (``5``, ``true``, an object) is that value."""
+    scheme = urlsplit(uri).scheme
+    if not scheme:
         raise ConnectionConfigError(f"connection {conn_id!r}: URI has no scheme (e.g. mysql://)")
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    if "__extra__" in query:
-        extra: dict[str, Any] = json.loads(query.pop("__extra__"))
-        extra.update(query)
-    else:
-        extra = query
-    path = unquote(parts.path[1:]) if parts.path.startswith("/") else unquote(parts.path)
+    rest = uri[len(scheme) + 3:] if uri[len(scheme):].startswith("://") else uri[len(scheme) + 1:]
+    protocol = None
+    if "://" in rest:  # the host's own protocol: before any user, password or port
+        protocol, rest = rest.split("://", 1)
+        if not protocol or "@" in protocol or ":" in protocol or "://" in rest:
+            raise ConnectionConfigError(f"connection {conn_id!r}: the URI holds more than one "
+                                        f"'://' outside a host's protocol")
+    parts = urlsplit("//" + rest)
+    host = _host(parts)
     return Connection(
         conn_id=conn_id,
-        conn_type=parts.scheme.replace("-", "_"),
-        host=unquote(parts.hostname) if parts.hostname else None,
+        conn_type=scheme.replace("-", "_"),
+        host=f"{protocol}://{host}" if protocol and host else host or None,
         port=parts.port,
         login=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password else None,
-        schema=path or None,
-        extra=extra,
+        schema=unquote(parts.path[1:]) or None,
+        extra=_query_extra(parts.query),
     )
+
+
+def _host(parts: SplitResult) -> str:
+    """The host as written but for its case (``urlsplit`` lowers it), unless it holds a path,
+    which ``urlsplit`` would cut: then the part of the network location between user and port."""
+    host = unquote(parts.hostname or "")
+    if "/" in host:
+        host = parts.netloc.rsplit("@", 1)[-1].split(":", 1)[0]
+        host = unquote(host)
+    return host
+
+
+def _query_extra(query: str) -> dict[str, Any]:
+    """The extra: ``__extra__`` (a JSON object) when the query has it, else every key, its value
+    decoded as JSON where it is JSON."""
+    values = dict(parse_qsl(query, keep_blank_values=True))
+    if "__extra__" in values:
+        return dict(json.loads(values["__extra__"]))
+    return {k: _json_or_text(v) for k, v in values.items()}
+
+
+def _json_or_text(value: str) -> Any:
+    if not value:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value

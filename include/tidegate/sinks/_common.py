@@ -16,8 +16,8 @@ def secrets_of(conn: Connection, extra: Mapping[str, Any] | None = None) -> list
     """Every secret value a connection holds (password and secret-looking extras)."""
     out = [conn.password] if conn.password else []
     for k, v in (conn.extra if extra is None else extra).items():
-        if isinstance(v, str) and v and is_secret_key(k):
-            out.append(v)
+        if v not in (None, "") and not isinstance(v, (bool, dict, list)) and is_secret_key(k):
+            out.append(str(v))  # a number too: a URI's query value that is JSON is read as one
     return [s for s in out if len(s) >= 3]
 
 
