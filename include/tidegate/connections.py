@@ -118,7 +118,7 @@ def _from_uri(conn_id: str, uri: str) -> Connection:
         raise ConnectionConfigError(f"connection {conn_id!r}: URI has no scheme (e.g. mysql://)")
     rest = uri[len(scheme) + 3:] if uri[len(scheme):].startswith("://") else uri[len(scheme) + 1:]
     protocol = None
-    if "://" in rest:  # the host's own protocol: before any user, password or port
+    if "://" in rest.split("?", 1)[0]:  # the host's own protocol (a query value may hold a URL)
         protocol, rest = rest.split("://", 1)
         if not protocol or "@" in protocol or ":" in protocol or "://" in rest:
             raise ConnectionConfigError(f"connection {conn_id!r}: the URI holds more than one "

@@ -45,3 +45,12 @@ def test_malformed_never_shows_the_password(raw):
         get_connection("bad", {"AIRFLOW_CONN_BAD": raw})
     assert SECRET not in str(ei.value) and "s3cr3t" not in str(ei.value)
     assert ei.value.__cause__ is None and ei.value.__suppress_context__  # no chained secret
+
+
+def test_uri_host_with_a_protocol_and_a_query_value_that_is_a_url():
+    c = get_connection("s", {"AIRFLOW_CONN_S": "spark-connect://sc://spark:15002?use_ssl=true"})
+    assert (c.conn_type, c.host, c.port, c.extra) == ("spark_connect", "sc://spark", 15002, {"use_ssl": True})
+    # written by hand, unencoded: Airflow refuses it, tidegate reads the URL as the value it is
+    c = get_connection("k", {"AIRFLOW_CONN_K": "kafka://u:p@h:9092?registry=http://reg:8081&retries=5"})
+    assert (c.host, c.port, c.login) == ("h", 9092, "u")
+    assert c.extra == {"registry": "http://reg:8081", "retries": 5}
