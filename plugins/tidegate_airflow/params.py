@@ -51,9 +51,9 @@ def run_params(sink_ids: Sequence[str]) -> dict[str, Any]:
             description="With mode=replay: the run id whose delivered range is replayed."),
         "resolve": Param(
             None, type=["null", "string"], enum=[None, *RESOLUTIONS], title="Resolve incident",
-            # Airflow's form labels an enum's values with this (its key for None is "null"); without
-            # it the default choice reads "null"
-            values_display={"null": NO_RESOLUTION, **{r: r for r in RESOLUTIONS}},
+            # Airflow's form labels an enum's values with this (its key for None is "null"; a value
+            # without a label shows as itself); without it the default choice reads "null"
+            values_display={"null": NO_RESOLUTION},
             description="Resolve the pipeline's open continuity incidents before running: "
                         "accept_gap moves the checkpoints past the missing range; resnapshot re-loads "
                         "the tables (also on a healthy pipeline, e.g. for a consumer that rebuilds) and "

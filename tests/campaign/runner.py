@@ -42,8 +42,8 @@ from pathlib import Path
 
 import psycopg2
 import pymysql
-from tidegate.cli import EXIT_FATAL
 from tidegate.connections import get_connection
+from tidegate.plan import EXIT_FATAL
 from tidegate.positions import position_from_json
 from tidegate.reading import MAX_SLICE_CONF
 from tidegate.spec import DELIVERY_CONF

@@ -27,9 +27,9 @@ import uuid
 import psycopg2
 import pytest
 from tidegate import cli
-from tidegate.cli import EXIT_FATAL
 from tidegate.errors import SlotMissingError, SourceSettingError
 from tidegate.events import ChangeEvent, PositionMark
+from tidegate.plan import EXIT_FATAL
 from tidegate.sources.postgres.pgoutput import PgOutputDecoder
 from tidegate.sources.postgres.slot import Slot
 from tidegate.sources.postgres.source import PostgresSource

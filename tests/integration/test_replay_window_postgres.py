@@ -19,9 +19,8 @@ import psycopg2
 import pytest
 from tidegate import bounds_step, cli
 from tidegate.catalog import find
-from tidegate.cli import EXIT_FATAL
 from tidegate.parts import Parts
-from tidegate.plan import RunPlan
+from tidegate.plan import EXIT_FATAL, RunPlan
 from tidegate.run import RunContext
 from tidegate.sources.postgres.position import Lsn
 from tidegate.store import open_store

@@ -26,7 +26,7 @@ import psycopg2
 import pymysql
 import pytest
 from tidegate import cli
-from tidegate.cli import EXIT_FATAL
+from tidegate.plan import EXIT_FATAL
 from tidegate.store import open_store
 
 from tests.integration.sink_readers import kafka_changes, nats_stream, redis_events

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from _tidegate_fakes import pos
-from tidegate.cli import EXIT_FAILED, EXIT_FATAL
+from tidegate.cli import EXIT_FAILED
+from tidegate.plan import EXIT_FATAL
 from tidegate.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -54,3 +54,12 @@ def test_uri_host_with_a_protocol_and_a_query_value_that_is_a_url():
     c = get_connection("k", {"AIRFLOW_CONN_K": "kafka://u:p@h:9092?registry=http://reg:8081&retries=5"})
     assert (c.host, c.port, c.login) == ("h", 9092, "u")
     assert c.extra == {"registry": "http://reg:8081", "retries": 5}
+
+
+def test_a_secret_extra_read_as_a_number_is_still_a_secret():
+    from tidegate.sinks._common import redact, secrets_of
+
+    c = get_connection("k", {"AIRFLOW_CONN_K": "kafka://h:9092?sasl.password=90817263&acks=1"})
+    assert c.extra["sasl.password"] == 90817263  # JSON in the query, as Airflow reads it
+    assert redact("auth failed for 90817263", secrets_of(c)) == "auth failed for ***"
+    assert "1" not in secrets_of(c)  # acks is no secret
