@@ -29,13 +29,17 @@ def _kill_at_random_point(url: str, run_id: str, rng: random.Random) -> int:
                              stderr=subprocess.PIPE, text=True, env=env)
     first = child.stdout.readline()  # "start N": opened and holds the lease
     assert first.startswith("start"), child.stderr.read()
-    child.stdout.readline()  # at least one acknowledged write
+    acked = [int(child.stdout.readline())]  # at least one acknowledged write
     time.sleep(rng.uniform(0.0, 0.25))
     child.send_signal(signal.SIGKILL)
-    out, _ = child.communicate(timeout=10)
+    child.wait(timeout=10)
     assert child.returncode == -signal.SIGKILL
-    acked = [int(x) for x in out.split()]
-    return acked[-1] if acked else int(first.split()[1]) + 1
+    # Read the rest through the same file object: readline() may already hold later lines in
+    # its buffer, which communicate() (reading the pipe itself) would never see.
+    acked += [int(x) for x in child.stdout.read().split()]
+    child.stdout.close()
+    child.stderr.close()
+    return acked[-1]
 
 
 def _check_store(url: str, last_acked: int, kills: int) -> None:
@@ -56,11 +60,15 @@ def _check_store(url: str, last_acked: int, kills: int) -> None:
 
 def _crash_loop(url: str) -> int:
     """SIGKILL the writer KILLS times, checking the store after each; returns the kills checked."""
-    rng = random.Random(int(os.environ.get("TIDEGATE_CRASH_SEED", "0")) or None)
+    seed = int(os.environ.get("TIDEGATE_CRASH_SEED", "0")) or random.randrange(1, 2**31)
+    rng = random.Random(seed)
     checked = 0
     for i in range(1, KILLS + 1):
         last = _kill_at_random_point(url, f"run-{i}", rng)
-        _check_store(url, last, i)
+        try:
+            _check_store(url, last, i)
+        except AssertionError as exc:  # the seed replays the schedule of sleeps
+            raise AssertionError(f"{exc} (TIDEGATE_CRASH_SEED={seed})") from exc
         checked += 1
     return checked
 
