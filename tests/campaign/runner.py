@@ -12,10 +12,13 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEEDS=4 DELIVERY=executor  # every run delivered by a Spark task on a cluster
     make campaign SEEDS=10 HANGS=past_timeouts  # store and source timeouts of 3 s, hangs past them
     make campaign SEEDS=10 SNAPSHOTS=resnapshot  # one faulted run per schedule re-loads tables
+    make campaign SEEDS=10 FAILOVERS=gtid  # MariaDB: the connection moves between GTID primary and replica
+    make campaign SEEDS=10 REWINDS=random  # an operator rewinds a message sink, between runs or under one
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
         [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--delivery executor]
-        [--hangs past_timeouts] [--snapshots resnapshot] [--keep-going]
+        [--hangs past_timeouts] [--snapshots resnapshot] [--failovers gtid] [--rewinds random]
+        [--keep-going]
 
 Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
 what the oracle found, and the command that reproduces it. The figure table at the end: fault
@@ -31,6 +34,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -62,6 +66,7 @@ from tests.campaign.schedule import (
     SINK_GROUPS,
     SNAPSHOT_CHUNK_ROWS,
     SOURCES,
+    Rewind,
     Schedule,
     Step,
     draw,
@@ -71,6 +76,7 @@ from tests.integration.airflow_support import VENV_BIN
 from tests.integration.test_fault_matrix import IN_PROCESS_READS, Run, explained_failure
 
 RUN_TIMEOUT_S = 180  # a run still going after this is a finding (hung)
+REPLICA_CATCH_UP_S = 60  # the replica behind its primary longer than this is a campaign error
 DELTA_RUN_TIMEOUT_S = 900  # with Delta sinks: a run may start Spark (local[2])
 # Delta runs are clients of the shared Spark Connect server (the spec's spark.conn_id, as the
 # DAGs deploy them): no Spark start per run, and a killed run's last Delta write may still be
@@ -119,6 +125,7 @@ class Outcome:
             f"{v.sink} {v.received}/{v.events}" + (f" ({v.known} duplicates within the stated limit of a "
                                                    f"zombie's client buffer)" if v.known else "")
             + (f" ({v.snapshot_rows} snapshot rows)" if v.snapshot_rows else "")
+            + (f" ({v.redelivered} delivered again after rewinds)" if v.redelivered else "")
             for v in self.verdicts))
         return "\n".join(lines)
 
@@ -135,7 +142,7 @@ class Services:
         self.mysql_admin, self.pg_admin = conns["cdc_mysql_admin"], conns["cdc_postgres_admin"]
         self.bootstrap = conns["cdc_kafka"].extra["bootstrap.servers"]
         self.nats, self.redis = conns["cdc_nats"], conns["cdc_redis"]
-        self.connect_up = self.cluster_up = False
+        self.connect_up = self.cluster_up = self.replica_up = False
 
     def spark_connect(self) -> None:
         """The Spark Connect server Delta runs are clients of, started on first use."""
@@ -149,6 +156,20 @@ class Services:
         if not self.cluster_up:
             services_cmd("up", "spark_connect_cluster")
             self.cluster_up = True
+
+    def mysql_replica(self) -> None:
+        """The primary's GTID replica (it replicates with log_slave_updates, so its binlog holds
+        the same transactions under the same GTIDs in files and offsets of its own), started on
+        first use."""
+        if not self.replica_up:
+            services_cmd("up", "mysql_replica")
+            self.replica_up = True
+
+    def replica_connect(self):
+        c = self.mysql_admin  # the users replicate: the primary's admin login, the replica's port
+        port = get_connection("cdc_mysql_replica", self.env).port
+        return pymysql.connect(host=c.host, port=port, user=c.login, password=c.password,
+                               autocommit=True, connect_timeout=5)
 
     def pg_connect(self, dbname: str | None = None):
         c = self.pg_admin
@@ -208,6 +229,11 @@ class Pipe:
         # what a delivering process is connected to (the executor faults find the task by them)
         self.ports = {(sv.mysql_admin if sched.source == "mysql" else sv.pg_admin).port,
                       int(sv.bootstrap.rsplit(":", 1)[1]), sv.nats.port, sv.redis.port}
+        self.on_replica = False  # where the pipeline's connection points (failovers)
+        self.rewound: list[tuple] = []  # (sink, position restored, checkpoint before the rewind)
+        if sched.failover_steps:
+            sv.mysql_replica()
+            self.ports.add(get_connection("cdc_mysql_replica", sv.env).port)
         connect = sv.mysql_connect if sched.source == "mysql" else sv.pg_connect
         self.db = SourceDb(sched.source, connect, self.schema)
         self.db.create_tables()
@@ -224,7 +250,10 @@ class Pipe:
             source = (f"{{kind: mysql, conn_id: cdc_mysql, tables: [{tables}], "
                       f"server_id: {49000 + s.seed % 10000}, start: head}}")
         else:
-            source = f"{{kind: postgres, conn_id: cdc_postgres, tables: [{tables}], slot: {self.name}}}"
+            # a rewind reads the slot again from an older checkpoint: the slot keeps that window
+            # (otherwise the rewind is refused, naming this setting: seed 5832)
+            keep = ", replay_retention: 1h" if s.rewinds else ""
+            source = f"{{kind: postgres, conn_id: cdc_postgres, tables: [{tables}], slot: {self.name}{keep}}}"
         batch = f"{{max_events: {s.max_events}, commit_policy: {s.policy}" + (
             f", quorum: {s.quorum}}}" if s.quorum else "}")
         sinks = {
@@ -359,8 +388,78 @@ class Pipe:
                 raise Finding(str(exc)) from None
             return "silent failure"
 
+    def fail_over(self) -> str:
+        """Point the pipeline's connection at the other server of the GTID pair (the workload
+        keeps writing to the primary), once the replica holds every transaction the primary
+        logged: the switch an operator makes after promoting a replica that was in sync. The
+        primary's binlog is rotated first, so the two servers' files and offsets differ more."""
+        primary = self.sv.mysql_connect()
+        try:
+            with primary.cursor() as c:
+                c.execute("FLUSH BINARY LOGS")
+        finally:
+            primary.close()
+        self.wait_replica()
+        self.on_replica = not self.on_replica
+        self.env["AIRFLOW_CONN_CDC_MYSQL"] = self.sv.env[
+            "AIRFLOW_CONN_CDC_MYSQL_REPLICA" if self.on_replica else "AIRFLOW_CONN_CDC_MYSQL"]
+        return "the replica" if self.on_replica else "the primary"
+
+    def rewind(self, rw: Rewind) -> str:
+        """`tidegate checkpoints rewind` of ``rw.sink``, ``rw.back`` versions before its latest,
+        as an operator runs it; remembered for the oracle (what follows the restored position
+        is delivered again)."""
+        hist = self._store_call(lambda st: st.checkpoints.history(self.name, rw.sink))
+        latest, target = hist[-1], hist[max(0, len(hist) - 1 - rw.back)]
+        if target.version == latest.version:
+            return f"rewind of {rw.sink} skipped: one version only"
+        args = ["checkpoints", "rewind", self.name, rw.sink, "--to-version", str(target.version),
+                "--reason", "campaign", "--who", "campaign"]
+        rc = run_cli(args, self.env)
+        if rc != 0:
+            raise Finding(f"tidegate {' '.join(args)} exited {rc}")
+        self.rewound.append((rw.sink, target.position, latest.position))
+        return f"{rw.sink} rewound from v{latest.version} to v{target.version} ({target.position})"
+
+    def written_after_rewind(self, sink: str, run_id: str) -> list[int]:
+        """The versions of ``sink``'s checkpoint that ``run_id`` wrote after the sink's last rewind
+        (none: a rewind takes the lease, so a run in flight then can no longer write)."""
+        hist = self._store_call(lambda st: st.checkpoints.history(self.name, sink))
+        rewound_at = max((h.version for h in hist if h.kind == "rewind"), default=None)
+        if rewound_at is None:
+            return []
+        return [h.version for h in hist if h.version > rewound_at and h.run_id == run_id]
+
+    def failovers_recorded(self) -> int:
+        return self._store_call(lambda st: sum(i.kind == "failover" for i in st.incidents.all(self.name)))
+
+    def wait_replica(self) -> None:
+        """Until the replica has applied every transaction the primary logged (a run reading
+        the replica sees what the workload wrote; a source fault restarts the primary, and the
+        replica reconnects to it within a second or so)."""
+        primary, replica = self.sv.mysql_connect(), self.sv.replica_connect()
+        try:
+            deadline = time.monotonic() + REPLICA_CATCH_UP_S
+            with primary.cursor() as p, replica.cursor() as r:
+                p.execute("SELECT @@gtid_binlog_pos")
+                want = p.fetchone()[0]
+                while True:
+                    r.execute("SELECT @@gtid_slave_pos")
+                    if r.fetchone()[0] == want:
+                        return
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the replica is not at the primary's {want} after "
+                                           f"{REPLICA_CATCH_UP_S}s")
+                    time.sleep(0.05)
+        finally:
+            primary.close()
+            replica.close()
+
     def catch_up(self, tag: str, outcome: Outcome) -> None:
-        """Runs until one finds nothing to do; failed runs retried up to MAX_RETRIES."""
+        """Runs until one finds nothing to do; failed runs retried up to MAX_RETRIES. On the
+        replica, once it has what the primary logged."""
+        if self.on_replica:
+            self.wait_replica()
         failed = 0
         for i in range(100):
             ended = self.finish(self.start(f"{tag}_{i}"), outcome)
@@ -395,6 +494,15 @@ class Pipe:
                 conn.close()
         except Exception as exc:  # noqa: BLE001 - clean-up only
             print(f"  (clean-up of {self.name}: {exc})")
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> int:
+    """`tidegate ARGS` in a process of its own, with the pipeline's environment."""
+    done = subprocess.run([str(VENV_BIN / "tidegate"), *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-2000:], flush=True)
+    return done.returncode
 
 
 # --------------------------------------------------------------------------- one step
@@ -466,7 +574,12 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         p.finish(run, out)
         if writer:
             writer.join()
+        if i in p.sched.failover_steps or any(r.step == i for r in p.sched.rewinds):
+            recover(p, i, out)
         return
+    rewind = next((r for r in p.sched.rewinds if r.step == i and r.in_flight), None)
+    if rewind:  # the run in flight is fenced from here on: failing for it is right
+        out.notes.append(f"{i + 1}: while the run delivers, {p.rewind(rewind)}")
     at = p.writes(run.run_id)
     if step.fault in EXECUTOR_FAULTS:
         executor_fault(p, run, step, i, out)
@@ -485,13 +598,35 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
             faults.hang_server(name, step.hold)
         if name in ("mysql", "postgres"):
             p.close_store()
-    ended = p.finish(run, out, killed=step.fault == "run_kill")
+    ended = p.finish(run, out, killed=step.fault == "run_kill", zombie=rewind is not None)
     out.notes.append(f"{i + 1}: {step.fault} after {at} sub-batches; the run ended {ended[:200]}")
+    late = p.written_after_rewind(rewind.sink, run.run_id) if rewind else []
+    if late:
+        out.findings.append(f"step {i + 1}: the run in flight wrote {rewind.sink}'s checkpoint after "
+                            f"the rewind (versions {late}): it was not fenced")
     if writer:
         writer.join()
     if step.writes_between:
         work.wave(step.writes_between)  # between the crash and the rerun
+    recover(p, i, out)
+
+
+def recover(p: Pipe, i: int, out: Outcome) -> None:
+    """The runs after step ``i``'s fault, until caught up: on the other server of the GTID pair
+    when the schedule fails over there (the first of them then translates the checkpoints, or a
+    killed run's sink-side records, by GTID set)."""
+    for rw in p.sched.rewinds:
+        if rw.step == i and not rw.in_flight:
+            out.notes.append(f"{i + 1}: {p.rewind(rw)}")
+    if i not in p.sched.failover_steps:
+        p.catch_up(f"s{i}_after", out)
+        return
+    before = p.failovers_recorded()
+    out.notes.append(f"{i + 1}: failed over to {p.fail_over()}")
     p.catch_up(f"s{i}_after", out)
+    if p.failovers_recorded() != before + 1:  # the runs on the other server did not notice it
+        out.findings.append(f"step {i + 1}: the failover to the other server is not one 'failover' "
+                            f"incident in the store ({before} before, {p.failovers_recorded()} after)")
 
 
 def executor_fault(p: Pipe, run: Run, step: Step, i: int, out: Outcome) -> None:
@@ -522,6 +657,8 @@ def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome,
         p.finish(run, out)
         if writer:
             writer.join()
+        if i in p.sched.failover_steps or any(r.step == i for r in p.sched.rewinds):
+            recover(p, i, out)
         return
     if writer:  # the wave written while the run read, before the takeovers write theirs
         writer.join()
@@ -543,7 +680,7 @@ def zombie(p: Pipe, work: Workload, i: int, step: Step, run: Run, out: Outcome,
                          f"nothing left to fence")
     elif ended in ("ok", "idle"):
         out.findings.append(f"the zombie of step {i + 1} exited 0 after a takeover (not fenced)")
-    p.catch_up(f"s{i}_after", out)
+    recover(p, i, out)
 
 
 # --------------------------------------------------------------------------- one schedule
@@ -627,6 +764,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--snapshots", default="none", choices=("none", "resnapshot"),
                     help="resnapshot: in every schedule, one step's faulted run re-loads some tables "
                          "(resolve=resnapshot), in chunks of a few rows")
+    ap.add_argument("--failovers", default="none", choices=("none", "gtid"),
+                    help="gtid: in MariaDB schedules, after one or more steps' faults the connection "
+                         "moves between the GTID primary and its replica")
+    ap.add_argument("--rewinds", default="none", choices=("none", "random"),
+                    help="random: after (or while) one or more steps' faults, an operator rewinds a "
+                         "message sink a few versions (not with --failovers)")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     a = ap.parse_args(argv)
     seeds = [a.seed] if a.seed is not None else list(range(a.first, a.first + a.seeds))
@@ -634,7 +777,8 @@ def main(argv: list[str] | None = None) -> int:
     options = "".join(f" {var}={val}" for var, val, default in (
         ("SOURCES", a.sources, ",".join(SOURCES)), ("SINKS", a.sinks, "kafka,nats,redis,delta"),
         ("KINDS", a.kinds, ",".join(FAULT_KINDS)), ("DELIVERY", a.delivery, "process"),
-        ("HANGS", a.hangs, "within_timeouts"), ("SNAPSHOTS", a.snapshots, "none")) if val != default)
+        ("HANGS", a.hangs, "within_timeouts"), ("SNAPSHOTS", a.snapshots, "none"),
+        ("FAILOVERS", a.failovers, "none"), ("REWINDS", a.rewinds, "none")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
     with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
@@ -644,7 +788,8 @@ def main(argv: list[str] | None = None) -> int:
             for seed in seeds:
                 sched = draw(seed, tuple(a.sources.split(",")), tuple(a.sinks.split(",")),
                              tuple(a.kinds.split(",")), a.delta_share, a.delivery,
-                             a.hangs == "past_timeouts", a.snapshots == "resnapshot")
+                             a.hangs == "past_timeouts", a.snapshots == "resnapshot",
+                             a.failovers == "gtid", a.rewinds == "random")
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

@@ -66,6 +66,22 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Rewind:
+    """An operator's `tidegate checkpoints rewind` of one message sink, ``back`` versions before
+    its latest (or to its first), after step ``step``'s fault, or, ``in_flight``, at the step's
+    moment while its faulted run delivers (the rewind takes the lease: the run is fenced)."""
+
+    step: int
+    sink: str
+    back: int
+    in_flight: bool
+
+    def __str__(self) -> str:
+        when = "while its run delivers" if self.in_flight else "after its fault"
+        return f", then a rewind of {self.sink} {self.back} version(s) back {when}"
+
+
+@dataclass(frozen=True)
 class Schedule:
     seed: int
     source: str
@@ -82,6 +98,10 @@ class Schedule:
     # and the tables it re-loads (the fault then strikes a run that snapshots them).
     resnapshot_step: int | None = None
     resnapshot_tables: tuple[str, ...] = ()
+    # With --failovers gtid (MariaDB): the steps after whose fault the pipeline's connection moves
+    # to the other server of the GTID pair (primary to replica, replica back to primary).
+    failover_steps: tuple[int, ...] = ()
+    rewinds: tuple[Rewind, ...] = ()  # with --rewinds random
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
@@ -91,7 +111,12 @@ class Schedule:
             where += f", store and source timeouts {HANG_TIMEOUT_S:g}s"
         return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
                 f"store {self.store}, max_events {self.max_events}{where}\n"
-                + "\n".join(f"  {i + 1}. {s}" + self._resnapshot(i) for i, s in enumerate(self.steps)))
+                + "\n".join(f"  {i + 1}. {s}" + self._resnapshot(i) + self._failover(i)
+                            + "".join(str(r) for r in self.rewinds if r.step == i)
+                            for i, s in enumerate(self.steps)))
+
+    def _failover(self, i: int) -> str:
+        return ", then the connection fails over to the other server" if i in self.failover_steps else ""
 
     def _resnapshot(self, i: int) -> str:
         if i != self.resnapshot_step:
@@ -101,7 +126,8 @@ class Schedule:
 
 def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] = SINK_GROUPS,
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
-         delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False) -> Schedule:
+         delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False,
+         failovers: bool = False, rewinds: bool = False) -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
@@ -109,7 +135,11 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     sink, which keeps a run in its client). ``past_timeouts``: hangs of the source's and the
     store's servers drawn past HANG_TIMEOUT_S as often as not (the same draws otherwise).
     ``resnapshot``: one step's faulted run re-loads some tables (drawn from a generator of its
-    own, ``{seed}/snapshot``, so the rest of the schedule is the seed's as without it)."""
+    own, ``{seed}/snapshot``, so the rest of the schedule is the seed's as without it).
+    ``failovers`` (a MariaDB schedule): after some steps' faults the connection moves to the
+    other server of the GTID pair (drawn from ``{seed}/failover``, likewise). ``rewinds``: some
+    steps rewind a message sink (``{seed}/rewind``; not with ``failovers``: a rewind to a version
+    from before a failover is refused by design)."""
     rng = random.Random(seed)
     if delivery == "executor":
         kinds = tuple(k for k in EXECUTOR_KINDS if k in kinds or kinds == FAULT_KINDS)
@@ -137,7 +167,34 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
     sched = Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps,
                      delivery, past_timeouts)
-    return with_resnapshot(sched) if resnapshot else sched
+    sched = with_resnapshot(sched) if resnapshot else sched
+    sched = with_failovers(sched) if failovers else sched
+    return with_rewinds(sched) if rewinds and not failovers else sched
+
+
+def with_rewinds(sched: Schedule) -> Schedule:
+    """The schedule with rewinds after (or during) one or more of its steps (each step by a coin,
+    one at least), each of a message sink of the pipeline, 1-6 versions back; a zombie's step
+    rewinds after it (its run is stopped at the moment)."""
+    sinks = [s for s in sched.sinks if s in CORE_SINKS]
+    if not sinks:
+        return sched
+    rng = random.Random(f"{sched.seed}/rewind")
+    chosen = [i for i in range(len(sched.steps)) if rng.random() < 0.5] or [rng.randrange(len(sched.steps))]
+    rewinds = tuple(Rewind(i, rng.choice(sinks), rng.randint(1, 6),
+                           rng.random() < 0.5 and sched.steps[i].fault != "zombie") for i in chosen)
+    return replace(sched, rewinds=rewinds)
+
+
+def with_failovers(sched: Schedule) -> Schedule:
+    """A MariaDB schedule with failovers after one or more of its steps (each step by a coin,
+    one at least): the first moves the connection to the replica, the next back to the primary.
+    A PostgreSQL schedule is left as it is: a promoted standby halts by design (no GTIDs)."""
+    if sched.source != "mysql":
+        return sched
+    rng = random.Random(f"{sched.seed}/failover")
+    steps = tuple(i for i in range(len(sched.steps)) if rng.random() < 0.5)
+    return replace(sched, failover_steps=steps or (rng.randrange(len(sched.steps)),))
 
 
 def with_resnapshot(sched: Schedule) -> Schedule:

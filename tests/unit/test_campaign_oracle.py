@@ -72,3 +72,30 @@ def test_a_sink_that_lacks_snapshot_rows_other_sinks_got_fails():
     assert kafka.ok and delta.ok
     same_snapshot_rows([(kafka, {"r11"}), (delta, set())])
     assert kafka.ok and not delta.ok and delta.missing_snapshot_rows == 1
+
+
+def test_a_rewound_sink_may_hold_what_follows_the_restored_position_once_more_and_must_where_it_held_it():
+    """Changes 1..6; the sink rewound from its checkpoint at 4 to 2. Changes 3 and 4 (held when
+    rewound) must come twice; 5 and 6 may; 1 and 2 only once."""
+    from tidegate.positions import position_to_json
+    from tidegate.sources.mysql.position import BinlogPosition
+
+    from tests.campaign.oracle import SinkVerdict, check_redelivery
+
+    def items(counts: dict[int, int]) -> list[tuple[str, dict]]:
+        env = {n: {"op": "c", "source": {"position": position_to_json(BinlogPosition("b.000001", n))}}
+               for n in counts}
+        return [(f"e{n}", env[n]) for n, c in counts.items() for _ in range(c)]
+
+    rewinds = [(BinlogPosition("b.000001", 2), BinlogPosition("b.000001", 4))]
+    for counts, every_send_stored, dup, again, missing in [
+        ({1: 1, 2: 1, 3: 2, 4: 2, 5: 1, 6: 2}, True, 0, 3, 0),
+        ({1: 2, 2: 1, 3: 2, 4: 2, 5: 1, 6: 1}, True, 1, 2, 0),  # 1 lay before the restored position
+        ({1: 1, 2: 1, 3: 1, 4: 2, 5: 3, 6: 1}, True, 1, 2, 1),  # 3 not sent again; 5 three times
+        ({1: 1, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1}, False, 0, 0, 0),  # NATS: re-sends within the window
+    ]:
+        v = SinkVerdict("s", 6)
+        v.duplicates = sum(counts.values()) - 6  # as check_changes counts them
+        check_redelivery(v, items(counts), rewinds, every_send_stored)
+        assert (v.duplicates, v.redelivered, v.not_redelivered) == (dup, again, missing), counts
+        assert v.ok == (dup == 0 and missing == 0)
