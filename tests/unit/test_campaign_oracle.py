@@ -99,3 +99,19 @@ def test_a_rewound_sink_may_hold_what_follows_the_restored_position_once_more_an
         check_redelivery(v, items(counts), rewinds, every_send_stored)
         assert (v.duplicates, v.redelivered, v.not_redelivered) == (dup, again, missing), counts
         assert v.ok == (dup == 0 and missing == 0)
+
+
+def test_a_postgres_change_stands_where_its_transaction_commits():
+    """The checkpoint is the end of the last commit record, where the next transaction's first
+    change starts: that change (own LSN equal to the restored checkpoint, commit after it) may
+    come again after the rewind (REWINDS=random seed 5839)."""
+    from tidegate.positions import position_from_json
+
+    from tests.campaign.oracle import SinkVerdict, check_redelivery
+
+    at = position_from_json({"kind": "postgres", "lsn": "0/6084AE0"})
+    held = position_from_json({"kind": "postgres", "lsn": "0/6086308"})
+    env = {"op": "c", "source": {"position": {"lsn": "0/6084AE0", "commit_lsn": "0/6085440", "xid": 3431}}}
+    v = SinkVerdict("nats", 1, duplicates=1)
+    check_redelivery(v, [("e", env), ("e", env)], [(at, held)], every_send_stored=True)
+    assert (v.duplicates, v.redelivered, v.not_redelivered) == (0, 1, 0) and v.ok
