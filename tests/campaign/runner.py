@@ -612,9 +612,10 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
 
 
 def recover(p: Pipe, i: int, out: Outcome) -> None:
-    """The runs after step ``i``'s fault, until caught up: on the other server of the GTID pair
-    when the schedule fails over there (the first of them then translates the checkpoints, or a
-    killed run's sink-side records, by GTID set)."""
+    """The runs after step ``i``'s fault, until caught up: after the step's rewind between runs,
+    if it has one (the reruns deliver again what follows the restored position), and on the
+    other server of the GTID pair when the schedule fails over there (the first of them then
+    translates the checkpoints, or a killed run's sink-side records, by GTID set)."""
     for rw in p.sched.rewinds:
         if rw.step == i and not rw.in_flight:
             out.notes.append(f"{i + 1}: {p.rewind(rw)}")

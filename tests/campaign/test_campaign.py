@@ -75,15 +75,24 @@ RESNAPSHOT = [(5635, "executor")]
 # and its takeover, and after a run SIGKILLed after its fourth commit with 7 transactions written
 # before the rerun (its sinks' own records, ahead of the store, are translated by GTID set too).
 FAILOVER = [5821]
-CASES = [(seed, None, "process", False, False) for seed in COVERING]
-CASES += [(seed, sinks, "process", False, False) for seed, sinks in FOUND]
-CASES += [(seed, None, "executor", False, False) for seed in EXECUTOR]
-CASES += [(seed, None, delivery, True, False) for seed, delivery in RESNAPSHOT]
-CASES += [(seed, None, "process", False, True) for seed in FAILOVER]
+# With REWINDS=random (message sinks): 5832 (PostgreSQL) rewinds Kafka three versions while a run
+# delivers and is then SIGSTOPped; the run is fenced, and the reruns deliver again what followed
+# the restored position (exactly-once: the sink's records of later versions are not adopted).
+# It was the first of four seeds (5832, 5835, 5839, 5841) where the oracle placed a PostgreSQL
+# change by its own LSN, not its transaction's commit (the oracle's error, fixed there).
+REWIND = [(5832, MESSAGE_SINKS)]
+# (seed, sinks, delivery, resnapshot, failovers, rewinds)
+CASES = [(seed, None, "process", False, False, False) for seed in COVERING]
+CASES += [(seed, sinks, "process", False, False, False) for seed, sinks in FOUND]
+CASES += [(seed, None, "executor", False, False, False) for seed in EXECUTOR]
+CASES += [(seed, None, delivery, True, False, False) for seed, delivery in RESNAPSHOT]
+CASES += [(seed, None, "process", False, True, False) for seed in FAILOVER]
+CASES += [(seed, sinks, "process", False, False, True) for seed, sinks in REWIND]
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     CASES = [(int(s), None, os.environ.get("TIDEGATE_CAMPAIGN_DELIVERY", "process"),
               os.environ.get("TIDEGATE_CAMPAIGN_SNAPSHOTS") == "resnapshot",
-              os.environ.get("TIDEGATE_CAMPAIGN_FAILOVERS") == "gtid")
+              os.environ.get("TIDEGATE_CAMPAIGN_FAILOVERS") == "gtid",
+              os.environ.get("TIDEGATE_CAMPAIGN_REWINDS") == "random")
              for s in os.environ["TIDEGATE_CAMPAIGN_SEEDS"].replace(",", " ").split()]
 
 
@@ -96,16 +105,16 @@ def services(tmp_path_factory, service_env) -> Services:
 
 
 def case_id(seed: int, sinks: tuple[str, ...] | None, delivery: str, resnapshot: bool,
-            failovers: bool) -> str:
+            failovers: bool, rewinds: bool) -> str:
     where = (("-executor" if delivery == "executor" else "") + ("-resnapshot" if resnapshot else "")
-             + ("-failovers" if failovers else ""))
+             + ("-failovers" if failovers else "") + ("-rewinds" if rewinds else ""))
     return f"{seed}" + (f"-{'+'.join(sinks)}" if sinks else "") + where
 
 
-@pytest.mark.parametrize(("seed", "sinks", "delivery", "resnapshot", "failovers"), CASES,
+@pytest.mark.parametrize(("seed", "sinks", "delivery", "resnapshot", "failovers", "rewinds"), CASES,
                          ids=[case_id(*c) for c in CASES])
-def test_campaign_seed(services, seed, sinks, delivery, resnapshot, failovers):
+def test_campaign_seed(services, seed, sinks, delivery, resnapshot, failovers, rewinds):
     outcome = run_schedule(services, draw(seed, sinks=sinks or SINK_GROUPS, delivery=delivery,
-                                          resnapshot=resnapshot, failovers=failovers))
+                                          resnapshot=resnapshot, failovers=failovers, rewinds=rewinds))
     print(outcome.report())
     assert outcome.ok, outcome.report()
