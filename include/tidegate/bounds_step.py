@@ -105,8 +105,8 @@ class Bounds:
 class RunRecord:
     """What the bounds step decided for one run, as every later step reads it: the spec's text
     (parsed once by each process that reads the record), the validated plan, the bounds and the
-    read plan. Only the bounds step writes one (:func:`prepare_bounds`, or :func:`bounded` for a
-    run handed to the delivery without one): a record always holds bounds."""
+    read plan. Only the bounds step writes one (:func:`prepare_bounds`): a record always holds
+    bounds."""
 
     pipeline: str
     run_id: str
@@ -243,13 +243,6 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
     given = run.store
     with run.opened() as (source, store):
         return _bounds_step(run.with_store(store), source, missing_ok=missing_ok).with_store(given)
-
-
-def bounded(run: RunContext, source: Source) -> RunContext:
-    """The run holding its record: the one its bounds step wrote, or, for a run that had no
-    bounds step (a run in one process, a script), the step taken now on the run's opened source
-    and store. Every delivery has its bounds step."""
-    return run if run.record is not None else _bounds_step(run, source, missing_ok=False)
 
 
 def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool) -> RunContext:

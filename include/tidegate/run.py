@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from .errors import RunError
 from .parts import Parts
 from .plan import RunPlan
 from .spec import PipelineSpec
@@ -50,9 +51,10 @@ class RunContext:
         return self.spec.pipeline
 
     @property
-    def bounds(self) -> Any:  # a bounds_step.Bounds
-        """What the run's bounds step decided, kept in its record (a run handed to the delivery
-        without one takes the step first: ``bounds_step.bounded``)."""
+    def bounds(self) -> Any:  # a bounds_step.Bounds: the record's
+        if self.record is None:  # the delivery never decides a bound itself
+            raise RunError(f"pipeline {self.pipeline!r}, run {self.run_id!r} has no bounds: its bounds "
+                           f"step (bounds_step.prepare_bounds) comes before the delivery")
         return self.record.bounds
 
     @contextmanager

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import snapshot
 from .batching import cut_sub_batches
-from .bounds_step import bounded
 from .coordinator import Coordinator, RunReport
 from .positions import Position, log_position, lowest_start, same_lineage
 from .reading import InProcessReader, Reader, SchemaGate, plan_reads, planned_reads, read_items
@@ -40,11 +39,10 @@ def run_pipeline(run: RunContext, *, data_interval: tuple[Any, Any] | None = Non
                  reader: Reader | None = None) -> dict[str, Any]:
     """One bounded run as its plan says (default: incremental to every sink); returns the run
     report as JSON. Raises on failure (no checkpoint of a failed sub-batch moves):
-    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. The delivery reads its upper
-    bound, replay ranges, placed sinks and read plan from the run's record, written by the bounds
-    step (``bounds_step.prepare_bounds``, the bounds task); a run handed here without one takes
-    that step first. ``reader``: where the plan's segments are read (default: in this process,
-    one after the other; reading.py)."""
+    CommitPolicyError, FatalRunError, StaleEpochError, SourceError. ``run`` holds its record,
+    written by its bounds step (``bounds_step.prepare_bounds``) before it: its upper bound, its
+    replay ranges, the sinks it placed, its read plan. ``reader``: where the plan's segments are
+    read (default: in this process, one after the other; reading.py)."""
     if run.plan.max_events:
         spec = run.spec
         run = dataclasses.replace(run, spec=dataclasses.replace(
@@ -54,7 +52,6 @@ def run_pipeline(run: RunContext, *, data_interval: tuple[Any, Any] | None = Non
         reader = reader or InProcessReader()
         if run.plan.mode == "dry_run":
             return _dry_run(run, source, reader)
-        run = bounded(run, source)
         if run.bounds.replay_of:
             return _replay(run, source, reader).to_json()
         return _incremental(run, source, data_interval, reader).to_json()

@@ -47,22 +47,15 @@ class FakeSource(QuietSource):
                 yield item
 
 
-def env_of(directory):
-    """A pipeline ``p`` on three transactions of fakes, its store and spec under ``directory``."""
-    directory.mkdir(exist_ok=True)
+@pytest.fixture()
+def env(tmp_path):
     source = FakeSource([2, 1, 3])
-    spec, sinks, store, parts = wire_fakes(directory, """
+    spec, sinks, store, parts = wire_fakes(tmp_path, """
         pipeline: p
         tenant: t
         source: {kind: mysql, conn_id: src, server_id: 5001, start: earliest}
         batch: {max_events: 3}
     """, source)
-    return spec, source, sinks, store, parts
-
-
-@pytest.fixture()
-def env(tmp_path):
-    spec, source, sinks, store, parts = env_of(tmp_path)
     yield spec, source, sinks, store, parts
     store.close()
 
@@ -115,24 +108,15 @@ def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints
     assert store.checkpoints.get("p", "a").position == pos(5)
 
 
-def test_a_delivery_handed_a_run_without_its_record_takes_its_bounds_step_first(env, tmp_path):
-    """The bounds step is part of every run: a run handed to the delivery without its record
-    takes the step first and delivers what a run with one does (the same events, checkpoints
-    and record as a twin pipeline's run through both steps)."""
+def test_a_delivery_handed_a_run_without_its_record_fails_naming_the_bounds_step(env):
+    """The delivery never decides a bound itself: a run that skipped its bounds step reads and
+    delivers nothing, and moves no checkpoint."""
     spec, source, sinks, store, parts = env
-    runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
-    record = bounds_step.read_record(store, "p", "r1")
-    assert record is not None and record.bounds.upto == pos(3)
-    twin_spec, twin_source, twin_sinks, twin_store, twin_parts = env_of(tmp_path / "twin")
-    try:
-        whole_run(RunContext(twin_spec, run_id="r1", parts=twin_parts, store=twin_store))
-        for sink in ("a", "b"):
-            assert sinks[sink].delivered == twin_sinks[sink].delivered != []
-            assert store.checkpoints.get("p", sink).position == twin_store.checkpoints.get("p", sink).position
-        twin_record = bounds_step.read_record(twin_store, "p", "r1")
-        assert dataclasses.replace(record, spec_path=None) == dataclasses.replace(twin_record, spec_path=None)
-    finally:
-        twin_store.close()
+    with pytest.raises(RunError, match=r"run .r1. has no bounds: its bounds step \(bounds_step"):
+        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    assert sinks["a"].delivered == [] and sinks["b"].delivered == []
+    assert store.checkpoints.current("p") == {}
+    assert store.runs.record("p", "r1") is None
 
 
 def test_the_delivery_reads_the_bounds_steps_plan_from_where_it_starts_or_plans_again(env, caplog):
