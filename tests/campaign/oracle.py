@@ -11,8 +11,8 @@
   sink lacks was lost there, not left to the log;
 - the store's checkpoints never moved back within one lineage (a rewind starts a new one);
 - a rewound sink (``REWINDS=random``): a change after the restored position may come once more
-  per such rewind, and one the sink held when rewound comes again where the sink stores every
-  send (Kafka, Redis; NATS keeps one copy of a re-send within its duplicate window).
+  per such rewind, and one the sink held when rewound comes again, in order, where the sink
+  stores every send (Kafka, Redis; NATS keeps one copy of a re-send within its duplicate window).
 """
 
 from __future__ import annotations
@@ -157,6 +157,32 @@ def check_redelivery(v: SinkVerdict, items: list[tuple[str, dict]], rewinds: lis
             if len(v.examples) < 3:
                 v.examples.append(f"{ident} came {n} time(s), rewinds asked for {least}")
     v.duplicates = excess
+    if every_send_stored:
+        check_resent_in_order(v, items)
+
+
+def check_resent_in_order(v: SinkVerdict, items: list[tuple[str, dict]]) -> None:
+    """Per key, in sink order with the repeats: a rewind re-sends a key's changes from some
+    earlier one on, in order and none left out. So each change is the next one of the key's
+    history (as its first sends give it) after the one before it, or an earlier one (where a
+    re-send starts): a jump forward is a re-send that skipped a change or sent it out of order.
+    Not for NATS, which drops the re-sends that fall within its duplicate window."""
+    per_key: dict[Key, list[str]] = collections.defaultdict(list)
+    for ident, env in items:
+        if env["op"] != "r":
+            per_key[envelope_key(env)].append(ident)
+    for k, idents in per_key.items():
+        order: dict[str, int] = {}
+        for ident in idents:
+            order.setdefault(ident, len(order))
+        at = -1
+        for ident in idents:
+            if order[ident] > at + 1:
+                v.out_of_order += 1
+                if len(v.examples) < 3:
+                    v.examples.append(f"{k}: a re-send skips from change {at} to {order[ident]}")
+                break
+            at = order[ident]
 
 
 def snapshot_rows_misplaced(history: list[tuple], have: list[tuple], ordered: bool) -> int:

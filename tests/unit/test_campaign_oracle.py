@@ -83,7 +83,8 @@ def test_a_rewound_sink_may_hold_what_follows_the_restored_position_once_more_an
     from tests.campaign.oracle import SinkVerdict, check_redelivery
 
     def items(counts: dict[int, int]) -> list[tuple[str, dict]]:
-        env = {n: {"op": "c", "source": {"position": position_to_json(BinlogPosition("b.000001", n))}}
+        env = {n: {"op": "c", "key": {"id": n},
+                   "source": {"table": "items", "position": position_to_json(BinlogPosition("b.000001", n))}}
                for n in counts}
         return [(f"e{n}", env[n]) for n, c in counts.items() for _ in range(c)]
 
@@ -111,7 +112,22 @@ def test_a_postgres_change_stands_where_its_transaction_commits():
 
     at = position_from_json({"kind": "postgres", "lsn": "0/6084AE0"})
     held = position_from_json({"kind": "postgres", "lsn": "0/6086308"})
-    env = {"op": "c", "source": {"position": {"lsn": "0/6084AE0", "commit_lsn": "0/6085440", "xid": 3431}}}
+    position = {"lsn": "0/6084AE0", "commit_lsn": "0/6085440", "xid": 3431}
+    env = {"op": "c", "key": {"id": 1}, "source": {"table": "items", "position": position}}
     v = SinkVerdict("nats", 1, duplicates=1)
     check_redelivery(v, [("e", env), ("e", env)], [(at, held)], every_send_stored=True)
     assert (v.duplicates, v.redelivered, v.not_redelivered) == (0, 1, 0) and v.ok
+
+
+def test_a_rewound_sink_resends_a_keys_changes_in_order_and_leaves_none_out():
+    from tests.campaign.oracle import SinkVerdict, check_resent_in_order
+
+    def items(ids: str) -> list[tuple[str, dict]]:
+        return [(i, {"op": "u", "key": {"id": 1}, "source": {"table": "items"}}) for i in ids]
+
+    for sent, ok in [("abcd", True), ("abcbcd", True), ("abcdbcd", True), ("abbcbcdd", True),
+                     ("abcdbd", False),  # the re-send from b left c out
+                     ("abcbe", False)]:  # ... and went on to e before c and d came again
+        v = SinkVerdict("kafka", 5)
+        check_resent_in_order(v, items(sent))
+        assert (v.out_of_order == 0) == ok, sent
