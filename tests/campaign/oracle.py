@@ -327,7 +327,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
         else:
             items = read_delta_changelog(pipe) if sink == "delta_log" else read_stream_sink(sink, pipe)
             v, unique = check_changes(sink, items, work.expected, work.changes, ordered=sink != "delta_log")
-            rewinds = [(at, ck) for s, at, ck in getattr(pipe, "rewound", ()) if s == sink]
+            rewinds = [(at, ck) for s, at, ck in pipe.rewound if s == sink]
             if rewinds:
                 check_redelivery(v, items, rewinds, every_send_stored=sink != "nats")
             snapshot_ids.append((v, {ident for ident, env in items if env["op"] == "r"}))

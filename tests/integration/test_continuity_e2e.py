@@ -86,11 +86,11 @@ def status_json(env: dict[str, str], pipeline: str) -> dict:
     return json.loads(out)["pipelines"][0]
 
 
-def wait_replica_has(primary, replica) -> None:
+def wait_replica_has(primary, replica, timeout: float = 30) -> None:
     with primary.cursor() as c:
         c.execute("SELECT @@gtid_binlog_pos")
         want = c.fetchone()[0]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     with replica.cursor() as c:
         while True:
             c.execute("SELECT @@gtid_slave_pos")
