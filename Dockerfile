@@ -6,7 +6,7 @@ FROM apache/airflow:3.3.2-python3.11
 
 USER root
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless gcc libc6-dev \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless gcc libc6-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64
 

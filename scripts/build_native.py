@@ -5,7 +5,8 @@ native/rowcodec.pyx and the ``.pxi`` file of each role it includes (each beside 
 
 Run by ``make install`` (target ``native``); skips the build when the module is newer than its
 sources. Needs Cython (pinned in requirements.txt), a C compiler and the interpreter's headers
-(Python.h); on Debian, as root, a missing ``gcc`` / ``python3-dev`` is installed with apt. Where
+(Python.h) and OpenSSL's (the event ids' SHA-1, native/sha1.h); on Debian, as root, a missing
+``gcc`` / ``python3-dev`` / ``libssl-dev`` is installed with apt. Where
 the module is missing tidegate runs its pure-Python path (tidegate/native/__init__.py), which
 gives the same bytes.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "include" / "tidegate"
 NATIVE = PACKAGE / "native"
+OPENSSL_SHA_H = "/usr/include/openssl/sha.h"  # Debian's libssl-dev
 SOURCES = [NATIVE / "rowcodec.pyx", *sorted(PACKAGE.rglob("*.pxi")), NATIVE / "sha1.h",
            Path(__file__).resolve()]
 
@@ -34,7 +36,8 @@ def up_to_date() -> bool:
 def ensure_toolchain() -> None:
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     missing = [pkg for pkg, ok in (("gcc", shutil.which(os.environ.get("CC", "gcc"))),
-                                   ("python3-dev", headers.exists())) if not ok]
+                                   ("python3-dev", headers.exists()),
+                                   ("libssl-dev", Path(OPENSSL_SHA_H).exists())) if not ok]
     if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
@@ -53,7 +56,8 @@ def build() -> None:
     from setuptools.dist import Distribution
 
     ext = Extension("tidegate.native.rowcodec", [str(NATIVE / "rowcodec.pyx")],
-                    include_dirs=[str(NATIVE)], extra_compile_args=["-O2"])
+                    include_dirs=[str(NATIVE)], extra_compile_args=["-O2"],
+                    libraries=["crypto"])  # OpenSSL's SHA-1 (native/sha1.h)
     # The .pxi files are included by their path under the package (rowcodec.pyx's include lines).
     modules = cythonize([ext], quiet=True, language_level=3, include_path=[str(PACKAGE)],
                         build_dir=str(ROOT / "build" / "cython"))
