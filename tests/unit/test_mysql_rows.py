@@ -18,7 +18,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tidegate.errors import SourceSettingError
+from tidegate.errors import SourceError, SourceSettingError
 from tidegate.events import ChangeEvent, PositionMark
 from tidegate.sources.mysql import binlog_client as B
 from tidegate.sources.mysql import row_plans as R
@@ -392,3 +392,44 @@ def test_refused_events_beyond_the_bound_or_of_other_tables_pass():
     reader = BinlogDecoder(StubSource(["db.t"]), s, BinlogPosition("binlog.000001", 4), upto,
                         _GtidState(None, "mysql"), codec_for=lambda c: "utf-8")
     assert [type(i) for i in reader.run()] == [PositionMark]
+
+
+class _Connection:
+    """What BinlogStream reads from an opened connection: its buffered socket file."""
+
+    def __init__(self, data: bytes):
+        import io
+
+        self._rfile = io.BytesIO(data)
+
+
+def _framed(payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "little") + b"\x00" + payload
+
+
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=6), st.data())
+@settings(max_examples=60, deadline=None)
+def test_the_stream_checks_every_event_against_its_crc32(bodies, data):
+    """Events with their CRC32 pass unchanged; one byte changed anywhere in one of them (its
+    header, body or checksum) fails the read naming the CRC32 check."""
+    packets = []
+    for i, body in enumerate(bodies):
+        event = struct.pack("<IBIIIH", 1_700_000_000, B.QUERY_EVENT, 1, 19 + len(body) + 4, 100 + i, 0) + body
+        packets.append(b"\x00" + event + struct.pack("<I", zlib.crc32(event)))
+    eof = b"\xfe\x00\x00\x00\x00"
+    stream = B.BinlogStream({}, 1, "mysql-bin.000001", 4)
+    stream.checksum, stream._conn = True, _Connection(b"".join(map(_framed, packets)) + _framed(eof))
+    assert [(pkt, end) for *_, pkt, end in stream] == [(p, len(p) - 4) for p in packets]
+
+    bad = data.draw(st.integers(0, len(packets) - 1))
+    at = data.draw(st.integers(1, len(packets[bad]) - 1))
+    flip = data.draw(st.integers(1, 255))
+    changed = bytearray(packets[bad])
+    changed[at] ^= flip
+    packets[bad] = bytes(changed)
+    stream = B.BinlogStream({}, 1, "mysql-bin.000001", 4)
+    stream.checksum, stream._conn = True, _Connection(b"".join(map(_framed, packets)) + _framed(eof))
+    # the header's event size is checked first: a size that no longer matches fails as such
+    why = "malformed binlog event" if at in range(10, 14) else "failed its CRC32 check"
+    with pytest.raises(SourceError, match=why):
+        list(stream)

@@ -71,6 +71,7 @@ MARIADB_COMPRESSED_EVENTS = frozenset({
 
 # packet payload: 1 status byte (0x00), then the event header
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
+CRC32_RESIDUE = 0x2144DF1C  # the CRC32 of any bytes followed by their own CRC32, little-endian
 BODY_OFFSET = 1 + 19
 
 
@@ -149,7 +150,9 @@ class BinlogStream:
                 raise SourceError(f"malformed binlog event of type {etype} ending at {log_pos}: "
                                   f"the header says {size} bytes, the packet holds {n - 1}")
             end = n - trailer
-            if trailer and crc32(memoryview(pkt)[1:end]) != int.from_bytes(pkt[end:], "little"):
+            # An event followed by its own CRC32 (little-endian) has the CRC32 residue as its
+            # CRC32: one call checks it, with no slice of the checksum to read.
+            if trailer and crc32(memoryview(pkt)[1:]) != CRC32_RESIDUE:
                 raise SourceError(f"binlog event of type {etype} ending at {log_pos} failed its "
                                   f"CRC32 check: the stream is corrupt")
             yield etype, ts, sid, log_pos, size, pkt, end
