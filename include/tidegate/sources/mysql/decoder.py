@@ -144,6 +144,10 @@ class BinlogDecoder:
         self.by_id: dict[int, Any] = {}  # table id → TablePlan or _SKIP
         # Rows through the compiled path where it is built and allowed (native_allowed)
         self.native = native and native_rows is not None
+        # The envelope text rows events share: per table, and per transaction (_table_parts,
+        # _tx_parts), built once rather than for every rows event.
+        self.table_parts: dict[tuple[str, str], tuple[bytes, bytes, bytes]] = {}
+        self.tx_parts: tuple = (None,)
 
     # ------------------------------------------------------------------ the event loop
 
@@ -371,27 +375,54 @@ class BinlogDecoder:
         value, key and idempotency key are the bytes the Python path below gives, or None when
         the compiled path leaves this event to it (see rowcodec's docstring)."""
         tx = self.tx
-        spec = self.host.spec
-        schema, table, file, tx_id = plan.schema, plan.table, tx.file, tx.tx_id
-        dumps = orjson.dumps
-        ikey = f"{spec.tenant}|{spec.pipeline}|{schema}.{table}|{tx_id}|{file}:{pos}:"
+        schema, table = plan.schema, plan.table
+        table_parts = self.table_parts.get((schema, table))
+        if table_parts is None:
+            table_parts = self.table_parts[(schema, table)] = self._table_parts(schema, table)
+        ikey, ikey_json, head = table_parts
+        if self.tx_parts[0] != (tx.tx_id, tx.file, tx.tx_gtid):
+            self.tx_parts = self._tx_parts()
+        _, tx_ikey, tx_ikey_json, tx_head, gtid_part, tx_part = self.tx_parts
+        at = str(pos).encode()
         ts_ms = str(ts * 1000).encode()
-        source_head = (b',"source":{"connector":"mysql","pipeline":' + dumps(spec.pipeline) + b',"db":'
-                       + dumps(schema) + b',"schema":' + dumps(schema) + b',"table":' + dumps(table)
-                       + b',"tx_id":' + dumps(tx_id) + b',"position":{"file":' + dumps(file)
-                       + b',"pos":' + str(pos).encode() + b',"row":')
-        source_tail = (b',"gtid":' + dumps(tx.tx_gtid) + b'},"ts_ms":' + ts_ms
-                       + b',"snapshot":"false"},"transaction":{"id":' + dumps(tx_id) + b',"total_order":')
-        common = {"op": op, "db": schema, "schema": schema, "table": table, "tx_id": tx_id,
+        common = {"op": op, "db": schema, "schema": schema, "table": table, "tx_id": tx.tx_id,
                   "tx_end": False, "end_position": None}
         tkey = (schema, table)
         n = tx.per_table.get(tkey, 0)
-        events = native_rows(plan.native, pkt, o, end, op, ikey.encode(), dumps(ikey)[:-1], source_head,
-                             source_tail, b'},"ts_ms":' + ts_ms + b"}", tx.total, n, ShippedEvent, common)
+        at_row = at + b":"
+        events = native_rows(plan.native, pkt, o, end, op, ikey + tx_ikey + at_row,
+                             ikey_json + tx_ikey_json + at_row,
+                             head + tx_head + at + b',"row":', gtid_part + ts_ms + tx_part,
+                             b'},"ts_ms":' + ts_ms + b"}", tx.total, n, ShippedEvent, common)
         if events is not None:
             tx.total += len(events)
             tx.per_table[tkey] = n + len(events)
         return events
+
+    def _table_parts(self, schema: str, table: str) -> tuple[bytes, bytes, bytes]:
+        """The start of a table's envelopes (kept per table): its idempotency key and that
+        key's JSON text up to the transaction id, and its source block up to the same."""
+        spec, dumps = self.host.spec, orjson.dumps
+        ikey = f"{spec.tenant}|{spec.pipeline}|{schema}.{table}|"
+        head = (b',"source":{"connector":"mysql","pipeline":' + dumps(spec.pipeline) + b',"db":'
+                + dumps(schema) + b',"schema":' + dumps(schema) + b',"table":' + dumps(table)
+                + b',"tx_id":')
+        return ikey.encode(), dumps(ikey)[:-1], head
+
+    def _tx_parts(self) -> tuple:
+        """The open transaction's part of its envelopes (kept while it is open): the
+        idempotency key's from the transaction id to the event's position, as text and as JSON
+        text (escaping is per character, so the key's JSON is its parts' JSON joined), the
+        source block's from the transaction id to the position, and the source block's text
+        around the commit time."""
+        tx, dumps = self.tx, orjson.dumps
+        tx_id, file = tx.tx_id, tx.file
+        tx_ikey = f"{tx_id}|{file}:"
+        head = dumps(tx_id) + b',"position":{"file":' + dumps(file) + b',"pos":'
+        gtid_part = b',"gtid":' + dumps(tx.tx_gtid) + b'},"ts_ms":'
+        tx_part = b',"snapshot":"false"},"transaction":{"id":' + dumps(tx_id) + b',"total_order":'
+        return ((tx_id, file, tx.tx_gtid), tx_ikey.encode(), dumps(tx_ikey)[1:-1], head, gtid_part,
+                tx_part)
 
     def _hold_last(self, events: list[ChangeEvent]) -> Iterator[ChangeEvent]:
         """Yield the held-back event and all but the last of ``events``, which is held back in
