@@ -433,3 +433,45 @@ def test_the_stream_checks_every_event_against_its_crc32(bodies, data):
     why = "malformed binlog event" if at in range(10, 14) else "failed its CRC32 check"
     with pytest.raises(SourceError, match=why):
         list(stream)
+
+
+class _Stalled:
+    """A socket file whose read times out after ``data``, as a stream's socket does."""
+
+    def __init__(self, data: bytes):
+        import io
+
+        self._data = io.BytesIO(data)
+
+    def read(self, n: int) -> bytes:
+        got = self._data.read(n)
+        if len(got) < n:
+            raise TimeoutError("timed out")
+        return got
+
+
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=4), st.data())
+@settings(max_examples=40, deadline=None)
+def test_a_stream_cut_anywhere_fails_as_a_lost_connection_and_a_stall_names_its_timeout(bodies, data):
+    """The packets before the cut are read; a stream cut inside a packet's header or payload
+    fails as the connection lost (the read's retry takes it up), a socket timeout names the
+    read timeout's setting."""
+    import pymysql
+
+    packets = []
+    for i, body in enumerate(bodies):
+        event = struct.pack("<IBIIIH", 1_700_000_000, B.QUERY_EVENT, 1, 19 + len(body) + 4, 100 + i, 0) + body
+        packets.append(_framed(b"\x00" + event + struct.pack("<I", zlib.crc32(event))))
+    whole = b"".join(packets)
+    cut = data.draw(st.integers(0, len(whole) - 1))
+    whole_packets = sum(1 for k in range(len(packets)) if len(b"".join(packets[:k + 1])) <= cut)
+    for conn, error, why in ((_Connection(whole[:cut]), pymysql.err.OperationalError, "Lost connection"),
+                             (type("C", (), {"_rfile": _Stalled(whole[:cut])})(), SourceError,
+                              B.READ_TIMEOUT_ENV)):
+        stream = B.BinlogStream({}, 1, "mysql-bin.000001", 4, read_timeout=2.5)
+        stream.checksum, stream._conn = True, conn
+        read = []
+        with pytest.raises(error, match=why):
+            for item in stream:
+                read.append(item)
+        assert len(read) == whole_packets
