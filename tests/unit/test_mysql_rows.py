@@ -475,3 +475,35 @@ def test_a_stream_cut_anywhere_fails_as_a_lost_connection_and_a_stall_names_its_
             for item in stream:
                 read.append(item)
         assert len(read) == whole_packets
+
+
+_UUIDS = ("3E11FA47-71CA-11E1-9E33-C80AA9429562", "b6c5a1e2-0000-4000-8000-000000000001",
+          "0a0a0a0a-1111-4222-8333-444444444444")
+
+
+@given(st.one_of(st.none(), st.dictionaries(st.sampled_from(_UUIDS),
+                                            st.lists(st.tuples(st.integers(1, 60), st.integers(0, 5)),
+                                                     min_size=1, max_size=4), max_size=3)),
+       st.lists(st.tuples(st.sampled_from(_UUIDS), st.one_of(st.just(0), st.integers(-3, 40))),
+                max_size=40))
+@settings(max_examples=150, deadline=None)
+def test_the_mysql_gtid_state_is_the_parse_of_every_transaction_added(seed, added):
+    """After every transaction's GTID (mostly each server's next number, some repeated, some
+    out of order, UUIDs in either case), the state is the set parsed from the seed's text and
+    every GTID so far; sets handed out before are not changed by later ones. Without a seed (or
+    an empty one) the executed set is unknown: None throughout."""
+    seed_text = None if seed is None else ",".join(
+        f"{u}:" + ":".join(f"{lo}-{lo + w}" for lo, w in iv) for u, iv in seed.items())
+    state = _GtidState(GtidSet.parse(seed_text), "mysql")
+    texts = [seed_text] if seed_text else []
+    handed = []
+    nxt = {u.lower(): 61 for u in _UUIDS}
+    for uuid, step in added:
+        k = nxt[uuid.lower()] if step == 0 else max(1, nxt[uuid.lower()] + step)
+        nxt[uuid.lower()] = max(nxt[uuid.lower()], k + 1)
+        state.add_mysql(f"{uuid}:{k}")
+        texts.append(f"{uuid}:{k}")
+        got = state.current()
+        assert got == (GtidSet.parse(",".join(texts)) if seed_text else None)
+        handed.append((got, str(got)))
+    assert all(str(g) == text for g, text in handed)

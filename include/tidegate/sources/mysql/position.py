@@ -55,7 +55,7 @@ class GtidSet:
             for r in ranges.split(":"):
                 lo, _, hi = r.partition("-")
                 uuids.setdefault(uuid.lower(), []).append((int(lo), int(hi or lo)))
-        return cls("mysql", mysql=tuple((u, _merge(iv)) for u, iv in sorted(uuids.items())))
+        return cls("mysql", mysql=tuple((u, merge_intervals(iv)) for u, iv in sorted(uuids.items())))
 
     def __str__(self) -> str:
         if self.flavor == "mariadb":
@@ -82,7 +82,9 @@ class GtidSet:
         return True
 
 
-def _merge(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+def merge_intervals(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Closed intervals sorted, with the overlapping and adjacent ones joined (1-3 and 4-6
+    become 1-6), as a MySQL GTID set holds them."""
     out: list[list[int]] = []
     for lo, hi in sorted(intervals):
         if out and lo <= out[-1][1] + 1:
