@@ -21,9 +21,15 @@ SERVICES = ROOT / "scripts" / "services"
 # `make test` runs two pytest-xdist workers, a test module at a time each. The second worker (gw1)
 # gets servers of its own, a lane of scripts/services (its own data folder, every port 200 up),
 # so that a test that kills, stops or restarts a server never hits the other worker's tests.
+# Under a lane of its own (TIDEGATE_LANE=N, a second checkout's tests beside `make test`), the
+# workers take lanes N, N+1, ...: never lane 1 of the checkout whose `make test` runs beside it.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
 if _WORKER.isdigit() and int(_WORKER) > 0:
-    os.environ["TIDEGATE_LANE"] = _WORKER
+    _BASE_LANE = int(os.environ.get("TIDEGATE_LANE") or 0)
+    os.environ["TIDEGATE_LANE"] = str(_BASE_LANE + int(_WORKER))
+    _DIR = os.environ.get("TIDEGATE_SERVICES_DIR")
+    if _BASE_LANE and _DIR:  # exported by `services env` of lane N: lane N's folder, not the base
+        os.environ["TIDEGATE_SERVICES_DIR"] = _DIR.removesuffix(f"-lane{_BASE_LANE}")
 sys.path.insert(0, str(ROOT / "include"))
 
 from tidegate.connections import Connection, get_connection  # noqa: E402
