@@ -395,16 +395,23 @@ def test_refused_events_beyond_the_bound_or_of_other_tables_pass():
 
 
 class _Connection:
-    """What BinlogStream reads from an opened connection: its buffered socket file."""
+    """What BinlogStream reads from an opened connection: its buffered socket file (``rfile``,
+    or the bytes ``data``)."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes = b"", rfile=None):
         import io
 
-        self._rfile = io.BytesIO(data)
+        self._rfile = rfile if rfile is not None else io.BytesIO(data)
 
 
 def _framed(payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "little") + b"\x00" + payload
+
+
+def _query_event_packet(i: int, body: bytes) -> bytes:
+    """The payload of a stream's ``i``-th packet: a query event of ``body`` with its CRC32."""
+    event = struct.pack("<IBIIIH", 1_700_000_000, B.QUERY_EVENT, 1, 19 + len(body) + 4, 100 + i, 0) + body
+    return b"\x00" + event + struct.pack("<I", zlib.crc32(event))
 
 
 @given(st.lists(st.binary(max_size=300), min_size=1, max_size=6), st.data())
@@ -412,10 +419,7 @@ def _framed(payload: bytes) -> bytes:
 def test_the_stream_checks_every_event_against_its_crc32(bodies, data):
     """Events with their CRC32 pass unchanged; one byte changed anywhere in one of them (its
     header, body or checksum) fails the read naming the CRC32 check."""
-    packets = []
-    for i, body in enumerate(bodies):
-        event = struct.pack("<IBIIIH", 1_700_000_000, B.QUERY_EVENT, 1, 19 + len(body) + 4, 100 + i, 0) + body
-        packets.append(b"\x00" + event + struct.pack("<I", zlib.crc32(event)))
+    packets = [_query_event_packet(i, body) for i, body in enumerate(bodies)]
     eof = b"\xfe\x00\x00\x00\x00"
     stream = B.BinlogStream({}, 1, "mysql-bin.000001", 4)
     stream.checksum, stream._conn = True, _Connection(b"".join(map(_framed, packets)) + _framed(eof))
@@ -458,16 +462,12 @@ def test_a_stream_cut_anywhere_fails_as_a_lost_connection_and_a_stall_names_its_
     read timeout's setting."""
     import pymysql
 
-    packets = []
-    for i, body in enumerate(bodies):
-        event = struct.pack("<IBIIIH", 1_700_000_000, B.QUERY_EVENT, 1, 19 + len(body) + 4, 100 + i, 0) + body
-        packets.append(_framed(b"\x00" + event + struct.pack("<I", zlib.crc32(event))))
+    packets = [_framed(_query_event_packet(i, body)) for i, body in enumerate(bodies)]
     whole = b"".join(packets)
     cut = data.draw(st.integers(0, len(whole) - 1))
     whole_packets = sum(1 for k in range(len(packets)) if len(b"".join(packets[:k + 1])) <= cut)
     for conn, error, why in ((_Connection(whole[:cut]), pymysql.err.OperationalError, "Lost connection"),
-                             (type("C", (), {"_rfile": _Stalled(whole[:cut])})(), SourceError,
-                              B.READ_TIMEOUT_ENV)):
+                             (_Connection(rfile=_Stalled(whole[:cut])), SourceError, B.READ_TIMEOUT_ENV)):
         stream = B.BinlogStream({}, 1, "mysql-bin.000001", 4, read_timeout=2.5)
         stream.checksum, stream._conn = True, conn
         read = []
