@@ -687,13 +687,25 @@ def test_purge_halts_failed_run_emits_metrics_page_shows_incident_accept_gap_res
              "incidents_open back to 0 after the report task")
 
 
+def gone(exc) -> bool:
+    """Whether a WebDriver error says the element's page or node is gone. Chromium reports it as
+    a stale element, or, when the page is replaced during the call, as an inspector error whose
+    node "does not belong to the document" (found by CI)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    return isinstance(exc, StaleElementReferenceException) or (
+        "does not belong to the document" in str(exc))
+
+
 def rendered(read):
     """``read()``, or None while React replaces the elements it was reading (a stale element)."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import WebDriverException
 
     try:
         return read()
-    except StaleElementReferenceException:
+    except WebDriverException as exc:
+        if not gone(exc):
+            raise
         return None
 
 
@@ -1032,11 +1044,13 @@ def test_page_lists_only_pipelines_whose_dag_a_user_may_read_and_refuses_other_a
 
 def stale(element) -> bool:
     """Whether ``element`` belongs to a page the browser has left."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import WebDriverException
 
     try:
         element.is_enabled()
-    except StaleElementReferenceException:
+    except WebDriverException as exc:
+        if not gone(exc):
+            raise
         return True
     return False
 
