@@ -29,7 +29,7 @@ from .positions import (
     position_to_json,
 )
 from .reading import plan_reads
-from .run import RunContext
+from .run import PlannedRun, RunContext
 from .segments import Segment, segment_from_json, segment_to_json
 from .spec import PipelineSpec, load_spec_text
 
@@ -142,13 +142,13 @@ class RunRecord:
 
 
 def recorded(run: RunContext, bounds: Bounds, store: CheckpointStore,
-             segments: Sequence[Segment] | None = None, plan_start: Position | None = None) -> RunContext:
+             segments: Sequence[Segment] | None = None, plan_start: Position | None = None) -> PlannedRun:
     """The context holding the run's record (what the bounds step decided), written to the
     store for the steps after it. ``segments``: the read plan, made from ``plan_start``."""
     record = RunRecord(run.pipeline, run.run_id, run.spec.text, run.spec.path, run.plan, bounds,
                        None if segments is None else tuple(segments), plan_start)
     store.runs.put_record(run.pipeline, run.run_id, record.to_json())
-    return dataclasses.replace(run, record=record)
+    return run.planned(record)
 
 
 def read_record(store: CheckpointStore, pipeline: str, run_id: str) -> RunRecord | None:
@@ -156,13 +156,13 @@ def read_record(store: CheckpointStore, pipeline: str, run_id: str) -> RunRecord
     return RunRecord.from_json(found) if found is not None else None
 
 
-def from_record(store: CheckpointStore, pipeline: str, run_id: str, parts: Parts | None = None) -> RunContext:
+def from_record(store: CheckpointStore, pipeline: str, run_id: str, parts: Parts | None = None) -> PlannedRun:
     """The context, on ``store``, of a run whose bounds step wrote its record (the Spark driver)."""
     record = read_record(store, pipeline, run_id)
     if record is None:
         raise RunError(f"pipeline {pipeline!r} has no run record for run {run_id!r}: its bounds step "
                        f"did not run (or wrote to another store than TIDEGATE_CHECKPOINT_STORE)")
-    return RunContext(record.spec(), record.plan, run_id, parts or Parts(), store, record)
+    return PlannedRun(record.spec(), record.plan, run_id, parts or Parts(), store, record=record)
 
 
 def capture_bounds(run: RunContext, source: Source) -> Bounds:
@@ -228,7 +228,7 @@ def idle_moves(bounds: Bounds) -> dict[str, Position]:
     return {sid: bounds.upto for sid in bounds.behind() if sid not in bounds.owed}
 
 
-def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
+def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> PlannedRun:
     """The bounds step of a run; writes the run's record and returns the context holding it.
 
     Incremental: capture, place new sinks (``start: head`` / ``start: snapshot``), skip an idle
@@ -245,7 +245,7 @@ def prepare_bounds(run: RunContext, *, missing_ok: bool = False) -> RunContext:
         return _bounds_step(run.with_store(store), source, missing_ok=missing_ok).with_store(given)
 
 
-def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool) -> RunContext:
+def _bounds_step(run: RunContext, source: Source, *, missing_ok: bool) -> PlannedRun:
     """What the bounds step decides, on the run's opened store and source, written to the store
     as the run's record."""
     if run.plan.mode == "dry_run":

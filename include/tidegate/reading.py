@@ -42,7 +42,7 @@ from .snapshot import read_chunk, snapshot_record
 from .snapshot.items import snapshot_items
 
 if TYPE_CHECKING:
-    from .run import RunContext
+    from .run import PlannedRun, RunContext
     from .sources.base import Source, SourceItem
     from .spec import PipelineSpec
 
@@ -92,7 +92,7 @@ def plan_reads(run: RunContext, source: Source, start: Position | None, upto: Po
     return log_slices(spec, source, start, upto)
 
 
-def planned_reads(run: RunContext, source: Source, start: Position | None, upto: Position) -> list[Segment]:
+def planned_reads(run: PlannedRun, source: Source, start: Position | None, upto: Position) -> list[Segment]:
     """The run's read plan: the bounds step's, when it starts where the run starts (a rewind since
     then moves the start back: the plan is made again), else made here."""
     record = run.record

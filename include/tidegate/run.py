@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .errors import RunError
 from .parts import Parts
 from .plan import RunPlan
 from .spec import PipelineSpec
@@ -33,15 +32,14 @@ if TYPE_CHECKING:
 class RunContext:
     """What every step of one run is handed. ``store`` None: each step opens the default store
     (``TIDEGATE_CHECKPOINT_STORE``) for its own duration. ``parts`` makes the run's source and
-    sinks (tests hand fakes through it). ``record``: the run's record, once the bounds step wrote
-    it (or it was read)."""
+    sinks (tests hand fakes through it). The steps before the bounds step (guard, bounds) hold
+    this; the bounds step's decision makes it a :class:`PlannedRun`."""
 
     spec: PipelineSpec
     plan: RunPlan = dataclasses.field(default_factory=RunPlan)
     run_id: str = "manual"
     parts: Parts = dataclasses.field(default_factory=Parts)
     store: CheckpointStore | None = None
-    record: Any = None  # a bounds_step.RunRecord
     # The run's Spark Connect session (a spark.session.LazySession) while a Connect client
     # delivers it (spark/connect.py); the runner lends it to the sinks that write through Spark.
     spark: Any = None
@@ -49,13 +47,6 @@ class RunContext:
     @property
     def pipeline(self) -> str:
         return self.spec.pipeline
-
-    @property
-    def bounds(self) -> Any:  # a bounds_step.Bounds: the record's
-        if self.record is None:  # the delivery never decides a bound itself
-            raise RunError(f"pipeline {self.pipeline!r}, run {self.run_id!r} has no bounds: its bounds "
-                           f"step (bounds_step.prepare_bounds) comes before the delivery")
-        return self.record.bounds
 
     @contextmanager
     def opened_store(self) -> Iterator[CheckpointStore]:
@@ -81,7 +72,25 @@ class RunContext:
                 source.close()
 
     def with_store(self, store: CheckpointStore) -> RunContext:
-        return dataclasses.replace(self, store=store)
+        return dataclasses.replace(self, store=store)  # keeps the type: a PlannedRun stays one
+
+    def planned(self, record: Any) -> PlannedRun:  # a bounds_step.RunRecord
+        """This run with the bounds step's decision (written by it, or read back)."""
+        return PlannedRun(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RunContext)},
+                          record=record)
 
 
-__all__ = ["RunContext"]
+@dataclasses.dataclass(frozen=True)
+class PlannedRun(RunContext):
+    """A run whose bounds step has decided: what the steps after it (deliver, release, report)
+    are handed. Its record cannot be absent, so no step after the bounds step decides a bound."""
+
+    # a bounds_step.RunRecord (not imported: bounds_step imports this module)
+    record: Any = dataclasses.field(kw_only=True)
+
+    @property
+    def bounds(self) -> Any:  # a bounds_step.Bounds: the record's
+        return self.record.bounds
+
+
+__all__ = ["PlannedRun", "RunContext"]

@@ -8,8 +8,9 @@ sub-batch by sub-batch and commits checkpoints as it goes. :func:`release` then 
 recycle its log up to the lowest checkpoint.
 
 Every step is handed the run's :class:`~tidegate.run.RunContext` (spec, plan, run id, store and
-the :class:`~tidegate.parts.Parts` its source and sinks are made by). The delivery reads its
-bounds from the run's record instead of deciding them again.
+the :class:`~tidegate.parts.Parts` its source and sinks are made by). The delivery is handed a
+:class:`~tidegate.run.PlannedRun` and reads its bounds from the run's record instead of deciding
+them again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .batching import cut_sub_batches
 from .coordinator import Coordinator, RunReport
 from .positions import Position, log_position, lowest_start, same_lineage
 from .reading import InProcessReader, Reader, SchemaGate, plan_reads, planned_reads, read_items
-from .run import RunContext
+from .run import PlannedRun, RunContext
 from .sources.base import Source
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- the run
 
 
-def run_pipeline(run: RunContext, *, data_interval: tuple[Any, Any] | None = None,
+def run_pipeline(run: PlannedRun, *, data_interval: tuple[Any, Any] | None = None,
                  reader: Reader | None = None) -> dict[str, Any]:
     """One bounded run as its plan says (default: incremental to every sink); returns the run
     report as JSON. Raises on failure (no checkpoint of a failed sub-batch moves):
@@ -57,7 +58,7 @@ def run_pipeline(run: RunContext, *, data_interval: tuple[Any, Any] | None = Non
         return _incremental(run, source, data_interval, reader).to_json()
 
 
-def _incremental(run: RunContext, source: Source, data_interval: tuple[Any, Any] | None,
+def _incremental(run: PlannedRun, source: Source, data_interval: tuple[Any, Any] | None,
                  reader: Reader) -> RunReport:
     spec, store, run_id, upto = run.spec, run.store, run.run_id, run.bounds.upto
     epoch = store.leases.acquire(spec.pipeline, run_id)
@@ -90,7 +91,7 @@ def _sinks(run: RunContext, source: Source, only: Any) -> list[Sink]:
     return sinks
 
 
-def _replay(run: RunContext, source: Source, reader: Reader) -> RunReport:
+def _replay(run: PlannedRun, source: Source, reader: Reader) -> RunReport:
     """Re-deliver exactly the ranges a past run delivered, to the chosen sinks (the ranges its
     bounds step chose and checked; none: nothing to replay, as the bounds step says it).
     Checkpoints never move backwards, nor past a sink's own range: the coordinator writes a
@@ -115,7 +116,7 @@ def _replay(run: RunContext, source: Source, reader: Reader) -> RunReport:
         return co.run(read_items(run, source, planned_reads(run, source, lowest, upto), reader))
 
 
-def _dry_run(run: RunContext, source: Source, reader: Reader) -> dict[str, Any]:
+def _dry_run(run: PlannedRun, source: Source, reader: Reader) -> dict[str, Any]:
     """Read and cut the range as a run would; deliver nothing, move nothing."""
     spec, bounds = run.spec, run.bounds
     segments = plan_reads(run, source, bounds.lowest(), bounds.upto)

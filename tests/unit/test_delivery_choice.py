@@ -15,7 +15,7 @@ from tidegate.errors import ConnectionConfigError, SpecError
 from tidegate.parts import resolved_parts
 from tidegate.plan import RunPlan
 from tidegate.positions import SnapshotPosition
-from tidegate.run import RunContext
+from tidegate.run import PlannedRun
 from tidegate.segments import Chunk, Slice, SnapshotEnd
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.spark.delivery import delivery_mode, engine_error, gathers_parts, needs_barrier, on_executor
@@ -28,12 +28,12 @@ def spec_text(conf: str = "", sinks: str = "- {id: k, kind: kafka, conn_id: kafk
             f"spark: {{conn_id: spark_connect{conf}}}\nsinks:\n  {sinks}\n")
 
 
-def run_with(segments, text: str | None = None) -> RunContext:
+def run_with(segments, text: str | None = None) -> PlannedRun:
     text = text or spec_text()
     spec = load_spec_text(text)
     bounds = Bounds("p", BinlogPosition("bin.000001", 4), {"k": None})
     record = RunRecord("p", "r1", text, None, RunPlan(), bounds, segments)
-    return RunContext(spec, RunPlan(), "r1", record=record)
+    return PlannedRun(spec, RunPlan(), "r1", record=record)
 
 
 def pos(n: int) -> BinlogPosition:

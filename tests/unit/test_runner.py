@@ -108,12 +108,15 @@ def test_replay_delivers_exactly_the_past_runs_range_and_never_moves_checkpoints
     assert store.checkpoints.get("p", "a").position == pos(5)
 
 
-def test_a_delivery_handed_a_run_without_its_record_fails_naming_the_bounds_step(env):
-    """The delivery never decides a bound itself: a run that skipped its bounds step reads and
-    delivers nothing, and moves no checkpoint."""
+def test_only_a_planned_run_has_bounds_and_a_delivery_never_decides_one(env):
+    """The bounds step turns a run into a PlannedRun, whose record cannot be absent; a run that
+    skipped it has no bounds at all, so a delivery handed one reads and delivers nothing, and
+    moves no checkpoint."""
     spec, source, sinks, store, parts = env
-    with pytest.raises(RunError, match=r"run .r1. has no bounds: its bounds step \(bounds_step"):
-        runner.run_pipeline(RunContext(spec, run_id="r1", parts=parts, store=store))
+    run = RunContext(spec, run_id="r1", parts=parts, store=store)
+    assert not hasattr(run, "bounds") and not hasattr(run, "record")
+    with pytest.raises(AttributeError, match="bounds"):
+        runner.run_pipeline(run)
     assert sinks["a"].delivered == [] and sinks["b"].delivered == []
     assert store.checkpoints.current("p") == {}
     assert store.runs.record("p", "r1") is None

@@ -26,7 +26,7 @@ from ..errors import ConnectionConfigError
 from .session import LazySession, activated
 
 if TYPE_CHECKING:
-    from ..run import RunContext
+    from ..run import PlannedRun
 
 
 
@@ -63,7 +63,7 @@ def spec_connect_url(spec: Any, connection: Callable[[str], Any]) -> str | None:
     return connect_url(conn) if conn.conn_type == CONNECT_CONN_TYPE else None
 
 
-def _deliver_as_client(session: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
+def _deliver_as_client(session: LazySession, run: PlannedRun, store_url: str) -> dict[str, Any]:
     """The run in this process; Spark tasks read its parallel parts."""
     # The CLI imports this module at every start; the Spark reader's modules load for a Connect
     # run only (about 20 ms of every `tidegate run` otherwise).
@@ -77,7 +77,7 @@ def _deliver_as_client(session: LazySession, run: RunContext, store_url: str) ->
         reader.close()
 
 
-def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None = None,
+def deliver_remote(url: str, run: PlannedRun, *, conf: Mapping[str, str] | None = None,
                    py_files: Sequence[str] = ()) -> dict[str, Any]:
     """One bounded run read through a Spark Connect server at ``url`` (``sc://host:port/;...``,
     which may hold a token: it is never logged) and delivered by one Spark task or by this
@@ -90,7 +90,7 @@ def deliver_remote(url: str, run: RunContext, *, conf: Mapping[str, str] | None 
     t0 = time.monotonic()
     if on_executor(run, {**run.spec.spark.conf, **(conf or {})}):
         session = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files, kept=run.pipeline)
-        def deliver(lazy: LazySession, run: RunContext, store_url: str) -> dict[str, Any]:
+        def deliver(lazy: LazySession, run: PlannedRun, store_url: str) -> dict[str, Any]:
             return deliver_on_executor(lazy.get(), run, store_url, conf)
     else:
         session, deliver = LazySession(url, f"tidegate-{run.pipeline}", conf, py_files), _deliver_as_client

@@ -43,7 +43,7 @@ from ..store import open_store
 from .gathered import GatheredReader, gathered_frame, gathered_parts, part_reader
 
 if TYPE_CHECKING:
-    from ..run import RunContext
+    from ..run import PlannedRun
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def delivery_mode(conf: Mapping[str, str]) -> str:
     return mode
 
 
-def on_executor(run: RunContext, conf: Mapping[str, str]) -> bool:
+def on_executor(run: PlannedRun, conf: Mapping[str, str]) -> bool:
     """Whether Spark tasks deliver this run (see :func:`delivery_mode`): not under ``client``
     nor with a sink that writes through Spark itself (a Delta sink needs a session, and a task
     cannot open one on its own cluster)."""
@@ -77,7 +77,7 @@ def on_executor(run: RunContext, conf: Mapping[str, str]) -> bool:
     return True
 
 
-def gathers_parts(run: RunContext, conf: Mapping[str, str]) -> bool:
+def gathers_parts(run: PlannedRun, conf: Mapping[str, str]) -> bool:
     """Whether the run's parts are read by tasks of their own and gathered into the delivery task
     (gathered.py): under ``gathered``, a plan with parallel parts; under ``auto``, a plan with a
     snapshot's chunks (a chunk is a query the database serves, read ``snapshot.parallelism`` at
@@ -89,11 +89,11 @@ def gathers_parts(run: RunContext, conf: Mapping[str, str]) -> bool:
     return (mode == "gathered" and has_parallel_parts(run)) or (mode == "auto" and has_chunks(run))
 
 
-def has_chunks(run: RunContext) -> bool:
+def has_chunks(run: PlannedRun) -> bool:
     return any(isinstance(s, Chunk) for s in run.record.segments or ())
 
 
-def has_parallel_parts(run: RunContext) -> bool:
+def has_parallel_parts(run: PlannedRun) -> bool:
     """Snapshot chunks, or more than one log slice, among the parts Spark tasks would read
     (gathered.gathered_parts) of the run's read plan (none made yet: the delivery task makes it,
     and reads it itself)."""
@@ -101,7 +101,7 @@ def has_parallel_parts(run: RunContext) -> bool:
     return any(isinstance(p, Chunk) for p in parts) or sum(isinstance(p, Slice) for p in parts) > 1
 
 
-def task_payload(run: RunContext, store_url: str) -> tuple:
+def task_payload(run: PlannedRun, store_url: str) -> tuple:
     """What the task gets: names, the resolved connections and salt, the store URL (secrets:
     pickled into the job, never logged)."""
     spec, parts = run.spec, run.parts
@@ -207,7 +207,7 @@ def _environment(settings: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def deliver_on_executor(spark: Any, run: RunContext, store_url: str,
+def deliver_on_executor(spark: Any, run: PlannedRun, store_url: str,
                         conf: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run ``run`` as one Spark job through ``spark`` (a Connect client's session, or a
     spark-submit driver's own) with its parts gathered where :func:`gathers_parts` says so;
@@ -276,7 +276,7 @@ def engine_error(exc: BaseException) -> str | None:
     return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
 
 
-def _gathered_job(spark: Any, run: RunContext, payload: tuple, barrier: bool) -> Any:
+def _gathered_job(spark: Any, run: PlannedRun, payload: tuple, barrier: bool) -> Any:
     """The two-stage job of a plan with parallel parts (gathered.py)."""
     parts = gathered_parts(run.spec, run.record.segments)
     _, _, connections, salt, store_url, _ = payload

@@ -34,7 +34,7 @@ from .slices import max_task_slice_bytes, read_range
 from .windows import partitions_in_flight
 
 if TYPE_CHECKING:
-    from ..run import RunContext
+    from ..run import PlannedRun, RunContext
     from ..sources.base import Source
     from ..spec import PipelineSpec
 
@@ -101,7 +101,7 @@ class SparkReader:
         yield SegmentRead(Slice(first.start, last.end), items)
 
 
-def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
+def deliver(spark: Any, run: PlannedRun) -> dict[str, Any]:
     """One bounded run as one Spark job whose task delivers, as through a Connect server
     (delivery.py); where delivery.on_executor says no (a Delta sink,
     ``spark.tidegate.delivery: client``), delivered here, its segments read by Spark
@@ -111,7 +111,7 @@ def deliver(spark: Any, run: RunContext) -> dict[str, Any]:
     return deliver_here(spark, run)
 
 
-def deliver_here(spark: Any, run: RunContext) -> dict[str, Any]:
+def deliver_here(spark: Any, run: PlannedRun) -> dict[str, Any]:
     """The run delivered by this driver, its segments read by Spark tasks."""
     reader = SparkReader(spark, run.parts.connection(run.spec.source.conn_id), default_url())
     # What the run costs the driver's side, its start-up left out (benchmarks/cluster.py): with
