@@ -148,6 +148,8 @@ def _gtid_failover(run: RunContext, source: Source, old: Mapping[str, Any], new:
             _halt(run, "failover", lowest_old, source.head(),
                   f"{change}; the checkpoints cannot be placed on the new server without loss: "
                   f"sink {sid}: {exc}")
+    for snapshot_id in sorted({p.snapshot_id for p in effective.values() if isinstance(p, SnapshotPosition)}):
+        _move_snapshot(run, source, snapshot_id, change, lowest_old)
     epoch = store.leases.acquire(spec.pipeline, run_id)
     reason = f"GTID failover: {change}; every checkpoint GTID set is on the new server"
     inc = store.incidents.record(spec.pipeline, "failover", lowest_old, oldest(moved.values()),
@@ -165,6 +167,25 @@ def _gtid_failover(run: RunContext, source: Source, old: Mapping[str, Any], new:
                 {k: str(v) for k, v in moved.items()})
     return {"status": "failover_continued", "identity": dict(new), "incident": inc.id,
             "checkpoints": {k: position_to_json(v) for k, v in moved.items()}}
+
+
+def _move_snapshot(run: RunContext, source: Source, snapshot_id: str, change: str,
+                   lowest_old: Position | None) -> None:
+    """A snapshot some sink is in, placed on the new server: the log after its handoff is read
+    from there, and up to its kept chunk reads' upper bounds to find the keys the log changed
+    (found by the campaign: a failover during a resnapshot left them on the old server, and every
+    run after it failed comparing positions of two servers). Written before the checkpoints:
+    a guard that dies in between places them again, and a position already here stays."""
+    store, pipeline = run.store, run.pipeline
+    rec = store.snapshots.get(pipeline, snapshot_id)
+    try:
+        handoff = source.translate(rec.handoff)
+        kept = store.snapshots.kept_uppers(pipeline, snapshot_id)
+        uppers = {chunk: source.translate(upper) for chunk, upper in kept.items()}
+    except SourceError as exc:
+        _halt(run, "failover", lowest_old, source.head(),
+              f"{change}; snapshot {snapshot_id} cannot be placed on the new server without loss: {exc}")
+    store.snapshots.move(pipeline, snapshot_id, handoff, uppers)
 
 
 def effective_checkpoints(run: RunContext, sinks: Sequence[Sink]) -> dict[str, Position | None]:

@@ -81,6 +81,13 @@ FAILOVER = [5821]
 # It was the first of four seeds (5832, 5835, 5839, 5841) where the oracle placed a PostgreSQL
 # change by its own LSN, not its transaction's commit (the oracle's error, fixed there).
 REWIND = [(5832, MESSAGE_SINKS)]
+# With all three (MariaDB; SNAPSHOTS=resnapshot FAILOVERS=gtid REWINDS=random): 5903 (every sink)
+# SIGKILLs a run re-loading a table, then moves the connection to the replica. The failover guard
+# translated the sinks' checkpoints but not the snapshot's handoff and its kept chunk reads'
+# upper bounds: every later run failed comparing positions of two servers and nothing more was
+# delivered (fixed: the guard places them on the new server too; test_guards_mysql.py holds it
+# without timing).
+COMBINED = [5903]
 # (seed, sinks, delivery, resnapshot, failovers, rewinds)
 CASES = [(seed, None, "process", False, False, False) for seed in COVERING]
 CASES += [(seed, sinks, "process", False, False, False) for seed, sinks in FOUND]
@@ -88,6 +95,7 @@ CASES += [(seed, None, "executor", False, False, False) for seed in EXECUTOR]
 CASES += [(seed, None, delivery, True, False, False) for seed, delivery in RESNAPSHOT]
 CASES += [(seed, None, "process", False, True, False) for seed in FAILOVER]
 CASES += [(seed, sinks, "process", False, False, True) for seed, sinks in REWIND]
+CASES += [(seed, None, "process", True, True, True) for seed in COMBINED]
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     CASES = [(int(s), None, os.environ.get("TIDEGATE_CAMPAIGN_DELIVERY", "process"),
               os.environ.get("TIDEGATE_CAMPAIGN_SNAPSHOTS") == "resnapshot",

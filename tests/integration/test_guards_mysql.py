@@ -13,9 +13,11 @@ from tidegate import guards
 from tidegate.errors import SourceSettingError
 from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
+from tidegate.positions import SnapshotPosition
 from tidegate.run import RunContext
 from tidegate.spec import load_spec
 from tidegate.store import open_store
+from tidegate.store.records import SnapshotRecord
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -175,3 +177,53 @@ def test_preflight_refuses_mariadb_without_gtid_strict_mode(setup, mysql):
     assert "gtid_strict_mode is 'OFF', CDC needs ON" in message
     assert "SET GLOBAL gtid_strict_mode=ON" in message and "my.cnf" in message
     guards.preflight(RunContext(spec, parts=Parts(lookup), store=store))  # on again: passes
+
+
+def test_gtid_failover_during_a_snapshot_places_its_handoff_and_kept_reads_on_the_new_server(
+        setup, mysql, mysql_replica, redis_service):
+    """Found by the fault campaign (seed 5903: a resnapshot's run killed, then the connection on
+    the replica): the checkpoints were translated, the snapshot's own handoff and its kept chunk
+    reads' upper bounds were not, and every run after it failed comparing positions of two
+    servers. The guard places them on the new server by GTID set: the log read from there, and
+    up to each kept read's upper bound, holds the same transactions as on the old server."""
+    spec, store, admin, db = setup
+    primary = {"src": mysql.cdc, "r": redis_service.cdc}.__getitem__
+    replica = {"src": mysql_replica.cdc, "r": redis_service.cdc}.__getitem__
+    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary),
+                                            store=store))["status"] == "recorded"
+    insert(admin, db, [1, 2])
+    src = Parts(primary).source(spec)
+    handoff = src.head()
+    snap = SnapshotRecord(spec.pipeline, "s1", "resnapshot", handoff, [], [{}, {}], 0)
+    at = SnapshotPosition("s1", 0, handoff)
+    epoch = store.leases.acquire(spec.pipeline, "r1")
+    store.snapshots.begin(snap, {"a": at, "b": at}, epoch=epoch)
+    insert(admin, db, [3])
+    upper = src.head()  # chunk 1 read after row 3 was written: the keys changed up to here
+    store.snapshots.keep_read(spec.pipeline, "s1", 1, upper, b"chunk 1")
+    insert(admin, db, [4, 5])
+    target = src.head().gtid_set
+    assert rows(src, handoff, upper) == [("c", 3)]
+    src.close()
+
+    new = Parts(replica).source(spec)
+    deadline = time.monotonic() + 20
+    while not new.head().gtid_set.contains(target):
+        assert time.monotonic() < deadline, "replica did not catch up"
+        time.sleep(0.1)
+    result = guards.guard_failover(RunContext(spec, run_id="r2", parts=Parts(replica), store=store))
+    assert result["status"] == "failover_continued"
+
+    moved = store.snapshots.get(spec.pipeline, "s1")
+    assert moved.handoff.server_id == 2 and moved.status == "running"
+    kept = store.snapshots.kept_uppers(spec.pipeline, "s1")
+    assert list(kept) == [1] and kept[1].server_id == 2
+    assert store.snapshots.kept_read(spec.pipeline, "s1", 1)[1] == b"chunk 1"
+    assert rows(new, moved.handoff, kept[1]) == [("c", 3)]
+    assert rows(new, moved.handoff, new.head()) == [("c", 3), ("c", 4), ("c", 5)]
+    for sid in ("a", "b"):  # the sinks' snapshot positions name the same handoff
+        assert store.checkpoints.get(spec.pipeline, sid).position == SnapshotPosition("s1", 0, moved.handoff)
+    # A second guard on the same server finds nothing to move.
+    assert guards.guard_failover(RunContext(spec, run_id="r3", parts=Parts(replica),
+                                            store=store))["status"] == "ok"
+    new.close()

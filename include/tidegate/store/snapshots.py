@@ -95,6 +95,24 @@ class Snapshots(Role):
             out.setdefault(sid, []).append(int(chunk))
         return out
 
+    def kept_uppers(self, pipeline: str, snapshot_id: str) -> dict[int, Position]:
+        """The upper bound of each chunk whose first read is kept."""
+        with self._tx() as tx:
+            rows = tx.all("SELECT chunk, upper FROM tidegate_snapshot_chunk_reads WHERE pipeline = ? AND "
+                          "snapshot_id = ?", (pipeline, snapshot_id))
+        return {int(c): pos_value(u) for c, u in rows}
+
+    def move(self, pipeline: str, snapshot_id: str, handoff: Position,
+             uppers: Mapping[int, Position]) -> None:
+        """Put a snapshot's log positions (its handoff, its kept reads' upper bounds) on another
+        server, in one transaction: a GTID failover places them there as it places the checkpoints."""
+        with self._tx(write=True) as tx:
+            tx.exec("UPDATE tidegate_snapshots SET handoff = ? WHERE pipeline = ? AND snapshot_id = ?",
+                    (pos_text(handoff), pipeline, snapshot_id))
+            for chunk, upper in uppers.items():
+                tx.exec("UPDATE tidegate_snapshot_chunk_reads SET upper = ? WHERE pipeline = ? AND "
+                        "snapshot_id = ? AND chunk = ?", (pos_text(upper), pipeline, snapshot_id, chunk))
+
     def forget_reads(self, pipeline: str, snapshot_id: str, through: int) -> None:
         """Let the kept reads of chunks 1..``through`` go (every sink holds them)."""
         with self._tx(write=True) as tx:
