@@ -137,19 +137,25 @@ def _gtid_failover(run: RunContext, source: Source, old: Mapping[str, Any], new:
     spec, store, run_id = run.spec, run.store, run.run_id
     effective = effective_checkpoints(run, run.parts.sinks(spec))
     lowest_old = oldest(effective.values())
-    moved = {}
+    moved, snapshots = {}, {}
     for sid, pos in sorted(effective.items()):
         if pos is None:
             continue  # no checkpoint yet: nothing to translate
-        try:  # a sink inside a snapshot keeps its chunks; its handoff moves (snapshots)
-            moved[sid] = (pos.with_handoff(source.translate(pos.handoff)) if isinstance(pos, SnapshotPosition)
-                          else source.translate(pos))
+        try:  # a sink inside a snapshot keeps its chunks; the snapshot's log positions move
+            if isinstance(pos, SnapshotPosition):
+                if pos.snapshot_id not in snapshots:
+                    snapshots[pos.snapshot_id] = _snapshot_moved(run, source, pos.snapshot_id)
+                moved[sid] = pos.with_handoff(snapshots[pos.snapshot_id][0])
+            else:
+                moved[sid] = source.translate(pos)
         except SourceError as exc:  # no GTIDs, GTIDs missing on the new server, or purged there
             _halt(run, "failover", lowest_old, source.head(),
                   f"{change}; the checkpoints cannot be placed on the new server without loss: "
                   f"sink {sid}: {exc}")
-    for snapshot_id in sorted({p.snapshot_id for p in effective.values() if isinstance(p, SnapshotPosition)}):
-        _move_snapshot(run, source, snapshot_id, change, lowest_old)
+    # Before the checkpoints: a guard that dies in between places them again (a position already
+    # on this server translates to itself).
+    for snapshot_id, (handoff, uppers) in sorted(snapshots.items()):
+        store.snapshots.move(spec.pipeline, snapshot_id, handoff, uppers)
     epoch = store.leases.acquire(spec.pipeline, run_id)
     reason = f"GTID failover: {change}; every checkpoint GTID set is on the new server"
     inc = store.incidents.record(spec.pipeline, "failover", lowest_old, oldest(moved.values()),
@@ -169,23 +175,16 @@ def _gtid_failover(run: RunContext, source: Source, old: Mapping[str, Any], new:
             "checkpoints": {k: position_to_json(v) for k, v in moved.items()}}
 
 
-def _move_snapshot(run: RunContext, source: Source, snapshot_id: str, change: str,
-                   lowest_old: Position | None) -> None:
-    """A snapshot some sink is in, placed on the new server: the log after its handoff is read
-    from there, and up to its kept chunk reads' upper bounds to find the keys the log changed
-    (found by the campaign: a failover during a resnapshot left them on the old server, and every
-    run after it failed comparing positions of two servers). Written before the checkpoints:
-    a guard that dies in between places them again, and a position already here stays."""
+def _snapshot_moved(run: RunContext, source: Source, snapshot_id: str
+                    ) -> tuple[Position, dict[int, Position]]:
+    """A snapshot some sink is in, placed on the new server: its handoff (the log after it is
+    read from there) and its kept chunk reads' upper bounds (the log up to each is scanned for
+    the keys it changed). Found by the campaign: a failover during a resnapshot left them on the
+    old server, and every run after it failed comparing positions of two servers."""
     store, pipeline = run.store, run.pipeline
     rec = store.snapshots.get(pipeline, snapshot_id)
-    try:
-        handoff = source.translate(rec.handoff)
-        kept = store.snapshots.kept_uppers(pipeline, snapshot_id)
-        uppers = {chunk: source.translate(upper) for chunk, upper in kept.items()}
-    except SourceError as exc:
-        _halt(run, "failover", lowest_old, source.head(),
-              f"{change}; snapshot {snapshot_id} cannot be placed on the new server without loss: {exc}")
-    store.snapshots.move(pipeline, snapshot_id, handoff, uppers)
+    kept = store.snapshots.kept_uppers(pipeline, snapshot_id)
+    return source.translate(rec.handoff), {chunk: source.translate(upper) for chunk, upper in kept.items()}
 
 
 def effective_checkpoints(run: RunContext, sinks: Sequence[Sink]) -> dict[str, Position | None]:
