@@ -109,6 +109,26 @@ def test_purged_binlog_halts_with_exact_range_until_gap_accepted(setup, mysql):
     source.close()
 
 
+def both_servers(spec, store, mysql, mysql_replica, redis_service):
+    """Connection lookups of the primary and of its GTID replica (the sinks on one Redis), the
+    pipeline's identity recorded on the primary by the failover guard."""
+    primary = {"src": mysql.cdc, "r": redis_service.cdc}.__getitem__
+    replica = {"src": mysql_replica.cdc, "r": redis_service.cdc}.__getitem__
+    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary),
+                                            store=store))["status"] == "recorded"
+    return primary, replica
+
+
+def caught_up_source(spec, replica, target):
+    """The pipeline's source on the replica, once the replica has applied the GTID set ``target``."""
+    new = Parts(replica).source(spec)
+    deadline = time.monotonic() + 20
+    while not new.head().gtid_set.contains(target):
+        assert time.monotonic() < deadline, "replica did not catch up"
+        time.sleep(0.1)
+    return new
+
+
 def rows(source, start, upto):
     return [(e.op, e.after["id"]) for e in source.read(start, upto) if isinstance(e, ChangeEvent)]
 
@@ -116,10 +136,7 @@ def rows(source, start, upto):
 def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mysql, mysql_replica,
                                                                       redis_service):
     spec, store, admin, db = setup
-    primary = {"src": mysql.cdc, "r": redis_service.cdc}.__getitem__
-    replica = {"src": mysql_replica.cdc, "r": redis_service.cdc}.__getitem__
-    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary),
-                                            store=store))["status"] == "recorded"
+    primary, replica = both_servers(spec, store, mysql, mysql_replica, redis_service)
     insert(admin, db, [1, 2])
     src = Parts(primary).source(spec)
     checkpoint = src.head()
@@ -131,11 +148,7 @@ def test_gtid_failover_to_replica_continues_without_loss_or_duplicate(setup, mys
     target = src.head().gtid_set
     src.close()
 
-    new = Parts(replica).source(spec)
-    deadline = time.monotonic() + 20
-    while not new.head().gtid_set.contains(target):
-        assert time.monotonic() < deadline, "replica did not catch up"
-        time.sleep(0.1)
+    new = caught_up_source(spec, replica, target)
 
     result = guards.guard_failover(RunContext(spec, run_id="r2", parts=Parts(replica), store=store))
     assert result["status"] == "failover_continued"
@@ -187,10 +200,7 @@ def test_gtid_failover_during_a_snapshot_places_its_handoff_and_kept_reads_on_th
     servers. The guard places them on the new server by GTID set: the log read from there, and
     up to each kept read's upper bound, holds the same transactions as on the old server."""
     spec, store, admin, db = setup
-    primary = {"src": mysql.cdc, "r": redis_service.cdc}.__getitem__
-    replica = {"src": mysql_replica.cdc, "r": redis_service.cdc}.__getitem__
-    assert guards.guard_failover(RunContext(spec, run_id="r0", parts=Parts(primary),
-                                            store=store))["status"] == "recorded"
+    primary, replica = both_servers(spec, store, mysql, mysql_replica, redis_service)
     insert(admin, db, [1, 2])
     src = Parts(primary).source(spec)
     handoff = src.head()
@@ -206,11 +216,7 @@ def test_gtid_failover_during_a_snapshot_places_its_handoff_and_kept_reads_on_th
     assert rows(src, handoff, upper) == [("c", 3)]
     src.close()
 
-    new = Parts(replica).source(spec)
-    deadline = time.monotonic() + 20
-    while not new.head().gtid_set.contains(target):
-        assert time.monotonic() < deadline, "replica did not catch up"
-        time.sleep(0.1)
+    new = caught_up_source(spec, replica, target)
     result = guards.guard_failover(RunContext(spec, run_id="r2", parts=Parts(replica), store=store))
     assert result["status"] == "failover_continued"
 
