@@ -54,6 +54,13 @@ class LogPosition:
         """The JSON form, with ``"kind": self.kind``."""
         raise NotImplementedError
 
+    def order_by_transactions(self, other: LogPosition) -> int | None:
+        """For two positions of different lineages of one topology (a GTID failover moved the
+        pipeline between them): -1, 0 or 1 as the transactions before this position are fewer
+        than, the same as or more than those before ``other``. None when that cannot be told:
+        the kind has no global transaction ids (the default), or neither holds the other's."""
+        return None
+
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LogPosition:
         raise NotImplementedError

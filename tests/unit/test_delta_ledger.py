@@ -4,11 +4,12 @@ first, what a table's history says it covers, and which transactions a table sti
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from tidegate.positions import IncomparablePositionsError, SnapshotPosition
 from tidegate.sinks.delta import ledger
-from tidegate.sources.mysql.position import BinlogPosition
+from tidegate.sources.mysql.position import BinlogPosition, GtidSet
 
 APP = "acme/orders::sink::lake"
 
@@ -111,3 +112,43 @@ def test_a_snapshot_the_table_holds_is_not_written_again():
     assert not ledger.needs_chunk(snap(NEW, 2), False, None, snap(NEW, 2))
     assert ledger.needs_chunk(snap(NEW, 3), False, None, snap(NEW, 2))
     assert ledger.needs_chunk(snap(NEW, 1), False, None, pos(9, server_id=2))  # another server's log
+
+
+DOMAINS = {"mariadb": ["0", "1", "7"],
+           "mysql": ["3e11fa47-71ca-11e1-9e33-c80aa9429562", "8a94f357-aab4-11df-86ab-c80aa9429563"]}
+
+
+def _histories(rng: random.Random, flavor: str) -> tuple[list[BinlogPosition], list[BinlogPosition]]:
+    """One generated history of transactions as two servers of a GTID topology log it: each
+    transaction's end on the primary (server 1) and on the replica (server 2, its own files and
+    offsets), each carrying the executed GTID set after it."""
+    primary, replica, done = [], [], {}
+    at1, at2 = rng.randrange(4, 10_000), rng.randrange(4, 10_000)
+    for _ in range(rng.randrange(1, 40)):
+        domain = rng.choice(DOMAINS[flavor])
+        done[domain] = done.get(domain, 0) + 1
+        if flavor == "mariadb":
+            text = ",".join(f"{d}-1-{n}" for d, n in sorted(done.items()))
+        else:
+            text = ",".join(f"{u}:1-{n}" for u, n in sorted(done.items()))
+        gtids = GtidSet.parse(text)
+        at1, at2 = at1 + rng.randrange(50, 5_000), at2 + rng.randrange(50, 5_000)
+        primary.append(BinlogPosition("mysql-bin.000046", at1, gtid_set=gtids, server_id=1))
+        replica.append(BinlogPosition("mysql-bin.000002", at2, gtid_set=gtids, server_id=2))
+    return primary, replica
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_after_a_gtid_failover_a_table_needs_what_it_needed_on_the_old_server(seed):
+    """Generated histories: a table whose commits cover a transaction on the old server, read
+    again from the new one after a failover, needs exactly the transactions it would have needed
+    on the old server (by GTID set), and of its covers and the sink's record the later counts."""
+    rng = random.Random(seed)
+    primary, replica = _histories(rng, rng.choice(["mariadb", "mysql"]))
+    covers = rng.randrange(len(primary))
+    for i in range(len(primary)):
+        for partial in (False, True):
+            assert ledger.needs(replica[i], partial, primary[covers]) == \
+                ledger.needs(primary[i], partial, primary[covers]), (i, covers, partial)
+        later = ledger.table_covers(primary[covers], replica[i])
+        assert later is (replica[i] if i > covers else primary[covers]), (i, covers)

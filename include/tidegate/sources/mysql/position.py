@@ -156,6 +156,16 @@ class BinlogPosition(LogPosition):
     def __hash__(self) -> int:
         return hash(self._key())
 
+    def order_by_transactions(self, other: LogPosition) -> int | None:
+        """By the executed GTID sets the two positions carry (see :class:`LogPosition`)."""
+        mine, theirs = self.gtid_set, getattr(other, "gtid_set", None)
+        if mine is None or theirs is None:
+            return None
+        below, above = theirs.contains(mine), mine.contains(theirs)
+        if below and above:
+            return 0
+        return -1 if below else (1 if above else None)
+
     def bytes_to(self, other: BinlogPosition, file_sizes: dict[str, int] | None = None) -> int | None:
         """Binlog bytes from here to ``other`` (0 when ``other`` is not ahead): the offset
         difference within one file; across files only with ``file_sizes`` (``SHOW BINARY LOGS``),
