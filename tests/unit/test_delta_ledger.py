@@ -150,5 +150,8 @@ def test_after_a_gtid_failover_a_table_needs_what_it_needed_on_the_old_server(se
         for partial in (False, True):
             assert ledger.needs(replica[i], partial, primary[covers]) == \
                 ledger.needs(primary[i], partial, primary[covers]), (i, covers, partial)
+        # a snapshot handing off there, judged by covers alone (a table without snapshot marks)
+        assert ledger.needs_chunk(SnapshotPosition("s", 1, replica[i]), False, None, primary[covers]) == \
+            ledger.needs_chunk(SnapshotPosition("s", 1, primary[i]), False, None, primary[covers])
         later = ledger.table_covers(primary[covers], replica[i])
         assert later is (replica[i] if i > covers else primary[covers]), (i, covers)

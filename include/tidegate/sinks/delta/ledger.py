@@ -125,8 +125,9 @@ def needs_chunk(end: SnapshotPosition, partial: bool, held: tuple[str, int] | No
         return end.chunk >= covers.chunk if partial else end.chunk > covers.chunk
     try:
         return end.handoff >= log_position(covers)
-    except IncomparablePositionsError:
-        return True  # another server's log (an accepted gap)
+    except IncomparablePositionsError:  # a GTID failover (see needs), else an accepted gap
+        order = _across_servers(end.handoff, log_position(covers))
+        return True if order is None else order >= 0
 
 
 def newest_txn(history: Iterable[str | None], app: str) -> int | None:
