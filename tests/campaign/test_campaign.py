@@ -81,7 +81,8 @@ FAILOVER = [5821]
 # It was the first of four seeds (5832, 5835, 5839, 5841) where the oracle placed a PostgreSQL
 # change by its own LSN, not its transaction's commit (the oracle's error, fixed there).
 REWIND = [(5832, MESSAGE_SINKS)]
-# With all three (MariaDB; SNAPSHOTS=resnapshot FAILOVERS=gtid REWINDS=random): 5903 (every sink)
+# Resnapshots and failovers together (MariaDB; SNAPSHOTS=resnapshot FAILOVERS=gtid, found with
+# REWINDS=random too, which draws no rewind where failovers are drawn): 5903 (every sink)
 # SIGKILLs a run re-loading a table, then moves the connection to the replica. The failover guard
 # translated the sinks' checkpoints but not the snapshot's handoff and its kept chunk reads'
 # upper bounds: every later run failed comparing positions of two servers and nothing more was
