@@ -123,11 +123,8 @@ def needs_chunk(end: SnapshotPosition, partial: bool, held: tuple[str, int] | No
         return True
     if isinstance(covers, SnapshotPosition) and covers.snapshot_id == end.snapshot_id:
         return end.chunk >= covers.chunk if partial else end.chunk > covers.chunk
-    try:
-        return end.handoff >= log_position(covers)
-    except IncomparablePositionsError:  # a GTID failover (see needs), else an accepted gap
-        order = _across_servers(end.handoff, log_position(covers))
-        return True if order is None else order >= 0
+    order = _order(end.handoff, log_position(covers))
+    return True if order is None else order >= 0
 
 
 def newest_txn(history: Iterable[str | None], app: str) -> int | None:
@@ -145,10 +142,7 @@ def table_covers(table: Position | None, record: Position | None) -> Position | 
     positions of different sources (an accepted gap), the table's own."""
     if table is None or record is None:
         return table or record
-    try:
-        return record if record > table else table
-    except IncomparablePositionsError:  # a GTID failover since the table's last commit
-        return record if _across_servers(record, table) == 1 else table
+    return record if _order(record, table) == 1 else table
 
 
 def needs(tx_end: Position, partial: bool, covers: Position | None) -> bool:
@@ -156,23 +150,22 @@ def needs(tx_end: Position, partial: bool, covers: Position | None) -> bool:
     ``tx_end`` (``partial``: a leading part of a split transaction; see batching.Transaction)."""
     if covers is None:
         return True
+    order = _order(tx_end, covers)
+    return True if order is None else (order >= 0 if partial else order > 0)
+
+
+def _order(a: Position, b: Position) -> int | None:
+    """-1, 0 or 1 as ``a`` is before, at or after ``b``. Two positions of different servers
+    are ordered by the transactions before them (``LogPosition.order_by_transactions``): a GTID
+    failover since a table's last commit (found by the campaign, seed 5919: a run killed between
+    two tables' commits, then the connection on the replica; the rerun wrote the transactions a
+    table held again). None when that cannot be told: another server's log, an accepted gap."""
     try:
-        return tx_end >= covers if partial else tx_end > covers
+        return (a > b) - (a < b)
     except IncomparablePositionsError:
-        # A GTID failover since the table's last commit: the table holds the transaction when
-        # its covers' GTID set holds it (found by the campaign, seed 5919: a run killed between
-        # two tables' commits, then the connection on the replica; the rerun wrote the
-        # transactions a table held again). Else another server's log (an accepted gap): new.
-        order = _across_servers(tx_end, covers)
-        return True if order is None else (order >= 0 if partial else order > 0)
-
-
-def _across_servers(a: Position, b: Position) -> int | None:
-    """-1, 0 or 1 for two log positions of different servers by the transactions before them
-    (``LogPosition.order_by_transactions``); None when that cannot be told."""
-    if isinstance(a, LogPosition) and isinstance(b, LogPosition):
-        return a.order_by_transactions(b)
-    return None
+        if isinstance(a, LogPosition) and isinstance(b, LogPosition):
+            return a.order_by_transactions(b)
+        return None
 
 
 __all__ = ["EPOCH_BITS", "commit_metadata", "covered_position", "held_snapshot", "needs", "needs_chunk",
