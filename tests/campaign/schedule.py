@@ -36,7 +36,10 @@ NATS_WINDOW_S = 2.0  # the campaign's NATS duplicate_window: a stall of the run 
 # and a hang of the source's or the store's server drawn from 0.5 s to this long twice and 2 s more:
 # a run waiting on the hung server times out and fails, and must be retried to the same outcome.
 HANG_TIMEOUT_S = 3.0
-KAFKA_TXN_TIMEOUT_MS = 4000  # the campaign's Kafka transaction.timeout.ms (its connection's extra)
+# The campaign's Kafka transaction.timeout.ms (its connection's extra). The broker aborts a
+# transaction open past it at its next abort check (scripts/services: every 500 ms), so a stall
+# past it aborts the run's transaction when it stops the run while one is open.
+KAFKA_TXN_TIMEOUT_MS = 4000
 # With --snapshots resnapshot: the spec's snapshot.chunk_rows (a table of a schedule holds tens of
 # rows, so a resnapshot is several chunks, each a part of its own where a Spark task gathers them).
 SNAPSHOT_CHUNK_ROWS = 4

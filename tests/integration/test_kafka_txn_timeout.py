@@ -162,8 +162,8 @@ def test_a_run_stalled_past_its_transaction_timeout_says_so_and_a_rerun_delivers
         stop_mid_transaction(proc, marks)
         stopped = time.monotonic()
         # The broker aborts the transaction once it is older than transaction.timeout.ms (it
-        # looks every transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by
-        # default): the abort marker moves the last stable offset up to the high watermark.
+        # looks every transaction.abort.timed.out.transaction.cleanup.interval.ms: 500 ms on
+        # these brokers, 10 s by default): the abort marker moves the last stable offset up.
         wait_for(lambda: not marks.open(), "the broker aborted the open transaction", timeout=60)
         print(f"the broker aborted the transaction {time.monotonic() - stopped:.1f}s into the stall")
         os.killpg(proc.pid, signal.SIGCONT)
