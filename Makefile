@@ -73,14 +73,15 @@ compat: install
 # (store and source timeouts of 3 s, hangs of those servers past them), SNAPSHOTS=resnapshot (one faulted
 # run per schedule re-loads tables), FAILOVERS=gtid (MariaDB: the connection moves between the GTID primary
 # and its replica after some steps' faults), REWINDS=random (an operator rewinds a message sink, under a run
-# or after it); prints each seed's schedule and verdict, then the figure table.
+# or after it), KEEP=DIR (work in DIR and keep the runs' logs, to diagnose a failed seed); prints each seed's
+# schedule and verdict, then the figure table.
 campaign: venv native servers
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m tests.campaign.runner \
 	  $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),10)) $(if $(FIRST),--first $(FIRST)) \
 	  $(if $(SOURCES),--sources $(SOURCES)) $(if $(SINKS),--sinks $(SINKS)) $(if $(KINDS),--kinds $(KINDS)) \
 	  $(if $(DELIVERY),--delivery $(DELIVERY)) $(if $(HANGS),--hangs $(HANGS)) \
 	  $(if $(SNAPSHOTS),--snapshots $(SNAPSHOTS)) $(if $(FAILOVERS),--failovers $(FAILOVERS)) \
-	  $(if $(REWINDS),--rewinds $(REWINDS))
+	  $(if $(REWINDS),--rewinds $(REWINDS)) $(if $(KEEP),--keep $(KEEP))
 
 # The demo starts servers of its own (.demo/services, other ports): `make test` never touches them.
 demo: install

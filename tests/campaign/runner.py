@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import random
@@ -763,6 +764,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="random: after (or while) one or more steps' faults, an operator rewinds a "
                          "message sink a few versions (not with --failovers)")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
+    ap.add_argument("--keep", metavar="DIR", type=Path,
+                    help="work in DIR and keep it (the runs' logs and specs) to diagnose a failed seed")
     a = ap.parse_args(argv)
     seeds = [a.seed] if a.seed is not None else list(range(a.first, a.first + a.seeds))
     # a seed means a schedule only together with the subsets it was drawn within
@@ -773,7 +776,9 @@ def main(argv: list[str] | None = None) -> int:
         ("FAILOVERS", a.failovers, "none"), ("REWINDS", a.rewinds, "none")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
-    with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
+    work_dir = contextlib.nullcontext(a.keep) if a.keep else tempfile.TemporaryDirectory(prefix="campaign-")
+    with work_dir as tmp:
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         sv = Services(Path(tmp))
         outcomes = []
         try:
