@@ -92,11 +92,14 @@ REWIND = [(5832, MESSAGE_SINKS)]
 # twice (a table's covers on the old server, the rerun's transactions on the new one, counted as
 # an accepted gap; fixed: compared by GTID set; test_delta_ledger.py's generated test).
 COMBINED = [5903, 5919]
-# Open, not fixed: 5922 (MariaDB, message sinks) once failed as 5903 did, every run after the
-# failover fatal on positions of two servers, when its Kafka stall outlasted the transaction
-# timeout in a run re-loading two tables (in a 25-seed range on a loaded machine); five reruns
-# alone did not meet that timing and passed. Runs with TIDEGATE_CAMPAIGN_FOUND=1.
-OPEN_COMBINED = [5922] if os.environ.get("TIDEGATE_CAMPAIGN_FOUND") else []
+# 5922 (MariaDB, message sinks, drawn without REWINDS): its Kafka stall outlasted the transaction
+# timeout in a run re-loading two tables, the run failed after every sink had passed the handoff,
+# then the connection moved to the replica; the snapshot's kept chunk reads stayed on the old
+# server and every run after the failover failed fatally comparing positions of two servers
+# (fixed: the guard lets the reads of a snapshot no sink is in go; test_guards_mysql.py holds it
+# without timing). The seed meets it when the stall falls inside an open transaction and the
+# broker aborts it (about one rerun in four with the broker's abort check every 500 ms).
+COMBINED_NO_REWINDS = [5922]
 # (seed, sinks, delivery, resnapshot, failovers, rewinds)
 CASES = [(seed, None, "process", False, False, False) for seed in COVERING]
 CASES += [(seed, sinks, "process", False, False, False) for seed, sinks in FOUND]
@@ -105,7 +108,7 @@ CASES += [(seed, None, delivery, True, False, False) for seed, delivery in RESNA
 CASES += [(seed, None, "process", False, True, False) for seed in FAILOVER]
 CASES += [(seed, sinks, "process", False, False, True) for seed, sinks in REWIND]
 CASES += [(seed, None, "process", True, True, True) for seed in COMBINED]
-CASES += [(seed, None, "process", True, True, False) for seed in OPEN_COMBINED]
+CASES += [(seed, None, "process", True, True, False) for seed in COMBINED_NO_REWINDS]
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     CASES = [(int(s), None, os.environ.get("TIDEGATE_CAMPAIGN_DELIVERY", "process"),
               os.environ.get("TIDEGATE_CAMPAIGN_SNAPSHOTS") == "resnapshot",
