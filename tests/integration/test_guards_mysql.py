@@ -193,13 +193,10 @@ def test_preflight_refuses_mariadb_without_gtid_strict_mode(setup, mysql):
     guards.preflight(RunContext(spec, parts=Parts(lookup), store=store))  # on again: passes
 
 
-def test_gtid_failover_during_a_snapshot_places_its_handoff_and_kept_reads_on_the_new_server(
-        setup, mysql, mysql_replica, redis_service):
-    """Found by the fault campaign (seed 5903: a resnapshot's run killed, then the connection on
-    the replica): the checkpoints were translated, the snapshot's own handoff and its kept chunk
-    reads' upper bounds were not, and every run after it failed comparing positions of two
-    servers. The guard places them on the new server by GTID set: the log read from there, and
-    up to each kept read's upper bound, holds the same transactions as on the old server."""
+def running_snapshot(setup, mysql, mysql_replica, redis_service):
+    """Rows 1 and 2 written, then resnapshot ``s1`` (two chunks) begun at the primary's head,
+    both sinks at its chunk 0: the replica's lookup, the primary's source, the handoff and the
+    lease epoch of run r1."""
     spec, store, admin, db = setup
     primary, replica = both_servers(spec, store, mysql, mysql_replica, redis_service)
     insert(admin, db, [1, 2])
@@ -209,6 +206,18 @@ def test_gtid_failover_during_a_snapshot_places_its_handoff_and_kept_reads_on_th
     at = SnapshotPosition("s1", 0, handoff)
     epoch = store.leases.acquire(spec.pipeline, "r1")
     store.snapshots.begin(snap, {"a": at, "b": at}, epoch=epoch)
+    return replica, src, handoff, epoch
+
+
+def test_gtid_failover_during_a_snapshot_places_its_handoff_and_kept_reads_on_the_new_server(
+        setup, mysql, mysql_replica, redis_service):
+    """Found by the fault campaign (seed 5903: a resnapshot's run killed, then the connection on
+    the replica): the checkpoints were translated, the snapshot's own handoff and its kept chunk
+    reads' upper bounds were not, and every run after it failed comparing positions of two
+    servers. The guard places them on the new server by GTID set: the log read from there, and
+    up to each kept read's upper bound, holds the same transactions as on the old server."""
+    spec, store, admin, db = setup
+    replica, src, handoff, _ = running_snapshot(setup, mysql, mysql_replica, redis_service)
     insert(admin, db, [3])
     upper = src.head()  # chunk 1 read after row 3 was written: the keys changed up to here
     store.snapshots.keep_read(spec.pipeline, "s1", 1, upper, b"chunk 1")
@@ -244,14 +253,7 @@ def test_gtid_failover_after_every_sink_passed_a_snapshot_lets_its_kept_reads_go
     server, with the translated checkpoints, and every run after the failover failed. No sink
     is in the snapshot, so every sink holds those chunks: the guard lets their reads go."""
     spec, store, admin, db = setup
-    primary, replica = both_servers(spec, store, mysql, mysql_replica, redis_service)
-    insert(admin, db, [1, 2])
-    src = Parts(primary).source(spec)
-    handoff = src.head()
-    snap = SnapshotRecord(spec.pipeline, "s1", "resnapshot", handoff, [], [{}, {}], 0)
-    epoch = store.leases.acquire(spec.pipeline, "r1")
-    at = SnapshotPosition("s1", 0, handoff)
-    store.snapshots.begin(snap, {"a": at, "b": at}, epoch=epoch)
+    replica, src, handoff, epoch = running_snapshot(setup, mysql, mysql_replica, redis_service)
     for chunk in (1, 2):
         insert(admin, db, [2 + chunk])
         store.snapshots.keep_read(spec.pipeline, "s1", chunk, src.head(), b"chunk %d" % chunk)
