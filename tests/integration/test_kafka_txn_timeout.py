@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 TX_TIMEOUT_MS = 2000
 NOTE = "x" * 6000  # rows of 6 KB: a transaction of 20 of them stays open long enough to be seen
-ROWS = 2400  # 3,000 changes in 150 transactions: a run of 1,000 once ended before one was caught open
+ROWS = 2400  # 3,000 changes in 150 transactions: a run long enough to be stopped inside one
 
 
 @dataclass
@@ -118,20 +118,21 @@ def pipe(tmp_path, service_env, postgres, kafka) -> Iterator[Pipe]:
         db.close()
 
 
-def wait_for(pred, what: str, timeout: float = 60, proc: subprocess.Popen | None = None) -> None:
+def wait_for(pred, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
-        assert proc is None or proc.poll() is None, f"the run ended before {what}"
         assert time.monotonic() < deadline, f"not within {timeout:.0f}s: {what}"
         time.sleep(0.005)
 
 
 def stop_mid_transaction(proc: subprocess.Popen, marks: Watermarks) -> None:
-    """SIGSTOP the run while a transaction of its is open, seen open with the run stopped and
-    still open 0.3 s later (a commit already sent when the run stopped ends within
-    milliseconds; then the run is resumed and stopped in a later transaction)."""
-    for _ in range(50):
-        wait_for(marks.open, "a transaction open", proc=proc)
+    """SIGSTOP the run again and again, a few milliseconds apart, until it is stopped while a
+    transaction of its is open: seen open with the run stopped, and still open 0.3 s later (a
+    commit already sent when the run stopped ends within milliseconds). Stopping first and
+    looking afterwards does not race the run: waiting for a poll to see a transaction open did
+    (a fresh CI's run committed 150 transactions between two polls)."""
+    for attempt in range(3000):
+        assert proc.poll() is None, "the run ended before it was stopped with a transaction open"
         os.killpg(proc.pid, signal.SIGSTOP)
         seen = marks()
         if seen[1] > seen[0]:
@@ -139,6 +140,7 @@ def stop_mid_transaction(proc: subprocess.Popen, marks: Watermarks) -> None:
             if marks() == seen:
                 return
         os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(0.002 * (1 + attempt % 7))  # varied, so the stops do not keep step with the run
     raise AssertionError("never stopped the run while its transaction was open")
 
 
