@@ -154,7 +154,8 @@ def _gtid_failover(run: RunContext, source: Source, old: Mapping[str, Any], new:
                   f"sink {sid}: {exc}")
     # Before the checkpoints: a guard that dies in between places them again (a position already
     # on this server translates to itself).
-    _place_snapshots(run, snapshots)
+    for snapshot_id, (handoff, uppers) in sorted(snapshots.items()):
+        store.snapshots.move(spec.pipeline, snapshot_id, handoff, uppers)
     epoch = store.leases.acquire(spec.pipeline, run_id)
     reason = f"GTID failover: {change}; every checkpoint GTID set is on the new server"
     inc = store.incidents.record(spec.pipeline, "failover", lowest_old, oldest(moved.values()),
@@ -172,20 +173,6 @@ def _gtid_failover(run: RunContext, source: Source, old: Mapping[str, Any], new:
                 {k: str(v) for k, v in moved.items()})
     return {"status": "failover_continued", "identity": dict(new), "incident": inc.id,
             "checkpoints": {k: position_to_json(v) for k, v in moved.items()}}
-
-
-def _place_snapshots(run: RunContext, moved: Mapping[str, tuple[Position, dict[int, Position]]]) -> None:
-    """Write the snapshots some sink is in on the new server (``moved``), and let go the kept
-    chunk reads of every other snapshot: no sink is in it, so every sink holds them (the next
-    run would let them go as it starts), and their upper bounds, on the old server, could not be
-    ordered against the translated checkpoints. Found by the campaign (seed 5922: a resnapshot's
-    run failed after every sink had passed the handoff, then the connection moved)."""
-    store, pipeline = run.store, run.pipeline
-    for snapshot_id, (handoff, uppers) in sorted(moved.items()):
-        store.snapshots.move(pipeline, snapshot_id, handoff, uppers)
-    for snapshot_id, chunks in sorted(store.snapshots.kept_chunks(pipeline).items()):
-        if snapshot_id not in moved:
-            store.snapshots.forget_reads(pipeline, snapshot_id, chunks[-1])
 
 
 def _snapshot_moved(run: RunContext, source: Source, snapshot_id: str

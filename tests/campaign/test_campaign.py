@@ -96,9 +96,10 @@ COMBINED = [5903, 5919]
 # timeout in a run re-loading two tables, the run failed after every sink had passed the handoff,
 # then the connection moved to the replica; the snapshot's kept chunk reads stayed on the old
 # server and every run after the failover failed fatally comparing positions of two servers
-# (fixed: the guard lets the reads of a snapshot no sink is in go; test_guards_mysql.py holds it
-# without timing). The seed meets it when the stall falls inside an open transaction and the
-# broker aborts it (4 reruns in 13 with the broker's abort check every 500 ms).
+# (fixed: a checkpoint on another server than a snapshot it is not in holds all of it, so the
+# next run lets the reads go; test_chunk_reads.py and test_guards_mysql.py hold it without
+# timing). The seed meets it when the stall falls inside an open transaction and the broker
+# aborts it (4 reruns in 13 with the broker's abort check every 500 ms).
 COMBINED_NO_REWINDS = [5922]
 # (seed, sinks, delivery, resnapshot, failovers, rewinds)
 CASES = [(seed, None, "process", False, False, False) for seed in COVERING]

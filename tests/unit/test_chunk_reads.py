@@ -108,3 +108,16 @@ def test_what_a_sink_holds_of_a_snapshot():
     assert kept._held(at(pos(2)), last) == 0  # before the snapshot
     assert kept._held(at(pos(3)), last) == 3  # at its handoff: past every chunk
     assert kept._held(at(SnapshotPosition("s0", 9, pos(2))), last) == 0  # an older snapshot
+
+
+def test_a_sink_on_another_server_than_a_snapshot_it_is_not_in_holds_all_of_it():
+    """Seed 5922: after a GTID failover (or an accepted gap on a new server), a checkpoint on the
+    new server is past a snapshot left on the old one, whatever its file and offset; inside the
+    snapshot, the chunk counts as before."""
+    last = SnapshotPosition("s1", 3, pos(30, server_id=1))
+    at = lambda p: SimpleNamespace(position=p)  # noqa: E731
+    for offset in (1, 30, 90):
+        assert kept._held(at(pos(offset, server_id=2)), last) == 3
+    assert kept._held(at(SnapshotPosition("s2", 1, pos(1, server_id=2))), last) == 3  # a later snapshot
+    assert kept._held(at(SnapshotPosition("s1", 2, pos(1, server_id=2))), last) == 2  # moved with it
+    assert kept._held(at(pos(20, server_id=1)), last) == 0  # same server, before it: as before
