@@ -275,3 +275,46 @@ def test_after_a_gtid_failover_past_a_snapshot_the_next_run_lets_its_kept_reads_
     forget_held(RunContext(spec, run_id="r3", parts=Parts(replica), store=store))
     assert store.snapshots.kept_chunks(spec.pipeline) == {}
     new.close()
+
+
+def test_after_a_lossy_failover_past_a_snapshot_and_accept_gap_the_next_run_lets_its_kept_reads_go(
+        setup, mysql, mysql_replica, redis_service):
+    """The other way a pipeline changes server past a snapshot (seed 5922's defect, reached by
+    accept_gap instead of a GTID failover): the replica stops applying (STOP SLAVE), a change
+    commits on the primary only, both sinks pass it, and the connection moves to the replica.
+    The guard halts (the checkpoints' GTIDs are not on the replica); accept_gap moves every sink
+    to the replica's head and leaves the snapshot and its kept reads on the primary. The next
+    run lets those reads go instead of failing to compare positions of two servers."""
+    spec, store, admin, db = setup
+    replica, src, handoff, epoch = running_snapshot(setup, mysql, mysql_replica, redis_service)
+    for chunk in (1, 2):
+        insert(admin, db, [2 + chunk])
+        store.snapshots.keep_read(spec.pipeline, "s1", chunk, src.head(), b"chunk %d" % chunk)
+    new = caught_up_source(spec, replica, src.head().gtid_set)
+    stalled = pymysql.connect(**mysql_replica.mysql_kwargs(autocommit=True))
+    try:
+        with stalled.cursor() as c:
+            c.execute("STOP SLAVE")
+        insert(admin, db, [5])  # on the primary only: the replica never applies it
+        past = src.head()
+        store.checkpoints.write_many(spec.pipeline, {"a": past, "b": past}, run_id="r1", epoch=epoch)
+        with pytest.raises(guards.ContinuityHalt) as halt:
+            guards.guard_failover(RunContext(spec, run_id="r2", parts=Parts(replica), store=store))
+        assert halt.value.incident.kind == "failover"
+        assert "cannot be placed on the new server without loss" in str(halt.value)
+        head = new.head()
+        guards.resolve_incidents(RunContext(spec, run_id="r3", parts=Parts(replica), store=store),
+                                 resolution="accept_gap", reason="row 5 entered again by hand", who="op")
+        moved = {sid: store.checkpoints.get(spec.pipeline, sid).position for sid in ("a", "b")}
+        assert moved == {"a": head, "b": head} and head.server_id == 2
+        assert store.snapshots.get(spec.pipeline, "s1").handoff == handoff  # still on the primary
+        # What the next run does first (without the fix: positions of two servers compared).
+        forget_held(RunContext(spec, run_id="r4", parts=Parts(replica), store=store))
+        assert store.snapshots.kept_chunks(spec.pipeline) == {}
+        guards.check_halted(RunContext(spec, store=store))
+    finally:
+        with stalled.cursor() as c:
+            c.execute("START SLAVE")
+        stalled.close()
+        src.close()
+        new.close()
