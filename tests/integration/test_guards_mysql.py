@@ -10,7 +10,7 @@ import uuid
 import pymysql
 import pytest
 from tidegate import guards
-from tidegate.errors import SourceSettingError
+from tidegate.errors import IncomparablePositionsError, SourceError, SourceSettingError
 from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
 from tidegate.positions import SnapshotPosition
@@ -316,5 +316,48 @@ def test_after_a_lossy_failover_past_a_snapshot_and_accept_gap_the_next_run_lets
         with stalled.cursor() as c:
             c.execute("START SLAVE")
         stalled.close()
+        src.close()
+        new.close()
+
+
+
+def flush_until_past(server, other, flushed_admin):
+    """FLUSH BINARY LOGS on ``server`` until its newest binlog file's number is past ``other``'s."""
+    with flushed_admin.cursor() as c:
+        while server.head().file_seq <= other.head().file_seq:
+            c.execute("FLUSH BINARY LOGS")
+
+
+@pytest.mark.parametrize("newer", ["primary", "replica"])
+def test_a_read_of_the_primarys_positions_on_the_replica_refuses_before_any_row(
+        setup, mysql, mysql_replica, redis_service, newer):
+    """A deliver task retried after the connection moved to the replica (Airflow retries the
+    task; the DAG run's guards ran before the move) reads the bounds its record took on the
+    primary. The replica's binlog files bear the same names with other contents at other
+    offsets: the read refuses before it yields a row, whether the primary's file is newer than
+    the replica's newest or the replica's files have passed its number. The next DAG run's guard
+    translates the checkpoints."""
+    spec, store, admin, db = setup
+    primary, replica = both_servers(spec, store, mysql, mysql_replica, redis_service)
+    src, new = Parts(primary).source(spec), Parts(replica).source(spec)
+    replica_admin = pymysql.connect(**mysql_replica.mysql_kwargs(autocommit=True))
+    try:
+        if newer == "primary":
+            flush_until_past(src, new, admin)
+        else:
+            flush_until_past(new, src, replica_admin)
+        insert(admin, db, list(range(1, 200)))  # the replica's files grow past the primary's offsets
+        start = src.head()
+        insert(admin, db, [200, 201])
+        upto = src.head()
+        new = caught_up_source(spec, replica, upto.gtid_set)
+        read = []
+        with pytest.raises((SourceError, IncomparablePositionsError)) as refused:
+            read.extend(new.read(start, upto))
+        print(f"{newer} newer: {type(refused.value).__name__}: {refused.value}")
+        assert read == []
+        assert any(w in str(refused.value) for w in ("another server", "two different source identities"))
+    finally:
+        replica_admin.close()
         src.close()
         new.close()
