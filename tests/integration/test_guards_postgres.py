@@ -6,11 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import psycopg2
 import pytest
 from tidegate import guards
+from tidegate.errors import SlotMissingError
 from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
 from tidegate.run import RunContext
@@ -98,6 +100,17 @@ def test_dropped_slot_halts_with_exact_range_until_gap_accepted(setup, postgres)
     source.close()
 
 
+def wait_replayed(standby_cursor, lsn, timeout: float = 30) -> None:
+    """Until the standby has replayed the primary's WAL up to ``lsn``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        standby_cursor.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (str(lsn.lsn),))
+        if standby_cursor.fetchone()[0]:
+            return
+        assert time.monotonic() < deadline, f"the standby did not replay up to {lsn}"
+        time.sleep(0.05)
+
+
 def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standby):
     spec, store, admin, table = setup
     primary = {"src": postgres.cdc}.__getitem__
@@ -112,11 +125,16 @@ def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standb
     store.checkpoints.write_many(spec.pipeline, {"a": checkpoint}, run_id="r1", epoch=epoch)
     assert guards.guard_failover(RunContext(spec, run_id="r1", parts=Parts(primary),
                                             store=store))["status"] == "ok"
+    insert(admin, table, [1, 2, 3])  # a run's bounds, taken on the primary: (checkpoint, upto]
+    source = Parts(primary).source(spec)
+    upto = source.head()
+    source.close()
 
     conn = psycopg2.connect(postgres_standby.admin_dsn)
     conn.autocommit = True
     try:
         with conn.cursor() as c:
+            wait_replayed(c, upto)
             c.execute("SELECT pg_promote(true, 30)")
             c.execute("CHECKPOINT")
         with pytest.raises(guards.ContinuityHalt) as halt:
@@ -127,6 +145,14 @@ def test_promoted_standby_is_detected_and_halts(setup, postgres, postgres_standb
         assert inc.to_position.timeline == 2 and inc.to_position.system_id == checkpoint.system_id
         with pytest.raises(guards.ContinuityHalt):
             guards.check_halted(RunContext(spec, store=store))
+        # That run's deliver task retried after the connection moved (Airflow retries the task,
+        # not the DAG run's guards): the promoted server has no slot of the pipeline, and the
+        # read refuses before any row.
+        promoted, read = Parts(standby).source(spec), []
+        with pytest.raises(SlotMissingError, match="does not exist on cdc_postgres_standby"):
+            read.extend(promoted.read(checkpoint, upto))
+        assert read == []
+        promoted.close()
     finally:
         conn.close()
         subprocess.run([sys.executable, str(SERVICES), "reset", "postgres_standby"], check=True,
