@@ -20,7 +20,7 @@ from . import spec as specmod
 from .errors import TidegateError
 from .kinds import source_kind
 from .plan import EXIT_FATAL, MODES, RESOLUTIONS, RunParamsError, RunPlan
-from .positions import position_to_json
+from .positions import SnapshotPosition, position_to_json
 from .reader_process import ReaderProcess
 from .run import RunContext
 from .sink_checkpoints import rewind
@@ -242,11 +242,16 @@ def cmd_rewind(args: argparse.Namespace) -> int:
     with open_store() as store:
         was, rec = rewind(store, args.pipeline, args.sink, args.to_version, reason=args.reason, who=who,
                           check_held=check)
-    print(f"{rec.key}: version {rec.version} restores version {args.to_version} at {rec.position} "
+    at = rec.position
+    what = (f"the chunks of snapshot {at.snapshot_id} after chunk {at.chunk} (a snapshot still running "
+            f"that the sink entered after version {args.to_version}), then every change committed after "
+            f"its handoff {at.handoff}" if isinstance(at, SnapshotPosition)
+            else f"every change committed after {at}")
+    print(f"{rec.key}: version {rec.version} restores version {args.to_version} at {at} "
           f"(it was at {was.position}, version {was.version}).\n"
-          f"The next run of {args.pipeline} delivers again to sink {args.sink} every change committed "
-          f"after {rec.position}, up to the source head at that run; records the sink kept of "
-          f"earlier versions are ignored, and running writers are fenced.")
+          f"The next run of {args.pipeline} delivers again to sink {args.sink} {what}, up to the source "
+          f"head at that run; records the sink kept of earlier versions are ignored, and running "
+          f"writers are fenced.")
     return 0
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from .errors import TidegateError
 from .positions import (
     Position,
+    SnapshotPosition,
     describe_lineage,
     lineage_of_identity,
     position_from_json,
@@ -133,9 +134,40 @@ def rewind(store: Any, pipeline: str, sink_id: str, to_version: int, *, reason: 
             f"version {to_version} of {pipeline}::sink::{sink_id} is a position on "
             f"{describe_lineage(was)}, but the pipeline now reads {describe_lineage(now)} (a "
             f"failover happened since): rewind to a version written after the failover")
+    restored = restored_position(store, pipeline, sink_id, target)
     if check_held is not None:
-        check_held(target.position)
-    return current, store.checkpoints.rewind(pipeline, sink_id, to_version, reason=reason, who=who)
+        check_held(restored)
+    return current, store.checkpoints.rewind(pipeline, sink_id, to_version, reason=reason, who=who,
+                                             position=restored)
 
 
-__all__ = ["Adoption", "SinkCheckpoint", "adopt", "delivering_attempt", "rewind"]
+def restored_position(store: Any, pipeline: str, sink_id: str, target: CheckpointRecord) -> Position:
+    """What a rewind to ``target`` restores: the version's position, unless the sink entered a
+    snapshot after that version and the snapshot still runs. A log position at or before the
+    snapshot's handoff would then place the sink outside it, and a sink at the handoff counts as
+    having completed it: the chunks it had not got yet would never reach it (campaign seed 5998:
+    Kafka, rewound to the version just before a resnapshot while the snapshot ran, lacked 7 of
+    its rows). So a version at the handoff restores the snapshot's start (its chunks again, then
+    the log after the handoff: what the sink got after that version), and a version before it
+    is refused: what followed it (the log up to the handoff, then the snapshot) is not one
+    position. A completed snapshot is not read again (docs/operations.md, "Rewinding a sink")."""
+    pos = target.position
+    if isinstance(pos, SnapshotPosition):
+        return pos
+    entered = next((r for r in store.checkpoints.history(pipeline, sink_id)
+                    if r.version > target.version and isinstance(r.position, SnapshotPosition)), None)
+    snap = entered and store.snapshots.get(pipeline, entered.position.snapshot_id)
+    if not snap or snap.status != "running" or not same_lineage(pos, snap.handoff) or pos > snap.handoff:
+        return pos
+    if pos == snap.handoff:
+        return SnapshotPosition(snap.snapshot_id, 0, snap.handoff)
+    raise RewindRefused(
+        f"version {target.version} of {pipeline}::sink::{sink_id} is at {pos}, before the handoff "
+        f"{snap.handoff} of snapshot {snap.snapshot_id}, which the sink entered at version "
+        f"{entered.version} and which is still running: restoring it would leave the rest of the "
+        f"snapshot out. Rewind to version {entered.version} (the snapshot's chunks again, then every "
+        f"change after its handoff) or, once the snapshot has completed, to version {target.version} "
+        f"(the log after it again, without the snapshot's rows)")
+
+
+__all__ = ["Adoption", "SinkCheckpoint", "adopt", "delivering_attempt", "restored_position", "rewind"]

@@ -8,7 +8,9 @@ import pytest
 from _tidegate_fakes import pos
 from tidegate.cli import EXIT_FAILED
 from tidegate.plan import EXIT_FATAL
+from tidegate.positions import SnapshotPosition
 from tidegate.store import open_store
+from tidegate.store.records import SnapshotRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 TIDEGATE = [str(ROOT / ".venv" / "bin" / "tidegate")]
@@ -112,3 +114,44 @@ def test_a_run_says_by_its_status_whether_a_retry_can_help(env):
     assert "secret" not in r.stderr and "Traceback" not in r.stderr
     r = tg(env, "run", "shop_mysql")  # the fixture's open binlog_purged incident halts it
     assert r.returncode == EXIT_FATAL and "is halted by incident" in r.stderr, r.stderr
+
+
+def test_a_rewind_to_before_a_running_snapshot_the_sink_entered_restores_the_snapshot_or_is_refused(tmp_path):
+    """Found by campaign seed 5998: Kafka, rewound to the version at a resnapshot's handoff (the
+    one before the snapshot began) while the snapshot ran, counted as having completed it and
+    never got the chunks it lacked. Now a version at the handoff restores the snapshot's start,
+    a version before it is refused naming the versions that can be restored, and once the
+    snapshot has completed a version is restored as it is."""
+    url = f"sqlite:///{tmp_path}/ckpt.sqlite"
+    handoff = pos(5)
+    with open_store(url) as s:
+        e = s.leases.acquire("p", "r1")
+        s.checkpoints.write("p", "k", pos(3), run_id="r1", epoch=e)  # v1: before the handoff
+        s.checkpoints.write("p", "k", handoff, run_id="r1", epoch=e)  # v2: at it
+        s.snapshots.begin(SnapshotRecord("p", "s1", "resnapshot", handoff, [], [{}, {}, {}], 0),
+                          {"k": SnapshotPosition("s1", 0, handoff)}, epoch=e)  # v3: its start
+        s.checkpoints.write("p", "k", SnapshotPosition("s1", 2, handoff), run_id="r1", epoch=e)  # v4
+    env = {**os.environ, "TIDEGATE_CHECKPOINT_STORE": url}
+
+    def rewind(version):
+        return tg(env, "checkpoints", "rewind", "p", "k", "--to-version", str(version), "--reason", "x",
+                  "--no-source-check")
+
+    def current():
+        with open_store(url) as s:
+            return s.checkpoints.get("p", "k").position
+
+    r = rewind(2)
+    assert r.returncode == 0, r.stderr
+    assert current() == SnapshotPosition("s1", 0, handoff)
+    assert "the chunks of snapshot s1 after chunk 0" in r.stdout, r.stdout
+    r = rewind(1)
+    assert r.returncode == EXIT_FATAL and "Traceback" not in r.stderr, r.stderr
+    assert "before the handoff" in r.stderr and "Rewind to version 3" in r.stderr, r.stderr
+    assert current() == SnapshotPosition("s1", 0, handoff)  # nothing written
+    assert rewind(4).returncode == 0 and current() == SnapshotPosition("s1", 2, handoff)
+    with open_store(url) as s:
+        s.checkpoints.write("p", "k", pos(7), run_id=None, epoch=s.leases.acquire("p", "r2"))
+        s.snapshots.finish("p", "s1")
+    for version, restored in ((2, handoff), (1, pos(3))):  # completed: not read again
+        assert rewind(version).returncode == 0 and current() == restored

@@ -112,8 +112,10 @@ class Checkpoints(Role):
         return None if row is None else _ckpt(row)
 
     def rewind(self, pipeline: str, sink_id: str, to_version: int, *, reason: str,
-               who: str | None = None) -> CheckpointRecord:
-        """Restore the position of an earlier version as a new version (history is kept).
+               who: str | None = None, position: Position | None = None) -> CheckpointRecord:
+        """Restore the position of an earlier version as a new version (history is kept), or
+        ``position`` where the caller restores another one for that version
+        (``sink_checkpoints.rewind``: the start of a snapshot the sink entered after it).
 
         A rewind also takes the lease (bumps the epoch): a run in flight would otherwise
         overwrite the rewind with its next write; now that write is refused as stale."""
@@ -125,7 +127,8 @@ class Checkpoints(Role):
             if row is None:
                 raise StoreError(f"{checkpoint_key(pipeline, sink_id)} has no version {to_version}")
             epoch = self._leases.bump_epoch(tx, pipeline, f"rewind:{who or 'operator'}")
-            return self.append(tx, pipeline, sink_id, _ckpt(row).position, run_id=None, epoch=epoch,
+            restored = position if position is not None else _ckpt(row).position
+            return self.append(tx, pipeline, sink_id, restored, run_id=None, epoch=epoch,
                                kind="rewind", reason=reason, who=who, source_version=to_version)
 
     def pipelines(self) -> list[str]:
