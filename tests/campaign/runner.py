@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -415,13 +416,23 @@ class Pipe:
         latest, target = hist[-1], hist[max(0, len(hist) - 1 - rw.back)]
         if target.version == latest.version:
             return f"rewind of {rw.sink} skipped: one version only"
-        args = ["checkpoints", "rewind", self.name, rw.sink, "--to-version", str(target.version),
-                "--reason", "campaign", "--who", "campaign"]
-        rc = run_cli(args, self.env)
-        if rc != 0:
-            raise Finding(f"tidegate {' '.join(args)} exited {rc}")
-        self.rewound.append((rw.sink, target.position, latest.position))
-        return f"{rw.sink} rewound from v{latest.version} to v{target.version} ({target.position})"
+        said = ""
+        done = self._rewind_cli(rw.sink, target.version)
+        refused = re.search(r"still running: .* Rewind to version (\d+)", done.stdout + done.stderr)
+        if done.returncode != 0 and refused:  # as an operator would: to the version it names
+            said = f" (v{target.version}, before a running snapshot's handoff, was refused)"
+            target = next(h for h in hist if h.version == int(refused.group(1)))
+            done = self._rewind_cli(rw.sink, target.version)
+        if done.returncode != 0:
+            raise Finding(f"tidegate checkpoints rewind of {rw.sink} to v{target.version} exited "
+                          f"{done.returncode}")
+        restored = self._store_call(lambda st: st.checkpoints.get(self.name, rw.sink)).position
+        self.rewound.append((rw.sink, restored, latest.position))
+        return f"{rw.sink} rewound from v{latest.version} to v{target.version} ({restored}){said}"
+
+    def _rewind_cli(self, sink: str, version: int) -> subprocess.CompletedProcess:
+        return run_cli(["checkpoints", "rewind", self.name, sink, "--to-version", str(version),
+                        "--reason", "campaign", "--who", "campaign"], self.env)
 
     def written_after_rewind(self, sink: str, run_id: str) -> list[int]:
         """The versions of ``sink``'s checkpoint that ``run_id`` wrote after the sink's last rewind
@@ -488,13 +499,13 @@ class Pipe:
             print(f"  (clean-up of {self.name}: {exc})")
 
 
-def run_cli(args: list[str], env: dict[str, str]) -> int:
+def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     """`tidegate ARGS` in a process of its own, with the pipeline's environment."""
     done = subprocess.run([str(VENV_BIN / "tidegate"), *args], env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     if done.returncode != 0:
         print(done.stdout[-2000:], done.stderr[-2000:], flush=True)
-    return done.returncode
+    return done
 
 
 # --------------------------------------------------------------------------- one step

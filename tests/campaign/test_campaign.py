@@ -11,7 +11,7 @@ import os
 import pytest
 
 from tests.campaign.runner import Services, run_schedule
-from tests.campaign.schedule import SINK_GROUPS, draw
+from tests.campaign.schedule import FAULT_KINDS, SINK_GROUPS, draw
 from tests.conftest import services_cmd
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -101,6 +101,15 @@ COMBINED = [5903, 5919]
 # timing). The seed meets it when the stall falls inside an open transaction and the broker
 # aborts it (4 reruns in 13 with the broker's abort check every 500 ms).
 COMBINED_NO_REWINDS = [5922]
+# Resnapshots and rewinds together, with the kinds it was drawn from (KINDS below): 5998 (MariaDB,
+# message sinks) rewinds Kafka six versions back while a run re-loading every table delivers.
+# Restored to the version at the snapshot's handoff (the one before the snapshot began), Kafka
+# counted as having completed the snapshot and lacked 7 of its 136 rows; restored to one before
+# the handoff, NATS and Redis also got 5 changes twice. Fixed: a rewind to a version at the handoff
+# of a running snapshot the sink entered after it restores the snapshot's start, one before it is
+# refused, naming the versions that can be restored (test_cli.py holds it without timing).
+RESNAPSHOT_REWINDS = [5998]
+KINDS = {5998: ("run_kill", "zombie", "run_stop", "kill_store", "stop_source")}
 # (seed, sinks, delivery, resnapshot, failovers, rewinds)
 CASES = [(seed, None, "process", False, False, False) for seed in COVERING]
 CASES += [(seed, sinks, "process", False, False, False) for seed, sinks in FOUND]
@@ -110,6 +119,7 @@ CASES += [(seed, None, "process", False, True, False) for seed in FAILOVER]
 CASES += [(seed, sinks, "process", False, False, True) for seed, sinks in REWIND]
 CASES += [(seed, None, "process", True, True, True) for seed in COMBINED]
 CASES += [(seed, None, "process", True, True, False) for seed in COMBINED_NO_REWINDS]
+CASES += [(seed, None, "process", True, False, True) for seed in RESNAPSHOT_REWINDS]
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     CASES = [(int(s), None, os.environ.get("TIDEGATE_CAMPAIGN_DELIVERY", "process"),
               os.environ.get("TIDEGATE_CAMPAIGN_SNAPSHOTS") == "resnapshot",
@@ -136,7 +146,8 @@ def case_id(seed: int, sinks: tuple[str, ...] | None, delivery: str, resnapshot:
 @pytest.mark.parametrize(("seed", "sinks", "delivery", "resnapshot", "failovers", "rewinds"), CASES,
                          ids=[case_id(*c) for c in CASES])
 def test_campaign_seed(services, seed, sinks, delivery, resnapshot, failovers, rewinds):
-    outcome = run_schedule(services, draw(seed, sinks=sinks or SINK_GROUPS, delivery=delivery,
-                                          resnapshot=resnapshot, failovers=failovers, rewinds=rewinds))
+    sched = draw(seed, sinks=sinks or SINK_GROUPS, kinds=KINDS.get(seed, FAULT_KINDS), delivery=delivery,
+                 resnapshot=resnapshot, failovers=failovers, rewinds=rewinds)
+    outcome = run_schedule(services, sched)
     print(outcome.report())
     assert outcome.ok, outcome.report()
