@@ -274,15 +274,18 @@ class KafkaSink(Sink):
                 rejected.update(self.reports.refused(chunk, self._topics_of(chunk)))
             if not rejected:
                 raise
+            if self.exactly_once:
+                # A transaction that lost a message leaves the producer's sequence numbers in need
+                # of a new epoch. librdkafka's own bump on abort can leave the next transaction's
+                # records unsent until transaction.timeout.ms, so a fresh producer (the same
+                # transactional.id) starts clean, whether the sub-batch is sent again or halts.
+                self._restart_producer()
             self.halt_on_poison(rejected.values())
             self._refused.update({k: why for k, (_, why) in rejected.items()})
             # Dead-letter what the broker refused and deliver the sub-batch again: in one
             # transaction (exactly-once), or only the dead letters (the rest is delivered).
             poison.update(rejected)
             if self.exactly_once:
-                # A transaction that lost a message leaves the producer's sequence numbers in need
-                # of a new epoch: a fresh producer (the same transactional.id) starts clean.
-                self._restart_producer()
                 self._deliver_frames(batch, extends, poison)
             else:
                 again = [ev for ev, _ in rejected.values()]
