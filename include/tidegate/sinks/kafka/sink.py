@@ -276,9 +276,10 @@ class KafkaSink(Sink):
                 raise
             if self.exactly_once:
                 # A transaction that lost a message leaves the producer's sequence numbers in need
-                # of a new epoch. librdkafka's own bump on abort can leave the next transaction's
-                # records unsent until transaction.timeout.ms, so a fresh producer (the same
-                # transactional.id) starts clean, whether the sub-batch is sent again or halts.
+                # of a new epoch. Kept, it fails the next transaction (OUT_OF_ORDER_SEQUENCE_NUMBER
+                # for the refused transaction's later records), and that abort can hang until
+                # transaction.timeout.ms. A fresh producer (the same transactional.id) starts
+                # clean, whether the sub-batch is sent again or the run halts.
                 self._restart_producer()
             self.halt_on_poison(rejected.values())
             self._refused.update({k: why for k, (_, why) in rejected.items()})
