@@ -3,6 +3,7 @@ until an operator accepts the gap; a GTID failover to the replica continues with
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 import time
 import uuid
@@ -10,12 +11,14 @@ import uuid
 import pymysql
 import pytest
 from tidegate import guards
-from tidegate.errors import IncomparablePositionsError, SourceError, SourceSettingError
+from tidegate.errors import PositionPurgedError, SourceError, SourceSettingError
 from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
-from tidegate.positions import SnapshotPosition
+from tidegate.positions import SnapshotPosition, same_lineage
 from tidegate.run import RunContext
 from tidegate.snapshot.kept import forget_held
+from tidegate.sources.mysql.preflight import check_server
+from tidegate.sources.mysql.transactions import file_seq
 from tidegate.spec import load_spec
 from tidegate.store import open_store
 from tidegate.store.records import SnapshotRecord
@@ -327,17 +330,16 @@ def flush_until_past(server, other, flushed_admin):
             c.execute("FLUSH BINARY LOGS")
 
 
-@pytest.mark.parametrize(("newer", "refusal", "says"), [
-    ("primary", SourceError, "the position belongs to another server"),
-    ("replica", IncomparablePositionsError, "belong to two different source identities")])
+@pytest.mark.parametrize("newer", ["primary", "replica"])
 def test_a_read_of_the_primarys_positions_on_the_replica_refuses_before_any_row(
-        setup, mysql, mysql_replica, redis_service, newer, refusal, says):
+        setup, mysql, mysql_replica, redis_service, newer):
     """A deliver task retried after the connection moved to the replica (Airflow retries the
     task; the DAG run's guards ran before the move) reads the bounds its record took on the
     primary. The replica's binlog files bear the same names with other contents at other
     offsets: the read refuses before it yields a row, whether the primary's file is newer than
-    the replica's newest or the replica's files have passed its number. The next DAG run's guard
-    translates the checkpoints."""
+    the replica's newest or the replica's files have passed its number, with one refusal that
+    names the other server (the positions' lineage is compared before any file name). The next
+    DAG run's guard translates the checkpoints."""
     spec, store, admin, db = setup
     primary, replica = both_servers(spec, store, mysql, mysql_replica, redis_service)
     src, new = Parts(primary).source(spec), Parts(replica).source(spec)
@@ -354,10 +356,33 @@ def test_a_read_of_the_primarys_positions_on_the_replica_refuses_before_any_row(
         new.close()
         new = caught_up_source(spec, replica, upto.gtid_set)
         read = []
-        with pytest.raises(refusal, match=says):
+        with pytest.raises(SourceError, match="the position belongs to another server") as err:
             read.extend(new.read(start, upto))
-        assert read == []
+        assert "(server_id 1) is not on cdc_mysql_replica" in str(err.value) and read == []
     finally:
         replica_admin.close()
+        src.close()
+        new.close()
+
+
+def test_a_primary_position_in_a_file_the_replica_no_longer_has_is_another_servers_not_purged(
+        setup, mysql, mysql_replica, redis_service):
+    """A checkpoint of the primary checked on the replica (preflight after the connection moved)
+    whose file number is below the replica's earliest file: its own file of that name was purged
+    there, which says nothing of the primary's. The check names the other server (the fix is
+    the failover guard) instead of a purge (whose fix would be a resnapshot)."""
+    spec, store, _, _ = setup
+    primary, replica = both_servers(spec, store, mysql, mysql_replica, redis_service)
+    src, new = Parts(primary).source(spec), Parts(replica).source(spec)
+    try:
+        start, earliest = src.head(), new.server.binlog_files()[0][0]
+        older = dataclasses.replace(start, file=f"{start.basename}.{file_seq(earliest) - 1:06d}")
+        assert same_lineage(start, older) and not same_lineage(older, new.head())
+        with pytest.raises(SourceError, match="belongs to another server") as err:
+            new.server.check_available(older)
+        assert not isinstance(err.value, PositionPurgedError)
+        problems = check_server(new.server, checkpoint=older)
+        assert [p.message for p in problems if p.code == "retention"] == [str(err.value)]
+    finally:
         src.close()
         new.close()

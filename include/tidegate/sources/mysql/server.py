@@ -18,6 +18,7 @@ import pymysql
 
 from ...connections import Connection
 from ...errors import PositionPurgedError, SourceError, SourceSettingError
+from ...positions import describe_lineage, same_lineage
 from ..dbapi import close_quietly
 from ..timeouts import read_timeout_s
 from .position import BinlogPosition, GtidSet
@@ -167,9 +168,16 @@ class MySqlServer:
 
     def check_available(self, start: BinlogPosition) -> None:
         """Raise :class:`PositionPurgedError` when ``start``'s binlog file was purged, and a
-        :class:`SourceError` when it is newer than every file here (another server's)."""
+        :class:`SourceError` when it is another server's (its lineage, or a file newer than
+        every file here)."""
         files = self.binlog_files()
         names = {f for f, _ in files}
+        here = self.position(start.file, start.pos, None)
+        if not same_lineage(start, here):
+            # Checked first: a file of the same name here, or purged here, says nothing of it.
+            raise SourceError(f"binlog position {start} ({describe_lineage(start.lineage)}) is not on "
+                              f"{self.conn} ({describe_lineage(here.lineage)}): the position belongs to "
+                              f"another server (failover?); run the pipeline with its guards")
         if start.file not in names:
             earliest = self.position(files[0][0], 4, self.gtid_at(files[0][0], 4)) if files else None
             if files and start.file_seq > file_seq(files[-1][0]):
