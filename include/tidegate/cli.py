@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--reason", help="why the incidents are resolved this way (kept with them)")
     r.add_argument("--no-guards", action="store_true", help="skip the continuity guards (debugging)")
     r.add_argument("--tables", help="with --resolve resnapshot: comma-separated tables to re-load")
+    r.add_argument("--retry", action="store_true",
+                   help="deliver run --run-id again from its record, as an Airflow retry of its deliver "
+                        "task does: no guards, no new bounds (the record holds the plan)")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("status", help="checkpoints, lag, the log held and incidents per pipeline")
@@ -122,6 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     form's params are), the bounds (nothing to do: stop), the same run the Spark job does (read
     in-process instead of in Spark tasks), the release."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.retry:
+        _check_retry(args)
     run_id = args.run_id or "manual__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
     spec = catalog.find(args.pipeline)
     plan = RunPlan.from_values({"mode": args.mode, "sinks": args.sinks, "max_events": args.max_events,
@@ -146,14 +151,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_retry(args: argparse.Namespace) -> None:
+    """A retry delivers what its run's record says: it names the run and nothing of the plan."""
+    problems = [] if args.run_id else ["--retry delivers a run again: name it with --run-id"]
+    problems += [f"--retry takes the plan from the run's record: drop {flag}" for flag, given in (
+        ("--sinks", args.sinks), ("--max-events", args.max_events), ("--mode", args.mode != "incremental"),
+        ("--replay-of", args.replay_of), ("--resolve", args.resolve), ("--tables", args.tables)) if given]
+    if problems:
+        raise RunParamsError(problems)
+
+
 def _run_steps(run: Any, args: argparse.Namespace, reader: Any, remote: str | None) -> dict[str, Any]:
     """The guards, the bounds (nothing to do: the report says so), the delivery (in this
-    process, or as a client of the Spark Connect server at ``remote``), the release."""
-    plan = run.plan
-    if not args.no_guards:
-        guards.run_guards(run)
+    process, or as a client of the Spark Connect server at ``remote``), the release. A retry
+    (``--retry``) is the delivery and the release of the run's record, as the DAG's retried
+    deliver task and its release task."""
     report: dict[str, Any] = {}
-    if plan.mode != "dry_run":
+    if args.retry:
+        run = bounds_step.from_record(run.store, run.pipeline, run.run_id, run.parts)
+        report["bounds"] = run.bounds.to_json()
+    elif not args.no_guards:
+        guards.run_guards(run)
+    plan = run.plan
+    if plan.mode != "dry_run" and not args.retry:
         run = bounds_step.prepare_bounds(run)  # writes the run's record, which the delivery reads
         report["bounds"] = run.bounds.to_json()
         if run.bounds.nothing_to_do(plan.sinks):

@@ -90,6 +90,19 @@ def test_run_errors_and_usage(env):
     assert r.returncode == EXIT_FATAL and "drop --no-guards" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_retry_names_its_run_takes_its_plan_from_the_record_and_needs_one(env):
+    """`tidegate run --retry` delivers a run again from its record (an Airflow retry of the
+    deliver task): it names the run, nothing of the plan, and a run without a record is refused
+    (the guards, which would halt on the fixture's incident, do not run for a retry)."""
+    r = tg(env, "run", "shop_mysql", "--retry", "--max-events", "5", "--mode", "replay")
+    assert r.returncode == EXIT_FATAL and "Traceback" not in r.stderr
+    for said in ("name it with --run-id", "drop --max-events", "drop --mode"):
+        assert said in r.stderr, r.stderr
+    r = tg(env, "run", "shop_mysql", "--retry", "--run-id", "never_ran")
+    assert r.returncode == EXIT_FATAL and "Traceback" not in r.stderr
+    assert "has no run record for run 'never_ran'" in r.stderr and "is halted" not in r.stderr, r.stderr
+
+
 def test_rewind_to_a_version_from_before_a_failover_is_refused(tmp_path):
     url = f"sqlite:///{tmp_path}/ckpt.sqlite"
     with open_store(url) as s:
