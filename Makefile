@@ -73,7 +73,8 @@ compat: install
 # (store and source timeouts of 3 s, hangs of those servers past them), SNAPSHOTS=resnapshot (one faulted
 # run per schedule re-loads tables), FAILOVERS=gtid (MariaDB: the connection moves between the GTID primary
 # and its replica after some steps' faults), REWINDS=random (an operator rewinds a message sink, under a run
-# or after it), KEEP=DIR (work in DIR and keep the runs' logs, to diagnose a failed seed); prints each seed's
+# or after it; REWINDS=any: any sink, Delta's included), RETRIES=same_record (a faulted run that failed is
+# delivered again from its record, as an Airflow retry of its deliver task, before the reruns), KEEP=DIR (work in DIR and keep the runs' logs, to diagnose a failed seed); prints each seed's
 # schedule and verdict, then the figure table.
 campaign: venv native servers
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m tests.campaign.runner \
@@ -81,7 +82,7 @@ campaign: venv native servers
 	  $(if $(SOURCES),--sources $(SOURCES)) $(if $(SINKS),--sinks $(SINKS)) $(if $(KINDS),--kinds $(KINDS)) \
 	  $(if $(DELIVERY),--delivery $(DELIVERY)) $(if $(HANGS),--hangs $(HANGS)) \
 	  $(if $(SNAPSHOTS),--snapshots $(SNAPSHOTS)) $(if $(FAILOVERS),--failovers $(FAILOVERS)) \
-	  $(if $(REWINDS),--rewinds $(REWINDS)) $(if $(KEEP),--keep $(KEEP))
+	  $(if $(REWINDS),--rewinds $(REWINDS)) $(if $(RETRIES),--retries $(RETRIES)) $(if $(KEEP),--keep $(KEEP))
 
 # The demo starts servers of its own (.demo/services, other ports): `make test` never touches them.
 demo: install

@@ -337,9 +337,9 @@ class Pipe:
 
     # ------------------------------------------------------------------ runs
 
-    def start(self, run_id: str, args: tuple[str, ...] = ()) -> Run:
+    def start(self, run_id: str, args: tuple[str, ...] = (), log: str | None = None) -> Run:
         self.runs += 1
-        run = Run.start(self.name, run_id, self.env, self.dir / f"{run_id}.log", args)
+        run = Run.start(self.name, run_id, self.env, self.dir / f"{log or run_id}.log", args)
         run.started = time.monotonic()
         self.live.append(run)
         return run
@@ -611,6 +611,9 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         writer.join()
     if step.writes_between:
         work.wave(step.writes_between)  # between the crash and the rerun
+    if p.sched.retries and ended not in ("ok", "idle"):
+        retry = p.start(run.run_id, ("--retry",), log=f"{run.run_id}_retry")
+        out.notes.append(f"{i + 1}: the run retried from its record ended {p.finish(retry, out)[:200]}")
     recover(p, i, out)
 
 
@@ -771,9 +774,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--failovers", default="none", choices=("none", "gtid"),
                     help="gtid: in MariaDB schedules, after one or more steps' faults the connection "
                          "moves between the GTID primary and its replica")
-    ap.add_argument("--rewinds", default="none", choices=("none", "random"),
+    ap.add_argument("--rewinds", default="none", choices=("none", "random", "any"),
                     help="random: after (or while) one or more steps' faults, an operator rewinds a "
-                         "message sink a few versions (not with --failovers)")
+                         "message sink a few versions (not with --failovers); any: any sink, a "
+                         "Delta sink's included (its tables must come out unchanged)")
+    ap.add_argument("--retries", default="none", choices=("none", "same_record"),
+                    help="same_record: a faulted run that failed is delivered again from its record "
+                         "(`tidegate run --retry`: an Airflow retry of its deliver task) before the reruns")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     ap.add_argument("--keep", metavar="DIR", type=Path,
                     help="work in DIR and keep it (the runs' logs and specs) to diagnose a failed seed")
@@ -784,7 +791,8 @@ def main(argv: list[str] | None = None) -> int:
         ("SOURCES", a.sources, ",".join(SOURCES)), ("SINKS", a.sinks, "kafka,nats,redis,delta"),
         ("KINDS", a.kinds, ",".join(FAULT_KINDS)), ("DELIVERY", a.delivery, "process"),
         ("HANGS", a.hangs, "within_timeouts"), ("SNAPSHOTS", a.snapshots, "none"),
-        ("FAILOVERS", a.failovers, "none"), ("REWINDS", a.rewinds, "none")) if val != default)
+        ("FAILOVERS", a.failovers, "none"), ("REWINDS", a.rewinds, "none"),
+        ("RETRIES", a.retries, "none")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
     work_dir = contextlib.nullcontext(a.keep) if a.keep else tempfile.TemporaryDirectory(prefix="campaign-")
@@ -797,7 +805,8 @@ def main(argv: list[str] | None = None) -> int:
                 sched = draw(seed, tuple(a.sources.split(",")), tuple(a.sinks.split(",")),
                              tuple(a.kinds.split(",")), a.delta_share, a.delivery,
                              a.hangs == "past_timeouts", a.snapshots == "resnapshot",
-                             a.failovers == "gtid", a.rewinds == "random")
+                             a.failovers == "gtid", a.rewinds if a.rewinds != "none" else False,
+                             a.retries == "same_record")
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

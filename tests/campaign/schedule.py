@@ -70,7 +70,7 @@ class Step:
 
 @dataclass(frozen=True)
 class Rewind:
-    """An operator's `tidegate checkpoints rewind` of one message sink, ``back`` versions before
+    """An operator's `tidegate checkpoints rewind` of one sink, ``back`` versions before
     its latest (or to its first), after step ``step``'s fault, or, ``in_flight``, at the step's
     moment while its faulted run delivers (the rewind takes the lease: the run is fenced)."""
 
@@ -105,11 +105,16 @@ class Schedule:
     # to the other server of the GTID pair (primary to replica, replica back to primary).
     failover_steps: tuple[int, ...] = ()
     rewinds: tuple[Rewind, ...] = ()  # with --rewinds random
+    # With --retries same_record: a faulted run that failed is first delivered again from its
+    # record, as an Airflow retry of its deliver task is (`tidegate run --retry`), then the reruns.
+    retries: bool = False
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
             f", optional {list(self.optional)}" if self.optional else "")
         where = ", delivered by a Spark task" if self.delivery == "executor" else ""
+        if self.retries:
+            where += ", a failed run retried from its record"
         if self.past_timeouts:
             where += f", store and source timeouts {HANG_TIMEOUT_S:g}s"
         return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
@@ -130,7 +135,7 @@ class Schedule:
 def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] = SINK_GROUPS,
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
          delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False,
-         failovers: bool = False, rewinds: bool = False) -> Schedule:
+         failovers: bool = False, rewinds: bool | str = False, retries: bool = False) -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
@@ -142,7 +147,9 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     ``failovers`` (a MariaDB schedule): after some steps' faults the connection moves to the
     other server of the GTID pair (drawn from ``{seed}/failover``, likewise). ``rewinds``: some
     steps rewind a message sink (``{seed}/rewind``; not with ``failovers``: a rewind to a version
-    from before a failover is refused by design)."""
+    from before a failover is refused by design); ``"any"``: any sink of the pipeline, Delta's
+    included (the same draws where the pipeline has no Delta sink). ``retries``: a failed faulted
+    run is delivered again from its record before the reruns (no draw: the same schedule)."""
     rng = random.Random(seed)
     if delivery == "executor":
         kinds = tuple(k for k in EXECUTOR_KINDS if k in kinds or kinds == FAULT_KINDS)
@@ -169,17 +176,17 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     # Delta: a few large sub-batches (each is a Delta commit per table, a second or more)
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
     sched = Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps,
-                     delivery, past_timeouts)
+                     delivery, past_timeouts, retries=retries)
     sched = with_resnapshot(sched) if resnapshot else sched
     sched = with_failovers(sched) if failovers else sched
-    return with_rewinds(sched) if rewinds and not failovers else sched
+    return with_rewinds(sched, every_sink=rewinds == "any") if rewinds and not failovers else sched
 
 
-def with_rewinds(sched: Schedule) -> Schedule:
+def with_rewinds(sched: Schedule, every_sink: bool = False) -> Schedule:
     """The schedule with rewinds after (or during) one or more of its steps (each step by a coin,
-    one at least), each of a message sink of the pipeline, 1-6 versions back; a zombie's step
-    rewinds after it (its run is stopped at the moment)."""
-    sinks = [s for s in sched.sinks if s in CORE_SINKS]
+    one at least), each of a message sink of the pipeline (``every_sink``: of any sink), 1-6
+    versions back; a zombie's step rewinds after it (its run is stopped at the moment)."""
+    sinks = [s for s in sched.sinks if every_sink or s in CORE_SINKS]
     if not sinks:
         return sched
     rng = random.Random(f"{sched.seed}/rewind")

@@ -65,6 +65,25 @@ def test_a_table_holds_the_later_of_its_commits_and_the_sink_record():
     assert ledger.table_covers(pos(1), pos(2, server_id=2)) == pos(1)
 
 
+def test_the_record_never_moves_back_but_into_a_snapshot_the_sink_had_not_entered():
+    """Campaign seed 6013: a resnapshot starts with the sink's record at its handoff H. Its first
+    chunks' record is the chunk (kept at H, adopted after a kill, it read as the snapshot
+    completed and the sink never got the rest). A record at H of a sink with the snapshot's marks
+    completed it; one past H, or after a rewind, stays where it is."""
+    h = pos(500)
+    s7 = SnapshotPosition("20261205T1825-a", 7, h)
+    entered_none, entered_it = (lambda sid: False), (lambda sid: sid == "20261205T1825-a")
+    assert ledger.record_after(s7, h, entered_none) == s7  # the sink at H before the snapshot
+    assert ledger.record_after(s7, pos(400), entered_none) == s7  # (a handoff past the record)
+    assert ledger.record_after(s7, h, entered_it) == h  # completed there, then rewound
+    assert ledger.record_after(s7, pos(600), entered_none) == pos(600)  # past the handoff
+    assert ledger.record_after(s7, SnapshotPosition("20261205T1825-a", 3, h), entered_none) == s7
+    assert ledger.record_after(s7, SnapshotPosition("20261205T1825-a", 9, h), entered_none) == \
+        SnapshotPosition("20261205T1825-a", 9, h)  # rewound to the snapshot's start
+    assert ledger.record_after(pos(300), pos(450), entered_none) == pos(450)  # a log rewind
+    assert ledger.record_after(s7, None, entered_none) == s7
+
+
 def test_needs_the_transactions_after_what_the_table_holds():
     assert ledger.needs(pos(400), False, pos(300))
     assert not ledger.needs(pos(300), False, pos(300)) and not ledger.needs(pos(200), False, pos(300))

@@ -22,7 +22,7 @@ Every commit of the sink (a table's MERGE, DELETE or append, the checkpoint tabl
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...positions import (
@@ -145,6 +145,21 @@ def table_covers(table: Position | None, record: Position | None) -> Position | 
     return record if _order(record, table) == 1 else table
 
 
+def record_after(end: Position, done: Position | None, entered: Callable[[str], bool]) -> Position | None:
+    """The sink's record after a sub-batch ending at ``end``, over its record before, ``done``:
+    the later of the two (after a rewind the tables still hold what they held), except inside a
+    snapshot that ``done`` predates. A resnapshot starts with the sinks at its handoff, so a record
+    at (or before) the handoff, as a log position, is either a sink that completed the snapshot
+    there or one that had not entered it yet: ``entered(snapshot_id)`` (a snapshot mark of this
+    or a newer snapshot on the sink's commits) tells them apart. Kept at the handoff, the record
+    of a sink in its first chunks read as the snapshot completed, and a run killed after that
+    commit left the rest of the chunks out of the sink for good (campaign seed 6013)."""
+    if (isinstance(end, SnapshotPosition) and done is not None and not isinstance(done, SnapshotPosition)
+            and _order(log_position(done), end.handoff) in (-1, 0) and not entered(end.snapshot_id)):
+        return end
+    return table_covers(end, done)
+
+
 def needs(tx_end: Position, partial: bool, covers: Position | None) -> bool:
     """Whether a table that holds everything up to ``covers`` still needs a transaction ending at
     ``tx_end`` (``partial``: a leading part of a split transaction; see batching.Transaction)."""
@@ -169,4 +184,4 @@ def _order(a: Position, b: Position) -> int | None:
 
 
 __all__ = ["EPOCH_BITS", "commit_metadata", "covered_position", "held_snapshot", "needs", "needs_chunk",
-           "newest_txn", "parse_metadata", "table_covers", "txn_epoch", "txn_version"]
+           "newest_txn", "parse_metadata", "record_after", "table_covers", "txn_epoch", "txn_version"]

@@ -186,8 +186,9 @@ class DeltaSink(Sink):
             if self.mode == "merge" and path not in by_path:
                 self.tables.merge(path, [], txn, user_meta, reset=True)
                 self._committed_to(path, batch.end_position, chunk)
-        # The record never moves back: after a rewind the tables still hold what they held.
-        end = ledger.table_covers(batch.end_position, done)
+        # The record never moves back (after a rewind the tables still hold what they held), but
+        # into a snapshot the sink had not entered (ledger.record_after).
+        end = ledger.record_after(batch.end_position, done, self._entered)
         self._write_checkpoint(SinkCheckpoint(end, extends), txn, user_meta)
         self._check_fence("after writing")  # a skipped record: a newer run has the checkpoint table
 
@@ -223,6 +224,12 @@ class DeltaSink(Sink):
             return ledger.needs_chunk(tx.end_position, tx.partial, self._snapshots[path],
                                       self._holds(path, done))
         return ledger.needs(tx.end_position, tx.partial, self._holds(path, done))
+
+    def _entered(self, snapshot_id: str) -> bool:
+        """Whether a commit of this sink to its checkpoint table holds chunks of the snapshot
+        ``snapshot_id`` or of a newer one (the whole history: asked only at a snapshot's start)."""
+        held = ledger.held_snapshot(self.tables.history(self.checkpoint_path, None), self.app_id)
+        return held is not None and held[0] >= snapshot_id
 
     def _committed_to(self, path: str, end: Position, chunk: SnapshotPosition | None) -> None:
         """What the table holds after this run's commit to it (no need to read its history again)."""
