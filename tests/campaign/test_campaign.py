@@ -110,6 +110,14 @@ COMBINED_NO_REWINDS = [5922]
 # refused, naming the versions that can be restored (test_cli.py holds it without timing).
 RESNAPSHOT_REWINDS = [5998]
 KINDS = {5998: ("run_kill", "zombie", "run_stop", "kill_store", "stop_source")}
+# With REWINDS=any (a Delta sink rewound too; SINKS=delta SNAPSHOTS=resnapshot): 6013 (MariaDB)
+# re-loads two tables; while its run delivers, the changelog sink is rewound, which fences the
+# run at its first store write, after the merged table's sink had committed the first chunks.
+# That commit's sink-side record stayed at the snapshot's handoff (a record "never moves back",
+# and a resnapshot starts with the sinks there), the rerun adopted it as the snapshot completed,
+# and the merged table never got the last two chunks (4 rows absent). Fixed: a record moves into a
+# snapshot the sink had not entered (test_delta_ledger.py holds the rule without timing).
+RESNAPSHOT_REWINDS_ANY = [(6013, ("delta",))]
 # (seed, sinks, delivery, resnapshot, failovers, rewinds)
 CASES = [(seed, None, "process", False, False, False) for seed in COVERING]
 CASES += [(seed, sinks, "process", False, False, False) for seed, sinks in FOUND]
@@ -120,11 +128,12 @@ CASES += [(seed, sinks, "process", False, False, True) for seed, sinks in REWIND
 CASES += [(seed, None, "process", True, True, True) for seed in COMBINED]
 CASES += [(seed, None, "process", True, True, False) for seed in COMBINED_NO_REWINDS]
 CASES += [(seed, None, "process", True, False, True) for seed in RESNAPSHOT_REWINDS]
+CASES += [(seed, sinks, "process", True, False, "any") for seed, sinks in RESNAPSHOT_REWINDS_ANY]
 if os.environ.get("TIDEGATE_CAMPAIGN_SEEDS"):
     CASES = [(int(s), None, os.environ.get("TIDEGATE_CAMPAIGN_DELIVERY", "process"),
               os.environ.get("TIDEGATE_CAMPAIGN_SNAPSHOTS") == "resnapshot",
               os.environ.get("TIDEGATE_CAMPAIGN_FAILOVERS") == "gtid",
-              os.environ.get("TIDEGATE_CAMPAIGN_REWINDS") == "random")
+              {"random": True, "any": "any"}.get(os.environ.get("TIDEGATE_CAMPAIGN_REWINDS", ""), False))
              for s in os.environ["TIDEGATE_CAMPAIGN_SEEDS"].replace(",", " ").split()]
 
 
@@ -137,9 +146,10 @@ def services(tmp_path_factory, service_env) -> Services:
 
 
 def case_id(seed: int, sinks: tuple[str, ...] | None, delivery: str, resnapshot: bool,
-            failovers: bool, rewinds: bool) -> str:
+            failovers: bool, rewinds: bool | str) -> str:
     where = (("-executor" if delivery == "executor" else "") + ("-resnapshot" if resnapshot else "")
-             + ("-failovers" if failovers else "") + ("-rewinds" if rewinds else ""))
+             + ("-failovers" if failovers else "") + ("-rewinds" if rewinds else "")
+             + ("-any" if rewinds == "any" else ""))
     return f"{seed}" + (f"-{'+'.join(sinks)}" if sinks else "") + where
 
 
