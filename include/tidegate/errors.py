@@ -126,6 +126,15 @@ class SourceSettingError(SourceError):
     fatal = True
 
 
+class ForeignPositionError(SourceError):
+    """A position of another server than the one the connection reaches now (it moved since
+    the position was taken, e.g. a failover after a run's bounds step): a retry of the same run
+    reads it there again and fails the same way; the next run's failover guard places the
+    checkpoints on this server."""
+
+    fatal = True
+
+
 class ChangesLostError(SourceError):
     """The log no longer holds changes a checkpoint needs. ``kind`` names the incident
     (``binlog_purged``, ``slot_dropped``, ``slot_invalidated``), ``requested`` the position the

@@ -11,7 +11,7 @@ import uuid
 import pymysql
 import pytest
 from tidegate import guards
-from tidegate.errors import PositionPurgedError, SourceError, SourceSettingError
+from tidegate.errors import ForeignPositionError, PositionPurgedError, SourceSettingError
 from tidegate.events import ChangeEvent
 from tidegate.parts import Parts
 from tidegate.positions import SnapshotPosition, same_lineage
@@ -356,9 +356,10 @@ def test_a_read_of_the_primarys_positions_on_the_replica_refuses_before_any_row(
         new.close()
         new = caught_up_source(spec, replica, upto.gtid_set)
         read = []
-        with pytest.raises(SourceError, match="the position belongs to another server") as err:
+        with pytest.raises(ForeignPositionError, match="the position belongs to another server") as err:
             read.extend(new.read(start, upto))
         assert "(server_id 1) is not on cdc_mysql_replica" in str(err.value) and read == []
+        assert err.value.fatal  # a retry of the task reads the same bounds: Airflow must not retry
     finally:
         replica_admin.close()
         src.close()
@@ -378,7 +379,7 @@ def test_a_primary_position_in_a_file_the_replica_no_longer_has_is_another_serve
         start, earliest = src.head(), new.server.binlog_files()[0][0]
         older = dataclasses.replace(start, file=f"{start.basename}.{file_seq(earliest) - 1:06d}")
         assert same_lineage(start, older) and not same_lineage(older, new.head())
-        with pytest.raises(SourceError, match="belongs to another server") as err:
+        with pytest.raises(ForeignPositionError, match="belongs to another server") as err:
             new.server.check_available(older)
         assert not isinstance(err.value, PositionPurgedError)
         problems = check_server(new.server, checkpoint=older)

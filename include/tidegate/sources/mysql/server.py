@@ -17,7 +17,7 @@ from typing import Any
 import pymysql
 
 from ...connections import Connection
-from ...errors import PositionPurgedError, SourceError, SourceSettingError
+from ...errors import ForeignPositionError, PositionPurgedError, SourceError, SourceSettingError
 from ...positions import describe_lineage, same_lineage
 from ..dbapi import close_quietly
 from ..timeouts import read_timeout_s
@@ -168,22 +168,24 @@ class MySqlServer:
 
     def check_available(self, start: BinlogPosition) -> None:
         """Raise :class:`PositionPurgedError` when ``start``'s binlog file was purged, and a
-        :class:`SourceError` when it is another server's (its lineage, or a file newer than
-        every file here)."""
+        :class:`ForeignPositionError` when it is another server's (its lineage, or a file newer
+        than every file here); both fatal: a retry of the run reads the same position again."""
         files = self.binlog_files()
         names = {f for f, _ in files}
         here = self.position(start.file, start.pos, None)
         if not same_lineage(start, here):
             # Checked first: a file of the same name here, or purged here, says nothing of it.
-            raise SourceError(f"binlog position {start} ({describe_lineage(start.lineage)}) is not on "
-                              f"{self.conn} ({describe_lineage(here.lineage)}): the position belongs to "
-                              f"another server (failover?); run the pipeline with its guards")
+            raise ForeignPositionError(
+                f"binlog position {start} ({describe_lineage(start.lineage)}) is not on {self.conn} "
+                f"({describe_lineage(here.lineage)}): the position belongs to another server "
+                f"(failover?); run the pipeline with its guards")
         if start.file not in names:
             earliest = self.position(files[0][0], 4, self.gtid_at(files[0][0], 4)) if files else None
             if files and start.file_seq > file_seq(files[-1][0]):
-                raise SourceError(f"binlog file {start.file} of position {start} is not on "
-                                  f"{self.conn} and is newer than its newest file {files[-1][0]}: "
-                                  f"the position belongs to another server (failover?)")
+                raise ForeignPositionError(
+                    f"binlog file {start.file} of position {start} is not on {self.conn} and is newer "
+                    f"than its newest file {files[-1][0]}: the position belongs to another server "
+                    f"(failover?)")
             raise PositionPurgedError(
                 f"binlog position {start} is no longer on {self.conn}: the file was purged; the "
                 f"earliest available position is {earliest}", requested=start,
