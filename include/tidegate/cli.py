@@ -170,19 +170,19 @@ def _run_steps(run: Any, args: argparse.Namespace, reader: Any, remote: str | No
     if args.retry:
         run = bounds_step.from_record(run.store, run.pipeline, run.run_id, run.parts)
         report["bounds"] = run.bounds.to_json()
-    elif not args.no_guards:
-        guards.run_guards(run)
-    plan = run.plan
-    if plan.mode != "dry_run" and not args.retry:
-        run = bounds_step.prepare_bounds(run)  # writes the run's record, which the delivery reads
-        report["bounds"] = run.bounds.to_json()
-        if run.bounds.nothing_to_do(plan.sinks):
-            return {**report, "nothing_to_do": True}
+    else:
+        if not args.no_guards:
+            guards.run_guards(run)
+        if run.plan.mode != "dry_run":
+            run = bounds_step.prepare_bounds(run)  # writes the run's record, which the delivery reads
+            report["bounds"] = run.bounds.to_json()
+            if run.bounds.nothing_to_do(run.plan.sinks):
+                return {**report, "nothing_to_do": True}
     if remote:
         report.update(deliver_remote(remote, run.with_store(None), py_files=[str(package_zip())]))
     else:
         report.update(runner.run_pipeline(run, reader=reader))
-    if plan.mode == "incremental":
+    if run.plan.mode == "incremental":
         report["released_to"] = position_to_json(runner.release(run))
     return report
 

@@ -190,6 +190,8 @@ class DeltaSink(Sink):
         # into a snapshot the sink had not entered (ledger.record_after).
         end = ledger.record_after(batch.end_position, done, self._entered)
         self._write_checkpoint(SinkCheckpoint(end, extends), txn, user_meta)
+        if chunk is not None:
+            self._snapshots[self.checkpoint_path] = (chunk.snapshot_id, chunk.chunk)
         self._check_fence("after writing")  # a skipped record: a newer run has the checkpoint table
 
     def _parts(self, batch: SubBatch, done: Position | None) -> tuple[dict[str, list[tuple[int, Any]]],
@@ -219,16 +221,20 @@ class DeltaSink(Sink):
         """Whether the table at ``path`` lacks transaction ``tx``: a snapshot's by the snapshot
         marks of its commits, the log's by what its commits cover (ledger.py)."""
         if isinstance(tx.end_position, SnapshotPosition):
-            if path not in self._snapshots:
-                self._snapshots[path] = ledger.held_snapshot(self.tables.history(path, None), self.app_id)
-            return ledger.needs_chunk(tx.end_position, tx.partial, self._snapshots[path],
-                                      self._holds(path, done))
+            return ledger.needs_chunk(tx.end_position, tx.partial, self._held(path), self._holds(path, done))
         return ledger.needs(tx.end_position, tx.partial, self._holds(path, done))
 
+    def _held(self, path: str) -> tuple[str, int] | None:
+        """The snapshot the table at ``path`` holds, and to which chunk: read from its whole
+        history once per run (at its first snapshot transaction), then kept by the commits made."""
+        if path not in self._snapshots:
+            self._snapshots[path] = ledger.held_snapshot(self.tables.history(path, None), self.app_id)
+        return self._snapshots[path]
+
     def _entered(self, snapshot_id: str) -> bool:
-        """Whether a commit of this sink to its checkpoint table holds chunks of the snapshot
-        ``snapshot_id`` or of a newer one (the whole history: asked only at a snapshot's start)."""
-        held = ledger.held_snapshot(self.tables.history(self.checkpoint_path, None), self.app_id)
+        """Whether this sink's commits hold chunks of the snapshot ``snapshot_id`` or of a newer
+        one: its checkpoint table takes every commit's snapshot mark, whichever tables it wrote."""
+        held = self._held(self.checkpoint_path)
         return held is not None and held[0] >= snapshot_id
 
     def _committed_to(self, path: str, end: Position, chunk: SnapshotPosition | None) -> None:
