@@ -32,13 +32,14 @@ pytestmark = pytest.mark.integration
 ROWS = 1000  # in one sub-batch: 100 transactions of 10 rows
 
 
-def batch_with_one_big_row(pipeline: str) -> SubBatch:
-    """1,000 rows in 100 transactions of 10; the very last row carries an incompressible ~2 MiB
-    pad (larger than a 1 MiB topic or NATS max_payload accepts)."""
-    txs = [make_tx(pipeline, n, 10, keys=1000) for n in range(1, 100)]
-    small, big = make_tx(pipeline, 100, 10, keys=1000), make_tx(pipeline, 100, 10, keys=1000,
-                                                                 pad=2 * 1024 * 1024, noise=True)
-    return SubBatch(1, (*txs, dataclasses.replace(small, events=(*small.events[:9], big.events[9]))))
+def batch_with_one_big_row(pipeline: str, tx: int = 100) -> SubBatch:
+    """1,000 rows in 100 transactions of 10; the last row of transaction ``tx`` (default: the
+    very last row) carries an incompressible ~2 MiB pad (larger than a 1 MiB topic or NATS
+    max_payload accepts)."""
+    txs = [make_tx(pipeline, n, 10, keys=1000) for n in range(1, 101)]
+    big = make_tx(pipeline, tx, 10, keys=1000, pad=2 * 1024 * 1024, noise=True)
+    txs[tx - 1] = dataclasses.replace(txs[tx - 1], events=(*txs[tx - 1].events[:9], big.events[9]))
+    return SubBatch(1, tuple(txs))
 
 
 # Sub-batches of ROWS events hold the whole batch in memory; of 4, every transaction (10 rows) is
@@ -63,8 +64,12 @@ def connection(conn_id: str):
     return get_connection(conn_id)
 
 
+def big_event(batch: SubBatch):
+    return max(batch.events, key=lambda ev: len(ev.value))
+
+
 def big_key(batch: SubBatch) -> str:
-    return list(batch.events)[-1].idempotency_key
+    return big_event(batch).idempotency_key
 
 
 # --------------------------------------------------------------------------- Kafka
@@ -96,25 +101,37 @@ def test_kafka_halt_names_the_row_and_shows_nothing_of_the_sub_batch(small_topic
     assert open_store(f"sqlite:///{tmp_path}/s.sqlite").checkpoints.get(name, "events") is None
 
 
+# The big row last, or in the middle: then rows follow it on every partition of its transaction,
+# whose commit waited for them (they fail on their sequence numbers and are retried) until the
+# broker aborted the transaction at transaction.timeout.ms (campaign POISON=dlq, seed 6101).
+BIG_ROW_AT = pytest.mark.parametrize("big_at", [100, 50], ids=["last_row", "middle_row"])
+
+
 @SUB_BATCHES
+@BIG_ROW_AT
 @pytest.mark.parametrize("eos", [True, False], ids=["exactly_once", "idempotent"])
 def test_kafka_dlq_delivers_the_rest_once_and_dead_letters_the_row(small_topic, kafka_bootstrap, tmp_path,
-                                                                    eos, max_events):
+                                                                    eos, max_events, big_at):
     name = small_topic
     spec = KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka", topic="{pipeline}.{table}",
                          exactly_once=eos, checkpoint_topic=f"_ck_{name}", on_poison="dlq")
-    batch = batch_with_one_big_row(name)
+    batch = batch_with_one_big_row(name, big_at)
     report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch, max_events)
     assert report.spilled == (100 if max_events < 10 else 0)
     rows = read_topic(kafka_bootstrap, f"{name}.orders")
     keys = [dict(m.headers())["idempotency_key"].decode() for m in rows]
     assert len(keys) == len(set(keys)) == ROWS - 1 and big_key(batch) not in keys
+    # per partition, in the source's order
+    order = {ev.idempotency_key: n for n, ev in enumerate(batch.events)}
+    for part in {m.partition() for m in rows}:
+        got = [order[dict(m.headers())["idempotency_key"].decode()] for m in rows if m.partition() == part]
+        assert got == sorted(got)
     [dead] = read_topic(kafka_bootstrap, f"{name}.__dlq")
     record = json.loads(dead.value())
     assert record["idempotency_key"] == big_key(batch) and record["sink"] == "events"
     assert "MSG_SIZE_TOO_LARGE" in record["error"] and record["error_class"] == "non_retryable"
     assert record["event_size"] > 2 * 1024 * 1024 and len(record["event"]) == 64 * 1024
-    assert record["position"] == list(batch.events)[-1].position
+    assert record["position"] == big_event(batch).position
     assert ckpt.position == end_pos(100)  # past the row
     assert report.sinks["events"].dlq == 1
 

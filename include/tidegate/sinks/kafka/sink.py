@@ -235,14 +235,23 @@ class KafkaSink(Sink):
                 raise err from None
 
     def _restart_producer(self) -> None:
+        self._drop_producer()
+        self.open()
+
+    def _drop_producer(self) -> None:
+        """Leave the producer without ending its transaction: its messages purged, the broker
+        aborts the transaction when the next producer of the transactional.id starts (fencing
+        this one). For a transaction the broker refused a message of, whose abort would wait
+        for that message's successors, retried until transaction.timeout.ms."""
         p = self.writer.stop()
         if p is not None:
             try:
-                p.abort_transaction(5)
-            except Exception:  # noqa: BLE001, S110 - the new producer fences this one anyway
+                p.purge(in_queue=True, in_flight=True)
+                p.poll(0)  # the purged messages' reports: consequences, never a cause
+            except Exception:  # noqa: BLE001, S110 - a producer being left
                 pass
         self._needs_abort = False
-        self.open()
+        self._tx_began = None
 
     def close(self) -> None:
         p = self.writer.stop()
@@ -277,9 +286,9 @@ class KafkaSink(Sink):
             if self.exactly_once:
                 # A transaction that lost a message leaves the producer's sequence numbers in need
                 # of a new epoch. Kept, it fails the next transaction (OUT_OF_ORDER_SEQUENCE_NUMBER
-                # for the refused transaction's later records), and that abort can hang until
-                # transaction.timeout.ms. A fresh producer (the same transactional.id) starts
-                # clean, whether the sub-batch is sent again or the run halts.
+                # for the refused transaction's later records); its abort waits until
+                # transaction.timeout.ms (_fail_tx left it unended). A fresh producer (the same
+                # transactional.id) starts clean, whether the sub-batch is sent again or the run halts.
                 self._restart_producer()
             self.halt_on_poison(rejected.values())
             self._refused.update({k: why for k, (_, why) in rejected.items()})
@@ -427,6 +436,7 @@ class KafkaSink(Sink):
         p = self.writer.producer
         assert p is not None
         timeout = self.settings.delivery_timeout_s
+        self._await_delivery(p, timeout)
         try:
             p.commit_transaction(timeout)
         except KafkaException as exc:
@@ -443,6 +453,20 @@ class KafkaSink(Sink):
         self.reports.delivery.clear()
         self._tx_began = None
 
+    def _await_delivery(self, p: Any, timeout: float) -> None:
+        """Wait for the transaction's messages before the commit, and stop at the first one the
+        broker refused on its own (too large). The commit would wait for the messages queued
+        after it on its partition, which fail on their sequence numbers and are retried until
+        the broker aborts the transaction at transaction.timeout.ms and fences the producer:
+        every attempt of such a sub-batch timed out (campaign POISON=dlq, seed 6101)."""
+        deadline = time.monotonic() + timeout
+        while p.flush(0.1) and time.monotonic() < deadline:
+            if self.reports.too_large():
+                break
+        failure = self._delivery_failure() if self.reports.too_large() else None
+        if failure is not None:
+            raise failure
+
     def _fail_tx(self, failure: SinkError, *, abort: bool) -> SinkError:
         """Abort the failed transaction and pick the error to raise: the worst of the call's error
         and the delivery reports (which name the cause, e.g. the message that was too large)."""
@@ -451,7 +475,9 @@ class KafkaSink(Sink):
             self.writer.abort_quietly()
             return failure
         abort_err: SinkError | None = None
-        if abort:
+        if abort and self.reports.too_large():
+            self._drop_producer()  # its abort would wait out transaction.timeout.ms (_await_delivery)
+        elif abort:
             try:
                 self._abort("after a failed transaction")  # also serves the remaining reports
             except SinkError as exc:
