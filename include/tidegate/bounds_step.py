@@ -162,7 +162,13 @@ def from_record(store: CheckpointStore, pipeline: str, run_id: str, parts: Parts
     if record is None:
         raise RunError(f"pipeline {pipeline!r} has no run record for run {run_id!r}: its bounds step "
                        f"did not run (or wrote to another store than TIDEGATE_CHECKPOINT_STORE)")
-    return PlannedRun(record.spec(), record.plan, run_id, parts or Parts(), store, record=record)
+    return planned_from(record, store, parts)
+
+
+def planned_from(record: RunRecord, store: CheckpointStore | None, parts: Parts | None = None) -> PlannedRun:
+    """The context of the run ``record`` decided, on ``store`` (a Spark task gets the record
+    with its job, as the driver read it)."""
+    return PlannedRun(record.spec(), record.plan, record.run_id, parts or Parts(), store, record=record)
 
 
 def capture_bounds(run: RunContext, source: Source) -> Bounds:

@@ -171,3 +171,19 @@ def test_a_failed_delivery_task_is_said_by_the_engine_error_its_traceback_names(
     # an engine error whose name does not end in "Error" is one all the same
     halt = "tidegate.errors.ContinuityHalt: the slot was invalidated\nJob aborted"
     assert engine_error(RuntimeError(halt)) == "ContinuityHalt: the slot was invalidated"
+
+
+def test_the_delivery_task_gets_the_record_the_deliver_task_read_and_plans_from_it_alone():
+    from tidegate.bounds_step import planned_from
+    from tidegate.spark.delivery import task_payload
+
+    src = Connection(conn_id="src", conn_type="mysql", host="127.0.0.1", port=3306, login="u", password="pw")
+    kafka = Connection(conn_id="kafka", conn_type="kafka", extra={"bootstrap.servers": "127.0.0.1:9"})
+    run = run_with((Slice(pos(4), pos(900)),))
+    run = PlannedRun(run.spec, run.plan, run.run_id, resolved_parts({"src": src, "kafka": kafka}, b"s"),
+                     record=run.record)
+    record, connections, salt, store_url, _ = pickle.loads(pickle.dumps(task_payload(run, "sqlite:///x")))
+    assert set(connections) == {"src", "kafka"} and salt == b"s" and store_url == "sqlite:///x"
+    # the task's run is the record's, with no read of the store (which holds no record here)
+    got = planned_from(RunRecord.from_json(record), None, resolved_parts(connections, salt))
+    assert (got.run_id, got.spec, got.plan, got.record) == (run.run_id, run.spec, run.plan, run.record)

@@ -7,8 +7,8 @@ run (the read of its plan, the coordinator, the sinks, the checkpoints) runs in 
 on an executor's Python worker: the job is a one-row frame of one partition mapped by the run
 (``mapInArrow``); its one row is the run report.
 
-What the task needs travels pickled inside the function: the pipeline and run id (the task
-reads the run's record from the store, as a spark-submit driver does), the connections the spec
+What the task needs travels pickled inside the function: the run's record as the deliver task
+read it (the task never reads it again, so it has no "no record" case), the connections the spec
 names and the hash salt, resolved by the deliver task (an executor has no Airflow), the
 store's URL and the deliver task's ``TIDEGATE_*`` settings. The task reads the log as
 ``tidegate run`` does: a range of more than a few MiB is decoded in a reader process beside it,
@@ -102,15 +102,15 @@ def has_parallel_parts(run: PlannedRun) -> bool:
 
 
 def task_payload(run: PlannedRun, store_url: str) -> tuple:
-    """What the task gets: names, the resolved connections and salt, the store URL (secrets:
-    pickled into the job, never logged)."""
+    """What the task gets: the run's record, the resolved connections and salt, the store URL
+    (secrets: pickled into the job, never logged)."""
     spec, parts = run.spec, run.parts
     ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks if s.conn_id)]
     connections = {i: parts.connection(i) for i in dict.fromkeys(ids)}
     # The run's settings (timeouts, the reader process threshold) are the deliver task's, as
     # when it delivered itself: an executor's environment has none of them.
     settings = {k: v for k, v in os.environ.items() if k.startswith("TIDEGATE_")}
-    return run.pipeline, run.run_id, connections, parts.hash_salt(spec), store_url, settings
+    return run.record.to_json(), connections, parts.hash_salt(spec), store_url, settings
 
 
 def delivery_task(payload: tuple, gathered: Iterator[Any] | None = None) -> Iterator[Any]:
@@ -124,14 +124,14 @@ def delivery_task(payload: tuple, gathered: Iterator[Any] | None = None) -> Iter
     # of it, and its CPU is what this shape saves
     import pyarrow as pa
 
-    from ..bounds_step import from_record
+    from ..bounds_step import RunRecord, planned_from
     from ..reader_process import ReaderProcess
     from ..runner import run_pipeline
 
-    pipeline, run_id, connections, salt, store_url, settings = payload
+    record, connections, salt, store_url, settings = payload
     try:
         with _environment(settings), _task_log() as lines, open_store(store_url) as store:
-            run = from_record(store, pipeline, run_id, resolved_parts(connections, salt))
+            run = planned_from(RunRecord.from_json(record), store, resolved_parts(connections, salt))
             with ReaderProcess(store_url) as own:
                 segments = run.record.segments
                 reader = own if gathered is None else GatheredReader(
