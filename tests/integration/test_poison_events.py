@@ -32,13 +32,16 @@ pytestmark = pytest.mark.integration
 ROWS = 1000  # in one sub-batch: 100 transactions of 10 rows
 
 
-def batch_with_one_big_row(pipeline: str, tx: int = 100) -> SubBatch:
-    """1,000 rows in 100 transactions of 10; the last row of transaction ``tx`` (default: the
-    very last row) carries an incompressible ~2 MiB pad (larger than a 1 MiB topic or NATS
-    max_payload accepts)."""
+def batch_with_one_big_row(pipeline: str, *at: int, rows: tuple[int, ...] = (9,)) -> SubBatch:
+    """1,000 rows in 100 transactions of 10; the last row (or the ``rows``) of each transaction
+    ``at`` (default: the very last row) carries an incompressible ~2 MiB pad (larger than a
+    1 MiB topic or NATS max_payload accepts)."""
     txs = [make_tx(pipeline, n, 10, keys=1000) for n in range(1, 101)]
-    big = make_tx(pipeline, tx, 10, keys=1000, pad=2 * 1024 * 1024, noise=True)
-    txs[tx - 1] = dataclasses.replace(txs[tx - 1], events=(*txs[tx - 1].events[:9], big.events[9]))
+    for tx in at or (100,):
+        big = make_tx(pipeline, tx, 10, keys=1000, pad=2 * 1024 * 1024, noise=True)
+        events = txs[tx - 1].events
+        txs[tx - 1] = dataclasses.replace(txs[tx - 1], events=tuple(
+            big.events[i] if i in rows else ev for i, ev in enumerate(events)))
     return SubBatch(1, tuple(txs))
 
 
@@ -134,6 +137,28 @@ def test_kafka_dlq_delivers_the_rest_once_and_dead_letters_the_row(small_topic, 
     assert record["position"] == big_event(batch).position
     assert ckpt.position == end_pos(100)  # past the row
     assert report.sinks["events"].dlq == 1
+
+
+@SUB_BATCHES
+@pytest.mark.parametrize("eos", [True, False], ids=["exactly_once", "idempotent"])
+def test_kafka_dlq_dead_letters_every_big_row_of_a_sub_batch(small_topic, kafka_bootstrap, tmp_path, eos,
+                                                             max_events):
+    """An exactly-once transaction ends at its first refused message, so the sub-batch is sent
+    again once per big row not yet known (campaign POISON=dlq, seed 6103: with two in one
+    sub-batch, the second refusal failed the run, on every attempt)."""
+    name = small_topic
+    spec = KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka", topic="{pipeline}.{table}",
+                         exactly_once=eos, checkpoint_topic=f"_ck_{name}", on_poison="dlq")
+    batch = batch_with_one_big_row(name, 50, rows=(3, 5, 7))
+    big = [ev for ev in batch.events if len(ev.value) > 1024 * 1024]
+    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch, max_events)
+    rows = read_topic(kafka_bootstrap, f"{name}.orders")
+    keys = [dict(m.headers())["idempotency_key"].decode() for m in rows]
+    assert len(big) == 3 and len(keys) == len(set(keys)) == ROWS - 3
+    assert not {ev.idempotency_key for ev in big} & set(keys)
+    dead = [json.loads(m.value()) for m in read_topic(kafka_bootstrap, f"{name}.__dlq")]
+    assert sorted(r["idempotency_key"] for r in dead) == sorted(ev.idempotency_key for ev in big)
+    assert ckpt.position == end_pos(100) and report.sinks["events"].dlq == 3
 
 
 # --------------------------------------------------------------------------- NATS

@@ -273,16 +273,14 @@ class KafkaSink(Sink):
         if self.writer.producer is None:
             self.open()
         poison: dict = {}  # by idempotency key: (event, why)
-        try:
-            self._deliver_frames(batch, extends, poison)
-        except SinkError:
-            if not self.reports.too_large():
-                raise  # nothing the broker refused on its own
-            rejected: dict = {}
-            for chunk in batch.chunks():
-                rejected.update(self.reports.refused(chunk, self._topics_of(chunk)))
-            if not rejected:
-                raise
+        while True:
+            try:
+                self._deliver_frames(batch, extends, poison)
+                break
+            except SinkError:
+                rejected = self._refusals(batch, poison)
+                if not rejected:
+                    raise  # nothing (new) the broker refused on its own
             if self.exactly_once:
                 # A transaction that lost a message leaves the producer's sequence numbers in need
                 # of a new epoch. Kept, it fails the next transaction (OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -292,16 +290,26 @@ class KafkaSink(Sink):
                 self._restart_producer()
             self.halt_on_poison(rejected.values())
             self._refused.update({k: why for k, (_, why) in rejected.items()})
-            # Dead-letter what the broker refused and deliver the sub-batch again: in one
-            # transaction (exactly-once), or only the dead letters (the rest is delivered).
             poison.update(rejected)
-            if self.exactly_once:
-                self._deliver_frames(batch, extends, poison)
-            else:
+            if not self.exactly_once:  # the rest is delivered: only the dead letters now
                 again = [ev for ev, _ in rejected.values()]
                 self._deliver_idempotent(again, self._topics_of(again), poison)
+                break
+            # Exactly-once: the sub-batch again with its dead letters, in one transaction. A
+            # transaction ends at its first refusal (_await_delivery), so a sub-batch with several
+            # such messages takes a round for each one not yet known.
         self.dlq_count += len(poison)
         return batch.end_position
+
+    def _refusals(self, batch: SubBatch, known: dict) -> dict:
+        """The events of ``batch`` the broker refused on their own in the failed attempt and not
+        before, by idempotency key: (event, why)."""
+        if not self.reports.too_large():
+            return {}
+        rejected: dict = {}
+        for chunk in batch.chunks():
+            rejected.update(self.reports.refused(chunk, self._topics_of(chunk)))
+        return {k: found for k, found in rejected.items() if k not in known}
 
     def _topics_of(self, events: list) -> list[str]:
         return [self.control_name if is_control(ev) else self._topic_of(ev) for ev in events]
