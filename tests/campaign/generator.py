@@ -11,6 +11,7 @@ and now and then a column is added to a table (DDL, outside any transaction).
 
 from __future__ import annotations
 
+import base64
 import collections
 import random
 from collections.abc import Callable
@@ -18,6 +19,12 @@ from dataclasses import dataclass, field
 
 KEY_COLUMNS = {"items": ("id",), "pairs": ("k1", "k2"), "notes": ("id",)}
 TABLES = tuple(KEY_COLUMNS)
+# With POISON=dlq, a notes row whose body is this long (over the campaign broker's
+# message.max.bytes of 2 MiB and NATS's max_payload of 1 MiB): every change of it, and its
+# snapshot row, is poison to Kafka and NATS, none to Redis or Delta. The body is random
+# (base64 of random bytes): a repeated character would reach the broker lz4-compressed to a few
+# KiB, which it takes.
+HUGE_BODY = 2_200_000
 
 Key = tuple  # (table, ((column, value), ...)) with the key columns sorted
 
@@ -124,6 +131,8 @@ class Workload:
     transactions: int = 0
     ddl: list[str] = field(default_factory=list)
     next_id: int = 1
+    huge_share: float = 0.0  # POISON=dlq: the share of new notes rows with a HUGE_BODY
+    huge: set[Key] = field(default_factory=set)  # keys whose row has one (a rekey keeps it)
 
     def _new_row(self, table: str) -> dict:
         i, self.next_id = self.next_id, self.next_id + 1
@@ -131,6 +140,10 @@ class Workload:
         if table == "pairs":
             return {"k1": i, "k2": self.rng.choice("abcdefgh") * self.rng.randint(1, 3), "v": v}
         if table == "notes":
+            if self.huge_share and self.rng.random() < self.huge_share:  # no draw without POISON
+                self.huge.add(key_of(table, {"id": i}))  # (a rolled-back one has no changes)
+                body = base64.b64encode(self.rng.randbytes(HUGE_BODY * 3 // 4)).decode()
+                return {"id": i, "v": v, "body": body}
             return {"id": i, "v": v, "body": "n" * self.rng.choice((10, 500, 3000, 9000))}
         return {"id": i, "v": v, "s": self.rng.choice(("new", "paid", "sent", None))}
 
@@ -171,6 +184,8 @@ class Workload:
         i, self.next_id = self.next_id, self.next_id + 1
         row = {**row, col: i if col != "k2" else f"r{i}"}
         rows[key_of(table, row)] = row
+        if k in self.huge:
+            self.huge.add(key_of(table, row))
         log += [(k, "d", None), (key_of(table, row), "c", row["v"])]
         return (f"UPDATE {self.db.schema}.{table} SET {col} = {sql_value(row[col])} "
                 f"WHERE {self._where(table, [k])}")

@@ -15,18 +15,23 @@
   stores every send (Kafka, Redis; NATS keeps one copy of a re-send within its duplicate window);
   a rewound Delta sink (``REWINDS=any``) writes nothing again: its tables hold every change once,
   as if it had not been rewound (docs/operations.md, "Replays and rewinds").
+- rows too large for Kafka and NATS (``POISON=dlq``): those sinks hold none of their changes;
+  their dead-letter destination holds each change of them once (by idempotency key; as the
+  rewinds allow, on a rewound sink), the same changes by op as the workload made, and each
+  snapshot row of them; every other change as above (docs/architecture.md, "Poison events").
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidegate.positions import position_from_json
 
-from tests.campaign.generator import KEY_COLUMNS, TABLES, Key, key_of
+from tests.campaign.generator import HUGE_BODY, KEY_COLUMNS, TABLES, Key, key_of
 from tests.integration.sink_readers import kafka_changes, nats_messages, redis_events
 
 
@@ -48,6 +53,7 @@ class SinkVerdict:
     known: int = 0
     redelivered: int = 0  # repeats a rewind asked for (not duplicates)
     not_redelivered: int = 0  # changes a rewind should have delivered again and did not
+    dead_letters: int = 0  # records in the sink's dead-letter destination (POISON=dlq)
     examples: list[str] = field(default_factory=list)
 
     @property
@@ -249,6 +255,50 @@ def check_history(v: SinkVerdict, history: list) -> None:
         last = h
 
 
+POISONED_SINKS = ("kafka", "nats")  # the sinks a HUGE_BODY row is poison to (POISON=dlq)
+OP_IN_EVENT = re.compile(rb'"op":"([cudr])"')  # in a dead letter's first 64 KiB of the event
+
+
+def check_dead_letters(v: SinkVerdict, letters: list[tuple[str, dict]], expected: dict[Key, list[tuple]],
+                       huge: set[Key], rewound: bool) -> set[str]:
+    """A sink's dead letters against the changes of the ``huge`` keys: each once (``rewound``: as
+    often as the sink's rewinds allow, not judged here), too large, and as many of each op as the
+    workload made; returns the idempotency keys of the snapshot rows among them."""
+    counts = collections.Counter(ident for ident, _ in letters)
+    if not rewound:
+        v.duplicates += sum(n - 1 for n in counts.values())
+    ops: collections.Counter = collections.Counter()
+    rows = set()
+    for ident, record in {ident: rec for ident, rec in letters}.items():
+        found = OP_IN_EVENT.search(record["event"].encode())
+        op = found.group(1).decode() if found else "?"
+        if op == "r":
+            rows.add(ident)
+        else:
+            ops[op] += 1
+        if record.get("event_size", 0) < HUGE_BODY:
+            v.unexpected += 1  # an event the sink could have taken was dead-lettered
+            if len(v.examples) < 3:
+                v.examples.append(f"dead letter {ident} of {record.get('event_size')} bytes: "
+                                  f"{record['error'][:80]}")
+    want = collections.Counter(op for k in huge for op, _ in expected.get(k, ()))
+    v.lost += sum((want - ops).values())
+    v.unexpected += sum((ops - want).values())
+    if want != ops and len(v.examples) < 3:
+        v.examples.append(f"dead letters by op {dict(ops)}, the huge rows' changes {dict(want)}")
+    v.received += len(letters)
+    v.dead_letters = len(letters)
+    return rows
+
+
+def read_dead_letters(sink: str, pipe) -> list[tuple[str, dict]]:
+    """(idempotency key, dead-letter record) of a Kafka or NATS sink's DLQ, in sink order."""
+    if sink == "kafka":
+        return [(r["idempotency_key"], r) for r in kafka_changes(pipe.bootstrap, f"{pipe.name}.__dlq")]
+    found = nats_messages(pipe.nats, pipe.name.upper(), f"{pipe.name}.__dlq")
+    return [(r["idempotency_key"], r) for r, _ in found]
+
+
 # --------------------------------------------------------------------------- reading the sinks
 
 
@@ -328,18 +378,26 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
             compare_rows(v, merged, source)
         else:
             items = read_delta_changelog(pipe) if sink == "delta_log" else read_stream_sink(sink, pipe)
-            v, unique = check_changes(sink, items, work.expected, work.changes, ordered=sink != "delta_log")
+            poisoned = work.huge if pipe.sched.poison and sink in POISONED_SINKS else set()
+            expected = {k: h for k, h in work.expected.items() if k not in poisoned}
+            v, unique = check_changes(sink, items, expected, work.changes, ordered=sink != "delta_log")
             rewinds = [(at, ck) for s, at, ck in pipe.rewound if s == sink]
             if rewinds and sink != "delta_log":  # a rewound Delta sink writes nothing again
                 check_redelivery(v, items, rewinds, every_send_stored=sink != "nats")
-            snapshot_ids.append((v, {ident for ident, env in items if env["op"] == "r"}))
+            rows = {ident for ident, env in items if env["op"] == "r"}
+            truth = source
+            if poisoned:
+                rows |= check_dead_letters(v, read_dead_letters(sink, pipe), work.expected, poisoned,
+                                           rewound=bool(rewinds))
+                truth = {k: r for k, r in source.items() if k not in poisoned}
+            snapshot_ids.append((v, rows))
             if sink == "nats" and any(step.fault == "zombie" for step in pipe.sched.steps):
                 # The stated limit: a zombie stalled past the duplicate window sends, when it
                 # resumes, what its client had buffered (at most max_in_flight messages), before
                 # it can check its claim. More than that, or without a zombie, is a failure.
                 v.known = min(v.duplicates, NATS_MAX_IN_FLIGHT)
             if sink != "delta_log":  # the changelog's rows carry no order: the merged table checks it
-                compare_rows(v, replay(unique), source)
+                compare_rows(v, replay(unique), truth)
             else:
                 v.out_of_order = 0
         check_history(v, history.get(sink, []))

@@ -14,11 +14,13 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEEDS=10 SNAPSHOTS=resnapshot  # one faulted run per schedule re-loads tables
     make campaign SEEDS=10 FAILOVERS=gtid  # MariaDB: the connection moves between GTID primary and replica
     make campaign SEEDS=10 REWINDS=random  # an operator rewinds a message sink, between runs or under one
+    make campaign SEEDS=10 RETRIES=same_record  # a failed run delivered again from its record first
+    make campaign SEEDS=10 POISON=dlq      # rows too large for Kafka and NATS, dead-lettered there
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
         [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--delivery executor]
-        [--hangs past_timeouts] [--snapshots resnapshot] [--failovers gtid] [--rewinds random]
-        [--keep-going]
+        [--hangs past_timeouts] [--snapshots resnapshot] [--failovers gtid] [--rewinds random|any]
+        [--retries same_record] [--poison dlq] [--keep-going]
 
 Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
 what the oracle found, and the command that reproduces it. The figure table at the end: fault
@@ -87,6 +89,7 @@ DELTA_RUN_TIMEOUT_S = 900  # with Delta sinks: a run may start Spark (local[2])
 # and a kill takes the writer with it.
 DELTA_SPARK = os.environ.get("CAMPAIGN_DELTA_SPARK", "connect")
 MAX_RETRIES = 8
+HUGE_SHARE = 0.03  # POISON=dlq: new notes rows with a body too large for Kafka and NATS
 # Runs delivered by Spark tasks cut a MariaDB range into slices of this many binlog bytes and
 # gather them (spark.tidegate.delivery: gathered), so a run's parts are read by tasks of their own
 # and shuffled into the delivery task (a kill of the executor then also loses the parts' shuffle
@@ -129,6 +132,7 @@ class Outcome:
                                                    f"zombie's client buffer)" if v.known else "")
             + (f" ({v.snapshot_rows} snapshot rows)" if v.snapshot_rows else "")
             + (f" ({v.redelivered} delivered again after rewinds)" if v.redelivered else "")
+            + (f" ({v.dead_letters} dead-lettered)" if v.dead_letters else "")
             for v in self.verdicts))
         return "\n".join(lines)
 
@@ -270,7 +274,9 @@ class Pipe:
             "delta_log": f'{{id: delta_log, kind: delta, mode: changelog, '
                          f'path: "{self.lake}/{{pipeline}}/log/{{schema}}/{{table}}"',
         }
-        lines = [sinks[k] + (", required: false}" if k in s.optional else "}") for k in s.sinks]
+        poison = {"kafka", "nats"} if s.poison else set()  # the sinks the huge rows are poison to
+        lines = [sinks[k] + (", on_poison: dlq" if k in poison else "")
+                 + (", required: false}" if k in s.optional else "}") for k in s.sinks]
         connect = "delta_merge" in s.sinks and DELTA_SPARK == "connect"
         conf = f"{MAX_SLICE_CONF}: {EXECUTOR_SLICE_BYTES}, {DELIVERY_CONF}: gathered"
         cluster = f"{{conn_id: spark_connect_cluster, conf: {{{conf}}}}}"
@@ -611,7 +617,9 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         writer.join()
     if step.writes_between:
         work.wave(step.writes_between)  # between the crash and the rerun
-    if p.sched.retries and ended not in ("ok", "idle"):
+    # Airflow retries a failed deliver task, not one that failed fast (a fatal error: a fenced
+    # zombie, a halt), which an operator clears by hand after resolving it.
+    if p.sched.retries and ended not in ("ok", "idle") and run.proc.returncode != EXIT_FATAL:
         retry = p.start(run.run_id, ("--retry",), log=f"{run.run_id}_retry")
         out.notes.append(f"{i + 1}: the run retried from its record ended {p.finish(retry, out)[:200]}")
     recover(p, i, out)
@@ -697,7 +705,8 @@ def run_schedule(sv: Services, sched: Schedule, options: str = "") -> Outcome:
     out = Outcome(sched, options=options)
     t0 = time.monotonic()
     p = Pipe(sv, sched)
-    work = Workload(random.Random(f"{sched.seed}/workload"), p.db)
+    work = Workload(random.Random(f"{sched.seed}/workload"), p.db,
+                    huge_share=HUGE_SHARE if sched.poison else 0.0)
     try:
         try:
             p.catch_up("place", out)  # the sinks placed at the source's head
@@ -781,6 +790,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retries", default="none", choices=("none", "same_record"),
                     help="same_record: a faulted run that failed is delivered again from its record "
                          "(`tidegate run --retry`: an Airflow retry of its deliver task) before the reruns")
+    ap.add_argument("--poison", default="none", choices=("none", "dlq"),
+                    help=f"dlq: a share ({HUGE_SHARE:g}) of new notes rows are larger than Kafka's and "
+                         "NATS's limits; those sinks dead-letter every change of them (on_poison: dlq)")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     ap.add_argument("--keep", metavar="DIR", type=Path,
                     help="work in DIR and keep it (the runs' logs and specs) to diagnose a failed seed")
@@ -792,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
         ("KINDS", a.kinds, ",".join(FAULT_KINDS)), ("DELIVERY", a.delivery, "process"),
         ("HANGS", a.hangs, "within_timeouts"), ("SNAPSHOTS", a.snapshots, "none"),
         ("FAILOVERS", a.failovers, "none"), ("REWINDS", a.rewinds, "none"),
-        ("RETRIES", a.retries, "none")) if val != default)
+        ("RETRIES", a.retries, "none"), ("POISON", a.poison, "none")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
     work_dir = contextlib.nullcontext(a.keep) if a.keep else tempfile.TemporaryDirectory(prefix="campaign-")
@@ -806,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
                              tuple(a.kinds.split(",")), a.delta_share, a.delivery,
                              a.hangs == "past_timeouts", a.snapshots == "resnapshot",
                              a.failovers == "gtid", a.rewinds if a.rewinds != "none" else False,
-                             a.retries == "same_record")
+                             a.retries == "same_record", a.poison == "dlq")
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

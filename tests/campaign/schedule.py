@@ -108,6 +108,9 @@ class Schedule:
     # With --retries same_record: a faulted run that failed is first delivered again from its
     # record, as an Airflow retry of its deliver task is (`tidegate run --retry`), then the reruns.
     retries: bool = False
+    # With --poison dlq: some notes rows are too large for Kafka and NATS, whose sinks dead-letter
+    # them (on_poison: dlq); no draw in the schedule (the workload draws which rows).
+    poison: bool = False
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
@@ -117,6 +120,8 @@ class Schedule:
             where += ", a failed run retried from its record"
         if self.past_timeouts:
             where += f", store and source timeouts {HANG_TIMEOUT_S:g}s"
+        if self.poison:
+            where += ", rows too large for Kafka and NATS dead-lettered"
         return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
                 f"store {self.store}, max_events {self.max_events}{where}\n"
                 + "\n".join(f"  {i + 1}. {s}" + self._resnapshot(i) + self._failover(i)
@@ -135,7 +140,8 @@ class Schedule:
 def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] = SINK_GROUPS,
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
          delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False,
-         failovers: bool = False, rewinds: bool | str = False, retries: bool = False) -> Schedule:
+         failovers: bool = False, rewinds: bool | str = False, retries: bool = False,
+         poison: bool = False) -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
@@ -149,7 +155,8 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     steps rewind a message sink (``{seed}/rewind``; not with ``failovers``: a rewind to a version
     from before a failover is refused by design); ``"any"``: any sink of the pipeline, Delta's
     included (the same draws where the pipeline has no Delta sink). ``retries``: a failed faulted
-    run is delivered again from its record before the reruns (no draw: the same schedule)."""
+    run is delivered again from its record before the reruns (no draw: the same schedule).
+    ``poison``: the workload writes rows too large for Kafka and NATS (no draw here either)."""
     rng = random.Random(seed)
     if delivery == "executor":
         kinds = tuple(k for k in EXECUTOR_KINDS if k in kinds or kinds == FAULT_KINDS)
@@ -176,7 +183,7 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     # Delta: a few large sub-batches (each is a Delta commit per table, a second or more)
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
     sched = Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps,
-                     delivery, past_timeouts, retries=retries)
+                     delivery, past_timeouts, retries=retries, poison=poison)
     sched = with_resnapshot(sched) if resnapshot else sched
     sched = with_failovers(sched) if failovers else sched
     return with_rewinds(sched, every_sink=rewinds == "any") if rewinds and not failovers else sched

@@ -30,6 +30,8 @@ def kafka_changes(bootstrap: str, topic: str) -> list[dict]:
         for p in meta.partitions:
             tp = TopicPartition(topic, p)
             low, high = c.get_watermark_offsets(tp, timeout=10)
+            if high <= low:  # an empty partition (a dead-letter topic's, often): no position to reach
+                continue
             c.assign([TopicPartition(topic, p, low)])
             stalled = time.monotonic() + 30  # a bound on a read that makes no progress, not on its length
             while True:

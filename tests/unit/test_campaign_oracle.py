@@ -1,10 +1,18 @@
 """The campaign oracle's rule for snapshot rows (tests/campaign/oracle.py): an ``op: "r"`` row
 must hold the key's state where it stands among the key's changes as the sink holds them, and the
-changes without the snapshot rows must be the key's history exactly once, in commit order."""
+changes without the snapshot rows must be the key's history exactly once, in commit order; and
+its rule for dead letters (``POISON=dlq``)."""
 
 from __future__ import annotations
 
-from tests.campaign.oracle import check_changes, same_snapshot_rows, snapshot_rows_misplaced
+from tests.campaign.generator import HUGE_BODY
+from tests.campaign.oracle import (
+    SinkVerdict,
+    check_changes,
+    check_dead_letters,
+    same_snapshot_rows,
+    snapshot_rows_misplaced,
+)
 
 KEY = ("items", (("id", 1),))
 HISTORY = [("c", 10), ("u", 11), ("u", 12), ("d", None), ("c", 20)]
@@ -131,3 +139,27 @@ def test_a_rewound_sink_resends_a_keys_changes_in_order_and_leaves_none_out():
         v = SinkVerdict("kafka", 5)
         check_resent_in_order(v, items(sent))
         assert (v.out_of_order == 0) == ok, sent
+
+
+def letter(ident: str, op: str, size: int = HUGE_BODY + 100) -> tuple[str, dict]:
+    event = '{"id":"x","idempotency_key":"' + ident + '","op":"' + op + '","before":{"body":"nnnn'
+    return ident, {"idempotency_key": ident, "event": event, "event_size": size,
+                   "error": "MSG_SIZE_TOO_LARGE"}
+
+
+def test_dead_letters_hold_each_change_of_the_huge_rows_once_by_op():
+    huge = {("notes", (("id", 7),)), ("notes", (("id", 9),))}
+    expected = {("notes", (("id", 7),)): [("c", 1), ("u", 2)],
+                ("notes", (("id", 9),)): [("c", 5), ("d", None)], ("items", (("id", 1),)): [("c", 3)]}
+    good = [letter("a", "c"), letter("b", "u"), letter("c", "c"), letter("d", "d"), letter("s", "r")]
+    v = SinkVerdict("kafka", 5)
+    assert check_dead_letters(v, good, expected, huge, rewound=False) == {"s"}
+    assert v.ok and v.received == 5
+    # a change of a huge row missing, one sent twice, one small event dead-lettered
+    v = SinkVerdict("kafka", 5)
+    check_dead_letters(v, [*good[:3], good[0], letter("e", "c", size=900)], expected, huge, rewound=False)
+    assert (v.lost, v.duplicates, v.unexpected) == (1, 1, 2) and not v.ok
+    # a rewound sink may hold a dead letter again: its rewinds judge that, not the ops
+    v = SinkVerdict("kafka", 5)
+    check_dead_letters(v, [*good, good[1]], expected, huge, rewound=True)
+    assert v.ok

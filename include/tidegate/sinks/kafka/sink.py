@@ -466,7 +466,7 @@ class KafkaSink(Sink):
         broker refused on its own (too large). The commit would wait for the messages queued
         after it on its partition, which fail on their sequence numbers and are retried until
         the broker aborts the transaction at transaction.timeout.ms and fences the producer:
-        every attempt of such a sub-batch timed out (campaign POISON=dlq, seed 6101)."""
+        such a sub-batch timed out attempt after attempt (campaign POISON=dlq, seed 6101)."""
         deadline = time.monotonic() + timeout
         while p.flush(0.1) and time.monotonic() < deadline:
             if self.reports.too_large():
