@@ -127,6 +127,16 @@ class Reports:
                 out[ev.idempotency_key] = (ev, why.format(err.name()))
         return out
 
+    def new_refusals(self, chunks: Any, topics_of: Callable[[list], list[str]], known: dict) -> dict:
+        """:meth:`refused` over a sub-batch's ``chunks`` (each chunk's topics by ``topics_of``),
+        leaving out the idempotency keys in ``known``."""
+        if not self.too_large():
+            return {}
+        found: dict = {}
+        for chunk in chunks:
+            found.update(self.refused(chunk, topics_of(chunk)))
+        return {k: v for k, v in found.items() if k not in known}
+
     def lasting_client_error(self) -> KafkaError | None:
         """A client error that waiting does not heal (authentication, fatal), if one was seen."""
         for err in self.client:

@@ -239,17 +239,7 @@ class KafkaSink(Sink):
         self.open()
 
     def _drop_producer(self) -> None:
-        """Leave the producer without ending its transaction: its messages purged, the broker
-        aborts the transaction when the next producer of the transactional.id starts (fencing
-        this one). For a transaction the broker refused a message of, whose abort would wait
-        for that message's successors, retried until transaction.timeout.ms."""
-        p = self.writer.stop()
-        if p is not None:
-            try:
-                p.purge(in_queue=True, in_flight=True)
-                p.poll(0)  # the purged messages' reports: consequences, never a cause
-            except Exception:  # noqa: BLE001, S110 - a producer being left
-                pass
+        self.writer.drop()
         self._needs_abort = False
         self._tx_began = None
 
@@ -278,7 +268,7 @@ class KafkaSink(Sink):
                 self._deliver_frames(batch, extends, poison)
                 break
             except SinkError:
-                rejected = self._refusals(batch, poison)
+                rejected = self.reports.new_refusals(batch.chunks(), self._topics_of, poison)
                 if not rejected:
                     raise  # nothing (new) the broker refused on its own
             if self.exactly_once:
@@ -300,16 +290,6 @@ class KafkaSink(Sink):
             # such messages takes a round for each one not yet known.
         self.dlq_count += len(poison)
         return batch.end_position
-
-    def _refusals(self, batch: SubBatch, known: dict) -> dict:
-        """The events of ``batch`` the broker refused on their own in the failed attempt and not
-        before, by idempotency key: (event, why)."""
-        if not self.reports.too_large():
-            return {}
-        rejected: dict = {}
-        for chunk in batch.chunks():
-            rejected.update(self.reports.refused(chunk, self._topics_of(chunk)))
-        return {k: found for k, found in rejected.items() if k not in known}
 
     def _topics_of(self, events: list) -> list[str]:
         return [self.control_name if is_control(ev) else self._topic_of(ev) for ev in events]
@@ -444,7 +424,9 @@ class KafkaSink(Sink):
         p = self.writer.producer
         assert p is not None
         timeout = self.settings.delivery_timeout_s
-        self._await_delivery(p, timeout)
+        self.writer.await_delivery()
+        if self.reports.too_large():
+            raise self._delivery_failure()  # not committed: the caller leaves the transaction
         try:
             p.commit_transaction(timeout)
         except KafkaException as exc:
@@ -461,20 +443,6 @@ class KafkaSink(Sink):
         self.reports.delivery.clear()
         self._tx_began = None
 
-    def _await_delivery(self, p: Any, timeout: float) -> None:
-        """Wait for the transaction's messages before the commit, and stop at the first one the
-        broker refused on its own (too large). The commit would wait for the messages queued
-        after it on its partition, which fail on their sequence numbers and are retried until
-        the broker aborts the transaction at transaction.timeout.ms and fences the producer:
-        such a sub-batch timed out attempt after attempt (campaign POISON=dlq, seed 6101)."""
-        deadline = time.monotonic() + timeout
-        while p.flush(0.1) and time.monotonic() < deadline:
-            if self.reports.too_large():
-                break
-        failure = self._delivery_failure() if self.reports.too_large() else None
-        if failure is not None:
-            raise failure
-
     def _fail_tx(self, failure: SinkError, *, abort: bool) -> SinkError:
         """Abort the failed transaction and pick the error to raise: the worst of the call's error
         and the delivery reports (which name the cause, e.g. the message that was too large)."""
@@ -484,7 +452,7 @@ class KafkaSink(Sink):
             return failure
         abort_err: SinkError | None = None
         if abort and self.reports.too_large():
-            self._drop_producer()  # its abort would wait out transaction.timeout.ms (_await_delivery)
+            self._drop_producer()  # its abort would wait out transaction.timeout.ms (await_delivery)
         elif abort:
             try:
                 self._abort("after a failed transaction")  # also serves the remaining reports

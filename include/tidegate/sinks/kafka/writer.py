@@ -177,10 +177,35 @@ class RecordWriter:
                 raise RetryableSinkError(f"Kafka sink {self.reports.sink_id!r}: {left} messages not "
                                          f"acknowledged within {timeout:.0f}s (brokers slow or down)")
 
+    def await_delivery(self) -> None:
+        """Wait for the transaction's messages before its commit, and stop at the first one the
+        broker refused on its own (too large). The commit would wait for the messages queued
+        after it on its partition, which fail on their sequence numbers and are retried until
+        the broker aborts the transaction at transaction.timeout.ms and fences the producer:
+        such a sub-batch timed out attempt after attempt (campaign POISON=dlq, seed 6101)."""
+        p = self.producer
+        assert p is not None
+        deadline = time.monotonic() + self.settings.delivery_timeout_s
+        while not self.reports.too_large() and p.flush(0.1) and time.monotonic() < deadline:
+            pass  # the commit's own wait decides past the deadline
+
     def stop(self) -> Producer | None:
         """Forget the producer (the caller ends it); the next delivery starts a new one."""
         p, self.producer = self.producer, None
         return p
+
+    def drop(self) -> None:
+        """Leave the producer without ending its transaction: its messages purged, the broker
+        aborts the transaction when the next producer of the transactional.id starts (fencing
+        this one). For a transaction the broker refused a message of, whose abort would wait
+        as its commit would (:meth:`await_delivery`)."""
+        p = self.stop()
+        if p is not None:
+            try:
+                p.purge(in_queue=True, in_flight=True)
+                p.poll(0)  # the purged messages' reports: consequences, never a cause
+            except Exception:  # noqa: BLE001, S110 - a producer being left
+                pass
 
     def abort_quietly(self) -> None:
         try:
