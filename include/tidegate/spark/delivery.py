@@ -33,7 +33,7 @@ import resource
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DeliveryTaskError, FatalRunError, SpecError, TidegateError
 from ..parts import resolved_parts
@@ -101,19 +101,28 @@ def has_parallel_parts(run: PlannedRun) -> bool:
     return any(isinstance(p, Chunk) for p in parts) or sum(isinstance(p, Slice) for p in parts) > 1
 
 
-def task_payload(run: PlannedRun, store_url: str) -> tuple:
-    """What the task gets: the run's record, the resolved connections and salt, the store URL
-    (secrets: pickled into the job, never logged)."""
+class TaskPayload(NamedTuple):
+    """What the delivery task gets (secrets: pickled into the job, never logged)."""
+
+    record: dict[str, Any]  # the run's record (RunRecord.to_json), as the deliver task read it
+    connections: dict[str, Any]  # the connections the spec names, resolved
+    salt: bytes  # the masking hash salt, resolved
+    store_url: str
+    settings: dict[str, str]  # the deliver task's TIDEGATE_* settings
+
+
+def task_payload(run: PlannedRun, store_url: str) -> TaskPayload:
+    """What the task gets: the run's record, the resolved connections and salt, the store URL."""
     spec, parts = run.spec, run.parts
     ids = [spec.source.conn_id, *(s.conn_id for s in spec.sinks if s.conn_id)]
     connections = {i: parts.connection(i) for i in dict.fromkeys(ids)}
     # The run's settings (timeouts, the reader process threshold) are the deliver task's, as
     # when it delivered itself: an executor's environment has none of them.
     settings = {k: v for k, v in os.environ.items() if k.startswith("TIDEGATE_")}
-    return run.record.to_json(), connections, parts.hash_salt(spec), store_url, settings
+    return TaskPayload(run.record.to_json(), connections, parts.hash_salt(spec), store_url, settings)
 
 
-def delivery_task(payload: tuple, gathered: Iterator[Any] | None = None) -> Iterator[Any]:
+def delivery_task(payload: TaskPayload, gathered: Iterator[Any] | None = None) -> Iterator[Any]:
     """The Spark task: the run, as a spark-submit driver runs it, reading in this worker (and a
     reader process of its own), or taking its parts from ``gathered`` (Arrow batches of the parts'
     rows, gathered.py); yields its report (or its fatal error) as one Arrow row."""
@@ -276,11 +285,11 @@ def engine_error(exc: BaseException) -> str | None:
     return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
 
 
-def _gathered_job(spark: Any, run: PlannedRun, payload: tuple, barrier: bool) -> Any:
+def _gathered_job(spark: Any, run: PlannedRun, payload: TaskPayload, barrier: bool) -> Any:
     """The two-stage job of a plan with parallel parts (gathered.py)."""
     parts = gathered_parts(run.spec, run.record.segments)
-    _, _, connections, salt, store_url, _ = payload
-    read = part_reader(run.spec, connections[run.spec.source.conn_id], salt, store_url, parts)
+    read = part_reader(run.spec, payload.connections[run.spec.source.conn_id], payload.salt,
+                       payload.store_url, parts)
     # A snapshot's chunks are read at most snapshot.parallelism at once, as the spec promises the
     # source's owners: that many tasks, each reading its share of the chunks in turn.
     tasks = run.spec.snapshot.parallelism if any(isinstance(p, Chunk) for p in parts) else len(parts)
