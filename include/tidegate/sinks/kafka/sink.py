@@ -424,11 +424,12 @@ class KafkaSink(Sink):
         p = self.writer.producer
         assert p is not None
         timeout = self.settings.delivery_timeout_s
-        self.writer.await_delivery()
+        deadline = time.monotonic() + timeout
+        self.writer.await_delivery(deadline)
         if self.reports.too_large():
             raise self._delivery_failure()  # not committed: the caller leaves the transaction
         try:
-            p.commit_transaction(timeout)
+            p.commit_transaction(max(1.0, deadline - time.monotonic()))  # one wait in all, not two
         except KafkaException as exc:
             err = exc.args[0]
             if err.retriable() and not err.txn_requires_abort() and not err.fatal():

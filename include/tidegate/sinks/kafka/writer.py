@@ -177,17 +177,17 @@ class RecordWriter:
                 raise RetryableSinkError(f"Kafka sink {self.reports.sink_id!r}: {left} messages not "
                                          f"acknowledged within {timeout:.0f}s (brokers slow or down)")
 
-    def await_delivery(self) -> None:
+    def await_delivery(self, deadline: float) -> None:
         """Wait for the transaction's messages before its commit, and stop at the first one the
         broker refused on its own (too large). The commit would wait for the messages queued
         after it on its partition, which fail on their sequence numbers and are retried until
         the broker aborts the transaction at transaction.timeout.ms and fences the producer:
-        such a sub-batch timed out attempt after attempt (campaign POISON=dlq, seed 6101)."""
+        such a sub-batch timed out attempt after attempt (campaign POISON=dlq, seed 6101). Until
+        ``deadline`` (time.monotonic()) at the most: the commit's own wait decides after it."""
         p = self.producer
         assert p is not None
-        deadline = time.monotonic() + self.settings.delivery_timeout_s
         while not self.reports.too_large() and p.flush(0.1) and time.monotonic() < deadline:
-            pass  # the commit's own wait decides past the deadline
+            pass
 
     def stop(self) -> Producer | None:
         """Forget the producer (the caller ends it); the next delivery starts a new one."""
