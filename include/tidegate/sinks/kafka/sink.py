@@ -286,7 +286,7 @@ class KafkaSink(Sink):
                 self._deliver_idempotent(again, self._topics_of(again), poison)
                 break
             # Exactly-once: the sub-batch again with its dead letters, in one transaction. A
-            # transaction ends at its first refusal (_await_delivery), so a sub-batch with several
+            # transaction ends at its first refusal (RecordWriter.await_delivery), so a sub-batch with several
             # such messages takes a round for each one not yet known.
         self.dlq_count += len(poison)
         return batch.end_position
