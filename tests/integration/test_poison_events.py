@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from test_sink_support import end_pos, make_tx, pipeline_spec, source_items
 from tidegate.batching import SubBatch
 from tidegate.coordinator import run_once
+from tidegate.debezium.envelope import DebeziumOptions
 from tidegate.errors import CommitPolicyError
 from tidegate.sinks import make_sink
 from tidegate.sinks.kafka.spec import KafkaSinkSpec
@@ -159,6 +160,37 @@ def test_kafka_dlq_dead_letters_every_big_row_of_a_sub_batch(small_topic, kafka_
     dead = [json.loads(m.value()) for m in read_topic(kafka_bootstrap, f"{name}.__dlq")]
     assert sorted(r["idempotency_key"] for r in dead) == sorted(ev.idempotency_key for ev in big)
     assert ckpt.position == end_pos(100) and report.sinks["events"].dlq == 3
+
+
+@SUB_BATCHES
+@pytest.mark.parametrize("eos", [True, False], ids=["exactly_once", "idempotent"])
+def test_kafka_dlq_in_debezium_envelope(small_topic, kafka_bootstrap, tmp_path, eos, max_events):
+    """Debezium's records are not the event's bytes, so a refusal is matched to its event by the
+    record's own delivery callback (campaign ENVELOPE=debezium POISON=dlq, seed 6180: the refused
+    record matched no event, and every run failed on it). The dead-lettered rows leave their
+    transaction's counts, and the last of them still closes it: its END is written."""
+    name = small_topic
+    spec = KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka", topic="{pipeline}.{table}",
+                         exactly_once=eos, checkpoint_topic=f"_ck_{name}", on_poison="dlq",
+                         envelope="debezium", debezium=DebeziumOptions(transaction_metadata=True))
+    batch = batch_with_one_big_row(name, 50, rows=(3, 9))  # row 9 ends its transaction
+    big = [ev for ev in batch.events if len(ev.value) > 1024 * 1024]
+    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch, max_events)
+    changes = [json.loads(m.value()) for m in read_topic(kafka_bootstrap, f"{name}.orders") if m.value()]
+    ids = [(c["transaction"]["id"], c["transaction"]["total_order"]) for c in changes]
+    assert len(big) == 2 and len(ids) == len(set(ids)) == ROWS - 2
+    assert sorted(c["after"]["seq"] for c in changes) == sorted(
+        ev.after["seq"] for ev in batch.events if ev not in big)
+    dead = [json.loads(m.value()) for m in read_topic(kafka_bootstrap, f"{name}.__dlq")]
+    assert sorted(r["idempotency_key"] for r in dead) == sorted(ev.idempotency_key for ev in big)
+    marks = [json.loads(m.value()) for m in read_topic(kafka_bootstrap, f"{name}.transaction")]
+    ends = {m["id"]: m["event_count"] for m in marks if m["status"] == "END"}
+    assert sorted(m["status"] for m in marks).count("BEGIN") == len(ends) == 100
+    # Exactly-once: the transaction is sent again without them, and its END counts what the data
+    # topic holds. Idempotent: the records are out before the broker refuses one, the END with
+    # them, so it counts the dead-lettered rows too (docs/operations.md, "Poison events").
+    assert ends["0-1-50"] == (8 if eos else 10) and all(n == 10 for tx, n in ends.items() if tx != "0-1-50")
+    assert ckpt.position == end_pos(100) and report.sinks["events"].dlq == 2
 
 
 # --------------------------------------------------------------------------- NATS

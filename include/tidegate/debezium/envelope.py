@@ -500,6 +500,19 @@ class DebeziumEncoder:
         self.commits.note(ev)
         return out
 
+    def dead_lettered(self, item: Any) -> list[Record]:
+        """The records owed for an item the sink sent to its dead-letter topic instead: the END
+        of the transaction it ends, when the changes before it opened one (a consumer that
+        buffers a transaction until its END would wait for it; the END counts the changes
+        written, the dead letter left out), else none."""
+        if not getattr(item, "tx_end", False):
+            return []
+        tx, out = self.tx.open, []
+        if tx is not None and tx["key"] == str(item.tx_id):
+            out.append(self.tx.end(item.ts_ms, tx, item))
+        self.commits.note(item)
+        return out
+
     def truncate_records(self, msg: Any, topic_of: Callable[[Any], str] | None = None) -> list[Record]:
         """``op: "t"`` for a TRUNCATE (a ``schema_change`` with ``change: "truncate"``), unless
         ``skipped_operations`` holds ``t`` (Debezium's default)."""

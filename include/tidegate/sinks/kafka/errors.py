@@ -91,6 +91,9 @@ class Reports:
         self.sink_id = sink_id
         self.redact = redact
         self.delivery: list[tuple[KafkaError, str, int, bytes | None]] = []
+        # Records written in another form than their event's bytes (Debezium's): a refusal of one
+        # is known by its event's idempotency key (:meth:`reporter`), not by the record's size.
+        self.refused_events: dict[str, KafkaError] = {}
         self.client: list[KafkaError] = []
         self._logged_codes: set[int] = set()
 
@@ -105,8 +108,19 @@ class Reports:
         self._logged_codes.add(err.code())
         log.log(level, "Kafka sink %r: client error %s: %s", self.sink_id, err.name(), self.redact(err.str()))
 
+    def reporter(self, ident: str) -> Callable[[KafkaError | None, Any], None]:
+        """The delivery callback of the records written for the event ``ident`` in another form
+        than its envelope: one the broker refuses on its own names the event."""
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                self.on_delivery(err, msg)
+                if err.code() in TOO_LARGE:
+                    self.refused_events[ident] = err
+        return report
+
     def clear(self) -> None:
         self.delivery.clear()
+        self.refused_events.clear()
         self.client.clear()
 
     def too_large(self) -> bool:
@@ -115,17 +129,18 @@ class Reports:
 
     def refused(self, events: list, topics: list[str]) -> dict:
         """The events the broker refused on their own, by idempotency key: (event, why). A
-        failed delivery report names a topic, a key and a size, which pick out the event."""
-        refused = {(topic, key, size): err for err, topic, size, key in self.delivery
-                   if err.code() in TOO_LARGE}
+        failed delivery report names a topic, a key and a size, which pick out the event whose
+        own bytes the record was; a record written in another form names its event itself."""
         why = ("the broker refused it ({}: larger than the topic's max.message.bytes / the broker's "
                "message.max.bytes)")
-        out = {}
-        for ev, topic in zip(events, topics, strict=True):
-            err = refused.get((topic, ev.key_bytes, len(ev.value)))
-            if err is not None:
-                out[ev.idempotency_key] = (ev, why.format(err.name()))
-        return out
+        if self.refused_events:
+            found = ((ev, self.refused_events.get(ev.idempotency_key)) for ev in events)
+        else:
+            refused = {(topic, key, size): err for err, topic, size, key in self.delivery
+                       if err.code() in TOO_LARGE}
+            found = ((ev, refused.get((topic, ev.key_bytes, len(ev.value))))
+                     for ev, topic in zip(events, topics, strict=True))
+        return {ev.idempotency_key: (ev, why.format(err.name())) for ev, err in found if err is not None}
 
     def new_refusals(self, chunks: Any, topics_of: Callable[[list], list[str]], known: dict) -> dict:
         """:meth:`refused` over a sub-batch's ``chunks`` (each chunk's topics by ``topics_of``),

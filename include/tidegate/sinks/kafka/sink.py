@@ -442,6 +442,7 @@ class KafkaSink(Sink):
         # Committed: every message of the transaction was delivered (a failed message fails the
         # commit). Reports still arriving belong to earlier, aborted transactions (purged).
         self.reports.delivery.clear()
+        self.reports.refused_events.clear()
         self._tx_began = None
 
     def _fail_tx(self, failure: SinkError, *, abort: bool) -> SinkError:

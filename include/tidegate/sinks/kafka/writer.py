@@ -81,6 +81,11 @@ class RecordWriter:
                 value = self.dlq_record(ev, poison[ev.idempotency_key][1])
                 topic = self.dlq_name
                 headers = [("idempotency_key", ev.idempotency_key.encode()), ("dlq", b"1")]
+                if self.encoder is not None:  # and the END of the transaction it ends, if one is open
+                    self.put(topic, value, ev.key_bytes, headers, deadline)
+                    for r in self.encoder.dead_lettered(ev):
+                        self.put(r.topic, r.value, r.key, r.headers, deadline)
+                    continue
             elif self.encoder is not None:
                 self._write_debezium(ev, topic, deadline)
                 if i % POLL_EVERY == 0:
@@ -117,29 +122,33 @@ class RecordWriter:
         END), or beside a control message a TRUNCATE's ``op: "t"`` or a DDL's schema change topic
         record; in the same transaction."""
         enc = self.encoder
+        # a record refused for its size names the item (the dead letter's), not its own bytes
+        report = self.reports.reporter(item.idempotency_key)
         if is_control(item):
             headers = [("idempotency_key", item.idempotency_key.encode()), ("type", item.type.encode())]
-            self.put(topic, item.value, item.key_bytes, headers, deadline)
+            self.put(topic, item.value, item.key_bytes, headers, deadline, report)
             records = enc.truncate_records(item, self.topic_of)
             records += [r for r in [enc.schema_change_record(item)] if r is not None]
         else:
             records = enc.change_records(item, self.topic_of)
         self.topics.ensure([r.topic for r in records])
         for r in records:
-            self.put(r.topic, r.value, r.key, r.headers, deadline)
+            self.put(r.topic, r.value, r.key, r.headers, deadline, report)
 
     def put_record(self, record: Any) -> None:
         """Queue one prepared record (topic, value, key, headers: Debezium's heartbeat)."""
         self.put(record.topic, record.value, record.key, record.headers, self.deadline())
 
-    def put(self, topic: str, value: bytes | None, key: bytes | None, headers: list, deadline: float) -> None:
-        """Queue one record; while the local queue is full, serve delivery reports up to the
-        deadline."""
+    def put(self, topic: str, value: bytes | None, key: bytes | None, headers: list, deadline: float,
+            on_delivery: Callable[[Any, Any], None] | None = None) -> None:
+        """Queue one record (``on_delivery``: its own delivery callback, instead of the
+        producer's); while the local queue is full, serve delivery reports up to the deadline."""
         p = self.producer
         assert p is not None
+        callback = {} if on_delivery is None else {"on_delivery": on_delivery}
         while True:
             try:
-                p.produce(topic, value, key, headers=headers)
+                p.produce(topic, value, key, headers=headers, **callback)
                 return
             except BufferError:
                 p.poll(0.05)
