@@ -16,12 +16,23 @@ instead of waiting for new events, and then frames the event stream itself:
 * the CRC32 checksum the server appends to every event is verified (``zlib.crc32``, far below
   one percent of the read time) and excluded from the body.
 
+The stream's first packet may wait longer than the read timeout: the server starts a dump
+for a replication client id only once the dump it already has for that id is gone, and a dump
+blocked writing to a stopped reader (a stalled run that a newer run took over) goes only when
+the server's ``net_write_timeout`` gives up on it (60 s by default; measured on MariaDB 10.11:
+a dump of the same id got its first event after 58 s, one of another id at once). So the first
+packet waits that long plus :data:`TAKEOVER_MARGIN_S`, when that is more than the read
+timeout; every later packet waits the read timeout. A server that hangs is still caught by the
+statements sent before the dump, on the read timeout.
+
 The stream knows nothing about event semantics; :mod:`.decoder` interprets the events.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,6 +48,10 @@ BINLOG_DUMP_NON_BLOCK = 0x01
 MARIA_SLAVE_CAPABILITY_GTID = 4  # we understand GTID events (MariaDB sends dummies otherwise)
 MAX_PACKET_LEN = 0xFFFFFF
 ER_LOST_CONNECTION = 2013
+TAKEOVER_MARGIN_S = 30.0  # beyond the server's net_write_timeout, for the stalled dump to go
+SLOW_START_S = 2.0  # a first packet later than this is logged (a stalled dump held the id)
+
+log = logging.getLogger(__name__)
 
 # event types (the binlog's own numbering, shared by MySQL and MariaDB below 0xA0)
 QUERY_EVENT = 0x02
@@ -93,13 +108,15 @@ class BinlogStream:
         self.read_timeout = read_timeout_s() if read_timeout is None else read_timeout
         self.checksum = False
         self._conn: pymysql.connections.Connection | None = None
+        self._first_wait = self.read_timeout  # the first packet's (see the module docstring)
 
     def open(self) -> None:
         conn = PyMySqlConnection(**self.settings)
         self._conn = conn
         with conn.cursor() as cur:
-            cur.execute("SELECT @@global.binlog_checksum")
-            (alg,) = cur.fetchone()
+            cur.execute("SELECT @@global.binlog_checksum, @@global.net_write_timeout")
+            alg, net_write_timeout = cur.fetchone()
+            self._first_wait = max(self.read_timeout, float(net_write_timeout or 0) + TAKEOVER_MARGIN_S)
             self.checksum = str(alg or "NONE").upper() != "NONE"
             # Telling the server that we can read checksums makes it send them (and verify
             # nothing on our behalf); a client that says nothing gets its events stripped of
@@ -114,7 +131,7 @@ class BinlogStream:
                               f"COM_BINLOG_DUMP cannot address")
         payload = struct.pack("<IHI", self.pos, BINLOG_DUMP_NON_BLOCK, self.server_id) + name
         conn._execute_command(COM_BINLOG_DUMP, payload)
-        conn._sock.settimeout(self.read_timeout)
+        conn._sock.settimeout(self._first_wait)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -134,8 +151,8 @@ class BinlogStream:
         unpack_header = HEADER.unpack_from
         crc32 = zlib.crc32
         trailer = 4 if self.checksum else 0
+        pkt = self._first_packet(read)
         while True:
-            pkt = self._packet(read)
             status = pkt[0]
             if status:
                 if status == 0xFE and len(pkt) < 9:
@@ -156,10 +173,35 @@ class BinlogStream:
                 raise SourceError(f"binlog event of type {etype} ending at {log_pos} failed its "
                                   f"CRC32 check: the stream is corrupt")
             yield etype, ts, sid, log_pos, size, pkt, end
+            pkt = self._packet(read)
 
-    def _packet(self, read) -> bytes:
+    def _first_packet(self, read) -> bytes:
+        """The dump's first packet, waited for up to ``_first_wait``; then the read timeout."""
+        if self._first_wait == self.read_timeout:
+            return self._packet(read)
+        began = time.monotonic()
         try:
             pkt = _one_packet(read)
+        except TimeoutError:
+            raise SourceError(
+                f"the server did not start the binlog dump from {self.file}:{self.pos} within "
+                f"{self._first_wait:g}s: it hangs, or a dump of replication client id {self.server_id} "
+                f"(the pipeline's server_id) it still serves outlives its net_write_timeout") from None
+        except OSError as exc:
+            raise pymysql.err.OperationalError(
+                ER_LOST_CONNECTION, f"Lost connection to server during binlog read: {exc}") from None
+        waited = time.monotonic() - began
+        if waited > SLOW_START_S:
+            log.info("the server started the binlog dump for replication client id %s after %.1fs: it "
+                     "was still serving an earlier dump of that id (a stalled run's) until its "
+                     "net_write_timeout dropped it", self.server_id, waited)
+        self._conn._sock.settimeout(self.read_timeout)
+        return pkt if len(pkt) < MAX_PACKET_LEN else self._packet(read, pkt)
+
+    def _packet(self, read, first: bytes | None = None) -> bytes:
+        """The next event's packet (``first``: its first part, already read)."""
+        try:
+            pkt = _one_packet(read) if first is None else first
             if len(pkt) < MAX_PACKET_LEN:
                 return pkt
             parts = [pkt]  # an event of 16 MiB or more continues in the next packets
