@@ -19,6 +19,12 @@
   their dead-letter destination holds each change of them once (by idempotency key; as the
   rewinds allow, on a rewound sink), the same changes by op as the workload made, and each
   snapshot row of them; every other change as above (docs/architecture.md, "Poison events").
+- a Kafka sink in Debezium's envelope (``ENVELOPE=debezium``): its change records as above (by
+  transaction id and order; a snapshot row by its key), the same snapshot rows as the other
+  sinks (the huge rows' left out), every delete followed at once by its tombstone in its
+  partition and no other tombstone, and on the transaction topic one BEGIN and one END per
+  source transaction it wrote changes of, whose counts (in all, per table) are the changes the
+  data topics hold of it (docs/operations.md, "envelope: debezium").
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 
 from tidegate.positions import position_from_json
 
+from tests.campaign.debezium_oracle import check_transactions, read_debezium_sink
 from tests.campaign.generator import HUGE_BODY, KEY_COLUMNS, TABLES, Key, key_of
 from tests.integration.sink_readers import kafka_changes, nats_messages, redis_events
 
@@ -54,13 +61,16 @@ class SinkVerdict:
     redelivered: int = 0  # repeats a rewind asked for (not duplicates)
     not_redelivered: int = 0  # changes a rewind should have delivered again and did not
     dead_letters: int = 0  # records in the sink's dead-letter destination (POISON=dlq)
+    # ENVELOPE=debezium: tombstones and transaction records out of place (missing, repeated,
+    # miscounted)
+    misshapen: int = 0
     examples: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not (self.duplicates - self.known or self.lost or self.unexpected or self.out_of_order
                     or self.wrong_rows or self.backwards or self.wrong_snapshot_rows
-                    or self.missing_snapshot_rows or self.not_redelivered)
+                    or self.missing_snapshot_rows or self.not_redelivered or self.misshapen)
 
     def problems(self) -> str:
         parts = [f"{n} {what}" for what, n in (
@@ -69,6 +79,7 @@ class SinkVerdict:
             ("snapshot rows out of place", self.wrong_snapshot_rows),
             ("snapshot rows other sinks got", self.missing_snapshot_rows),
             ("changes a rewind did not deliver again", self.not_redelivered),
+            ("Debezium tombstones or transaction records out of place", self.misshapen),
             ("checkpoint moves back", self.backwards)) if n]
         return f"{self.sink}: " + ", ".join(parts) + (f" (e.g. {self.examples[:3]})" if self.examples else "")
 
@@ -357,19 +368,36 @@ def read_delta_merged(pipe) -> dict[Key, dict]:
             for r in delta_rows(pipe.lake / pipe.name / "merged" / pipe.schema / t)}
 
 
-def same_snapshot_rows(found: list[tuple[SinkVerdict, set[str]]]) -> None:
-    """Every sink got the snapshot rows any sink got (by idempotency key)."""
+def same_snapshot_rows(found: list[tuple[SinkVerdict, set]]) -> None:
+    """Every sink got the snapshot rows any sink got (by idempotency key, or by key)."""
     every = set().union(*(ids for _, ids in found))
     for v, ids in found:
-        v.missing_snapshot_rows = len(every - ids)
+        v.missing_snapshot_rows += len(every - ids)
         if v.missing_snapshot_rows and len(v.examples) < 3:
             v.examples.append(f"lacks snapshot rows {sorted(every - ids)[:3]}")
+
+
+def read_sink(sink: str, pipe, problems: list[str]) -> list[tuple[str, dict]]:
+    if sink == "delta_log":
+        return read_delta_changelog(pipe)
+    if sink == "kafka" and pipe.sched.envelope == "debezium":
+        return read_debezium_sink(pipe, problems)
+    return read_stream_sink(sink, pipe)
+
+
+def snapshot_keys(items: list[tuple[str, dict]], poisoned: set[Key]) -> set[Key]:
+    """The keys of the snapshot rows among ``items``, the huge rows' left out."""
+    return {k for k in (envelope_key(env) for _, env in items if env["op"] == "r") if k not in poisoned}
 
 
 def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
     source = work.source_rows()
     out = []
     snapshot_ids: list[tuple[SinkVerdict, set[str]]] = []
+    # A Debezium record has no idempotency key: its snapshot rows are compared with the others'
+    # by key, those of huge rows left out (their dead letters are counted by op)
+    snapshot_by_key: list[tuple[SinkVerdict, set[Key]]] = []
+    debezium = pipe.sched.envelope == "debezium"
     for sink in pipe.sinks:
         if sink == "delta_merge":
             v = SinkVerdict(sink, work.changes)
@@ -377,7 +405,8 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
             v.received = len(merged)
             compare_rows(v, merged, source)
         else:
-            items = read_delta_changelog(pipe) if sink == "delta_log" else read_stream_sink(sink, pipe)
+            problems: list[str] = []
+            items = read_sink(sink, pipe, problems)
             poisoned = work.huge if pipe.sched.poison and sink in POISONED_SINKS else set()
             expected = {k: h for k, h in work.expected.items() if k not in poisoned}
             v, unique = check_changes(sink, items, expected, work.changes, ordered=sink != "delta_log")
@@ -390,7 +419,14 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
                 rows |= check_dead_letters(v, read_dead_letters(sink, pipe), work.expected, poisoned,
                                            rewound=bool(rewinds))
                 truth = {k: r for k, r in source.items() if k not in poisoned}
-            snapshot_ids.append((v, rows))
+            if debezium and sink == "kafka":
+                check_transactions(problems, pipe, unique, pipe.sched.source == "postgres")
+                v.misshapen = len(problems)
+                v.examples += problems[:max(0, 3 - len(v.examples))]
+            else:
+                snapshot_ids.append((v, rows))
+            if debezium:
+                snapshot_by_key.append((v, snapshot_keys(items, work.huge)))
             if sink == "nats" and any(step.fault == "zombie" for step in pipe.sched.steps):
                 # The stated limit: a zombie stalled past the duplicate window sends, when it
                 # resumes, what its client had buffered (at most max_in_flight messages), before
@@ -403,6 +439,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
         check_history(v, history.get(sink, []))
         out.append(v)
     same_snapshot_rows(snapshot_ids)
+    same_snapshot_rows(snapshot_by_key)
     return out
 
 

@@ -111,6 +111,10 @@ class Schedule:
     # With --poison dlq: some notes rows are too large for Kafka and NATS, whose sinks dead-letter
     # them (on_poison: dlq); no draw in the schedule (the workload draws which rows).
     poison: bool = False
+    # With --envelope debezium: the Kafka sink writes Debezium's records (envelope: debezium, with
+    # transaction metadata and tombstones); no draw either. Its changes carry no tidegate
+    # position, so no rewind is drawn for it (the oracle could not tell a re-send from a duplicate).
+    envelope: str = "tidegate"
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
@@ -122,6 +126,8 @@ class Schedule:
             where += f", store and source timeouts {HANG_TIMEOUT_S:g}s"
         if self.poison:
             where += ", rows too large for Kafka and NATS dead-lettered"
+        if self.envelope == "debezium" and "kafka" in self.sinks:
+            where += ", Kafka in Debezium's envelope"
         return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
                 f"store {self.store}, max_events {self.max_events}{where}\n"
                 + "\n".join(f"  {i + 1}. {s}" + self._resnapshot(i) + self._failover(i)
@@ -141,7 +147,7 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
          delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False,
          failovers: bool = False, rewinds: bool | str = False, retries: bool = False,
-         poison: bool = False) -> Schedule:
+         poison: bool = False, envelope: str = "tidegate") -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
@@ -156,7 +162,8 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     from before a failover is refused by design); ``"any"``: any sink of the pipeline, Delta's
     included (the same draws where the pipeline has no Delta sink). ``retries``: a failed faulted
     run is delivered again from its record before the reruns (no draw: the same schedule).
-    ``poison``: the workload writes rows too large for Kafka and NATS (no draw here either)."""
+    ``poison``: the workload writes rows too large for Kafka and NATS (no draw here either).
+    ``envelope`` debezium: the Kafka sink writes Debezium's records (no draw)."""
     rng = random.Random(seed)
     if delivery == "executor":
         kinds = tuple(k for k in EXECUTOR_KINDS if k in kinds or kinds == FAULT_KINDS)
@@ -183,7 +190,7 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     # Delta: a few large sub-batches (each is a Delta commit per table, a second or more)
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
     sched = Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps,
-                     delivery, past_timeouts, retries=retries, poison=poison)
+                     delivery, past_timeouts, retries=retries, poison=poison, envelope=envelope)
     sched = with_resnapshot(sched) if resnapshot else sched
     sched = with_failovers(sched) if failovers else sched
     return with_rewinds(sched, every_sink=rewinds == "any") if rewinds and not failovers else sched
@@ -193,7 +200,8 @@ def with_rewinds(sched: Schedule, every_sink: bool = False) -> Schedule:
     """The schedule with rewinds after (or during) one or more of its steps (each step by a coin,
     one at least), each of a message sink of the pipeline (``every_sink``: of any sink), 1-6
     versions back; a zombie's step rewinds after it (its run is stopped at the moment)."""
-    sinks = [s for s in sched.sinks if every_sink or s in CORE_SINKS]
+    sinks = [s for s in sched.sinks if (every_sink or s in CORE_SINKS)
+             and not (s == "kafka" and sched.envelope == "debezium")]
     if not sinks:
         return sched
     rng = random.Random(f"{sched.seed}/rewind")

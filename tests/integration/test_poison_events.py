@@ -188,7 +188,8 @@ def test_kafka_dlq_in_debezium_envelope(small_topic, kafka_bootstrap, tmp_path, 
     assert sorted(m["status"] for m in marks).count("BEGIN") == len(ends) == 100
     # Exactly-once: the transaction is sent again without them, and its END counts what the data
     # topic holds. Idempotent: the records are out before the broker refuses one, the END with
-    # them, so it counts the dead-lettered rows too (docs/operations.md, "Poison events").
+    # them, so it counts the dead-lettered rows too (docs/architecture.md, "Poison events and dead
+    # letters").
     assert ends["0-1-50"] == (8 if eos else 10) and all(n == 10 for tx, n in ends.items() if tx != "0-1-50")
     assert ckpt.position == end_pos(100) and report.sinks["events"].dlq == 2
 

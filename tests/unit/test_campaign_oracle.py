@@ -1,10 +1,13 @@
 """The campaign oracle's rule for snapshot rows (tests/campaign/oracle.py): an ``op: "r"`` row
 must hold the key's state where it stands among the key's changes as the sink holds them, and the
 changes without the snapshot rows must be the key's history exactly once, in commit order; and
-its rule for dead letters (``POISON=dlq``)."""
+its rule for dead letters (``POISON=dlq``); and how it reads Debezium's records (``ENVELOPE=debezium``)."""
 
 from __future__ import annotations
 
+import json
+
+from tests.campaign.debezium_oracle import change_id, check_tombstones
 from tests.campaign.generator import HUGE_BODY
 from tests.campaign.oracle import (
     SinkVerdict,
@@ -163,3 +166,29 @@ def test_dead_letters_hold_each_change_of_the_huge_rows_once_by_op():
     v = SinkVerdict("kafka", 5)
     check_dead_letters(v, [*good, good[1]], expected, huge, rewound=True)
     assert v.ok
+
+
+def test_every_debezium_delete_is_followed_at_once_by_its_tombstone_and_nothing_else_is():
+    def rec(op: str) -> bytes:
+        return json.dumps({"op": op}).encode()
+
+    good = [(0, b"1", rec("c"), []), (0, b"1", rec("d"), []), (0, b"1", None, []), (1, b"2", rec("d"), []),
+            (1, b"2", None, [])]
+    problems: list[str] = []
+    check_tombstones(problems, "t", good)
+    assert problems == []
+    # a delete whose tombstone is missing (last of its partition, or followed by another key's
+    # record), and a tombstone after something else
+    check_tombstones(problems, "t", [(0, b"1", rec("d"), []), (1, b"2", rec("c"), [])])
+    check_tombstones(problems, "t", [(0, b"1", rec("d"), []), (0, b"2", None, [])])
+    check_tombstones(problems, "t", [(0, b"1", rec("u"), []), (0, b"1", None, [])])
+    no_tombstone = "a delete (record 0) without its tombstone"
+    stray = "a tombstone (record 1) after no delete of its key"
+    assert [p.split(": ", 1)[1] for p in problems] == [no_tombstone, no_tombstone, stray, stray]
+
+
+def test_a_debezium_change_is_known_by_its_transaction_and_a_snapshot_row_by_its_key():
+    change = {"op": "u", "key": {"id": 1}, "source": {"table": "items"},
+              "transaction": {"id": "571:23456", "total_order": 3}}
+    row = {**change, "op": "r", "transaction": None}
+    assert change_id(change) == "571:23456|3" and change_id(row) == 'r|items|{"id": 1}'
