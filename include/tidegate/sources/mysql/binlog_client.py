@@ -188,8 +188,7 @@ class BinlogStream:
                 f"{self._first_wait:g}s: it hangs, or a dump of replication client id {self.server_id} "
                 f"(the pipeline's server_id) it still serves outlives its net_write_timeout") from None
         except OSError as exc:
-            raise pymysql.err.OperationalError(
-                ER_LOST_CONNECTION, f"Lost connection to server during binlog read: {exc}") from None
+            raise _lost(exc) from None
         waited = time.monotonic() - began
         if waited > SLOW_START_S:
             log.info("the server started the binlog dump for replication client id %s after %.1fs: it "
@@ -214,8 +213,7 @@ class BinlogStream:
                               f"{self.file}:{self.pos}: it hangs, or the network drops packets. "
                               f"Raise {READ_TIMEOUT_ENV} if the server is only slow") from None
         except OSError as exc:
-            raise pymysql.err.OperationalError(
-                ER_LOST_CONNECTION, f"Lost connection to server during binlog read: {exc}") from None
+            raise _lost(exc) from None
 
 
 def _one_packet(read: Callable[[int], bytes]) -> bytes:
@@ -230,9 +228,9 @@ def _one_packet(read: Callable[[int], bytes]) -> bytes:
     return pkt
 
 
-def _lost() -> pymysql.err.OperationalError:
-    return pymysql.err.OperationalError(ER_LOST_CONNECTION,
-                                        "Lost connection to server during binlog read")
+def _lost(exc: OSError | None = None) -> pymysql.err.OperationalError:
+    return pymysql.err.OperationalError(ER_LOST_CONNECTION, "Lost connection to server during binlog read"
+                                        + (f": {exc}" if exc is not None else ""))
 
 
 def _server_error(pkt: bytes) -> pymysql.err.OperationalError:
