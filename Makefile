@@ -76,7 +76,8 @@ compat: install
 # or after it; REWINDS=any: any sink, Delta's included), RETRIES=same_record (a faulted run that failed is
 # delivered again from its record, as an Airflow retry of its deliver task, before the reruns), POISON=dlq
 # (rows too large for Kafka and NATS, which dead-letter them), ENVELOPE=debezium (the Kafka sink writes
-# Debezium's records, with tombstones and transaction metadata), KEEP=DIR (work in DIR and keep the runs'
+# Debezium's records, with tombstones and transaction metadata), KAFKA=idempotent (the Kafka sink's
+# idempotent producer, judged at least once), KEEP=DIR (work in DIR and keep the runs'
 # logs, to diagnose a failed seed); prints each seed's schedule and verdict, then the figure table.
 campaign: venv native servers
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m tests.campaign.runner \
@@ -85,7 +86,8 @@ campaign: venv native servers
 	  $(if $(DELIVERY),--delivery $(DELIVERY)) $(if $(HANGS),--hangs $(HANGS)) \
 	  $(if $(SNAPSHOTS),--snapshots $(SNAPSHOTS)) $(if $(FAILOVERS),--failovers $(FAILOVERS)) \
 	  $(if $(REWINDS),--rewinds $(REWINDS)) $(if $(RETRIES),--retries $(RETRIES)) \
-	  $(if $(POISON),--poison $(POISON)) $(if $(ENVELOPE),--envelope $(ENVELOPE)) $(if $(KEEP),--keep $(KEEP))
+	  $(if $(POISON),--poison $(POISON)) $(if $(ENVELOPE),--envelope $(ENVELOPE)) \
+	  $(if $(KAFKA),--kafka $(KAFKA)) $(if $(KEEP),--keep $(KEEP))
 
 # The demo starts servers of its own (.demo/services, other ports): `make test` never touches them.
 demo: install

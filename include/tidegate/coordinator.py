@@ -177,6 +177,9 @@ class Coordinator:
         # journaled attempt could be credited with the adopted stretch (delivering_attempt): the
         # stretch is journaled as this run's, so every stored version lies in some run's range.
         self._adopted_from: dict[str, Position | None] = {}
+        # Sinks that cannot refuse a zombie's writes themselves: the lease is checked before
+        # each sub-batch for them (a run stopped after the check still writes one sub-batch).
+        self._unfenced = [s.sink_id for s in sinks if not s.fences_zombies]
         self.report = RunReport(pipeline, run_id, epoch, {
             s.sink_id: SinkReport(s.sink_id, s.kind, s.required, None, None) for s in sinks})
 
@@ -330,6 +333,8 @@ class Coordinator:
             log.info("%s run %s: sub-batch %d is a transaction of %d events (%d bytes), past the "
                      "sub-batch limits: kept on local disk, each sink reads it back in frames",
                      self.pipeline, self.run_id, batch.seq, batch.event_count, batch.byte_size)
+        if self._unfenced:
+            _check_lease(self, batch)
         acked = self._deliver_all(pool, batch)
         if not policy_holds(self.policy, self.sinks, acked):
             raise CommitPolicyError(_policy_message(self.pipeline, self.policy, self.sinks, self.report,
@@ -462,6 +467,17 @@ def _warn_record_missing(pipeline: str, sink_id: str, rec: Any) -> None:
                 "only; to deliver again from an earlier version: tidegate checkpoints rewind %s %s "
                 "--to-version N --reason ...", pipeline, sink_id, rec.position, rec.version, pipeline,
                 sink_id)
+
+
+def _check_lease(co: Coordinator, batch: SubBatch) -> None:
+    """Before ``batch``, for sinks that would take a zombie's writes: the run must still hold the
+    lease, or it stops (fatal: a newer run took over) before it writes anything of ``batch``."""
+    lease = co.store.leases.get(co.pipeline)  # a store that does not answer fails the run (retried)
+    if lease is None or lease["epoch"] != co.epoch:
+        _, note = _lease_note(co.store, co.pipeline, co.epoch)
+        raise FatalRunError(f"pipeline {co.pipeline!r}: fenced before sub-batch {batch.seq}{note}: "
+                            f"{', '.join(co._unfenced)} cannot refuse this run's writes themselves, so "
+                            f"it writes nothing more; the run stops and must not be retried")
 
 
 def _lease_note(store: CheckpointStore, pipeline: str, epoch: int) -> tuple[bool, str]:

@@ -115,6 +115,9 @@ class Schedule:
     # transaction metadata and tombstones); no draw either. Its changes carry no tidegate
     # position, so no rewind is drawn for it (the oracle could not tell a re-send from a duplicate).
     envelope: str = "tidegate"
+    # With --kafka idempotent: the Kafka sink's idempotent producer (exactly_once: false), whose
+    # guarantee is at least once; no draw.
+    kafka_exactly_once: bool = True
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
@@ -128,6 +131,8 @@ class Schedule:
             where += ", rows too large for Kafka and NATS dead-lettered"
         if self.envelope == "debezium" and "kafka" in self.sinks:
             where += ", Kafka in Debezium's envelope"
+        if not self.kafka_exactly_once and "kafka" in self.sinks:
+            where += ", Kafka at least once (idempotent producer)"
         return (f"seed {self.seed}: source {self.source}, sinks {list(self.sinks)}, policy {policy}, "
                 f"store {self.store}, max_events {self.max_events}{where}\n"
                 + "\n".join(f"  {i + 1}. {s}" + self._resnapshot(i) + self._failover(i)
@@ -147,7 +152,7 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
          delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False,
          failovers: bool = False, rewinds: bool | str = False, retries: bool = False,
-         poison: bool = False, envelope: str = "tidegate") -> Schedule:
+         poison: bool = False, envelope: str = "tidegate", kafka_exactly_once: bool = True) -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
@@ -163,7 +168,8 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     included (the same draws where the pipeline has no Delta sink). ``retries``: a failed faulted
     run is delivered again from its record before the reruns (no draw: the same schedule).
     ``poison``: the workload writes rows too large for Kafka and NATS (no draw here either).
-    ``envelope`` debezium: the Kafka sink writes Debezium's records (no draw)."""
+    ``envelope`` debezium: the Kafka sink writes Debezium's records (no draw).
+    ``kafka_exactly_once`` False: the Kafka sink's idempotent producer (no draw)."""
     rng = random.Random(seed)
     if delivery == "executor":
         kinds = tuple(k for k in EXECUTOR_KINDS if k in kinds or kinds == FAULT_KINDS)
@@ -190,7 +196,8 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     # Delta: a few large sub-batches (each is a Delta commit per table, a second or more)
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
     sched = Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps,
-                     delivery, past_timeouts, retries=retries, poison=poison, envelope=envelope)
+                     delivery, past_timeouts, retries=retries, poison=poison, envelope=envelope,
+                     kafka_exactly_once=kafka_exactly_once)
     sched = with_resnapshot(sched) if resnapshot else sched
     sched = with_failovers(sched) if failovers else sched
     return with_rewinds(sched, every_sink=rewinds == "any") if rewinds and not failovers else sched

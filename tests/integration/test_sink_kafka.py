@@ -23,8 +23,14 @@ from test_sink_support import (
     unique,
 )
 from tidegate.connections import Connection
-from tidegate.coordinator import run_once
-from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
+from tidegate.coordinator import Coordinator, run_once
+from tidegate.errors import (
+    ErrorClass,
+    FatalRunError,
+    FatalSinkError,
+    NonRetryableSinkError,
+    RetryableSinkError,
+)
 from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.sinks import make_sink
 from tidegate.sinks.kafka.partition import murmur2_partition
@@ -326,6 +332,31 @@ def test_zombie_producer_is_fenced_fatally_and_none_of_its_data_is_visible(kafka
     topic = f"t_{name}.shop.orders"
     assert len(read_topic(kafka_bootstrap, topic, "read_uncommitted")) > len(all_events(batches))
     assert_exactly_once_in_order(read_topic(kafka_bootstrap, topic), all_events(batches))
+
+
+def test_an_idempotent_zombie_run_writes_nothing_after_a_takeover(kafka, kafka_bootstrap, tmp_path):
+    """An idempotent producer is fenced by nothing, so a run that lost the lease checks it before
+    each sub-batch (campaign KAFKA=idempotent, seed 6225: a zombie woken after a takeover wrote its
+    next sub-batch, stale changes after newer ones, before another sink fenced it). The zombie
+    opened its sink, then a newer run took the lease and delivered everything."""
+    name = unique("kidzombie")
+    store = open_store(f"sqlite:///{tmp_path}/s.sqlite")
+    batches = make_batches(name, N_TX, ROWS, 2)
+    zombie_sink, newer_sink = (new_sink(kafka.cdc, name, eos=False) for _ in range(2))
+    try:
+        zombie = Coordinator(store, name, "zombie", store.leases.acquire(name, "zombie"), [zombie_sink],
+                             BatchSpec(max_events=MAX_EVENTS))
+        with zombie:
+            report = run_once(store, name, "newer", [newer_sink], BatchSpec(max_events=MAX_EVENTS),
+                              lambda start: source_items(batches, start))
+            assert report.events == len(all_events(batches))
+            with pytest.raises(FatalRunError) as err:
+                zombie.run(source_items(batches))
+    finally:
+        store.close()
+    said = str(err.value)
+    assert "fenced before sub-batch 1" in said and "run 'newer' took the pipeline's lease" in said
+    assert_exactly_once_in_order(read_topic(kafka_bootstrap, f"t_{name}.shop.orders"), all_events(batches))
 
 
 # --------------------------------------------------------------------------- errors

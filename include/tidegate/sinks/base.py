@@ -76,6 +76,9 @@ class Sink(abc.ABC):
         # writers themselves (Redis, NATS) claim it on open and write only while no newer epoch
         # has claimed the sink; Kafka is fenced by its transactional.id instead. None: unfenced.
         self.epoch: int | None = None
+        # Whether the sink refuses a zombie's data writes itself (above). One that does not (Kafka
+        # without transactions) has the coordinator check the lease before each sub-batch.
+        self.fences_zombies = True
         self.dlq_count = 0  # events dead-lettered by committed deliveries (this sink's life)
         self.duplicates = 0  # messages the server reported as already stored (NATS)
         self.skipped = 0  # messages found stored by an earlier attempt, not sent again (NATS)

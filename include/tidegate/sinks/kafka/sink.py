@@ -110,6 +110,9 @@ class KafkaSink(Sink):
                                         f"has no topic template")
         self.spec = sink
         self.exactly_once = sink.exactly_once
+        # An idempotent producer is fenced by nothing: a zombie's records would land (campaign
+        # KAFKA=idempotent, seed 6225); the coordinator checks the lease before each sub-batch.
+        self.fences_zombies = self.exactly_once
         # '.' appears in no tenant, pipeline or sink id: two tenants' ids can never coincide.
         self.transactional_id = f"tidegate-{self.tenant}.{self.pipeline}.{self.sink_id}"
         self.checkpoint_topic = sink.checkpoint_topic or DEFAULT_CHECKPOINT_TOPIC
