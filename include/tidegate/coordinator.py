@@ -473,8 +473,8 @@ def _check_lease(co: Coordinator, batch: SubBatch) -> None:
     """Before ``batch``, for sinks that would take a zombie's writes: the run must still hold the
     lease, or it stops (fatal: a newer run took over) before it writes anything of ``batch``."""
     lease = co.store.leases.get(co.pipeline)  # a store that does not answer fails the run (retried)
-    if lease is None or lease["epoch"] != co.epoch:
-        _, note = _lease_note(co.store, co.pipeline, co.epoch)
+    holds, note = _holder_note(lease, co.epoch)
+    if not holds:
         raise FatalRunError(f"pipeline {co.pipeline!r}: fenced before sub-batch {batch.seq}{note}: "
                             f"{', '.join(co._unfenced)} cannot refuse this run's writes themselves, so "
                             f"it writes nothing more; the run stops and must not be retried")
@@ -489,6 +489,11 @@ def _lease_note(store: CheckpointStore, pipeline: str, epoch: int) -> tuple[bool
         lease = store.leases.get(pipeline)
     except Exception:  # noqa: BLE001 - cannot tell
         return False, ""
+    return _holder_note(lease, epoch)
+
+
+def _holder_note(lease: Mapping[str, Any] | None, epoch: int) -> tuple[bool, str]:
+    """(is ``lease`` this run's, a note saying who holds it) for the lease the store returned."""
     if lease is None:
         return False, ""
     if lease["epoch"] == epoch:
