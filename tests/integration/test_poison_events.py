@@ -33,13 +33,14 @@ pytestmark = pytest.mark.integration
 ROWS = 1000  # in one sub-batch: 100 transactions of 10 rows
 
 
-def batch_with_one_big_row(pipeline: str, *at: int, rows: tuple[int, ...] = (9,)) -> SubBatch:
+def batch_with_one_big_row(pipeline: str, *at: int, rows: tuple[int, ...] = (9,),
+                           pad: int = 2 * 1024 * 1024) -> SubBatch:
     """1,000 rows in 100 transactions of 10; the last row (or the ``rows``) of each transaction
-    ``at`` (default: the very last row) carries an incompressible ~2 MiB pad (larger than a
-    1 MiB topic or NATS max_payload accepts)."""
+    ``at`` (default: the very last row) carries an incompressible pad of ``pad`` characters
+    (~2 MiB: larger than a 1 MiB topic or NATS max_payload accepts)."""
     txs = [make_tx(pipeline, n, 10, keys=1000) for n in range(1, 101)]
     for tx in at or (100,):
-        big = make_tx(pipeline, tx, 10, keys=1000, pad=2 * 1024 * 1024, noise=True)
+        big = make_tx(pipeline, tx, 10, keys=1000, pad=pad, noise=True)
         events = txs[tx - 1].events
         txs[tx - 1] = dataclasses.replace(txs[tx - 1], events=tuple(
             big.events[i] if i in rows else ev for i, ev in enumerate(events)))
@@ -192,6 +193,31 @@ def test_kafka_dlq_in_debezium_envelope(small_topic, kafka_bootstrap, tmp_path, 
     # letters").
     assert ends["0-1-50"] == (8 if eos else 10) and all(n == 10 for tx, n in ends.items() if tx != "0-1-50")
     assert ckpt.position == end_pos(100) and report.sinks["events"].dlq == 2
+
+
+@pytest.mark.parametrize("envelope", ["tidegate", "debezium"])
+@pytest.mark.parametrize("eos", [True, False], ids=["exactly_once", "idempotent"])
+def test_kafka_dlq_takes_a_row_the_client_itself_refuses(small_topic, kafka_bootstrap, tmp_path, eos,
+                                                         envelope):
+    """A row over the producer's own message.max.bytes (16 MiB) is refused by ``produce()``, before
+    any broker sees it, not by a delivery report: it was not dead-lettered, and every run failed
+    on it. Now it is poison like a row the broker refuses: the rows after it in its transaction
+    (there are some on every partition) are delivered once, it is dead-lettered."""
+    name = small_topic
+    debezium = {"envelope": "debezium", "debezium": DebeziumOptions(transaction_metadata=True)}
+    spec = KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka", topic="{pipeline}.{table}",
+                         exactly_once=eos, checkpoint_topic=f"_ck_{name}", on_poison="dlq",
+                         **(debezium if envelope == "debezium" else {}))
+    batch = batch_with_one_big_row(name, 50, rows=(4,), pad=17 * 1024 * 1024)
+    [big] = [ev for ev in batch.events if len(ev.value) > 16 * 1024 * 1024]
+    report, ckpt = run(f"sqlite:///{tmp_path}/s.sqlite", name, spec, batch)
+    rows = [m for m in read_topic(kafka_bootstrap, f"{name}.orders") if m.value()]
+    seqs = sorted(json.loads(m.value())["after"]["seq"] for m in rows)
+    assert seqs == sorted(ev.after["seq"] for ev in batch.events if ev is not big)
+    [dead] = [json.loads(m.value()) for m in read_topic(kafka_bootstrap, f"{name}.__dlq")]
+    assert dead["idempotency_key"] == big.idempotency_key and "MSG_SIZE_TOO_LARGE" in dead["error"]
+    assert dead["event_size"] == len(big.value) and dead["position"] == big.position
+    assert ckpt.position == end_pos(100) and report.sinks["events"].dlq == 1
 
 
 # --------------------------------------------------------------------------- NATS

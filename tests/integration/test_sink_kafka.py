@@ -399,7 +399,7 @@ def test_oversized_message_is_non_retryable_and_nothing_of_the_batch_is_visible(
     finally:
         sink.close()
     msg = str(err.value)
-    assert "the broker refused it" in msg and "MSG_SIZE_TOO_LARGE" in msg and "on_poison is halt" in msg
+    assert "Kafka refused it" in msg and "MSG_SIZE_TOO_LARGE" in msg and "on_poison is halt" in msg
     assert "max.message.bytes" in msg
     if eos:
         visible = read_topic(kafka_bootstrap, f"t_{name}.shop.orders")

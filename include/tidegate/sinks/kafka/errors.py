@@ -99,7 +99,16 @@ class Reports:
 
     def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            self.delivery.append((err, msg.topic(), len(msg), msg.key()))
+            self.failed(err, msg.topic(), len(msg), msg.key())
+
+    def failed(self, err: KafkaError, topic: str, size: int, key: bytes | None, ident: str | None = None
+               ) -> None:
+        """One record not delivered: as a delivery report says it, or as ``produce()`` refused
+        it itself (a record over the producer's own message.max.bytes never reaches a broker).
+        ``ident``: the event a record written in another form than its bytes was written for."""
+        self.delivery.append((err, topic, size, key))
+        if ident is not None and err.code() in TOO_LARGE:
+            self.refused_events[ident] = err
 
     def on_error(self, err: KafkaError) -> None:
         self.client.append(err)
@@ -113,10 +122,19 @@ class Reports:
         than its envelope: one the broker refuses on its own names the event."""
         def report(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
-                self.on_delivery(err, msg)
-                if err.code() in TOO_LARGE:
-                    self.refused_events[ident] = err
+                self.failed(err, msg.topic(), len(msg), msg.key(), ident)
         return report
+
+    def refused_here(self, exc: KafkaException, topic: str, value: bytes | None, key: bytes | None,
+                     ident: str | None = None) -> bool:
+        """Whether ``produce()`` raised ``exc`` for a record too large for the producer itself;
+        such a refusal is kept as a failed delivery (:meth:`failed`), so it is poison as a
+        broker's refusal is, and the records after it are still written."""
+        err = kafka_error_of(exc)
+        if err is None or err.code() not in TOO_LARGE:
+            return False
+        self.failed(err, topic, len(value or b""), key, ident)
+        return True
 
     def clear(self) -> None:
         self.delivery.clear()
@@ -131,8 +149,8 @@ class Reports:
         """The events the broker refused on their own, by idempotency key: (event, why). A
         failed delivery report names a topic, a key and a size, which pick out the event whose
         own bytes the record was; a record written in another form names its event itself."""
-        why = ("the broker refused it ({}: larger than the topic's max.message.bytes / the broker's "
-               "message.max.bytes)")
+        why = ("Kafka refused it ({}: larger than the topic's max.message.bytes / the broker's "
+               "message.max.bytes, or than the producer's message.max.bytes)")
         if self.refused_events:
             found = ((ev, self.refused_events.get(ev.idempotency_key)) for ev in events)
         else:
@@ -173,8 +191,9 @@ def too_large_message(sink_id: str, err: KafkaError, topic: str, size: int, key:
                       what: str) -> str:
     return (f"Kafka sink {sink_id!r}: a message of {size} bytes for topic {topic!r} "
             f"(key {key.decode(errors='replace')[:200] if key else None}) is larger than the broker "
-            f"accepts ({err.name()}); raise the topic's max.message.bytes (broker message.max.bytes) or "
-            f"shrink the row. {what}.")
+            f"accepts ({err.name()}); raise the topic's max.message.bytes (broker message.max.bytes) and, "
+            f"past 16 MiB, the producer's message.max.bytes (the connection's extra), or shrink the row. "
+            f"{what}.")
 
 
 def missing_topic_message(sink_id: str, pipeline: str, topic: str) -> str:

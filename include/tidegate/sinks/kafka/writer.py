@@ -109,6 +109,9 @@ class RecordWriter:
                 produce(topic, value, ev.key_bytes, headers=headers)
             except BufferError:  # local queue full: the slow path waits for deliveries
                 self.put(topic, value, ev.key_bytes, headers, deadline)
+            except KafkaException as exc:
+                if not self.reports.refused_here(exc, topic, value, ev.key_bytes):
+                    raise
             if self.tombstones and ev.op == "d" and not is_control(ev) and topic != self.dlq_name:
                 # same key, null value, right after the delete: compaction may drop the key
                 self.put(topic, None, ev.key_bytes,
@@ -123,32 +126,37 @@ class RecordWriter:
         record; in the same transaction."""
         enc = self.encoder
         # a record refused for its size names the item (the dead letter's), not its own bytes
-        report = self.reports.reporter(item.idempotency_key)
+        ident = item.idempotency_key
         if is_control(item):
             headers = [("idempotency_key", item.idempotency_key.encode()), ("type", item.type.encode())]
-            self.put(topic, item.value, item.key_bytes, headers, deadline, report)
+            self.put(topic, item.value, item.key_bytes, headers, deadline, ident)
             records = enc.truncate_records(item, self.topic_of)
             records += [r for r in [enc.schema_change_record(item)] if r is not None]
         else:
             records = enc.change_records(item, self.topic_of)
         self.topics.ensure([r.topic for r in records])
         for r in records:
-            self.put(r.topic, r.value, r.key, r.headers, deadline, report)
+            self.put(r.topic, r.value, r.key, r.headers, deadline, ident)
 
     def put_record(self, record: Any) -> None:
         """Queue one prepared record (topic, value, key, headers: Debezium's heartbeat)."""
         self.put(record.topic, record.value, record.key, record.headers, self.deadline())
 
     def put(self, topic: str, value: bytes | None, key: bytes | None, headers: list, deadline: float,
-            on_delivery: Callable[[Any, Any], None] | None = None) -> None:
-        """Queue one record (``on_delivery``: its own delivery callback, instead of the
-        producer's); while the local queue is full, serve delivery reports up to the deadline."""
+            ident: str | None = None) -> None:
+        """Queue one record (``ident``: the event it is written for, when it is not the event's
+        own bytes: its delivery callback names the event); while the local queue is full, serve
+        delivery reports up to the deadline."""
         p = self.producer
         assert p is not None
-        callback = {} if on_delivery is None else {"on_delivery": on_delivery}
+        callback = {} if ident is None else {"on_delivery": self.reports.reporter(ident)}
         while True:
             try:
                 p.produce(topic, value, key, headers=headers, **callback)
+                return
+            except KafkaException as exc:
+                if not self.reports.refused_here(exc, topic, value, key, ident):
+                    raise
                 return
             except BufferError:
                 p.poll(0.05)
