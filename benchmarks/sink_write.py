@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pad", type=int, default=200, help="extra characters per row")
     ap.add_argument("--sinks", default="kafka,nats,redis")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--envelope", choices=("tidegate", "debezium"), default="tidegate",
+                    help="the Kafka sink's envelope (debezium: Debezium's records and tombstones)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     # A literal topic: open() creates it, outside the clock.
                     return KafkaSinkSpec(id="events", kind="kafka", conn_id="cdc_kafka",
                                          topic=f"{p}.shop.orders", exactly_once=eos, partitions=3,
-                                         checkpoint_topic=f"_ckpt_{p}"), p
+                                         checkpoint_topic=f"_ckpt_{p}", envelope=args.envelope), p
                 return make
 
             for i in range(args.repeat):  # interleave the two modes so drift hits both alike
