@@ -13,7 +13,9 @@ tidegate's envelope would be (op, before, after, key, source.table). Beside them
   changes of (on PostgreSQL Debezium names them by the xid and an LSN: the BEGIN by its first
   change's, the END by where the commit ended), and none for any other; each END's
   ``event_count`` and ``data_collections`` are the changes the data topics hold of its
-  transaction, in all and per table.
+  transaction, in all and per table. With the idempotent producer (at least once) a re-send
+  repeats them: one of each at least, every END counting those changes
+  (:func:`transactions_at_least_once`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from tests.campaign.generator import TABLES
+from tests.campaign.generator import TABLES, Key, key_of
 from tests.integration.sink_readers import kafka_records
 
 
@@ -34,14 +36,18 @@ def partitions_of(bootstrap: str, topic: str) -> int:
     return 0 if found is None or found.error is not None else len(found.partitions)
 
 
-def read_debezium_sink(pipe: Any, problems: list[str]) -> list[tuple[str, dict]]:
+def read_debezium_sink(pipe: Any, problems: list[str], dead_lettered: set[Key]) -> list[tuple[str, dict]]:
     """(id, change) of every change record of the sink's table topics, in sink order (partition
-    by partition, each in offset order); what is wrong with the tombstones goes to ``problems``."""
+    by partition, each in offset order); what is wrong with the tombstones goes to ``problems``.
+    ``dead_lettered``: the keys whose changes the sink dead-letters."""
     items = []
     for t in TABLES:
         topic = f"{pipe.name}.{t}"
         records = kafka_records(pipe.bootstrap, topic, partitions_of(pipe.bootstrap, topic))
-        check_tombstones(problems, topic, records)
+        # With the idempotent producer a dead-lettered delete's tombstone is out with the records
+        # around it before the broker refuses the delete (docs/architecture.md, "Poison events")
+        stray_ok = dead_lettered if not pipe.sched.kafka_exactly_once else set()
+        check_tombstones(problems, topic, records, {k for k in stray_ok if k[0] == t})
         for _, key, value, _ in records:
             if value is None:
                 continue
@@ -60,8 +66,11 @@ def change_id(change: dict) -> str:
     return f"{tx.get('id')}|{tx.get('total_order')}"
 
 
-def check_tombstones(problems: list[str], topic: str, records: list[tuple]) -> None:
-    """Each delete followed at once by its tombstone in its partition, and nothing else by one."""
+def check_tombstones(problems: list[str], topic: str, records: list[tuple], stray_ok: set[Key] = frozenset()
+                     ) -> None:
+    """Each delete followed at once by its tombstone in its partition, and nothing else by one
+    (``stray_ok``: the keys whose tombstone may follow something else)."""
+    table = topic.rpartition(".")[2]
     waiting = None  # (partition, key, offset index) of a delete whose tombstone comes next
     for i, (p, key, value, _) in enumerate(records):
         if waiting is not None:
@@ -71,39 +80,98 @@ def check_tombstones(problems: list[str], topic: str, records: list[tuple]) -> N
             problems.append(f"{topic}[{waiting[0]}]: a delete (record {waiting[2]}) without its tombstone")
             waiting = None
         if value is None:
-            problems.append(f"{topic}[{p}]: a tombstone (record {i}) after no delete of its key")
+            if not stray_ok or key_of(table, json.loads(key)) not in stray_ok:
+                problems.append(f"{topic}[{p}]: a tombstone (record {i}) after no delete of its key")
         elif json.loads(value)["op"] == "d":
             waiting = (p, key, i)
     if waiting is not None:
         problems.append(f"{topic}[{waiting[0]}]: a delete (record {waiting[2]}) without its tombstone")
 
 
-def check_transactions(problems: list[str], pipe: Any, unique: list[dict], postgres: bool) -> None:
-    """The transaction topic's BEGIN and END records against the changes the data topics hold
-    (``unique``: each once); what is wrong goes to ``problems``."""
-    def group(tx_id: str) -> str:  # PostgreSQL: xid:lsn, the LSN differing between BEGIN and END
-        return tx_id.partition(":")[0] if postgres else tx_id
+def _group(tx_id: str, postgres: bool) -> str:
+    """A transaction's records' common name: on PostgreSQL Debezium names them xid:lsn, the LSN
+    differing between BEGIN and END."""
+    return tx_id.partition(":")[0] if postgres else tx_id
 
+
+def _held(unique: list[dict], postgres: bool) -> dict[str, collections.Counter]:
+    """Per transaction, the changes the data topics hold of it, per table."""
     held: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for change in unique:
         if change["op"] != "r" and change["transaction"]:
-            held[group(change["transaction"]["id"])][change["source"]["table"]] += 1
+            held[_group(change["transaction"]["id"], postgres)][change["source"]["table"]] += 1
+    return held
+
+
+def _marks(pipe: Any, postgres: bool) -> tuple[collections.Counter, dict[str, list[dict]]]:
+    """The transaction topic: how many (status, transaction) records, and each transaction's ENDs."""
     topic = f"{pipe.name}.transaction"
     marks: collections.Counter = collections.Counter()
-    ends: dict[str, dict] = {}
+    ends: dict[str, list[dict]] = collections.defaultdict(list)
     for _, _, value, _ in kafka_records(pipe.bootstrap, topic, partitions_of(pipe.bootstrap, topic)):
         rec = json.loads(value)
-        marks[(rec["status"], group(rec["id"]))] += 1
+        marks[(rec["status"], _group(rec["id"], postgres))] += 1
         if rec["status"] == "END":
-            ends[group(rec["id"])] = rec
+            ends[_group(rec["id"], postgres)].append(rec)
+    return marks, ends
+
+
+def _end_counts(end: dict) -> dict[str, int]:
+    """An END's count per table."""
+    return {dc["data_collection"].rpartition(".")[2]: dc["event_count"]
+            for dc in end["data_collections"] or []}
+
+
+def check_transactions(problems: list[str], pipe: Any, unique: list[dict], postgres: bool,
+                       at_least_once: bool = False, dead_lettered_in: str | None = None) -> None:
+    """The transaction topic's BEGIN and END records against the changes the data topics hold
+    (``unique``: each once); what is wrong goes to ``problems``. ``at_least_once``: the
+    idempotent producer's (:func:`transactions_at_least_once`)."""
+    marks, ends = _marks(pipe, postgres)
+    judge = transactions_at_least_once if at_least_once else transactions_exactly_once
+    problems += judge(_held(unique, postgres), marks, ends, dead_lettered_in)
+
+
+def transactions_exactly_once(held: dict[str, collections.Counter], marks: collections.Counter,
+                              ends: dict[str, list[dict]], dead_lettered_in: str | None = None) -> list[str]:
+    """One BEGIN and one END per transaction the data topics hold changes of, the END counting
+    them (a dead-lettered change is left out of its transaction's records)."""
+    problems = []
     for g in sorted(set(held) | {g for _, g in marks}):
-        begins, end = marks[("BEGIN", g)], ends.get(g)
+        begins = marks[("BEGIN", g)]
         if begins != 1 or marks[("END", g)] != 1:
             problems.append(f"transaction {g}: {begins} BEGIN and {marks[('END', g)]} END records, "
-                         f"{sum(held[g].values())} changes in the data topics")
+                            f"{sum(held[g].values())} changes in the data topics")
             continue
-        counts = {dc["data_collection"].rpartition(".")[2]: dc["event_count"]
-                  for dc in end["data_collections"] or []}
+        end = ends[g][0]
+        counts = _end_counts(end)
         if end["event_count"] != sum(held[g].values()) or counts != dict(held[g]):
             problems.append(f"transaction {g}: END counts {end['event_count']} {counts}, the data topics "
-                         f"hold {dict(held[g])}")
+                            f"hold {dict(held[g])}")
+    return problems
+
+
+def transactions_at_least_once(held: dict[str, collections.Counter], marks: collections.Counter,
+                               ends: dict[str, list[dict]], dead_lettered_in: str | None = None) -> list[str]:
+    """A re-send repeats a transaction's BEGIN and END: each transaction the data topics hold
+    changes of has one of each at least, and every END counts those changes. With dead letters
+    in table ``dead_lettered_in``, an idempotent producer's END is out before the broker refuses a
+    change, so it may count that table's dead-lettered changes too (never fewer than the data
+    topics hold), and a transaction whose changes were all dead-lettered may have its BEGIN and
+    END (docs/architecture.md, "Poison events and dead letters")."""
+    problems = []
+    for g in sorted(set(held) | {g for _, g in marks}):
+        begins, own = marks[("BEGIN", g)], ends.get(g, [])
+        if (not held[g] and dead_lettered_in is None) or not begins or not own:
+            problems.append(f"transaction {g}: {begins} BEGIN and {len(own)} END records, "
+                            f"{sum(held[g].values())} changes in the data topics")
+            continue
+        for end in own:
+            counts = _end_counts(end)
+            short = {t for t, n in held[g].items() if counts.get(t, 0) < n}
+            extra = {t for t, n in counts.items() if n > held[g].get(t, 0) and t != dead_lettered_in}
+            if short or extra or end["event_count"] != sum(counts.values()):
+                problems.append(f"transaction {g}: an END counts {end['event_count']} {counts}, the data "
+                                f"topics hold {dict(held[g])}")
+                break
+    return problems
