@@ -46,8 +46,7 @@ def read_debezium_sink(pipe: Any, problems: list[str], dead_lettered: set[Key]) 
         records = kafka_records(pipe.bootstrap, topic, partitions_of(pipe.bootstrap, topic))
         # With the idempotent producer a dead-lettered delete's tombstone is out with the records
         # around it before the broker refuses the delete (docs/architecture.md, "Poison events")
-        stray_ok = dead_lettered if not pipe.sched.kafka_exactly_once else set()
-        check_tombstones(problems, topic, records, {k for k in stray_ok if k[0] == t})
+        check_tombstones(problems, topic, records, set() if pipe.sched.kafka_exactly_once else dead_lettered)
         for _, key, value, _ in records:
             if value is None:
                 continue
