@@ -60,6 +60,13 @@ def snapshot_mark(v: Any) -> str:
 _NATIVE_SCALARS = (str, int, bool, type(None))
 
 
+def decimal_text(d: decimal.Decimal) -> str:
+    """A DECIMAL/numeric as the source writes it: every digit and every place of its scale, never
+    an exponent (``0.0000001000``, where ``str()`` gives ``1.000E-7``; a zero of scale 30 is 31
+    characters, not ``0E-30``)."""
+    return format(d, "f")
+
+
 def encode_value(v: Any) -> Any:
     """Map a source value to its JSON-faithful form (README.md, "Pipelines"; docs/architecture.md).
 
@@ -74,7 +81,7 @@ def encode_value(v: Any) -> Any:
             return v
         return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
     if isinstance(v, decimal.Decimal):
-        return str(v)
+        return decimal_text(v)
     if isinstance(v, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(v)).decode("ascii")
     if isinstance(v, dt.datetime):

@@ -17,6 +17,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tests.campaign import type_edges
+
 KEY_COLUMNS = {"items": ("id",), "pairs": ("k1", "k2"), "notes": ("id",)}
 TABLES = tuple(KEY_COLUMNS)
 # With POISON=dlq, a notes row whose body is this long (over the campaign broker's
@@ -37,9 +39,10 @@ class SourceDb:
     """The workload's admin connection (reopened after the server restarted), and the SQL that
     differs between the two sources."""
 
-    def __init__(self, kind: str, connect: Callable[[], object], schema: str):
-        self.kind, self.connect, self.schema = kind, connect, schema
-        self.conn = connect()
+    def __init__(self, kind: str, connect: Callable[[], object], schema: str, typed: bool = False):
+        self.kind, self.schema, self.typed = kind, schema, typed
+        self.connect = (lambda: _typed_session(kind, connect())) if typed else connect
+        self.conn = self.connect()
 
     def reconnect(self) -> None:
         try:
@@ -47,6 +50,13 @@ class SourceDb:
         except Exception:  # noqa: BLE001, S110 - the server it talked to may be gone
             pass
         self.conn = self.connect()
+
+    def literal(self, value) -> str:
+        """``value`` as an SQL literal, quoted by the driver (typed values: TYPES=edges)."""
+        if self.kind == "mysql":
+            return self.conn.escape(value)
+        with self.conn.cursor() as c:
+            return c.mogrify("%s", (value,)).decode()
 
     def execute(self, stmt: str, *, retries: int = 30) -> None:
         """One autocommit statement, retried over a reconnect while the server restarts."""
@@ -107,6 +117,8 @@ class SourceDb:
             self.execute(f"CREATE DATABASE {self.schema}")
         else:
             self.execute(f"CREATE SCHEMA {self.schema}")
+        if self.typed:
+            ddl["items"] += "".join(f", {c.name} {c.ddl}" for c in type_edges.COLUMNS[self.kind])
         for t, cols in ddl.items():
             self.execute(f"CREATE TABLE {self.schema}.{t} ({cols})")
             if self.kind == "postgres":
@@ -145,7 +157,8 @@ class Workload:
                 body = base64.b64encode(self.rng.randbytes(HUGE_BODY * 3 // 4)).decode()
                 return {"id": i, "v": v, "body": body}
             return {"id": i, "v": v, "body": "n" * self.rng.choice((10, 500, 3000, 9000))}
-        return {"id": i, "v": v, "s": self.rng.choice(("new", "paid", "sent", None))}
+        row = {"id": i, "v": v, "s": self.rng.choice(("new", "paid", "sent", None))}
+        return {**row, **type_edges.draw_row(self.rng, self.db.kind)} if self.db.typed else row
 
     def _where(self, table: str, keys: list[Key]) -> str:
         cols = sorted(KEY_COLUMNS[table])
@@ -165,14 +178,21 @@ class Workload:
                 rows[key_of(table, r)] = r
                 log.append((key_of(table, r), "c", r["v"]))
             cols = list(new[0])
-            values = ", ".join("(" + ", ".join(sql_value(r[c]) for c in cols) + ")" for r in new)
+            lit = self.db.literal if self.db.typed else sql_value
+            values = ", ".join("(" + ", ".join(lit(r[c]) for c in cols) + ")" for r in new)
             return f"INSERT INTO {self.db.schema}.{table} ({', '.join(cols)}) VALUES {values}"
         keys = self.rng.sample(sorted(rows, key=repr), min(len(rows), self.rng.randint(1, 3)))
         if kind == "update":
+            also = ""
+            if self.db.typed and table == "items" and self.rng.random() < 0.6:
+                col, value = type_edges.draw_change(self.rng, self.db.kind)
+                also = f", {col} = {self.db.literal(value)}"
             for k in keys:
                 rows[k]["v"] += 1
+                if also:
+                    rows[k][col] = value
                 log.append((k, "u", rows[k]["v"]))
-            return f"UPDATE {self.db.schema}.{table} SET v = v + 1 WHERE {self._where(table, keys)}"
+            return f"UPDATE {self.db.schema}.{table} SET v = v + 1{also} WHERE {self._where(table, keys)}"
         if kind == "delete":
             for k in keys:
                 del rows[k]
@@ -220,6 +240,19 @@ class Workload:
 
     def source_rows(self) -> dict[Key, dict]:
         return {key_of(t, r): r for t in TABLES for r in self.db.rows(t)}
+
+
+def _typed_session(kind: str, conn):
+    """A workload connection that reads typed values as the oracle compares them: MariaDB's
+    TIMESTAMP in UTC (its literals written in UTC too), PostgreSQL's jsonb as its text."""
+    if kind == "mysql":
+        with conn.cursor() as c:
+            c.execute("SET time_zone = '+00:00'")
+    else:
+        import psycopg2.extras
+
+        psycopg2.extras.register_default_jsonb(conn, loads=lambda text: text)
+    return conn
 
 
 def sql_value(v) -> str:

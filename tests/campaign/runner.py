@@ -16,11 +16,12 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEEDS=10 REWINDS=random  # an operator rewinds a message sink, between runs or under one
     make campaign SEEDS=10 RETRIES=same_record  # a failed run delivered again from its record first
     make campaign SEEDS=10 POISON=dlq      # rows too large for Kafka and NATS, dead-lettered there
+    make campaign SEEDS=10 TYPES=edges     # values at the edges of every column type, compared too
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
         [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--delivery executor]
         [--hangs past_timeouts] [--snapshots resnapshot] [--failovers gtid] [--rewinds random|any]
-        [--retries same_record] [--poison dlq] [--keep-going]
+        [--retries same_record] [--poison dlq] [--types edges] [--keep-going]
 
 Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
 what the oracle found, and the command that reproduces it. The figure table at the end: fault
@@ -243,7 +244,7 @@ class Pipe:
             sv.mysql_replica()
             self.ports.add(get_connection("cdc_mysql_replica", sv.env).port)
         connect = sv.mysql_connect if sched.source == "mysql" else sv.pg_connect
-        self.db = SourceDb(sched.source, connect, self.schema)
+        self.db = SourceDb(sched.source, connect, self.schema, typed=sched.types == "edges")
         self.db.create_tables()
         (self.dir / "pipelines" / f"{self.name}.yaml").write_text(self.spec())
         self._store = None
@@ -812,6 +813,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="idempotent: the Kafka sink's idempotent producer (exactly_once: false), judged "
                          "at least once: every change, per key in order, repeats allowed (with --envelope "
                          "debezium, BEGIN/END at least once too)")
+    ap.add_argument("--types", default="plain", choices=("plain", "edges"),
+                    help="edges: the items table has a column of every type the source offers, filled "
+                         "with values at the edges of their types, compared with the source's in the "
+                         "envelope's form")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     ap.add_argument("--keep", metavar="DIR", type=Path,
                     help="work in DIR and keep it (the runs' logs and specs) to diagnose a failed seed")
@@ -824,7 +829,8 @@ def main(argv: list[str] | None = None) -> int:
         ("HANGS", a.hangs, "within_timeouts"), ("SNAPSHOTS", a.snapshots, "none"),
         ("FAILOVERS", a.failovers, "none"), ("REWINDS", a.rewinds, "none"),
         ("RETRIES", a.retries, "none"), ("POISON", a.poison, "none"),
-        ("ENVELOPE", a.envelope, "tidegate"), ("KAFKA", a.kafka, "exactly_once")) if val != default)
+        ("ENVELOPE", a.envelope, "tidegate"), ("KAFKA", a.kafka, "exactly_once"),
+        ("TYPES", a.types, "plain")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
     work_dir = contextlib.nullcontext(a.keep) if a.keep else tempfile.TemporaryDirectory(prefix="campaign-")
@@ -839,7 +845,7 @@ def main(argv: list[str] | None = None) -> int:
                              a.hangs == "past_timeouts", a.snapshots == "resnapshot",
                              a.failovers == "gtid", a.rewinds if a.rewinds != "none" else False,
                              a.retries == "same_record", a.poison == "dlq", a.envelope,
-                             a.kafka == "exactly_once")
+                             a.kafka == "exactly_once", a.types)
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

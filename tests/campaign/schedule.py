@@ -118,6 +118,10 @@ class Schedule:
     # With --kafka idempotent: the Kafka sink's idempotent producer (exactly_once: false), whose
     # guarantee is at least once; no draw.
     kafka_exactly_once: bool = True
+    # With --types edges: the items table has a column per type the source offers (numbers,
+    # decimals, times, binary, multi-byte text, JSON...), filled with values at the edges of their
+    # types, which the oracle compares with the source's in the envelope's form; no draw.
+    types: str = "plain"
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
@@ -152,7 +156,8 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
          kinds: tuple[str, ...] = FAULT_KINDS, delta_share: float = 0.1,
          delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False,
          failovers: bool = False, rewinds: bool | str = False, retries: bool = False,
-         poison: bool = False, envelope: str = "tidegate", kafka_exactly_once: bool = True) -> Schedule:
+         poison: bool = False, envelope: str = "tidegate", kafka_exactly_once: bool = True,
+         types: str = "plain") -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
@@ -197,7 +202,7 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
     sched = Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps,
                      delivery, past_timeouts, retries=retries, poison=poison, envelope=envelope,
-                     kafka_exactly_once=kafka_exactly_once)
+                     kafka_exactly_once=kafka_exactly_once, types=types)
     sched = with_resnapshot(sched) if resnapshot else sched
     sched = with_failovers(sched) if failovers else sched
     return with_rewinds(sched, every_sink=rewinds == "any") if rewinds and not failovers else sched

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tidegate import cli
-from tidegate.events import ChangeEvent, PositionMark
+from tidegate.events import ChangeEvent, PositionMark, decimal_text
 from tidegate.sources.postgres.columns import ColumnTracker, LocalMemory
 from tidegate.sources.postgres.pgoutput import (
     UNCHANGED,
@@ -140,12 +140,13 @@ def test_numbers_as_the_wal2json_path_reads_them():
                                                "0.10", "123456789012345678901234567890.5000")]))
 def test_numeric_text_is_the_string_of_the_exact_number(number):
     """What the server writes for a numeric (plain notation, scale kept) becomes what
-    ``str(Decimal(...))`` of the parsed JSON number gives on the wal2json path."""
+    ``decimal_text`` of the parsed JSON number gives on the wal2json path: the server's text."""
     text = f"{number:f}".encode()
     if text.startswith(b"-") and number == 0:
         text = text[1:]  # the server writes no negative zero
     parsed = json_number(text)
-    assert numeric_text(text) == str(parsed), text
+    wal2json_path = decimal_text(parsed) if isinstance(parsed, Decimal) else str(parsed)
+    assert numeric_text(text) == wal2json_path == text.decode(), text
     assert [numeric_text(t) for t in (b"NaN", b"Infinity", b"-Infinity")] == [None] * 3
 
 

@@ -57,7 +57,8 @@ Positions, ids and boundaries (the contract other code relies on):
   boundaries inside the file.
 
 Values (JSON-faithful, see ``events.encode_value``): integers of every width as numbers
-(unsigned included), DECIMAL as the string ``str(Decimal(...))`` gives, FLOAT as the shortest
+(unsigned included), DECIMAL as the server's text (every place of the scale, never an
+exponent: ``events.decimal_text``), FLOAT as the shortest
 decimal that round-trips the 32-bit value, DOUBLE as number, text as string (decoded with the
 column's character set), BLOB/BINARY/VARBINARY/GEOMETRY as base64 (BINARY(n) zero-padded to n
 bytes), DATE/DATETIME as ISO-8601 (``2024-01-02T03:04:05.123456``), TIMESTAMP as ISO-8601 in

@@ -418,8 +418,8 @@ def _decimal_code(i: int, precision: int, scale: int, ns: dict[str, Any]) -> lis
     """Inline code for DECIMAL(precision, scale) in the binlog's packed form: the integer and
     fraction digits in groups of nine per 4 bytes (big-endian), leftover digits in 1-4 bytes,
     the sign in the top bit (flipped), negative numbers with every bit inverted. The text is
-    what ``str(Decimal(...))`` gives (the library path's value). Format specs in f-strings are
-    slow, so zero padding is ``str(n + 10**width)[1:]``."""
+    the server's own text, every place of the scale (``0.0000001000``, never ``1.000E-7``).
+    Format specs in f-strings are slow, so zero padding is ``str(n + 10**width)[1:]``."""
     intg = precision - scale
     intg_full, intg_left = divmod(intg, 9)
     frac_full, frac_left = divmod(scale, 9)
@@ -454,8 +454,6 @@ def _decimal_code(i: int, precision: int, scale: int, ns: dict[str, Any]) -> lis
     code += [f"if g0 & {top}:", "    sg = ''"] + ["    " + line for line in value(pos)]
     code += ["else:", "    sg = '-'"] + ["    " + line for line in value(neg)]
     code += [f"v{i} = {text}"]
-    if scale > 6:  # Decimal's str() uses exponent notation below 1e-6
-        code += ["if ip == 0:", f"    v{i} = str(_Decimal(v{i}))"]
     return code + [f"o += {size}"]
 
 

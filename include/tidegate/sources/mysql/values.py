@@ -35,7 +35,6 @@ import datetime as dt
 import json
 import struct
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 from ...errors import SourceError
@@ -143,10 +142,6 @@ def decimal_reader(precision: int, scale: int) -> tuple[int, Callable[[bytes, in
     for d in frac_digits:
         remaining -= d
         frac_weights.append(10 ** remaining)
-    # Decimal's str() switches to exponent notation below 1e-6: only possible here when the
-    # integer part is zero and the scale is above 6; then let Decimal format it.
-    exotic = scale > 6
-
     def read(buf: bytes, o: int) -> str:
         x = int.from_bytes(buf[o:o + size], "big")
         neg = not (x & sign_bit)
@@ -160,10 +155,7 @@ def decimal_reader(precision: int, scale: int) -> tuple[int, Callable[[bytes, in
             fp = 0
             for (sh, mask), w in zip(frac_groups, frac_weights, strict=True):
                 fp += ((x >> sh) & mask) * w
-            text = f"{'-' if neg else ''}{ip}.{fp:0{scale}d}"
-            if exotic and ip == 0:
-                return str(Decimal(text))
-            return text
+            return f"{'-' if neg else ''}{ip}.{fp:0{scale}d}"
         return f"-{ip}" if neg else str(ip)
 
     return size, read

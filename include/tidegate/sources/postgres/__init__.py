@@ -59,10 +59,11 @@ Positions, ids and boundaries (the contract other code relies on):
   id of the row that shows the change, then ``:columns``). Column sets are remembered in the
   checkpoint store between runs (:meth:`PostgresSource.use_store`).
 
-Values (JSON-faithful): integers as numbers, numeric as the string ``str(Decimal(...))``
-gives (exact, scale kept; wal2json turns numeric NaN/Infinity into null), real/double as
-numbers, text as string, bytea as base64, boolean as true/false, date as ``YYYY-MM-DD``, time
-as ``HH:MM:SS[.ffffff]``, timestamp as ISO-8601 ``YYYY-MM-DDTHH:MM:SS[.ffffff]``, timestamptz
+Values (JSON-faithful): integers as numbers, numeric as the server's text (exact, scale kept,
+never an exponent: ``events.decimal_text``; wal2json turns numeric NaN/Infinity into null),
+real/double as numbers, text as string, bytea as base64, boolean as true/false, date as
+``YYYY-MM-DD``, time as ``HH:MM:SS[.f]``, timestamp as ISO-8601 ``YYYY-MM-DDTHH:MM:SS[.f]``
+(the fraction as the server writes it: trailing zeros dropped, ``.26308``), timestamptz
 as ISO-8601 in UTC with ``+00:00``, uuid as string, json/jsonb as their JSON text, arrays as
 JSON arrays of the converted elements. Other types keep PostgreSQL's text output.
 """

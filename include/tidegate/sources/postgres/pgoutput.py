@@ -248,13 +248,10 @@ def float_number(text: bytes) -> Any:
 
 def numeric_text(text: bytes) -> Any:
     """:func:`json_number` as the string the wal2json path makes of it for numeric
-    (``str(Decimal)``): the server's text itself (it never writes an exponent, a leading zero or
-    a sign of zero), except where ``str(Decimal)`` switches to an exponent: from the seventh
-    leading zero after the point on (``0.0000001`` is ``1E-7``)."""
+    (:func:`~tidegate.events.decimal_text`): the server's text itself, which never has an
+    exponent, a leading zero or a sign of zero."""
     if text[:1] in b"NI-" and (text[:1] != b"-" or text[1:2] == b"I"):
         return None  # NaN, Infinity, -Infinity
-    if text.startswith(b"0.000000") or text.startswith(b"-0.000000"):
-        return str(Decimal(text.decode()))
     return text.decode()
 
 

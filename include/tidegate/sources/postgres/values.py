@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ...events import encode_value
+from ...events import decimal_text, encode_value
 
 # Type OIDs that wal2json writes as JSON numbers or booleans (by the column's own type, so a
 # domain over integer is text there, and here).
@@ -84,7 +84,7 @@ def numeric_text(v: Any) -> Any:
         return v
     if isinstance(v, float):  # NaN / Infinity (json constants)
         return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
-    return str(v)
+    return decimal_text(v) if isinstance(v, decimal.Decimal) else str(v)
 
 
 def float_value(v: Any) -> Any:
@@ -278,7 +278,8 @@ class RowPlan:
 def plan_namespace(float_flag: list[bool]) -> dict[str, Any]:
     """The globals a generated plan's code (:func:`value_code`) runs with."""
     return {"_flag": float_flag, "_ts": ts_iso_fast, "_tsc": {}, "_final": _final_value,
-            "_float_final": _float_final, "_encode": encode_value, "_Decimal": decimal.Decimal}
+            "_float_final": _float_final, "_encode": encode_value, "_Decimal": decimal.Decimal,
+            "_dtext": decimal_text}
 
 
 def _compile(signature: tuple[tuple[str, str], ...], float_flag: list[bool]):
@@ -315,9 +316,9 @@ def value_code(i: int, typ: str, ns: dict[str, Any], src: str | None = None) -> 
         ns[f"_conv{i}"] = converter(typ)
         return [f"v{i} = _encode(_conv{i}({x}))"]
     if typ.startswith(("numeric", "decimal")):
-        # wal2json writes a bare number: an int or (parsed) a Decimal; str() is its text
+        # wal2json writes a bare number: an int (str() is its text) or (parsed) a Decimal
         return [f"v{i} = {x}", f"if v{i} is not None and v{i}.__class__ is not str:",
-                f"    v{i} = str(v{i})"]
+                f"    v{i} = _dtext(v{i}) if v{i}.__class__ is _Decimal else str(v{i})"]
     if typ in ("real", "double precision"):
         return [f"v{i} = {x}",
                 f"if v{i}.__class__ is _Decimal or v{i}.__class__ is int or v{i}.__class__ is float:",
