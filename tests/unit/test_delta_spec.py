@@ -4,10 +4,11 @@ sink."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
-from tidegate.errors import SpecError
+from tidegate.errors import NonRetryableSinkError, SpecError
 from tidegate.kinds import spark_settings
 from tidegate.sinks.delta.tables import json_type, learn_types, struct_ddl
 from tidegate.spec import load_spec_text
@@ -71,6 +72,30 @@ def test_column_types_from_json_values():
     learn_types(types, {"id": 2, "note": "x", "added": 1.0})  # a later row types what was null
     assert types == {"id": "bigint", "note": "string", "added": "double"}
     assert struct_ddl({"a`b": None, "n": "bigint"}) == "`a``b`: string, `n`: bigint"
+
+
+def test_a_bigint_column_widens_for_an_integer_past_its_range():
+    """A MariaDB BIGINT UNSIGNED first seen below 2^63 (campaign seed 7020 TYPES=edges): Spark
+    would write 2^64-1 in a bigint column as null; the column widens instead."""
+    types, widen = {"id": "bigint", "u": "bigint"}, set()
+    learn_types(types, {"id": 1, "u": 2**63 - 1}, widen)
+    assert widen == set() and types["u"] == "bigint"
+    learn_types(types, {"id": 2, "u": 2**64 - 1}, widen)
+    assert widen == {"u"} and types == {"id": "bigint", "u": "decimal(38,0)"}
+    learn_types(types, {"id": 3, "u": 5}, widen)  # a wide column takes small values too
+    assert types["u"] == "decimal(38,0)"
+
+
+def test_a_value_spark_would_write_as_null_is_an_error_naming_the_column():
+    for t, v in (("bigint", "abc"), ("bigint", 1.5), ("bigint", True), ("boolean", 1), ("double", "x"),
+                 ("decimal(38,0)", "1.5")):
+        with pytest.raises(NonRetryableSinkError, match=f"table t: column 'c' is {re.escape(t)} .*"
+                                                        "ALTER TABLE .* nothing was written"):
+            learn_types({"c": t}, {"c": v}, set(), "table t: ")
+    types = {"s": "string", "d": "double", "b": "boolean", "n": "bigint"}
+    learn_types(types, {"s": 5, "d": 3, "b": False, "n": None}, set())  # these Spark reads as they are
+    learn_types(types, {"d": "NaN"}, set())
+    assert types == {"s": "string", "d": "double", "b": "boolean", "n": "bigint"}
 
 
 def test_spark_settings_only_for_a_spec_with_a_delta_sink(monkeypatch, tmp_path):

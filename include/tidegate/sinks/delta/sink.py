@@ -42,15 +42,16 @@ written (the newer run then writes that table only what follows).
 
 Types. Columns are typed from the JSON values (integer → bigint, float → double, boolean, and
 string for text, decimals, times, binary as base64, and arrays/objects as their JSON); a table
-keeps the types it was created with, and a column added at the source is added to the table
+keeps the types it was created with (a ``bigint`` column widens to ``decimal(38,0)`` for an
+integer past its range; any other value that does not fit fails the sub-batch: tables.learn_types), and a column added at the source is added to the table
 (``ALTER TABLE ADD COLUMNS`` in merge mode, ``mergeSchema`` in changelog mode). A dropped column
 stays, null in new rows.
 
 Control messages: a ``gap`` or ``failover`` is recorded in the ``userMetadata`` of the sub-batch's
 commits (every table's and the checkpoint table's); a ``schema_change`` evolves the schema with the
-next row; a ``snapshot_started`` empties a merged table (above). Poison events: a value that does
-not fit its column's type is written as null by ``from_json`` (never a failed commit), so this sink
-has no event it refuses on its own; a commit Delta refuses fails the whole sub-batch.
+next row; a ``snapshot_started`` empties a merged table (above). Poison events: none of its own (a
+value that does not fit its column's type fails the sub-batch before any commit, which
+``from_json`` would write as null); a commit Delta refuses fails the whole sub-batch.
 
 The sink's parts: ``session.py`` (its Spark session), ``tables.py`` (the tables: types, history,
 appends and MERGEs), ``ledger.py`` (the commits' identifiers and what a table holds), ``jars.py``

@@ -5,6 +5,7 @@ with Delta's idempotent-write identifiers."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -15,6 +16,8 @@ from pyspark.sql import functions as F
 
 from ...errors import NonRetryableSinkError
 from . import ledger
+
+log = logging.getLogger(__name__)
 
 # What a read of a path that holds no Delta table fails with.
 NO_TABLE = ("PATH_NOT_FOUND", "DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE")
@@ -35,13 +38,51 @@ def json_type(v: Any) -> str | None:
     return "string"  # text, decimals, times, base64; arrays and objects as their JSON
 
 
-def learn_types(types: dict[str, str | None], row: dict[str, Any] | None) -> None:
-    """Extend ``types`` (column -> type, in order) with what ``row`` tells of columns not typed yet."""
+WIDE_INTEGER = "decimal(38,0)"
+# A string Spark's JSON parser reads into a double column (the envelope's non-finite doubles).
+_DOUBLE_WORDS = frozenset(("NaN", "Infinity", "-Infinity"))
+
+
+def fits(t: str, v: Any) -> bool:
+    """Whether Spark's ``from_json`` reads the JSON value ``v`` into a column of type ``t`` (not
+    null). Types this sink never makes (a table created by hand) are not judged."""
+    if v is None or t == "string":
+        return True
+    if t == "bigint":
+        return v.__class__ is int and -(2**63) <= v < 2**63
+    if t == "double":
+        return (v.__class__ in (int, float)) or v in _DOUBLE_WORDS
+    if t == "boolean":
+        return v is True or v is False
+    if t == WIDE_INTEGER:
+        return v.__class__ is int and abs(v) < 10**38
+    return True
+
+
+def learn_types(types: dict[str, str | None], row: dict[str, Any] | None, widen: set[str] | None = None,
+                where: str = "") -> None:
+    """Extend ``types`` (column -> type, in order) with what ``row`` tells of columns not typed yet,
+    and check that the others take the row's values: Spark's JSON parser writes a value that does
+    not fit its column's type as null, which would lose it. An integer past a ``bigint`` column's
+    range widens it to ``decimal(38,0)`` (added to ``widen``, when given: the table's column must
+    be altered); any other misfit is an error that names the column (``where``: the table)."""
     if not row:
         return
     for k, v in row.items():
-        if types.get(k) is None:
+        t = types.get(k)
+        if t is None:
             types[k] = json_type(v)
+        elif not fits(t, v):
+            if t == "bigint" and v.__class__ is int and abs(v) < 10**38:
+                types[k] = WIDE_INTEGER
+                if widen is not None:
+                    widen.add(k)
+                continue
+            raise NonRetryableSinkError(
+                f"{where}column {k!r} is {t} and a change holds {type(v).__name__} {str(v)[:40]!r}, which "
+                f"Spark would write as null. The column's type changed at the source, or its first "
+                f"value typed it ({t}); change the Delta column's type (ALTER TABLE ... ALTER COLUMN, "
+                f"with delta.enableTypeWidening, or a new table) and run again: nothing was written")
 
 
 def struct_ddl(types: dict[str, str | None]) -> str:
@@ -119,10 +160,13 @@ class Tables:
         """The events as a DataFrame parsed by Spark: ``seq`` and the envelope ``e`` (typed)."""
         types = self._known_types(path, evs[0][1].key)
         row_t, key_t = types["row"], types["key"]
+        widen: set[str] = set()
+        where = f"{self.where}: Delta table {path}: "
         for _, ev in evs:
-            learn_types(row_t, ev.after)
-            learn_types(row_t, ev.before)
-            learn_types(key_t, ev.key)
+            learn_types(row_t, ev.after, widen, where)
+            learn_types(row_t, ev.before, widen, where)
+            learn_types(key_t, ev.key, None, where)
+        self._widen(path, widen)
         for k in key_t:
             if key_t[k] is None or row_t.get(k) is not None:
                 key_t[k] = row_t.get(k) or key_t[k]
@@ -200,6 +244,30 @@ class Tables:
         finally:
             for key in _TXN_SETTINGS:
                 c.unset(key)
+
+    def _widen(self, path: str, columns: set[str]) -> None:
+        """Widen the table's ``bigint`` columns in ``columns`` to ``decimal(38,0)`` (Delta's type
+        widening, enabled on the table first), which keeps their values: a MariaDB BIGINT UNSIGNED
+        first seen below 2^63 and later above it. Columns the table does not have yet are created
+        with the wider type. Idempotent: a retried sub-batch finds them wide."""
+        schema = self.schema(path) if columns and self._columns.get(path) is not None else None
+        if schema is None:
+            return
+        if self.mode == "merge":
+            have = {(quote(f.name), f.dataType.simpleString()) for f in schema.fields}
+        else:  # the changelog's row images are structs
+            have = {(f"{part}.{quote(f.name)}", f.dataType.simpleString()) for part in ("before", "after")
+                    if part in schema.names for f in schema[part].dataType.fields}
+        wanted = {quote(c) for c in columns}
+        fields = sorted(f for f, t in have if t == "bigint" and f.rsplit(".", 1)[-1] in wanted)
+        if not fields:
+            return
+        table = f"delta.{quote(path)}"
+        self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+        for f in fields:
+            self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN {f} TYPE {WIDE_INTEGER}")
+        log.warning("%s: Delta table %s: widened %s to %s (a value past bigint's range)", self.where, path,
+                    ", ".join(fields), WIDE_INTEGER)
 
     def _create_or_evolve(self, path: str, row_t: dict[str, str | None]) -> None:
         """Create the merged table, or add the columns the source gained (before the MERGE, which
