@@ -145,6 +145,14 @@ if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
     POISON += [(6173, "HANGS=past_timeouts SNAPSHOTS=resnapshot REWINDS=any RETRIES=same_record POISON=dlq"),
                (6225, "SINKS=kafka,nats,redis HANGS=past_timeouts REWINDS=random RETRIES=same_record "
                       "POISON=dlq KAFKA=idempotent")]
+# With TYPES=edges (a column of every type the source offers, values at their edges, compared
+# with the source's): 7001 (MariaDB) and 7010 (PostgreSQL) held DECIMAL/numeric values in exponent
+# form (0E-30, 1E-30, 1E-20) where the source has plain text; 7020 (MariaDB, Delta) wrote an
+# unsigned BIGINT past 2^63-1 as null in a merged table whose column an earlier value typed bigint.
+# Fixed: the server's text; the column widens to decimal(38,0).
+OPTIONED = POISON + [(7001, "SOURCES=mysql SINKS=kafka,nats,redis TYPES=edges"),
+                     (7010, "SOURCES=postgres SINKS=kafka,nats,redis TYPES=edges"),
+                     (7020, "SOURCES=mysql SINKS=delta TYPES=edges")]
 # (seed, sinks, delivery, resnapshot, failovers, rewinds)
 CASES = [(seed, None, "process", False, False, False) for seed in COVERING]
 CASES += [(seed, sinks, "process", False, False, False) for seed, sinks in FOUND]
@@ -193,18 +201,20 @@ def test_campaign_seed(services, seed, sinks, delivery, resnapshot, failovers, r
 def drawn_within(seed: int, options: str):
     """The schedule of ``seed`` within ``options`` (``make campaign``'s variables)."""
     o = dict(item.split("=", 1) for item in options.split())
-    return draw(seed, sinks=tuple(o.get("SINKS", "kafka,nats,redis,delta").split(",")),
+    return draw(seed, sources=tuple(o.get("SOURCES", "mysql,postgres").split(",")),
+                sinks=tuple(o.get("SINKS", "kafka,nats,redis,delta").split(",")),
                 delivery=o.get("DELIVERY", "process"), past_timeouts=o.get("HANGS") == "past_timeouts",
                 resnapshot=o.get("SNAPSHOTS") == "resnapshot", failovers=o.get("FAILOVERS") == "gtid",
                 rewinds={"random": True, "any": "any"}.get(o.get("REWINDS", ""), False),
                 retries=o.get("RETRIES") == "same_record", poison=o.get("POISON") == "dlq",
-                envelope=o.get("ENVELOPE", "tidegate"), kafka_exactly_once=o.get("KAFKA") != "idempotent")
+                envelope=o.get("ENVELOPE", "tidegate"), kafka_exactly_once=o.get("KAFKA") != "idempotent",
+                types=o.get("TYPES", "plain"))
 
 
-@pytest.mark.parametrize(("seed", "options"), POISON,
+@pytest.mark.parametrize(("seed", "options"), OPTIONED,
                          ids=[f"{seed}-" + "-".join(v.split("=")[1].split(",")[0] for v in o.split())
-                              for seed, o in POISON])
-def test_campaign_poison_seed(services, seed, options):
+                              for seed, o in OPTIONED])
+def test_campaign_seed_within_options(services, seed, options):
     sched = drawn_within(seed, options)
     outcome = run_schedule(services, sched, options=" " + options)
     print(outcome.report())

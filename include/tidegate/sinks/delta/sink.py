@@ -43,7 +43,8 @@ written (the newer run then writes that table only what follows).
 Types. Columns are typed from the JSON values (integer → bigint, float → double, boolean, and
 string for text, decimals, times, binary as base64, and arrays/objects as their JSON); a table
 keeps the types it was created with (a ``bigint`` column widens to ``decimal(38,0)`` for an
-integer past its range; any other value that does not fit fails the sub-batch: tables.learn_types), and a column added at the source is added to the table
+integer past its range; any other value that does not fit fails the sub-batch:
+tables.learn_types), and a column added at the source is added to the table
 (``ALTER TABLE ADD COLUMNS`` in merge mode, ``mergeSchema`` in changelog mode). A dropped column
 stays, null in new rows.
 

@@ -250,7 +250,8 @@ class Tables:
         widening, enabled on the table first), which keeps their values: a MariaDB BIGINT UNSIGNED
         first seen below 2^63 and later above it. Columns the table does not have yet are created
         with the wider type. Idempotent: a retried sub-batch finds them wide."""
-        schema = self.schema(path) if columns and self._columns.get(path) is not None else None
+        # read (rarely needed), not the column cache, which a changelog table does not keep
+        schema = self.schema(path) if columns else None
         if schema is None:
             return
         if self.mode == "merge":
