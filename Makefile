@@ -78,8 +78,8 @@ compat: install
 # (rows too large for Kafka and NATS, which dead-letter them), ENVELOPE=debezium (the Kafka sink writes
 # Debezium's records, with tombstones and transaction metadata), KAFKA=idempotent (the Kafka sink's
 # idempotent producer, judged at least once), TYPES=edges (a column of every type the source offers, values
-# at the edges of their types), KEEP=DIR (work in DIR and keep the runs'
-# logs, to diagnose a failed seed); prints each seed's schedule and verdict, then the figure table.
+# at the edges of their types), PLUGIN=pgoutput (PostgreSQL's slot plugin; default wal2json), KEEP=DIR
+# (work in DIR and keep the runs' logs, to diagnose a failed seed); prints each seed's schedule and verdict, then the figure table.
 campaign: venv native servers
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m tests.campaign.runner \
 	  $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),10)) $(if $(FIRST),--first $(FIRST)) \
@@ -88,7 +88,8 @@ campaign: venv native servers
 	  $(if $(SNAPSHOTS),--snapshots $(SNAPSHOTS)) $(if $(FAILOVERS),--failovers $(FAILOVERS)) \
 	  $(if $(REWINDS),--rewinds $(REWINDS)) $(if $(RETRIES),--retries $(RETRIES)) \
 	  $(if $(POISON),--poison $(POISON)) $(if $(ENVELOPE),--envelope $(ENVELOPE)) \
-	  $(if $(KAFKA),--kafka $(KAFKA)) $(if $(TYPES),--types $(TYPES)) $(if $(KEEP),--keep $(KEEP))
+	  $(if $(KAFKA),--kafka $(KAFKA)) $(if $(TYPES),--types $(TYPES)) \
+	  $(if $(PLUGIN),--plugin $(PLUGIN)) $(if $(KEEP),--keep $(KEEP))
 
 # The demo starts servers of its own (.demo/services, other ports): `make test` never touches them.
 demo: install

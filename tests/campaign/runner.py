@@ -17,11 +17,12 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEEDS=10 RETRIES=same_record  # a failed run delivered again from its record first
     make campaign SEEDS=10 POISON=dlq      # rows too large for Kafka and NATS, dead-lettered there
     make campaign SEEDS=10 TYPES=edges     # values at the edges of every column type, compared too
+    make campaign SEEDS=10 PLUGIN=pgoutput # PostgreSQL read through pgoutput (left out: wal2json)
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
         [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--delivery executor]
         [--hangs past_timeouts] [--snapshots resnapshot] [--failovers gtid] [--rewinds random|any]
-        [--retries same_record] [--poison dlq] [--types edges] [--keep-going]
+        [--retries same_record] [--poison dlq] [--types edges] [--plugin pgoutput] [--keep-going]
 
 Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
 what the oracle found, and the command that reproduces it. The figure table at the end: fault
@@ -246,6 +247,9 @@ class Pipe:
         connect = sv.mysql_connect if sched.source == "mysql" else sv.pg_connect
         self.db = SourceDb(sched.source, connect, self.schema, typed=sched.types == "edges")
         self.db.create_tables()
+        if sched.plugin == "pgoutput":  # as an operator would: the table owner publishes them
+            self.db.execute(f"CREATE PUBLICATION {self.name}_pub FOR TABLE "
+                            + ", ".join(f"{self.schema}.{t}" for t in TABLES))
         (self.dir / "pipelines" / f"{self.name}.yaml").write_text(self.spec())
         self._store = None
         self.runs = 0
@@ -262,6 +266,10 @@ class Pipe:
             # a rewind reads the slot again from an older checkpoint: the slot keeps that window
             # (otherwise the rewind is refused, naming this setting: seed 5832)
             keep = ", replay_retention: 1h" if s.rewinds else ""
+            # left out: wal2json, since the pipeline's user may not create a publication of the
+            # tables (it owns none); pgoutput reads the one the workload's admin made (Pipe)
+            keep += f", plugin: {s.plugin}" if s.plugin else ""
+            keep += f", publication: {self.name}_pub" if s.plugin == "pgoutput" else ""
             source = f"{{kind: postgres, conn_id: cdc_postgres, tables: [{tables}], slot: {self.name}{keep}}}"
         batch = f"{{max_events: {s.max_events}, commit_policy: {s.policy}" + (
             f", quorum: {s.quorum}}}" if s.quorum else "}")
@@ -503,6 +511,8 @@ class Pipe:
         self.close_store()
         try:
             self.db.drop()
+            if self.sched.plugin == "pgoutput":
+                self.db.execute(f"DROP PUBLICATION IF EXISTS {self.name}_pub")
             if self.sched.source == "postgres":
                 self.db.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                                 f"WHERE slot_name = '{self.name}' AND NOT active")
@@ -817,6 +827,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="edges: the items table has a column of every type the source offers, filled "
                          "with values at the edges of their types, compared with the source's in the "
                          "envelope's form")
+    ap.add_argument("--plugin", default="", choices=("", "wal2json", "pgoutput"),
+                    help="PostgreSQL schedules: the slot's plugin (source.plugin); left out: wal2json "
+                         "(the pipeline's user may not publish the tables); pgoutput reads a "
+                         "publication of them the workload's admin makes (source.publication)")
     ap.add_argument("--keep-going", action="store_true", help="exit 0 even when a seed failed")
     ap.add_argument("--keep", metavar="DIR", type=Path,
                     help="work in DIR and keep it (the runs' logs and specs) to diagnose a failed seed")
@@ -830,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
         ("FAILOVERS", a.failovers, "none"), ("REWINDS", a.rewinds, "none"),
         ("RETRIES", a.retries, "none"), ("POISON", a.poison, "none"),
         ("ENVELOPE", a.envelope, "tidegate"), ("KAFKA", a.kafka, "exactly_once"),
-        ("TYPES", a.types, "plain")) if val != default)
+        ("TYPES", a.types, "plain"), ("PLUGIN", a.plugin, "")) if val != default)
     if a.delta_share != 0.1:
         options += f" (--delta-share {a.delta_share})"
     work_dir = contextlib.nullcontext(a.keep) if a.keep else tempfile.TemporaryDirectory(prefix="campaign-")
@@ -845,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
                              a.hangs == "past_timeouts", a.snapshots == "resnapshot",
                              a.failovers == "gtid", a.rewinds if a.rewinds != "none" else False,
                              a.retries == "same_record", a.poison == "dlq", a.envelope,
-                             a.kafka == "exactly_once", a.types)
+                             a.kafka == "exactly_once", a.types, a.plugin or None)
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

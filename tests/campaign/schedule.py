@@ -122,6 +122,9 @@ class Schedule:
     # decimals, times, binary, multi-byte text, JSON...), filled with values at the edges of their
     # types, which the oracle compares with the source's in the envelope's form; no draw.
     types: str = "plain"
+    # With --plugin: the PostgreSQL slot's plugin (None: the default, which is wal2json here: the
+    # pipeline's user may not publish the tables; pgoutput reads a publication the admin makes)
+    plugin: str | None = None
 
     def describe(self) -> str:
         policy = self.policy + (f"({self.quorum})" if self.quorum else "") + (
@@ -157,7 +160,7 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
          delivery: str = "process", past_timeouts: bool = False, resnapshot: bool = False,
          failovers: bool = False, rewinds: bool | str = False, retries: bool = False,
          poison: bool = False, envelope: str = "tidegate", kafka_exactly_once: bool = True,
-         types: str = "plain") -> Schedule:
+         types: str = "plain", plugin: str | None = None) -> Schedule:
     """The schedule of ``seed``, drawn within the given subsets. Delta (slow: seven Delta commits
     per sub-batch) is in a schedule only when ``sinks`` allows it, and then in ``delta_share`` of
     the seeds unless it is the only choice. ``delivery`` executor: the runs are delivered by a
@@ -202,7 +205,7 @@ def draw(seed: int, sources: tuple[str, ...] = SOURCES, sinks: tuple[str, ...] =
     max_events = rng.choice((30, 40)) if with_delta else rng.choice((4, 8, 16))
     sched = Schedule(seed, source, tuple(chosen), policy, optional, quorum, store, max_events, steps,
                      delivery, past_timeouts, retries=retries, poison=poison, envelope=envelope,
-                     kafka_exactly_once=kafka_exactly_once, types=types)
+                     kafka_exactly_once=kafka_exactly_once, types=types, plugin=plugin)
     sched = with_resnapshot(sched) if resnapshot else sched
     sched = with_failovers(sched) if failovers else sched
     return with_rewinds(sched, every_sink=rewinds == "any") if rewinds and not failovers else sched

@@ -208,7 +208,7 @@ def drawn_within(seed: int, options: str):
                 rewinds={"random": True, "any": "any"}.get(o.get("REWINDS", ""), False),
                 retries=o.get("RETRIES") == "same_record", poison=o.get("POISON") == "dlq",
                 envelope=o.get("ENVELOPE", "tidegate"), kafka_exactly_once=o.get("KAFKA") != "idempotent",
-                types=o.get("TYPES", "plain"))
+                types=o.get("TYPES", "plain"), plugin=o.get("PLUGIN"))
 
 
 @pytest.mark.parametrize(("seed", "options"), OPTIONED,
