@@ -30,6 +30,10 @@
   one before it, or an earlier one where a re-send starts). With ``ENVELOPE=debezium`` too: at
   least one BEGIN and END per transaction held, each END counting at least what is held (more only
   in a table with dead letters), and a dead-lettered delete's tombstone allowed without it.
+- values at the edges of their types (``TYPES=edges``): the replayed rows equal the source's in the
+  envelope's form, as docs/operations.md states it per type (type_edges.envelope_row); a merged
+  Delta table's too, arrays as their JSON text. A sink in Debezium's envelope is judged on the
+  other columns (the compat suite compares its types with Debezium's own records).
 """
 
 from __future__ import annotations

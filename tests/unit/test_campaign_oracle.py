@@ -252,3 +252,29 @@ def test_debezium_transaction_records_once_or_at_least_once():
     only = {"8": [_end({"notes": 1})]}
     assert transactions_at_least_once(held, dead_only + once, {**only, "7": [right]}, "notes") == []
     assert transactions_at_least_once(held, dead_only + once, {**only, "7": [right]}) != []
+
+
+def test_the_oracles_envelope_form_of_edge_values_is_the_documented_one():
+    """TYPES=edges: the source's values as the driver reads them, in the form docs/operations.md
+    gives per type (decimals plain, PostgreSQL's fractions without trailing zeros, MariaDB's
+    TIME past 24 h and negative, BIT as digits, SET as a list, non-finite doubles null)."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from tests.campaign.type_edges import envelope_row, envelope_value
+
+    assert envelope_value("mysql", Decimal("0E-30")) == "0." + "0" * 30
+    assert envelope_value("postgres", Decimal("1E-20")) == "0.00000000000000000001"
+    assert envelope_value("postgres", Decimal("NaN")) is None
+    assert [envelope_value("postgres", x) for x in (float("nan"), float("-inf"), -0.0)] == [None, None, 0.0]
+    at = dt.datetime(2023, 5, 21, 3, 57, 24, 263080)
+    assert envelope_value("postgres", at) == "2023-05-21T03:57:24.26308"
+    assert envelope_value("mysql", at) == "2023-05-21T03:57:24.263080"
+    at = dt.datetime(2026, 3, 29, 2, 30, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=45)))
+    assert envelope_value("postgres", at) == "2026-03-28T20:45:00+00:00"
+    assert envelope_value("mysql", -dt.timedelta(hours=838, minutes=59, seconds=59)) == "-838:59:59"
+    assert envelope_value("mysql", dt.timedelta(seconds=-1, microseconds=500000)) == "-00:00:00.500000"
+    assert envelope_value("postgres", memoryview(b"\x00\xff")) == "AP8="
+    row = envelope_row("mysql", {"id": 1, "bt": b"\x7f", "st": "x,z", "ts": dt.datetime(1970, 1, 1, 0, 0, 1)})
+    assert row == {"id": 1, "bt": "1111111", "st": ["x", "z"], "ts": "1970-01-01T00:00:01+00:00"}
+    assert envelope_row("mysql", {"st": ""})["st"] == []
