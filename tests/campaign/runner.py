@@ -247,7 +247,8 @@ class Pipe:
         connect = sv.mysql_connect if sched.source == "mysql" else sv.pg_connect
         self.db = SourceDb(sched.source, connect, self.schema, typed=sched.types == "edges")
         self.db.create_tables()
-        if sched.plugin == "pgoutput":  # as an operator would: the table owner publishes them
+        # as an operator would do for pgoutput: the tables' owner publishes them
+        if sched.plugin == "pgoutput" and sched.source == "postgres":
             self.db.execute(f"CREATE PUBLICATION {self.name}_pub FOR TABLE "
                             + ", ".join(f"{self.schema}.{t}" for t in TABLES))
         (self.dir / "pipelines" / f"{self.name}.yaml").write_text(self.spec())
@@ -511,7 +512,7 @@ class Pipe:
         self.close_store()
         try:
             self.db.drop()
-            if self.sched.plugin == "pgoutput":
+            if self.sched.plugin == "pgoutput" and self.sched.source == "postgres":
                 self.db.execute(f"DROP PUBLICATION IF EXISTS {self.name}_pub")
             if self.sched.source == "postgres":
                 self.db.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "

@@ -123,6 +123,12 @@ POSTGRES = (
 )
 
 COLUMNS = {"mysql": MYSQL, "postgres": POSTGRES}
+# The pairs table's text key column (with the id, a composite key): the empty string, quotes,
+# a backslash, spaces at either end (MariaDB's PAD SPACE collation compares 'a' and 'a ' equal),
+# case (its collation ignores it), two- to four-byte UTF-8, a JSON escape; through the message
+# keys, the idempotency keys and the snapshot's chunk bounds.
+EDGE_KEYS = ("", "a", "A", "a ", " a", "a'b", '"', "\\", "\u00e4", "\u00df", "\u4e2d\u6587",
+             "\U0001F600", "\t", "\u2028", "%_", "r1")
 
 
 def draw_row(rng: random.Random, kind: str) -> dict:

@@ -133,7 +133,18 @@ def nats_ids(conn, stream: str) -> list[str]:
 def nats_messages(conn, stream: str, subject: str) -> list[tuple[dict, dict]]:
     """(JSON payload, headers) of every message of ``subject``, in stream order."""
     msgs = stored_messages(conn, stream)
-    return [(json.loads(m.data), m.headers or {}) for m in msgs if m.subject == subject]
+    return [(json.loads(m.data), header_texts(m.headers)) for m in msgs if m.subject == subject]
+
+
+def header_texts(headers: dict | None) -> dict[str, str]:
+    """A message's headers as text. nats-py parses them with the e-mail parser, which gives a
+    value with bytes past ASCII (a snapshot row's Nats-Msg-Id names its key: text of any
+    language) as an ``email.header.Header``; its bytes are the UTF-8 the sink sent."""
+    from email.header import decode_header
+
+    return {k: v if isinstance(v, str) else
+            "".join(p.decode() if isinstance(p, bytes) else p for p, _ in decode_header(v))
+            for k, v in (headers or {}).items()}
 
 
 @contextmanager
