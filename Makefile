@@ -75,11 +75,12 @@ compat: install
 # and its replica after some steps' faults), REWINDS=random (an operator rewinds a message sink, under a run
 # or after it; REWINDS=any: any sink, Delta's included), RETRIES=same_record (a faulted run that failed is
 # delivered again from its record, as an Airflow retry of its deliver task, before the reruns), POISON=dlq
-# (rows too large for Kafka and NATS, which dead-letter them), ENVELOPE=debezium (the Kafka sink writes
-# Debezium's records, with tombstones and transaction metadata), KAFKA=idempotent (the Kafka sink's
-# idempotent producer, judged at least once), TYPES=edges (a column of every type the source offers, values
-# at the edges of their types), PLUGIN=pgoutput (PostgreSQL's slot plugin; default wal2json), KEEP=DIR
-# (work in DIR and keep the runs' logs, to diagnose a failed seed); prints each seed's schedule and verdict, then the figure table.
+# (rows too large for Kafka and NATS, which dead-letter them; dlq_mixed: half of them past 16 MiB too),
+# ENVELOPE=debezium (the Kafka sink writes Debezium's records, with tombstones and transaction metadata),
+# KAFKA=idempotent (the Kafka sink's idempotent producer, judged at least once), TYPES=edges (a column of
+# every type the source offers, values at the edges of their types), PLUGIN=pgoutput (PostgreSQL's slot
+# plugin; default wal2json), KEEP=DIR (work in DIR and keep the runs' logs, to diagnose a failed seed);
+# prints each seed's schedule and verdict, then the figure table.
 campaign: venv native servers
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" SPARK_LOCAL_IP=127.0.0.1 $(PY) -m tests.campaign.runner \
 	  $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),10)) $(if $(FIRST),--first $(FIRST)) \

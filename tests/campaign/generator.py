@@ -27,6 +27,9 @@ TABLES = tuple(KEY_COLUMNS)
 # (base64 of random bytes): a repeated character would reach the broker lz4-compressed to a few
 # KiB, which it takes.
 HUGE_BODY = 2_200_000
+# With POISON=dlq_mixed, half the huge bodies are this long instead: past the Kafka producer's own
+# message.max.bytes (16 MiB), which refuses the record in produce(), before any broker sees it.
+CLIENT_HUGE_BODY = 17_500_000
 
 Key = tuple  # (table, ((column, value), ...)) with the key columns sorted
 
@@ -147,6 +150,7 @@ class Workload:
     next_id: int = 1
     huge_share: float = 0.0  # POISON=dlq: the share of new notes rows with a HUGE_BODY
     huge: set[Key] = field(default_factory=set)  # keys whose row has one (a rekey keeps it)
+    huge_mixed: bool = False  # POISON=dlq_mixed: a huge body is CLIENT_HUGE_BODY long by a coin
 
     def _new_row(self, table: str) -> dict:
         i, self.next_id = self.next_id, self.next_id + 1
@@ -159,7 +163,8 @@ class Workload:
         if table == "notes":
             if self.huge_share and self.rng.random() < self.huge_share:  # no draw without POISON
                 self.huge.add(key_of(table, {"id": i}))  # (a rolled-back one has no changes)
-                body = base64.b64encode(self.rng.randbytes(HUGE_BODY * 3 // 4)).decode()
+                size = CLIENT_HUGE_BODY if self.huge_mixed and self.rng.random() < 0.5 else HUGE_BODY
+                body = base64.b64encode(self.rng.randbytes(size * 3 // 4)).decode()
                 return {"id": i, "v": v, "body": body}
             return {"id": i, "v": v, "body": "n" * self.rng.choice((10, 500, 3000, 9000))}
         row = {"id": i, "v": v, "s": self.rng.choice(("new", "paid", "sent", None))}

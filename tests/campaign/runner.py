@@ -16,13 +16,14 @@ Usage (the project's root; `make campaign` wraps it)::
     make campaign SEEDS=10 REWINDS=random  # an operator rewinds a message sink, between runs or under one
     make campaign SEEDS=10 RETRIES=same_record  # a failed run delivered again from its record first
     make campaign SEEDS=10 POISON=dlq      # rows too large for Kafka and NATS, dead-lettered there
+    make campaign SEEDS=10 POISON=dlq_mixed  # half of them past the Kafka client's own 16 MiB too
     make campaign SEEDS=10 TYPES=edges     # values at the edges of every column type, compared too
     make campaign SEEDS=10 PLUGIN=pgoutput # PostgreSQL read through pgoutput (left out: wal2json)
 
     python -m tests.campaign.runner --seeds 20 [--first 1] [--seed S] [--sources mysql,postgres]
         [--sinks kafka,nats,redis,delta] [--kinds ...] [--delta-share 0.1] [--delivery executor]
         [--hangs past_timeouts] [--snapshots resnapshot] [--failovers gtid] [--rewinds random|any]
-        [--retries same_record] [--poison dlq] [--types edges] [--plugin pgoutput] [--keep-going]
+        [--retries same_record] [--poison dlq|dlq_mixed] [--types edges] [--plugin pgoutput] [--keep-going]
 
 Every seed prints its schedule and its verdict; a failed one prints the list of (moment, fault),
 what the oracle found, and the command that reproduces it. The figure table at the end: fault
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -730,7 +732,7 @@ def run_schedule(sv: Services, sched: Schedule, options: str = "") -> Outcome:
     t0 = time.monotonic()
     p = Pipe(sv, sched)
     work = Workload(random.Random(f"{sched.seed}/workload"), p.db,
-                    huge_share=HUGE_SHARE if sched.poison else 0.0)
+                    huge_share=HUGE_SHARE if sched.poison else 0.0, huge_mixed=sched.huge_mixed)
     try:
         try:
             p.catch_up("place", out)  # the sinks placed at the source's head
@@ -814,9 +816,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retries", default="none", choices=("none", "same_record"),
                     help="same_record: a faulted run that failed is delivered again from its record "
                          "(`tidegate run --retry`: an Airflow retry of its deliver task) before the reruns")
-    ap.add_argument("--poison", default="none", choices=("none", "dlq"),
+    ap.add_argument("--poison", default="none", choices=("none", "dlq", "dlq_mixed"),
                     help=f"dlq: a share ({HUGE_SHARE:g}) of new notes rows are larger than Kafka's and "
-                         "NATS's limits; those sinks dead-letter every change of them (on_poison: dlq)")
+                         "NATS's limits; those sinks dead-letter every change of them (on_poison: dlq); "
+                         "dlq_mixed: half of them past the Kafka client's own 16 MiB limit too")
     ap.add_argument("--envelope", default="tidegate", choices=("tidegate", "debezium"),
                     help="debezium: the Kafka sink writes Debezium's records (envelope: debezium), "
                          "with tombstones and transaction metadata, which the oracle checks too")
@@ -859,8 +862,9 @@ def main(argv: list[str] | None = None) -> int:
                              tuple(a.kinds.split(",")), a.delta_share, a.delivery,
                              a.hangs == "past_timeouts", a.snapshots == "resnapshot",
                              a.failovers == "gtid", a.rewinds if a.rewinds != "none" else False,
-                             a.retries == "same_record", a.poison == "dlq", a.envelope,
+                             a.retries == "same_record", a.poison != "none", a.envelope,
                              a.kafka == "exactly_once", a.types, a.plugin or None)
+                sched = dataclasses.replace(sched, huge_mixed=a.poison == "dlq_mixed")
                 o = run_schedule(sv, sched, options)
                 print(o.report(), flush=True)
                 outcomes.append(o)

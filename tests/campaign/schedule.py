@@ -111,6 +111,9 @@ class Schedule:
     # With --poison dlq: some notes rows are too large for Kafka and NATS, whose sinks dead-letter
     # them (on_poison: dlq); no draw in the schedule (the workload draws which rows).
     poison: bool = False
+    # With --poison dlq_mixed: half the huge rows are past the Kafka client's own limit too
+    # (16 MiB: the producer refuses them before any broker sees them), the rest past the broker's
+    huge_mixed: bool = False
     # With --envelope debezium: the Kafka sink writes Debezium's records (envelope: debezium, with
     # transaction metadata and tombstones); no draw either. Its changes carry no tidegate
     # position, so no rewind is drawn for it (the oracle could not tell a re-send from a duplicate).
@@ -135,7 +138,8 @@ class Schedule:
         if self.past_timeouts:
             where += f", store and source timeouts {HANG_TIMEOUT_S:g}s"
         if self.poison:
-            where += ", rows too large for Kafka and NATS dead-lettered"
+            where += ", rows too large for Kafka and NATS dead-lettered" + (
+                " (some past 16 MiB)" if self.huge_mixed else "")
         if self.envelope == "debezium" and "kafka" in self.sinks:
             where += ", Kafka in Debezium's envelope"
         if not self.kafka_exactly_once and "kafka" in self.sinks:

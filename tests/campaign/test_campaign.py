@@ -6,6 +6,7 @@ table, checkpoints never back, every failed run retried to success or halted lou
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -201,14 +202,15 @@ def test_campaign_seed(services, seed, sinks, delivery, resnapshot, failovers, r
 def drawn_within(seed: int, options: str):
     """The schedule of ``seed`` within ``options`` (``make campaign``'s variables)."""
     o = dict(item.split("=", 1) for item in options.split())
-    return draw(seed, sources=tuple(o.get("SOURCES", "mysql,postgres").split(",")),
-                sinks=tuple(o.get("SINKS", "kafka,nats,redis,delta").split(",")),
-                delivery=o.get("DELIVERY", "process"), past_timeouts=o.get("HANGS") == "past_timeouts",
-                resnapshot=o.get("SNAPSHOTS") == "resnapshot", failovers=o.get("FAILOVERS") == "gtid",
-                rewinds={"random": True, "any": "any"}.get(o.get("REWINDS", ""), False),
-                retries=o.get("RETRIES") == "same_record", poison=o.get("POISON") == "dlq",
-                envelope=o.get("ENVELOPE", "tidegate"), kafka_exactly_once=o.get("KAFKA") != "idempotent",
-                types=o.get("TYPES", "plain"), plugin=o.get("PLUGIN"))
+    sched = draw(seed, sources=tuple(o.get("SOURCES", "mysql,postgres").split(",")),
+                 sinks=tuple(o.get("SINKS", "kafka,nats,redis,delta").split(",")),
+                 delivery=o.get("DELIVERY", "process"), past_timeouts=o.get("HANGS") == "past_timeouts",
+                 resnapshot=o.get("SNAPSHOTS") == "resnapshot", failovers=o.get("FAILOVERS") == "gtid",
+                 rewinds={"random": True, "any": "any"}.get(o.get("REWINDS", ""), False),
+                 retries=o.get("RETRIES") == "same_record", poison=o.get("POISON", "none") != "none",
+                 envelope=o.get("ENVELOPE", "tidegate"), kafka_exactly_once=o.get("KAFKA") != "idempotent",
+                 types=o.get("TYPES", "plain"), plugin=o.get("PLUGIN"))
+    return dataclasses.replace(sched, huge_mixed=o.get("POISON") == "dlq_mixed")
 
 
 @pytest.mark.parametrize(("seed", "options"), OPTIONED,
