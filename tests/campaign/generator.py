@@ -42,8 +42,10 @@ class SourceDb:
     """The workload's admin connection (reopened after the server restarted), and the SQL that
     differs between the two sources."""
 
-    def __init__(self, kind: str, connect: Callable[[], object], schema: str, typed: bool = False):
+    def __init__(self, kind: str, connect: Callable[[], object], schema: str, typed: bool = False,
+                 longest: int = HUGE_BODY):
         self.kind, self.schema, self.typed = kind, schema, typed
+        self.longest = longest  # the longest notes body the workload writes
         self.connect = (lambda: _typed_session(kind, connect())) if typed else connect
         self.conn = self.connect()
 
@@ -112,7 +114,8 @@ class SourceDb:
         raise AssertionError("not reached")
 
     def create_tables(self) -> None:
-        text = "TEXT" if self.kind == "postgres" else "MEDIUMTEXT"
+        # MariaDB: MEDIUMTEXT holds up to 16 MiB, LONGTEXT the bodies past it (POISON=dlq_mixed)
+        text = "TEXT" if self.kind == "postgres" else "MEDIUMTEXT" if self.longest < 1 << 24 else "LONGTEXT"
         ddl = {"items": "id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40)",
                "pairs": "k1 INT NOT NULL, k2 VARCHAR(8) NOT NULL, v INT NOT NULL, PRIMARY KEY (k1, k2)",
                "notes": f"id INT PRIMARY KEY, v INT NOT NULL, body {text}"}

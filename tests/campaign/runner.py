@@ -62,7 +62,7 @@ from tidegate.spec import DELIVERY_CONF
 from tidegate.store import open_store
 
 from tests.campaign import faults
-from tests.campaign.generator import TABLES, SourceDb, Workload
+from tests.campaign.generator import CLIENT_HUGE_BODY, HUGE_BODY, TABLES, SourceDb, Workload
 from tests.campaign.oracle import SinkVerdict, verdicts
 from tests.campaign.schedule import (
     DELIVERIES,
@@ -247,7 +247,8 @@ class Pipe:
             sv.mysql_replica()
             self.ports.add(get_connection("cdc_mysql_replica", sv.env).port)
         connect = sv.mysql_connect if sched.source == "mysql" else sv.pg_connect
-        self.db = SourceDb(sched.source, connect, self.schema, typed=sched.types == "edges")
+        self.db = SourceDb(sched.source, connect, self.schema, typed=sched.types == "edges",
+                           longest=CLIENT_HUGE_BODY if sched.huge_mixed else HUGE_BODY)
         self.db.create_tables()
         # as an operator would do for pgoutput: the tables' owner publishes them
         if sched.plugin == "pgoutput" and sched.source == "postgres":
