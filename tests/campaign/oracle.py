@@ -71,6 +71,7 @@ class SinkVerdict:
     redelivered: int = 0  # repeats a rewind asked for (not duplicates)
     not_redelivered: int = 0  # changes a rewind should have delivered again and did not
     dead_letters: int = 0  # records in the sink's dead-letter destination (POISON=dlq)
+    dead_letters_past_16mib: int = 0  # of them, events past the Kafka client's own limit (dlq_mixed)
     # ENVELOPE=debezium: tombstones and transaction records out of place (missing, repeated,
     # miscounted)
     misshapen: int = 0
@@ -334,6 +335,7 @@ def check_dead_letters(v: SinkVerdict, letters: list[tuple[str, dict]], expected
         v.examples.append(f"dead letters by op {dict(ops)}, the huge rows' changes {dict(want)}")
     v.received += len(letters)
     v.dead_letters = len(letters)
+    v.dead_letters_past_16mib = sum(record.get("event_size", 0) > 1 << 24 for _, record in letters)
     return rows
 
 

@@ -136,7 +136,9 @@ class Outcome:
                                                    if v.known else "")
             + (f" ({v.snapshot_rows} snapshot rows)" if v.snapshot_rows else "")
             + (f" ({v.redelivered} delivered again after rewinds)" if v.redelivered else "")
-            + (f" ({v.dead_letters} dead-lettered)" if v.dead_letters else "")
+            + (f" ({v.dead_letters} dead-lettered" + (f", {v.dead_letters_past_16mib} of them past 16 MiB"
+                                                      if v.dead_letters_past_16mib else "") + ")"
+               if v.dead_letters else "")
             + (f" ({v.stale} keys re-sent stale by a zombie)" if v.stale else "")
             for v in self.verdicts))
         return "\n".join(lines)
