@@ -153,12 +153,16 @@ if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
 # Fixed: the server's text; the column widens to decimal(38,0). 7061 (PostgreSQL through
 # pgoutput) had a snapshot row's Nats-Msg-Id past ASCII, which the tests' NATS reader could not
 # read (fixed there). 7083 (MariaDB, POISON=dlq_mixed) dead-letters rows of 17.5 MB, which the
-# Kafka client refuses itself, and their 35 MB updates, from a real binlog.
-OPTIONED = POISON + [(7001, "SOURCES=mysql SINKS=kafka,nats,redis TYPES=edges"),
-                     (7010, "SOURCES=postgres SINKS=kafka,nats,redis TYPES=edges"),
-                     (7020, "SOURCES=mysql SINKS=delta TYPES=edges"),
-                     (7061, "SINKS=kafka,nats,redis SNAPSHOTS=resnapshot TYPES=edges PLUGIN=pgoutput"),
+# Kafka client refuses itself, and their 35 MB updates, from a real binlog. Within CI's time the
+# list keeps 7061 and 7083 (edge values on both sources: the decimals of 7001 and 7010 show there
+# too); 7001, 7010 and 7020 (3.5 minutes with Delta; test_delta_sink.py proves its fix) replay
+# with TIDEGATE_CAMPAIGN_FOUND=1.
+OPTIONED = POISON + [(7061, "SINKS=kafka,nats,redis SNAPSHOTS=resnapshot TYPES=edges PLUGIN=pgoutput"),
                      (7083, "SINKS=kafka,nats,redis RETRIES=same_record POISON=dlq_mixed TYPES=edges")]
+if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
+    OPTIONED += [(7001, "SOURCES=mysql SINKS=kafka,nats,redis TYPES=edges"),
+                 (7010, "SOURCES=postgres SINKS=kafka,nats,redis TYPES=edges"),
+                 (7020, "SOURCES=mysql SINKS=delta TYPES=edges")]
 # (seed, sinks, delivery, resnapshot, failovers, rewinds)
 CASES = [(seed, None, "process", False, False, False) for seed in COVERING]
 CASES += [(seed, sinks, "process", False, False, False) for seed, sinks in FOUND]
