@@ -39,6 +39,7 @@ def json_type(v: Any) -> str | None:
 
 
 WIDE_INTEGER = "decimal(38,0)"
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 # A string Spark's JSON parser reads into a double column (the envelope's non-finite doubles).
 _DOUBLE_WORDS = frozenset(("NaN", "Infinity", "-Infinity"))
 
@@ -72,6 +73,9 @@ def learn_types(types: dict[str, str | None], row: dict[str, Any] | None, widen:
         t = types.get(k)
         if t is None:
             types[k] = json_type(v)
+        elif v is None or t == "string" or (v.__class__ is int and t == "bigint"
+                                            and _LONG_MIN <= v <= _LONG_MAX):
+            continue  # the common cases without a call: this runs for every value of every row
         elif not fits(t, v):
             if t == "bigint" and v.__class__ is int and abs(v) < 10**38:
                 types[k] = WIDE_INTEGER
