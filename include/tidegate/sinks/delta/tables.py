@@ -50,7 +50,7 @@ def fits(t: str, v: Any) -> bool:
     if v is None or t == "string":
         return True
     if t == "bigint":
-        return v.__class__ is int and -(2**63) <= v < 2**63
+        return v.__class__ is int and _LONG_MIN <= v <= _LONG_MAX
     if t == "double":
         return (v.__class__ in (int, float)) or v in _DOUBLE_WORDS
     if t == "boolean":
@@ -77,7 +77,7 @@ def learn_types(types: dict[str, str | None], row: dict[str, Any] | None, widen:
                                             and _LONG_MIN <= v <= _LONG_MAX):
             continue  # the common cases without a call: this runs for every value of every row
         elif not fits(t, v):
-            if t == "bigint" and v.__class__ is int and abs(v) < 10**38:
+            if t == "bigint" and fits(WIDE_INTEGER, v):
                 types[k] = WIDE_INTEGER
                 if widen is not None:
                     widen.add(k)

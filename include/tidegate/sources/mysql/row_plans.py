@@ -24,7 +24,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -376,7 +375,7 @@ def _compile(tm: TableMap, codec_for: Callable[[int | None], str | None], float_
     """Generate ``decode(buf, o) -> (row dict, offset after the row)`` for a full row image:
     the NULL bitmap, then each non-NULL column's bytes."""
     ns: dict[str, Any] = {"_b64": b64, "_f32": float32_shortest, "_int": int.from_bytes,
-                          "_flag": float_flag, "_Decimal": Decimal, "_MISS": _MISS,
+                          "_flag": float_flag, "_MISS": _MISS,
                           "_date": date_value, "_bits": bits_text, "_json": mysql_json_text,
                           "_latin1": mysql_latin1, "_otime": old_time_value,
                           "_odatetime": old_datetime_value, "_otimestamp": old_timestamp_value}
