@@ -45,8 +45,6 @@ OPS = ("c", "u", "d", "r")
 # source.snapshot, as Debezium writes it: "true" for snapshot rows, "last" for the last row of a
 # table's snapshot, "false" for log events.
 SNAPSHOT_MARKS = ("true", "last", "false")
-# A snapshot row's tx_id is this and the snapshot's id; its event_id is the row's primary key.
-SNAPSHOT_TX = "snapshot:"
 
 
 def snapshot_mark(v: Any) -> str:
@@ -135,18 +133,6 @@ def idempotency_key(tenant: str, pipeline: str, db: str, table: str, tx_id: str,
 _NAMESPACE_SHA1 = hashlib.sha1(EVENT_ID_NAMESPACE.bytes)
 # RFC 4122 variant: the high two bits of byte 8 become 10 (hex digit 16 of the digest).
 _VARIANT_DIGIT = {c: format((int(c, 16) & 0x3) | 0x8, "x") for c in "0123456789abcdef"}
-
-
-_TOTAL_ORDER = b'"total_order":'
-
-
-def total_order_of(value: bytes) -> int:
-    """``transaction.total_order`` of an event's envelope bytes, read from their tail without
-    parsing them: the transaction object is the last but ``ts_ms`` (:meth:`ChangeEvent.envelope`,
-    and every compiled writer), so the last ``"total_order":`` is its own. A column of that name
-    comes earlier (in before, after or key); inside a JSON string the quotes are escaped."""
-    i = value.rindex(_TOTAL_ORDER) + len(_TOTAL_ORDER)
-    return int(value[i:value.index(b",", i)])
 
 
 def event_uuid(key: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from .events import ChangeEvent, ControlMessage, PositionMark, cached, filled, is_control, total_order_of
+from .events import ChangeEvent, ControlMessage, PositionMark, cached, filled, is_control
 from .native import rowcodec
 
 # What one event carries to the run's process, in this order (a "mark" row carries only
@@ -101,8 +101,7 @@ class ShippedEvent(ChangeEvent):
     event_id = _from_envelope(lambda env: env["idempotency_key"].rsplit("|", 1)[1])
     position = _from_envelope(lambda env: env["source"]["position"])
     ts_ms = _from_envelope(lambda env: env["source"]["ts_ms"])
-    # Read from the bytes' tail: the NATS sink reads it for every message of a log event.
-    total_order = cached(lambda ev: total_order_of(ev.value))
+    total_order = _from_envelope(lambda env: env["transaction"]["total_order"])
     data_collection_order = _from_envelope(lambda env: env["transaction"]["data_collection_order"])
     snapshot = _from_envelope(lambda env: env["source"]["snapshot"])
     id = _from_envelope(lambda env: env["id"])

@@ -12,7 +12,7 @@ the replica.
 Each change's ``event_id`` (and so its ``Nats-Msg-Id``) is its position in the log of the
 server it was read from: the replica's copies of the killed run's changes carry other ids.
 Campaign seed 5821 (``FAILOVERS=gtid``) found them stored twice (6 of 526 changes); the sink now
-also recognizes a stored change by its transaction and its place in it (``Tidegate-Tx-Order``).
+also recognizes a stored change by its transaction and its place in it (``read_back.Stored``).
 
 Oracle: the workload's changes per key, in commit order, each once; the new run's report counts
 as skipped exactly what the killed run stored; a third run has nothing to do.

@@ -11,7 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tidegate.events import ChangeEvent, encode_value, event_uuid, split_key_change, total_order_of
+from tidegate.events import ChangeEvent, encode_value, event_uuid, split_key_change
 from tidegate.shipped import item_to_row, row_to_item
 from tidegate.sources.mysql.position import BinlogPosition
 
@@ -120,21 +120,3 @@ def test_the_last_row_of_a_transaction_is_a_marked_copy_and_the_held_event_is_ne
     assert (shipped.tx_end, shipped_last.tx_end, shipped_last.end_position) == (False, True, end)
     assert type(shipped_last) is type(shipped) and shipped_last.value == value
     assert shipped_last.after == first.after  # a field that did not travel: still read from the bytes
-
-
-def test_the_total_order_is_read_from_the_envelope_tail_whatever_the_columns_hold():
-    """ShippedEvent.total_order (which the NATS sink writes on every log event's message) is read
-    from the bytes' tail, not parsed: the transaction's own, also when a column is named
-    total_order or a value spells one."""
-    ev = ChangeEvent.build(
-        tenant="acme", pipeline="orders", connector="mysql", db="shop", schema="shop", table="orders",
-        op="u", before={"id": 1, "total_order": 5},
-        after={"id": 1, "total_order": 6, "note": '"total_order":8,'},
-        key={"id": 1}, tx_id="0-1-7", event_id="mysql-bin.000001:300:0",
-        position={"file": "mysql-bin.000001", "pos": 300}, ts_ms=1_764_000_000_000, total_order=12,
-        data_collection_order=3)
-    assert total_order_of(ev.value) == 12 == json.loads(ev.value)["transaction"]["total_order"]
-    shipped = row_to_item(item_to_row(ev))
-    assert "_env" not in shipped.__dict__
-    assert shipped.total_order == 12 and "_env" not in shipped.__dict__  # the envelope not parsed
-    assert [total_order_of(e.value) for e in build_events()] == [e.total_order for e in build_events()]

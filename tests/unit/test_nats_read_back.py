@@ -5,15 +5,17 @@ a stored change is known on the other server of a GTID pair."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 from tidegate.connections import Connection
 from tidegate.coordinator import SinkReport
 from tidegate.errors import NonRetryableSinkError
-from tidegate.events import NEW_KEY_HEADER, OLD_KEY_HEADER, ChangeEvent, split_key_change
+from tidegate.events import ChangeEvent
 from tidegate.sinks.nats.markers import COMMIT_SEQ_HEADER, commit_seq_of
-from tidegate.sinks.nats.read_back import TX_ORDER_HEADER, replay_id
+from tidegate.sinks.nats.read_back import Stored, change_of, tx_prefix
 from tidegate.sinks.nats.sink import NatsSink
 from tidegate.sinks.nats.spec import NatsSinkSpec
 from tidegate.spec import PipelineSpec, SourceSpec
@@ -66,37 +68,69 @@ def test_the_run_report_says_what_was_skipped():
     assert rep.to_json()["skipped"] == 20
 
 
+
 def change(event_id: str, total_order: int, tx_id: str = "0-1-42", **kw) -> ChangeEvent:
     return ChangeEvent.build(
         tenant="default", pipeline="orders", connector="mysql", db="shop", schema="shop", table="t",
-        op="c", before=None, after={"id": 7}, key={"id": 7}, tx_id=tx_id, event_id=event_id,
-        position={}, ts_ms=1_764_000_000_000, total_order=total_order, data_collection_order=1, **kw)
+        op="c", before=None, after={"id": total_order}, key={"id": total_order}, tx_id=tx_id,
+        event_id=event_id, position={}, ts_ms=1_764_000_000_000, total_order=total_order,
+        data_collection_order=total_order, **kw)
+
+
+class Stream:
+    """What the stream holds after the last commit marker, for Stored's one fetch; counts them."""
+
+    def __init__(self, events: list[ChangeEvent]):
+        self.events = events
+        self.fetches: list[int] = []
+
+    async def changes_after(self, after_seq: int) -> set:
+        self.fetches.append(after_seq)
+        return {change_of(ev.value) for ev in self.events} - {None}
+
+
+def holding(events: list[ChangeEvent]) -> tuple[Stored, Stream]:
+    stream = Stream(events)
+    stored = Stored(stream.changes_after)
+    stored.add({ev.idempotency_key for ev in events}, 41)
+    return stored, stream
+
+
+def holds(stored: Stored, events: list[ChangeEvent]) -> list[bool]:
+    return [asyncio.run(stored.holds(ev.idempotency_key, ev.value)) for ev in events]
 
 
 def test_a_change_read_from_either_server_of_a_gtid_pair_is_known_by_its_place_in_its_transaction():
-    """Campaign seed 5821: the replica's copy of a change a killed run stored from the primary has
-    another Nats-Msg-Id (the event id is a position in one server's log) and was stored twice."""
-    s = sink()
-    on_primary, on_replica = change("mysql-bin.000003:1520:0", 4), change("mysql-bin.000001:981:0", 4)
-    (_, _, primary_id, primary_headers), = s._messages([on_primary], {})
-    (_, _, replica_id, replica_headers), = s._messages([on_replica], {})
-    assert primary_id != replica_id
-    assert primary_headers == {"Nats-Msg-Id": primary_id, TX_ORDER_HEADER: "4"}
-    # what the read-back of the killed run's messages holds, then the run on the replica
-    s._stored_ids = {primary_id, replay_id(primary_id, primary_headers[TX_ORDER_HEADER])}
-    assert s._is_stored((None, b"", replica_id, replica_headers))
-    # another change of the transaction, and the same place in another transaction, are not
-    for other in (change("mysql-bin.000001:981:1", 5), change("mysql-bin.000001:981:0", 4, "0-1-43")):
-        (m,) = s._messages([other], {})
-        assert not s._is_stored(m)
+    """Campaign seed 5821: the replica's copies of changes a killed run stored from the primary
+    have other Nats-Msg-Ids (an event id is a position in one server's log) and were stored twice."""
+    primary = [change(f"mysql-bin.000003:{1520 + 90 * i}:0", i) for i in (1, 2, 3)]
+    replica = [change(f"mysql-bin.000001:{981 + 90 * i}:0", i) for i in (1, 2, 3, 4)]
+    assert {e.idempotency_key for e in primary}.isdisjoint(e.idempotency_key for e in replica)
+    stored, stream = holding(primary[:2])  # the killed run stored two of the three
+    assert holds(stored, replica) == [True, True, False, False]
+    assert stream.fetches == [41]  # once, from where the read-back started
+    # the same place in another transaction, or in another table, is another change
+    other = [change("mysql-bin.000001:981:0", 1, "0-1-43"),
+             dataclasses.replace(replica[0], table="u")]
+    assert holds(holding(primary)[0], other) == [False, False]
 
 
-def test_a_snapshot_row_carries_no_place_and_a_key_change_keeps_its_headers():
-    s = sink()
+def test_what_the_same_server_stored_is_matched_by_id_and_nothing_is_fetched():
+    events = [change(f"mysql-bin.000003:{1520 + 90 * i}:0", i) for i in (1, 2, 3, 4)]
+    stored, stream = holding(events[:2])
+    assert holds(stored, events) == [True, True, False, False]
+    assert stream.fetches == []
+    # a message refused in the middle of an attempt: what follows it in its transaction is
+    # compared by change (one fetch), and is stored under its own id all the same
+    stored, stream = holding([events[0], events[2]])
+    assert holds(stored, events) == [True, False, True, False]
+    assert stream.fetches == [41]
+
+
+def test_snapshot_rows_and_dead_letters_are_known_by_id_only():
     row = change('{"id":7}', 1, tx_id="snapshot:ab12", snapshot="true")
-    (_, _, row_id, headers), = s._messages([row], {})
-    assert headers == {"Nats-Msg-Id": row_id}  # its id names no server: no second identity
-    gone, made = split_key_change(change("mysql-bin.000001:981:0", 2), {"id": 6})
-    assert [m[3] for m in s._messages([gone, made], {})] == [
-        {"Nats-Msg-Id": gone.idempotency_key, TX_ORDER_HEADER: "2", NEW_KEY_HEADER: '{"id":7}'},
-        {"Nats-Msg-Id": made.idempotency_key, TX_ORDER_HEADER: "3", OLD_KEY_HEADER: '{"id":6}'}]
+    assert change_of(row.value) is None  # its id names no server
+    assert change_of(b'{"error": "too large", "idempotency_key": "x", "event": "{..."}') is None
+    live = change("mysql-bin.000003:1520:0", 1)
+    assert change_of(live.value) == ("default|orders|shop.t|0-1-42", 1)
+    assert tx_prefix(live.idempotency_key) == "default|orders|shop.t|0-1-42"

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SnapshotError
 from ..events import (
-    SNAPSHOT_TX,
     ControlMessage,
 )
 from ..filters import TableFilter, is_pattern
@@ -74,7 +73,7 @@ def completed_message(spec: PipelineSpec, rec: SnapshotRecord, rows: int) -> Con
     return ControlMessage(spec.tenant, spec.pipeline, "snapshot_completed", rec.snapshot_id,
                           rec.handoff.to_json(), rec.ts_ms,
                           {"snapshot": rec.snapshot_id, "tables": table_names(rec), "rows": rows},
-                          tx_id=f"{SNAPSHOT_TX}{rec.snapshot_id}", tx_end=True, end_position=rec.handoff)
+                          tx_id=f"snapshot:{rec.snapshot_id}", tx_end=True, end_position=rec.handoff)
 
 
 def position_json(rec: SnapshotRecord) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..events import (
-    SNAPSHOT_TX,
     ChangeEvent,
     PositionMark,
     encode_row,
@@ -176,7 +175,7 @@ class RowEvents:
         self.transform = column_filters.for_table(table.schema, table.table) if column_filters else None
         if self.transform is not None:
             self.transform.check_key(table.key)
-        self.tx_id = f"{SNAPSHOT_TX}{rec.snapshot_id}"
+        self.tx_id = f"snapshot:{rec.snapshot_id}"
         self.position = {"snapshot": rec.snapshot_id, "chunk": chunk}
         self.ts_ms = rec.ts_ms
         self.n = 0

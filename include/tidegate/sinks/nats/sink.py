@@ -29,9 +29,9 @@ publish of a run and before every retry of a failed attempt, the sink reads the 
 of every message on its subjects (data, control, DLQ) with a stream sequence after that marker
 (an ephemeral headers-only consumer per subject filter) and does not publish those again; the
 run report counts them (``skipped``). So a sub-batch is stored once also when its retry comes
-after ``duplicate_window``, and once when the next run reads the other server of a GTID pair
-(a change is also known by its transaction and place there: :mod:`.read_back`). A claim carries
-the last commit marker's stream sequence forward in
+after ``duplicate_window``, and when the next run reads the other server of a GTID pair (a
+change is then known by its transaction and place there: :mod:`.read_back`). A claim carries the
+last commit marker's stream sequence forward in
 ``Tidegate-Commit-Seq``, so a run that died before committing anything does not hide what it
 stored from the next. Skipping keeps per-key order when what was stored is a prefix of the
 sub-batch (publishes are pipelined in order on one connection); a message refused in the middle
@@ -95,7 +95,6 @@ from typing import Any
 from ...batching import SubBatch
 from ...connections import Connection
 from ...errors import ErrorClass, NonRetryableSinkError, SinkError
-from ...events import SNAPSHOT_TX
 from ...positions import Position
 from ...sink_checkpoints import SinkCheckpoint
 from ...spec import PipelineSpec
@@ -105,7 +104,6 @@ from . import read_back
 from .client import Client, classify_nats_error, publish_timeout
 from .markers import CheckpointSubject, commit_seq_of
 from .preflight import check_duplicate_window, retry_budget_s, schedule_interval_s
-from .read_back import TX_ORDER_HEADER
 from .spec import NatsSinkSpec
 from .stream import ensure_stream
 from .subjects import fewest_filters, publishable, subject_filter
@@ -113,7 +111,7 @@ from .subjects import fewest_filters, publishable, subject_filter
 log = logging.getLogger(__name__)
 
 HEADER_OVERHEAD = 512  # NATS/1.0 line, Nats-Msg-Id, expected-stream and position headers, roughly
-Message = tuple[str, bytes, str, dict]  # subject, payload, Nats-Msg-Id, headers (the id among them)
+Message = tuple[str, bytes, str, "dict | None"]  # subject, payload, Nats-Msg-Id, extra headers
 
 
 class NatsSink(Sink):
@@ -143,7 +141,7 @@ class NatsSink(Sink):
         self.markers = CheckpointSubject(self.client, self.stream, self.checkpoint_subject,
                                          self.checkpoint_key, self.fenced_error)
         self._read_back_due = True  # read what the stream holds after the last commit before publishing
-        self._stored_ids: set[str] = set()  # Nats-Msg-Ids found after the last commit marker
+        self._stored = self._new_stored()  # what the stream holds after the last commit marker
 
     def target_of(self, table: Any) -> str:
         return self._subject_of(table)
@@ -178,7 +176,7 @@ class NatsSink(Sink):
 
     def close(self) -> None:
         self.markers.marker_seq = None
-        self._read_back_due, self._stored_ids = True, set()
+        self._read_back_due, self._stored = True, self._new_stored()
         self.client.close()
 
     def _sync(self, coro: Any, timeout: float, doing: str) -> Any:
@@ -237,7 +235,7 @@ class NatsSink(Sink):
             raise self.error(exc, f"publishing sub-batch {batch.seq}") from None
         self.published += n - len(skipped)
         self.skipped += len(skipped)
-        self._stored_ids.difference_update(skipped)
+        self._stored.forget(skipped)
         self.duplicates += dups
         self.dlq_count += len(poison)
         if skipped:
@@ -251,32 +249,16 @@ class NatsSink(Sink):
         return batch.end_position
 
     def _messages(self, events: list, poison: dict[str, tuple[Any, str]]) -> list[Message]:
-        """(subject, payload, Nats-Msg-Id, headers) of ``events``; what the server cannot
+        """(subject, payload, Nats-Msg-Id, extra headers) of ``events``; what the server cannot
         take halts the run, or goes to the dead-letter subject (and into ``poison``)."""
         out = [(ev, self.control_name if is_control(ev) else self._subject_of(ev)) for ev in events]
         found = self._poison(out)
         self.halt_on_poison(found.values())
         poison.update(found)
-        return [(subj, ev.value, ev.idempotency_key, self._headers(ev, ev.idempotency_key))
+        return [(subj, ev.value, ev.idempotency_key, None if is_control(ev) else ev.headers)
                 if ev.idempotency_key not in found
                 else (self.dlq_name, self.dlq_record(ev, found[ev.idempotency_key][1]),
-                      "dlq|" + ev.idempotency_key, self._headers(ev, "dlq|" + ev.idempotency_key, dead=True))
-                for ev, subj in out]
-
-    @staticmethod
-    def _headers(ev: Any, msg_id: str, dead: bool = False) -> dict[str, str]:
-        """``Nats-Msg-Id``; a log event's place in its transaction, by which a run on another
-        server of a GTID pair knows it after a failover (:func:`read_back.replay_id`; a snapshot
-        row's id names no server); the event's own headers (a primary-key change names the other
-        key), not on its dead letter."""
-        headers = {"Nats-Msg-Id": msg_id}
-        if is_control(ev):
-            return headers
-        if not ev.tx_id.startswith(SNAPSHOT_TX):
-            headers[TX_ORDER_HEADER] = str(ev.total_order)
-        if ev.headers and not dead:
-            headers.update((k, v.decode()) for k, v in ev.headers.items())
-        return headers
+                      "dlq|" + ev.idempotency_key, None) for ev, subj in out]
 
     def _poison(self, out: list[tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
         """Events this server cannot take whatever is retried, by idempotency key: over
@@ -295,36 +277,37 @@ class NatsSink(Sink):
 
     async def _publish(self, frames: Iterable[list[Message]], record: SinkCheckpoint
                        ) -> tuple[int, list[str]]:
-        """Publish (subject, payload, Nats-Msg-Id, headers) in order, then, once every one
+        """Publish (subject, payload, Nats-Msg-Id, extra headers) in order, then, once every one
         was acknowledged, the commit marker: its presence proves the whole sub-batch. What the
         stream already holds after the sink's last commit marker is skipped (read back first
         when an earlier attempt or run may have left some): returns (duplicates the server
         reported, the ids skipped). ``frames``: the messages in lists, each acknowledged before
         the next is built (one list, or a spilled transaction's frames read back from disk)."""
         if self._read_back_due:
-            self._stored_ids |= await self._read_back()
+            ids = await self._read_back()  # sets markers.commit_seq, where it read from
+            self._stored.add(ids, self.markers.commit_seq)
             self._read_back_due = False
         await self.markers.check_claim(self.epoch)
         clock = [time.monotonic()]  # when the claim was last checked
         dups, skipped = 0, []
         for messages in frames:
-            if self._stored_ids:
-                stored = [m for m in messages if self._is_stored(m)]
-                skipped += [m[2] for m in stored]
-                if stored:
-                    messages = [m for m in messages if not self._is_stored(m)]
+            if self._stored:
+                messages = await self._unstored(messages, skipped)
             dups += await self._publish_frame(messages, clock)
         await self.markers.commit(record, self.epoch)
         return dups, skipped
 
-    def _is_stored(self, message: Message) -> bool:
-        """Whether the stream holds ``message`` after the last commit marker: by its id, or by its
-        transaction and place there (stored from another server before a failover)."""
-        _, _, msg_id, headers = message
-        if msg_id in self._stored_ids:
-            return True
-        order = headers.get(TX_ORDER_HEADER)
-        return order is not None and read_back.replay_id(msg_id, order) in self._stored_ids
+    async def _unstored(self, messages: list[Message], skipped: list[str]) -> list[Message]:
+        """``messages`` but those the stream holds after the last commit marker, whose ids go to
+        ``skipped``: by id, or by transaction and place when read from the other server of a
+        GTID pair (:class:`read_back.Stored`)."""
+        kept = []
+        for m in messages:
+            if await self._stored.holds(m[2], m[1]):
+                skipped.append(m[2])
+            else:
+                kept.append(m)
+        return kept
 
     async def _publish_frame(self, messages: list[Message], clock: list[float]) -> int:
         """Publish ``messages`` and wait for their acks; the duplicates the server reported."""
@@ -332,7 +315,7 @@ class NatsSink(Sink):
         futs: list[asyncio.Future] = []
         oldest = 0  # futs before this one are acknowledged (acks come in publish order)
         try:
-            for subj, payload, _, headers in messages:
+            for subj, payload, msg_id, extra in messages:
                 # Room for the next publish is waited for here, not inside publish_async (its own
                 # limit is the same), so the freshness check runs after any wait.
                 while len(futs) - oldest >= self.max_in_flight:
@@ -344,6 +327,9 @@ class NatsSink(Sink):
                     # run may have stored these ids longer than the window ago. Ask again.
                     await self.markers.check_claim(self.epoch)
                     clock[0] = time.monotonic()
+                headers = {"Nats-Msg-Id": msg_id}
+                if extra:  # a primary-key change: each event names the other's key
+                    headers.update((k, v.decode()) for k, v in extra.items())
                 # No wait_stall: it wraps every publish in a timed task (7x slower); the whole
                 # sub-batch is bounded by the caller's timeout instead.
                 futs.append(await js.publish_async(subj, payload, stream=self.stream, headers=headers))
@@ -375,6 +361,10 @@ class NatsSink(Sink):
     def read_back_filters(self) -> list[str]:
         """The subjects this sink publishes to, as few filters as cover them."""
         return fewest_filters(self.subjects, (self.control_name, self.dlq_name))
+
+    def _new_stored(self) -> read_back.Stored:
+        return read_back.Stored(lambda after_seq: read_back.stored_changes(
+            self.client, self.stream, self.read_back_filters(), after_seq))
 
     async def _read_back(self) -> set[str]:
         """What an attempt (of this run or an earlier one) stored after the sink's last commit
