@@ -27,6 +27,15 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 
+def start_tidegate_run(base: Path, pipeline: str, env: dict[str, str], run_id: str) -> subprocess.Popen:
+    """``tidegate run`` of ``pipeline`` in a session of its own (so a test can signal its
+    process group), its output in ``base/{run_id}.out`` and ``.err``."""
+    out, err = (open(base / f"{run_id}.{k}", "wb") for k in ("out", "err"))  # noqa: SIM115
+    with out, err:
+        return subprocess.Popen([str(VENV_BIN / "tidegate"), "run", pipeline, "--run-id", run_id],
+                                env=env, stdout=out, stderr=err, start_new_session=True)
+
+
 def make_airflow_env(base: Path, service_env: dict[str, str]) -> dict[str, str]:
     """Environment of an Airflow with a migrated metadata DB, a pipelines folder of the test's
     own (``base/pipelines``) and a fresh checkpoint store (``base/store.sqlite``)."""

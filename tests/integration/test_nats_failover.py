@@ -34,7 +34,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from tests.integration.airflow_support import VENV_BIN
+from tests.integration.airflow_support import VENV_BIN, start_tidegate_run
 from tests.integration.nats_gate import NatsGate
 from tests.integration.sink_readers import stored_messages
 from tests.integration.test_continuity_e2e import wait_replica_has
@@ -64,10 +64,7 @@ class Pair:
             c.execute(sql)
 
     def start(self, run_id: str) -> subprocess.Popen:
-        out, err = (open(self.base / f"{run_id}.{k}", "wb") for k in ("out", "err"))  # noqa: SIM115
-        with out, err:
-            return subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
-                                    env=self.env, stdout=out, stderr=err, start_new_session=True)
+        return start_tidegate_run(self.base, self.name, self.env, run_id)
 
     def run(self, run_id: str) -> dict:
         proc = self.start(run_id)

@@ -40,7 +40,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from tests.integration.airflow_support import VENV_BIN
+from tests.integration.airflow_support import VENV_BIN, start_tidegate_run
 from tests.integration.nats_gate import NatsGate
 from tests.integration.sink_readers import all_messages, is_marker, stored_messages
 
@@ -100,10 +100,7 @@ class Stall:
             c.execute(sql)
 
     def start(self, run_id: str) -> subprocess.Popen:
-        out, err = (open(self.base / f"{run_id}.{k}", "wb") for k in ("out", "err"))  # noqa: SIM115
-        with out, err:
-            return subprocess.Popen([str(VENV_BIN / "tidegate"), "run", self.name, "--run-id", run_id],
-                                    env=self.env, stdout=out, stderr=err, start_new_session=True)
+        return start_tidegate_run(self.base, self.name, self.env, run_id)
 
     def finish(self, proc: subprocess.Popen, run_id: str) -> tuple[int, dict | None, str]:
         rc = proc.wait(60)
