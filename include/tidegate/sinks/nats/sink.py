@@ -31,12 +31,11 @@ of every message on its subjects (data, control, DLQ) with a stream sequence aft
 run report counts them (``skipped``). So a sub-batch is stored once also when its retry comes
 after ``duplicate_window``, and when the next run reads the other server of a GTID pair (a
 change is then known by its transaction and place there: :mod:`.read_back`). A claim carries the
-last commit marker's stream sequence forward in
-``Tidegate-Commit-Seq``, so a run that died before committing anything does not hide what it
-stored from the next. Skipping keeps per-key order when what was stored is a prefix of the
-sub-batch (publishes are pipelined in order on one connection); a message refused in the middle
-of an attempt (an error) and published by the retry after later ones of the same key would not
-be.
+last commit marker's stream sequence forward in ``Tidegate-Commit-Seq``, so a run that died
+before committing anything does not hide what it stored from the next. Skipping keeps per-key
+order when what was stored is a prefix of the sub-batch (publishes are pipelined in order on one
+connection); a message refused in the middle of an attempt (an error) and published by the retry
+after later ones of the same key would not be.
 
 Zombie writers are fenced with JetStream's per-subject optimistic concurrency. On open the
 sink claims the checkpoint subject: it reads the last marker (refusing when a newer epoch
