@@ -15,10 +15,14 @@ Campaign seed 5821 (``FAILOVERS=gtid``) found them stored twice (6 of 526 change
 also recognizes a stored change by its transaction and its place in it (``read_back.Stored``).
 
 Oracle: the workload's changes per key, in commit order, each once; the new run's report counts
-as skipped exactly what the killed run stored; a third run has nothing to do. The same fault on
-generated workloads (seeds: transactions of 1-4 statements on two tables, multi-row updates,
-deletes, primary-key changes; writes between the kill and the rerun): as many messages as the
-source made changes, and the stream replayed equals the source's tables.
+as skipped exactly what the killed run stored; a third run has nothing to do. The same with a
+DDL among the killed run's changes: its ``schema_change`` control message once (its id, too, is
+a position in one server's log; it was stored twice before it was known by its GTID). The same
+fault on generated workloads (seeds: transactions of 1-4 statements on two tables, multi-row
+updates, deletes, primary-key changes, a column added now and then; writes between the kill and
+the rerun): as many messages as the source made changes and DDL, and the stream replayed
+equals the source's tables. Seeds 4 and 11 draw DDL before the kill (12 of seeds 1-20 did, and
+failed before the fix).
 """
 
 from __future__ import annotations
@@ -103,6 +107,15 @@ class Pair:
                 out[table] = dict(c.fetchall())
         return out
 
+    def control(self) -> list[dict]:
+        """The schema_change control messages of the stream, in stream order."""
+        try:
+            msgs = stored_messages(self.nats, self.stream)
+        except Exception:  # noqa: BLE001 - the stream is created by the run
+            return []
+        control = [json.loads(m.data) for m in msgs if m.subject == f"{self.name}.__control"]
+        return [m for m in control if m["type"] == "schema_change"]
+
     def data(self) -> list[tuple[str, int, str]]:
         """(Nats-Msg-Id, row id, op) of every data message of table t, in stream order."""
         return [(i, row["id"], op) for i, table, op, row in self.changes() if table == "t"]
@@ -186,18 +199,67 @@ def test_changes_a_killed_run_stored_are_not_stored_again_by_a_run_on_the_gtid_r
     assert p.run("after").get("nothing_to_do")
 
 
+def test_a_schema_change_a_killed_run_stored_is_not_stored_again_on_the_gtid_replica(pair):
+    """A DDL among the changes of the killed run's sub-batch: its ``schema_change`` control
+    message is stored once, though its id (a position in the primary's log) is not the one
+    the replica's copy of the DDL gives it."""
+    p = pair
+    p.run("place")
+    p.execute("FLUSH BINARY LOGS")
+    for i in range(1, ROWS + 1):
+        p.execute(f"INSERT INTO {p.name}.t VALUES ({i}, 'new')")
+    p.execute(f"ALTER TABLE {p.name}.t ADD COLUMN note INT NULL")
+    for i in range(1, ROWS + 1):
+        p.execute(f"UPDATE {p.name}.t SET status = 'paid' WHERE id = {i}")
+
+    p.gate.armed = True
+    run = p.start("killed")
+    try:
+        deadline = time.monotonic() + 60
+        while not (p.gate.holding.is_set() and len(p.data()) == 2 * ROWS):
+            assert run.poll() is None, "the run ended before its sub-batch was stored"
+            assert time.monotonic() < deadline, "the sub-batch was not stored within 60s"
+            time.sleep(0.01)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(30)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(30)
+    stored = p.control()
+    assert [m["ddl"] for m in stored] == [f"ALTER TABLE {p.name}.t ADD COLUMN note INT NULL"]
+    p.gate.cut()
+    p.execute(f"INSERT INTO {p.name}.t (id, status) VALUES ({ROWS + 1}, 'new')")
+    p.fail_over()
+
+    bus = next(r for r in p.run("on_replica")["sinks"] if r["id"] == "bus")
+    control = p.control()
+    print(f"control messages: {[(m['idempotency_key'], m['position']) for m in control]}; "
+          f"skipped {bus.get('skipped')}")
+    assert control == stored  # once, under the primary's id
+    assert len(p.data()) == 2 * ROWS + 1
+    assert bus.get("skipped") == 2 * ROWS + 1
+    assert p.run("after").get("nothing_to_do")
+
+
 class Workload:
     """Random transactions on both tables: inserts, updates of one or several rows, deletes and
-    primary-key changes (a delete and a create), 1-4 statements each; counts the changes."""
+    primary-key changes (a delete and a create), 1-4 statements each; counts the changes. Before
+    one transaction in five a column is added to one of the tables (drawn from a generator of
+    its own, so the transactions of a seed stay those it drew before DDL was drawn)."""
 
     def __init__(self, p: Pair, seed: int):
-        self.p, self.rng = p, random.Random(seed)
+        self.p, self.rng, self.ddl_rng = p, random.Random(seed), random.Random(f"{seed}/ddl")
         self.live: dict[str, set[int]] = {"t": set(), "u": set()}
-        self.next_id, self.changes = 1, 0
+        self.next_id, self.changes, self.ddl = 1, 0, 0
 
     def transactions(self, n: int) -> None:
         with self.p.primary.cursor() as c:
             for _ in range(n):
+                if self.ddl_rng.random() < 0.2:
+                    self.ddl += 1
+                    c.execute(f"ALTER TABLE {self.p.name}.{self.ddl_rng.choice(('t', 'u'))} "
+                              f"ADD COLUMN c{self.ddl} INT NULL")
                 c.execute("START TRANSACTION")
                 for _ in range(self.rng.randint(1, 4)):
                     self.statement(c)
@@ -208,7 +270,7 @@ class Workload:
         live, name = self.live[table], f"{self.p.name}.{table}"
         kind = self.rng.choice(("insert", "insert", "update", "delete", "key")) if live else "insert"
         if kind == "insert":
-            c.execute(f"INSERT INTO {name} VALUES ({self.next_id}, 'new')")
+            c.execute(f"INSERT INTO {name} (id, status) VALUES ({self.next_id}, 'new')")
             live.add(self.next_id)
             self.next_id += 1
         elif kind == "update":
@@ -229,7 +291,7 @@ class Workload:
         self.changes += c.rowcount
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 11])
 def test_a_generated_workload_killed_mid_delivery_and_failed_over_is_stored_once(pair, seed):
     """The same fault on a generated workload (transactions of several changes, both tables,
     key changes, multi-row updates): every change once, and the stream replayed equals the
@@ -239,13 +301,14 @@ def test_a_generated_workload_killed_mid_delivery_and_failed_over_is_stored_once
     p.execute("FLUSH BINARY LOGS")
     work = Workload(p, seed)
     work.transactions(rng.randint(4, 12))
-    before_kill = work.changes
+    before_kill, ddl_before_kill = work.changes, work.ddl
 
     p.gate.armed = True
     run = p.start("killed")
     try:
         deadline = time.monotonic() + 60
-        while not (p.gate.holding.is_set() and len(p.changes()) == before_kill):
+        while not (p.gate.holding.is_set() and len(p.changes()) == before_kill
+                   and len(p.control()) == ddl_before_kill):
             assert run.poll() is None, "the run ended before its sub-batch was stored"
             assert time.monotonic() < deadline, "the sub-batch was not stored within 60s"
             time.sleep(0.01)
@@ -261,10 +324,14 @@ def test_a_generated_workload_killed_mid_delivery_and_failed_over_is_stored_once
 
     bus = next(r for r in p.run("on_replica")["sinks"] if r["id"] == "bus")
     got = p.changes()
-    print(f"seed {seed}: {before_kill} changes stored by the killed run, {work.changes} in all; "
-          f"skipped {bus.get('skipped')}; the stream holds {len(got)}")
+    control = p.control()
+    print(f"seed {seed}: {before_kill} changes and {ddl_before_kill} DDL stored by the killed run, "
+          f"{work.changes} and {work.ddl} in all; skipped {bus.get('skipped')}; the stream holds "
+          f"{len(got)} and {len(control)}")
     assert len(got) == work.changes, f"{len(got) - work.changes} change(s) stored twice"
     assert len({i for i, _, _, _ in got}) == len(got)
+    assert len(control) == work.ddl, f"{len(control) - work.ddl} schema change(s) stored twice"
+    assert len({m["position"]["gtid"] for m in control}) == work.ddl
     replayed: dict[str, dict[int, str]] = {"t": {}, "u": {}}
     for _, table, op, row in got:
         if op == "d":
@@ -272,5 +339,5 @@ def test_a_generated_workload_killed_mid_delivery_and_failed_over_is_stored_once
         else:
             replayed[table][row["id"]] = row["status"]
     assert replayed == p.rows()
-    assert bus.get("skipped") == before_kill
+    assert bus.get("skipped") == before_kill + ddl_before_kill
     assert p.run("after").get("nothing_to_do")

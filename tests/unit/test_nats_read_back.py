@@ -13,7 +13,7 @@ import pytest
 from tidegate.connections import Connection
 from tidegate.coordinator import SinkReport
 from tidegate.errors import NonRetryableSinkError
-from tidegate.events import ChangeEvent
+from tidegate.events import ChangeEvent, ControlMessage
 from tidegate.sinks.nats.markers import COMMIT_SEQ_HEADER, commit_seq_of
 from tidegate.sinks.nats.read_back import Stored, change_of, tx_prefix
 from tidegate.sinks.nats.sink import NatsSink
@@ -80,7 +80,7 @@ def change(event_id: str, total_order: int, tx_id: str = "0-1-42", **kw) -> Chan
 class Stream:
     """What the stream holds after the last commit marker, for Stored's one fetch; counts them."""
 
-    def __init__(self, events: list[ChangeEvent]):
+    def __init__(self, events: list[ChangeEvent | ControlMessage]):
         self.events = events
         self.fetches: list[int] = []
 
@@ -89,14 +89,14 @@ class Stream:
         return {change_of(ev.value) for ev in self.events} - {None}
 
 
-def holding(events: list[ChangeEvent]) -> tuple[Stored, Stream]:
+def holding(events: list[ChangeEvent | ControlMessage]) -> tuple[Stored, Stream]:
     stream = Stream(events)
     stored = Stored(stream.changes_after)
     stored.add({ev.idempotency_key for ev in events}, 41)
     return stored, stream
 
 
-def holds(stored: Stored, events: list[ChangeEvent]) -> list[bool]:
+def holds(stored: Stored, events: list[ChangeEvent | ControlMessage]) -> list[bool]:
     return [asyncio.run(stored.holds(ev.idempotency_key, ev.value)) for ev in events]
 
 
@@ -134,3 +134,26 @@ def test_snapshot_rows_and_dead_letters_are_known_by_id_only():
     live = change("mysql-bin.000003:1520:0", 1)
     assert change_of(live.value) == ("default|orders|shop.t|0-1-42", 1)
     assert tx_prefix(live.idempotency_key) == "default|orders|shop.t|0-1-42"
+
+
+def schema_change(file: str, pos: int, gtid: str | None, table: str = "t") -> ControlMessage:
+    return ControlMessage("default", "orders", "schema_change", f"{file}:{pos}:shop.{table}",
+                          {"file": file, "pos": pos, "gtid": gtid}, 1_764_000_000_000,
+                          {"change": "alter", "ddl": f"ALTER TABLE shop.{table} ADD c INT", "db": "shop",
+                           "schema": "shop", "table": table, "columns": []}, tx_id=gtid or "")
+
+
+def test_a_schema_change_read_from_either_server_of_a_gtid_pair_is_known_by_its_gtid_and_table():
+    """A DDL among what a killed run stored: its control message's id is a position in the
+    primary's log, the replica's copy has another (test_nats_failover.py stored it twice)."""
+    primary = schema_change("mysql-bin.000003", 1520, "0-1-42")
+    replica = schema_change("mysql-bin.000001", 981, "0-1-42")
+    assert primary.idempotency_key != replica.idempotency_key
+    assert change_of(primary.value) == change_of(replica.value)
+    stored, stream = holding([primary])
+    later = schema_change("mysql-bin.000001", 1400, "0-1-43")
+    other_table = schema_change("mysql-bin.000001", 981, "0-1-42", table="u")  # one DDL, two tables
+    assert holds(stored, [replica, later, other_table]) == [True, False, False]
+    assert stream.fetches == [41]
+    # read without GTIDs, a schema change names no transaction both servers know: by id only
+    assert change_of(schema_change("mysql-bin.000001", 981, None).value) is None

@@ -8,7 +8,8 @@ another id, but the same transaction (the GTID) and place in it (``total_order``
 which stored messages share a transaction with a message about to be published
 (:func:`tx_prefix`); only then is what the stream holds there fetched whole (once) and
 compared by :func:`change_of`, so a publish pays nothing for this, and a recovery on the same
-server nothing more than before."""
+server nothing more than before. A ``schema_change`` control message's id ends in the DDL's
+position the same way; its copy is known by the DDL's GTID (in its ``position``) and table."""
 
 from __future__ import annotations
 
@@ -34,16 +35,21 @@ def tx_prefix(msg_id: str) -> str:
     return msg_id.rpartition("|")[0]
 
 
-def change_of(envelope: bytes) -> tuple[str, int] | None:
-    """A log event's identity on every server of a GTID pair: (its idempotency key without the
-    event id, its ``total_order``); None for a snapshot row (its id names no server) or anything
-    that is not an event's envelope (a dead letter)."""
+def change_of(payload: bytes) -> tuple | None:
+    """A message's identity on every server of a GTID pair: for a log event, (its idempotency
+    key without the event id, its ``total_order``); for a ``schema_change`` control message,
+    (its idempotency key without the event id, the DDL's GTID, its table). None for a snapshot
+    row (its id names no server), a schema change read without GTIDs, and anything else (a dead
+    letter, another control message: their ids are the same on every server, or name none)."""
     try:
-        env = orjson.loads(envelope)
-        if env["source"]["snapshot"] != "false":
+        msg = orjson.loads(payload)
+        if msg.get("type") == "schema_change":
+            gtid = msg["position"].get("gtid")
+            return (tx_prefix(msg["idempotency_key"]), gtid, msg["db"], msg["table"]) if gtid else None
+        if msg["source"]["snapshot"] != "false":
             return None
-        return env["idempotency_key"].rpartition("|")[0], int(env["transaction"]["total_order"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return tx_prefix(msg["idempotency_key"]), int(msg["transaction"]["total_order"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
@@ -60,10 +66,10 @@ async def stored_ids(client: Client, stream: str, filters: list[str], after_seq:
 
 
 async def stored_changes(client: Client, stream: str, filters: list[str], after_seq: int
-                         ) -> set[tuple[str, int]]:
+                         ) -> set[tuple]:
     """:func:`change_of` of every message on ``filters`` after ``after_seq``, fetched whole: once
     per run, when a change may have been stored from the other server of a GTID pair."""
-    changes: set[tuple[str, int]] = set()
+    changes: set[tuple] = set()
     for subject in filters:
         changes.update(await _each_after(client, stream, subject, after_seq, _change, headers_only=False))
     changes.discard(None)
@@ -74,7 +80,7 @@ def _subject_and_id(m: Any) -> tuple[str, str | None]:
     return m.subject, (m.headers or {}).get("Nats-Msg-Id")
 
 
-def _change(m: Any) -> tuple[str, int] | None:
+def _change(m: Any) -> tuple | None:
     return change_of(m.data)
 
 
@@ -85,12 +91,12 @@ class Stored:
     on the same server stored is matched by id before any other message of its transactions (a
     prefix of the sub-batch), so nothing is fetched for it."""
 
-    def __init__(self, fetch: Callable[[int], Awaitable[set[tuple[str, int]]]]):
+    def __init__(self, fetch: Callable[[int], Awaitable[set[tuple]]]):
         self.ids: set[str] = set()
         self._fetch = fetch  # the changes stored after a stream sequence (stored_changes)
         self._after_seq: int | None = None  # where the earliest read-back of the run started
         self._unmatched: dict[str, set[str]] = {}  # tx_prefix -> stored ids no message matched yet
-        self._changes: set[tuple[str, int]] | None = None  # fetched once, when first needed
+        self._changes: set[tuple] | None = None  # fetched once, when first needed
 
     def __bool__(self) -> bool:
         return bool(self.ids)

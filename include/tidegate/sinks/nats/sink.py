@@ -30,7 +30,8 @@ of every message on its subjects (data, control, DLQ) with a stream sequence aft
 (an ephemeral headers-only consumer per subject filter) and does not publish those again; the
 run report counts them (``skipped``). So a sub-batch is stored once also when its retry comes
 after ``duplicate_window``, and when the next run reads the other server of a GTID pair (a
-change is then known by its transaction and place there: :mod:`.read_back`). A claim carries the
+change is then known by its transaction and place there, a schema change by its DDL's GTID and
+table: :mod:`.read_back`). A claim carries the
 last commit marker's stream sequence forward in ``Tidegate-Commit-Seq``, so a run that died
 before committing anything does not hide what it stored from the next. Skipping keeps per-key
 order when what was stored is a prefix of the sub-batch (publishes are pipelined in order on one
