@@ -30,6 +30,13 @@
   one before it, or an earlier one where a re-send starts). With ``ENVELOPE=debezium`` too: at
   least one BEGIN and END per transaction held, each END counting at least what is held (more only
   in a table with dead letters), and a dead-lettered delete's tombstone allowed without it.
+- the pipeline's control channel on a message sink (docs/architecture.md, "Control messages":
+  under the sink's guarantee): on MariaDB one ``schema_change`` message per column the workload
+  added, known by its DDL (the same text and GTID on either server of a GTID pair, where its id
+  differs); on PostgreSQL (a schema change shows when the table's next row does) none twice by
+  id; one ``failover`` message per failover incident; nothing twice. Repeats are allowed where
+  the sink's data may repeat (at least once, a rewound sink). Not for a sink in Debezium's
+  envelope (schema changes are its schema history) or a Delta sink.
 - values at the edges of their types (``TYPES=edges``): the replayed rows equal the source's in the
   envelope's form, as docs/operations.md states it per type (type_edges.envelope_row); a merged
   Delta table's too, arrays as their JSON text. A sink in Debezium's envelope is judged on the
@@ -77,6 +84,8 @@ class SinkVerdict:
     misshapen: int = 0
     # at least once, a zombie in the schedule: keys whose stale re-send stopped early (allowed)
     stale: int = 0
+    control: int = 0  # control messages received (without repeats)
+    control_wrong: int = 0  # control messages twice, missing or unlooked-for
     examples: list[str] = field(default_factory=list)
     repeat_examples: list[str] = field(default_factory=list)  # the first duplicates
 
@@ -84,7 +93,8 @@ class SinkVerdict:
     def ok(self) -> bool:
         return not (self.duplicates - self.known or self.lost or self.unexpected or self.out_of_order
                     or self.wrong_rows or self.backwards or self.wrong_snapshot_rows
-                    or self.missing_snapshot_rows or self.not_redelivered or self.misshapen)
+                    or self.missing_snapshot_rows or self.not_redelivered or self.misshapen
+                    or self.control_wrong)
 
     def problems(self) -> str:
         parts = [f"{n} {what}" for what, n in (
@@ -94,6 +104,7 @@ class SinkVerdict:
             ("snapshot rows other sinks got", self.missing_snapshot_rows),
             ("changes a rewind did not deliver again", self.not_redelivered),
             ("Debezium tombstones or transaction records out of place", self.misshapen),
+            ("control messages twice, missing or unlooked-for", self.control_wrong),
             ("checkpoint moves back", self.backwards)) if n]
         # the repeats a guarantee allows are no example of what failed
         shown = self.examples + (self.repeat_examples if self.duplicates > self.known else [])
@@ -347,6 +358,48 @@ def read_dead_letters(sink: str, pipe) -> list[tuple[str, dict]]:
     return [(r["idempotency_key"], r) for r, _ in found]
 
 
+def control_identity(msg: dict, mariadb: bool) -> tuple:
+    """What one control message stands for: a MariaDB schema change its DDL and table (read from
+    either server of a GTID pair, its id is a position in that server's log); anything else its
+    idempotency key (an incident's or a snapshot's id, or a PostgreSQL LSN: one server)."""
+    if mariadb and msg["type"] == "schema_change":
+        return "schema_change", msg["ddl"], msg["table"]
+    return msg["type"], msg["idempotency_key"]
+
+
+def check_control(v: SinkVerdict, messages: list[dict], ddl: list[str], mariadb: bool,
+                  failovers: int, repeats_allowed: bool) -> None:
+    """A message sink's control channel against the workload's DDL (``table.column`` added) and
+    the failover incidents the store recorded (see the module docstring)."""
+    counts = collections.Counter(control_identity(m, mariadb) for m in messages)
+    v.control = len(counts)
+    wrong = [] if repeats_allowed else [f"control message {what} came {n} times"
+                                        for what, n in counts.items() if n > 1]
+    if mariadb:
+        changes = [what for what in counts if what[0] == "schema_change"]
+        for added in ddl:
+            table, col = added.split(".")
+            found = [w for w in changes if w[2] == table and f"ADD COLUMN {col} " in w[1]]
+            if len(found) != 1:
+                wrong.append(f"{len(found)} schema_change messages for {added}")
+        if len(changes) != len(ddl):
+            wrong.append(f"{len(changes)} schema changes for the workload's {len(ddl)} DDL statements")
+    got = sum(1 for what in counts if what[0] == "failover")
+    if got != failovers:
+        wrong.append(f"{got} failover messages for {failovers} failover incidents")
+    v.control_wrong = len(wrong)
+    v.examples += wrong[:max(1, 3 - len(v.examples))]
+
+
+def read_control(sink: str, pipe) -> list[dict]:
+    """Every control message of a Kafka, NATS or Redis sink, in sink order."""
+    if sink == "kafka":
+        return kafka_changes(pipe.bootstrap, f"{pipe.name}.__control")
+    if sink == "nats":
+        return [m for m, _ in nats_messages(pipe.nats, pipe.name.upper(), f"{pipe.name}.__control")]
+    return [json.loads(e) for e in redis_events(pipe.redis, f"{pipe.name}:__control")]
+
+
 # --------------------------------------------------------------------------- reading the sinks
 
 
@@ -494,6 +547,9 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
                 if not rewinds:
                     check_resent_in_order(v, items, zombie=zombie and unfenced)
                 v.known = v.duplicates
+            if sink in ("kafka", "nats", "redis") and not (debezium and sink == "kafka"):
+                check_control(v, read_control(sink, pipe), work.ddl, pipe.sched.source == "mysql",
+                              pipe.failovers_recorded(), bool(rewinds) or unfenced)
             if sink != "delta_log":  # the changelog's rows carry no order: the merged table checks it
                 compare_rows(v, replay(unique), truth)
             else:

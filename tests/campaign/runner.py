@@ -140,6 +140,7 @@ class Outcome:
                                                       if v.dead_letters_past_16mib else "") + ")"
                if v.dead_letters else "")
             + (f" ({v.stale} keys re-sent stale by a zombie)" if v.stale else "")
+            + (f" ({v.control} control messages)" if v.control else "")
             for v in self.verdicts))
         return "\n".join(lines)
 

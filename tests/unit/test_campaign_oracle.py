@@ -1,7 +1,8 @@
 """The campaign oracle's rule for snapshot rows (tests/campaign/oracle.py): an ``op: "r"`` row
 must hold the key's state where it stands among the key's changes as the sink holds them, and the
 changes without the snapshot rows must be the key's history exactly once, in commit order; and
-its rule for dead letters (``POISON=dlq``); and how it reads Debezium's records (``ENVELOPE=debezium``)."""
+its rule for dead letters (``POISON=dlq``); how it reads Debezium's records (``ENVELOPE=debezium``);
+and its rule for the control channel."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.campaign.generator import HUGE_BODY
 from tests.campaign.oracle import (
     SinkVerdict,
     check_changes,
+    check_control,
     check_dead_letters,
     same_snapshot_rows,
     snapshot_rows_misplaced,
@@ -278,3 +280,35 @@ def test_the_oracles_envelope_form_of_edge_values_is_the_documented_one():
     row = envelope_row("mysql", {"id": 1, "bt": b"\x7f", "st": "x,z", "ts": dt.datetime(1970, 1, 1, 0, 0, 1)})
     assert row == {"id": 1, "bt": "1111111", "st": ["x", "z"], "ts": "1970-01-01T00:00:01+00:00"}
     assert envelope_row("mysql", {"st": ""})["st"] == []
+
+
+def control(kind: str, event_id: str, **fields) -> dict:
+    return {"type": kind, "idempotency_key": f"default|p|__control|{kind}|{event_id}", **fields}
+
+
+def alter(position: str, table: str, col: str) -> dict:
+    return control("schema_change", f"{position}:s.{table}", table=table,
+                   ddl=f"ALTER TABLE s.{table} ADD COLUMN {col} INT NULL")
+
+
+def test_the_control_channel_holds_each_ddl_and_each_failover_once():
+    ddl = ["items.c1", "pairs.c2"]
+    fine = [alter("bin.1:400", "items", "c1"), control("failover", "incident-3"),
+            alter("bin.2:900", "pairs", "c2")]
+    v = SinkVerdict("nats", 0)
+    check_control(v, fine, ddl, mariadb=True, failovers=1, repeats_allowed=False)
+    assert (v.control, v.control_wrong) == (3, 0) and v.ok
+    # the DDL read again from the other server of a GTID pair: another id, the same DDL
+    again = fine + [alter("replica-bin.1:77", "items", "c1")]
+    v = SinkVerdict("nats", 0)
+    check_control(v, again, ddl, mariadb=True, failovers=1, repeats_allowed=False)
+    assert v.control_wrong == 1 and not v.ok and "came 2 times" in v.examples[0]
+    # at least once: a repeat is allowed; a DDL missing, or a failover message, is not
+    v = SinkVerdict("kafka", 0)
+    check_control(v, [fine[1], fine[2], fine[2]], ddl, mariadb=True, failovers=2, repeats_allowed=True)
+    assert v.control_wrong == 3  # no message for items.c1, one schema change short, one failover short
+    # PostgreSQL: a schema change shows with the table's next row, known by its id
+    v = SinkVerdict("redis", 0)
+    check_control(v, [alter("lsn/1", "items", "c1")] * 2, ddl, mariadb=False, failovers=0,
+                  repeats_allowed=False)
+    assert v.control_wrong == 1
