@@ -37,6 +37,9 @@
   id; one ``failover`` message per failover incident; nothing twice. Repeats are allowed where
   the sink's data may repeat (at least once, a rewound sink). Not for a sink in Debezium's
   envelope (schema changes are its schema history) or a Delta sink.
+- one NATS stream holds every table's changes and the control messages in one order: on
+  MariaDB, that of their transactions' GTIDs, each message where it first came (the source order
+  across sub-batches, not only per key).
 - values at the edges of their types (``TYPES=edges``): the replayed rows equal the source's in the
   envelope's form, as docs/operations.md states it per type (type_edges.envelope_row); a merged
   Delta table's too, arrays as their JSON text. A sink in Debezium's envelope is judged on the
@@ -56,7 +59,7 @@ from tidegate.positions import position_from_json
 from tests.campaign import type_edges
 from tests.campaign.debezium_oracle import check_transactions, read_debezium_sink
 from tests.campaign.generator import HUGE_BODY, KEY_COLUMNS, TABLES, Key, key_of
-from tests.integration.sink_readers import kafka_changes, nats_messages, redis_events
+from tests.integration.sink_readers import kafka_changes, nats_messages, nats_stream, redis_events
 
 
 @dataclass
@@ -391,6 +394,36 @@ def check_control(v: SinkVerdict, messages: list[dict], ddl: list[str], mariadb:
     v.examples += wrong[:max(1, 3 - len(v.examples))]
 
 
+GTID = re.compile(r"^\d+-\d+-(\d+)$")  # a MariaDB GTID: domain-server-sequence
+
+
+def check_stream_order(v: SinkVerdict, stream: list[tuple[str, dict]], data_subjects: set[str],
+                       control_subject: str) -> None:
+    """(subject, payload) of one NATS stream in stream order: the first copy of each change and
+    schema change follows its transaction's GTID order (MariaDB's sequence numbers, one domain);
+    snapshot rows and other control messages stand nowhere in it."""
+    seen: set = set()
+    last = None
+    for subject, msg in stream:
+        if subject in data_subjects and msg["op"] != "r":
+            ident, gtid = msg["idempotency_key"], msg["source"]["tx_id"]
+        elif subject == control_subject and msg["type"] == "schema_change":
+            ident, gtid = control_identity(msg, True), msg["position"].get("gtid") or ""
+        else:
+            continue
+        found = GTID.match(gtid)
+        if ident in seen or not found:
+            continue
+        seen.add(ident)
+        seq = int(found.group(1))
+        if last is not None and seq < last[0]:
+            v.out_of_order += 1
+            if len(v.examples) < 3:
+                v.examples.append(f"stream order: {ident} of {gtid} after one of sequence {last[0]} "
+                                  f"({last[1]})")
+        last = max(last or (seq, ident), (seq, ident))
+
+
 def read_control(sink: str, pipe) -> list[dict]:
     """Every control message of a Kafka, NATS or Redis sink, in sink order."""
     if sink == "kafka":
@@ -550,6 +583,9 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
             if sink in ("kafka", "nats", "redis") and not (debezium and sink == "kafka"):
                 check_control(v, read_control(sink, pipe), work.ddl, pipe.sched.source == "mysql",
                               pipe.failovers_recorded(), bool(rewinds) or unfenced)
+            if sink == "nats" and pipe.sched.source == "mysql":
+                check_stream_order(v, nats_stream(pipe.nats, pipe.name.upper()),
+                                   {f"{pipe.name}.{t}" for t in TABLES}, f"{pipe.name}.__control")
             if sink != "delta_log":  # the changelog's rows carry no order: the merged table checks it
                 compare_rows(v, replay(unique), truth)
             else:

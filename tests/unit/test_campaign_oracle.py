@@ -21,6 +21,7 @@ from tests.campaign.oracle import (
     check_changes,
     check_control,
     check_dead_letters,
+    check_stream_order,
     same_snapshot_rows,
     snapshot_rows_misplaced,
 )
@@ -312,3 +313,21 @@ def test_the_control_channel_holds_each_ddl_and_each_failover_once():
     check_control(v, [alter("lsn/1", "items", "c1")] * 2, ddl, mariadb=False, failovers=0,
                   repeats_allowed=False)
     assert v.control_wrong == 1
+
+
+def test_one_nats_stream_holds_changes_and_schema_changes_in_gtid_order():
+    def row(gtid: str, n: int, table: str = "items") -> tuple[str, dict]:
+        return f"p.{table}", {"op": "c", "idempotency_key": f"k{gtid}:{n}", "source": {"tx_id": gtid}}
+
+    ddl = ("p.__control", {**alter("bin.1:400", "pairs", "c1"), "position": {"gtid": "0-1-12"}})
+    snapshot = ("p.items", {"op": "r", "idempotency_key": "r1", "source": {"tx_id": "snapshot:a"}})
+    subjects = {"p.items", "p.pairs"}
+    fine = [row("0-1-10", 1), row("0-1-10", 2, "pairs"), ddl, snapshot, row("0-1-13", 1),
+            row("0-1-10", 1), ddl]  # repeats (a zombie's, a rewind's) stand nowhere
+    v = SinkVerdict("nats", 0)
+    check_stream_order(v, fine, subjects, "p.__control")
+    assert v.out_of_order == 0
+    # a later transaction's change stored before an earlier one's, in another table
+    v = SinkVerdict("nats", 0)
+    check_stream_order(v, [row("0-1-13", 1), ddl, row("0-1-10", 1, "pairs")], subjects, "p.__control")
+    assert v.out_of_order == 2 and "stream order" in v.examples[0]
