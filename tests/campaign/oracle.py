@@ -35,8 +35,9 @@
   added, known by its DDL (the same text and GTID on either server of a GTID pair, where its id
   differs); on PostgreSQL (a schema change shows when the table's next row does) none twice by
   id; one ``failover`` message per failover incident; nothing twice. Repeats are allowed where
-  the sink's data may repeat (at least once, a rewound sink). Not for a sink in Debezium's
-  envelope (schema changes are its schema history) or a Delta sink.
+  the sink's data may repeat (at least once, a rewound sink). A Kafka sink in Debezium's envelope
+  too (it sends the control messages on the same channel); not a Delta sink (they are in its
+  commits' metadata).
 - one NATS stream holds every table's changes and the control messages in one order: on
   MariaDB, that of their transactions' GTIDs, each message where it first came (the source order
   across sub-batches, not only per key).
@@ -580,7 +581,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
                 if not rewinds:
                     check_resent_in_order(v, items, zombie=zombie and unfenced)
                 v.known = v.duplicates
-            if sink in ("kafka", "nats", "redis") and not (debezium and sink == "kafka"):
+            if sink in ("kafka", "nats", "redis"):  # Debezium's envelope too: the same channel
                 check_control(v, read_control(sink, pipe), work.ddl, pipe.sched.source == "mysql",
                               pipe.failovers_recorded(), bool(rewinds) or unfenced)
             if sink == "nats" and pipe.sched.source == "mysql":
