@@ -35,7 +35,7 @@ import subprocess
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +79,22 @@ class Pair:
         rc = proc.wait(120)
         assert rc == 0, (self.base / f"{run_id}.err").read_text()[-3000:]
         return json.loads((self.base / f"{run_id}.out").read_text())
+
+    def kill_once_stored(self, stored: Callable[[], bool]) -> None:
+        """A run SIGKILLed once the gate holds its acks and ``stored()`` says the stream holds
+        what it published: its sub-batch stored, without the commit marker."""
+        self.gate.armed = True
+        run = self.start("killed")
+        try:
+            deadline = time.monotonic() + 60
+            while not (self.gate.holding.is_set() and stored()):
+                assert run.poll() is None, "the run ended before its sub-batch was stored"
+                assert time.monotonic() < deadline, "the sub-batch was not stored within 60s"
+                time.sleep(0.01)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+            run.wait(30)
 
     def fail_over(self) -> None:
         """The connection moves to the replica once it holds every transaction of the primary."""
@@ -163,20 +179,7 @@ def test_changes_a_killed_run_stored_are_not_stored_again_by_a_run_on_the_gtid_r
     for i in range(1, ROWS + 1):
         p.execute(f"UPDATE {p.name}.t SET status = 'paid' WHERE id = {i}")
 
-    p.gate.armed = True
-    run = p.start("killed")
-    try:
-        deadline = time.monotonic() + 60
-        while not (p.gate.holding.is_set() and len(p.data()) == 2 * ROWS):
-            assert run.poll() is None, "the run ended before its sub-batch was stored"
-            assert time.monotonic() < deadline, "the sub-batch was not stored within 60s"
-            time.sleep(0.01)
-        os.killpg(run.pid, signal.SIGKILL)  # stored, without its commit marker
-        run.wait(30)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait(30)
+    p.kill_once_stored(lambda: len(p.data()) == 2 * ROWS)
     stored = p.data()
     p.gate.cut()
     for i in range(ROWS + 1, ROWS + LATER + 1):  # written between the kill and the rerun
@@ -212,20 +215,7 @@ def test_a_schema_change_a_killed_run_stored_is_not_stored_again_on_the_gtid_rep
     for i in range(1, ROWS + 1):
         p.execute(f"UPDATE {p.name}.t SET status = 'paid' WHERE id = {i}")
 
-    p.gate.armed = True
-    run = p.start("killed")
-    try:
-        deadline = time.monotonic() + 60
-        while not (p.gate.holding.is_set() and len(p.data()) == 2 * ROWS):
-            assert run.poll() is None, "the run ended before its sub-batch was stored"
-            assert time.monotonic() < deadline, "the sub-batch was not stored within 60s"
-            time.sleep(0.01)
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait(30)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait(30)
+    p.kill_once_stored(lambda: len(p.data()) == 2 * ROWS)
     stored = p.control()
     assert [m["ddl"] for m in stored] == [f"ALTER TABLE {p.name}.t ADD COLUMN note INT NULL"]
     p.gate.cut()
@@ -303,21 +293,7 @@ def test_a_generated_workload_killed_mid_delivery_and_failed_over_is_stored_once
     work.transactions(rng.randint(4, 12))
     before_kill, ddl_before_kill = work.changes, work.ddl
 
-    p.gate.armed = True
-    run = p.start("killed")
-    try:
-        deadline = time.monotonic() + 60
-        while not (p.gate.holding.is_set() and len(p.changes()) == before_kill
-                   and len(p.control()) == ddl_before_kill):
-            assert run.poll() is None, "the run ended before its sub-batch was stored"
-            assert time.monotonic() < deadline, "the sub-batch was not stored within 60s"
-            time.sleep(0.01)
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait(30)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait(30)
+    p.kill_once_stored(lambda: len(p.changes()) == before_kill and len(p.control()) == ddl_before_kill)
     p.gate.cut()
     work.transactions(rng.randint(1, 4))  # written between the kill and the rerun
     p.fail_over()
