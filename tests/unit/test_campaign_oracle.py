@@ -191,6 +191,13 @@ def test_dead_letters_hold_each_change_of_the_huge_rows_once_by_op():
     v = SinkVerdict("kafka", 5)
     check_dead_letters(v, [*good, good[1]], expected, huge, rewound=True)
     assert v.ok
+    # at least once: a change dead-lettered again under another key (re-read from the other
+    # server of a GTID pair, seed 7704) is a repeat; one of a huge row missing is still lost
+    v = SinkVerdict("kafka", 5)
+    check_dead_letters(v, [*good, letter("a2", "c")], expected, huge, rewound=False, at_least_once=True)
+    assert v.ok
+    check_dead_letters(v, good[1:], expected, huge, rewound=False, at_least_once=True)
+    assert v.lost == 1 and not v.ok
 
 
 def test_every_debezium_delete_is_followed_at_once_by_its_tombstone_and_nothing_else_is():
