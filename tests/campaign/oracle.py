@@ -50,6 +50,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ from tidegate.positions import position_from_json
 from tests.campaign import type_edges
 from tests.campaign.debezium_oracle import check_transactions, read_debezium_sink
 from tests.campaign.generator import HUGE_BODY, KEY_COLUMNS, TABLES, Key, key_of
-from tests.integration.sink_readers import kafka_changes, nats_messages, nats_stream, redis_events
+from tests.integration.sink_readers import header_texts, kafka_changes, redis_events, stored_messages
 
 
 @dataclass
@@ -358,12 +359,11 @@ def check_dead_letters(v: SinkVerdict, letters: list[tuple[str, dict]], expected
     return rows
 
 
-def read_dead_letters(sink: str, pipe) -> list[tuple[str, dict]]:
+def read_dead_letters(sink: str, pipe, nats: NatsStream) -> list[tuple[str, dict]]:
     """(idempotency key, dead-letter record) of a Kafka or NATS sink's DLQ, in sink order."""
     if sink == "kafka":
         return [(r["idempotency_key"], r) for r in kafka_changes(pipe.bootstrap, f"{pipe.name}.__dlq")]
-    found = nats_messages(pipe.nats, pipe.name.upper(), f"{pipe.name}.__dlq")
-    return [(r["idempotency_key"], r) for r, _ in found]
+    return [(r["idempotency_key"], r) for r, _ in nats.subject(f"{pipe.name}.__dlq")]
 
 
 def control_identity(msg: dict, mariadb: bool) -> tuple:
@@ -429,27 +429,46 @@ def check_stream_order(v: SinkVerdict, stream: list[tuple[str, dict]], data_subj
         last = max(last or (seq, ident), (seq, ident))
 
 
-def read_control(sink: str, pipe) -> list[dict]:
+def read_control(sink: str, pipe, nats: NatsStream) -> list[dict]:
     """Every control message of a Kafka, NATS or Redis sink, in sink order."""
     if sink == "kafka":
         return kafka_changes(pipe.bootstrap, f"{pipe.name}.__control")
     if sink == "nats":
-        return [m for m, _ in nats_messages(pipe.nats, pipe.name.upper(), f"{pipe.name}.__control")]
+        return [m for m, _ in nats.subject(f"{pipe.name}.__control")]
     return [json.loads(e) for e in redis_events(pipe.redis, f"{pipe.name}:__control")]
 
 
 # --------------------------------------------------------------------------- reading the sinks
 
 
-def read_stream_sink(sink: str, pipe) -> list[tuple[str, dict]]:
+class NatsStream:
+    """A pipeline's NATS stream (commit markers left out), read once, on first use, for every
+    check that asks: a read fetches each message of the stream, whatever subject it wants."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+
+    @functools.cached_property
+    def messages(self) -> list:
+        return stored_messages(self.pipe.nats, self.pipe.name.upper())
+
+    def subject(self, subject: str) -> list[tuple[dict, dict]]:
+        """(JSON payload, headers) of every message of ``subject``, in stream order."""
+        return [(json.loads(m.data), header_texts(m.headers)) for m in self.messages if m.subject == subject]
+
+    def in_order(self) -> list[tuple[str, dict]]:
+        """(subject, JSON payload) of every message, in stream order."""
+        return [(m.subject, json.loads(m.data)) for m in self.messages]
+
+
+def read_stream_sink(sink: str, pipe, nats: NatsStream) -> list[tuple[str, dict]]:
     """(dedup id, envelope) of every data message of a Kafka / NATS / Redis sink, in sink order."""
     out = []
     for t in TABLES:
         if sink == "kafka":
             out += [(e["idempotency_key"], e) for e in kafka_changes(pipe.bootstrap, f"{pipe.name}.{t}")]
         elif sink == "nats":
-            out += [(h["Nats-Msg-Id"], e) for e, h in nats_messages(pipe.nats, pipe.name.upper(),
-                                                                     f"{pipe.name}.{t}")]
+            out += [(h["Nats-Msg-Id"], e) for e, h in nats.subject(f"{pipe.name}.{t}")]
         else:
             out += [(e["idempotency_key"], e) for e in map(json.loads, redis_events(pipe.redis,
                                                                                     f"{pipe.name}:{t}"))]
@@ -506,12 +525,13 @@ def same_snapshot_rows(found: list[tuple[SinkVerdict, set]]) -> None:
             v.examples.append(f"lacks snapshot rows {sorted(every - ids)[:3]}")
 
 
-def read_sink(sink: str, pipe, problems: list[str], poisoned: set[Key]) -> list[tuple[str, dict]]:
+def read_sink(sink: str, pipe, problems: list[str], poisoned: set[Key], nats: NatsStream
+              ) -> list[tuple[str, dict]]:
     if sink == "delta_log":
         return read_delta_changelog(pipe)
     if sink == "kafka" and pipe.sched.envelope == "debezium":
         return read_debezium_sink(pipe, problems, poisoned)
-    return read_stream_sink(sink, pipe)
+    return read_stream_sink(sink, pipe, nats)
 
 
 def snapshot_keys(items: list[tuple[str, dict]], poisoned: set[Key]) -> set[Key]:
@@ -541,6 +561,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
     snapshot_by_key: list[tuple[SinkVerdict, set[Key]]] = []
     debezium = pipe.sched.envelope == "debezium"
     zombie = any(step.fault == "zombie" for step in pipe.sched.steps)
+    nats = NatsStream(pipe)
     for sink in pipe.sinks:
         if sink == "delta_merge":
             v = SinkVerdict(sink, work.changes)
@@ -550,7 +571,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
         else:
             problems: list[str] = []
             poisoned = work.huge if pipe.sched.poison and sink in POISONED_SINKS else set()
-            items = read_sink(sink, pipe, problems, poisoned)
+            items = read_sink(sink, pipe, problems, poisoned, nats)
             unfenced = sink == "kafka" and not pipe.sched.kafka_exactly_once  # nothing refuses a zombie
             expected = {k: h for k, h in work.expected.items() if k not in poisoned}
             v, unique = check_changes(sink, items, expected, work.changes, ordered=sink != "delta_log")
@@ -561,7 +582,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
             rows = {ident for ident, env in items if env["op"] == "r"}
             truth = untyped if debezium and sink == "kafka" else source
             if poisoned:
-                rows |= check_dead_letters(v, read_dead_letters(sink, pipe), work.expected, poisoned,
+                rows |= check_dead_letters(v, read_dead_letters(sink, pipe, nats), work.expected, poisoned,
                                            rewound=bool(rewinds), at_least_once=unfenced)
                 truth = {k: r for k, r in truth.items() if k not in poisoned}
             if debezium and sink == "kafka":
@@ -586,10 +607,10 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
                     check_resent_in_order(v, items, zombie=zombie and unfenced)
                 v.known = v.duplicates
             if sink in ("kafka", "nats", "redis"):  # Debezium's envelope too: the same channel
-                check_control(v, read_control(sink, pipe), work.ddl, pipe.sched.source == "mysql",
+                check_control(v, read_control(sink, pipe, nats), work.ddl, pipe.sched.source == "mysql",
                               pipe.failovers_recorded(), bool(rewinds) or unfenced)
             if sink == "nats" and pipe.sched.source == "mysql":
-                check_stream_order(v, nats_stream(pipe.nats, pipe.name.upper()),
+                check_stream_order(v, nats.in_order(),
                                    {f"{pipe.name}.{t}" for t in TABLES}, f"{pipe.name}.__control")
             if sink != "delta_log":  # the changelog's rows carry no order: the merged table checks it
                 compare_rows(v, replay(unique), truth)

@@ -101,14 +101,18 @@ class Pair:
         wait_replica_has(self.primary, self.replica)
         self.env["AIRFLOW_CONN_CDC_MYSQL"] = self.env["AIRFLOW_CONN_CDC_MYSQL_REPLICA"]
 
-    def changes(self) -> list[tuple[str, str, str, dict]]:
-        """(Nats-Msg-Id, table, op, row) of every data message of both tables, in stream order."""
+    def messages(self) -> list:
+        """Every message of the stream but the commit markers, in stream order."""
         try:
-            msgs = stored_messages(self.nats, self.stream)
+            return stored_messages(self.nats, self.stream)
         except Exception:  # noqa: BLE001 - the stream is created by the run
             return []
+
+    def changes(self, msgs: list | None = None) -> list[tuple[str, str, str, dict]]:
+        """(Nats-Msg-Id, table, op, row) of every data message of both tables, in stream order
+        (of ``msgs``, a read of :meth:`messages`, or of a read of its own)."""
         out = []
-        for m in msgs:
+        for m in self.messages() if msgs is None else msgs:
             table = m.subject.rpartition(".")[2]
             if m.subject == f"{self.name}.{self.name}.{table}" and table in ("t", "u"):
                 ev = json.loads(m.data)
@@ -123,12 +127,9 @@ class Pair:
                 out[table] = dict(c.fetchall())
         return out
 
-    def control(self) -> list[dict]:
-        """The schema_change control messages of the stream, in stream order."""
-        try:
-            msgs = stored_messages(self.nats, self.stream)
-        except Exception:  # noqa: BLE001 - the stream is created by the run
-            return []
+    def control(self, msgs: list | None = None) -> list[dict]:
+        """The schema_change control messages of the stream, in stream order (as :meth:`changes`)."""
+        msgs = self.messages() if msgs is None else msgs
         control = [json.loads(m.data) for m in msgs if m.subject == f"{self.name}.__control"]
         return [m for m in control if m["type"] == "schema_change"]
 
@@ -293,7 +294,12 @@ def test_a_generated_workload_killed_mid_delivery_and_failed_over_is_stored_once
     work.transactions(rng.randint(4, 12))
     before_kill, ddl_before_kill = work.changes, work.ddl
 
-    p.kill_once_stored(lambda: len(p.changes()) == before_kill and len(p.control()) == ddl_before_kill)
+
+    def stored() -> bool:  # one read of the stream per look
+        msgs = p.messages()
+        return len(p.changes(msgs)) == before_kill and len(p.control(msgs)) == ddl_before_kill
+
+    p.kill_once_stored(stored)
     p.gate.cut()
     work.transactions(rng.randint(1, 4))  # written between the kill and the rerun
     p.fail_over()
