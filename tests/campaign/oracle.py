@@ -36,8 +36,9 @@
   differs); on PostgreSQL (a schema change shows when the table's next row does) none twice by
   id; one ``failover`` message per failover incident; nothing twice. Repeats are allowed where
   the sink's data may repeat (at least once, a rewound sink). A Kafka sink in Debezium's envelope
-  too (it sends the control messages on the same channel); not a Delta sink (they are in its
-  commits' metadata).
+  too (it sends the control messages on the same channel). A Delta sink keeps them in the
+  ``userMetadata`` of its commits: those of its checkpoint table (one commit per sub-batch, the
+  sub-batch's control messages in it) are judged the same way.
 - one NATS stream holds every table's changes and the control messages in one order: on
   MariaDB, that of their transactions' GTIDs, each message where it first came (the source order
   across sub-batches, not only per key).
@@ -430,7 +431,10 @@ def check_stream_order(v: SinkVerdict, stream: list[tuple[str, dict]], data_subj
 
 
 def read_control(sink: str, pipe, nats: NatsStream) -> list[dict]:
-    """Every control message of a Kafka, NATS or Redis sink, in sink order."""
+    """Every control message of a sink, in sink order (a Delta sink's: see delta_control)."""
+    if sink in DELTA_FOLDERS:
+        return delta_control(pipe.lake / pipe.name / DELTA_FOLDERS[sink] / "_tidegate" / f"checkpoint_{sink}",
+                             sink)
     if sink == "kafka":
         return kafka_changes(pipe.bootstrap, f"{pipe.name}.__control")
     if sink == "nats":
@@ -499,6 +503,23 @@ def delta_rows(table: Path) -> list[dict]:
 
         rows += pq.read_table(table / unquote(path)).to_pylist()
     return rows
+
+
+DELTA_FOLDERS = {"delta_merge": "merged", "delta_log": "log"}  # the campaign's paths (runner.spec)
+
+
+def delta_control(table: Path, sink: str) -> list[dict]:
+    """The control messages a Delta sink recorded in the ``userMetadata`` of the commits of its
+    checkpoint table (``table``), oldest commit first: a sub-batch's commit to that table
+    carries the sub-batch's (tidegate.sinks.delta.ledger.commit_metadata)."""
+    out: list[dict] = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in filter(None, commit.read_text().split("\n")):
+            meta = json.loads(line).get("commitInfo", {}).get("userMetadata")
+            meta = json.loads(meta) if meta else {}
+            if meta.get("tidegate", {}).get("sink") == sink:
+                out += meta.get("control", [])
+    return out
 
 
 def read_delta_changelog(pipe) -> list[tuple[str, dict]]:
@@ -606,9 +627,6 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
                 if not rewinds:
                     check_resent_in_order(v, items, zombie=zombie and unfenced)
                 v.known = v.duplicates
-            if sink in ("kafka", "nats", "redis"):  # Debezium's envelope too: the same channel
-                check_control(v, read_control(sink, pipe, nats), work.ddl, pipe.sched.source == "mysql",
-                              pipe.failovers_recorded(), bool(rewinds) or unfenced)
             if sink == "nats" and pipe.sched.source == "mysql":
                 check_stream_order(v, nats.in_order(),
                                    {f"{pipe.name}.{t}" for t in TABLES}, f"{pipe.name}.__control")
@@ -616,6 +634,11 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
                 compare_rows(v, replay(unique), truth)
             else:
                 v.out_of_order = 0
+        # every sink's control channel; Debezium's envelope too (the same channel)
+        rewound = any(s == sink for s, _, _ in pipe.rewound)
+        check_control(v, read_control(sink, pipe, nats), work.ddl, pipe.sched.source == "mysql",
+                      pipe.failovers_recorded(),
+                      rewound or sink == "kafka" and not pipe.sched.kafka_exactly_once)
         check_history(v, history.get(sink, []))
         out.append(v)
     same_snapshot_rows(snapshot_ids)

@@ -2,12 +2,15 @@
 must hold the key's state where it stands among the key's changes as the sink holds them, and the
 changes without the snapshot rows must be the key's history exactly once, in commit order; and
 its rule for dead letters (``POISON=dlq``); how it reads Debezium's records (``ENVELOPE=debezium``);
-and its rule for the control channel."""
+and its rule for the control channel, and where it finds a Delta sink's."""
 
 from __future__ import annotations
 
 import collections
 import json
+from pathlib import Path
+
+from tidegate.sinks.delta import ledger
 
 from tests.campaign.debezium_oracle import (
     change_id,
@@ -22,6 +25,7 @@ from tests.campaign.oracle import (
     check_control,
     check_dead_letters,
     check_stream_order,
+    delta_control,
     same_snapshot_rows,
     snapshot_rows_misplaced,
 )
@@ -338,3 +342,25 @@ def test_one_nats_stream_holds_changes_and_schema_changes_in_gtid_order():
     v = SinkVerdict("nats", 0)
     check_stream_order(v, [row("0-1-13", 1), ddl, row("0-1-10", 1, "pairs")], subjects, "p.__control")
     assert v.out_of_order == 2 and "stream order" in v.examples[0]
+
+
+def test_a_delta_sinks_control_messages_are_read_from_its_checkpoint_tables_commits(tmp_path: Path):
+    """The commits' userMetadata as the sink writes it (ledger.commit_metadata): the claim's holds
+    none, another sink's are not this one's, and each sub-batch's come in commit order."""
+    ddl, failover = alter("bin.1:400", "items", "c1"), control("failover", "incident-3")
+
+    def commit(sink: str, controls: list[dict] | None, claim: bool = False) -> str:
+        meta = ledger.commit_metadata(app=f"app-{sink}", pipeline="p", sink=sink, epoch=2, extends=4,
+                                      covers=None, controls=controls, claim=claim)
+        return json.dumps({"commitInfo": {"operation": "WRITE", "userMetadata": meta}}) + "\n" + (
+            json.dumps({"add": {"path": "part-0.parquet"}}) + "\n")
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    for n, text in enumerate([json.dumps({"protocol": {"minReaderVersion": 1}}) + "\n",
+                              commit("delta_merge", None, claim=True), commit("delta_merge", [ddl]),
+                              commit("delta_log", [failover]), commit("delta_merge", [failover])]):
+        (log / f"{n:020d}.json").write_text(text)
+    assert delta_control(tmp_path, "delta_merge") == [ddl, failover]
+    assert delta_control(tmp_path, "delta_log") == [failover]
+    assert delta_control(tmp_path / "missing", "delta_merge") == []
