@@ -3,6 +3,7 @@ sink-side checkpoint, MAXLEN only when configured, and error classes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from test_sink_support import all_events, make_batches, pipeline_spec, seq_of, source_items, unique
+from test_sink_support import all_events, make_batches, make_tx, pipeline_spec, seq_of, source_items, unique
+from tidegate.batching import SubBatch
 from tidegate.connections import Connection
 from tidegate.coordinator import run_once
 from tidegate.errors import ErrorClass, FatalSinkError, NonRetryableSinkError, RetryableSinkError
@@ -23,6 +25,7 @@ from tidegate.sinks import make_sink
 from tidegate.sinks.redis.sink import RedisSink
 from tidegate.sinks.redis.spec import RedisSinkSpec
 from tidegate.spec import BatchSpec
+from tidegate.spill import SpilledEvents
 from tidegate.store import open_store
 
 pytestmark = pytest.mark.integration
@@ -214,6 +217,34 @@ def test_noperm_is_non_retryable_and_nothing_is_written(redis_service):
         r.close()
 
 
+def test_a_user_whose_patterns_leave_out_the_control_and_dlq_streams_delivers_rows(redis_service):
+    """The ACL of docs/operations.md, its key patterns covering the tables' streams and the
+    checkpoint only: every sub-batch's check WATCHes and types the keys it may write, the control
+    stream and the DLQ among them, and one outside the patterns is skipped (nothing goes there)."""
+    name = unique("rpatterns")
+    user, pw = f"tg_patterns_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    r = client(redis_service.cdc)
+    r.acl_setuser(user, enabled=True, passwords=[f"+{pw}"], keys=[f"s:{name}:*", "tidegate:*"],
+                  commands=["-@all", "+ping", "+client|setname", "+type", "+xtrim", "+xadd", "+get", "+set",
+                            "+watch", "+unwatch", "+multi", "+exec", "+discard", "+hello"])
+    batches = make_batches(name, 4, 3, 2)
+    try:
+        c = redis_service.cdc
+        spec = rspec(name)
+        sink = RedisSink(pipeline_spec(name, spec), spec,
+                         Connection("limited", "redis", host=c.host, port=c.port, login=user, password=pw))
+        try:
+            for v, b in enumerate(batches):
+                sink.deliver(b, v)
+        finally:
+            sink.close()
+        assert stream_keys(r, name) == [e.idempotency_key for e in all_events(batches)]
+        assert json.loads(r.get(f"tidegate:checkpoint:acme/{name}::sink::cache"))["extends"] == 1
+    finally:
+        r.acl_deluser(user)
+        r.close()
+
+
 def test_connection_refused_is_retryable():
     name = unique("rdown")
     spec = rspec(name)
@@ -238,6 +269,44 @@ def test_a_key_of_another_type_is_refused_before_anything_is_written(redis_servi
     assert "not a stream" in str(err.value)
     assert r.get(f"tidegate:checkpoint:acme/{name}::sink::cache") is None
     r.close()
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["whole", "frames"])
+def test_a_stream_replaced_by_another_type_during_a_run_leaves_the_next_sub_batch_unwritten(
+        redis_service, spilled):
+    """A stream the sink wrote in one sub-batch is deleted and set as a string by someone else
+    before the next. Inside MULTI/EXEC the XADD to it fails alone (WRONGTYPE) while the rest,
+    the checkpoint included, is applied: the sink-side record would say the sub-batch is there
+    and the next run would skip it, the failed changes lost. The sink finds the key again
+    before each sub-batch: nothing of that sub-batch is written, the record does not move, and
+    once the key is a stream again the sub-batch is delivered whole."""
+    name = unique("rretype")
+    txs = [make_tx(name, n, 3, table=t) for n, t in enumerate(("orders", "orders", "items", "orders"), 1)]
+    first, second = SubBatch(1, tuple(txs[:2])), SubBatch(2, tuple(txs[2:]))
+    r = client(redis_service.cdc)
+    sink = new_sink(redis_service.cdc, name)
+    ckpt = f"tidegate:checkpoint:acme/{name}::sink::cache"
+    try:
+        sink.deliver(first, 0)
+        orders = f"s:{name}:shop.orders"
+        r.delete(orders)
+        r.set(orders, "not a stream")  # between two sub-batches of the run: another client
+        if spilled:  # on disk, read back a frame at a time (a transaction past the limits)
+            second = SubBatch(2, tuple(dataclasses.replace(tx, events=SpilledEvents(list(tx.events)).seal())
+                                       for tx in second.transactions))
+        with pytest.raises(NonRetryableSinkError, match="not a stream"):
+            sink.deliver(second, 1)
+        assert r.xlen(f"s:{name}:shop.items") == 0  # nothing of the sub-batch, in any stream
+        assert sink.committed_checkpoint().position == first.end_position
+        assert json.loads(r.get(ckpt))["extends"] == 0
+        r.delete(orders)  # the operator removes the stray key: the run's retry delivers it all
+        sink.deliver(second, 1)
+        assert [e.idempotency_key for e in second.events if e.table == "orders"] == stream_keys(r, name)
+        assert r.xlen(f"s:{name}:shop.items") == 3
+        assert sink.committed_checkpoint().position == second.end_position
+    finally:
+        sink.close()
+        r.close()
 
 
 def test_a_writer_of_an_older_epoch_is_fenced_and_writes_nothing(redis_service):

@@ -20,10 +20,13 @@ least ``maxlen`` entries, trimming whole radix-tree nodes).
 Control messages go to the pipeline's control stream (``{pipeline}:__control``, or the sink's
 ``control``), in the same MULTI/EXEC as the data they sit between.
 
-Before the first write to a stream key the sink checks that it can write it: the key is a
-stream (or absent) and the ACL user may write it (a no-op ``XTRIM``). Inside MULTI/EXEC a
-command that fails at run time (WRONGTYPE) does not undo the others, and one the ACL refuses
-discards the whole transaction, so such keys are found first. Their events are poison: with
+Before each sub-batch the sink checks that it can write its keys: each is a stream (or absent)
+and the ACL user may write it (a no-op ``XTRIM``, once per key and run). Inside MULTI/EXEC a
+command that fails at run time (WRONGTYPE) does not undo the others, the checkpoint's SET
+included, and one the ACL refuses discards the whole transaction, so such keys are found first;
+the sub-batch's keys are WATCHed from that check to the EXEC, so a key another client changes in
+between aborts the EXEC (nothing written; the sub-batch is retried and checked again). Another
+writer appending to one of the streams meanwhile does the same. Their events are poison: with
 ``on_poison: halt`` the sub-batch fails naming them; with ``dlq`` each goes, as a dead-letter
 record, to ``{pipeline}:__dlq`` (or the sink's ``dlq``) in the same MULTI/EXEC.
 
@@ -42,6 +45,7 @@ exceptions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -103,6 +107,10 @@ def _queue(conn: Any, commands: list[tuple]) -> None:
         conn.read_response()
 
 
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
 def _flat(fields: dict) -> list:
     return [x for kv in fields.items() for x in kv]
 
@@ -130,7 +138,7 @@ class RedisSink(Sink):
         self.fence_redis_key = FENCE_PREFIX + self.checkpoint_key
         self._stream_of = TemplateNames(sink.stream, self.pipeline)
         self._client: redis.Redis | None = None
-        self._checked_streams: dict[str, str | None] = {}  # key -> why it cannot be written, or None
+        self._acl_refused: dict[str, str | None] = {}  # key -> why the ACL refuses it, or None
         self._uncertain = False  # an EXEC whose reply was lost may have committed
 
     # ------------------------------------------------------------------ connection
@@ -227,29 +235,41 @@ class RedisSink(Sink):
     def _key_of(self, ev: Any) -> str:
         return self.control_name if is_control(ev) else self._stream_of(ev)
 
-    def _unwritable(self, keys: list[str]) -> dict[str, str]:
+    def _keys_of(self, batch: SubBatch) -> list[str]:
+        """Every key a sub-batch may write but the checkpoint's: its tables' streams (known
+        without reading a spilled transaction back), the control stream and the DLQ."""
+        return [*dict.fromkeys(map(self._stream_of, batch.table_counts)), self.control_name,
+                self.dlq_name]
+
+    def _unwritable(self, keys: list[str], call: Callable[..., Any]) -> dict[str, str]:
         """Of the stream keys, those this sink cannot write, with why: a key holding another
         type, or one the ACL user may not write (``XTRIM key MINID 0`` is a write that changes
-        nothing). Inside MULTI/EXEC such a command would not undo the others, or would discard
-        the whole transaction: they are found before, once per key."""
+        nothing). Inside MULTI/EXEC such a command would not undo the others (the checkpoint's
+        SET included), or would discard the whole transaction: they are found before. Each key
+        is WATCHed and its type read at every sub-batch through ``call``, the connection that
+        then runs the EXEC: a key another client turns into another type after the check (once
+        seen between two sub-batches) aborts the EXEC instead of leaving the sub-batch written
+        but for that key's changes, its checkpoint moved past them. The ACL is asked once per
+        key and run; a key outside the user's patterns is not watched (nothing is written to it)."""
         assert self._client is not None
-        for k in dict.fromkeys(keys):
-            if k in self._checked_streams:
-                continue
+        why: dict[str, str] = {}
+        for k in keys:
             try:
-                t = self._client.type(k)
-                t = t.decode() if isinstance(t, bytes) else t
+                call("WATCH", k)
+                t = _text(call("TYPE", k))
                 if t not in ("none", "stream"):
-                    self._checked_streams[k] = f"key {k!r} holds a {t}, not a stream"
-                    continue
-                self._client.xtrim(k, minid="0")
-                self._checked_streams[k] = None
+                    why[k] = f"key {k!r} holds a {t}, not a stream"
+                elif k not in self._acl_refused:
+                    self._client.xtrim(k, minid="0")
+                    self._acl_refused[k] = None
             except rex.NoPermissionError as exc:
                 if "command" in str(exc).lower():  # the user may not write streams at all: sink-wide
                     raise self.error(exc, f"checking that stream {k!r} can be written") from None
-                self._checked_streams[k] = (f"the ACL user {self.conn.login or 'default'!r} may not write "
-                                            f"stream {k!r} ({self.redact(str(exc))})")
-        return {k: why for k in keys if (why := self._checked_streams.get(k))}
+                self._acl_refused[k] = (f"the ACL user {self.conn.login or 'default'!r} may not write "
+                                        f"stream {k!r} ({self.redact(str(exc))})")
+            if self._acl_refused.get(k):
+                why[k] = self._acl_refused[k]
+        return why
 
     def deliver(self, batch: SubBatch, extends: int | None = None) -> Position:
         if self._client is None:
@@ -276,7 +296,7 @@ class RedisSink(Sink):
                 self._uncertain = True  # the EXEC may have run before the connection broke
                 raise RetryableSinkError(f"{self.where}: the connection was lost delivering sub-batch "
                                          f"{batch.seq}; retrying") from None
-            raise self._fence_moved() from None  # the fence key moved between WATCH and EXEC
+            raise self._fence_moved() from None  # a watched key moved between WATCH and EXEC
         except Exception as exc:  # noqa: BLE001 - mapped to a SinkError without secrets
             err = self.error(exc, f"delivering sub-batch {batch.seq}")
             if err.error_class is ErrorClass.RETRYABLE:
@@ -284,16 +304,15 @@ class RedisSink(Sink):
             raise err from None
         return batch.end_position
 
-    def _entries(self, events: list) -> tuple[list[tuple[str, dict]], list]:
-        """The XADDs of ``events`` (stream, fields) and the poison among them, dead-lettered
-        (``on_poison: dlq``) or raised."""
+    def _entries(self, events: list, bad: dict[str, str]) -> tuple[list[tuple[str, dict]], list]:
+        """The XADDs of ``events`` (stream, fields) and the poison among them (``bad``: the keys
+        that cannot be written, with why), dead-lettered (``on_poison: dlq``) or raised."""
         keys = [self._key_of(ev) for ev in events]
-        bad = self._unwritable(keys)
         poison = [(ev, bad[k]) for ev, k in zip(events, keys, strict=True) if k in bad]
         self.halt_on_poison(poison)
-        if poison and self._unwritable([self.dlq_name]):
+        if poison and self.dlq_name in bad:
             raise NonRetryableSinkError(f"{self.where}: the dead-letter stream cannot be written: "
-                                        f"{self._checked_streams[self.dlq_name]}")
+                                        f"{bad[self.dlq_name]}")
         out = []
         for ev, key in zip(events, keys, strict=True):
             if key in bad:
@@ -315,10 +334,11 @@ class RedisSink(Sink):
         """The sub-batch and the checkpoint in one MULTI/EXEC through redis-py's pipeline;
         returns the poison dead-lettered."""
         assert self._client is not None
-        entries, poison = self._entries(list(batch.events))
         with self._client.pipeline(transaction=True) as pipe:
             if self.epoch is not None:
                 self._check_fence(pipe)
+            bad = self._unwritable(self._keys_of(batch), pipe.immediate_execute_command)
+            entries, poison = self._entries(list(batch.events), bad)
             pipe.multi()
             trim = {"maxlen": self.maxlen, "approximate": True} if self.maxlen else {}
             for key, fields in entries:
@@ -344,15 +364,16 @@ class RedisSink(Sink):
                 held = _call(conn, "GET", self.fence_redis_key)
                 if held is not None and int(held) > self.epoch:
                     raise self.fenced_error(int(held))
+            bad = self._unwritable(self._keys_of(batch), lambda *cmd: _call(conn, *cmd))
             _call(conn, "MULTI")
             for chunk in batch.chunks():
-                entries, found = self._entries(chunk)
+                entries, found = self._entries(chunk, bad)
                 poison += found
                 _queue(conn, [("XADD", key, *trim, "*", *_flat(fields)) for key, fields in entries])
             _queue(conn, [("SET", key, value) for key, value in self._closing_sets(record)])
             replies = _call(conn, "EXEC")
             if replies is None:  # a watched key moved: nothing ran
-                raise rex.WatchError("the fence key changed between WATCH and EXEC")
+                raise rex.WatchError("a watched key changed between WATCH and EXEC")
             failed = next((r for r in replies if isinstance(r, Exception)), None)
             if failed is not None:
                 raise failed
@@ -364,14 +385,16 @@ class RedisSink(Sink):
         return poison
 
     def _fence_moved(self) -> SinkError:
-        """EXEC was refused because the fence key changed after WATCH: fenced if a newer epoch
-        holds it now, else (the key was rewritten by the server, say) retryable."""
+        """EXEC was refused because a watched key changed after WATCH: fenced if a newer epoch
+        holds the fence key now, else (a stream written by another client, the fence key
+        rewritten by the server) retryable."""
         assert self._client is not None
         held = self._client.get(self.fence_redis_key)
         if held is not None and int(held) > (self.epoch or 0):
             return self.fenced_error(int(held))
-        return RetryableSinkError(f"{self.where}: the fence key changed during a delivery; nothing was "
-                                  f"written, retrying")
+        return RetryableSinkError(f"{self.where}: the fence key or one of the sub-batch's streams changed "
+                                  f"during a delivery (another client wrote it); nothing was written, "
+                                  f"retrying")
 
     def _execute(self, pipe: Any) -> list:
         """Send MULTI, the queued commands and EXEC; raise on any error."""
