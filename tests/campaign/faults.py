@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import redis
 
 from tests.conftest import services_cmd
+from tests.integration.sink_readers import redis_client
 from tests.integration.test_fault_matrix import gone, restarted, server_pid, stop_server, store_writable
 from tests.stopped import stopped
 
@@ -173,3 +175,31 @@ def stall_delivery(ports: set[int], hold: float) -> int:
             except psutil.Error:
                 pass
     return len(workers)
+
+
+def retype_stream(conn, key: str) -> None:
+    """Another client's mistake: the stream ``key`` renamed aside and a string set in its place,
+    in one MULTI/EXEC under WATCH (no XADD of the run lands between them to make a new stream)."""
+    with redis_client(conn) as r, r.pipeline(transaction=True) as tx:
+        while True:
+            try:
+                tx.watch(key)
+                there = tx.exists(key)
+                tx.multi()
+                if there:
+                    tx.rename(key, key + ":aside")
+                tx.set(key, "not a stream")
+                tx.execute()
+                return
+            except redis.WatchError:  # the run wrote the stream meanwhile: again
+                continue
+
+
+def restore_stream(conn, key: str) -> None:
+    """The operator's repair of :func:`retype_stream` once the run has ended: the string
+    removed, the stream put back."""
+    with redis_client(conn) as r, r.pipeline(transaction=True) as tx:
+        tx.delete(key)
+        if r.exists(key + ":aside"):
+            tx.rename(key + ":aside", key)
+        tx.execute()

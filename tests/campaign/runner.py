@@ -71,6 +71,7 @@ from tests.campaign.schedule import (
     HANG_TIMEOUT_S,
     KAFKA_TXN_TIMEOUT_MS,
     NATS_WINDOW_S,
+    OPT_IN_KINDS,
     SINK_GROUPS,
     SNAPSHOT_CHUNK_ROWS,
     SOURCES,
@@ -381,10 +382,12 @@ class Pipe:
                     outcome.findings.append(f.what)
         self.live = []
 
-    def finish(self, run: Run, outcome: Outcome, killed: bool = False, zombie: bool = False) -> str:
+    def finish(self, run: Run, outcome: Outcome, killed: bool = False, zombie: bool = False,
+               refused: str = "") -> str:
         """Wait for a run: "ok", "idle" (nothing to do), "killed" (``killed``: SIGKILLed by the
         schedule) or its one-line error (a halt or a silent failure is a finding; a hang too; and
-        an error classified fatal after a transient fault, which Airflow would not retry)."""
+        an error classified fatal after a transient fault, which Airflow would not retry, unless
+        it says ``refused``: a fault an operator must repair, which fails fast by design)."""
         try:
             rc = run.wait(self.run_timeout)
         except AssertionError:
@@ -405,7 +408,7 @@ class Pipe:
             # The CLI's exit status says how the engine classed the error (a server's own words
             # quoted in it, e.g. PostgreSQL's "FATAL:  the database system is shutting down",
             # seed 2976, do not). A fenced zombie must stop for good.
-            if rc == EXIT_FATAL and not zombie:
+            if rc == EXIT_FATAL and not zombie and not (refused and refused in said):
                 outcome.findings.append(f"run {run.run_id} failed fatally (Airflow would not retry) "
                                         f"after a transient fault: {said[:400]}")
             return said
@@ -625,6 +628,8 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         run.signal(signal.SIGSTOP)
         time.sleep(step.hold)
         run.signal(signal.SIGCONT)
+    elif step.fault == "retype_redis":
+        faults.retype_stream(p.redis, f"{p.name}:{step.target}")
     else:
         how, role = step.fault.split("_", 1)
         name = faults.server_name(role, p.sched.source)
@@ -634,8 +639,12 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
             faults.hang_server(name, step.hold)
         if name in ("mysql", "postgres"):
             p.close_store()
-    ended = p.finish(run, out, killed=step.fault == "run_kill", zombie=rewind is not None)
+    retyped = step.fault == "retype_redis"
+    ended = p.finish(run, out, killed=step.fault == "run_kill", zombie=rewind is not None,
+                     refused="not a stream" if retyped else "")
     out.notes.append(f"{i + 1}: {step.fault} after {at} sub-batches; the run ended {ended[:200]}")
+    if retyped:  # the operator's repair, before any other run
+        faults.restore_stream(p.redis, f"{p.name}:{step.target}")
     late = p.written_after_rewind(rewind.sink, run.run_id) if rewind else []
     if late:
         out.findings.append(f"step {i + 1}: the run in flight wrote {rewind.sink}'s checkpoint after "
@@ -799,7 +808,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, help="one seed (overrides --seeds)")
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--sinks", default="kafka,nats,redis,delta", help="subset of " + ",".join(SINK_GROUPS))
-    ap.add_argument("--kinds", default=",".join(FAULT_KINDS), help="fault kinds to draw from")
+    ap.add_argument("--kinds", default=",".join(FAULT_KINDS),
+                    help="fault kinds to draw from; also " + ",".join(OPT_IN_KINDS)
+                    + ", drawn only when named")
     ap.add_argument("--delta-share", type=float, default=0.1, help="share of seeds with Delta sinks")
     ap.add_argument("--delivery", default="process", choices=DELIVERIES,
                     help="executor: every run delivered by a Spark task (a Connect server on a standalone "

@@ -20,6 +20,10 @@ RUN_FAULTS = ("run_kill", "run_stop", "run_stall_nats", "run_stall_kafka", "zomb
 SERVER_ROLES = ("source", "store", "kafka", "nats", "redis")
 SERVER_FAULTS = tuple(f"{how}_{role}" for role in SERVER_ROLES for how in ("kill", "stop"))
 FAULT_KINDS = RUN_FAULTS + SERVER_FAULTS
+# Drawn only when --kinds names them (adding a kind to FAULT_KINDS would change every seed's
+# draws): another client turns one table's Redis stream into a string while the run delivers
+# (RENAME aside and SET, at once), and puts it back once the run has ended, as an operator does.
+OPT_IN_KINDS = ("retype_redis",)
 # A run delivered by a Spark task (delivery "executor": the spec's Spark connection is a Connect
 # server on a standalone cluster): the delivering Python worker SIGKILLed (Spark retries the
 # task), the executor's JVM SIGKILLed (the cluster starts another, the task is retried there),
@@ -61,9 +65,11 @@ class Step:
     wave: int
     writes_between: int
     takeovers: int = 0
+    target: str = ""  # retype_redis: the table whose stream is turned into a string
 
     def __str__(self) -> str:
         extra = f", takeovers={self.takeovers}" if self.fault == "zombie" else ""
+        extra += f", table={self.target}" if self.target else ""
         return (f"({self.moment[0]}={self.moment[1]}, {self.fault}, hold={self.hold}s, wave={self.wave}, "
                 f"writes_between={self.writes_between}{extra})")
 
@@ -279,4 +285,5 @@ def _step(rng: random.Random, fault: str, with_delta: bool = False, past_timeout
     if fault in EXECUTOR_FAULTS:  # a run long enough that its task is still there at the moment
         wave *= 20
     return Step(fault, moment, hold, wave=wave, writes_between=writes,
-                takeovers=rng.randint(1, 2) if fault == "zombie" else 0)
+                takeovers=rng.randint(1, 2) if fault == "zombie" else 0,
+                target=rng.choice(TABLES) if fault == "retype_redis" else "")
