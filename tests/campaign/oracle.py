@@ -54,10 +54,12 @@ import collections
 import functools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidegate.positions import position_from_json
+from tidegate.spec import load_spec
 
 from tests.campaign import type_edges
 from tests.campaign.debezium_oracle import check_transactions, read_debezium_sink
@@ -432,9 +434,8 @@ def check_stream_order(v: SinkVerdict, stream: list[tuple[str, dict]], data_subj
 
 def read_control(sink: str, pipe, nats: NatsStream) -> list[dict]:
     """Every control message of a sink, in sink order (a Delta sink's: see delta_control)."""
-    if sink in DELTA_FOLDERS:
-        return delta_control(pipe.lake / pipe.name / DELTA_FOLDERS[sink] / "_tidegate" / f"checkpoint_{sink}",
-                             sink)
+    if sink.startswith("delta"):
+        return delta_control(delta_checkpoint_table(pipe, sink), sink)
     if sink == "kafka":
         return kafka_changes(pipe.bootstrap, f"{pipe.name}.__control")
     if sink == "nats":
@@ -479,24 +480,26 @@ def read_stream_sink(sink: str, pipe, nats: NatsStream) -> list[tuple[str, dict]
     return out
 
 
+def delta_actions(table: Path) -> Iterator[dict]:
+    """The actions of a Delta table's JSON commits, oldest commit first (none without a log)."""
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        # one action per line; not splitlines(): a value in the stats may hold U+2028
+        for line in filter(None, commit.read_text().split("\n")):
+            yield json.loads(line)
+
+
 def delta_rows(table: Path) -> list[dict]:
     """The rows of a Delta table as a reader of its log sees them: the data files its JSON commits
     add and do not remove, read with pyarrow (no Spark needed to check)."""
     import pyarrow.parquet as pq
 
-    log = table / "_delta_log"
-    if not log.exists():
-        return []
     live: dict[str, dict] = {}
-    for commit in sorted(log.glob("*.json")):
-        # one action per line; not splitlines(): a value in the stats may hold U+2028
-        for line in filter(None, commit.read_text().split("\n")):
-            action = json.loads(line)
-            if "add" in action:
-                assert not action["add"].get("deletionVector"), f"{table}: deletion vectors are not read here"
-                live[action["add"]["path"]] = action["add"]
-            elif "remove" in action:
-                live.pop(action["remove"]["path"], None)
+    for action in delta_actions(table):
+        if "add" in action:
+            assert not action["add"].get("deletionVector"), f"{table}: deletion vectors are not read here"
+            live[action["add"]["path"]] = action["add"]
+        elif "remove" in action:
+            live.pop(action["remove"]["path"], None)
     rows = []
     for path in live:
         from urllib.parse import unquote
@@ -505,21 +508,23 @@ def delta_rows(table: Path) -> list[dict]:
     return rows
 
 
-DELTA_FOLDERS = {"delta_merge": "merged", "delta_log": "log"}  # the campaign's paths (runner.spec)
-
-
 def delta_control(table: Path, sink: str) -> list[dict]:
     """The control messages a Delta sink recorded in the ``userMetadata`` of the commits of its
     checkpoint table (``table``), oldest commit first: a sub-batch's commit to that table
     carries the sub-batch's (tidegate.sinks.delta.ledger.commit_metadata)."""
     out: list[dict] = []
-    for commit in sorted((table / "_delta_log").glob("*.json")):
-        for line in filter(None, commit.read_text().split("\n")):
-            meta = json.loads(line).get("commitInfo", {}).get("userMetadata")
-            meta = json.loads(meta) if meta else {}
-            if meta.get("tidegate", {}).get("sink") == sink:
-                out += meta.get("control", [])
+    for action in delta_actions(table):
+        meta = action.get("commitInfo", {}).get("userMetadata")
+        meta = json.loads(meta) if meta else {}
+        if meta.get("tidegate", {}).get("sink") == sink:
+            out += meta.get("control", [])
     return out
+
+
+def delta_checkpoint_table(pipe, sink: str) -> Path:
+    """Where the pipeline's spec puts a Delta sink's checkpoint table (the sink's own rule)."""
+    spec = load_spec(pipe.dir / "pipelines" / f"{pipe.name}.yaml")
+    return Path(next(s for s in spec.sinks if s.id == sink).checkpoint_table_path(pipe.name))
 
 
 def read_delta_changelog(pipe) -> list[tuple[str, dict]]:
@@ -584,6 +589,8 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
     zombie = any(step.fault == "zombie" for step in pipe.sched.steps)
     nats = NatsStream(pipe)
     for sink in pipe.sinks:
+        rewinds = [(at, ck) for s, at, ck in pipe.rewound if s == sink]
+        unfenced = sink == "kafka" and not pipe.sched.kafka_exactly_once  # nothing refuses a zombie
         if sink == "delta_merge":
             v = SinkVerdict(sink, work.changes)
             merged = read_delta_merged(pipe)
@@ -593,10 +600,8 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
             problems: list[str] = []
             poisoned = work.huge if pipe.sched.poison and sink in POISONED_SINKS else set()
             items = read_sink(sink, pipe, problems, poisoned, nats)
-            unfenced = sink == "kafka" and not pipe.sched.kafka_exactly_once  # nothing refuses a zombie
             expected = {k: h for k, h in work.expected.items() if k not in poisoned}
             v, unique = check_changes(sink, items, expected, work.changes, ordered=sink != "delta_log")
-            rewinds = [(at, ck) for s, at, ck in pipe.rewound if s == sink]
             if rewinds and sink != "delta_log":  # a rewound Delta sink writes nothing again
                 check_redelivery(v, items, rewinds, every_send_stored=sink != "nats",
                                  unfenced_zombie=zombie and unfenced)
@@ -635,10 +640,8 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
             else:
                 v.out_of_order = 0
         # every sink's control channel; Debezium's envelope too (the same channel)
-        rewound = any(s == sink for s, _, _ in pipe.rewound)
         check_control(v, read_control(sink, pipe, nats), work.ddl, pipe.sched.source == "mysql",
-                      pipe.failovers_recorded(),
-                      rewound or sink == "kafka" and not pipe.sched.kafka_exactly_once)
+                      pipe.failovers_recorded(), bool(rewinds) or unfenced)
         check_history(v, history.get(sink, []))
         out.append(v)
     same_snapshot_rows(snapshot_ids)
