@@ -32,15 +32,30 @@ from typing import Any
 
 from .batching import SubBatch, Transaction, cut_sub_batches
 from .collector import fewer_collections
-from .errors import CommitPolicyError, ErrorClass, FatalRunError, SinkTimedOutError, TimedOutTransactionError
+from .errors import (
+    CommitPolicyError,
+    ErrorClass,
+    FatalRunError,
+    NonRetryableSinkError,
+    SinkTimedOutError,
+    TimedOutTransactionError,
+)
 from .events import ControlMessage
 from .positions import Position, later, lowest_start, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
-from .sink_checkpoints import Adoption, SinkCheckpoint, adopt, delivering_attempt
+from .sink_checkpoints import (
+    Adoption,
+    SinkCheckpoint,
+    adopt,
+    delivering_attempt,
+    lost_by_sink,
+    rewind_command,
+)
 from .sinks.base import Sink
 from .sources.base import SourceItem
 from .spec import BatchSpec
 from .store.base import CheckpointStore
+from .store.records import CheckpointRecord
 
 MAX_ERROR_CHARS = 500
 log = logging.getLogger(__name__)
@@ -66,6 +81,9 @@ class SinkReport:
     duplicates: int = 0  # NATS: messages the server had already stored
     skipped: int = 0  # NATS: messages read back as stored by an earlier attempt, not published again
     status: str = "ok"  # ok | failed
+    # The sink holds less than the store says it received (its own record is missing or older):
+    # what it lost and the rewind that delivers it again (Coordinator._check_record).
+    lost: str | None = None
     error: str | None = None
     error_class: str | None = None
     # Per target (topic, subject, stream, table path: Sink.target_of) that got events in this run:
@@ -84,7 +102,7 @@ class SinkReport:
                 "events": self.events, "bytes": self.bytes, "deliveries": self.deliveries,
                 "dlq": self.dlq, "duplicates": self.duplicates, "skipped": self.skipped,
                 "status": self.status, "error": self.error, "error_class": self.error_class,
-                "targets": {k: dict(v) for k, v in self.targets.items()}}
+                "lost": self.lost, "targets": {k: dict(v) for k, v in self.targets.items()}}
 
 
 @dataclass
@@ -140,12 +158,6 @@ def _describe(exc: BaseException) -> str:
     cause = exc.cause if isinstance(exc, RetryFailure) else exc
     text = f"{type(cause).__name__}: {cause}"
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
-
-
-def keeps_records(sink: Sink) -> bool:
-    """Whether the sink writes a checkpoint record with its data (its kind overrides
-    ``committed_checkpoint``)."""
-    return type(sink).committed_checkpoint is not Sink.committed_checkpoint
 
 
 class Coordinator:
@@ -224,9 +236,9 @@ class Coordinator:
             self._fail(sink, fut.exception())
             rep.start = rep.end = rep.checkpoint
             return
-        delivered = rec is not None and rec.kind in ("write", "adopt")
-        if fut.result() is None and delivered and keeps_records(sink):
-            _warn_record_missing(self.pipeline, sink.sink_id, rec)
+        if sink.keeps_record and not self._check_record(sink, rec, fut.result()):
+            rep.start = rep.end = rep.checkpoint
+            return
         adoption = adopt(rec, fut.result())
         if adoption.adopted:
             self._record_adoption(sink, adoption)
@@ -236,6 +248,35 @@ class Coordinator:
             rep.start = rep.end = self._starts[sink.sink_id]
         else:
             rep.start = rep.end = rep.checkpoint
+
+    def _check_record(self, sink: Sink, rec: CheckpointRecord | None, side: SinkCheckpoint | None) -> bool:
+        """Whether the sink may be delivered to: False when its own record proves it lost changes
+        it acknowledged (:func:`lost_by_sink`) and the record goes only with its data
+        (``Sink.record_tracks_data``): the sink fails naming the two rewinds (deliver them again,
+        or go on without them), and nothing is delivered to it or moves its checkpoint. Any other
+        sink whose record says so is named in a warning and gets what follows the store's
+        checkpoint. Either way the run's report carries what was said."""
+        if rec is None or rec.kind not in ("write", "adopt"):
+            return True
+        found = lost_by_sink(rec, side, self.store.checkpoints.history(self.pipeline, sink.sink_id),
+                             exact=sink.record_tracks_data)
+        if found is None:
+            return True
+        what, target = found
+        again = rewind_command(self.pipeline, sink.sink_id, target)
+        if not sink.record_tracks_data:
+            said = (f"{what}. It gets what follows the store's checkpoint only; to deliver the missing "
+                    f"changes again: {again}")
+            log.warning("pipeline %s: %s", self.pipeline, said)
+            self.report.sinks[sink.sink_id].lost = said
+            return True
+        said = (f"{what}. Nothing is delivered to it until an operator chooses: to deliver the missing "
+                f"changes again, {again}; to go on without them, "
+                f"{rewind_command(self.pipeline, sink.sink_id, rec.version)}")
+        self.report.sinks[sink.sink_id].lost = said
+        log.error("pipeline %s: %s", self.pipeline, said)  # whole: the report's error is cut short
+        self._fail(sink, NonRetryableSinkError(f"pipeline {self.pipeline!r}: {said}"))
+        return False
 
     def _record_adoption(self, sink: Sink, adoption: Adoption) -> None:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the
@@ -354,7 +395,9 @@ class Coordinator:
             owed = self._owed.get(sink.sink_id)
             if owed is not None and rep.end is not None:  # first what the checkpoint owes
                 part = SubBatch(part.seq, (Transaction(None, rep.end, (owed,)), *part.transactions))
-            if part.event_count == 0:  # already has it all (or only positions): no call
+            # Already has it all, or only positions: no call, unless the sink's record must
+            # follow every version its store checkpoint takes (Sink.record_tracks_data).
+            if not part.transactions or (part.event_count == 0 and not sink.record_tracks_data):
                 acked.add(sink.sink_id)
             else:
                 parts[sink.sink_id] = part
@@ -455,18 +498,6 @@ class Coordinator:
                                  events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
                                  dlq=rep.dlq)
         self.store.runs.finish(self.journal_id, status)
-
-
-def _warn_record_missing(pipeline: str, sink_id: str, rec: Any) -> None:
-    """The store says the sink received deliveries, but the sink holds no record of its own:
-    its data may be gone (a Redis restarted without persistence, a deleted stream or topic).
-    The store stays the authority, so say what the sink will and will not get."""
-    log.warning("pipeline %s: sink %s keeps no checkpoint record of its own, yet the store says it "
-                "received changes up to %s (version %d): the sink's data may have been lost (a "
-                "server restarted empty, a stream deleted?). It gets what follows that checkpoint "
-                "only; to deliver again from an earlier version: tidegate checkpoints rewind %s %s "
-                "--to-version N --reason ...", pipeline, sink_id, rec.position, rec.version, pipeline,
-                sink_id)
 
 
 def _check_lease(co: Coordinator, batch: SubBatch) -> None:

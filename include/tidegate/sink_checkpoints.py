@@ -19,7 +19,7 @@ as a coordinate of the new one.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +101,53 @@ def adopt(stored: CheckpointRecord | None, side: SinkCheckpoint | None) -> Adopt
                                          f"{version}: the sink committed it after the last store write")
 
 
+def lost_by_sink(stored: CheckpointRecord | None, side: SinkCheckpoint | None,
+                 history: Sequence[CheckpointRecord], *, exact: bool) -> tuple[str, int | None] | None:
+    """What a sink that keeps a record with its data has lost: a sentence saying so, and the
+    version whose rewind delivers it again (None: unknown, the record is gone); None when its
+    record agrees with the store.
+
+    A record missing where the store's current version was written by a delivery (or an
+    adoption of the sink's record) means the sink's data may be gone: a server that restarted
+    empty, a stream deleted. ``exact``: the sink's record follows every version a delivery
+    writes (the coordinator calls the sink even for a sub-batch of positions only), each
+    overwriting the last; then a record extending a version older than the one before the
+    current one means the sink lost writes it had acknowledged (a server restored from an
+    older snapshot or backup). Other sinks get no call for positions only, so their record
+    lags legitimately and only its absence is told. What the record says the sink holds is
+    delivered again by a rewind to the newest version at or before it. ``history``: the
+    sink's versions in the store, oldest first."""
+    if stored is None or stored.kind not in ("write", "adopt"):
+        return None  # an operator's or the guard's move: no delivery wrote a record for it
+    if side is not None and (not exact or side.extends is None or side.extends >= stored.version - 1):
+        return None
+    claimed = f"the store says it received changes up to {stored.position} (version {stored.version})"
+    if side is None:
+        return (f"sink {stored.sink_id} keeps no checkpoint record of its own, yet {claimed}: the sink's "
+                f"data may have been lost (a server restarted empty, a stream deleted?)"), None
+    target = next((r.version for r in reversed(history)
+                   if r.version < stored.version and _at_or_before(r.position, side.position)), None)
+    return (f"sink {stored.sink_id}'s own checkpoint record is at {side.position} (extending version "
+            f"{side.extends}), older than what {claimed}: the sink lost changes it had acknowledged (a "
+            f"server restored from an older snapshot or backup?)"), target
+
+
+def rewind_command(pipeline: str, sink_id: str, version: int | None) -> str:
+    return (f"tidegate checkpoints rewind {pipeline} {sink_id} --to-version "
+            f"{'N' if version is None else version} --reason ...")
+
+
+def _at_or_before(pos: Position, held: Position) -> bool:
+    """Whether a store version's position lies at or before what the sink holds (False when the
+    two are not positions of one log)."""
+    if not same_lineage(pos, held):
+        return False
+    try:
+        return not held < pos
+    except TypeError:
+        return False
+
+
 def delivering_attempt(store: Any, pipeline: str, sink_id: str, was: Position | None, *,
                        before: int | None) -> int | None:
     """The journal entry to credit with an adopted stretch that starts at ``was``: the newest
@@ -170,4 +217,5 @@ def restored_position(store: Any, pipeline: str, sink_id: str, target: Checkpoin
         f"(the log after it again, without the snapshot's rows)")
 
 
-__all__ = ["Adoption", "SinkCheckpoint", "adopt", "delivering_attempt", "restored_position", "rewind"]
+__all__ = ["Adoption", "SinkCheckpoint", "adopt", "delivering_attempt", "lost_by_sink", "restored_position",
+           "rewind", "rewind_command"]

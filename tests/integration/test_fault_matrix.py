@@ -10,9 +10,11 @@ lost).
 
 1. The Kafka broker SIGKILLed while the run's transaction is open (the topic's read_uncommitted
    high watermark past its last stable offset), then restarted.
-2. Redis SIGKILLed and restarted (AOF, appendfsync always); and Redis restarted empty (its AOF
-   deleted): the checkpoint store stays the authority, so Redis holds exactly the changes after
-   the store's checkpoint, once each, and nothing before it is sent again.
+2. Redis SIGKILLed and restarted (AOF, appendfsync always). Redis restarted empty (its AOF
+   deleted), or restored from an older copy of its AOF: the next run delivers nothing to it and
+   fails naming the rewinds; after the one an operator chooses, Redis holds exactly the changes
+   after the store's checkpoint (going on without the lost ones), or every change once (the
+   rewind that delivers them again).
 3. The NATS server SIGKILLed and restarted (JetStream file storage).
 4. MariaDB SIGKILLed and restarted while a run reads its binlog; PostgreSQL stopped in
    immediate mode (a crash: every backend killed, WAL recovery on start) while a run streams
@@ -557,10 +559,13 @@ def after(event: dict, checkpoint: BinlogPosition) -> bool:
     return not BinlogPosition(at["file"], at["pos"]) < checkpoint
 
 
-def test_redis_restarted_empty_the_store_stays_the_authority(mysql_pipeline):
-    """Redis loses everything it had (its AOF is deleted before the restart). The store still
-    says where the sink stands: the runs that follow deliver to Redis exactly the changes after
-    that checkpoint, once each, and send nothing before it again. Kafka and NATS lose nothing."""
+def test_redis_restarted_empty_is_named_and_gets_nothing_until_an_operator_chooses(mysql_pipeline):
+    """Redis loses everything it had (its AOF is deleted before the restart) while the store
+    says the sink received changes: the sink holds no record of its own. The next run delivers
+    nothing to it and fails naming the two rewinds; the operator goes on without the lost
+    changes (a rewind to the current version), and the runs after it deliver to Redis exactly
+    the changes after the store's checkpoint, once each, and nothing before it again. Kafka and
+    NATS lose nothing."""
     p = mysql_pipeline
     p.run_ok("place")
     p.work.wave(300)
@@ -577,36 +582,79 @@ def test_redis_restarted_empty_the_store_stays_the_authority(mysql_pipeline):
             rc = run.wait()
             assert rc != 0, run.output()[-3000:]
             failed = explained_failure(run.output())
-            held = p.cdc.store.checkpoints.get(p.name, "cache").position
+            held = p.cdc.store.checkpoints.get(p.name, "cache")
             shutil.rmtree(services_dir() / "redis" / "appendonlydir")
             (services_dir() / "redis" / "dump.rdb").unlink(missing_ok=True)
     finally:
         run.signal(signal.SIGKILL)
     p.work.wave(60)
-    resumed = p.run("resumed")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    named = p.run("named")
+    assert named.returncode != 0, named.stdout[-3000:]
+    assert "sink cache keeps no checkpoint record of its own" in named.stderr, named.stderr[-3000:]
+    on = f"to go on without them, tidegate checkpoints rewind {p.name} cache --to-version {held.version} "
+    assert on in named.stderr, named.stderr[-3000:]
+    assert redis_events(p.cdc.redis, p.redis_key) == []  # nothing delivered to it
+    assert p.cdc.store.checkpoints.get(p.name, "cache") == held  # nor its checkpoint moved
+    r = p.cli("checkpoints", "rewind", p.name, "cache", "--to-version", str(held.version),
+              "--reason", "Redis lost its data; go on without it")
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumed = p.run_ok("resumed")
     assert p.catch_up("after_redis_empty") == []
-    warnings = [ln for ln in resumed.stderr.splitlines() if " WARNING " in ln]
-    print(f"redis empty: the faulted run ended {failed!r}; the store held the cache sink at {held}; "
-          f"the next run succeeded, warning {warnings or 'nothing'}")
-    # the run that found the sink empty says so, naming the sink and the rewind
-    assert any("sink cache keeps no checkpoint record of its own" in ln and "rewind" in ln
-               for ln in warnings), warnings
+    print(f"redis empty: the faulted run ended {failed!r}; the store held the cache sink at "
+          f"{held.position}; the next run failed naming the rewinds")
 
     got = sink_contents(p)
     for sink in ("kafka", "nats"):
         assert tally("Redis restarted empty", sink, p.work.changes, got[sink]) == (0, 0), sink
         assert per_key([e for _, e in got[sink]]) == p.work.expected, sink
     # NATS holds every change in source order: Redis holds exactly those after the checkpoint.
-    owed = [i for i, e in got["nats"] if after(e, held)]
+    owed = [i for i, e in got["nats"] if after(e, held.position)]
     assert 0 < len(owed) < p.work.changes
     assert tally("Redis restarted empty", "redis (after the store's checkpoint)", len(owed),
                  got["redis"]) == (0, 0)
     assert [i for i, _ in got["redis"]] == owed
-    # The run after the restart started the sink at the store's checkpoint and sent it just that.
-    [cache] = [r for r in json.loads(resumed.stdout)["sinks"] if r["id"] == "cache"]
-    assert (cache["start"]["file"], cache["start"]["pos"]) == (held.file, held.pos)
+    # The run after the operator's choice started the sink at the store's checkpoint and sent it just that.
+    [cache] = [r for r in resumed["sinks"] if r["id"] == "cache"]
+    assert (cache["start"]["file"], cache["start"]["pos"]) == (held.position.file, held.position.pos)
     assert cache["events"] == len(owed)
+
+
+def test_redis_restored_from_an_older_backup_gets_what_it_lost_by_the_rewind_it_names(mysql_pipeline):
+    """Redis is restored from a copy of its AOF taken after a first run, once a second run has
+    delivered more: the sink's record is older than the store's checkpoint, so Redis lost
+    changes it had acknowledged. The next run delivers nothing to it and fails naming the
+    version whose rewind delivers them again; after that rewind Redis holds every change once,
+    in commit order per key, as Kafka and NATS do."""
+    p = mysql_pipeline
+    p.run_ok("place")
+    p.work.wave(60)
+    p.run_ok("first")
+    redis_dir = services_dir() / "redis"
+    backup = redis_dir.parent / f"redis-backup-{p.name}"
+    with restarted("redis"):  # a clean shutdown (SIGTERM): the AOF on disk is whole
+        stop_server("redis", signal.SIGTERM)
+        shutil.copytree(redis_dir / "appendonlydir", backup)
+    p.work.wave(60)
+    p.run_ok("second")
+    stored = p.cdc.store.checkpoints.get(p.name, "cache")
+    with restarted("redis"):
+        stop_server("redis")
+        shutil.rmtree(redis_dir / "appendonlydir")
+        shutil.move(backup, redis_dir / "appendonlydir")
+    p.work.wave(30)
+    named = p.run("restored")
+    assert named.returncode != 0, named.stdout[-3000:]
+    again = re.search(rf"to deliver the missing changes again, tidegate checkpoints rewind {p.name} cache "
+                      rf"--to-version (\d+) ", named.stderr)
+    on = f"to go on without them, tidegate checkpoints rewind {p.name} cache --to-version {stored.version} "
+    assert again and on in named.stderr, named.stderr[-3000:]
+    assert int(again[1]) < stored.version
+    assert p.cdc.store.checkpoints.get(p.name, "cache") == stored  # nothing moved
+    r = p.cli("checkpoints", "rewind", p.name, "cache", "--to-version", again[1],
+              "--reason", "Redis restored from a backup")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert p.catch_up("after_rewind") == []
+    assert_exactly_once(p, "Redis restored from an older backup, then the rewind it named")
 
 
 # --------------------------------------------------------------------------- 4: the sources

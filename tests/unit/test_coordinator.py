@@ -267,6 +267,91 @@ def test_a_sink_that_lost_its_record_is_named_and_gets_what_follows_the_store(st
     assert "tidegate checkpoints rewind p k --to-version N" in caplog.text
 
 
+def test_an_older_record_of_a_sink_called_only_for_events_names_nothing_lost(store, caplog):
+    """A sink the coordinator does not call for a sub-batch of positions only (every kind but
+    Redis) has a record that lags the store's versions legitimately: it is not told as a loss."""
+    epoch = store.leases.acquire("p", "r0")
+    for at in (2, 4, 6):
+        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)
+    k = FakeSink("k", committed=SinkCheckpoint(pos(4), 1))
+    items = stream([1] * 8)
+    report = _coordinator(store, [k]).run(iter(items))
+    assert k.delivered == [e.idempotency_key for e in items][6:]
+    assert report.sinks["k"].lost is None and "lost" not in caplog.text
+
+
+class RecordTracksData(FakeSink):
+    """As Redis: the record goes only with the data beside it, set by every delivery."""
+
+    record_tracks_data = True
+
+    def deliver(self, batch, extends=None):
+        end = super().deliver(batch, extends)
+        self.committed = SinkCheckpoint(end, extends)
+        return end
+
+
+def test_a_sink_whose_record_goes_with_its_data_is_called_for_positions_only_and_stays_exact(store):
+    """Such a sink is called for a sub-batch of positions only, so its record follows every
+    version of its store checkpoint: the next run finds it exact, with nothing lost. (Another
+    sink, not called for it, has a record one delivery behind.)"""
+    k, other = RecordTracksData("k"), FakeSink("o")
+    _coordinator(store, [k, other], max_events=2).run(iter(stream([1, 1, 0, 0])))
+    assert [b.event_count for b in k.batches] == [2, 0] and [b.event_count for b in other.batches] == [2]
+    current = store.checkpoints.get("p", "k")
+    assert (current.version, current.position) == (2, pos(4)) and k.committed == SinkCheckpoint(pos(4), 1)
+    items = stream([1, 1, 0, 0, 1])
+    report = _coordinator(store, [k], run_id="r2").run(iter(items))
+    assert report.sinks["k"].lost is None and k.delivered[-1] == items[-1].idempotency_key
+
+
+@pytest.mark.parametrize("record", [None, SinkCheckpoint(pos(4), 1)], ids=["missing", "older"])
+def test_a_sink_whose_record_goes_with_its_data_fails_when_it_lost_changes(store, record):
+    """Such a sink that lost changes (its record missing, or older than the store's delivered
+    version) gets nothing and fails, naming both rewinds: the one that delivers the missing
+    changes again (version 2, which the older record extends the delivery of; N when the record
+    is gone), and the current version's (go on without them); its checkpoint stays."""
+    epoch = store.leases.acquire("p", "r0")
+    for at in (2, 4, 6):
+        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)
+    k = RecordTracksData("k", committed=record)
+    co = _coordinator(store, [k])
+    with pytest.raises(CommitPolicyError):
+        co.run(iter(stream([1] * 8)))
+    assert k.delivered == [] and k.calls == 0
+    assert [h.version for h in store.checkpoints.history("p", "k")] == [1, 2, 3]
+    rep = co.report.sinks["k"]
+    assert rep.status == "failed" and rep.error_class == "non_retryable"
+    assert rep.error.startswith(f"NonRetryableSinkError: pipeline 'p': {rep.lost[:200]}")
+    target = "N" if record is None else "2"
+    assert rep.lost.endswith(
+        f"Nothing is delivered to it until an operator chooses: to deliver the missing changes again, "
+        f"tidegate checkpoints rewind p k --to-version {target} --reason ...; to go on without them, "
+        f"tidegate checkpoints rewind p k --to-version 3 --reason ...")
+
+
+@pytest.mark.parametrize("record", [SinkCheckpoint(pos(6), 2), SinkCheckpoint(pos(8), 3)],
+                         ids=["the-last-delivery", "ahead-adopted"])
+def test_a_record_of_the_last_delivery_or_after_it_names_nothing_lost(store, caplog, record):
+    epoch = store.leases.acquire("p", "r0")
+    for at in (2, 4, 6):
+        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)
+    report = _coordinator(store, [RecordTracksData("k", committed=record)]).run(iter(stream([1] * 10)))
+    assert report.sinks["k"].lost is None and "lost" not in caplog.text
+
+
+def test_a_record_older_than_a_rewound_version_names_nothing_lost(store, caplog):
+    """A rewind (or any move that is not a delivery) is the operator's: the sink's record, older
+    than it, is not a loss."""
+    epoch = store.leases.acquire("p", "r0")
+    for at in (2, 4, 6):
+        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)
+    store.checkpoints.rewind("p", "k", 1, reason="again", who="test", position=pos(2))
+    k = RecordTracksData("k", committed=SinkCheckpoint(pos(2), 0))
+    report = _coordinator(store, [k]).run(iter(stream([1] * 4)))
+    assert report.sinks["k"].lost is None and "lost" not in caplog.text
+
+
 def test_a_failed_open_closes_every_sink_it_opened(store):
     """__exit__ does not run when __enter__ raises: the coordinator closes its sinks itself (a
     Delta sink's Spark Connect session left open hung the process's exit; campaign seed 1198

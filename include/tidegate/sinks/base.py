@@ -117,10 +117,22 @@ class Sink(abc.ABC):
         no target per table."""
         return None
 
+    # Whether the sink's own record can go missing, or back, only with the data written beside
+    # it (a Redis key, never trimmed), so that such a record proves the sink lost changes it
+    # acknowledged: the sink then fails instead of receiving what follows the store's checkpoint
+    # (Coordinator._check_record). A NATS marker can age out under the stream's limits, a Kafka
+    # checkpoint topic be renamed in the spec: those sinks are named in a warning only.
+    record_tracks_data: bool = False
+
     def committed_checkpoint(self) -> SinkCheckpoint | None:
         """The record this sink wrote itself, atomically with its data; None if it keeps none.
         The coordinator adopts it only when it extends the store's current version."""
         return None
+
+    @property
+    def keeps_record(self) -> bool:
+        """Whether the sink writes a checkpoint record with its data (its kind reads one back)."""
+        return type(self).committed_checkpoint is not Sink.committed_checkpoint
 
     def sink_record(self, batch: SubBatch, extends: int | None) -> SinkCheckpoint:
         return SinkCheckpoint(batch.end_position, extends)

@@ -488,6 +488,10 @@ class KafkaSink(Sink):
                 return
             raise self.error(exc, f"aborting a transaction {why}") from None
 
+    @property
+    def keeps_record(self) -> bool:
+        return self.exactly_once  # idempotent mode writes no checkpoint record
+
     def committed_checkpoint(self) -> SinkCheckpoint | None:
         """The last committed checkpoint record of this sink (exactly-once mode); None in
         idempotent mode or when there is none. Needs no producer, so reading it fences nobody."""

@@ -124,6 +124,7 @@ class RedisSink(Sink):
     label = "Redis"
     retry_policy = RetryPolicy(base_s=0.05, max_s=5.0, attempts=3)
     channel_separator = ":"
+    record_tracks_data = True  # a key SET in every delivery's MULTI/EXEC, never trimmed
 
     def __init__(self, pipeline: PipelineSpec, sink: RedisSinkSpec, conn: Connection):
         super().__init__(sink_id=sink.id, pipeline=pipeline.pipeline, tenant=pipeline.tenant,
