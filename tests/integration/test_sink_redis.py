@@ -245,6 +245,39 @@ def test_a_user_whose_patterns_leave_out_the_control_and_dlq_streams_delivers_ro
         r.close()
 
 
+def test_a_server_that_evicts_any_key_when_full_is_refused_before_anything_is_written(redis_service):
+    """maxmemory with an allkeys-* policy could drop the sink's streams or its record: the sink
+    refuses to open, naming the setting and the fix; a volatile-* policy (only keys with a TTL,
+    the sink sets none) and noeviction are taken."""
+    name = unique("revict")
+    r = client(redis_service.cdc)
+    was = r.config_get("maxmemory*")
+    batch = make_batches(name, 1, 3, 1)[0]
+    try:
+        r.config_set("maxmemory", str(1 << 30))
+        for policy, refused in (("allkeys-lru", True), ("allkeys-random", True), ("volatile-lru", False),
+                                ("noeviction", False)):
+            r.config_set("maxmemory-policy", policy)
+            sink = new_sink(redis_service.cdc, name)
+            try:
+                if refused:
+                    with pytest.raises(NonRetryableSinkError) as err:
+                        sink.deliver(batch, 0)
+                    assert f"maxmemory-policy {policy}" in str(err.value), err.value
+                    assert "Set maxmemory-policy to noeviction" in str(err.value)
+                    assert r.xlen(f"s:{name}:shop.orders") == 0 and not r.exists(
+                        f"tidegate:checkpoint:acme/{name}::sink::cache")
+                else:
+                    assert sink.deliver(batch, 0) == batch.end_position
+            finally:
+                sink.close()
+        assert stream_keys(r, name) == [e.idempotency_key for e in batch.events] * 2
+    finally:
+        r.config_set("maxmemory-policy", was["maxmemory-policy"])
+        r.config_set("maxmemory", was["maxmemory"])
+        r.close()
+
+
 def test_connection_refused_is_retryable():
     name = unique("rdown")
     spec = rspec(name)

@@ -191,6 +191,7 @@ class RedisSink(Sink):
         client = redis.Redis(**self.client_kwargs())
         try:
             client.ping()
+            self._check_eviction(client)
             self._claim(client)
         except SinkError:
             client.close()
@@ -199,6 +200,26 @@ class RedisSink(Sink):
             client.close()
             raise self.error(exc, "connecting") from None
         self._client = client
+
+    def _check_eviction(self, client: redis.Redis) -> None:
+        """Refuse a server that evicts any key once its memory is full: it would drop the sink's
+        streams or its record without a trace (a record dropped alone is found by the next run;
+        entries dropped from a stream are not). ``INFO memory``; a user the ACL does not allow
+        it is not checked."""
+        try:
+            info = client.info("memory")
+        except rex.NoPermissionError:
+            log.info("Redis sink %r: the ACL user may not run INFO, so the server's eviction policy is not "
+                     "checked (docs/operations.md, \"TLS and authentication\")", self.sink_id)
+            return
+        policy, limit = str(info.get("maxmemory_policy", "noeviction")), int(info.get("maxmemory") or 0)
+        if limit and policy.startswith("allkeys-"):
+            raise NonRetryableSinkError(
+                f"{self.where}: the server evicts any key once its memory is full (maxmemory {limit} bytes, "
+                f"maxmemory-policy {policy}), so it could drop the sink's streams and its checkpoint record "
+                f"and lose changes without a trace. Set maxmemory-policy to noeviction (the sink's writes "
+                f"then fail while memory is full, and are retried), or to a volatile-* policy (it evicts "
+                f"only keys with a TTL; the sink sets none)")
 
     def _claim(self, client: redis.Redis) -> None:
         """Write this run's epoch into the fence key unless a newer one is there (WATCH: a
