@@ -3,9 +3,10 @@
 The checkpoint store is the authority over where each sink stands. Some sinks also record a
 position next to their data, atomically with it (Kafka exactly-once: a record in the
 compacted checkpoint topic inside the same transaction; Redis: a key set in the same
-MULTI/EXEC; NATS: headers on the last message of a sub-batch). Those records exist for one
-reason: a crash after the sink committed and before the store write. Without them the next
-run would deliver that sub-batch again.
+MULTI/EXEC; NATS: headers on the last message of a sub-batch). Those records exist for a
+crash after the sink committed and before the store write: without them the next run would
+deliver that sub-batch again. They also tell a sink that lost what it had acknowledged
+(:func:`lost_by_sink`: its record missing, or behind the store's delivered version).
 
 A sink-side record therefore names the store version it *extends*: the version of the sink's
 checkpoint in the store when the delivery began (0 when the sink had none). On open, a record
@@ -121,15 +122,16 @@ def lost_by_sink(stored: CheckpointRecord | None, side: SinkCheckpoint | None,
         return None  # an operator's or the guard's move: no delivery wrote a record for it
     if side is not None and (not exact or side.extends is None or side.extends >= stored.version - 1):
         return None
-    claimed = f"the store says it received changes up to {stored.position} (version {stored.version})"
     if side is None:
-        return (f"sink {stored.sink_id} keeps no checkpoint record of its own, yet {claimed}: the sink's "
-                f"data may have been lost (a server restarted empty, a stream deleted?)"), None
+        return (f"sink {stored.sink_id} keeps no checkpoint record of its own, yet the store says it "
+                f"received changes up to {stored.position} (version {stored.version}): the sink's data may "
+                f"have been lost (a server restarted empty, a stream deleted?)"), None
     target = next((r.version for r in reversed(history)
                    if r.version < stored.version and _at_or_before(r.position, side.position)), None)
     return (f"sink {stored.sink_id}'s own checkpoint record is at {side.position} (extending version "
-            f"{side.extends}), older than what {claimed}: the sink lost changes it had acknowledged (a "
-            f"server restored from an older snapshot or backup?)"), target
+            f"{side.extends}), behind the store, which says it received changes up to {stored.position} "
+            f"(version {stored.version}): the sink lost changes it had acknowledged (a server restored "
+            f"from an older snapshot or backup?)"), target
 
 
 def rewind_command(pipeline: str, sink_id: str, version: int | None) -> str:
