@@ -270,12 +270,17 @@ class Coordinator:
             log.warning("pipeline %s: %s", self.pipeline, said)
             self.report.sinks[sink.sink_id].lost = said
             return True
+        on = rewind_command(self.pipeline, sink.sink_id, rec.version)
         said = (f"{what}. Nothing is delivered to it until an operator chooses: to deliver the missing "
-                f"changes again, {again}; to go on without them, "
-                f"{rewind_command(self.pipeline, sink.sink_id, rec.version)}")
+                f"changes again, {again}; to go on without them, {on}")
         self.report.sinks[sink.sink_id].lost = said
-        log.error("pipeline %s: %s", self.pipeline, said)  # whole: the report's error is cut short
-        self._fail(sink, NonRetryableSinkError(f"pipeline {self.pipeline!r}: {said}"))
+        log.error("pipeline %s: %s", self.pipeline, said)
+        # The commands first: a sink's error is cut short in the run's report and one-line error.
+        self._fail(sink, NonRetryableSinkError(
+            f"pipeline {self.pipeline!r}: sink {sink.sink_id} lost changes it had acknowledged, or holds "
+            f"no record of them; nothing is delivered to it until an operator runs `{again}` (delivers "
+            f"them again) or `{on}` (goes on without them); the log and the run report's 'lost' say what "
+            f"it holds"))
         return False
 
     def _record_adoption(self, sink: Sink, adoption: Adoption) -> None:
@@ -391,16 +396,15 @@ class Coordinator:
             rep = self.report.sinks[sink.sink_id]
             if rep.failed:
                 continue
-            part = batch.after(rep.end).until(self._ends.get(sink.sink_id))
+            limit = self._ends.get(sink.sink_id)
+            part = batch.after(rep.end).until(limit)
             owed = self._owed.get(sink.sink_id)
             if owed is not None and rep.end is not None:  # first what the checkpoint owes
                 part = SubBatch(part.seq, (Transaction(None, rep.end, (owed,)), *part.transactions))
-            # Already has it all, or only positions: no call, unless the sink's record must
-            # follow every version its store checkpoint takes (Sink.record_tracks_data).
-            if not part.transactions or (part.event_count == 0 and not sink.record_tracks_data):
-                acked.add(sink.sink_id)
-            else:
+            if part.event_count or (sink.record_tracks_data and _moves(part, rep.end, limit)):
                 parts[sink.sink_id] = part
+            else:  # already has it all, or only positions: no call
+                acked.add(sink.sink_id)
         return acked | self._deliver_parts(pool, parts)
 
     def _deliver_parts(self, pool: ThreadPoolExecutor, parts: Mapping[str, SubBatch]) -> set[str]:
@@ -498,6 +502,15 @@ class Coordinator:
                                  events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
                                  dlq=rep.dlq)
         self.store.runs.finish(self.journal_id, status)
+
+
+def _moves(part: SubBatch, end: Position | None, limit: Position | None) -> bool:
+    """Whether a part of positions only takes the sink past ``end`` within its range: a
+    sink whose record follows every version its store checkpoint takes is called for it
+    (Sink.record_tracks_data). Not for the positioned tail a part keeps when the sink already
+    has it all, or when a replay's range ends before it: a record set there would move back,
+    or past changes the sink never got."""
+    return (end is None or part.end_position > end) and (limit is None or part.end_position <= limit)
 
 
 def _check_lease(co: Coordinator, batch: SubBatch) -> None:

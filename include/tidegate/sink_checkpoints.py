@@ -105,8 +105,9 @@ def adopt(stored: CheckpointRecord | None, side: SinkCheckpoint | None) -> Adopt
 def lost_by_sink(stored: CheckpointRecord | None, side: SinkCheckpoint | None,
                  history: Sequence[CheckpointRecord], *, exact: bool) -> tuple[str, int | None] | None:
     """What a sink that keeps a record with its data has lost: a sentence saying so, and the
-    version whose rewind delivers it again (None: unknown, the record is gone); None when its
-    record agrees with the store.
+    version whose rewind delivers it again (the record gone: the version before the sink's first
+    delivery, as if it lost all it was sent; None when there is none); None when its record
+    agrees with the store.
 
     A record missing where the store's current version was written by a delivery (or an
     adoption of the sink's record) means the sink's data may be gone: a server that restarted
@@ -122,10 +123,14 @@ def lost_by_sink(stored: CheckpointRecord | None, side: SinkCheckpoint | None,
         return None  # an operator's or the guard's move: no delivery wrote a record for it
     if side is not None and (not exact or side.extends is None or side.extends >= stored.version - 1):
         return None
-    if side is None:
+    if side is None:  # what it still holds is unknown: the rewind named assumes nothing
+        first = next((r.version for r in history if r.kind in ("write", "adopt")), None)
+        before = [r.version for r in history if first is not None and r.version < first]
+        target = before[-1] if before else None
         return (f"sink {stored.sink_id} keeps no checkpoint record of its own, yet the store says it "
                 f"received changes up to {stored.position} (version {stored.version}): the sink's data may "
-                f"have been lost (a server restarted empty, a stream deleted?)"), None
+                f"have been lost (a server restarted empty, a stream deleted?); the rewind that delivers "
+                f"the missing changes again assumes it lost all it was sent"), target
     target = next((r.version for r in reversed(history)
                    if r.version < stored.version and _at_or_before(r.position, side.position)), None)
     return (f"sink {stored.sink_id}'s own checkpoint record is at {side.position} (extending version "

@@ -17,7 +17,15 @@ import redis
 
 from tests.conftest import services_cmd
 from tests.integration.sink_readers import redis_client
-from tests.integration.test_fault_matrix import gone, restarted, server_pid, stop_server, store_writable
+from tests.integration.test_fault_matrix import (  # noqa: F401 - backup_redis, restore_redis: faults too
+    backup_redis,
+    gone,
+    restarted,
+    restore_redis,
+    server_pid,
+    stop_server,
+    store_writable,
+)
 from tests.stopped import stopped
 
 
@@ -203,3 +211,4 @@ def restore_stream(conn, key: str) -> None:
         if r.exists(key + ":aside"):
             tx.rename(key + ":aside", key)
         tx.execute()
+

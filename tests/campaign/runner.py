@@ -101,6 +101,8 @@ HUGE_SHARE = 0.03  # POISON=dlq: new notes rows with a body too large for Kafka 
 # output, which Spark reads again).
 EXECUTOR_SLICE_BYTES = 48 * 1024
 WRITER_PAUSE_S = 0.1  # between the transactions written while a resnapshot reads
+# What a run says of a sink that lost changes it had acknowledged (Coordinator._check_record).
+LOST = "lost changes it had acknowledged"
 VERBOSE = bool(os.environ.get("CAMPAIGN_VERBOSE"))  # failed runs retried before a schedule is declared stuck
 
 
@@ -247,6 +249,8 @@ class Pipe:
                       int(sv.bootstrap.rsplit(":", 1)[1]), sv.nats.port, sv.redis.port}
         self.on_replica = False  # where the pipeline's connection points (failovers)
         self.rewound: list[tuple] = []  # (sink, position restored, checkpoint before the rewind)
+        self.redis_data = Path(sv.env["TIDEGATE_SERVICES_DIR"]) / "redis"  # restore_redis
+        self.redis_backup: Path | None = None
         if sched.failover_steps:
             sv.mysql_replica()
             self.ports.add(get_connection("cdc_mysql_replica", sv.env).port)
@@ -458,6 +462,29 @@ class Pipe:
         self.rewound.append((rw.sink, restored, latest.position))
         return f"{rw.sink} rewound from v{latest.version} to v{target.version} ({restored}){said}"
 
+    def rewind_named(self, run_id: str, outcome: Outcome) -> str:
+        """After Redis was restored from an older copy: a run, which must deliver nothing to
+        Redis and fail naming the rewind that delivers what it lost (unless the copy lacked
+        nothing the store had counted: the faulted run failed before its first Redis commit),
+        then that rewind, as an operator runs it. Not remembered as a rewind: the oracle then
+        holds Redis to exactly once, so a rewind that restores too early (a duplicate) or too
+        late (a loss) is a finding."""
+        run = self.start(run_id)
+        ended = self.finish(run, outcome, refused=LOST)  # "ok" too, where the commit policy goes on
+        said = run.output()
+        if LOST not in said:  # a run with nothing to deliver opens no sink: a later one tells
+            return f"the run after the restore ended {ended[:200]}, naming no loss"
+        named = re.search(r"`tidegate checkpoints rewind \S+ redis --to-version (\d+) --reason \.\.\.` "
+                          r"\(delivers them again\)", said)
+        if not named:
+            outcome.findings.append(f"run {run_id}, after Redis was restored from an older copy, failed "
+                                    f"without naming the rewind: {ended[:300]}")
+            return "no rewind named"
+        done = self._rewind_cli("redis", int(named[1]))
+        if done.returncode != 0:
+            raise Finding(f"the named rewind of redis to v{named[1]} exited {done.returncode}")
+        return f"the run after the restore named redis's rewind to v{named[1]}, which the operator ran"
+
     def _rewind_cli(self, sink: str, version: int) -> subprocess.CompletedProcess:
         return run_cli(["checkpoints", "rewind", self.name, sink, "--to-version", str(version),
                         "--reason", "campaign", "--who", "campaign"], self.env)
@@ -604,6 +631,8 @@ def start_faulted(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> 
 
 
 def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> None:
+    if step.fault == "restore_redis":  # the backup the fault restores: before the step's run
+        p.redis_backup = faults.backup_redis(p.redis_data)
     run, writer = start_faulted(p, work, i, step, out)
     if step.fault == "zombie":
         zombie(p, work, i, step, run, out, writer)
@@ -630,6 +659,8 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         run.signal(signal.SIGCONT)
     elif step.fault == "retype_redis":
         faults.retype_stream(p.redis, f"{p.name}:{step.target}")
+    elif step.fault == "restore_redis":
+        faults.restore_redis(p.redis_data, p.redis_backup, step.hold)
     else:
         how, role = step.fault.split("_", 1)
         name = faults.server_name(role, p.sched.source)
@@ -641,7 +672,7 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
             p.close_store()
     retyped = step.fault == "retype_redis"
     ended = p.finish(run, out, killed=step.fault == "run_kill", zombie=rewind is not None,
-                     refused="not a stream" if retyped else "")
+                     refused="not a stream" if retyped else LOST if step.fault == "restore_redis" else "")
     out.notes.append(f"{i + 1}: {step.fault} after {at} sub-batches; the run ended {ended[:200]}")
     if retyped:  # the operator's repair, before any other run
         faults.restore_stream(p.redis, f"{p.name}:{step.target}")
@@ -657,9 +688,11 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
     # zombie, a halt), which an operator clears by hand after resolving it.
     if p.sched.retries and ended not in ("ok", "idle") and run.proc.returncode != EXIT_FATAL:
         retry = p.start(run.run_id, ("--retry",), log=f"{run.run_id}_retry")
-        retried = p.finish(retry, out)
+        retried = p.finish(retry, out, refused=LOST if step.fault == "restore_redis" else "")
         out.notes.append(f"{i + 1}: the run retried from its record ended {retried[:200]}")
-        if retried not in ("ok", "idle"):  # the fault is over: its retry has nothing to fail on
+        # The fault is over: its retry has nothing to fail on, but a sink's loss an operator
+        # has not chosen about yet.
+        if retried not in ("ok", "idle") and not (step.fault == "restore_redis" and LOST in retried):
             out.findings.append(f"step {i + 1}: the run retried from its record failed: {retried[:300]}")
     recover(p, i, out)
 
@@ -669,6 +702,8 @@ def recover(p: Pipe, i: int, out: Outcome) -> None:
     if it has one (the reruns deliver again what follows the restored position), and on the
     other server of the GTID pair when the schedule fails over there (the first of them then
     translates the checkpoints, or a killed run's sink-side records, by GTID set)."""
+    if p.sched.steps[i].fault == "restore_redis":
+        out.notes.append(f"{i + 1}: {p.rewind_named(f's{i}_named', out)}")
     for rw in p.sched.rewinds:
         if rw.step == i and not rw.in_flight:
             out.notes.append(f"{i + 1}: {p.rewind(rw)}")

@@ -22,8 +22,10 @@ SERVER_FAULTS = tuple(f"{how}_{role}" for role in SERVER_ROLES for how in ("kill
 FAULT_KINDS = RUN_FAULTS + SERVER_FAULTS
 # Drawn only when --kinds names them (adding a kind to FAULT_KINDS would change every seed's
 # draws): another client turns one table's Redis stream into a string while the run delivers
-# (RENAME aside and SET, at once), and puts it back once the run has ended, as an operator does.
-OPT_IN_KINDS = ("retype_redis",)
+# (RENAME aside and SET, at once), and puts it back once the run has ended, as an operator does;
+# Redis restored, while the run delivers, from a copy of its data taken before the run started
+# (what it acknowledged since is gone), and the operator then runs the rewind the next run names.
+OPT_IN_KINDS = ("retype_redis", "restore_redis")
 # A run delivered by a Spark task (delivery "executor": the spec's Spark connection is a Connect
 # server on a standalone cluster): the delivering Python worker SIGKILLed (Spark retries the
 # task), the executor's JVM SIGKILLed (the cluster starts another, the task is retried there),

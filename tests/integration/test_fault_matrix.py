@@ -60,7 +60,14 @@ from tidegate.store import CheckpointStore, open_store
 
 from tests.conftest import services_cmd
 from tests.integration.airflow_support import VENV_BIN, per_key
-from tests.integration.sink_readers import kafka_changes, nats_count, nats_messages, redis_events, redis_ids
+from tests.integration.sink_readers import (
+    kafka_changes,
+    nats_count,
+    nats_messages,
+    redis_client,
+    redis_events,
+    redis_ids,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -404,6 +411,29 @@ def services_dir() -> Path:
     return Path(os.environ["TIDEGATE_SERVICES_DIR"])  # set by the service_env fixture
 
 
+def backup_redis(data: Path) -> Path:
+    """A copy of Redis's data (``data``: its folder) as an operator's backup takes it: a clean
+    shutdown (SIGTERM: the AOF on disk is whole), the AOF folder copied aside, the server started
+    again."""
+    backup = data.with_name(data.name + "-backup")
+    shutil.rmtree(backup, ignore_errors=True)
+    with restarted("redis"):
+        stop_server("redis", signal.SIGTERM)
+        shutil.copytree(data / "appendonlydir", backup / "appendonlydir")
+    return backup
+
+
+def restore_redis(data: Path, backup: Path, hold: float = 0) -> None:
+    """Redis restored from :func:`backup_redis`'s copy: kill -9, its AOF folder replaced by the
+    copy, ``hold`` seconds down, started again. What it acknowledged after the copy is gone, its
+    checkpoint records with it."""
+    with restarted("redis"):
+        stop_server("redis")
+        shutil.rmtree(data / "appendonlydir")
+        shutil.copytree(backup / "appendonlydir", data / "appendonlydir")
+        time.sleep(hold)
+
+
 def wait_for(pred: Callable[[], object], what: str, timeout: float = 120, run: Run | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -629,18 +659,11 @@ def test_redis_restored_from_an_older_backup_gets_what_it_lost_by_the_rewind_it_
     p.run_ok("place")
     p.work.wave(60)
     p.run_ok("first")
-    redis_dir = services_dir() / "redis"
-    backup = redis_dir.parent / f"redis-backup-{p.name}"
-    with restarted("redis"):  # a clean shutdown (SIGTERM): the AOF on disk is whole
-        stop_server("redis", signal.SIGTERM)
-        shutil.copytree(redis_dir / "appendonlydir", backup)
+    backup = backup_redis(services_dir() / "redis")
     p.work.wave(60)
     p.run_ok("second")
     stored = p.cdc.store.checkpoints.get(p.name, "cache")
-    with restarted("redis"):
-        stop_server("redis")
-        shutil.rmtree(redis_dir / "appendonlydir")
-        shutil.move(backup, redis_dir / "appendonlydir")
+    restore_redis(services_dir() / "redis", backup)
     p.work.wave(30)
     named = p.run("restored")
     assert named.returncode != 0, named.stdout[-3000:]
@@ -655,6 +678,46 @@ def test_redis_restored_from_an_older_backup_gets_what_it_lost_by_the_rewind_it_
     assert r.returncode == 0, r.stderr[-3000:]
     assert p.catch_up("after_rewind") == []
     assert_exactly_once(p, "Redis restored from an older backup, then the rewind it named")
+
+
+def test_redis_restored_under_a_stopped_run_fails_the_run_instead_of_hiding_the_loss(mysql_pipeline):
+    """A run is stopped (SIGSTOP) after two sub-batches while Redis is restored from a copy taken
+    before the run, then woken: its next sub-batch finds a record other than the one it set, so
+    the Redis sink fails (its EXEC would have set the record over the loss, and no later run
+    could have told it), the record stays the restored one, and the next run names the rewind
+    that delivers what was lost. After it Redis holds every change once, as Kafka and NATS do."""
+    p = mysql_pipeline
+    p.run_ok("place")
+    p.work.wave(20)
+    p.run_ok("first")
+    data = services_dir() / "redis"
+    backup = backup_redis(data)
+    restored = redis_record(p)
+    p.work.wave(300)
+    run = p.start("restored_under")
+    try:
+        wait_for(lambda: p.writes(run.run_id, "cache") >= 2, "2 sub-batches committed", run=run)
+        run.signal(signal.SIGSTOP)
+        restore_redis(data, backup)
+        run.signal(signal.SIGCONT)
+        assert run.wait() != 0, run.output()[-3000:]
+    finally:
+        run.signal(signal.SIGKILL)
+    assert "the server lost changes it had acknowledged during this run" in run.output(), run.output()[-3000:]
+    assert redis_record(p) == restored  # not set over the loss
+    named = p.run("named")
+    again = re.search(rf"to deliver the missing changes again, tidegate checkpoints rewind {p.name} cache "
+                      rf"--to-version (\d+) ", named.stderr)
+    assert named.returncode != 0 and again, named.stderr[-3000:]
+    r = p.cli("checkpoints", "rewind", p.name, "cache", "--to-version", again[1], "--reason", "restored")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert p.catch_up("after_rewind") == []
+    assert_exactly_once(p, "Redis restored under a stopped run, then the rewind it named")
+
+
+def redis_record(p: Pipeline) -> bytes | None:
+    with redis_client(p.cdc.redis) as r:
+        return r.get(f"tidegate:checkpoint:default/{p.name}::sink::cache")
 
 
 # --------------------------------------------------------------------------- 4: the sources

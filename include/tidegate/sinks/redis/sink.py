@@ -8,6 +8,12 @@ go in one MULTI/EXEC, so data and checkpoint commit together or not at all: a cr
 leaves nothing of the sub-batch, and a crash after EXEC but before the checkpoint-store write
 is covered by :meth:`RedisSink.committed_checkpoint` (exactly-once per stream).
 
+Every sub-batch also WATCHes the record and checks that it is the one this run read on open or
+set last: a server that lost what it acknowledged while the run delivered (restarted empty, or
+from an older copy) fails the sink instead of having the next EXEC set the record over the loss
+(the next run then names the rewinds, see docs/architecture.md, "A sink that lost what it
+acknowledged").
+
 Zombie writers are fenced. On open the sink claims the run's lease epoch in the key
 ``tidegate:fence:{pipeline}::sink::{sink_id}`` (refused when a newer epoch holds it), and every
 delivery WATCHes that key, checks that no newer epoch has claimed it, and sets it again inside
@@ -119,6 +125,9 @@ def _truthy(v: Any) -> bool:
     return v is True or str(v).lower() in ("1", "true", "yes", "on")
 
 
+_UNREAD = object()
+
+
 class RedisSink(Sink):
     kind = "redis"
     label = "Redis"
@@ -141,6 +150,10 @@ class RedisSink(Sink):
         self._client: redis.Redis | None = None
         self._acl_refused: dict[str, str | None] = {}  # key -> why the ACL refuses it, or None
         self._uncertain = False  # an EXEC whose reply was lost may have committed
+        # The checkpoint record this run knows the server holds (read on open, set by every EXEC):
+        # another one there means the server lost what it acknowledged meanwhile. _UNREAD: not
+        # known yet (nothing read or written), so not checked.
+        self._held: str | None | object = _UNREAD
 
     # ------------------------------------------------------------------ connection
 
@@ -300,16 +313,19 @@ class RedisSink(Sink):
         record = self.sink_record(batch, extends)
         try:
             if self._uncertain:
-                done = self.committed_checkpoint()
+                raw = self._read_record()
                 self._uncertain = False
-                if done is not None and done.extends == extends and done.position >= batch.end_position:
+                if raw is not None and _text(raw) == record.dumps():
+                    self._held = record.dumps()
                     log.info("Redis sink %r: sub-batch %d (to %s) was already committed by an earlier "
                              "attempt", self.sink_id, batch.seq, batch.end_position)
                     return batch.end_position
+                self._check_held(raw)  # else the EXEC did not run: the record is the one before
             if batch.spilled:
                 poison = self._deliver_frames(batch, record)
             else:
                 poison = self._deliver_whole(batch, record)
+            self._held = record.dumps()
             self.dlq_count += len(poison)
         except SinkError:
             raise
@@ -359,6 +375,7 @@ class RedisSink(Sink):
         with self._client.pipeline(transaction=True) as pipe:
             if self.epoch is not None:
                 self._check_fence(pipe)
+            self._check_record(pipe.immediate_execute_command)
             bad = self._unwritable(self._keys_of(batch), pipe.immediate_execute_command)
             entries, poison = self._entries(list(batch.events), bad)
             pipe.multi()
@@ -386,6 +403,7 @@ class RedisSink(Sink):
                 held = _call(conn, "GET", self.fence_redis_key)
                 if held is not None and int(held) > self.epoch:
                     raise self.fenced_error(int(held))
+            self._check_record(lambda *cmd: _call(conn, *cmd))
             bad = self._unwritable(self._keys_of(batch), lambda *cmd: _call(conn, *cmd))
             _call(conn, "MULTI")
             for chunk in batch.chunks():
@@ -405,6 +423,25 @@ class RedisSink(Sink):
         finally:
             pool.release(conn)
         return poison
+
+    def _check_record(self, call: Callable[..., Any]) -> None:
+        """WATCH the checkpoint record (a change before the EXEC aborts it) and check that it is
+        the one this run knows the server holds. A Redis that restarted empty, or from an older
+        copy, while this run delivered holds another: what it acknowledged since is gone, and the
+        next EXEC would set the record over that loss and hide it."""
+        call("WATCH", self.checkpoint_redis_key)
+        self._check_held(call("GET", self.checkpoint_redis_key))
+
+    def _check_held(self, raw: Any) -> None:
+        if self._held is _UNREAD:
+            return
+        now = None if raw is None else _text(raw)
+        if now != self._held:
+            found = "no record" if now is None else f"the record {now}"
+            raise NonRetryableSinkError(
+                f"{self.where}: the server lost changes it had acknowledged during this run (restarted "
+                f"empty, or from an older copy?): it holds {found}, where this run had left {self._held}. "
+                f"Nothing more is written to it; the next run names the rewinds an operator chooses from")
 
     def _fence_moved(self) -> SinkError:
         """EXEC was refused because a watched key changed after WATCH: fenced if a newer epoch
@@ -428,11 +465,16 @@ class RedisSink(Sink):
         if self._client is None:
             self.open()
         assert self._client is not None
+        raw = self._read_record()
+        self._held = None if raw is None else _text(raw)
+        return SinkCheckpoint.loads(raw) if raw else None
+
+    def _read_record(self) -> Any:
+        assert self._client is not None
         try:
-            raw = self._client.get(self.checkpoint_redis_key)
+            return self._client.get(self.checkpoint_redis_key)
         except Exception as exc:  # noqa: BLE001
             raise self.error(exc, "reading the checkpoint key") from None
-        return SinkCheckpoint.loads(raw) if raw else None
 
 
 __all__ = ["RedisSink", "classify_redis_error", "CHECKPOINT_PREFIX", "FENCE_PREFIX"]
