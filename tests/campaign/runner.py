@@ -251,6 +251,7 @@ class Pipe:
         self.rewound: list[tuple] = []  # (sink, position restored, checkpoint before the rewind)
         self.redis_data = Path(sv.env["TIDEGATE_SERVICES_DIR"]) / "redis"  # restore_redis
         self.redis_backup: Path | None = None
+        self.restores = any(step.fault == "restore_redis" for step in sched.steps)
         if sched.failover_steps:
             sv.mysql_replica()
             self.ports.add(get_connection("cdc_mysql_replica", sv.env).port)
@@ -462,28 +463,28 @@ class Pipe:
         self.rewound.append((rw.sink, restored, latest.position))
         return f"{rw.sink} rewound from v{latest.version} to v{target.version} ({restored}){said}"
 
-    def rewind_named(self, run_id: str, outcome: Outcome) -> str:
-        """After Redis was restored from an older copy: a run, which must deliver nothing to
-        Redis and fail naming the rewind that delivers what it lost (unless the copy lacked
-        nothing the store had counted: the faulted run failed before its first Redis commit),
-        then that rewind, as an operator runs it. Not remembered as a rewind: the oracle then
+    def rewind_named(self, run: Run, outcome: Outcome) -> bool:
+        """Whether the ended ``run`` named a loss of Redis's (the schedule restores Redis from
+        older copies): it must then name the rewind that delivers what was lost, which the
+        operator runs, as soon as a run names it (a run with nothing to deliver opens no sink,
+        so the first to tell may come steps later). Not remembered as a rewind: the oracle
         holds Redis to exactly once, so a rewind that restores too early (a duplicate) or too
         late (a loss) is a finding."""
-        run = self.start(run_id)
-        ended = self.finish(run, outcome, refused=LOST)  # "ok" too, where the commit policy goes on
-        said = run.output()
-        if LOST not in said:  # a run with nothing to deliver opens no sink: a later one tells
-            return f"the run after the restore ended {ended[:200]}, naming no loss"
-        named = re.search(r"`tidegate checkpoints rewind \S+ redis --to-version (\d+) --reason \.\.\.` "
+        if not self.restores:
+            return False
+        said = run.output()  # (a run that met the restore in flight fails saying so, naming none)
+        named = re.search(r"`tidegate checkpoints rewind \S+ redis --to-version (\d+|N) --reason \.\.\.` "
                           r"\(delivers them again\)", said)
         if not named:
-            outcome.findings.append(f"run {run_id}, after Redis was restored from an older copy, failed "
-                                    f"without naming the rewind: {ended[:300]}")
-            return "no rewind named"
+            return False
+        if named[1] == "N":
+            outcome.findings.append(f"run {run.run_id} told Redis's loss without naming the version")
+            return False
         done = self._rewind_cli("redis", int(named[1]))
         if done.returncode != 0:
             raise Finding(f"the named rewind of redis to v{named[1]} exited {done.returncode}")
-        return f"the run after the restore named redis's rewind to v{named[1]}, which the operator ran"
+        outcome.notes.append(f"run {run.run_id} named redis's rewind to v{named[1]}, which the operator ran")
+        return True
 
     def _rewind_cli(self, sink: str, version: int) -> subprocess.CompletedProcess:
         return run_cli(["checkpoints", "rewind", self.name, sink, "--to-version", str(version),
@@ -524,7 +525,10 @@ class Pipe:
             self.wait_replica()
         failed = 0
         for i in range(100):
-            ended = self.finish(self.start(f"{tag}_{i}"), outcome)
+            run = self.start(f"{tag}_{i}")
+            ended = self.finish(run, outcome, refused=LOST if self.restores else "")
+            if self.rewind_named(run, outcome):
+                continue
             if ended == "idle":
                 return
             if ended != "ok":
@@ -640,6 +644,7 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
     if not wait_moment(p, run, step.moment):
         out.notes.append(f"{i + 1}: {step.fault} missed: the run ended before {step.moment}")
         p.finish(run, out)
+        p.rewind_named(run, out)
         if writer:
             writer.join()
         if i in p.sched.failover_steps or any(r.step == i for r in p.sched.rewinds):
@@ -672,8 +677,9 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
             p.close_store()
     retyped = step.fault == "retype_redis"
     ended = p.finish(run, out, killed=step.fault == "run_kill", zombie=rewind is not None,
-                     refused="not a stream" if retyped else LOST if step.fault == "restore_redis" else "")
+                     refused="not a stream" if retyped else LOST if p.restores else "")
     out.notes.append(f"{i + 1}: {step.fault} after {at} sub-batches; the run ended {ended[:200]}")
+    p.rewind_named(run, out)
     if retyped:  # the operator's repair, before any other run
         faults.restore_stream(p.redis, f"{p.name}:{step.target}")
     late = p.written_after_rewind(rewind.sink, run.run_id) if rewind else []
@@ -688,11 +694,11 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
     # zombie, a halt), which an operator clears by hand after resolving it.
     if p.sched.retries and ended not in ("ok", "idle") and run.proc.returncode != EXIT_FATAL:
         retry = p.start(run.run_id, ("--retry",), log=f"{run.run_id}_retry")
-        retried = p.finish(retry, out, refused=LOST if step.fault == "restore_redis" else "")
+        retried = p.finish(retry, out, refused=LOST if p.restores else "")
         out.notes.append(f"{i + 1}: the run retried from its record ended {retried[:200]}")
-        # The fault is over: its retry has nothing to fail on, but a sink's loss an operator
-        # has not chosen about yet.
-        if retried not in ("ok", "idle") and not (step.fault == "restore_redis" and LOST in retried):
+        # The fault is over: its retry has nothing to fail on, but a sink's loss the operator
+        # has just been told (and has run the rewind for).
+        if not p.rewind_named(retry, out) and retried not in ("ok", "idle"):
             out.findings.append(f"step {i + 1}: the run retried from its record failed: {retried[:300]}")
     recover(p, i, out)
 
@@ -702,8 +708,6 @@ def recover(p: Pipe, i: int, out: Outcome) -> None:
     if it has one (the reruns deliver again what follows the restored position), and on the
     other server of the GTID pair when the schedule fails over there (the first of them then
     translates the checkpoints, or a killed run's sink-side records, by GTID set)."""
-    if p.sched.steps[i].fault == "restore_redis":
-        out.notes.append(f"{i + 1}: {p.rewind_named(f's{i}_named', out)}")
     for rw in p.sched.rewinds:
         if rw.step == i and not rw.in_flight:
             out.notes.append(f"{i + 1}: {p.rewind(rw)}")
