@@ -320,7 +320,8 @@ class RedisSink(Sink):
                     log.info("Redis sink %r: sub-batch %d (to %s) was already committed by an earlier "
                              "attempt", self.sink_id, batch.seq, batch.end_position)
                     return batch.end_position
-                self._check_held(raw)  # else the EXEC did not run: the record is the one before
+                # Else the EXEC did not run. Whether the record is still the one before is checked
+                # by the delivery, after the fence: a newer run's record fences this one.
             if batch.spilled:
                 poison = self._deliver_frames(batch, record)
             else:
