@@ -650,7 +650,8 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         if i in p.sched.failover_steps or any(r.step == i for r in p.sched.rewinds):
             recover(p, i, out)
         return
-    rewind = next((r for r in p.sched.rewinds if r.step == i and r.in_flight), None)
+    rewind = next((r for r in p.sched.rewinds
+                   if r.step == i and r.in_flight and not hides_loss(step, r)), None)
     if rewind:  # the run in flight is fenced from here on: failing for it is right
         out.notes.append(f"{i + 1}: while the run delivers, {p.rewind(rewind)}")
     at = p.writes(run.run_id)
@@ -703,13 +704,20 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
     recover(p, i, out)
 
 
+def hides_loss(step: Step, rw: Rewind) -> bool:
+    """A rewind of Redis drawn for the step that restores it from an older copy is left out: a
+    rewind binds the sink (no run checks its record against it), so one made before a run has
+    told the loss would hide it (docs/architecture.md, "A sink that lost what it acknowledged")."""
+    return step.fault == "restore_redis" and rw.sink == "redis"
+
+
 def recover(p: Pipe, i: int, out: Outcome) -> None:
     """The runs after step ``i``'s fault, until caught up: after the step's rewind between runs,
     if it has one (the reruns deliver again what follows the restored position), and on the
     other server of the GTID pair when the schedule fails over there (the first of them then
     translates the checkpoints, or a killed run's sink-side records, by GTID set)."""
     for rw in p.sched.rewinds:
-        if rw.step == i and not rw.in_flight:
+        if rw.step == i and not rw.in_flight and not hides_loss(p.sched.steps[i], rw):
             out.notes.append(f"{i + 1}: {p.rewind(rw)}")
     if i not in p.sched.failover_steps:
         p.catch_up(f"s{i}_after", out)
