@@ -256,7 +256,7 @@ class Coordinator:
         or go on without them), and nothing is delivered to it or moves its checkpoint. Any other
         sink whose record says so is named in a warning and gets what follows the store's
         checkpoint. Either way the run's report carries what was said."""
-        if rec is None or rec.kind not in ("write", "adopt"):
+        if rec is None or rec.kind not in ("write", "adopt", "rewind"):
             return True
         found = lost_by_sink(rec, side, self.store.checkpoints.history(self.pipeline, sink.sink_id),
                              exact=sink.record_tracks_data)

@@ -115,28 +115,60 @@ def lost_by_sink(stored: CheckpointRecord | None, side: SinkCheckpoint | None,
     writes (the coordinator calls the sink even for a sub-batch of positions only), each
     overwriting the last; then a record extending a version older than the one before the
     current one means the sink lost writes it had acknowledged (a server restored from an
-    older snapshot or backup). Other sinks get no call for positions only, so their record
+    older snapshot or backup), and so does one before what a rewind restored
+    (:func:`_lost_before_rewind`). Other sinks get no call for positions only, so their record
     lags legitimately and only its absence is told. What the record says the sink holds is
     delivered again by a rewind to the newest version at or before it. ``history``: the
     sink's versions in the store, oldest first."""
-    if stored is None or stored.kind not in ("write", "adopt"):
-        return None  # an operator's or the guard's move: no delivery wrote a record for it
+    if stored is None:
+        return None
+    if stored.kind == "rewind":
+        return _lost_before_rewind(stored, side, history) if exact else None
+    if stored.kind not in ("write", "adopt"):
+        return None  # the guard's or a snapshot's move: no delivery wrote a record for it
     if side is not None and (not exact or side.extends is None or side.extends >= stored.version - 1):
         return None
+    return _lost(stored, side, history)
+
+
+def _lost_before_rewind(stored: CheckpointRecord, side: SinkCheckpoint | None,
+                        history: Sequence[CheckpointRecord]) -> tuple[str, int | None] | None:
+    """After a rewind the sink must still hold at least what the rewind restored (its record was
+    at the checkpoint it replaced, which is not before): one that holds less lost changes the
+    rewind does not deliver again (an operator who rewound before a run told the loss). Not
+    after a rewind to the version it replaced, which moves nothing: the way an operator goes on
+    without what a sink lost."""
+    if stored.source_version == stored.version - 1 or not any(
+            r.kind in ("write", "adopt") and r.version < stored.version for r in history):
+        return None
+    if side is not None and (not same_lineage(side.position, stored.position)
+                             or _at_or_before(stored.position, side.position)):
+        return None
+    return _lost(stored, side, history)
+
+
+def _lost(stored: CheckpointRecord, side: SinkCheckpoint | None,
+          history: Sequence[CheckpointRecord]) -> tuple[str, int | None]:
     if side is None:  # what it still holds is unknown: the rewind named assumes nothing
         first = next((r.version for r in history if r.kind in ("write", "adopt")), None)
         before = [r.version for r in history if first is not None and r.version < first]
         target = before[-1] if before else None
         return (f"sink {stored.sink_id} keeps no checkpoint record of its own, yet the store says it "
-                f"received changes up to {stored.position} (version {stored.version}): the sink's data may "
+                f"{_holds(stored)} {stored.position} (version {stored.version}): the sink's data may "
                 f"have been lost (a server restarted empty, a stream deleted?); the rewind that delivers "
                 f"the missing changes again assumes it lost all it was sent"), target
     target = next((r.version for r in reversed(history)
                    if r.version < stored.version and _at_or_before(r.position, side.position)), None)
     return (f"sink {stored.sink_id}'s own checkpoint record is at {side.position} (extending version "
-            f"{side.extends}), behind the store, which says it received changes up to {stored.position} "
+            f"{side.extends}), behind the store, which says it {_holds(stored)} {stored.position} "
             f"(version {stored.version}): the sink lost changes it had acknowledged (a server restored "
             f"from an older snapshot or backup?)"), target
+
+
+def _holds(stored: CheckpointRecord) -> str:
+    if stored.kind == "rewind":
+        return f"holds what a rewind to version {stored.source_version} restored, up to"
+    return "received changes up to"
 
 
 def rewind_command(pipeline: str, sink_id: str, version: int | None) -> str:

@@ -378,16 +378,44 @@ def test_a_record_of_the_last_delivery_or_after_it_names_nothing_lost(store, cap
     assert report.sinks["k"].lost is None and "lost" not in caplog.text
 
 
-def test_a_record_older_than_a_rewound_version_names_nothing_lost(store, caplog):
-    """A rewind (or any move that is not a delivery) is the operator's: the sink's record, older
-    than it, is not a loss."""
+@pytest.mark.parametrize(("rewind_to", "record", "lost_target"), [
+    (1, SinkCheckpoint(pos(6), 2), None),  # a rewind of a sink that holds more: nothing lost
+    (1, SinkCheckpoint(pos(2), 0), None),  # at the restored position: nothing lost
+    (3, SinkCheckpoint(pos(2), 0), 1),  # holds less than the rewind restored: it lost pos(2)..pos(6)
+    (3, None, None),  # a record gone (and no version before the first delivery to name)
+], ids=["holds-more", "holds-it", "holds-less", "holds-no-record"])
+def test_after_a_rewind_the_sink_must_hold_what_it_restored(store, rewind_to, record, lost_target):
+    """A rewind binds the sink, but a sink whose record goes with its data must still hold what
+    the rewind restored: one that holds less lost changes the rewind does not deliver again (an
+    operator who rewound before a run told the loss); the run fails naming the version to go
+    back to. (Here the rewinds are to versions before the current one.)"""
+    epoch = store.leases.acquire("p", "r0")
+    for at in (2, 4, 6, 8):
+        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)  # v1..v4
+    store.checkpoints.rewind("p", "k", rewind_to, reason="again", who="test")  # v5
+    co = _coordinator(store, [RecordTracksData("k", committed=record)])
+    if record is not None and lost_target is None:
+        co.run(iter(stream([1] * 10)))
+        assert co.report.sinks["k"].lost is None
+        return
+    with pytest.raises(CommitPolicyError):
+        co.run(iter(stream([1] * 10)))
+    lost = co.report.sinks["k"].lost
+    assert f"holds what a rewind to version {rewind_to} restored, up to" in lost
+    assert f"again, tidegate checkpoints rewind p k --to-version {lost_target or 'N'} " in lost
+
+
+def test_a_rewind_to_the_version_it_replaces_goes_on_without_what_the_sink_lost(store):
+    """The choice the failing run names to go on without the lost changes: a rewind to the
+    current version moves nothing, and the runs after it deliver what follows it."""
     epoch = store.leases.acquire("p", "r0")
     for at in (2, 4, 6):
-        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)
-    store.checkpoints.rewind("p", "k", 1, reason="again", who="test", position=pos(2))
-    k = RecordTracksData("k", committed=SinkCheckpoint(pos(2), 0))
-    report = _coordinator(store, [k]).run(iter(stream([1] * 4)))
-    assert report.sinks["k"].lost is None and "lost" not in caplog.text
+        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)  # v1..v3
+    store.checkpoints.rewind("p", "k", 3, reason="go on", who="test")  # v4, at pos(6)
+    k = RecordTracksData("k", committed=SinkCheckpoint(pos(2), 0))  # it lost pos(2)..pos(6)
+    items = stream([1] * 8)
+    report = _coordinator(store, [k]).run(iter(items))
+    assert report.sinks["k"].lost is None and k.delivered == [e.idempotency_key for e in items][6:]
 
 
 def test_a_failed_open_closes_every_sink_it_opened(store):
