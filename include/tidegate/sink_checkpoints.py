@@ -156,13 +156,26 @@ def _lost(stored: CheckpointRecord, side: SinkCheckpoint | None,
         return (f"sink {stored.sink_id} keeps no checkpoint record of its own, yet the store says it "
                 f"{_holds(stored)} {stored.position} (version {stored.version}): the sink's data may "
                 f"have been lost (a server restarted empty, a stream deleted?); the rewind that delivers "
-                f"the missing changes again assumes it lost all it was sent"), target
+                f"the missing changes again assumes it lost all it was sent"
+                f"{_snapshots_in(history, target, stored)}"), target
     target = next((r.version for r in reversed(history)
                    if r.version < stored.version and _at_or_before(r.position, side.position)), None)
     return (f"sink {stored.sink_id}'s own checkpoint record is at {side.position} (extending version "
             f"{side.extends}), behind the store, which says it {_holds(stored)} {stored.position} "
             f"(version {stored.version}): the sink lost changes it had acknowledged (a server restored "
-            f"from an older snapshot or backup?)"), target
+            f"from an older snapshot or backup?){_snapshots_in(history, target, stored)}"), target
+
+
+def _snapshots_in(history: Sequence[CheckpointRecord], after: int | None, stored: CheckpointRecord) -> str:
+    """What the lost range holds of snapshots: a rewind delivers the rows of one that still runs
+    again (from its start), not of one that has completed since (operations.md, "Rewinding a
+    sink")."""
+    ids = sorted({r.position.snapshot_id for r in history
+                  if (after or 0) < r.version <= stored.version and isinstance(r.position, SnapshotPosition)})
+    if not ids:
+        return ""
+    return (f"; the lost range holds rows of snapshot {', '.join(ids)}: if it has completed, no rewind "
+            f"delivers them again, so resolve with resnapshot of its tables after the rewind")
 
 
 def _holds(stored: CheckpointRecord) -> str:

@@ -10,6 +10,7 @@ from tidegate.errors import (
     RetryableSinkError,
     StaleEpochError,
 )
+from tidegate.positions import SnapshotPosition
 from tidegate.sink_checkpoints import SinkCheckpoint
 from tidegate.spec import BatchSpec
 from tidegate.store.sqlite import SqliteStore
@@ -403,6 +404,21 @@ def test_after_a_rewind_the_sink_must_hold_what_it_restored(store, rewind_to, re
     lost = co.report.sinks["k"].lost
     assert f"holds what a rewind to version {rewind_to} restored, up to" in lost
     assert f"again, tidegate checkpoints rewind p k --to-version {lost_target or 'N'} " in lost
+
+
+def test_a_lost_range_that_holds_a_snapshots_rows_says_a_rewind_does_not_bring_them_back(store):
+    """The versions between what the record holds and the store's checkpoint include a snapshot's
+    positions: the run says so, and that a completed snapshot's rows need a resnapshot."""
+    epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write("p", "k", pos(2), run_id="r0", epoch=epoch)  # v1
+    store.checkpoints.write("p", "k", SnapshotPosition("snap-1", 1, pos(3)), run_id="r0", epoch=epoch)  # v2
+    store.checkpoints.write("p", "k", pos(4), run_id="r0", epoch=epoch)  # v3
+    co = _coordinator(store, [RecordTracksData("k", committed=SinkCheckpoint(pos(2), 0))])
+    with pytest.raises(CommitPolicyError):
+        co.run(iter(stream([1] * 6)))
+    lost = co.report.sinks["k"].lost
+    assert "the lost range holds rows of snapshot snap-1: if it has completed, no rewind" in lost
+    assert "again, tidegate checkpoints rewind p k --to-version 1 " in lost
 
 
 def test_a_rewind_to_the_version_it_replaces_goes_on_without_what_the_sink_lost(store):
