@@ -649,12 +649,16 @@ def test_redis_restarted_empty_is_named_and_gets_nothing_until_an_operator_choos
     assert cache["events"] == len(owed)
 
 
-def test_redis_restored_from_an_older_backup_gets_what_it_lost_by_the_rewind_it_names(mysql_pipeline):
+@pytest.mark.parametrize("rewound_first", [False, True], ids=["", "rewound-first"])
+def test_redis_restored_from_an_older_backup_gets_what_it_lost_by_the_rewind_it_names(mysql_pipeline,
+                                                                                        rewound_first):
     """Redis is restored from a copy of its AOF taken after a first run, once a second run has
     delivered more: the sink's record is older than the store's checkpoint, so Redis lost
     changes it had acknowledged. The next run delivers nothing to it and fails naming the
     version whose rewind delivers them again; after that rewind Redis holds every change once,
-    in commit order per key, as Kafka and NATS do."""
+    in commit order per key, as Kafka and NATS do. ``rewound_first``: an operator rewinds Redis
+    one version back before any run told the loss, which that rewind does not deliver again:
+    the next run tells it all the same (campaign seeds 9724, 9727)."""
     p = mysql_pipeline
     p.run_ok("place")
     p.work.wave(60)
@@ -664,6 +668,11 @@ def test_redis_restored_from_an_older_backup_gets_what_it_lost_by_the_rewind_it_
     p.run_ok("second")
     stored = p.cdc.store.checkpoints.get(p.name, "cache")
     restore_redis(services_dir() / "redis", backup)
+    if rewound_first:
+        r = p.cli("checkpoints", "rewind", p.name, "cache", "--to-version", str(stored.version - 1),
+                  "--reason", "unrelated")
+        assert r.returncode == 0, r.stderr[-3000:]
+        stored = p.cdc.store.checkpoints.get(p.name, "cache")
     p.work.wave(30)
     named = p.run("restored")
     assert named.returncode != 0, named.stdout[-3000:]
