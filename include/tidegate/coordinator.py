@@ -82,7 +82,7 @@ class SinkReport:
     skipped: int = 0  # NATS: messages read back as stored by an earlier attempt, not published again
     status: str = "ok"  # ok | failed
     # The sink holds less than the store says it received (its own record is missing or older):
-    # what it lost and the rewind that delivers it again (Coordinator._check_record).
+    # what it lost and the rewind that delivers it again (_may_deliver).
     lost: str | None = None
     error: str | None = None
     error_class: str | None = None
@@ -236,7 +236,7 @@ class Coordinator:
             self._fail(sink, fut.exception())
             rep.start = rep.end = rep.checkpoint
             return
-        if sink.keeps_record and not self._check_record(sink, rec, fut.result()):
+        if sink.keeps_record and not _may_deliver(self, sink, rec, fut.result()):
             rep.start = rep.end = rep.checkpoint
             return
         adoption = adopt(rec, fut.result())
@@ -248,40 +248,6 @@ class Coordinator:
             rep.start = rep.end = self._starts[sink.sink_id]
         else:
             rep.start = rep.end = rep.checkpoint
-
-    def _check_record(self, sink: Sink, rec: CheckpointRecord | None, side: SinkCheckpoint | None) -> bool:
-        """Whether the sink may be delivered to: False when its own record proves it lost changes
-        it acknowledged (:func:`lost_by_sink`) and the record goes only with its data
-        (``Sink.record_tracks_data``): the sink fails naming the two rewinds (deliver them again,
-        or go on without them), and nothing is delivered to it or moves its checkpoint. Any other
-        sink whose record says so is named in a warning and gets what follows the store's
-        checkpoint. Either way the run's report carries what was said."""
-        if rec is None or rec.kind not in ("write", "adopt", "rewind"):
-            return True
-        found = lost_by_sink(rec, side, self.store.checkpoints.history(self.pipeline, sink.sink_id),
-                             exact=sink.record_tracks_data)
-        if found is None:
-            return True
-        what, target = found
-        again = rewind_command(self.pipeline, sink.sink_id, target)
-        if not sink.record_tracks_data:
-            said = (f"{what}. It gets what follows the store's checkpoint only; to deliver the missing "
-                    f"changes again: {again}")
-            log.warning("pipeline %s: %s", self.pipeline, said)
-            self.report.sinks[sink.sink_id].lost = said
-            return True
-        on = rewind_command(self.pipeline, sink.sink_id, rec.version)
-        said = (f"{what}. Nothing is delivered to it until an operator chooses: to deliver the missing "
-                f"changes again, {again}; to go on without them, {on}")
-        self.report.sinks[sink.sink_id].lost = said
-        log.error("pipeline %s: %s", self.pipeline, said)
-        # The commands first: a sink's error is cut short in the run's report and one-line error.
-        self._fail(sink, NonRetryableSinkError(
-            f"pipeline {self.pipeline!r}: sink {sink.sink_id} lost changes it had acknowledged, or holds "
-            f"no record of them; nothing is delivered to it until an operator runs `{again}` (delivers "
-            f"them again) or `{on}` (goes on without them); the log and the run report's 'lost' say what "
-            f"it holds"))
-        return False
 
     def _record_adoption(self, sink: Sink, adoption: Adoption) -> None:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the
@@ -502,6 +468,42 @@ class Coordinator:
                                  events=rep.events, bytes=rep.bytes, status=rep.status, error=rep.error,
                                  dlq=rep.dlq)
         self.store.runs.finish(self.journal_id, status)
+
+
+def _may_deliver(co: Coordinator, sink: Sink, rec: CheckpointRecord | None,
+                 side: SinkCheckpoint | None) -> bool:
+    """Whether the sink may be delivered to: False when its own record proves it lost changes
+    it acknowledged (:func:`lost_by_sink`) and the record goes only with its data
+    (``Sink.record_tracks_data``): the sink fails naming the two rewinds (deliver them again,
+    or go on without them), and nothing is delivered to it or moves its checkpoint. Any other
+    sink whose record says so is named in a warning and gets what follows the store's
+    checkpoint. Either way the run's report carries what was said."""
+    if rec is None or rec.kind not in ("write", "adopt", "rewind"):
+        return True
+    found = lost_by_sink(rec, side, co.store.checkpoints.history(co.pipeline, sink.sink_id),
+                         exact=sink.record_tracks_data)
+    if found is None:
+        return True
+    what, target = found
+    again = rewind_command(co.pipeline, sink.sink_id, target)
+    if not sink.record_tracks_data:
+        said = (f"{what}. It gets what follows the store's checkpoint only; to deliver the missing "
+                f"changes again: {again}")
+        log.warning("pipeline %s: %s", co.pipeline, said)
+        co.report.sinks[sink.sink_id].lost = said
+        return True
+    on = rewind_command(co.pipeline, sink.sink_id, rec.version)
+    said = (f"{what}. Nothing is delivered to it until an operator chooses: to deliver the missing "
+            f"changes again, {again}; to go on without them, {on}")
+    co.report.sinks[sink.sink_id].lost = said
+    log.error("pipeline %s: %s", co.pipeline, said)
+    # The commands first: a sink's error is cut short in the run's report and one-line error.
+    co._fail(sink, NonRetryableSinkError(
+        f"pipeline {co.pipeline!r}: sink {sink.sink_id} lost changes it had acknowledged, or holds "
+        f"no record of them; nothing is delivered to it until an operator runs `{again}` (delivers "
+        f"them again) or `{on}` (goes on without them); the log and the run report's 'lost' say what "
+        f"it holds"))
+    return False
 
 
 def _moves(part: SubBatch, end: Position | None, limit: Position | None) -> bool:

@@ -101,7 +101,7 @@ HUGE_SHARE = 0.03  # POISON=dlq: new notes rows with a body too large for Kafka 
 # output, which Spark reads again).
 EXECUTOR_SLICE_BYTES = 48 * 1024
 WRITER_PAUSE_S = 0.1  # between the transactions written while a resnapshot reads
-# What a run says of a sink that lost changes it had acknowledged (Coordinator._check_record).
+# What a run says of a sink that lost changes it had acknowledged (coordinator._may_deliver).
 LOST = "lost changes it had acknowledged"
 VERBOSE = bool(os.environ.get("CAMPAIGN_VERBOSE"))  # failed runs retried before a schedule is declared stuck
 

@@ -79,6 +79,9 @@ class Sink(abc.ABC):
         # Whether the sink refuses a zombie's data writes itself (above). One that does not (Kafka
         # without transactions) has the coordinator check the lease before each sub-batch.
         self.fences_zombies = True
+        # Whether the sink writes a checkpoint record with its data (its kind reads one back;
+        # Kafka's only with exactly_once).
+        self.keeps_record = type(self).committed_checkpoint is not Sink.committed_checkpoint
         self.dlq_count = 0  # events dead-lettered by committed deliveries (this sink's life)
         self.duplicates = 0  # messages the server reported as already stored (NATS)
         self.skipped = 0  # messages found stored by an earlier attempt, not sent again (NATS)
@@ -120,7 +123,7 @@ class Sink(abc.ABC):
     # Whether the sink's own record can go missing, or back, only with the data written beside
     # it (a Redis key, never trimmed), so that such a record proves the sink lost changes it
     # acknowledged: the sink then fails instead of receiving what follows the store's checkpoint
-    # (Coordinator._check_record). A NATS marker can age out under the stream's limits, a Kafka
+    # (coordinator._may_deliver). A NATS marker can age out under the stream's limits, a Kafka
     # checkpoint topic be renamed in the spec: those sinks are named in a warning only.
     record_tracks_data: bool = False
 
@@ -129,10 +132,6 @@ class Sink(abc.ABC):
         The coordinator adopts it only when it extends the store's current version."""
         return None
 
-    @property
-    def keeps_record(self) -> bool:
-        """Whether the sink writes a checkpoint record with its data (its kind reads one back)."""
-        return type(self).committed_checkpoint is not Sink.committed_checkpoint
 
     def sink_record(self, batch: SubBatch, extends: int | None) -> SinkCheckpoint:
         return SinkCheckpoint(batch.end_position, extends)

@@ -112,7 +112,7 @@ class KafkaSink(Sink):
         self.exactly_once = sink.exactly_once
         # An idempotent producer is fenced by nothing: a zombie's records would land (campaign
         # KAFKA=idempotent, seed 6225); the coordinator checks the lease before each sub-batch.
-        self.fences_zombies = self.exactly_once
+        self.fences_zombies = self.keeps_record = self.exactly_once  # idempotent: no record, no fencing
         # '.' appears in no tenant, pipeline or sink id: two tenants' ids can never coincide.
         self.transactional_id = f"tidegate-{self.tenant}.{self.pipeline}.{self.sink_id}"
         self.checkpoint_topic = sink.checkpoint_topic or DEFAULT_CHECKPOINT_TOPIC
@@ -487,10 +487,6 @@ class KafkaSink(Sink):
                 self._needs_abort = False
                 return
             raise self.error(exc, f"aborting a transaction {why}") from None
-
-    @property
-    def keeps_record(self) -> bool:
-        return self.exactly_once  # idempotent mode writes no checkpoint record
 
     def committed_checkpoint(self) -> SinkCheckpoint | None:
         """The last committed checkpoint record of this sink (exactly-once mode); None in
