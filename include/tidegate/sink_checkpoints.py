@@ -138,11 +138,13 @@ def _lost_before_rewind(stored: CheckpointRecord, side: SinkCheckpoint | None,
     rewind does not deliver again (an operator who rewound before a run told the loss). Not
     after a rewind to the version it replaced, which moves nothing: the way an operator goes on
     without what a sink lost."""
-    if stored.source_version == stored.version - 1 or not any(
-            r.kind in ("write", "adopt") and r.version < stored.version for r in history):
+    if stored.source_version == stored.version - 1:
         return None
-    if side is not None and (not same_lineage(side.position, stored.position)
-                             or _at_or_before(stored.position, side.position)):
+    if side is None:  # lost only if the version restored had been delivered to it (campaign seed 9704)
+        restored = stored.source_version or 0
+        return _lost(stored, side, history) if any(
+            r.kind in ("write", "adopt") and r.version <= restored for r in history) else None
+    if not same_lineage(side.position, stored.position) or _at_or_before(stored.position, side.position):
         return None
     return _lost(stored, side, history)
 

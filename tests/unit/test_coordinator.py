@@ -380,30 +380,32 @@ def test_a_record_of_the_last_delivery_or_after_it_names_nothing_lost(store, cap
 
 
 @pytest.mark.parametrize(("rewind_to", "record", "lost_target"), [
-    (1, SinkCheckpoint(pos(6), 2), None),  # a rewind of a sink that holds more: nothing lost
-    (1, SinkCheckpoint(pos(2), 0), None),  # at the restored position: nothing lost
-    (3, SinkCheckpoint(pos(2), 0), 1),  # holds less than the rewind restored: it lost pos(2)..pos(6)
-    (3, None, None),  # a record gone (and no version before the first delivery to name)
-], ids=["holds-more", "holds-it", "holds-less", "holds-no-record"])
+    (1, SinkCheckpoint(pos(6), 3), None),  # a rewind of a sink that holds more: nothing lost
+    (1, SinkCheckpoint(pos(2), 1), None),  # at the restored position: nothing lost
+    (3, SinkCheckpoint(pos(2), 1), 2),  # holds less than the rewind restored: it lost pos(2)..pos(6)
+    (3, None, 1),  # a record gone: the version before the first delivery is named
+    (0, None, False),  # gone, after a rewind to before the first delivery (seed 9704): nothing owed
+], ids=["holds-more", "holds-it", "holds-less", "holds-no-record", "holds-nothing-owed-nothing"])
 def test_after_a_rewind_the_sink_must_hold_what_it_restored(store, rewind_to, record, lost_target):
     """A rewind binds the sink, but a sink whose record goes with its data must still hold what
     the rewind restored: one that holds less lost changes the rewind does not deliver again (an
     operator who rewound before a run told the loss); the run fails naming the version to go
     back to. (Here the rewinds are to versions before the current one.)"""
     epoch = store.leases.acquire("p", "r0")
+    store.checkpoints.write_many("p", {"k": pos(1)}, run_id="r0", epoch=epoch, kind="head")  # v1
     for at in (2, 4, 6, 8):
-        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)  # v1..v4
-    store.checkpoints.rewind("p", "k", rewind_to, reason="again", who="test")  # v5
+        store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)  # v2..v5
+    store.checkpoints.rewind("p", "k", rewind_to + 1, reason="again", who="test")  # v6
     co = _coordinator(store, [RecordTracksData("k", committed=record)])
-    if record is not None and lost_target is None:
+    if lost_target is False or (record is not None and lost_target is None):
         co.run(iter(stream([1] * 10)))
         assert co.report.sinks["k"].lost is None
         return
     with pytest.raises(CommitPolicyError):
         co.run(iter(stream([1] * 10)))
     lost = co.report.sinks["k"].lost
-    assert f"holds what a rewind to version {rewind_to} restored, up to" in lost
-    assert f"again, tidegate checkpoints rewind p k --to-version {lost_target or 'N'} " in lost
+    assert f"holds what a rewind to version {rewind_to + 1} restored, up to" in lost
+    assert f"again, tidegate checkpoints rewind p k --to-version {lost_target} " in lost
 
 
 def test_a_lost_range_that_holds_a_snapshots_rows_says_a_rewind_does_not_bring_them_back(store):
