@@ -251,6 +251,7 @@ class Pipe:
         self.rewound: list[tuple] = []  # (sink, position restored, checkpoint before the rewind)
         self.redis_data = Path(sv.env["TIDEGATE_SERVICES_DIR"]) / "redis"  # restore_redis
         self.redis_backup: Path | None = None
+        self.named_last: str | None = None  # the version a run named since the last restore
         self.restores = any(step.fault == "restore_redis" for step in sched.steps)
         if sched.failover_steps:
             sv.mysql_replica()
@@ -480,6 +481,11 @@ class Pipe:
         if named[1] == "N":
             outcome.findings.append(f"run {run.run_id} told Redis's loss without naming the version")
             return False
+        if self.named_last == named[1]:  # it did not help (seed 9704)
+            outcome.findings.append(f"run {run.run_id} named redis's rewind to v{named[1]} again, "
+                                    f"right after it was run")
+            return False
+        self.named_last = named[1]
         done = self._rewind_cli("redis", int(named[1]))
         instead = re.search(r"still running: .* Rewind to version (\d+)", done.stdout + done.stderr)
         if done.returncode != 0 and instead:  # before a running snapshot's handoff: as it says
@@ -675,6 +681,7 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         faults.retype_stream(p.redis, f"{p.name}:{step.target}")
     elif step.fault == "restore_redis":
         faults.restore_redis(p.redis_data, p.redis_backup, step.hold)
+        p.named_last = None
     elif step.fault == "none":  # left out (above)
         pass
     else:
