@@ -315,8 +315,8 @@ class RedisSink(Sink):
             if self._uncertain:
                 raw = self._read_record()
                 self._uncertain = False
-                if raw is not None and _text(raw) == record.dumps():
-                    self._held = record.dumps()
+                if raw is not None and _text(raw) == (done := record.dumps()):
+                    self._held = done
                     log.info("Redis sink %r: sub-batch %d (to %s) was already committed by an earlier "
                              "attempt", self.sink_id, batch.seq, batch.end_position)
                     return batch.end_position
@@ -431,9 +431,7 @@ class RedisSink(Sink):
         copy, while this run delivered holds another: what it acknowledged since is gone, and the
         next EXEC would set the record over that loss and hide it."""
         call("WATCH", self.checkpoint_redis_key)
-        self._check_held(call("GET", self.checkpoint_redis_key))
-
-    def _check_held(self, raw: Any) -> None:
+        raw = call("GET", self.checkpoint_redis_key)
         if self._held is _UNREAD:
             return
         now = None if raw is None else _text(raw)
