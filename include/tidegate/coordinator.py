@@ -36,7 +36,7 @@ from .errors import (
     CommitPolicyError,
     ErrorClass,
     FatalRunError,
-    NonRetryableSinkError,
+    OperatorSinkError,
     SinkTimedOutError,
     TimedOutTransactionError,
 )
@@ -192,6 +192,9 @@ class Coordinator:
         # Sinks that cannot refuse a zombie's writes themselves: the lease is checked before
         # each sub-batch for them (a run stopped after the check still writes one sub-batch).
         self._unfenced = [s.sink_id for s in sinks if not s.fences_zombies]
+        # Sinks failed on what only an operator clears (errors.OperatorSinkError): a run the
+        # commit policy fails for them alone is fatal, since a retry would fail the same way.
+        self._awaiting_operator: set[str] = set()
         self.report = RunReport(pipeline, run_id, epoch, {
             s.sink_id: SinkReport(s.sink_id, s.kind, s.required, None, None) for s in sinks})
 
@@ -349,10 +352,21 @@ class Coordinator:
             _check_lease(self, batch)
         acked = self._deliver_all(pool, batch)
         if not policy_holds(self.policy, self.sinks, acked):
-            raise CommitPolicyError(_policy_message(self.pipeline, self.policy, self.sinks, self.report,
-                                                    batch, acked))
+            raise self._policy_error(batch, acked)
         self._commit(batch, acked)
         self.report.end_position = batch.end_position
+
+    def _policy_error(self, batch: SubBatch, acked: set[str]) -> CommitPolicyError:
+        """The run's error for a sub-batch the policy did not let commit. Fatal (a scheduler
+        must not retry the run) when the policy fails even if every sink but those awaiting an
+        operator took it: a retry would fail the same way within seconds. Any other failure
+        (a server away, an error no rule knows) leaves the scheduler's retries to it."""
+        message = _policy_message(self.pipeline, self.policy, self.sinks, self.report, batch, acked)
+        could = {s.sink_id for s in self.sinks} - self._awaiting_operator
+        if policy_holds(self.policy, self.sinks, could):
+            return CommitPolicyError(message)
+        return CommitPolicyError(f"{message}. Not worth a retry: only an operator clears the failures "
+                                 f"above", fatal=True)
 
     def _deliver_all(self, pool: ThreadPoolExecutor, batch: SubBatch) -> set[str]:
         """Deliver to every live sink at once; returns the ids of the sinks that have the batch."""
@@ -400,6 +414,8 @@ class Coordinator:
         rep = self.report.sinks[sink.sink_id]
         cls = exc.error_class if isinstance(exc, RetryFailure) else ErrorClass.NON_RETRYABLE
         rep.status, rep.error, rep.error_class = "failed", _describe(exc), cls.value
+        if isinstance(exc.cause if isinstance(exc, RetryFailure) else exc, OperatorSinkError):
+            self._awaiting_operator.add(sink.sink_id)
         if cls is ErrorClass.FATAL:
             self._stop.set()  # other sinks stop retrying; the run ends now
             cause = exc.cause if isinstance(exc, RetryFailure) else exc
@@ -498,7 +514,7 @@ def _may_deliver(co: Coordinator, sink: Sink, rec: CheckpointRecord | None,
     co.report.sinks[sink.sink_id].lost = said
     log.error("pipeline %s: %s", co.pipeline, said)
     # The commands first: a sink's error is cut short in the run's report and one-line error.
-    co._fail(sink, NonRetryableSinkError(
+    co._fail(sink, OperatorSinkError(
         f"pipeline {co.pipeline!r}: sink {sink.sink_id} lost changes it had acknowledged, or holds "
         f"no record of them; nothing is delivered to it until an operator runs `{again}` (delivers "
         f"them again) or `{on}` (goes on without them); the log and the run report's 'lost' say what "

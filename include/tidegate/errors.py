@@ -91,7 +91,13 @@ class NonRetryableSinkError(SinkError):
     error_class = ErrorClass.NON_RETRYABLE
 
 
-class PoisonEventError(NonRetryableSinkError):
+class OperatorSinkError(NonRetryableSinkError):
+    """A sink failure only an operator clears: changes the sink lost, to choose a rewind for; an
+    event it refuses under ``on_poison: halt``. Every run fails the same way until then, so a
+    run the commit policy fails for such sinks alone is fatal (:class:`CommitPolicyError`)."""
+
+
+class PoisonEventError(OperatorSinkError):
     """One event this sink rejects on its own (too large, a name it cannot take), not a sink-wide
     failure; with ``on_poison: halt`` the run fails naming it. ``events`` are the events."""
 
@@ -213,7 +219,12 @@ def halt_message(inc: Any) -> str:
 
 
 class CommitPolicyError(TidegateError):
-    """A sub-batch was not delivered to enough sinks; no checkpoint moved."""
+    """A sub-batch was not delivered to enough sinks; no checkpoint moved. ``fatal`` when only
+    an operator can make the policy hold again (:class:`OperatorSinkError`)."""
+
+    def __init__(self, message: str, *, fatal: bool = False):
+        super().__init__(message)
+        self.fatal = fatal
 
 
 class RunError(TidegateError):

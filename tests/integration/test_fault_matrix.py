@@ -54,6 +54,7 @@ import psycopg2
 import pymysql
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from tidegate.plan import EXIT_FATAL
 from tidegate.positions import position_from_json
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.store import CheckpointStore, open_store
@@ -619,7 +620,7 @@ def test_redis_restarted_empty_is_named_and_gets_nothing_until_an_operator_choos
         run.signal(signal.SIGKILL)
     p.work.wave(60)
     named = p.run("named")
-    assert named.returncode != 0, named.stdout[-3000:]
+    assert named.returncode == EXIT_FATAL, named.stdout[-3000:]  # until an operator chooses: no retry
     assert "sink cache keeps no checkpoint record of its own" in named.stderr, named.stderr[-3000:]
     on = f"to go on without them, tidegate checkpoints rewind {p.name} cache --to-version {held.version} "
     assert on in named.stderr, named.stderr[-3000:]
@@ -675,7 +676,7 @@ def test_redis_restored_from_an_older_backup_gets_what_it_lost_by_the_rewind_it_
         stored = p.cdc.store.checkpoints.get(p.name, "cache")
     p.work.wave(30)
     named = p.run("restored")
-    assert named.returncode != 0, named.stdout[-3000:]
+    assert named.returncode == EXIT_FATAL, named.stdout[-3000:]  # until an operator chooses: no retry
     again = re.search(rf"to deliver the missing changes again, tidegate checkpoints rewind {p.name} cache "
                       rf"--to-version (\d+) ", named.stderr)
     on = f"to go on without them, tidegate checkpoints rewind {p.name} cache --to-version {stored.version} "
@@ -717,7 +718,7 @@ def test_redis_restored_under_a_stopped_run_fails_the_run_instead_of_hiding_the_
     named = p.run("named")
     again = re.search(rf"to deliver the missing changes again, tidegate checkpoints rewind {p.name} cache "
                       rf"--to-version (\d+) ", named.stderr)
-    assert named.returncode != 0 and again, named.stderr[-3000:]
+    assert named.returncode == EXIT_FATAL and again, named.stderr[-3000:]
     r = p.cli("checkpoints", "rewind", p.name, "cache", "--to-version", again[1], "--reason", "restored")
     assert r.returncode == 0, r.stderr[-3000:]
     assert p.catch_up("after_rewind") == []

@@ -7,6 +7,8 @@ from tidegate.errors import (
     CommitPolicyError,
     FatalRunError,
     FatalSinkError,
+    NonRetryableSinkError,
+    OperatorSinkError,
     RetryableSinkError,
     StaleEpochError,
 )
@@ -75,6 +77,27 @@ def test_commit_policy_matrix(store, policy, quorum, req_state, opt_state, fail_
         expect = {} if fail_at == 1 else {sid: batch_ends[0] for sid in ("r1", "r2", "o1", "o2")}
         assert _positions(store) == expect  # nothing moved for the failing sub-batch
         assert "commit policy" in str(ei.value) and "is down" in str(ei.value)
+        assert not ei.value.fatal  # an error no rule knows: the scheduler's retries apply
+
+
+@pytest.mark.parametrize("policy,quorum,r_fails,fatal", [
+    ("all", None, None, True), ("quorum", 2, None, False), ("quorum", 3, None, True),
+    ("required", None, "away", False), ("required", None, "unknown", False),
+    ("required", None, "operator", True)])
+def test_a_policy_failure_is_fatal_only_when_what_an_operator_must_clear_fails_it(
+        store, policy, quorum, r_fails, fatal):
+    """r (required) takes the sub-batch or fails as told, o (optional) fails on a server away, x
+    (optional) on what only an operator clears. A scheduler's retry is refused only when the
+    policy would fail even if every sink not awaiting an operator took the sub-batch."""
+    errors = {"away": RetryableSinkError("r is away"), "unknown": NonRetryableSinkError("r said no"),
+              "operator": OperatorSinkError("r lost changes")}
+    sinks = [FakeSink("r", required=True, fail_from_call=1 if r_fails else None, error=errors.get(r_fails)),
+             FakeSink("o", required=False, fail_from_call=1, error=RetryableSinkError("o is away")),
+             FakeSink("x", required=False, fail_from_call=1, error=OperatorSinkError("x lost changes"))]
+    with pytest.raises(CommitPolicyError) as ei:
+        _coordinator(store, sinks, policy, quorum).run(iter(stream([1] * 2)))
+    assert ei.value.fatal is fatal
+    assert ("only an operator clears" in str(ei.value)) is fatal
 
 
 # --------------------------------------------------------------------------- replay
@@ -350,14 +373,15 @@ def test_a_sink_whose_record_goes_with_its_data_fails_when_it_lost_changes(store
         store.checkpoints.write("p", "k", pos(at), run_id="r0", epoch=epoch)
     k = RecordTracksData("k", committed=record)
     co = _coordinator(store, [k])
-    with pytest.raises(CommitPolicyError):
+    with pytest.raises(CommitPolicyError) as ei:
         co.run(iter(stream([1] * 8)))
+    assert ei.value.fatal  # a retry would fail the same way until an operator chooses
     assert k.delivered == [] and k.calls == 0
     assert [h.version for h in store.checkpoints.history("p", "k")] == [1, 2, 3]
     rep = co.report.sinks["k"]
     assert rep.status == "failed" and rep.error_class == "non_retryable"
     assert rep.error == (
-        f"NonRetryableSinkError: pipeline 'p': sink k lost changes it had acknowledged, or holds no record "
+        f"OperatorSinkError: pipeline 'p': sink k lost changes it had acknowledged, or holds no record "
         f"of them; nothing is delivered to it until an operator runs `tidegate checkpoints rewind p k "
         f"--to-version {'N' if record is None else 2} --reason ...` (delivers them again) or `tidegate "
         f"checkpoints rewind p k --to-version 3 --reason ...` (goes on without them); the log and the run "
