@@ -352,21 +352,9 @@ class Coordinator:
             _check_lease(self, batch)
         acked = self._deliver_all(pool, batch)
         if not policy_holds(self.policy, self.sinks, acked):
-            raise self._policy_error(batch, acked)
+            raise _policy_error(self, batch, acked)
         self._commit(batch, acked)
         self.report.end_position = batch.end_position
-
-    def _policy_error(self, batch: SubBatch, acked: set[str]) -> CommitPolicyError:
-        """The run's error for a sub-batch the policy did not let commit. Fatal (a scheduler
-        must not retry the run) when the policy fails even if every sink but those awaiting an
-        operator took it: a retry would fail the same way within seconds. Any other failure
-        (a server away, an error no rule knows) leaves the scheduler's retries to it."""
-        message = _policy_message(self.pipeline, self.policy, self.sinks, self.report, batch, acked)
-        could = {s.sink_id for s in self.sinks} - self._awaiting_operator
-        if policy_holds(self.policy, self.sinks, could):
-            return CommitPolicyError(message)
-        return CommitPolicyError(f"{message}. Not worth a retry: only an operator clears the failures "
-                                 f"above", fatal=True)
 
     def _deliver_all(self, pool: ThreadPoolExecutor, batch: SubBatch) -> set[str]:
         """Deliver to every live sink at once; returns the ids of the sinks that have the batch."""
@@ -562,6 +550,19 @@ def _holder_note(lease: Mapping[str, Any] | None, epoch: int) -> tuple[bool, str
         return True, f"; the pipeline's lease is still this run's (epoch {epoch}): no other run took over"
     return False, (f"; run {lease['run_id']!r} took the pipeline's lease (epoch {lease['epoch']}, this run's "
                    f"{epoch}) at {lease['acquired_at']}")
+
+
+def _policy_error(co: Coordinator, batch: SubBatch, acked: set[str]) -> CommitPolicyError:
+    """The run's error for a sub-batch the policy did not let commit. Fatal (a scheduler must
+    not retry the run) when the policy fails even if every sink but those awaiting an operator
+    took it: a retry would fail the same way within seconds. Any other failure (a server away,
+    an error no rule knows) leaves the scheduler's retries to it."""
+    message = _policy_message(co.pipeline, co.policy, co.sinks, co.report, batch, acked)
+    could = {s.sink_id for s in co.sinks} - co._awaiting_operator
+    if policy_holds(co.policy, co.sinks, could):
+        return CommitPolicyError(message)
+    return CommitPolicyError(f"{message}. Not worth a retry: only an operator clears the failures above",
+                             fatal=True)
 
 
 def _policy_message(pipeline: str, policy: BatchSpec, sinks: Sequence[Sink], report: RunReport,
