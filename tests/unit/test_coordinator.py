@@ -1,4 +1,5 @@
 import itertools
+import random
 
 import pytest
 from _tidegate_fakes import FakeSink, pos, stream
@@ -98,6 +99,43 @@ def test_a_policy_failure_is_fatal_only_when_what_an_operator_must_clear_fails_i
         _coordinator(store, sinks, policy, quorum).run(iter(stream([1] * 2)))
     assert ei.value.fatal is fatal
     assert ("only an operator clears" in str(ei.value)) is fatal
+
+
+def _holds_after_retry(policy: str, quorum: int | None, required: dict[str, bool], ok: set[str]) -> bool:
+    """The oracle, written apart from the engine: whether the policy holds when the sinks in
+    ``ok`` take the sub-batch."""
+    if policy == "required":
+        return all(sid in ok for sid, req in required.items() if req)
+    if policy == "all":
+        return ok == set(required)
+    return len(ok) >= min(quorum, len(required))
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_generated_policies_fail_fast_exactly_when_no_retry_can_make_them_hold(store, seed):
+    """A drawn policy over 1-4 sinks, each taking the sub-batch or failing on a server away, an
+    error no rule knows, or what only an operator clears: the run's error is fatal exactly when no
+    set of the sinks not awaiting an operator coming back makes the policy hold."""
+    rng = random.Random(seed)
+    ids = [f"s{i}" for i in range(rng.randint(1, 4))]
+    required = {sid: rng.random() < 0.5 for sid in ids}
+    policy = rng.choice(["required", "all", "quorum"])
+    quorum = rng.randint(1, len(ids)) if policy == "quorum" else None
+    fates = {sid: rng.choice(["ok", "away", "unknown", "operator"]) for sid in ids}
+    errors = {"away": RetryableSinkError, "unknown": NonRetryableSinkError, "operator": OperatorSinkError}
+    sinks = [FakeSink(sid, required=required[sid], fail_from_call=None if fates[sid] == "ok" else 1,
+                      error=errors[fates[sid]](f"{sid}: {fates[sid]}") if fates[sid] != "ok" else None)
+             for sid in ids]
+    ok = {sid for sid in ids if fates[sid] == "ok"}
+    if _holds_after_retry(policy, quorum, required, ok):
+        _coordinator(store, sinks, policy, quorum).run(iter(stream([1] * 2)))
+        return
+    with pytest.raises(CommitPolicyError) as ei:
+        _coordinator(store, sinks, policy, quorum).run(iter(stream([1] * 2)))
+    maybe = [sid for sid in ids if fates[sid] in ("away", "unknown")]
+    saved = any(_holds_after_retry(policy, quorum, required, ok | set(back))
+                for n in range(len(maybe) + 1) for back in itertools.combinations(maybe, n))
+    assert ei.value.fatal is not saved, (policy, quorum, required, fates)
 
 
 # --------------------------------------------------------------------------- replay
