@@ -61,7 +61,7 @@ from redis.retry import Retry
 
 from ...batching import SubBatch
 from ...connections import Connection
-from ...errors import ErrorClass, NonRetryableSinkError, RetryableSinkError, SinkError
+from ...errors import ErrorClass, NonRetryableSinkError, OperatorSinkError, RetryableSinkError, SinkError
 from ...positions import Position
 from ...sink_checkpoints import SinkCheckpoint
 from ...spec import PipelineSpec
@@ -227,7 +227,7 @@ class RedisSink(Sink):
             return
         policy, limit = str(info.get("maxmemory_policy", "noeviction")), int(info.get("maxmemory") or 0)
         if limit and policy.startswith("allkeys-"):
-            raise NonRetryableSinkError(
+            raise OperatorSinkError(
                 f"{self.where}: the server evicts any key once its memory is full (maxmemory {limit} bytes, "
                 f"maxmemory-policy {policy}), so it could drop the sink's streams and its checkpoint record "
                 f"and lose changes without a trace. Set maxmemory-policy to noeviction (the sink's writes "
