@@ -94,8 +94,8 @@ class NonRetryableSinkError(SinkError):
 class OperatorSinkError(NonRetryableSinkError):
     """A sink failure only an operator clears: changes the sink lost, to choose a rewind for; an
     event it refuses under ``on_poison: halt``; a server set to evict any key (Redis). Every run
-    fails the same way until then, so a
-    run the commit policy fails for such sinks alone is fatal (:class:`CommitPolicyError`)."""
+    fails the same way until then, so a run the commit policy fails for such sinks alone is fatal
+    (:class:`CommitPolicyError`)."""
 
 
 class PoisonEventError(OperatorSinkError):
