@@ -402,11 +402,11 @@ class Coordinator:
         rep = self.report.sinks[sink.sink_id]
         cls = exc.error_class if isinstance(exc, RetryFailure) else ErrorClass.NON_RETRYABLE
         rep.status, rep.error, rep.error_class = "failed", _describe(exc), cls.value
-        if isinstance(exc.cause if isinstance(exc, RetryFailure) else exc, OperatorSinkError):
+        cause = exc.cause if isinstance(exc, RetryFailure) else exc
+        if isinstance(cause, OperatorSinkError):
             self._awaiting_operator.add(sink.sink_id)
         if cls is ErrorClass.FATAL:
             self._stop.set()  # other sinks stop retrying; the run ends now
-            cause = exc.cause if isinstance(exc, RetryFailure) else exc
             holds, note = _lease_note(self.store, self.pipeline, self.epoch)
             if isinstance(cause, TimedOutTransactionError) and holds:
                 # Nothing took over: a new attempt (a new producer) delivers what was aborted.
