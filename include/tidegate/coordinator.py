@@ -45,6 +45,7 @@ from .positions import Position, later, lowest_start, position_to_json
 from .retry import RetryFailure, call_with_retry, policy_for
 from .sink_checkpoints import (
     Adoption,
+    RunStart,
     SinkCheckpoint,
     adopt,
     delivering_attempt,
@@ -251,6 +252,9 @@ class Coordinator:
             rep.start = rep.end = self._starts[sink.sink_id]
         else:
             rep.start = rep.end = rep.checkpoint
+        if sink.reads_run_start:  # (after an adoption, its version is the current one)
+            history = tuple(self.store.checkpoints.history(self.pipeline, sink.sink_id))
+            sink.run_start = RunStart(rep.start, history[-1] if history else None, history)
 
     def _record_adoption(self, sink: Sink, adoption: Adoption) -> None:
         """The sink committed a sub-batch whose store write was lost (a crash in between): the

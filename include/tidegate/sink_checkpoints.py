@@ -151,21 +151,64 @@ def _lost_before_rewind(stored: CheckpointRecord, side: SinkCheckpoint | None,
 
 def _lost(stored: CheckpointRecord, side: SinkCheckpoint | None,
           history: Sequence[CheckpointRecord]) -> tuple[str, int | None]:
+    target = version_holding(history, stored.version, side.position if side is not None else None)
     if side is None:  # what it still holds is unknown: the rewind named assumes nothing
-        first = next((r.version for r in history if r.kind in ("write", "adopt")), None)
-        before = [r.version for r in history if first is not None and r.version < first]
-        target = before[-1] if before else None
         return (f"sink {stored.sink_id} keeps no checkpoint record of its own, yet the store says it "
                 f"{_holds(stored)} {stored.position} (version {stored.version}): the sink's data may "
                 f"have been lost (a server restarted empty, a stream deleted?); the rewind that delivers "
                 f"the missing changes again assumes it lost all it was sent"
                 f"{_snapshots_in(history, target, stored)}"), target
-    target = next((r.version for r in reversed(history)
-                   if r.version < stored.version and _at_or_before(r.position, side.position)), None)
     return (f"sink {stored.sink_id}'s own checkpoint record is at {side.position} (extending version "
             f"{side.extends}), behind the store, which says it {_holds(stored)} {stored.position} "
             f"(version {stored.version}): the sink lost changes it had acknowledged (a server restored "
             f"from an older snapshot or backup?){_snapshots_in(history, target, stored)}"), target
+
+
+def version_holding(history: Sequence[CheckpointRecord], current: int, held: Position | None) -> int | None:
+    """The version whose rewind delivers again what a sink holding changes up to ``held`` lacks:
+    the newest before ``current`` at or before it; with ``held`` None (it holds nothing, or it
+    cannot say), the one before the sink's first delivery, as if it lost all it was sent. None
+    when there is none (rewind to a version the operator picks). ``history``: oldest first."""
+    if held is None:
+        first = next((r.version for r in history if r.kind in ("write", "adopt")), None)
+        before = [r.version for r in history if first is not None and r.version < first]
+        return before[-1] if before else None
+    return next((r.version for r in reversed(history)
+                 if r.version < current and _at_or_before(r.position, held)), None)
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """Where a run delivers a sink from, as the coordinator found it once the sink was open: the
+    start of the sink's range, the store's current version of its checkpoint and that
+    checkpoint's history (oldest first). For a sink that finds on its own, while it delivers,
+    that it lost what it was given (a Delta table restored behind it): whether this run's range
+    delivers it again, whether an operator chose to go on without it, and which rewinds to name."""
+
+    position: Position | None
+    current: CheckpointRecord | None
+    history: tuple[CheckpointRecord, ...] = ()
+
+    @property
+    def going_on(self) -> bool:
+        """Whether the current version is a rewind to the version it replaced: it moves nothing,
+        and is how an operator goes on without what a sink lost (as for :func:`lost_by_sink`)."""
+        c = self.current
+        return c is not None and c.kind == "rewind" and c.source_version == c.version - 1
+
+    def delivers_after(self, held: Position | None) -> bool:
+        """Whether the range starts at or before ``held`` (None: from nothing), so that a part of
+        the sink holding changes up to ``held`` gets every change it lacks in this run."""
+        if self.position is None:
+            return True
+        return held is not None and _at_or_before(self.position, held)
+
+    def rewinds(self, pipeline: str, sink_id: str, held: Position | None) -> tuple[str, str]:
+        """The two commands an operator chooses between: the rewind that delivers again what a
+        part of the sink holding changes up to ``held`` lacks, and the one that goes on without."""
+        current = self.current.version if self.current is not None else None
+        again = version_holding(self.history, current, held) if current is not None else None
+        return rewind_command(pipeline, sink_id, again), rewind_command(pipeline, sink_id, current)
 
 
 def _snapshots_in(history: Sequence[CheckpointRecord], after: int | None, stored: CheckpointRecord) -> str:
@@ -271,5 +314,5 @@ def restored_position(store: Any, pipeline: str, sink_id: str, target: Checkpoin
         f"(the log after it again, without the snapshot's rows)")
 
 
-__all__ = ["Adoption", "SinkCheckpoint", "adopt", "delivering_attempt", "lost_by_sink", "restored_position",
-           "rewind", "rewind_command"]
+__all__ = ["Adoption", "RunStart", "SinkCheckpoint", "adopt", "delivering_attempt", "lost_by_sink",
+           "restored_position", "rewind", "rewind_command", "version_holding"]

@@ -455,3 +455,83 @@ def test_a_resnapshot_of_a_healthy_pipeline_reaches_both_tables_once(airflow_env
     finally:
         sql(f"DROP DATABASE IF EXISTS {db}")
         admin.close()
+
+
+# --------------------------------------------------------------------------- a table restored
+
+# what a sink's error names: the rewind that delivers again, then the one that goes on without
+REWINDS = re.compile(r"`(tidegate checkpoints rewind \S+ (\S+) --to-version (\d+)) --reason \.\.\.` "
+                     r"\(delivers them again\) or "
+                     r"`(tidegate checkpoints rewind \S+ \S+ --to-version (\d+)) --reason \.\.\.` "
+                     r"\(goes on without them\)")
+
+
+def test_tables_restored_behind_the_sinks_are_told_and_the_rewinds_named_do_what_they_say(
+        airflow_env, spark, mysql):
+    """`RESTORE TABLE` takes both tables back one run, and the source is written before the next
+    run. That run fails fatally (exit 3: no Airflow retry makes it hold), writes nothing, and names
+    per sink the rewind that delivers the missing changes again and the one that goes on without
+    them. Running the first for ``merged`` and the second for ``log``: the merged table equals the
+    source table, the changelog holds every change but the restored run's exactly once, and the
+    runs after say nothing more. Before the lineage was read (2026-12-07) the run went on and both
+    tables lacked the restored run's changes for good."""
+    env, base = airflow_env
+    db = pipeline = f"dlx_{uuid.uuid4().hex[:6]}"
+    source = (f"{{kind: mysql, conn_id: cdc_mysql, tables: [{db}.items], "
+              f"server_id: {48900 + random.randint(0, 99)}}}")
+    (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(pipeline, source, base / "lake"))
+    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+
+    def sql(stmt: str) -> None:
+        with admin.cursor() as c:
+            c.execute(stmt)
+
+    def source_rows() -> dict:
+        with admin.cursor(pymysql.cursors.DictCursor) as c:
+            c.execute(f"SELECT * FROM {db}.items")
+            return {r["id"]: r for r in c.fetchall()}
+
+    def keys() -> collections.Counter:
+        return collections.Counter(r["idempotency_key"] for r in lake.changelog())
+
+    lake = Lake(spark, base / "lake", pipeline, db)
+    try:
+        sql(f"CREATE DATABASE {db}")
+        sql(f"CREATE TABLE {db}.items (id INT PRIMARY KEY, name VARCHAR(40), qty BIGINT)")
+        tidegate_run(env, pipeline)  # placed at the head
+        w = Writes(sql, f"{db}.items", lambda i: f"{i}, 'n{i}', {i}")
+        w.wave()
+        tidegate_run(env, pipeline)
+        held = {t: spark.sql(f"DESCRIBE HISTORY delta.`{t}`").agg({"version": "max"}).collect()[0][0]
+                for t in (lake.merged, lake.log)}
+        first = keys()
+        w.wave()
+        tidegate_run(env, pipeline)
+        lost = set(keys()) - set(first)
+        for table, version in held.items():
+            spark.sql(f"RESTORE TABLE delta.`{table}` TO VERSION AS OF {version}")
+        w.wave()  # written between the restore and the next run
+
+        r = subprocess.run([str(VENV_BIN / "tidegate"), "run", pipeline], env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 3, (r.returncode, r.stderr[-4000:])  # plan.EXIT_FATAL
+        named = {m.group(2): m for m in REWINDS.finditer(r.stderr)}
+        assert sorted(named) == ["log", "merged"], r.stderr[-4000:]
+        assert keys() == first  # nothing written
+        for sink, pick in (("merged", 1), ("log", 4)):  # deliver again; go on without them
+            cmd = named[sink].group(pick).split()[1:] + ["--reason", "table restored"]
+            done = subprocess.run([str(VENV_BIN / "tidegate"), *cmd], env=env, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+
+        tidegate_run(env, pipeline)
+        assert lake.rows() == source_rows()
+        got = keys()
+        assert set(got.values()) == {1} and not lost & set(got) and set(first) < set(got)
+        assert sum(got.values()) == sum(w.ops.values()) - len(lost)
+        w.wave()
+        tidegate_run(env, pipeline)  # nothing told again
+        assert lake.rows() == source_rows()
+        assert sum(keys().values()) == sum(w.ops.values()) - len(lost)
+    finally:
+        sql(f"DROP DATABASE IF EXISTS {db}")
+        admin.close()

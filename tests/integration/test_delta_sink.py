@@ -14,9 +14,12 @@ from collections import Counter
 import pytest
 from test_sink_support import FILE, end_pos, pipeline_spec, unique
 from tidegate.batching import SubBatch, Transaction
+from tidegate.errors import OperatorSinkError
 from tidegate.events import ChangeEvent, ControlMessage, split_key_change
+from tidegate.sink_checkpoints import RunStart
 from tidegate.sinks.delta.sink import DeltaSink
 from tidegate.sinks.delta.spec import DeltaSinkSpec
+from tidegate.store.records import CheckpointRecord
 
 from tests.integration.local_spark import local_session
 
@@ -204,31 +207,82 @@ def test_a_bigint_column_widens_and_a_value_that_does_not_fit_fails_naming_it(sp
                                                                          ("u", 2**64 - 1)]
 
 
-@pytest.mark.xfail(strict=True, reason="not covered: a table restored behind the sink's last commit "
-                                       "(docs/architecture.md, 'A sink that lost what it acknowledged')")
-def test_a_table_restored_behind_the_sinks_last_commit_is_told_or_made_whole(spark, tmp_path):
-    """`RESTORE TABLE` (Delta's undo) takes the merge table back to its first sub-batch's commit
-    after the second; the third then goes on as if the table held the second. Today neither the
-    sink tells it nor does delivering the second and third again (a rewind) mend it (30 source
-    rows: 7 missing, 1 stale, 2 deleted at the source still there, 2026-12-07). This test holds
-    the gap until one of the two is built: the sink refusing, naming what to do, or the table
-    ending equal to the source."""
-    from tidegate.errors import OperatorSinkError
+def store_version(name: str, version: int, batch: SubBatch, kind: str = "write",
+                  source_version: int | None = None) -> CheckpointRecord:
+    """A version of the sink's checkpoint in the store, as a run (``write``) or a rewind wrote it."""
+    return CheckpointRecord(name, "lake", version, batch.end_position, None, None, "2026-12-07T00:00:00Z",
+                            kind=kind, source_version=source_version)
 
+
+def reopened(name: str, tmp_path, mode: str, history: list[CheckpointRecord]) -> DeltaSink:
+    """The sink as the next run opens it: from the store's current version (the coordinator's
+    RunStart: the range starts at that version's position)."""
+    sink = sink_of(name, tmp_path, mode)
+    sink.run_start = RunStart(history[-1].position, history[-1], tuple(history))
+    return sink
+
+
+def versions(spark, path: str) -> int:
+    return spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg({"version": "max"}).collect()[0][0]
+
+
+def test_a_table_restored_behind_the_sinks_commits_is_told_then_mended_by_the_rewind_it_names(
+        spark, tmp_path):
+    """`RESTORE TABLE` (Delta's undo) takes each table back to its first sub-batch's commit after
+    the second. The changelog table is restored between two sub-batches of one run, which goes on
+    unaware: the next run that touches it is refused (OperatorSinkError, nothing written) with the
+    two rewinds named, and after the one that delivers them again the table holds every change
+    exactly once (the third sub-batch, which it held past the gap, is not written twice). The
+    merged table is restored between two runs: refused the same way, its operator goes on without
+    them (a rewind to the current version), and the run after that says nothing more. Before the
+    lineage was read (2026-12-07) every run went on as if the table held the second: 30 source
+    rows became 25, 7 missing, 1 stale, 2 deleted at the source still there, and a rewind mended
+    nothing."""
     name = unique("dr")
     batches, model = workload(name)
-    sink = sink_of(name, tmp_path, "merge")
-    path = f"{tmp_path}/{name}/shop/items"
-    sink.deliver(batches[0], 1)
-    first = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg({"version": "max"}).collect()[0][0]
-    sink.deliver(batches[1], 2)
-    spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {first}")
-    sink.close()
-    sink = sink_of(name, tmp_path, "merge")
-    try:
+    rewind = f"tidegate checkpoints rewind {name} lake --to-version"
+    sent = sorted(ev.idempotency_key for b in batches for ev in b.events)
+    for mode in ("changelog", "merge"):
+        sink = sink_of(name, tmp_path / mode, mode)
+        path = f"{tmp_path}/{mode}/{name}/shop/items"
+        sink.deliver(batches[0], 1)
+        first = versions(spark, path)
+        sink.deliver(batches[1], 2)
+        history = [store_version(name, 1, batches[0]), store_version(name, 2, batches[1])]
+        if mode == "changelog":  # between two sub-batches: this run goes on unaware
+            spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {first}")
+            sink.deliver(batches[2], 3)
+            history.append(store_version(name, 3, batches[2]))
+        sink.close()
+        if mode == "merge":  # between two runs
+            spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {first}")
+        restored = versions(spark, path)
+        sink = reopened(name, tmp_path / mode, mode, history)
+        with pytest.raises(OperatorSinkError) as err:
+            sink.deliver(batches[2], len(history))
+        said = str(err.value)
+        assert (f"`{rewind} 1 --reason ...` (delivers them again) or `{rewind} {len(history)} --reason ...` "
+                f"(goes on without them)") in said, said
+        assert f"up to {batches[0].end_position} only, not up to {batches[1].end_position}" in said, said
+        assert versions(spark, path) == restored  # nothing written
+        sink.close()
+        table = spark.read.format("delta").load(path)
+        if mode == "changelog":  # the rewind that delivers them again: the range starts at version 1's end
+            history.append(store_version(name, 4, batches[0], "rewind", source_version=1))
+            sink = reopened(name, tmp_path / mode, mode, history)
+            sink.deliver(batches[1], 4)
+            sink.deliver(batches[2], 5)
+            keys = Counter(r["idempotency_key"] for r in table.collect())
+            assert sorted(keys) == sent and set(keys.values()) == {1}
+            continue
+        history.append(store_version(name, 3, batches[1], "rewind", source_version=2))  # go on
+        sink = reopened(name, tmp_path / mode, mode, history)
         sink.deliver(batches[2], 3)
-        sink.deliver(batches[1], 4)  # as after an operator's rewind to the version before the second
-        sink.deliver(batches[2], 5)
-    except OperatorSinkError:
-        return
-    assert {r["id"]: r.asDict() for r in spark.read.format("delta").load(path).collect()} == model
+        sink.close()
+        went_on = {r["id"]: r.asDict() for r in table.collect()}
+        assert went_on != model  # without the second sub-batch's changes, for good
+        history.append(store_version(name, 4, batches[2]))
+        sink = reopened(name, tmp_path / mode, mode, history)
+        now = versions(spark, path)
+        sink.deliver(batches[2], 4)  # replayed by the run after: nothing told, nothing written
+        assert versions(spark, path) == now

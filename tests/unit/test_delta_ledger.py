@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import datetime, timedelta
 
 import pytest
 from tidegate.positions import IncomparablePositionsError, SnapshotPosition
@@ -174,3 +175,100 @@ def test_after_a_gtid_failover_a_table_needs_what_it_needed_on_the_old_server(se
             ledger.needs_chunk(SnapshotPosition("s", 1, primary[i]), False, None, primary[covers])
         later = ledger.table_covers(primary[covers], replica[i])
         assert later is (replica[i] if i > covers else primary[covers]), (i, covers)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_a_tables_lineage_is_what_its_restores_left(seed):
+    """Generated histories of writes (some the app's, some another writer's) and RESTOREs to an
+    earlier version, against the table's content as Delta defines it: a write adds its commit to
+    the previous version's, a RESTORE to V makes it version V's. The lineage keeps exactly the
+    writes the last version holds, newest first, and calls every other write undone."""
+    rnd = random.Random(seed)
+    commits, content = [], []  # content[v]: the writes version v holds
+    for v in range(rnd.randint(1, 30)):
+        if v and rnd.random() < 0.25:
+            target = rnd.randrange(v)
+            commits.append(ledger.Commit(v, None, target))
+            content.append(content[target])
+        else:
+            commits.append(ledger.Commit(v, f"w{v}"))
+            content.append((content[-1] if content else ()) + (v,))
+    rnd.shuffle(commits)  # the order DESCRIBE HISTORY gives is not relied on
+    kept, undone = ledger.lineage(commits)
+    assert [c.version for c in kept if c.restored is None] == sorted(content[-1], reverse=True)
+    writes = {c.version for c in commits if c.restored is None}
+    lost = sorted(writes - set(content[-1]), reverse=True)
+    assert [c.version for c in undone if c.restored is None] == lost
+
+
+def history(*commits) -> tuple[list, list]:
+    """A table's lineage from its commits, oldest first: ("w", covers, since) a commit of the app
+    (since "-": the sink's form before ``since``), ("o",) another writer's, ("R", v) a RESTORE."""
+    out = []
+    for v, c in enumerate(commits):
+        if c[0] == "R":
+            out.append(ledger.Commit(v, None, c[1]))
+        elif c[0] == "o":
+            out.append(ledger.Commit(v, meta(app="x/y::sink::z")))
+        else:
+            since = {} if c[2] == "-" else {"since": None if c[2] is None else pos(c[2])}
+            out.append(ledger.Commit(v, meta(covers=pos(c[1]), **since)))
+    return ledger.lineage(out)
+
+
+@pytest.mark.parametrize("commits, loss", [
+    # nothing restored; a restore that undid nothing of the app's, or only what a kept commit covers
+    ([("w", 100, None), ("w", 200, 100)], None),
+    ([("w", 100, None), ("o",), ("R", 0)], None),
+    ([("w", 100, None), ("w", 100, 100), ("R", 0)], None),
+    # restored behind the app's last commit: told, up to where it still holds
+    ([("w", 100, None), ("w", 200, 100), ("w", 300, 200), ("R", 0)], (100, 300)),
+    ([("w", 100, None), ("w", 200, 100), ("R", -1)], (None, 200)),  # back before the first
+    ([("w", 100, None), ("w", 200, 100), ("R", 0), ("R", 1)], None),  # undone by a restore in turn
+    # a rewind wrote it again from what it held: done once it reaches what was undone
+    ([("w", 100, None), ("w", 300, 100), ("R", 0), ("w", 200, 100)], (200, 300)),
+    ([("w", 100, None), ("w", 300, 100), ("R", 0), ("w", 200, 100), ("w", 400, 200)], None),
+    # an operator went on without it: its commits say since the held position
+    ([("w", 100, None), ("w", 300, 100), ("R", 0), ("w", 400, 100)], None),
+    # restored between two sub-batches of a run: the next commit, written from further on, mends nothing
+    ([("w", 100, None), ("w", 200, 100), ("R", 0), ("w", 300, 200)], (100, 200)),
+    ([("w", 100, None), ("w", 200, 100), ("R", 0), ("w", 300, 200), ("w", 400, 300)], (100, 200)),
+    # the sink's older form said nothing of since: what its newest commit covers decides
+    ([("w", 100, "-"), ("w", 200, "-"), ("R", 0), ("w", 300, "-")], None),
+    # two restores: from the earliest held to the latest undone
+    ([("w", 100, None), ("w", 200, 100), ("R", 0), ("w", 300, 200), ("w", 400, 300), ("R", 3)], (100, 400)),
+])
+def test_a_restore_loses_what_it_undid_until_a_commit_written_from_what_it_kept_reaches_it(commits, loss):
+    kept, undone = history(*commits)
+    got = ledger.restore_loss(kept, undone, APP)
+    assert (got and (got.held, got.lost)) == (loss and (loss[0] and pos(loss[0]), pos(loss[1])))
+
+
+def test_a_restore_names_the_version_it_took_the_table_back_to():
+    t0 = datetime(2026, 12, 7, 22, 1, 0)
+    rows = [{"version": v, "timestamp": t0 + timedelta(seconds=10 * v), "operation": "WRITE",
+             "operationParameters": {}} for v in range(5)]
+
+    def restore(**params) -> dict:
+        return {"version": 5, "timestamp": t0 + timedelta(seconds=60), "operation": "RESTORE",
+                "operationParameters": {"version": None, "timestamp": None, **params}}
+
+    assert ledger.restored_version(rows[3], rows) is None  # not a restore
+    assert ledger.restored_version(restore(version="2"), rows) == 2
+    assert ledger.restored_version(restore(timestamp="2026-12-07 22:01:25.000"), rows) == 2  # newest by then
+    assert ledger.restored_version(restore(timestamp="2026-12-07 22:01:30"), rows) == 3
+    # told rather than missed: a time before the table, or none that can be read
+    for ts in ("2026-12-07 21:00:00", "yesterday", "2026-12-07 22:01:30+01:00"):
+        assert ledger.restored_version(restore(timestamp=ts), rows) == -1
+
+
+def test_a_table_written_again_from_what_it_held_skips_what_commits_after_the_restore_hold():
+    """Restored between two sub-batches of a run (the next commit, 200 to 300, knew nothing of it),
+    then written again from 100 after a rewind: it lacks (100, 200] only."""
+    kept, undone = history(("w", 100, None), ("w", 200, 100), ("R", 0), ("w", 300, 200))
+    loss = ledger.restore_loss(kept, undone, APP)
+    assert loss == ledger.Loss(pos(100), pos(200), ((pos(200), pos(300)),))
+    lacks = [n for n in (150, 200, 250, 300, 350) if ledger.needs(pos(n), False, loss.held)
+             and not ledger.held_in(pos(n), False, loss.written)]
+    assert lacks == [150, 200, 350]
+    assert ledger.held_in(pos(200), True, loss.written)  # a leading part of a transaction ending there

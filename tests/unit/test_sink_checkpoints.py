@@ -1,7 +1,7 @@
 """The adoption rule of sink-side checkpoint records (tidegate.sink_checkpoints), table-driven."""
 
 import pytest
-from tidegate.sink_checkpoints import SinkCheckpoint, adopt
+from tidegate.sink_checkpoints import RunStart, SinkCheckpoint, adopt, rewind_command
 from tidegate.sources.mysql.position import BinlogPosition
 from tidegate.sources.postgres.position import Lsn, PgPosition
 from tidegate.store.records import CheckpointRecord
@@ -55,3 +55,25 @@ def test_record_round_trip(record):
 def test_bare_position_record_of_older_versions_is_read_without_version():
     rec = SinkCheckpoint.loads('{"file": "mysql-bin.000001", "pos": 4, "server_id": 1}')
     assert rec.extends is None and rec.position == BinlogPosition("mysql-bin.000001", 4, server_id=1)
+
+
+def test_a_run_start_names_the_rewinds_and_tells_whether_its_range_delivers_a_loss_again():
+    def rec(version, n, kind="write", source_version=None):
+        return CheckpointRecord("p", "lake", version, BinlogPosition("b.000001", n), None, None, "t",
+                                kind=kind, source_version=source_version)
+
+    history = (rec(1, 4, "head"), rec(2, 100), rec(3, 200), rec(4, 300))
+    start = RunStart(BinlogPosition("b.000001", 300), history[-1], history)
+    assert not start.going_on
+    assert not start.delivers_after(BinlogPosition("b.000001", 200))
+    assert start.delivers_after(BinlogPosition("b.000001", 300))
+    assert not start.delivers_after(None)  # holds nothing, the range starts past the beginning
+    again, on = start.rewinds("p", "lake", BinlogPosition("b.000001", 250))
+    assert (again, on) == (rewind_command("p", "lake", 3), rewind_command("p", "lake", 4))
+    assert start.rewinds("p", "lake", None)[0] == rewind_command("p", "lake", 1)  # before the first write
+    assert start.rewinds("p", "lake", BinlogPosition("b.000001", 50))[0] == rewind_command("p", "lake", 1)
+    on_anyway = history + (rec(5, 300, "rewind", source_version=4),)
+    assert RunStart(BinlogPosition("b.000001", 300), on_anyway[-1], on_anyway).going_on
+    rewound = history + (rec(5, 200, "rewind", source_version=3),)
+    assert not RunStart(BinlogPosition("b.000001", 200), rewound[-1], rewound).going_on
+    assert RunStart(None, None).delivers_after(None)  # a range from the beginning

@@ -32,7 +32,7 @@ from ..errors import (
 )
 from ..events import ControlMessage
 from ..positions import Position
-from ..sink_checkpoints import SinkCheckpoint
+from ..sink_checkpoints import RunStart, SinkCheckpoint
 from ..spec import SinkSpec
 from ._common import redact, secrets_of, tls_verification_failed
 
@@ -55,6 +55,9 @@ class Sink(abc.ABC):
     retry_policy: RetryPolicy = RetryPolicy(0.05, 5.0, 3)
     # The per-pipeline channels' default names (``control`` / ``dlq`` in the spec override them).
     channel_separator: str = "."
+    # Whether the sink is given its RunStart (run_start, below): one that can find, while it
+    # delivers, that a part of its data went back (a Delta table restored) needs it to tell so.
+    reads_run_start: bool = False
 
     def __init__(self, *, sink_id: str, pipeline: str, required: bool = True,
                  conn: Connection | None = None, secrets: list[str] | None = None,
@@ -82,6 +85,9 @@ class Sink(abc.ABC):
         # Whether the sink writes a checkpoint record with its data (its kind reads one back;
         # Kafka's only with exactly_once).
         self.keeps_record = type(self).committed_checkpoint is not Sink.committed_checkpoint
+        # Where this run delivers the sink from, set by the coordinator once the sink is open when
+        # reads_run_start. None outside a run: a loss the sink finds is then told, never written over.
+        self.run_start: RunStart | None = None
         self.dlq_count = 0  # events dead-lettered by committed deliveries (this sink's life)
         self.duplicates = 0  # messages the server reported as already stored (NATS)
         self.skipped = 0  # messages found stored by an earlier attempt, not sent again (NATS)

@@ -12,18 +12,28 @@ Every commit of the sink (a table's MERGE, DELETE or append, the checkpoint tabl
 - ``userMetadata``: :func:`commit_metadata`, with ``covers``: the source position up to which the
   table holds every change of this pipeline (the sub-batch's end). A rerun reads it back per table
   (:func:`covered_position` over the table's history) and writes each table only what follows it.
+  A table's commit also says ``since``: up to where the sink took the table to hold its changes
+  before it, which tells a RESTORE in between (below).
 - ``snapshot`` (a sub-batch that holds a snapshot's chunks): the snapshot's id and the highest
   chunk the sub-batch holds. A snapshot is not the log: a resnapshot of a healthy pipeline hands
   off at the sinks' checkpoint, so its chunks lie before what a table covers, yet the table has
   never held them. Which snapshot's chunks a table holds is therefore read from these marks
   (:func:`held_snapshot`, :func:`needs_chunk`), not from ``covers``.
+
+A table's history is read as its lineage (:func:`lineage`): a ``RESTORE TABLE`` (Delta's undo) to
+version V undoes every commit after V before it, so what the table holds is read from the commits
+it still descends from, and changes of the sink a RESTORE undid and no later commit gave back
+(:func:`restore_loss`) are a loss the sink tells (docs/architecture.md, "A Delta table restored
+behind the sink").
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from ...positions import (
     IncomparablePositionsError,
@@ -54,14 +64,22 @@ def txn_epoch(txn: int) -> int:
     return txn >> EPOCH_BITS
 
 
+UNSAID = object()  # commit_metadata's ``since`` of a commit that is not a table's
+
+
 def commit_metadata(*, app: str, pipeline: str, sink: str, epoch: int | None, extends: int,
                     covers: Position | None, controls: list[dict[str, Any]] | None = None,
-                    claim: bool = False, snapshot: SnapshotPosition | None = None) -> str:
+                    claim: bool = False, snapshot: SnapshotPosition | None = None,
+                    since: Position | None | object = UNSAID) -> str:
     """The ``userMetadata`` of one commit (JSON): who wrote it, its txnVersion, what it covers,
-    and the last snapshot chunk its sub-batch holds (``snapshot``)."""
+    the last snapshot chunk its sub-batch holds (``snapshot``) and, for a table's commit, up to
+    where the sink took the table to hold its changes before it (``since``; None: none of them),
+    which tells a table restored in between (:func:`restore_loss`)."""
     meta: dict[str, Any] = {"tidegate": {
         "app": app, "pipeline": pipeline, "sink": sink, "epoch": epoch, "extends": extends,
         "txn": txn_version(epoch, extends), "covers": position_to_json(covers)}}
+    if since is not UNSAID:
+        meta["tidegate"]["since"] = position_to_json(since)  # type: ignore[arg-type]
     if snapshot is not None:
         meta["tidegate"]["snapshot"] = {"id": snapshot.snapshot_id, "chunk": snapshot.chunk}
     if claim:
@@ -82,6 +100,140 @@ def parse_metadata(text: str | None, app: str) -> dict[str, Any] | None:
         return None
     mine = meta.get("tidegate") if isinstance(meta, dict) else None
     return mine if isinstance(mine, dict) and mine.get("app") == app else None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of a table's history: its version, its userMetadata, and for a RESTORE the
+    version it took the table back to (None for any other commit)."""
+
+    version: int
+    meta: str | None
+    restored: int | None = None
+
+
+def lineage(commits: Iterable[Commit]) -> tuple[list[Commit], list[Commit]]:
+    """The commits the table's current state descends from, and those a RESTORE undid, each newest
+    first. A RESTORE at version R to version V undoes the commits between the two; a RESTORE that a
+    later one undid undoes nothing."""
+    kept: list[Commit] = []
+    undone: list[Commit] = []
+    ceiling: int | None = None  # commits above it were undone
+    for c in sorted(commits, key=lambda c: -c.version):
+        if ceiling is not None and c.version > ceiling:
+            undone.append(c)
+            continue
+        kept.append(c)
+        if c.restored is not None:
+            ceiling = c.restored if ceiling is None else min(ceiling, c.restored)
+    return kept, undone
+
+
+def restored_version(row: Any, rows: Sequence[Any]) -> int | None:
+    """The version a RESTORE commit (a row of DESCRIBE HISTORY) took its table back to, None for any
+    other commit. A RESTORE to a timestamp restored the newest version committed at or before it;
+    one whose parameters say neither is taken as undoing every earlier commit (-1), so that a loss
+    is told rather than missed."""
+    if row["operation"] != "RESTORE":
+        return None
+    params = row["operationParameters"] or {}
+    if params.get("version") is not None:
+        return int(params["version"])
+    try:
+        ts = datetime.fromisoformat(str(params.get("timestamp")))
+        return max((r["version"] for r in rows if r["version"] < row["version"] and r["timestamp"] <= ts),
+                   default=-1)
+    except (TypeError, ValueError):  # not a time, or one with an offset where the history has none
+        return -1
+
+
+class Loss(NamedTuple):
+    """What RESTOREs took from a table of the app's changes (:func:`restore_loss`): it holds them
+    without a break up to ``held`` (None: none of them), and the undone commits had covered up to
+    ``lost``; ``written``: the ``(since, covers]`` ranges of commits made after a RESTORE, which
+    it holds too (a delivery that writes it again from ``held`` skips them: :func:`held_in`)."""
+
+    held: Position | None
+    lost: Position
+    written: tuple[tuple[Position, Position], ...] = ()
+
+
+def restore_loss(kept: list[Commit], undone: list[Commit], app: str) -> Loss | None:
+    """What RESTOREs took from a table of the app's changes and no commit has given back; None
+    when nothing is missing. ``kept``, ``undone``: :func:`lineage`'s.
+
+    Per RESTORE in the lineage that undid commits of the app covering past the newest kept one
+    before it (``held``): lost, unless a commit after it says the sink wrote the table from
+    ``held`` or before (its ``since``: after a rewind, or an operator's choice to go on without
+    them) and the commits since then reach what was undone. A commit after it written from
+    further on (a RESTORE between two sub-batches of one run, whose next commit knew nothing of
+    it) gives nothing back. Commits of the sink's form before ``since`` count as written from
+    ``held``. Positions that cannot be ordered (an accepted gap since) tell no loss: told, it
+    would be told at every run."""
+    losses = []
+    for i, r in enumerate(kept):
+        if r.restored is None:
+            continue
+        lost = _latest(_covers(c, app) for c in undone if r.restored < c.version < r.version)
+        held = next((p for c in kept[i + 1:] if (p := _covers(c, app)) is not None), None)
+        if lost is None or (held is not None and _order(lost, held) != 1):
+            continue
+        newer = [m for c in kept[:i] if (m := parse_metadata(c.meta, app)) and m.get("covers") is not None]
+        loss = _after_restore(held, lost, newer)
+        if loss is not None:
+            losses.append(loss)
+    if not losses:
+        return None
+    held = None if any(x.held is None for x in losses) else _earliest(x.held for x in losses)
+    return Loss(held, _latest(x.lost for x in losses), tuple(r for x in losses for r in x.written))
+
+
+def _after_restore(held: Position | None, lost: Position, newer: list[dict[str, Any]]) -> Loss | None:
+    """The loss of a RESTORE that undid changes up to ``lost`` past ``held``, given the app's
+    commits after it (``newer``: their metadata, newest first)."""
+    written = tuple((position_from_json(m["since"]), position_from_json(m["covers"]))
+                    for m in newer if m.get("since") is not None)
+    if not newer:
+        return Loss(held, lost)
+    if any("since" not in m or _at_or_before(m["since"], held) for m in newer):
+        now = position_from_json(newer[0]["covers"])  # written from held on: it holds up to here
+        return Loss(now, lost, written) if _order(lost, now) == 1 else None
+    return Loss(held, lost, written)
+
+
+def held_in(tx_end: Position, partial: bool, written: Iterable[tuple[Position, Position]]) -> bool:
+    """Whether a transaction ending at ``tx_end`` lies in one of the ``(since, covers]`` ranges a
+    table holds (:class:`Loss`)."""
+    return any(needs(tx_end, partial, since) and not needs(tx_end, partial, covers)
+               for since, covers in written)
+
+
+def _covers(c: Commit, app: str) -> Position | None:
+    mine = parse_metadata(c.meta, app)
+    return position_from_json(mine["covers"]) if mine is not None and mine.get("covers") is not None else None
+
+
+def _at_or_before(since: Any, held: Position | None) -> bool:
+    """Whether a commit's ``since`` (JSON; None: from nothing) lies at or before ``held``."""
+    if since is None:
+        return True
+    return held is not None and _order(position_from_json(since), held) in (-1, 0)
+
+
+def _latest(positions: Iterable[Position | None]) -> Position | None:
+    out = None
+    for p in positions:
+        if p is not None and (out is None or _order(p, out) == 1):
+            out = p
+    return out
+
+
+def _earliest(positions: Iterable[Position]) -> Position:
+    out = None
+    for p in positions:
+        if out is None or _order(p, out) == -1:
+            out = p
+    return out
 
 
 def covered_position(history: Iterable[str | None], app: str) -> Position | None:
@@ -183,5 +335,6 @@ def _order(a: Position, b: Position) -> int | None:
         return None
 
 
-__all__ = ["EPOCH_BITS", "commit_metadata", "covered_position", "held_snapshot", "needs", "needs_chunk",
-           "newest_txn", "parse_metadata", "record_after", "table_covers", "txn_epoch", "txn_version"]
+__all__ = ["EPOCH_BITS", "UNSAID", "Commit", "Loss", "commit_metadata", "covered_position", "held_in",
+           "held_snapshot", "lineage", "needs", "needs_chunk", "newest_txn", "parse_metadata", "record_after",
+           "restore_loss", "restored_version", "table_covers", "txn_epoch", "txn_version"]

@@ -28,7 +28,11 @@ the transactions after the later of that and the sink's record: a rerun after a 
 tables' commits (same store version, a longer range) writes each table exactly what it lacks, and a
 replay or rewind writes nothing a table holds. A snapshot's chunks are judged instead by the
 snapshot marks of the table's commits (ledger.needs_chunk): a resnapshot hands off at the
-checkpoint, before what the tables cover, and must still be written. After the tables, the
+checkpoint, before what the tables cover, and must still be written. A table a ``RESTORE
+TABLE`` took back behind the sink's commits (ledger.restore_loss) fails the sub-batch naming the
+rewinds to choose from, unless this run's range starts at or before what it still holds (it is
+then written all it lacks) or an operator chose to go on without the changes (docs/architecture.md,
+"A Delta table restored behind the sink"). After the tables, the
 sub-batch's record (:class:`~tidegate.sink_checkpoints.SinkCheckpoint`: position and version
 extended) is committed to the sink's checkpoint table; that is the sink-side checkpoint, read
 back on open and adopted under the rule of every other sink.
@@ -70,9 +74,9 @@ from pyspark.sql import functions as F
 
 from ...batching import SubBatch
 from ...connections import Connection
-from ...errors import ErrorClass, SinkError
+from ...errors import ErrorClass, OperatorSinkError, SinkError
 from ...positions import Position, SnapshotPosition
-from ...sink_checkpoints import SinkCheckpoint
+from ...sink_checkpoints import SinkCheckpoint, rewind_command
 from ...spec import PipelineSpec, render_template
 from ..base import RetryPolicy, Sink, is_control
 from . import ledger, session
@@ -89,6 +93,7 @@ CHANGELOG_COLUMNS = ("idempotency_key", "op", "before", "after", "key", "tx_id",
 class DeltaSink(Sink):
     kind = "delta"
     label = "Delta"
+    reads_run_start = True  # a table restored behind the sink is told with the rewinds to run
     retry_policy = RetryPolicy(base_s=0.5, max_s=10.0, attempts=3)
     channel_separator = "."
 
@@ -110,6 +115,13 @@ class DeltaSink(Sink):
         # path -> the (snapshot id, chunk) the table holds (ledger.held_snapshot), read from its
         # whole history at the first snapshot transaction for it in this run
         self._snapshots: dict[str, tuple[str, int] | None] = {}
+        # path -> the ranges a table a RESTORE took back holds past what it holds without a break
+        # (ledger.Loss.written), when this run writes it all it lacks: what it holds is its own
+        # alone, not raised to the sink's record (_holds)
+        self._restored: dict[str, tuple[tuple[Position, Position], ...]] = {}
+        # path -> the ``since`` of this run's commits to a table a RESTORE took back whose loss an
+        # operator chose to go on without (delivers_again)
+        self._since: dict[str, Position | None] = {}
         self._claimed = False  # the checkpoint table claimed for self.epoch (open)
         self._just_read = False
 
@@ -170,28 +182,32 @@ class DeltaSink(Sink):
         txn = ledger.txn_version(self.epoch, extends)
         controls = [c.to_json() for c in batch.events if is_control(c) and c.type in META_TYPES]
         chunk = last_chunk(batch)
-        user_meta = ledger.commit_metadata(app=self.app_id, pipeline=self.pipeline, sink=self.sink_id,
-                                           epoch=self.epoch, extends=extends, covers=batch.end_position,
-                                           controls=controls, snapshot=chunk)
+        def user_meta(**since: Any) -> str:
+            return ledger.commit_metadata(app=self.app_id, pipeline=self.pipeline, sink=self.sink_id,
+                                          epoch=self.epoch, extends=extends, covers=batch.end_position,
+                                          controls=controls, snapshot=chunk, **since)
+
         by_path, resets = self._parts(batch, done)
         for path, evs in by_path.items():
             first = evs[0][1]
             cut = max(resets.get(f"{first.db}.{first.table}", 0),
                       resets.get(f"{first.schema}.{first.table}", 0))
+            meta = user_meta(since=self._since.get(path, self._holds(path, done)))
             if self.mode == "merge":
-                self.tables.merge(path, [(s, e) for s, e in evs if s > cut], txn, user_meta, reset=cut > 0)
+                self.tables.merge(path, [(s, e) for s, e in evs if s > cut], txn, meta, reset=cut > 0)
             else:
-                self.tables.append(path, evs, txn, user_meta)
+                self.tables.append(path, evs, txn, meta)
             self._committed_to(path, batch.end_position, chunk)
         for name in resets:  # a snapshot of a table with no row in this sub-batch
             path = self._path_of(name)
             if self.mode == "merge" and path not in by_path:
-                self.tables.merge(path, [], txn, user_meta, reset=True)
+                meta = user_meta(since=self._since.get(path, self._holds(path, done)))
+                self.tables.merge(path, [], txn, meta, reset=True)
                 self._committed_to(path, batch.end_position, chunk)
         # The record never moves back (after a rewind the tables still hold what they held), but
         # into a snapshot the sink had not entered (ledger.record_after).
         end = ledger.record_after(batch.end_position, done, self._entered)
-        self._write_checkpoint(SinkCheckpoint(end, extends), txn, user_meta)
+        self._write_checkpoint(SinkCheckpoint(end, extends), txn, user_meta())
         if chunk is not None:
             self._snapshots[self.checkpoint_path] = (chunk.snapshot_id, chunk.chunk)
         self._check_fence("after writing")  # a skipped record: a newer run has the checkpoint table
@@ -224,7 +240,8 @@ class DeltaSink(Sink):
         marks of its commits, the log's by what its commits cover (ledger.py)."""
         if isinstance(tx.end_position, SnapshotPosition):
             return ledger.needs_chunk(tx.end_position, tx.partial, self._held(path), self._holds(path, done))
-        return ledger.needs(tx.end_position, tx.partial, self._holds(path, done))
+        return (ledger.needs(tx.end_position, tx.partial, self._holds(path, done))
+                and not ledger.held_in(tx.end_position, tx.partial, self._restored.get(path, ())))
 
     def _held(self, path: str) -> tuple[str, int] | None:
         """The snapshot the table at ``path`` holds, and to which chunk: read from its whole
@@ -251,10 +268,21 @@ class DeltaSink(Sink):
         return render_template(self.path_template, pipeline=self.pipeline, db=db, schema=db, table=table)
 
     def _holds(self, path: str, done: Position | None) -> Position | None:
-        """Up to where the table at ``path`` holds this sink's changes: read from its history once
-        per run (this run is its one writer afterwards), then kept by the commits made."""
+        """Up to where the table at ``path`` holds this sink's changes: read from its lineage once
+        per run (this run is its one writer afterwards), then kept by the commits made; raised to
+        the sink's record, which every table of a sub-batch took, but for a table a RESTORE took
+        back that this run writes all it lacks (:func:`delivers_again`)."""
         if path not in self._covers:
-            self._covers[path] = ledger.covered_position(self.tables.history(path), self.app_id)
+            kept, undone = self.tables.lineage(path)
+            self._covers[path] = ledger.covered_position([c.meta for c in kept], self.app_id)
+            loss = ledger.restore_loss(kept, undone, self.app_id)
+            if loss is not None and delivers_again(self, path, loss):
+                self._covers[path] = loss.held
+                self._restored[path] = loss.written
+            elif loss is not None:  # gone on without them: its commits say so (since)
+                self._since[path] = loss.held
+        if path in self._restored:
+            return self._covers[path]
         return ledger.table_covers(self._covers[path], done)
 
     # ------------------------------------------------------------------ fencing
@@ -340,6 +368,30 @@ class DeltaSink(Sink):
         return ErrorClass.RETRYABLE if "IOException" in text else ErrorClass.NON_RETRYABLE
 
 
+def delivers_again(sink: DeltaSink, path: str, loss: ledger.Loss) -> bool:
+    """Whether this run writes the table at ``path``, which a RESTORE took back from holding the
+    sink's changes up to ``loss.lost`` to ``loss.held``, all it lacks: when its range starts at or
+    before ``held`` (an operator rewound the sink; what the table holds of what follows,
+    ``loss.written``, is not written again). False when an operator chose to go on without them
+    (the table gets what follows the sink's record). Otherwise the sink fails with an
+    :class:`OperatorSinkError` naming the two rewinds, and nothing is written."""
+    start, held = sink.run_start, loss.held
+    lacks = f"table {path} holds this sink's changes up to {held} only, not up to {loss.lost}"
+    if start is not None and start.delivers_after(held):
+        log.warning("%s: %s (restored): this run delivers them again", sink.where, lacks)
+        return True
+    if start is not None and start.going_on:
+        log.warning("%s: %s (restored): an operator chose to go on without them", sink.where, lacks)
+        return False
+    again, on = (start.rewinds(sink.pipeline, sink.sink_id, held) if start is not None
+                 else (rewind_command(sink.pipeline, sink.sink_id, None),) * 2)
+    # The commands first: a sink's error is cut short in the run's report and one-line error.
+    raise OperatorSinkError(
+        f"{sink.where}: a RESTORE took a table back, so the sink lost changes it had acknowledged; "
+        f"nothing is delivered to it until an operator runs `{again}` (delivers them again) or `{on}` "
+        f"(goes on without them): {lacks}")
+
+
 def last_chunk(batch: SubBatch) -> SnapshotPosition | None:
     """The highest snapshot position a transaction of the sub-batch ends at (the snapshot mark of
     its commits), or None when it holds no snapshot transaction."""
@@ -347,5 +399,5 @@ def last_chunk(batch: SubBatch) -> SnapshotPosition | None:
     return max(chunks) if chunks else None
 
 
-__all__ = ["CHANGELOG_COLUMNS", "DeltaSink", "json_type", "learn_types", "last_chunk"]
+__all__ = ["CHANGELOG_COLUMNS", "DeltaSink", "delivers_again", "json_type", "learn_types", "last_chunk"]
 

@@ -125,19 +125,31 @@ class Tables:
         return self.schema(path) is not None
 
     def history(self, path: str, limit: int | None = 50) -> list[str | None]:
-        """The userMetadata of the table's newest commits, newest first ([] when there is no table).
-        The newest ``limit`` first; the whole history only when none of them is this sink's."""
+        """The userMetadata of the commits the table's current state descends from, newest first
+        ([] when there is no table): :meth:`lineage`'s first part."""
+        return [c.meta for c in self.lineage(path, limit)[0]]
+
+    def lineage(self, path: str, limit: int | None = 50) -> tuple[list[ledger.Commit], list[ledger.Commit]]:
+        """The table's commits, newest first, split as :func:`ledger.lineage` does: those its
+        current state descends from, and those a RESTORE undid. The newest
+        ``limit`` first; the whole history when none of the first is this sink's or one is a
+        RESTORE (whose undoing reaches further back)."""
         stmt = f"DESCRIBE HISTORY delta.{quote(path)}" + (f" LIMIT {limit}" if limit else "")
         try:
-            rows = self.spark.sql(stmt).select("version", "userMetadata").collect()
+            rows = self.spark.sql(stmt).select("version", "timestamp", "operation", "operationParameters",
+                                               "userMetadata").collect()
         except AnalysisException:
             if not self.exists(path):  # no table (yet): no history
-                return []
+                return [], []
             raise
-        metas = [r["userMetadata"] for r in sorted(rows, key=lambda r: -r["version"])]
-        if limit and len(rows) >= limit and all(ledger.parse_metadata(m, self.app_id) is None for m in metas):
-            return self.history(path, None)
-        return metas
+        restores = any(r["operation"] == "RESTORE" for r in rows)
+        commits = [ledger.Commit(r["version"], r["userMetadata"],
+                                 ledger.restored_version(r, rows) if restores else None) for r in rows]
+        kept, undone = ledger.lineage(commits)
+        if limit and len(rows) >= limit and (restores or all(
+                ledger.parse_metadata(c.meta, self.app_id) is None for c in kept)):
+            return self.lineage(path, None)
+        return kept, undone
 
     def _known_types(self, path: str, key: dict[str, Any] | None) -> dict[str, dict[str, str | None]]:
         """The column types of the table at ``path``: the table's own when it exists."""
