@@ -151,7 +151,8 @@ class Loss(NamedTuple):
     """What RESTOREs took from a table of the app's changes (:func:`restore_loss`): it holds them
     without a break up to ``held`` (None: none of them), and the undone commits had covered up to
     ``lost``; ``written``: the ``(since, covers]`` ranges of commits made after a RESTORE, which
-    it holds too (a delivery that writes it again from ``held`` skips them: :func:`held_in`)."""
+    it holds too (a changelog written again from ``held`` skips them: :func:`held_in`; a merged
+    table is written them again, after what it lacks)."""
 
     held: Position | None
     lost: Position

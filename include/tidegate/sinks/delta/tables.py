@@ -131,9 +131,9 @@ class Tables:
 
     def lineage(self, path: str, limit: int | None = 50) -> tuple[list[ledger.Commit], list[ledger.Commit]]:
         """The table's commits, newest first, split as :func:`ledger.lineage` does: those its
-        current state descends from, and those a RESTORE undid. The newest
-        ``limit`` first; the whole history when none of the first is this sink's or one is a
-        RESTORE (whose undoing reaches further back)."""
+        current state descends from, and those a RESTORE undid. The newest ``limit`` first; the
+        whole history when none of them is this sink's or one is a RESTORE (whose undoing may
+        reach further back)."""
         stmt = f"DESCRIBE HISTORY delta.{quote(path)}" + (f" LIMIT {limit}" if limit else "")
         try:
             rows = self.spark.sql(stmt).select("version", "timestamp", "operation", "operationParameters",
