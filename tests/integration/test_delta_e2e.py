@@ -156,6 +156,28 @@ class Writes:
             self.ops["d"] += 1
 
 
+class MariaDb:
+    """The test's admin connection to MariaDB, on the test's database ``db``."""
+
+    def __init__(self, mysql, db: str):
+        self.db = db
+        self.admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
+
+    def sql(self, stmt: str) -> None:
+        with self.admin.cursor() as c:
+            c.execute(stmt)
+
+    def rows(self, table: str = "items", value=lambda column, v: v) -> dict:
+        """The table's rows by id, each value as ``value`` gives it."""
+        with self.admin.cursor(pymysql.cursors.DictCursor) as c:
+            c.execute(f"SELECT * FROM {self.db}.{table}")
+            return {r["id"]: {k: value(k, v) for k, v in r.items()} for r in c.fetchall()}
+
+    def close(self) -> None:
+        self.sql(f"DROP DATABASE IF EXISTS {self.db}")
+        self.admin.close()
+
+
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d)?$")
 
 
@@ -230,16 +252,11 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
     source = (f"{{kind: mysql, conn_id: cdc_mysql, tables: [{db}.items], "
               f"server_id: {48700 + random.randint(0, 99)}, start: snapshot}}")
     spec_file.write_text(spec_text(pipeline, source, base / "lake"))
-    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
-
-    def sql(stmt: str) -> None:
-        with admin.cursor() as c:
-            c.execute(stmt)
+    maria = MariaDb(mysql, db)
+    sql = maria.sql
 
     def source_rows() -> dict:
-        with admin.cursor(pymysql.cursors.DictCursor) as c:
-            c.execute(f"SELECT * FROM {db}.items")
-            return {r["id"]: {k: mariadb_value(k, v) for k, v in r.items()} for r in c.fetchall()}
+        return maria.rows(value=mariadb_value)
 
     lake = Lake(spark, base / "lake", pipeline, db)
     store = open_store(env["TIDEGATE_CHECKPOINT_STORE"])
@@ -311,8 +328,7 @@ def test_mariadb_snapshot_changes_kills_replay_and_rewind(airflow_env, spark, my
         run_ok(env, dag)
         check(lake, source_rows(), w.ops + collections.Counter({"r": snapshot_rows}))
     finally:
-        sql(f"DROP DATABASE IF EXISTS {db}")
-        admin.close()
+        maria.close()
         store.close()
 
 
@@ -408,16 +424,8 @@ def test_a_resnapshot_of_a_healthy_pipeline_reaches_both_tables_once(airflow_env
 
     spec_file = base / "pipelines" / f"{pipeline}.yaml"
     spec_file.write_text(spec_text(pipeline, source(f"{db}.items"), base / "lake"))
-    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
-
-    def sql(stmt: str) -> None:
-        with admin.cursor() as c:
-            c.execute(stmt)
-
-    def source_rows(table: str = "items") -> dict:
-        with admin.cursor(pymysql.cursors.DictCursor) as c:
-            c.execute(f"SELECT * FROM {db}.{table}")
-            return {r["id"]: r for r in c.fetchall()}
+    maria = MariaDb(mysql, db)
+    sql, source_rows = maria.sql, maria.rows
 
     lake = Lake(spark, base / "lake", pipeline, db)
 
@@ -453,8 +461,7 @@ def test_a_resnapshot_of_a_healthy_pipeline_reaches_both_tables_once(airflow_env
         assert ops(extra) == {"r": 3} and extra.rows() == source_rows("extra")
         assert ops() == {"c": 9, "r": 8, "u": 1} and lake.rows() == source_rows()
     finally:
-        sql(f"DROP DATABASE IF EXISTS {db}")
-        admin.close()
+        maria.close()
 
 
 # --------------------------------------------------------------------------- a table restored
@@ -480,16 +487,8 @@ def test_tables_restored_behind_the_sinks_are_told_and_the_rewinds_named_do_what
     source = (f"{{kind: mysql, conn_id: cdc_mysql, tables: [{db}.items], "
               f"server_id: {48900 + random.randint(0, 99)}}}")
     (base / "pipelines" / f"{pipeline}.yaml").write_text(spec_text(pipeline, source, base / "lake"))
-    admin = pymysql.connect(**mysql.mysql_kwargs(autocommit=True))
-
-    def sql(stmt: str) -> None:
-        with admin.cursor() as c:
-            c.execute(stmt)
-
-    def source_rows() -> dict:
-        with admin.cursor(pymysql.cursors.DictCursor) as c:
-            c.execute(f"SELECT * FROM {db}.items")
-            return {r["id"]: r for r in c.fetchall()}
+    maria = MariaDb(mysql, db)
+    sql, source_rows = maria.sql, maria.rows
 
     def keys() -> collections.Counter:
         return collections.Counter(r["idempotency_key"] for r in lake.changelog())
@@ -533,5 +532,4 @@ def test_tables_restored_behind_the_sinks_are_told_and_the_rewinds_named_do_what
         assert lake.rows() == source_rows()
         assert sum(keys().values()) == sum(w.ops.values()) - len(lost)
     finally:
-        sql(f"DROP DATABASE IF EXISTS {db}")
-        admin.close()
+        maria.close()
