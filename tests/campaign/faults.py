@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -212,3 +214,37 @@ def restore_stream(conn, key: str) -> None:
             tx.rename(key + ":aside", key)
         tx.execute()
 
+
+
+def delta_version(table: Path) -> int | None:
+    """The newest version of the Delta table at ``table`` (None: no table yet), from its log."""
+    versions = [int(f.stem) for f in (table / "_delta_log").glob("*.json")]
+    return max(versions, default=None)
+
+
+# A client of the campaign's Spark Connect server, in a process of its own (a Connect session
+# marks the process that opens one, which later local sessions of a pytest worker cannot have).
+_RESTORE = """
+import json, os, sys
+from pyspark.sql import SparkSession
+conn = json.loads(os.environ["AIRFLOW_CONN_SPARK_CONNECT"])
+spark = SparkSession.builder.remote(f"{conn['host']}:{conn['port']}").create()
+spark.sql(sys.argv[1])
+spark.stop()
+"""
+
+
+def restore_delta(table: Path, version: int, env: dict[str, str]) -> None:
+    """The Delta table at ``table`` taken back to ``version`` by `RESTORE TABLE` (Delta's undo), as
+    an operator runs it, on the campaign's Spark Connect server: what the sinks committed to it
+    after that version is gone, their checkpoint tables untouched."""
+    stmt = f"RESTORE TABLE delta.`{table}` TO VERSION AS OF {version}"
+    for _ in range(5):  # a commit of the run in between: the operator runs it again
+        done = subprocess.run([sys.executable, "-c", _RESTORE, stmt], env=env, capture_output=True,
+                              text=True, timeout=300)
+        if done.returncode == 0:
+            return
+        said = "\n".join(ln for ln in done.stderr.splitlines() if not ln.lstrip().startswith("at "))
+        if "CONCURRENT" not in said.upper():
+            break
+    raise RuntimeError(f"{stmt} failed: {said[-2000:]}")

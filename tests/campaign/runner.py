@@ -251,8 +251,9 @@ class Pipe:
         self.rewound: list[tuple] = []  # (sink, position restored, checkpoint before the rewind)
         self.redis_data = Path(sv.env["TIDEGATE_SERVICES_DIR"]) / "redis"  # restore_redis
         self.redis_backup: Path | None = None
-        self.named_last: str | None = None  # the version a run named since the last restore
-        self.restores = any(step.fault == "restore_redis" for step in sched.steps)
+        self.named_last: dict[str, str] = {}  # sink -> the version a run named since the last restore
+        self.restores = any(step.fault in ("restore_redis", "restore_delta") for step in sched.steps)
+        self.delta_before: int | None = None  # restore_delta: the table's version before the step's run
         if sched.failover_steps:
             sv.mysql_replica()
             self.ports.add(get_connection("cdc_mysql_replica", sv.env).port)
@@ -278,8 +279,9 @@ class Pipe:
                       f"server_id: {49000 + s.seed % 10000}, start: head}}")
         else:
             # a rewind reads the slot again from an older checkpoint: the slot keeps that window
-            # (otherwise the rewind is refused, naming this setting: seed 5832)
-            keep = ", replay_retention: 1h" if s.rewinds else ""
+            # (otherwise the rewind is refused, naming this setting: seed 5832; the rewind a
+            # restored sink's loss names too: seed 9808)
+            keep = ", replay_retention: 1h" if s.rewinds or self.restores else ""
             # left out: wal2json, since the pipeline's user may not create a publication of the
             # tables (it owns none); pgoutput reads the one the workload's admin made (Pipe)
             keep += f", plugin: {s.plugin}" if s.plugin else ""
@@ -316,6 +318,11 @@ class Pipe:
             batch: {batch}
             """) + snapshot + spark + "sinks:\n" + "".join(
             f"  - {ln}\n" for ln in lines)
+
+    def delta_table(self, target: str) -> Path:
+        """The Delta table of a restore_delta target ("merged/<table>" or "log/<table>")."""
+        kind, table = target.split("/")
+        return self.lake / self.name / kind / self.schema / table
 
     def delta_commits(self) -> int:
         """Commits in the Delta data tables' logs (the sinks' checkpoint tables left out)."""
@@ -465,34 +472,37 @@ class Pipe:
         return f"{rw.sink} rewound from v{latest.version} to v{target.version} ({restored}){said}"
 
     def rewind_named(self, run: Run, outcome: Outcome) -> bool:
-        """Whether the ended ``run`` named a loss of Redis's (the schedule restores Redis from
-        older copies): it must then name the rewind that delivers what was lost, which the
-        operator runs, as soon as a run names it (a run with nothing to deliver opens no sink,
-        so the first to tell may come steps later). Not remembered as a rewind: the oracle
-        holds Redis to exactly once, so a rewind that restores too early (a duplicate) or too
-        late (a loss) is a finding."""
+        """Whether the ended ``run`` named a sink's loss (the schedule restores Redis from older
+        copies, or a Delta table to an older version): it must then name the rewind that delivers
+        what was lost, which the operator runs, as soon as a run names it (a run with nothing to
+        deliver opens no sink, nor a Delta sink a table with no change, so the first to tell may
+        come steps later). Not remembered as a rewind: the oracle holds the sink to exactly
+        once, so a rewind that restores too early (a duplicate) or too late (a loss) is a finding."""
         if not self.restores:
             return False
         said = run.output()  # (a run that met the restore in flight fails saying so, naming none)
-        named = re.search(r"`tidegate checkpoints rewind \S+ redis --to-version (\d+|N) --reason \.\.\.` "
-                          r"\(delivers them again\)", said)
-        if not named:
+        named = {m[1]: m[2] for m in re.finditer(
+            r"`tidegate checkpoints rewind \S+ (\S+) --to-version (\d+|N) --reason \.\.\.` "
+            r"\(delivers them again\)", said)}
+        ran = [self._run_named(run, sink, version, outcome) for sink, version in named.items()]
+        return any(ran)
+
+    def _run_named(self, run: Run, sink: str, version: str, outcome: Outcome) -> bool:
+        if version == "N":
+            outcome.findings.append(f"run {run.run_id} told {sink}'s loss without naming the version")
             return False
-        if named[1] == "N":
-            outcome.findings.append(f"run {run.run_id} told Redis's loss without naming the version")
-            return False
-        if self.named_last == named[1]:  # it did not help (seed 9704)
-            outcome.findings.append(f"run {run.run_id} named redis's rewind to v{named[1]} again, "
+        if self.named_last.get(sink) == version:  # it did not help (seed 9704)
+            outcome.findings.append(f"run {run.run_id} named {sink}'s rewind to v{version} again, "
                                     f"right after it was run")
             return False
-        self.named_last = named[1]
-        done = self._rewind_cli("redis", int(named[1]))
+        self.named_last[sink] = version
+        done = self._rewind_cli(sink, int(version))
         instead = re.search(r"still running: .* Rewind to version (\d+)", done.stdout + done.stderr)
         if done.returncode != 0 and instead:  # before a running snapshot's handoff: as it says
-            done = self._rewind_cli("redis", int(instead[1]))
+            done = self._rewind_cli(sink, int(instead[1]))
         if done.returncode != 0:
-            raise Finding(f"the named rewind of redis to v{named[1]} exited {done.returncode}")
-        outcome.notes.append(f"run {run.run_id} named redis's rewind to v{named[1]}, which the operator ran")
+            raise Finding(f"the named rewind of {sink} to v{version} exited {done.returncode}")
+        outcome.notes.append(f"run {run.run_id} named {sink}'s rewind to v{version}, which the operator ran")
         return True
 
     def _rewind_cli(self, sink: str, version: int) -> subprocess.CompletedProcess:
@@ -644,13 +654,19 @@ def start_faulted(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> 
 
 
 def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> None:
-    if step.fault == "restore_redis" and i == p.sched.resnapshot_step:
-        # What Redis loses of a snapshot that completes only a second resnapshot re-loads (no
+    if step.fault in ("restore_redis", "restore_delta") and i == p.sched.resnapshot_step:
+        # What a sink loses of a snapshot that completes only a second resnapshot re-loads (no
         # rewind does), and the oracle models one: the restore is left out of that step.
-        out.notes.append(f"{i + 1}: restore_redis left out: the step's run is a resnapshot")
+        out.notes.append(f"{i + 1}: {step.fault} left out: the step's run is a resnapshot")
         step = dataclasses.replace(step, fault="none")
     elif step.fault == "restore_redis":  # the backup the fault restores: before the step's run
         p.redis_backup = faults.backup_redis(p.redis_data)
+    elif step.fault == "restore_delta":  # the version the fault restores: before the step's run
+        table = p.delta_table(step.target)
+        if faults.delta_version(table) is None:  # (a Delta schedule's one step: its run writes first)
+            touch(work, step.target.split("/")[1])
+            p.catch_up(f"s{i}_table", out)
+        p.delta_before = faults.delta_version(table)
     run, writer = start_faulted(p, work, i, step, out)
     if step.fault == "zombie":
         zombie(p, work, i, step, run, out, writer)
@@ -681,7 +697,9 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         faults.retype_stream(p.redis, f"{p.name}:{step.target}")
     elif step.fault == "restore_redis":
         faults.restore_redis(p.redis_data, p.redis_backup, step.hold)
-        p.named_last = None
+        p.named_last.pop("redis", None)
+    elif step.fault == "restore_delta":
+        restore_delta(p, step, out)
     elif step.fault == "none":  # left out (above)
         pass
     else:
@@ -708,6 +726,8 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         writer.join()
     if step.writes_between:
         work.wave(step.writes_between)  # between the crash and the rerun
+    if step.fault == "restore_delta":  # what the sink promises: the next run with a change of the table tells
+        touch(work, step.target.split("/")[1])
     # Airflow retries a failed deliver task, not one that failed fast (a fatal error: a fenced
     # zombie, a halt), which an operator clears by hand after resolving it.
     if p.sched.retries and ended not in ("ok", "idle") and run.proc.returncode != EXIT_FATAL:
@@ -719,6 +739,25 @@ def apply_step(p: Pipe, work: Workload, i: int, step: Step, out: Outcome) -> Non
         if not p.rewind_named(retry, out) and retried not in ("ok", "idle"):
             out.findings.append(f"step {i + 1}: the run retried from its record failed: {retried[:300]}")
     recover(p, i, out)
+
+
+def restore_delta(p: Pipe, step: Step, out: Outcome) -> None:
+    """The step's Delta table taken back to its version before the step's run (none: left out)."""
+    if p.delta_before is None:
+        out.notes.append(f"restore_delta left out: {step.target} had no commit before the run")
+        return
+    faults.restore_delta(p.delta_table(step.target), p.delta_before, p.env)
+    p.named_last.pop("delta_merge" if step.target.startswith("merged/") else "delta_log", None)
+
+
+def touch(work: Workload, table: str) -> None:
+    """Transactions until one changes ``table``."""
+    def changes() -> int:
+        return sum(len(v) for k, v in work.expected.items() if k[0] == table)
+
+    before = changes()
+    while changes() == before:
+        work.transaction()
 
 
 def hides_loss(step: Step, rw: Rewind) -> bool:

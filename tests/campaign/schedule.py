@@ -24,8 +24,10 @@ FAULT_KINDS = RUN_FAULTS + SERVER_FAULTS
 # draws): another client turns one table's Redis stream into a string while the run delivers
 # (RENAME aside and SET, at once), and puts it back once the run has ended, as an operator does;
 # Redis restored, while the run delivers, from a copy of its data taken before the run started
-# (what it acknowledged since is gone), and the operator then runs the rewind the next run names.
-OPT_IN_KINDS = ("retype_redis", "restore_redis")
+# (what it acknowledged since is gone), and the operator then runs the rewind the next run names;
+# one Delta table (merged or changelog) taken back by `RESTORE TABLE`, while the run delivers, to
+# its version before the run started, and likewise.
+OPT_IN_KINDS = ("retype_redis", "restore_redis", "restore_delta")
 # A run delivered by a Spark task (delivery "executor": the spec's Spark connection is a Connect
 # server on a standalone cluster): the delivering Python worker SIGKILLed (Spark retries the
 # task), the executor's JVM SIGKILLed (the cluster starts another, the task is retried there),
@@ -67,7 +69,9 @@ class Step:
     wave: int
     writes_between: int
     takeovers: int = 0
-    target: str = ""  # retype_redis: the table whose stream is turned into a string
+    # retype_redis: the table whose stream is turned into a string; restore_delta: the Delta table
+    # restored, as "merged/<table>" or "log/<table>"
+    target: str = ""
 
     def __str__(self) -> str:
         extra = f", takeovers={self.takeovers}" if self.fault == "zombie" else ""
@@ -259,6 +263,8 @@ def with_resnapshot(sched: Schedule) -> Schedule:
 
 def sink_of(kind: str) -> str | None:
     """The sink a fault kind needs in the pipeline (a stall past the NATS window needs NATS)."""
+    if kind == "restore_delta":
+        return "delta_merge"
     for s in CORE_SINKS:
         if kind.endswith("_" + s):
             return s
@@ -288,4 +294,12 @@ def _step(rng: random.Random, fault: str, with_delta: bool = False, past_timeout
         wave *= 20
     return Step(fault, moment, hold, wave=wave, writes_between=writes,
                 takeovers=rng.randint(1, 2) if fault == "zombie" else 0,
-                target=rng.choice(TABLES) if fault == "retype_redis" else "")
+                target=_target(rng, fault))
+
+
+def _target(rng: random.Random, fault: str) -> str:
+    if fault == "retype_redis":
+        return rng.choice(TABLES)
+    if fault == "restore_delta":
+        return f"{rng.choice(('merged', 'log'))}/{rng.choice(TABLES)}"
+    return ""

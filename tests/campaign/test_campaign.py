@@ -186,6 +186,18 @@ OPTIONED += [(8602, "SOURCES=mysql SINKS=kafka,nats,redis KINDS=retype_redis")]
 # and set over the loss by the run in flight. Fixed: the record is checked on open and at every
 # sub-batch (test_fault_matrix.py holds both). 9704 names a record gone and one older.
 OPTIONED += [(9704, "SOURCES=mysql SINKS=kafka,nats,redis KINDS=restore_redis")]
+# With KINDS=restore_delta (one Delta table taken back by RESTORE TABLE, while a run delivers, to its
+# version before the run; the operator runs the rewind the next run with a change of it names):
+# 9805 and 9806 (MariaDB) restore the merged table between two sub-batches of the run, which goes
+# on unaware; the next run fails naming the rewind. After it the table kept a row the source had
+# deleted (9805; 9806: four rows stale or deleted): the rewind skipped what the run had MERGEd over
+# the restored rows, so the changes the RESTORE took back landed last. Fixed: a merged table is
+# written those again (test_delta_sink.py holds it without timing). 9802 restores the changelog
+# table the same way (each change once after the rewind).
+OPTIONED += [(9805, "SOURCES=mysql SINKS=delta KINDS=restore_delta")]
+if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
+    OPTIONED += [(9806, "SOURCES=mysql SINKS=delta KINDS=restore_delta"),
+                 (9802, "SOURCES=mysql SINKS=delta KINDS=restore_delta")]
 if os.environ.get("TIDEGATE_CAMPAIGN_FOUND"):
     OPTIONED += [(7001, "SOURCES=mysql SINKS=kafka,nats,redis TYPES=edges"),
                  (7010, "SOURCES=postgres SINKS=kafka,nats,redis TYPES=edges"),
