@@ -182,7 +182,8 @@ class DeltaSink(Sink):
         txn = ledger.txn_version(self.epoch, extends)
         controls = [c.to_json() for c in batch.events if is_control(c) and c.type in META_TYPES]
         chunk = last_chunk(batch)
-        def user_meta(**since: Any) -> str:
+
+        def user_meta(**since: Any) -> str:  # a table's commit says since (ledger.commit_metadata)
             return ledger.commit_metadata(app=self.app_id, pipeline=self.pipeline, sink=self.sink_id,
                                           epoch=self.epoch, extends=extends, covers=batch.end_position,
                                           controls=controls, snapshot=chunk, **since)
@@ -375,8 +376,8 @@ class DeltaSink(Sink):
 def delivers_again(sink: DeltaSink, path: str, loss: ledger.Loss) -> bool:
     """Whether this run writes the table at ``path``, which a RESTORE took back from holding the
     sink's changes up to ``loss.lost`` to ``loss.held``, all it lacks: when its range starts at or
-    before ``held`` (an operator rewound the sink). False when an operator chose to go on without them
-    (the table gets what follows the sink's record). Otherwise the sink fails with an
+    before ``held`` (an operator rewound the sink). False when an operator chose to go on without
+    them (the table gets what follows the sink's record). Otherwise the sink fails with an
     :class:`OperatorSinkError` naming the two rewinds, and nothing is written."""
     start, held = sink.run_start, loss.held
     lacks = f"table {path} holds this sink's changes up to {held} only, not up to {loss.lost}"
