@@ -17,6 +17,7 @@ from tidegate.batching import SubBatch, Transaction
 from tidegate.errors import OperatorSinkError
 from tidegate.events import ChangeEvent, ControlMessage, split_key_change
 from tidegate.sink_checkpoints import RunStart
+from tidegate.sinks.delta import ledger
 from tidegate.sinks.delta.sink import DeltaSink
 from tidegate.sinks.delta.spec import DeltaSinkSpec
 from tidegate.store.records import CheckpointRecord
@@ -34,9 +35,9 @@ def change(name: str, tx_no: int, i: int, op: str, before, after, key, **kw) -> 
         total_order=i + 1, data_collection_order=i + 1, **kw)
 
 
-def workload(name: str, seed: int = 7) -> tuple[list[SubBatch], dict]:
-    """Three sub-batches of inserts, updates (some changing the key), deletes; and the rows a
-    source table holds after them (the model)."""
+def workload(name: str, seed: int = 7, per_batch: int = 10) -> tuple[list[SubBatch], dict]:
+    """30 transactions of inserts, updates (some changing the key), deletes, ``per_batch`` to a
+    sub-batch (three by default); and the rows a source table holds after them (the model)."""
     rnd = random.Random(seed)
     rows: dict[int, dict] = {}
     txs, next_id = [], 1
@@ -68,7 +69,7 @@ def workload(name: str, seed: int = 7) -> tuple[list[SubBatch], dict]:
         last = evs[-1]
         last.__dict__.update(tx_end=True, end_position=end_pos(tx_no))
         txs.append(Transaction(f"0-1-{tx_no}", end_pos(tx_no), tuple(evs)))
-    batches = [SubBatch(n + 1, tuple(txs[n * 10:(n + 1) * 10])) for n in range(3)]
+    batches = [SubBatch(n + 1, tuple(txs[n * per_batch:(n + 1) * per_batch])) for n in range(30 // per_batch)]
     return batches, rows
 
 
@@ -273,3 +274,46 @@ def test_a_table_restored_behind_the_sinks_commits_is_told_then_mended_by_the_re
             keys = Counter(r["idempotency_key"] for r in table)
             assert sorted(keys) == sorted(ev.idempotency_key for b in batches for ev in b.events)
             assert set(keys.values()) == {1}
+
+
+def test_a_table_restored_while_a_long_run_writes_it_is_told_by_that_run_before_it_leaves_the_window(
+        spark, tmp_path):
+    """A changelog table restored to its first sub-batch's commit after the second, while a run of
+    30 sub-batches writes it. The run reads the table's lineage again after RECHECK_COMMITS commits
+    and stops there, before writing more (the next run reads the newest 50 commits first: 50
+    commits of a run unaware of the RESTORE would have buried it, and the loss was never told).
+    The next run names the rewinds; the one that delivers again leaves every change once."""
+    name = unique("dw")
+    batches, _ = workload(name, per_batch=1)
+    sink = sink_of(name, tmp_path, "changelog")
+    path = f"{tmp_path}/{name}/shop/items"
+    sink.deliver(batches[0], 1)
+    first = versions(spark, path)
+    sink.deliver(batches[1], 2)
+    spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {first}")
+    delivered = 2
+    with pytest.raises(OperatorSinkError) as err:
+        for n in range(2, len(batches)):
+            sink.deliver(batches[n], n + 1)
+            delivered = n + 1
+    assert delivered == ledger.RECHECK_COMMITS  # refused at the next sub-batch, before its commit
+    assert "a RESTORE took table" in str(err.value) and "while this run wrote it" in str(err.value)
+    sink.close()
+    written = versions(spark, path)
+    history = [store_version(name, v + 1, b) for v, b in enumerate(batches[:delivered])]
+    sink = reopened(name, tmp_path, "changelog", history)
+    with pytest.raises(OperatorSinkError) as err:
+        sink.deliver(batches[delivered], delivered + 1)
+    rewind = f"tidegate checkpoints rewind {name} lake --to-version"
+    assert f"`{rewind} 1 --reason ...` (delivers them again)" in str(err.value), str(err.value)
+    assert versions(spark, path) == written
+    sink.close()
+    rewound = delivered + 1
+    history.append(store_version(name, rewound, batches[0], "rewind", source_version=1))
+    sink = reopened(name, tmp_path, "changelog", history)
+    for n, part in enumerate((batches[1:10], batches[10:20], batches[20:])):  # larger sub-batches
+        sink.deliver(SubBatch(n + 1, tuple(tx for b in part for tx in b.transactions)), rewound + n)
+    sink.close()
+    keys = Counter(r["idempotency_key"] for r in spark.read.format("delta").load(path).collect())
+    assert sorted(keys) == sorted(ev.idempotency_key for b in batches for ev in b.events)
+    assert set(keys.values()) == {1}

@@ -272,3 +272,48 @@ def test_a_table_written_again_from_what_it_held_skips_what_commits_after_the_re
              and not ledger.held_in(pos(n), False, loss.written)]
     assert lacks == [150, 200, 350]
     assert ledger.held_in(pos(200), True, loss.written)  # a leading part of a transaction ending there
+
+
+
+def _history_rows(*commits) -> list[dict]:
+    """DESCRIBE HISTORY rows, newest first, of :func:`history`'s commits (oldest first)."""
+    t0, rows = datetime(2026, 12, 8), []
+    for v, c in enumerate(commits):
+        row = {"version": v, "timestamp": t0 + timedelta(seconds=v), "operation": "WRITE",
+               "operationParameters": {}, "userMetadata": None}
+        if c[0] == "R":
+            row.update(operation="RESTORE", operationParameters={"version": str(c[1])})
+        elif c[0] == "w":
+            row["userMetadata"] = meta(covers=pos(c[1]), since=None if c[2] is None else pos(c[2]))
+        rows.append(row)
+    return rows[::-1]
+
+
+def _unaware_run(first: int, n: int) -> list[tuple]:
+    """``n`` commits of a run that knows of no RESTORE: each written from the one before."""
+    return [("w", 10 * (first + i + 1), 10 * (first + i)) for i in range(n)]
+
+
+@pytest.mark.parametrize("after", [1, ledger.RECHECK_COMMITS, 49])
+def test_a_restore_among_the_newest_50_commits_has_the_whole_history_read(after):
+    """A RESTORE to version 5 of 100 commits, then ``after`` commits of a run that did not know of
+    it: read from the newest 50 commits, the lineage reads the whole history and tells the loss
+    (what the RESTORE undid, up to the commit before it)."""
+    commits = _unaware_run(0, 100) + [("R", 5)] + _unaware_run(100, after)
+    rows, asked = _history_rows(*commits), []
+    kept, undone = ledger.read_lineage(lambda n: asked.append(n) or (rows[:n] if n else rows), APP)
+    assert asked == [50, None]
+    assert ledger.restore_loss(kept, undone, APP)[:2] == (pos(60), pos(1000))
+
+
+def test_a_restore_with_50_commits_after_it_is_not_read_which_is_why_a_run_reads_again():
+    """The window's limit, kept as the reason for RECHECK_COMMITS: 50 commits of one run after a
+    RESTORE push it out of the newest 50, and the lineage read from them tells no loss. A run
+    reads a table's lineage again after RECHECK_COMMITS commits (test_delta_sink.py proves it on a
+    real table), so it never writes that many after a RESTORE unaware."""
+    assert ledger.RECHECK_COMMITS < 50
+    rows = _history_rows(*_unaware_run(0, 100), ("R", 5), *_unaware_run(100, 50))
+    kept, undone = ledger.read_lineage(lambda n: rows[:n] if n else rows, APP)
+    assert ledger.restore_loss(kept, undone, APP) is None
+    whole = ledger.read_lineage(lambda n: rows, APP, None)
+    assert ledger.restore_loss(*whole, APP)[:2] == (pos(60), pos(1000))

@@ -64,6 +64,11 @@ def txn_epoch(txn: int) -> int:
     return txn >> EPOCH_BITS
 
 
+# A run reads a table's lineage again after this many commits to it (DeltaSink._recheck): fewer
+# than the newest commits a run reads first (Tables.lineage's 50), so a RESTORE made while a run
+# writes the table is told by that run or the next.
+RECHECK_COMMITS = 20
+
 UNSAID = object()  # commit_metadata's ``since`` of a commit that is not a table's
 
 
@@ -145,6 +150,26 @@ def restored_version(row: Any, rows: Sequence[Any]) -> int | None:
                    default=-1)
     except (TypeError, ValueError):  # not a time, or one with an offset where the history has none
         return -1
+
+
+def read_lineage(read: Callable[[int | None], Sequence[Any] | None], app: str,
+                 limit: int | None = 50) -> tuple[list[Commit], list[Commit]]:
+    """A table's lineage (:func:`lineage`) from its newest ``limit`` commits: ``read(n)`` gives
+    the newest ``n`` rows of its history (None: all; rows as DESCRIBE HISTORY gives them, newest
+    first; None: no table). The whole history when none of those is the app's, or one is a
+    RESTORE (whose undoing, and another older one's, may reach further back). A RESTORE with
+    ``limit`` or more commits after it is not read: the sink reads a table's lineage again within
+    fewer commits of a run (:data:`RECHECK_COMMITS`), so a RESTORE is told before it leaves the window."""
+    rows = read(limit)
+    if rows is None:
+        return [], []
+    restores = any(r["operation"] == "RESTORE" for r in rows)
+    if limit and len(rows) >= limit and (restores or all(
+            parse_metadata(r["userMetadata"], app) is None for r in rows)):
+        return read_lineage(read, app, None)
+    commits = [Commit(r["version"], r["userMetadata"], restored_version(r, rows) if restores else None)
+               for r in rows]
+    return lineage(commits)
 
 
 class Loss(NamedTuple):

@@ -122,6 +122,8 @@ class DeltaSink(Sink):
         # path -> the ``since`` of this run's commits to a table a RESTORE took back whose loss an
         # operator chose to go on without (delivers_again)
         self._since: dict[str, Position | None] = {}
+        # path -> this run's commits to the table since its lineage was read (_recheck)
+        self._unchecked: dict[str, int] = {}
         self._claimed = False  # the checkpoint table claimed for self.epoch (open)
         self._just_read = False
 
@@ -260,6 +262,7 @@ class DeltaSink(Sink):
     def _committed_to(self, path: str, end: Position, chunk: SnapshotPosition | None) -> None:
         """What the table holds after this run's commit to it (no need to read its history again)."""
         self._covers[path] = end
+        self._unchecked[path] = self._unchecked.get(path, 0) + 1
         if chunk is not None:
             self._snapshots[path] = (chunk.snapshot_id, chunk.chunk)
 
@@ -273,6 +276,10 @@ class DeltaSink(Sink):
         per run (this run is its one writer afterwards), then kept by the commits made; raised to
         the sink's record, which every table of a sub-batch took, but for a table a RESTORE took
         back that this run writes all it lacks (:func:`delivers_again`)."""
+        if self._unchecked.get(path, 0) >= ledger.RECHECK_COMMITS:
+            self._unchecked[path] = 0
+            if path not in self._restored and path not in self._since:  # it knows of a RESTORE
+                told_if_restored(self, path)
         if path not in self._covers:
             kept, undone = self.tables.lineage(path)
             self._covers[path] = ledger.covered_position([c.meta for c in kept], self.app_id)
@@ -396,6 +403,21 @@ def delivers_again(sink: DeltaSink, path: str, loss: ledger.Loss) -> bool:
         f"(goes on without them): {lacks}")
 
 
+def told_if_restored(sink: DeltaSink, path: str) -> None:
+    """Read again the lineage of a table this run has committed to ``RECHECK_COMMITS`` times, and
+    fail if a RESTORE made while the run wrote it took changes back: told before the newest 50
+    commits, which the next run reads first, have passed it (a run of many sub-batches could
+    otherwise bury it: found by a generated history of 108 commits). The next run names the
+    rewinds, as for a RESTORE between two runs."""
+    loss = ledger.restore_loss(*sink.tables.lineage(path), sink.app_id)
+    if loss is not None:
+        raise OperatorSinkError(
+            f"{sink.where}: a RESTORE took table {path} back while this run wrote it, so the sink "
+            f"lost changes it had acknowledged: it holds this sink's changes up to {loss.held} only, "
+            f"not up to {loss.lost}. Nothing more is delivered to it; the next run names the "
+            f"rewinds to choose from (deliver them again, or go on without them)")
+
+
 def last_chunk(batch: SubBatch) -> SnapshotPosition | None:
     """The highest snapshot position a transaction of the sub-batch ends at (the snapshot mark of
     its commits), or None when it holds no snapshot transaction."""
@@ -403,5 +425,6 @@ def last_chunk(batch: SubBatch) -> SnapshotPosition | None:
     return max(chunks) if chunks else None
 
 
-__all__ = ["CHANGELOG_COLUMNS", "DeltaSink", "delivers_again", "json_type", "learn_types", "last_chunk"]
+__all__ = ["CHANGELOG_COLUMNS", "DeltaSink", "delivers_again", "json_type", "learn_types", "last_chunk",
+           "told_if_restored"]
 

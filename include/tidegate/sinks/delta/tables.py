@@ -131,25 +131,20 @@ class Tables:
 
     def lineage(self, path: str, limit: int | None = 50) -> tuple[list[ledger.Commit], list[ledger.Commit]]:
         """The table's commits, newest first, split as :func:`ledger.lineage` does: those its
-        current state descends from, and those a RESTORE undid. The newest ``limit`` first; the
-        whole history when none of them is this sink's or one is a RESTORE (whose undoing may
-        reach further back)."""
+        current state descends from, and those a RESTORE undid. The newest ``limit`` first, then
+        as far back as they need (:func:`ledger.read_lineage`)."""
+        return ledger.read_lineage(lambda n: self._history_rows(path, n), self.app_id, limit)
+
+    def _history_rows(self, path: str, limit: int | None) -> list[Any] | None:
+        """The newest ``limit`` rows of the table's history (None: all of them); None: no table."""
         stmt = f"DESCRIBE HISTORY delta.{quote(path)}" + (f" LIMIT {limit}" if limit else "")
         try:
-            rows = self.spark.sql(stmt).select("version", "timestamp", "operation", "operationParameters",
+            return self.spark.sql(stmt).select("version", "timestamp", "operation", "operationParameters",
                                                "userMetadata").collect()
         except AnalysisException:
             if not self.exists(path):  # no table (yet): no history
-                return [], []
+                return None
             raise
-        restores = any(r["operation"] == "RESTORE" for r in rows)
-        commits = [ledger.Commit(r["version"], r["userMetadata"],
-                                 ledger.restored_version(r, rows) if restores else None) for r in rows]
-        kept, undone = ledger.lineage(commits)
-        if limit and len(rows) >= limit and (restores or all(
-                ledger.parse_metadata(c.meta, self.app_id) is None for c in kept)):
-            return self.lineage(path, None)
-        return kept, undone
 
     def _known_types(self, path: str, key: dict[str, Any] | None) -> dict[str, dict[str, str | None]]:
         """The column types of the table at ``path``: the table's own when it exists."""
