@@ -641,7 +641,7 @@ def verdicts(pipe, work, history: dict[str, list]) -> list[SinkVerdict]:
                 v.out_of_order = 0
         # every sink's control channel; Debezium's envelope too (the same channel)
         check_control(v, read_control(sink, pipe, nats), work.ddl, pipe.sched.source == "mysql",
-                      pipe.failovers_recorded(), bool(rewinds) or unfenced)
+                      pipe.failovers_recorded(), bool(rewinds) or unfenced or sink in pipe.named_rewinds)
         check_history(v, history.get(sink, []))
         out.append(v)
     same_snapshot_rows(snapshot_ids)

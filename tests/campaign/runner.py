@@ -252,6 +252,9 @@ class Pipe:
         self.redis_data = Path(sv.env["TIDEGATE_SERVICES_DIR"]) / "redis"  # restore_redis
         self.redis_backup: Path | None = None
         self.named_last: dict[str, str] = {}  # sink -> the version a run named since the last restore
+        # sinks the operator rewound as a run named: their data is held to exactly once still (a
+        # table skips what it holds), their control messages may come again, as after any rewind
+        self.named_rewinds: set[str] = set()
         self.restores = any(step.fault in ("restore_redis", "restore_delta") for step in sched.steps)
         self.delta_before: int | None = None  # restore_delta: the table's version before the step's run
         if sched.failover_steps:
@@ -496,6 +499,7 @@ class Pipe:
                                     f"right after it was run")
             return False
         self.named_last[sink] = version
+        self.named_rewinds.add(sink)
         done = self._rewind_cli(sink, int(version))
         instead = re.search(r"still running: .* Rewind to version (\d+)", done.stdout + done.stderr)
         if done.returncode != 0 and instead:  # before a running snapshot's handoff: as it says
