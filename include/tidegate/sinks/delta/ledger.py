@@ -64,7 +64,7 @@ def txn_epoch(txn: int) -> int:
     return txn >> EPOCH_BITS
 
 
-# A run reads a table's lineage again after this many commits to it (DeltaSink._recheck): fewer
+# A run reads a table's lineage again after this many commits to it (sink.told_if_restored): fewer
 # than the newest commits a run reads first (Tables.lineage's 50), so a RESTORE made while a run
 # writes the table is told by that run or the next.
 RECHECK_COMMITS = 20

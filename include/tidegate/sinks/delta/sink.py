@@ -122,7 +122,7 @@ class DeltaSink(Sink):
         # path -> the ``since`` of this run's commits to a table a RESTORE took back whose loss an
         # operator chose to go on without (delivers_again)
         self._since: dict[str, Position | None] = {}
-        # path -> this run's commits to the table since its lineage was read (_recheck)
+        # path -> this run's commits to the table since its lineage was read (told_if_restored)
         self._unchecked: dict[str, int] = {}
         self._claimed = False  # the checkpoint table claimed for self.epoch (open)
         self._just_read = False

@@ -131,8 +131,8 @@ class Tables:
 
     def lineage(self, path: str, limit: int | None = 50) -> tuple[list[ledger.Commit], list[ledger.Commit]]:
         """The table's commits, newest first, split as :func:`ledger.lineage` does: those its
-        current state descends from, and those a RESTORE undid. The newest ``limit`` first, then
-        as far back as they need (:func:`ledger.read_lineage`)."""
+        current state descends from, and those a RESTORE undid. The newest ``limit``, or the whole
+        history when they do not tell (:func:`ledger.read_lineage`)."""
         return ledger.read_lineage(lambda n: self._history_rows(path, n), self.app_id, limit)
 
     def _history_rows(self, path: str, limit: int | None) -> list[Any] | None:
