@@ -550,4 +550,3 @@ def test_tables_restored_behind_the_sinks_are_told_and_the_rewinds_named_do_what
             assert sink["lost"] is None or f"checkpoints rewind {pipeline} {sink['id']} " in sink["lost"]
     finally:
         maria.close()
-

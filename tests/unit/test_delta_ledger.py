@@ -201,19 +201,28 @@ def test_a_tables_lineage_is_what_its_restores_left(seed):
     assert [c.version for c in undone if c.restored is None] == lost
 
 
-def history(*commits) -> tuple[list, list]:
-    """A table's lineage from its commits, oldest first: ("w", covers, since) a commit of the app
-    (since "-": the sink's form before ``since``), ("o",) another writer's, ("R", v) a RESTORE."""
-    out = []
+def _history_rows(*commits) -> list[dict]:
+    """DESCRIBE HISTORY rows, newest first, of a table's commits given oldest first: ("w", covers,
+    since) a commit of the app (since "-": the sink's form before ``since``), ("o",) another
+    writer's, ("R", v) a RESTORE to version v."""
+    t0, rows = datetime(2026, 12, 8), []
     for v, c in enumerate(commits):
+        row = {"version": v, "timestamp": t0 + timedelta(seconds=v), "operation": "WRITE",
+               "operationParameters": {}, "userMetadata": None}
         if c[0] == "R":
-            out.append(ledger.Commit(v, None, c[1]))
+            row.update(operation="RESTORE", operationParameters={"version": str(c[1])})
         elif c[0] == "o":
-            out.append(ledger.Commit(v, meta(app="x/y::sink::z")))
+            row["userMetadata"] = meta(app="x/y::sink::z")
         else:
             since = {} if c[2] == "-" else {"since": None if c[2] is None else pos(c[2])}
-            out.append(ledger.Commit(v, meta(covers=pos(c[1]), **since)))
-    return ledger.lineage(out)
+            row["userMetadata"] = meta(covers=pos(c[1]), **since)
+        rows.append(row)
+    return rows[::-1]
+
+
+def history(*commits) -> tuple[list, list]:
+    """A table's lineage from its commits, oldest first (:func:`_history_rows`), its whole history read."""
+    return ledger.read_lineage(lambda n: _history_rows(*commits), APP, None)
 
 
 @pytest.mark.parametrize("commits, loss", [
@@ -272,21 +281,6 @@ def test_a_table_written_again_from_what_it_held_skips_what_commits_after_the_re
              and not ledger.held_in(pos(n), False, loss.written)]
     assert lacks == [150, 200, 350]
     assert ledger.held_in(pos(200), True, loss.written)  # a leading part of a transaction ending there
-
-
-
-def _history_rows(*commits) -> list[dict]:
-    """DESCRIBE HISTORY rows, newest first, of :func:`history`'s commits (oldest first)."""
-    t0, rows = datetime(2026, 12, 8), []
-    for v, c in enumerate(commits):
-        row = {"version": v, "timestamp": t0 + timedelta(seconds=v), "operation": "WRITE",
-               "operationParameters": {}, "userMetadata": None}
-        if c[0] == "R":
-            row.update(operation="RESTORE", operationParameters={"version": str(c[1])})
-        elif c[0] == "w":
-            row["userMetadata"] = meta(covers=pos(c[1]), since=None if c[2] is None else pos(c[2]))
-        rows.append(row)
-    return rows[::-1]
 
 
 def _unaware_run(first: int, n: int) -> list[tuple]:
